@@ -1,0 +1,54 @@
+# apiary: `make run` starts the local stack, `make test` runs every test.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PYTHON := $(BIN)/python
+DEPS := $(VENV)/.deps-stamp
+GEN := apiary_pb/.gen-stamp
+PROTOS := $(wildcard proto/apiary_pb/*.proto)
+
+.PHONY: all setup run stop status test unit integration e2e bench lint clean
+
+all: setup
+
+setup: $(DEPS) $(GEN)
+
+$(PYTHON):
+	$(PY) -m venv $(VENV)
+
+$(DEPS): requirements.txt | $(PYTHON)
+	$(PYTHON) -m pip install -q --upgrade pip
+	$(PYTHON) -m pip install -q -r requirements.txt
+	touch $@
+
+$(GEN): $(PROTOS) $(DEPS)
+	mkdir -p apiary_pb
+	$(PYTHON) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. $(PROTOS)
+	touch $@
+
+run: setup
+	$(PYTHON) -m tools.run start
+
+stop:
+	@if [ -x $(PYTHON) ]; then $(PYTHON) -m tools.run stop; fi
+
+status: setup
+	$(PYTHON) -m tools.run status
+
+test: setup
+	$(PYTHON) -m pytest -q -p no:cacheprovider
+
+unit: setup
+	$(PYTHON) -m pytest -q tests/unit
+
+integration: setup
+	$(PYTHON) -m pytest -q tests/integration
+
+e2e: setup
+	$(PYTHON) -m pytest -q tests/e2e
+
+bench: setup
+	$(PYTHON) -m tools.bench
+
+clean: stop
+	rm -rf $(VENV) apiary_pb .apiary

@@ -1,0 +1,126 @@
+"""gRPC bootstrap: mutual-TLS servers and channels, and APIError <-> gRPC status mapping."""
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from .config import TLSFiles
+from .errors import APIError, InternalError, error_from_rpc
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE = 256 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE),
+    ("grpc.max_send_message_length", MAX_MESSAGE),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+]
+SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE),
+    ("grpc.max_send_message_length", MAX_MESSAGE),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_ping_strikes", 0),
+]
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def make_server(tls: TLSFiles | None, address: str) -> grpc.aio.Server:
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    if tls is None:
+        server.add_insecure_port(address)
+    else:
+        creds = grpc.ssl_server_credentials(
+            [(_read(tls.key), _read(tls.cert))], root_certificates=_read(tls.ca), require_client_auth=True
+        )
+        server.add_secure_port(address, creds)
+    return server
+
+
+def make_channel(tls: TLSFiles | None, address: str) -> grpc.aio.Channel:
+    if tls is None:
+        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=_read(tls.ca), private_key=_read(tls.key), certificate_chain=_read(tls.cert)
+    )
+    return grpc.aio.secure_channel(address, creds, options=CHANNEL_OPTIONS)
+
+
+def peer_name(context: grpc.aio.ServicerContext) -> str | None:
+    """The CN of the caller's verified certificate; None on a plaintext channel."""
+    ctx = context.auth_context()
+    names = ctx.get("x509_common_name") or []
+    return names[0].decode() if names else None
+
+
+T = TypeVar("T")
+
+
+def api_method(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """Servicer decorator for unary methods: APIError -> gRPC status carrying the Status."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
+        try:
+            return await fn(self, request, context)
+        except APIError as e:
+            await context.abort(e.grpc_code(), e.message, trailing_metadata=e.grpc_trailers())
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:  # noqa: BLE001 - anything else is a 500, never a crash
+            log.exception("%s failed", fn.__name__)
+            err = InternalError(f"{type(e).__name__}: {e}")
+            await context.abort(err.grpc_code(), err.message, trailing_metadata=err.grpc_trailers())
+        raise AssertionError("unreachable")
+
+    return wrapper
+
+
+def api_stream(fn: Callable[..., AsyncIterator[T]]) -> Callable[..., AsyncIterator[T]]:
+    """Servicer decorator for server-streaming methods."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[T]:
+        try:
+            async for item in fn(self, request, context):
+                yield item
+        except APIError as e:
+            await context.abort(e.grpc_code(), e.message, trailing_metadata=e.grpc_trailers())
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            log.exception("%s failed", fn.__name__)
+            err = InternalError(f"{type(e).__name__}: {e}")
+            await context.abort(err.grpc_code(), err.message, trailing_metadata=err.grpc_trailers())
+
+    return wrapper
+
+
+async def call(coro: Awaitable[T], peer: str = "") -> T:
+    """Await a unary call; a peer's failure comes back as the APIError it raised."""
+    try:
+        return await coro
+    except grpc.aio.AioRpcError as e:
+        raise error_from_rpc(e, peer) from None
+
+
+async def stream(it: Any, peer: str = "") -> AsyncIterator[Any]:
+    """Iterate a server stream; a peer's failure comes back as an APIError."""
+    try:
+        async for item in it:
+            yield item
+    except grpc.aio.AioRpcError as e:
+        raise error_from_rpc(e, peer) from None
