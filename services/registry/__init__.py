@@ -1,0 +1,1 @@
+"""The registry service: apiary's API machinery (k8s.io/apiserver's registry and endpoints)."""

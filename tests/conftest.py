@@ -1,0 +1,86 @@
+"""Shared fixtures. Tests that need the whole stack share one per session.
+
+The test stack runs from .apiary/test with every port moved by 1000
+(proxy 7443, etcd 3379, ...) so it never collides with a developer's `make run`.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tools.certs import read_tokens
+from tools.run import ROOT, Stack
+
+TEST_STATE = ROOT / ".apiary" / "test"
+TEST_OFFSET = 1000
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    s = Stack(TEST_STATE, TEST_OFFSET)
+    s.start(fresh=True)
+    try:
+        yield s
+    finally:
+        s.stop(quiet=True)
+
+
+@pytest.fixture(scope="session")
+def tokens(stack: Stack) -> dict[str, str]:
+    return read_tokens(stack.state)
+
+
+@pytest.fixture(scope="session")
+def admin(stack: Stack) -> Iterator[httpx.Client]:
+    """An HTTPS client holding the admin client certificate."""
+    pki = stack.state / "pki"
+    with httpx.Client(base_url=stack.server, verify=str(pki / "ca.crt"),
+                      cert=(str(pki / "admin.crt"), str(pki / "admin.key")), timeout=30) as c:
+        yield c
+
+
+class Kubectl:
+    def __init__(self, stack: Stack, cache: Path, binary: str = "kubectl", kubeconfig: Path | None = None) -> None:
+        self.stack, self.cache, self.binary = stack, cache, binary
+        self.kubeconfig = kubeconfig or stack.kubeconfig
+
+    def with_token(self, token: str, name: str) -> "Kubectl":
+        """The same kubectl, authenticating with a bearer token instead of the admin certificate."""
+        path = self.cache / f"kubeconfig-{name}"
+        path.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: apiary\n  cluster:\n    server: {self.stack.server}\n"
+            f"    certificate-authority: {self.stack.state / 'pki' / 'ca.crt'}\n"
+            f"users:\n- name: {name}\n  user:\n    token: {token}\n"
+            f"contexts:\n- name: apiary\n  context:\n    cluster: apiary\n    user: {name}\n"
+            "current-context: apiary\n"
+        )
+        return Kubectl(self.stack, self.cache, self.binary, path)
+
+    def run(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        cmd = [self.binary, f"--kubeconfig={self.kubeconfig}", f"--cache-dir={self.cache}", *args]
+        proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **(env or {})})
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        cmd = [self.binary, f"--kubeconfig={self.kubeconfig}", f"--cache-dir={self.cache}", *args]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="session")
+def kubectl(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
+    return Kubectl(stack, tmp_path_factory.mktemp("kube-cache"))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"python {sys.version.split()[0]}; test stack state {TEST_STATE}"

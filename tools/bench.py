@@ -1,0 +1,335 @@
+"""`make bench`: apiary through the full stack, against baselines measured in the same run.
+
+Figures (each at a fixed concurrency, admin client certificate, HTTPS):
+  get     GET of one configmap                       baseline: bare hello-world on the same HTTP stack
+  list    LIST of 1,000 configmaps                   baseline: bare hello-world on the same HTTP stack
+  create  POST of a new configmap                    baseline: raw etcd puts from Python (aetcd)
+plus raw etcd gets, the CPU each apiary process spent per request (from /proc),
+and the gRPC calls each service served per request (from its /metrics).
+Writes .apiary/bench.json; `--record` appends the run to docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import re
+import ssl
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from tools.run import ORDER, ROOT, Stack
+
+BENCH_STATE = ROOT / ".apiary" / "bench"
+BENCH_OFFSET = 2000
+HELLO_PORT = 8443 + BENCH_OFFSET
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+# A lean keep-alive HTTP/1.1 client, so the load generator costs less CPU than the server.
+
+class Conn:
+    def __init__(self, host: str, port: int, ctx: ssl.SSLContext) -> None:
+        self.host, self.port, self.ctx = host, port, ctx
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, method: str, path: str, body: bytes = b"",
+                      headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port, ssl=self.ctx)
+        assert self.reader is not None
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Length: {len(body)}\r\n"
+        for k, v in (headers or {}).items():
+            head += f"{k}: {v}\r\n"
+        self.writer.write(head.encode() + b"\r\n" + body)
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        lines = raw.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        hdrs = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+        if "content-length" in hdrs:
+            data = await self.reader.readexactly(int(hdrs["content-length"]))
+        else:
+            parts = []
+            while True:
+                size = int((await self.reader.readline()).strip(), 16)
+                chunk = await self.reader.readexactly(size + 2)
+                if size == 0:
+                    break
+                parts.append(chunk[:-2])
+            data = b"".join(parts)
+        return status, data
+
+
+async def drive(n: int, concurrency: int, one: Callable[[int, Conn], Awaitable[None]],
+                make_conn: Callable[[], Conn]) -> dict[str, float]:
+    lat: list[float] = []
+    counter = iter(range(n))
+
+    async def worker() -> None:
+        conn = make_conn()
+        for i in counter:
+            t = time.perf_counter()
+            await one(i, conn)
+            lat.append(time.perf_counter() - t)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - start
+    lat.sort()
+    return {
+        "rate": round(len(lat) / elapsed, 1),
+        "p50_ms": round(statistics.median(lat) * 1000, 2),
+        "p99_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000, 2),
+        "requests": len(lat),
+    }
+
+
+def client_ctx(stack: Stack) -> ssl.SSLContext:
+    pki = stack.state / "pki"
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    return ctx
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def grpc_calls(stack: Stack, name: str) -> dict[str, float]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{stack.health_port(name)}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for m in re.finditer(r'^grpc_server_started_total\{grpc_method="([^"]+)"\} ([0-9.e+]+)$', text, re.M):
+        out[m.group(1)] = float(m.group(2))
+    for m in re.finditer(r"^apiserver_flowcontrol_dispatched_requests_total\{[^}]*\} ([0-9.e+]+)$", text, re.M):
+        out["Seats(acquire)"] = out.get("Seats(acquire)", 0.0) + float(m.group(1))
+    return out
+
+
+class Probe:
+    """CPU seconds and gRPC calls per apiary process over one measured phase."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.pids = {n: stack.pid(n) for n in ORDER}
+
+    def snapshot(self) -> dict[str, tuple[float, dict[str, float]]]:
+        return {n: (cpu_seconds(p) if p else 0.0, grpc_calls(self.stack, n) if n != "etcd" else {})
+                for n, p in self.pids.items()}
+
+    @staticmethod
+    def per_request(before: dict, after: dict, n: int) -> tuple[dict[str, float], dict[str, float]]:
+        cpu = {k: round((after[k][0] - before[k][0]) / n * 1000, 3) for k in before}
+        hops: dict[str, float] = {}
+        for k in before:
+            for method, v in after[k][1].items():
+                d = (v - before[k][1].get(method, 0.0)) / n
+                if d >= 0.01 and method != "Seats":
+                    hops[f"{k}.{method}"] = round(d, 2)
+        return cpu, hops
+
+
+async def bench_apiary(stack: Stack, concurrency: int, n: int) -> dict[str, dict]:
+    ctx = client_ctx(stack)
+    port = int(stack.server.rsplit(":", 1)[1])
+
+    def mk() -> Conn:
+        return Conn("127.0.0.1", port, ctx)
+
+    setup = mk()
+    json_hdr = {"Content-Type": "application/json", "Accept": "application/json"}
+    for ns in ("bench", "bench-list"):
+        body = json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}).encode()
+        await setup.request("POST", "/api/v1/namespaces", body, json_hdr)
+    probe = Probe(stack)
+    results: dict[str, dict] = {}
+
+    async def create(i: int, c: Conn) -> None:
+        body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}"},
+                           "data": {"key": "value-" * 20}}).encode()
+        s, data = await c.request("POST", "/api/v1/namespaces/bench/configmaps", body, json_hdr)
+        if s != 201:
+            raise RuntimeError(f"create: {s} {data[:200]!r}")
+
+    async def get(i: int, c: Conn) -> None:
+        s, data = await c.request("GET", "/api/v1/namespaces/bench/configmaps/cm-0", headers={"Accept": "application/json"})
+        if s != 200:
+            raise RuntimeError(f"get: {s} {data[:200]!r}")
+
+    async def fill(i: int, c: Conn) -> None:
+        body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"item-{i}"},
+                           "data": {"key": "value-" * 20}}).encode()
+        await c.request("POST", "/api/v1/namespaces/bench-list/configmaps", body, json_hdr)
+
+    async def lst(i: int, c: Conn) -> None:
+        s, data = await c.request("GET", "/api/v1/namespaces/bench-list/configmaps", headers={"Accept": "application/json"})
+        if s != 200 or data.count(b'"kind":"ConfigMap"') != 1000:
+            raise RuntimeError(f"list: {s} {data[:200]!r}")
+
+    for name, fn, count in (("create", create, n), ("get", get, 2 * n)):
+        before = probe.snapshot()
+        results[name] = await drive(count, concurrency, fn, mk)
+        cpu, hops = Probe.per_request(before, probe.snapshot(), results[name]["requests"])
+        results[name].update(cpu_ms_per_request=cpu, grpc_calls_per_request=hops)
+    await drive(1000, concurrency, fill, mk)
+    before = probe.snapshot()
+    results["list"] = await drive(max(20, n // 20), min(concurrency, 8), lst, mk)
+    cpu, hops = Probe.per_request(before, probe.snapshot(), results["list"]["requests"])
+    results["list"].update(cpu_ms_per_request=cpu, grpc_calls_per_request=hops)
+    return results
+
+
+async def bench_hello(stack: Stack, concurrency: int, n: int) -> dict:
+    pki = stack.state / "pki"
+    proc = subprocess.Popen([sys.executable, "-m", "tools.bench", "hello-server", "--port", str(HELLO_PORT),
+                             "--cert", str(pki / "apiserver.crt"), "--key", str(pki / "apiserver.key"),
+                             "--ca", str(pki / "ca.crt")], cwd=ROOT)
+    try:
+        ctx = client_ctx(stack)
+        for _ in range(100):
+            try:
+                await Conn("127.0.0.1", HELLO_PORT, ctx).request("GET", "/hello")
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+
+        async def one(i: int, c: Conn) -> None:
+            await c.request("GET", "/hello")
+
+        return await drive(2 * n, concurrency, one, lambda: Conn("127.0.0.1", HELLO_PORT, ctx))
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+async def bench_etcd(stack: Stack, concurrency: int, n: int) -> dict[str, dict]:
+    import aetcd
+
+    host, port = stack.etcd_url.removeprefix("http://").split(":")
+    client = aetcd.Client(host=host, port=int(port))
+    await client.connect()
+    value = b"x" * 1024
+    out: dict[str, dict] = {}
+    try:
+        for name, op in (("put", lambda i: client.put(f"/bench/raw/{i}".encode(), value)),
+                         ("get", lambda i: client.get(f"/bench/raw/{i % 100}".encode()))):
+            lat: list[float] = []
+            sem = asyncio.Semaphore(concurrency)
+
+            async def one(i: int) -> None:
+                async with sem:
+                    t = time.perf_counter()
+                    await op(i)
+                    lat.append(time.perf_counter() - t)
+
+            start = time.perf_counter()
+            await asyncio.gather(*(one(i) for i in range(n)))
+            elapsed = time.perf_counter() - start
+            lat.sort()
+            out[name] = {"rate": round(n / elapsed, 1), "p50_ms": round(statistics.median(lat) * 1000, 2),
+                         "p99_ms": round(lat[int(n * 0.99) - 1] * 1000, 2), "requests": n}
+        await client.delete_prefix(b"/bench/raw/")
+    finally:
+        await client.close()
+    return out
+
+
+def hello_server(port: int, cert: str, key: str, ca: str) -> None:
+    """The HTTP stack the proxy runs on (Starlette, uvicorn, httptools, uvloop, TLS), serving a constant."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def hello(request):  # type: ignore[no-untyped-def]
+        return Response(b'{"hello":"world"}', media_type="application/json")
+
+    app = Starlette(routes=[Route("/hello", hello)])
+    uvicorn.run(app, host="127.0.0.1", port=port, ssl_certfile=cert, ssl_keyfile=key, ssl_ca_certs=ca,
+                ssl_cert_reqs=ssl.CERT_OPTIONAL, http="httptools", loop="uvloop", log_level="warning",
+                access_log=False)
+
+
+def record(results: dict, raw: dict, path: Path) -> None:
+    today = dt.date.today().isoformat()
+    lines = [f"\n## {today}\n", "| figure | rate/s | p50 ms | p99 ms | baseline | baseline rate/s | ratio |",
+             "|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        lines.append(f"| {name} | {r['rate']} | {r['p50_ms']} | {r['p99_ms']} | {r['baseline']} | "
+                     f"{r['baseline_rate']} | {r['ratio']} |")
+    lines.append("\nCPU ms per request by process, and gRPC calls per request:\n")
+    for name in ("get", "list", "create"):
+        r = raw["apiary"][name]
+        cpu = ", ".join(f"{k} {v}" for k, v in r["cpu_ms_per_request"].items() if v)
+        hops = ", ".join(f"{k} {v}" for k, v in r["grpc_calls_per_request"].items())
+        lines.append(f"- {name}: CPU {cpu}; gRPC {hops}")
+    with path.open("a") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m tools.bench")
+    p.add_argument("mode", nargs="?", default="run", choices=["run", "hello-server"])
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("-n", type=int, default=1500, help="requests per figure (GET runs 2n)")
+    p.add_argument("--record", action="store_true", help="append the figures to docs/benchmarks.md")
+    p.add_argument("--port", type=int)
+    p.add_argument("--cert")
+    p.add_argument("--key")
+    p.add_argument("--ca")
+    args = p.parse_args()
+    if args.mode == "hello-server":
+        hello_server(args.port, args.cert, args.key, args.ca)
+        return
+    stack = Stack(BENCH_STATE, BENCH_OFFSET)
+    stack.start(fresh=True)
+    try:
+        raw = {
+            "hello": asyncio.run(bench_hello(stack, args.concurrency, args.n)),
+            "etcd": asyncio.run(bench_etcd(stack, args.concurrency, args.n)),
+            "apiary": asyncio.run(bench_apiary(stack, args.concurrency, args.n)),
+        }
+    finally:
+        stack.stop(quiet=True)
+    figures = {
+        "get": ("http_hello", raw["hello"]["rate"]),
+        "list": ("http_hello", raw["hello"]["rate"]),
+        "create": ("etcd_put", raw["etcd"]["put"]["rate"]),
+    }
+    results = {}
+    for name, (base, base_rate) in figures.items():
+        r = raw["apiary"][name]
+        results[name] = {"rate": r["rate"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "baseline": base,
+                         "baseline_rate": base_rate, "ratio": round(r["rate"] / base_rate, 4)}
+    results["etcd_get"] = {**{k: raw["etcd"]["get"][k] for k in ("rate", "p50_ms", "p99_ms")},
+                           "baseline": "etcd_get", "baseline_rate": raw["etcd"]["get"]["rate"], "ratio": 1.0}
+    out = ROOT / ".apiary" / "bench.json"
+    out.write_text(json.dumps(results, indent=2))
+    (ROOT / ".apiary" / "bench-raw.json").write_text(json.dumps(raw, indent=2))
+    print(f"concurrency {args.concurrency}")
+    print(f"{'figure':8} {'rate/s':>9} {'p50 ms':>8} {'p99 ms':>8}  {'baseline':11} {'rate/s':>9} {'ratio':>7}")
+    for name, r in results.items():
+        print(f"{name:8} {r['rate']:>9} {r['p50_ms']:>8} {r['p99_ms']:>8}  {r['baseline']:11} "
+              f"{r['baseline_rate']:>9} {r['ratio']:>7}")
+    for name in ("get", "list", "create"):
+        print(f"{name}: CPU ms/request {raw['apiary'][name]['cpu_ms_per_request']}")
+        print(f"{name}: gRPC calls/request {raw['apiary'][name]['grpc_calls_per_request']}")
+    print(f"wrote {out}")
+    if args.record:
+        record(results, raw, ROOT / "docs" / "benchmarks.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Certificates, tokens and kubeconfig for a local stack, generated on first run.
+
+Layout under the state directory (default .apiary/):
+  pki/ca.{crt,key}                 cluster CA: serving cert, client certs (--client-ca-file)
+  pki/apiserver.{crt,key}          the proxy's serving certificate (localhost, 127.0.0.1)
+  pki/admin.{crt,key}              kubernetes-admin, O=system:masters (the admin kubeconfig)
+  pki/internal-ca.{crt,key}        CA of the services' mutual TLS
+  pki/<service>.{crt,key}          CN=apiary-<service>, server and client auth
+  pki/front-proxy-ca.{crt,key}, pki/front-proxy-client.{crt,key}   for aggregated servers
+  tokens.csv                       static tokens: an admin token and a non-admin user
+  kubeconfig                       admin kubeconfig (client certificate)
+"""
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+import secrets
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+SERVICES = ("proxy", "auth", "apf", "admission", "registry", "storage")
+VALIDITY = dt.timedelta(days=3650)
+
+
+def _name(cn: str, orgs: tuple[str, ...] = ()) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
+    attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, cn))
+    return x509.Name(attrs)
+
+
+def _write(path: Path, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> None:
+    key_path = path.with_suffix(".key")
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    os.chmod(key_path, 0o600)
+    path.with_suffix(".crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def _load(path: Path) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    key = serialization.load_pem_private_key(path.with_suffix(".key").read_bytes(), None)
+    cert = x509.load_pem_x509_certificate(path.with_suffix(".crt").read_bytes())
+    return key, cert  # type: ignore[return-value]
+
+
+def make_ca(path: Path, cn: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    if path.with_suffix(".crt").exists():
+        return _load(path)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn)).issuer_name(_name(cn))
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    _write(path, key, cert)
+    return key, cert
+
+
+def make_cert(path: Path, ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate], cn: str,
+              orgs: tuple[str, ...] = (), server: bool = False, client: bool = False) -> None:
+    if path.with_suffix(".crt").exists():
+        return
+    ca_key, ca_cert = ca
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.timezone.utc)
+    usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
+    b = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn, orgs)).issuer_name(ca_cert.subject)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, key_cert_sign=False,
+                                     crl_sign=False, content_commitment=False, data_encipherment=False,
+                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+    )
+    if server:
+        b = b.add_extension(x509.SubjectAlternativeName([
+            x509.DNSName("localhost"), x509.DNSName("apiary"), x509.DNSName(cn),
+            x509.DNSName("kubernetes.default.svc"),
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.IPAddress(ipaddress.ip_address("::1")),
+        ]), critical=False)
+    _write(path, key, b.sign(ca_key, hashes.SHA256()))
+
+
+def ensure_pki(state: Path) -> Path:
+    pki = state / "pki"
+    pki.mkdir(parents=True, exist_ok=True)
+    ca = make_ca(pki / "ca", "apiary-ca")
+    make_cert(pki / "apiserver", ca, "kube-apiserver", server=True)
+    make_cert(pki / "admin", ca, "kubernetes-admin", ("system:masters",), client=True)
+    internal = make_ca(pki / "internal-ca", "apiary-internal-ca")
+    for svc in SERVICES:
+        make_cert(pki / svc, internal, f"apiary-{svc}", server=True, client=True)
+    fp = make_ca(pki / "front-proxy-ca", "front-proxy-ca")
+    make_cert(pki / "front-proxy-client", fp, "front-proxy-client", client=True)
+    return pki
+
+
+def ensure_tokens(state: Path) -> Path:
+    """kube's static token CSV: token,user,uid,"groups"."""
+    path = state / "tokens.csv"
+    if not path.exists():
+        path.write_text(
+            f'{secrets.token_hex(16)},admin,admin-uid,"system:masters"\n'
+            f"{secrets.token_hex(16)},alice,alice-uid\n"
+        )
+        os.chmod(path, 0o600)
+    return path
+
+
+def read_tokens(state: Path) -> dict[str, str]:
+    """user -> token, for tests and tools."""
+    out = {}
+    for line in (state / "tokens.csv").read_text().splitlines():
+        parts = line.split(",")
+        if len(parts) >= 2:
+            out[parts[1]] = parts[0]
+    return out
+
+
+def write_kubeconfig(state: Path, server: str) -> Path:
+    pki = state / "pki"
+    path = state / "kubeconfig"
+    path.write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters:
+- name: apiary
+  cluster:
+    server: {server}
+    certificate-authority: {pki / 'ca.crt'}
+users:
+- name: kubernetes-admin
+  user:
+    client-certificate: {pki / 'admin.crt'}
+    client-key: {pki / 'admin.key'}
+contexts:
+- name: apiary
+  context:
+    cluster: apiary
+    user: kubernetes-admin
+current-context: apiary
+"""
+    )
+    os.chmod(path, 0o600)
+    return path

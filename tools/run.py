@@ -1,0 +1,249 @@
+"""The local runner: etcd and every service as background processes on loopback.
+
+    python -m tools.run start [--state .apiary] [--port-offset 0] [--fresh]
+    python -m tools.run stop | status
+
+`start` is idempotent: what is already running and healthy is left alone.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.common.config import GRPC_PORTS, HEALTH_PORTS, PEERS
+
+from . import certs
+
+ROOT = Path(__file__).resolve().parent.parent
+ETCD_CLIENT, ETCD_PEER, SECURE_PORT = 2379, 2380, 6443
+ORDER = ("etcd", "storage", "registry", "admission", "auth", "apf", "proxy")
+
+
+@dataclass
+class Stack:
+    state: Path
+    offset: int = 0
+
+    @property
+    def pids(self) -> Path:
+        return self.state / "pids"
+
+    @property
+    def logs(self) -> Path:
+        return self.state / "logs"
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://127.0.0.1:{ETCD_CLIENT + self.offset}"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{SECURE_PORT + self.offset}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state / "kubeconfig"
+
+    def health_port(self, name: str) -> int:
+        return HEALTH_PORTS[name] + self.offset
+
+    def grpc_port(self, name: str) -> int:
+        return GRPC_PORTS[name] + self.offset
+
+    # process bookkeeping ----------------------------------------------------
+
+    def pid(self, name: str) -> int | None:
+        try:
+            pid = int((self.pids / f"{name}.pid").read_text())
+        except (OSError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return pid
+
+    def command(self, name: str) -> list[str]:
+        if name == "etcd":
+            etcd = shutil.which("etcd", path=str(Path(sys.executable).parent)) or "etcd"
+            peer = f"http://127.0.0.1:{ETCD_PEER + self.offset}"
+            return [
+                etcd, "--name", "apiary", "--data-dir", str(self.state / "etcd"),
+                "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
+                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                "--initial-cluster", f"apiary={peer}", "--log-level", "warn",
+            ]
+        pki = self.state / "pki"
+        cmd = [
+            sys.executable, "-m", f"services.{name}",
+            "--bind-address", "127.0.0.1", "--health-port", str(self.health_port(name)),
+            "--internal-cert-file", str(pki / f"{name}.crt"), "--internal-key-file", str(pki / f"{name}.key"),
+            "--internal-ca-file", str(pki / "internal-ca.crt"),
+        ]
+        if name in GRPC_PORTS:
+            cmd += ["--grpc-port", str(self.grpc_port(name))]
+        for peer in PEERS:
+            if peer != name:
+                cmd += [f"--{peer}-address", f"127.0.0.1:{self.grpc_port(peer)}"]
+        if name == "storage":
+            cmd += ["--etcd-servers", self.etcd_url]
+        elif name == "auth":
+            cmd += ["--token-auth-file", str(self.state / "tokens.csv")]
+        elif name == "admission":
+            cmd += ["--enable-admission-plugins", "NamespaceLifecycle"]
+        elif name == "proxy":
+            cmd += [
+                "--secure-port", str(SECURE_PORT + self.offset),
+                "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
+                "--client-ca-file", str(pki / "ca.crt"),
+            ]
+        return cmd
+
+    def spawn(self, name: str) -> int:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.pids.mkdir(parents=True, exist_ok=True)
+        log = open(self.logs / f"{name}.log", "ab")
+        proc = subprocess.Popen(self.command(name), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        (self.pids / f"{name}.pid").write_text(str(proc.pid))
+        return proc.pid
+
+    # health -----------------------------------------------------------------
+
+    def healthy(self, name: str) -> bool:
+        if name == "etcd":
+            url, ctx = f"{self.etcd_url}/health", None
+        else:
+            url, ctx = f"http://127.0.0.1:{self.health_port(name)}/readyz", None
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def proxy_ready(self) -> bool:
+        ctx = ssl.create_default_context(cafile=str(self.state / "pki" / "ca.crt"))
+        try:
+            with urllib.request.urlopen(f"{self.server}/readyz", timeout=2, context=ctx) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def wait(self, names: list[str], timeout: float) -> list[str]:
+        deadline = time.monotonic() + timeout
+        pending = list(names)
+        while pending and time.monotonic() < deadline:
+            pending = [n for n in pending if not self.healthy(n)]
+            dead = [n for n in pending if self.pid(n) is None]
+            if dead:
+                return dead
+            if pending:
+                time.sleep(0.2)
+        return pending
+
+    # commands ---------------------------------------------------------------
+
+    def start(self, fresh: bool = False, timeout: float = 90.0) -> None:
+        if fresh:
+            self.stop(quiet=True)
+            shutil.rmtree(self.state / "etcd", ignore_errors=True)
+        self.state.mkdir(parents=True, exist_ok=True)
+        certs.ensure_pki(self.state)
+        certs.ensure_tokens(self.state)
+        if self.pid("etcd") is None:
+            self.spawn("etcd")
+        if bad := self.wait(["etcd"], timeout):
+            self.fail(bad)
+        for name in ORDER[1:]:
+            if self.pid(name) is None:
+                self.spawn(name)
+        if bad := self.wait(list(ORDER[1:]), timeout):
+            self.fail(bad)
+        deadline = time.monotonic() + timeout
+        while not self.proxy_ready():
+            if time.monotonic() > deadline:
+                self.fail(["proxy"])
+            time.sleep(0.2)
+        certs.write_kubeconfig(self.state, self.server)
+
+    def fail(self, names: list[str]) -> None:
+        for n in names:
+            log = self.logs / f"{n}.log"
+            tail = log.read_text(errors="replace").splitlines()[-25:] if log.exists() else []
+            print(f"--- {n} did not become ready; last lines of {log}:", file=sys.stderr)
+            print("\n".join(tail), file=sys.stderr)
+        raise SystemExit(f"not ready: {', '.join(names)}")
+
+    def stop(self, quiet: bool = False) -> None:
+        for name in reversed(ORDER):
+            pid = self.pid(name)
+            if pid is not None:
+                try:
+                    os.killpg(pid, signal.SIGTERM)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                deadline = time.monotonic() + 10
+                while self.pid(name) is not None and time.monotonic() < deadline:
+                    _reap(pid)
+                    time.sleep(0.05)
+                if self.pid(name) is not None:
+                    try:
+                        os.killpg(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    _reap(pid)
+                if not quiet:
+                    print(f"stopped {name} (pid {pid})")
+            (self.pids / f"{name}.pid").unlink(missing_ok=True)
+
+    def status(self) -> bool:
+        ok = True
+        for name in ORDER:
+            pid = self.pid(name)
+            good = pid is not None and self.healthy(name)
+            ok = ok and good
+            print(f"{name:10} {'running' if pid else 'stopped':8} pid={pid or '-':<8} {'ready' if good else 'not ready'}")
+        return ok
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m tools.run", description=__doc__)
+    p.add_argument("command", choices=["start", "stop", "status", "restart"])
+    p.add_argument("--state", default=str(ROOT / ".apiary"), help="state directory (certs, etcd data, logs, pids)")
+    p.add_argument("--port-offset", type=int, default=0, help="added to every port (the test stack uses 1000)")
+    p.add_argument("--fresh", action="store_true", help="start with an empty etcd")
+    args = p.parse_args(argv)
+    stack = Stack(Path(args.state).resolve(), args.port_offset)
+    if args.command == "stop":
+        stack.stop()
+    elif args.command == "status":
+        raise SystemExit(0 if stack.status() else 1)
+    else:
+        if args.command == "restart":
+            stack.stop(quiet=True)
+        stack.start(fresh=args.fresh)
+        print(f"apiary is ready at {stack.server}")
+        print(f"export KUBECONFIG={stack.kubeconfig}")
+
+
+if __name__ == "__main__":
+    main()
