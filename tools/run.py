@@ -84,6 +84,7 @@ class Stack:
                 "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                 "--initial-cluster", f"apiary={peer}", "--log-level", "warn",
+                "--experimental-watch-progress-notify-interval", "5s",
             ]
         pki = self.state / "pki"
         cmd = [

@@ -84,7 +84,7 @@ class APIError(Exception):
                 ]
             if st.details.retry_after_seconds:
                 details["retryAfterSeconds"] = st.details.retry_after_seconds
-        cls = _BY_CODE.get(st.code, APIError)
+        cls = _BY_REASON.get(st.reason) or _BY_CODE.get(st.code, APIError)
         err = cls(st.message, code=st.code, reason=st.reason, details=details)
         if details and details.get("retryAfterSeconds"):
             err.headers["Retry-After"] = str(details["retryAfterSeconds"])
@@ -93,7 +93,7 @@ class APIError(Exception):
     @staticmethod
     def from_status_dict(st: dict[str, Any]) -> "APIError":
         code = int(st.get("code") or 500)
-        cls = _BY_CODE.get(code, APIError)
+        cls = _BY_REASON.get(st.get("reason", "")) or _BY_CODE.get(code, APIError)
         return cls(st.get("message", ""), code=code, reason=st.get("reason", ""), details=st.get("details"))
 
     # gRPC transport ---------------------------------------------------------
@@ -177,6 +177,9 @@ _BY_CODE: dict[int, type[APIError]] = {
     406: NotAcceptable, 409: Conflict, 410: Gone, 413: RequestEntityTooLarge, 415: UnsupportedMediaType,
     422: Invalid, 429: TooManyRequests, 500: InternalError, 503: ServiceUnavailable, 504: Timeout,
 }
+
+_BY_REASON: dict[str, type[APIError]] = {c.reason: c for c in _BY_CODE.values()}
+_BY_REASON["AlreadyExists"] = AlreadyExists
 
 _GRPC_CODES = {
     400: grpc.StatusCode.INVALID_ARGUMENT, 401: grpc.StatusCode.UNAUTHENTICATED,

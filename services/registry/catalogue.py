@@ -28,8 +28,6 @@ class ResourceInfo:
     verbs: tuple[str, ...] = STANDARD_VERBS
     categories: tuple[str, ...] = ()
     subresources: tuple[SubresourceInfo, ...] = ()
-    # Printed by `kubectl get` for the kind's Table; the registry's printers fill the cells.
-    description: str = ""
     _sub: dict[str, SubresourceInfo] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:

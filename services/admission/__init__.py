@@ -1,0 +1,1 @@
+"""The admission service: the ordered chain of admission plugins, mutating then validating."""

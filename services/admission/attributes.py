@@ -1,0 +1,91 @@
+"""admission.Attributes: what a plugin sees of one request, decoded only when a plugin asks."""
+from __future__ import annotations
+
+from typing import Any
+
+from apiary_pb import admission_pb2 as adpb
+from apiary_pb import envelope_pb2 as pb
+from services.common.envelope import from_envelope, to_envelope
+
+CREATE, UPDATE, DELETE, CONNECT = "CREATE", "UPDATE", "DELETE", "CONNECT"
+
+
+class Attributes:
+    def __init__(self, request: adpb.AdmissionRequest) -> None:
+        self.request = request
+        self.warnings: list[str] = []
+        self._object: dict[str, Any] | None = None
+        self._old_object: dict[str, Any] | None = None
+        self._replaced = False
+
+    @property
+    def operation(self) -> str:
+        return self.request.operation
+
+    @property
+    def group(self) -> str:
+        return self.request.group
+
+    @property
+    def version(self) -> str:
+        return self.request.version
+
+    @property
+    def kind(self) -> str:
+        return self.request.kind
+
+    @property
+    def resource(self) -> str:
+        return self.request.resource
+
+    @property
+    def subresource(self) -> str:
+        return self.request.subresource
+
+    @property
+    def namespace(self) -> str:
+        return self.request.namespace
+
+    @property
+    def name(self) -> str:
+        return self.request.name
+
+    @property
+    def user(self) -> pb.UserInfo:
+        return self.request.user
+
+    @property
+    def dry_run(self) -> bool:
+        return self.request.dry_run
+
+    @property
+    def object(self) -> dict[str, Any] | None:
+        """The new object as a dict (None for DELETE and CONNECT); decoded on first use."""
+        if self._object is None and self.request.HasField("object"):
+            self._object = from_envelope(self.request.object)
+        return self._object
+
+    @property
+    def old_object(self) -> dict[str, Any] | None:
+        if self._old_object is None and self.request.HasField("old_object"):
+            self._old_object = from_envelope(self.request.old_object)
+        return self._old_object
+
+    def set_object(self, obj: dict[str, Any]) -> None:
+        """A mutating plugin's new version of the object; the chain answers with it."""
+        self._object = obj
+        self._replaced = True
+
+    def object_pb(self) -> pb.Object | None:
+        """The object to answer with: the request's own envelope unless a plugin replaced it."""
+        if self._replaced and self._object is not None:
+            return to_envelope(self._object)
+        return self.request.object if self.request.HasField("object") else None
+
+    def name_for_errors(self) -> str:
+        """kube's extractResourceName: the request's name, else the object's, else "Unknown"."""
+        if self.name:
+            return self.name
+        if self.request.HasField("object") and self.request.object.metadata.name:
+            return self.request.object.metadata.name
+        return "Unknown"

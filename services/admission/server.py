@@ -1,0 +1,43 @@
+"""The apiary.Admission servicer.
+
+Admit runs the mutating phase and answers with the object (mutated or not);
+Validate runs the validating phase and answers with the object unchanged. A
+denial is the plugin's APIError, carried as a Status in the gRPC status details.
+"""
+from __future__ import annotations
+
+import grpc
+
+from apiary_pb import admission_pb2 as adpb
+from apiary_pb import admission_pb2_grpc as adgrpc
+from services.common import grpcutil
+
+from .attributes import Attributes
+from .chain import Chain
+
+
+class AdmissionServicer(adgrpc.AdmissionServicer):
+    def __init__(self, chain: Chain) -> None:
+        self.chain = chain
+
+    @grpcutil.api_method
+    async def Admit(self, request: adpb.AdmissionRequest,
+                    context: grpc.aio.ServicerContext) -> adpb.AdmissionResponse:
+        a = Attributes(request)
+        await self.chain.admit(a)
+        return self._answer(a)
+
+    @grpcutil.api_method
+    async def Validate(self, request: adpb.AdmissionRequest,
+                       context: grpc.aio.ServicerContext) -> adpb.AdmissionResponse:
+        a = Attributes(request)
+        await self.chain.validate(a)
+        return self._answer(a)
+
+    @staticmethod
+    def _answer(a: Attributes) -> adpb.AdmissionResponse:
+        resp = adpb.AdmissionResponse(warnings=a.warnings)
+        obj = a.object_pb()
+        if obj is not None:
+            resp.object.CopyFrom(obj)
+        return resp

@@ -1,0 +1,61 @@
+"""python -m services.apf: API Priority and Fairness over a gRPC stream (apiary.FlowControl)."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from apiary_pb import apf_pb2_grpc as fgrpc
+from services.common import config, grpcutil, health, runtime
+
+from .config import BOOTSTRAP
+from .controller import FlowController
+from .server import FlowControlServicer
+
+log = logging.getLogger("services.apf")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m services.apf", description=__doc__)
+    config.add_common_flags(p, "apf")
+    p.add_argument("--max-requests-inflight", type=int, default=400,
+                   help="plus --max-mutating-requests-inflight: the server's seats, shared by levels")
+    p.add_argument("--max-mutating-requests-inflight", type=int, default=200)
+    p.add_argument("--apf-queue-wait-seconds", type=float, default=15.0,
+                   help="how long a request may wait in a queue before it is rejected (time-out); "
+                        "kube derives it from --request-timeout (60 s / 4)")
+    args = p.parse_args(argv)
+    if args.max_requests_inflight < 0 or args.max_mutating_requests_inflight < 0:
+        p.error("--max-requests-inflight and --max-mutating-requests-inflight must not be negative")
+    if args.max_requests_inflight + args.max_mutating_requests_inflight < 1:
+        p.error("the server needs at least one seat")
+    if args.apf_queue_wait_seconds <= 0:
+        p.error("--apf-queue-wait-seconds must be positive")
+    return args
+
+
+def build(args: argparse.Namespace) -> FlowController:
+    seats = args.max_requests_inflight + args.max_mutating_requests_inflight
+    return FlowController(BOOTSTRAP, seats, args.apf_queue_wait_seconds)
+
+
+async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
+    controller = build(args)
+    server = grpcutil.make_server(config.internal_tls(args), f"{args.bind_address}:{args.grpc_port}")
+    fgrpc.add_FlowControlServicer_to_server(FlowControlServicer(controller), server)
+    hs = health.HealthServer(args.bind_address, args.health_port)
+    await server.start()
+    await hs.start()
+    log.info("apf serving gRPC on %s:%d, health on %d; nominal seats %s",
+             args.bind_address, args.grpc_port, args.health_port, controller.nominal)
+    try:
+        await stop.wait()
+    finally:
+        await hs.stop()
+        await server.stop(grace=2)
+
+
+if __name__ == "__main__":
+    _args = parse_args()
+    runtime.setup_logging("apf", _args.v)
+    runtime.run(lambda stop: main(_args, stop))

@@ -1,0 +1,80 @@
+"""Match a request to the FlowSchema with the lowest precedence whose rules match (kube's semantics).
+
+A rule matches when one of its subjects names the user and one of its resource
+rules (for a resource request) or non-resource rules (otherwise) covers the request.
+"""
+from __future__ import annotations
+
+from apiary_pb import apf_pb2 as fpb
+
+from .config import Configuration, FlowSchema, NonResourceRule, PolicyRules, ResourceRule, Subject
+
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+
+
+def _has(values: tuple[str, ...], value: str) -> bool:
+    return "*" in values or value in values
+
+
+def subject_matches(s: Subject, d: fpb.RequestDigest) -> bool:
+    if s.kind == "Group":
+        return s.name == "*" or s.name in d.user.groups
+    if s.kind == "User":
+        return s.name == "*" or s.name == d.user.name
+    if s.kind == "ServiceAccount":
+        if not d.user.name.startswith(SERVICE_ACCOUNT_PREFIX):
+            return False
+        ns, _, name = d.user.name[len(SERVICE_ACCOUNT_PREFIX):].partition(":")
+        return ns == s.namespace and (s.name == "*" or s.name == name)
+    return False
+
+
+def resource_rule_matches(r: ResourceRule, d: fpb.RequestDigest) -> bool:
+    if not (_has(r.verbs, d.verb) and _has(r.api_groups, d.api_group)):
+        return False
+    resource = f"{d.resource}/{d.subresource}" if d.subresource else d.resource
+    if not _has(r.resources, resource):
+        return False
+    if not d.namespace:
+        return r.cluster_scope
+    return _has(r.namespaces, d.namespace)
+
+
+def non_resource_rule_matches(r: NonResourceRule, d: fpb.RequestDigest) -> bool:
+    if not _has(r.verbs, d.verb):
+        return False
+    for u in r.urls:
+        if u == "*" or u == d.path or (u.endswith("/*") and d.path.startswith(u[:-1])):
+            return True
+    return False
+
+
+def rules_match(p: PolicyRules, d: fpb.RequestDigest) -> bool:
+    if not any(subject_matches(s, d) for s in p.subjects):
+        return False
+    if d.resource_request:
+        return any(resource_rule_matches(r, d) for r in p.resource_rules)
+    return any(non_resource_rule_matches(r, d) for r in p.non_resource_rules)
+
+
+class Classifier:
+    def __init__(self, cfg: Configuration) -> None:
+        # kube orders by precedence, then by name
+        self.schemas = sorted(cfg.flow_schemas, key=lambda fs: (fs.precedence, fs.name))
+        self.catch_all = next(fs for fs in self.schemas if fs.name == "catch-all")
+
+    def classify(self, d: fpb.RequestDigest) -> FlowSchema:
+        for fs in self.schemas:
+            if any(rules_match(p, d) for p in fs.rules):
+                return fs
+        # Only a user in neither system:authenticated nor system:unauthenticated gets here;
+        # kube falls back to catch-all as well.
+        return self.catch_all
+
+    @staticmethod
+    def flow_distinguisher(fs: FlowSchema, d: fpb.RequestDigest) -> str:
+        if fs.distinguisher == "ByUser":
+            return d.user.name
+        if fs.distinguisher == "ByNamespace":
+            return d.namespace
+        return ""

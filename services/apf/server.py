@@ -1,0 +1,93 @@
+"""The apiary.FlowControl servicer: one bidirectional Seats stream per proxy.
+
+Protocol (request ids are the proxy's, unique on its stream):
+- SeatRequest{id, acquire}: classify and take a seat. Exactly one SeatResponse with
+  that id answers it, at once (granted, or rejected for concurrency-limit /
+  queue-full) or later when the request leaves its queue (granted, or rejected
+  for time-out). A rejected id is forgotten.
+- SeatRequest{id, release}: the request is over; its seat is freed, or, if it is still
+  queued, it leaves its queue and gets no answer. Unknown ids are ignored.
+- When the stream ends or breaks, every seat it holds is freed and everything it
+  has queued is withdrawn.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from apiary_pb import apf_pb2 as fpb
+from apiary_pb import apf_pb2_grpc as fgrpc
+from services.common import grpcutil
+
+from .controller import FlowController, Ticket
+from .queueset import WAITING
+
+log = logging.getLogger(__name__)
+
+
+class FlowControlServicer(fgrpc.FlowControlServicer):
+    def __init__(self, controller: FlowController) -> None:
+        self.controller = controller
+        self.streams = 0
+
+    @grpcutil.api_stream
+    async def Seats(self, request_iterator: AsyncIterator[fpb.SeatRequest],
+                    context: grpc.aio.ServicerContext) -> AsyncIterator[fpb.SeatResponse]:
+        out: asyncio.Queue[fpb.SeatResponse | None] = asyncio.Queue()
+        tickets: dict[int, Ticket] = {}
+
+        def decided(request_id: int, t: Ticket) -> None:
+            if tickets.get(request_id) is not t:
+                return  # released or superseded meanwhile
+            if not t.granted:
+                del tickets[request_id]
+            out.put_nowait(t.response(request_id))
+
+        async def read() -> None:
+            try:
+                async for msg in request_iterator:
+                    kind = msg.WhichOneof("kind")
+                    if kind == "acquire":
+                        self._acquire(msg, tickets, out, decided)
+                    elif kind == "release":
+                        t = tickets.pop(msg.id, None)
+                        if t is not None:
+                            self.controller.finish(t)
+            except (asyncio.CancelledError, grpc.aio.AioRpcError):
+                pass
+            finally:
+                out.put_nowait(None)
+
+        self.streams += 1
+        reader = asyncio.create_task(read(), name="apf-seats-reader")
+        try:
+            while (item := await out.get()) is not None:
+                yield item
+        finally:
+            self.streams -= 1
+            reader.cancel()
+            # withdraw the queued ones first, so freed seats never go to this dead stream
+            held = sorted(tickets.values(), key=lambda t: t.granted)
+            tickets.clear()
+            for t in held:
+                self.controller.finish(t)
+            if held:
+                log.info("seats stream ended; released %d requests", len(held))
+
+    def _acquire(self, msg: fpb.SeatRequest, tickets: dict[int, Ticket],
+                 out: asyncio.Queue[fpb.SeatResponse | None], decided: Callable[[int, Ticket], None]) -> None:
+        old = tickets.pop(msg.id, None)
+        if old is not None:
+            # A reused id means the proxy forgot a release; do not leak the old seat.
+            log.warning("seats stream reused request id %d; releasing the previous request", msg.id)
+            self.controller.finish(old)
+        t = self.controller.start(msg.acquire, lambda t, i=msg.id: decided(i, t))
+        if t.state == WAITING:
+            tickets[msg.id] = t
+            return
+        if t.granted:
+            tickets[msg.id] = t
+        out.put_nowait(t.response(msg.id))

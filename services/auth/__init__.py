@@ -1,0 +1,1 @@
+"""The auth service: authentication (who is calling) and authorization (may they do it)."""

@@ -1,0 +1,66 @@
+"""Authenticators turn the credentials the proxy saw into a user, as kube's request authenticators do.
+
+Each authenticator answers one of three ways: a user (authenticated), None (these
+credentials are not mine: ask the next one), or AuthenticationFailed (the
+credentials are mine and they are wrong: the request gets a 401).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from apiary_pb import auth_pb2 as apb
+from apiary_pb import envelope_pb2 as pb
+from services.common.identity import AUTHENTICATED, UNAUTHENTICATED
+
+
+class AuthenticationFailed(Exception):
+    """Credentials were presented and rejected; the message becomes the response's reason."""
+
+
+class Authenticator(Protocol):
+    async def authenticate(self, req: apb.AuthenticateRequest) -> pb.UserInfo | None: ...
+
+
+@dataclass
+class Result:
+    user: pb.UserInfo | None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def authenticated(self) -> bool:
+        return self.user is not None
+
+
+class Union:
+    """Try each authenticator in order (kube's union.New) and add system:authenticated to the winner.
+
+    If none claims the request, `fallback` (the anonymous authenticator, when enabled)
+    gets it, but only when nobody rejected the credentials: like kube's
+    union.NewFailOnError, a wrong token is a 401, never an anonymous request.
+    """
+
+    def __init__(self, authenticators: list[Authenticator], fallback: Authenticator | None = None) -> None:
+        self.authenticators = authenticators
+        self.fallback = fallback
+
+    async def authenticate(self, req: apb.AuthenticateRequest) -> Result:
+        errors: list[str] = []
+        for a in self.authenticators:
+            try:
+                user = await a.authenticate(req)
+            except AuthenticationFailed as e:
+                errors.append(str(e))
+                continue
+            if user is not None:
+                return Result(add_authenticated_group(user))
+        if errors or self.fallback is None:
+            return Result(None, errors)
+        return Result(await self.fallback.authenticate(req))
+
+
+def add_authenticated_group(user: pb.UserInfo) -> pb.UserInfo:
+    """kube's AuthenticatedGroupAdder: every authenticated user is in system:authenticated."""
+    if AUTHENTICATED not in user.groups and UNAUTHENTICATED not in user.groups:
+        user.groups.append(AUTHENTICATED)
+    return user

@@ -1,0 +1,112 @@
+"""The roles and bindings kube-apiserver creates at start (plugin/pkg/auth/authorizer/rbac/bootstrappolicy).
+
+Only the parts that name apiary's API surface or that clients rely on; objects
+carry kube's labels and the autoupdate annotation so reconciliation on start
+can recognise them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+RBAC = "rbac.authorization.k8s.io"
+BOOTSTRAP_LABELS = {"kubernetes.io/bootstrapping": "rbac-defaults"}
+AUTOUPDATE = {"rbac.authorization.kubernetes.io/autoupdate": "true"}
+READ = ["get", "list", "watch"]
+WRITE = ["create", "delete", "deletecollection", "patch", "update"]
+
+
+def _rule(verbs: list[str], groups: list[str], resources: list[str], names: list[str] | None = None) -> dict[str, Any]:
+    r: dict[str, Any] = {"verbs": verbs, "apiGroups": groups, "resources": resources}
+    if names:
+        r["resourceNames"] = names
+    return r
+
+
+def _urls(verbs: list[str], urls: list[str]) -> dict[str, Any]:
+    return {"verbs": verbs, "nonResourceURLs": urls}
+
+
+def cluster_role(name: str, rules: list[dict[str, Any]], labels: dict[str, str] | None = None,
+                 aggregate_from: str | None = None) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": f"{RBAC}/v1", "kind": "ClusterRole",
+        "metadata": {"name": name, "labels": {**BOOTSTRAP_LABELS, **(labels or {})}, "annotations": dict(AUTOUPDATE)},
+        "rules": rules,
+    }
+    if aggregate_from:
+        obj["aggregationRule"] = {"clusterRoleSelectors": [{"matchLabels": {aggregate_from: "true"}}]}
+    return obj
+
+
+def cluster_role_binding(name: str, role: str, groups: list[str] = (), users: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+    subjects = [{"apiGroup": RBAC, "kind": "Group", "name": g} for g in groups]
+    subjects += [{"apiGroup": RBAC, "kind": "User", "name": u} for u in users]
+    return {
+        "apiVersion": f"{RBAC}/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": name, "labels": dict(BOOTSTRAP_LABELS), "annotations": dict(AUTOUPDATE)},
+        "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": role},
+        "subjects": subjects,
+    }
+
+
+AGG_ADMIN = "rbac.authorization.k8s.io/aggregate-to-admin"
+AGG_EDIT = "rbac.authorization.k8s.io/aggregate-to-edit"
+AGG_VIEW = "rbac.authorization.k8s.io/aggregate-to-view"
+
+CORE_VIEW = ["configmaps", "endpoints", "persistentvolumeclaims", "persistentvolumeclaims/status", "pods",
+             "replicationcontrollers", "replicationcontrollers/scale", "serviceaccounts", "services",
+             "services/status"]
+
+CLUSTER_ROLES: list[dict[str, Any]] = [
+    cluster_role("cluster-admin", [_rule(["*"], ["*"], ["*"]), _urls(["*"], ["*"])]),
+    cluster_role("system:discovery", [_urls(["get"], ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez",
+                                                      "/openapi", "/openapi/*", "/readyz", "/version", "/version/"])]),
+    cluster_role("system:basic-user", [
+        _rule(["create"], ["authentication.k8s.io"], ["selfsubjectreviews"]),
+        _rule(["create"], ["authorization.k8s.io"], ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]),
+    ]),
+    cluster_role("system:public-info-viewer", [_urls(["get"], ["/healthz", "/livez", "/readyz", "/version",
+                                                               "/version/"])]),
+    cluster_role("system:auth-delegator", [
+        _rule(["create"], ["authentication.k8s.io"], ["tokenreviews"]),
+        _rule(["create"], ["authorization.k8s.io"], ["subjectaccessreviews"]),
+    ]),
+    cluster_role("admin", [], aggregate_from=AGG_ADMIN),
+    cluster_role("edit", [], labels={AGG_ADMIN: "true"}, aggregate_from=AGG_EDIT),
+    cluster_role("view", [], labels={AGG_EDIT: "true"}, aggregate_from=AGG_VIEW),
+    cluster_role("system:aggregate-to-admin", [
+        _rule(["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"], [RBAC],
+              ["rolebindings", "roles"]),
+        _rule(["create"], ["authorization.k8s.io"], ["localsubjectaccessreviews"]),
+    ], labels={AGG_ADMIN: "true"}),
+    cluster_role("system:aggregate-to-edit", [
+        _rule(["impersonate"], [""], ["serviceaccounts"]),
+        _rule(WRITE, [""], ["configmaps", "endpoints", "persistentvolumeclaims", "pods", "replicationcontrollers",
+                            "replicationcontrollers/scale", "secrets", "serviceaccounts", "services"]),
+        _rule(["create"], [""], ["serviceaccounts/token"]),
+        _rule(READ, [""], ["secrets"]),
+    ], labels={AGG_EDIT: "true"}),
+    cluster_role("system:aggregate-to-view", [
+        _rule(READ, [""], CORE_VIEW),
+        _rule(READ, [""], ["bindings", "events", "limitranges", "namespaces/status", "pods/log", "pods/status",
+                           "replicationcontrollers/status", "resourcequotas", "resourcequotas/status"]),
+        _rule(READ, [""], ["namespaces"]),
+    ], labels={AGG_VIEW: "true"}),
+]
+
+CLUSTER_ROLE_BINDINGS: list[dict[str, Any]] = [
+    cluster_role_binding("cluster-admin", "cluster-admin", groups=["system:masters"]),
+    cluster_role_binding("system:discovery", "system:discovery", groups=["system:authenticated"]),
+    cluster_role_binding("system:basic-user", "system:basic-user", groups=["system:authenticated"]),
+    cluster_role_binding("system:public-info-viewer", "system:public-info-viewer",
+                         groups=["system:authenticated", "system:unauthenticated"]),
+]
+
+ROLES: list[dict[str, Any]] = [
+    {
+        "apiVersion": f"{RBAC}/v1", "kind": "Role",
+        "metadata": {"name": "extension-apiserver-authentication-reader", "namespace": "kube-system",
+                     "labels": dict(BOOTSTRAP_LABELS), "annotations": dict(AUTOUPDATE)},
+        "rules": [_rule(READ, [""], ["configmaps"], ["extension-apiserver-authentication"])],
+    },
+]

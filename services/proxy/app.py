@@ -1,0 +1,254 @@
+"""The proxy's ASGI application: the handler chain of k8s.io/apiserver's endpoints/filters.
+
+body limit -> RequestInfo -> authentication -> priority and fairness -> authorization -> routing
+(registry for locally served group-versions; aggregated APIServices are not yet proxied).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from apiary_pb import apf_pb2 as fpb
+from apiary_pb import apf_pb2_grpc as fgrpc
+from apiary_pb import auth_pb2_grpc as agrpc
+from apiary_pb import envelope_pb2 as pb
+from apiary_pb import registry_pb2_grpc as rgrpc
+from services.common.errors import APIError, BadRequest, InternalError, NotFound, ServiceUnavailable
+from services.common.informer import Informer
+
+from . import metrics, requestinfo
+from .context import ClientDisconnected, Context
+from .discovery import VERSION_INFO, Discovery
+from .filters.apf import Seat, SeatClient
+from .filters.authn import Authenticator, bearer_token
+from .filters.authz import Authorizer
+from .handlers.resource import ResourceHandler, api_request
+from .handlers.watch import WatchHandler, watch_timeout
+from .negotiation import APPLY_PATCH, decode_body, negotiate_output
+from .requestinfo import RequestInfo
+
+log = logging.getLogger("services.proxy")
+
+ReadyCheck = Callable[[], Awaitable[bool]]
+_HEALTH_PREFIXES = ("/healthz", "/livez", "/readyz")
+_BODY_METHODS = frozenset(("POST", "PUT", "PATCH", "DELETE"))
+_READ_METHODS = frozenset(("GET", "HEAD", "OPTIONS"))
+_NOT_FOUND_TEXT = b"404 page not found\n"
+
+
+def _channel_ready(channel: grpc.aio.Channel | None) -> ReadyCheck:
+    """The peer is reachable: the channel is connected, or connects within a second."""
+    async def check() -> bool:
+        if channel is None:
+            return True
+        try:
+            await asyncio.wait_for(channel.channel_ready(), 1.0)
+        except TimeoutError:
+            return False
+        return True
+    return check
+
+
+class ProxyApp:
+    """The handler chain, as an ASGI callable; `app` is the Starlette application to serve."""
+
+    def __init__(self, auth: agrpc.AuthStub, apf: fgrpc.FlowControlStub, registry: rgrpc.RegistryStub, *,
+                 channels: dict[str, grpc.aio.Channel] | None = None, verbosity: int = 0) -> None:
+        channels = channels or {}
+        self.verbosity = verbosity
+        self.authn = Authenticator(auth)
+        self.apf = SeatClient(apf, channels.get("apf"))
+        self.authz = Authorizer(auth)
+        self.discovery = Discovery(registry)
+        self.apiservices = Informer(registry, "apiregistration.k8s.io", "v1", "apiservices")
+        self.apiservices.add_handler(lambda *_: self.discovery.invalidate())
+        self.resources = ResourceHandler(registry)
+        self.watches = WatchHandler(registry)
+        self.checks: dict[str, ReadyCheck] = {
+            "registry": _channel_ready(channels.get("registry")),
+            "auth": _channel_ready(channels.get("auth")),
+            "apf": self._apf_ready,
+            "apiservice-informer": self._informer_synced,
+            "discovery": self._discovery_loaded,
+        }
+        self.app = Starlette(routes=[Route("/{path:path}", endpoint=self)])
+
+    async def _apf_ready(self) -> bool:
+        return self.apf.ready()
+
+    async def _informer_synced(self) -> bool:
+        return self.apiservices.synced.is_set()
+
+    async def _discovery_loaded(self) -> bool:
+        return self.discovery.loaded.is_set()
+
+    def start(self) -> None:
+        self.apf.start()
+        self.discovery.start()
+        self.apiservices.start()
+
+    def begin_shutdown(self) -> None:
+        """End every open watch; called when the stop signal arrives, before the server drains."""
+        self.watches.close_all()
+
+    async def stop(self) -> None:
+        self.watches.close_all()
+        await self.apiservices.stop()
+        await self.discovery.stop()
+        await self.apf.stop()
+
+    async def readiness(self) -> tuple[bool, str]:
+        ok, lines = True, ["[+]ping ok"]
+        for name, check in self.checks.items():
+            try:
+                good = await check()
+            except Exception:  # noqa: BLE001 - a failing check is a failed check
+                good = False
+            ok = ok and good
+            lines.append(f"[+]{name} ok" if good else f"[-]{name} failed: reason withheld")
+        lines.append("readyz check passed" if ok else "readyz check failed")
+        return ok, "\n".join(lines) + "\n"
+
+    # the chain ---------------------------------------------------------------------------
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        ctx = Context(scope, receive, send)
+        method = ctx.method
+        inflight = metrics.READ_ONLY if method in _READ_METHODS else metrics.MUTATING
+        inflight.inc()
+        info: RequestInfo | None = None
+        seat: Seat | None = None
+        user_name = ""
+        apply = False
+        try:
+            if ctx.path.startswith(_HEALTH_PREFIXES):
+                await self._health(ctx)
+                return
+            # 1. body limit (the declared size first, then what actually arrives)
+            body = await ctx.read_body() if method in _BODY_METHODS else b""
+            ctx.watch_disconnect()
+            # 2. RequestInfo
+            query = requestinfo.parse_query(ctx.query_string)
+            try:
+                info = requestinfo.parse(method, ctx.path, query)
+            except ValueError as e:
+                raise BadRequest(str(e)) from None
+            # 3. authentication
+            t = time.perf_counter()
+            user = await self.authn.authenticate(bearer_token(ctx.headers), ctx.client_cert)
+            user_name = user.name
+            t = ctx.timing("authn", t)
+            # 4. priority and fairness
+            seat = await ctx.race(self.apf.acquire(fpb.RequestDigest(
+                user=user, verb=info.verb, resource_request=info.is_resource_request,
+                api_group=info.api_group, resource=info.resource, subresource=info.subresource,
+                namespace=info.namespace, name=info.name, path=info.path)))
+            ctx.extra_headers.extend(seat.headers())
+            t = ctx.timing("apf", t)
+            # 5. authorization
+            await self.authz.authorize(user, info)
+            ctx.timing("authz", t)
+            # 6. routing
+            if info.is_resource_request:
+                apply = await self._resource(ctx, info, user, query, body, seat)
+            else:
+                await self._non_resource(ctx, query)
+        except ClientDisconnected:
+            ctx.code = 499
+        except APIError as e:
+            await ctx.error(e)
+        except Exception as e:  # noqa: BLE001 - never crash: answer 500
+            log.exception("%s %s failed", method, ctx.path)
+            await ctx.error(InternalError(f"an error on the server ({type(e).__name__}) has prevented the "
+                                          "request from succeeding"))
+        finally:
+            if seat is not None:
+                self.apf.release(seat)
+            ctx.close()
+            inflight.dec()
+            elapsed = time.perf_counter() - ctx.started
+            metrics.observe(info, method, ctx.code or 500, elapsed, apply)
+            if self.verbosity >= 2:
+                qs = ctx.query_string.decode("latin-1")
+                log.info('%s %s%s code=%d user="%s" audit-id=%s %.1fms', method, ctx.path,
+                         f"?{qs}" if qs else "", ctx.code, user_name, ctx.audit_id, elapsed * 1000)
+
+    async def _health(self, ctx: Context) -> None:
+        if ctx.path.startswith("/readyz"):
+            ok, text = await self.readiness()
+            verbose = b"verbose" in ctx.query_string
+            body = text.encode() if (verbose or not ok) else b"ok"
+            await ctx.respond(200 if ok else 500, body, "text/plain; charset=utf-8",
+                              [(b"x-content-type-options", b"nosniff")])
+        else:
+            await ctx.respond(200, b"ok", "text/plain; charset=utf-8",
+                              [(b"x-content-type-options", b"nosniff")])
+
+    async def _non_resource(self, ctx: Context, query: dict[str, str]) -> None:
+        path = ctx.path
+        if path == "/version" or path == "/version/":
+            await ctx.respond(200, VERSION_INFO)
+            return
+        if path == "/metrics":
+            await ctx.respond(200, generate_latest(), CONTENT_TYPE_LATEST)
+            return
+        if path in ("/api", "/apis", "/openapi") or path.startswith(("/api/", "/apis/", "/openapi/")):
+            if not self.discovery.loaded.is_set():
+                raise ServiceUnavailable("discovery information is not available yet",
+                                         headers={"Retry-After": "1"}, details={"retryAfterSeconds": 1})
+            doc = self.discovery.lookup(path, ctx.header(b"accept"), query, ctx.header(b"if-none-match"))
+            if doc is not None:
+                await ctx.respond(doc.code, doc.body, doc.content_type, doc.headers)
+                return
+        await ctx.respond(404, _NOT_FOUND_TEXT, "text/plain; charset=utf-8",
+                          [(b"x-content-type-options", b"nosniff")])
+
+    def _check_served(self, info: RequestInfo) -> None:
+        """Which server answers this group-version: the registry, or (not yet supported) an aggregated one."""
+        if info.api_prefix == "api":
+            if info.api_version != "v1":
+                raise NotFound("the server could not find the requested resource")
+            return
+        name = f"{info.api_version}.{info.api_group}"
+        apiservice = self.apiservices.store.get(name)
+        if apiservice is not None:
+            service = (apiservice.get("spec") or {}).get("service")
+            if service:
+                ref = f'{service.get("namespace", "")}/{service.get("name", "")}'
+                raise ServiceUnavailable(
+                    "the server is currently unable to handle the request: "
+                    f"{info.api_group}/{info.api_version} is served by the aggregated API server {ref} "
+                    f'(APIService "{name}"), and apiary does not proxy to aggregated API servers yet',
+                    headers={"Retry-After": "10"}, details={"retryAfterSeconds": 10})
+            return
+        # Group-versions the registry serves route there even before their APIService object exists.
+        if not self.discovery.serves(info.api_group, info.api_version):
+            raise NotFound("the server could not find the requested resource")
+
+    async def _resource(self, ctx: Context, info: RequestInfo, user: pb.UserInfo, query: dict[str, str],
+                        body: bytes, seat: Seat) -> bool:
+        """Forward to the registry; returns whether this was a server-side apply (for metrics)."""
+        if info.verb == "proxy":
+            raise NotFound("the server could not find the requested resource")
+        self._check_served(info)
+        output = negotiate_output(ctx.header(b"accept"))
+        if info.verb == "watch":
+            timeout = watch_timeout(query)
+            req = api_request(info, ctx, query, user, table=output.table)
+            await self.watches.handle(ctx, req, timeout, lambda: self.apf.release(seat))
+            return False
+        content_type = ""
+        if body or info.verb in ("create", "update", "patch"):
+            body, content_type = decode_body(info.verb, ctx.header(b"content-type"), body)
+        req = api_request(info, ctx, query, user, body=body, content_type=content_type, table=output.table)
+        await self.resources.handle(ctx, req, output)
+        return content_type == APPLY_PATCH
+

@@ -1,0 +1,164 @@
+"""Per-request state of the handler chain and the raw ASGI response helpers."""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from services.common.errors import APIError, RequestEntityTooLarge
+
+from .negotiation import JSON
+
+T = TypeVar("T")
+
+# kube-apiserver's MaxRequestBodyBytes
+MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
+_WANTED_HEADERS = frozenset(
+    (b"accept", b"authorization", b"content-type", b"content-length", b"if-none-match"))
+
+
+class ClientDisconnected(Exception):
+    """The client went away; nothing more is to be written."""
+
+
+def too_large(limit: int = MAX_REQUEST_BODY_BYTES) -> RequestEntityTooLarge:
+    return RequestEntityTooLarge(f"Request entity too large: limit is {limit}")
+
+
+class Context:
+    __slots__ = ("scope", "receive", "send", "audit_id", "started", "timings", "headers", "extra_headers",
+                 "code", "response_started", "_disconnect", "method", "path", "query_string")
+
+    def __init__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.scope, self.receive, self.send = scope, receive, send
+        self.method: str = scope["method"]
+        self.path: str = scope["path"]
+        self.query_string: bytes = scope.get("query_string", b"")
+        self.audit_id = str(uuid.uuid4())
+        self.started = time.perf_counter()
+        self.timings: list[tuple[str, float]] = []
+        self.headers: dict[bytes, bytes] = {}
+        for k, v in scope["headers"]:
+            if k in _WANTED_HEADERS and k not in self.headers:
+                self.headers[k] = v
+        self.extra_headers: list[tuple[bytes, bytes]] = []
+        self.code = 0
+        self.response_started = False
+        self._disconnect: asyncio.Task[None] | None = None
+
+    def header(self, name: bytes) -> str:
+        v = self.headers.get(name)
+        return v.decode("latin-1") if v else ""
+
+    @property
+    def client_cert(self) -> dict[str, Any] | None:
+        ext = self.scope.get("extensions")
+        return ext.get("tls") if ext else None
+
+    def timing(self, stage: str, since: float) -> float:
+        now = time.perf_counter()
+        self.timings.append((stage, (now - since) * 1000.0))
+        return now
+
+    # request body and disconnects ------------------------------------------------
+
+    async def read_body(self, limit: int = MAX_REQUEST_BODY_BYTES) -> bytes:
+        declared = self.headers.get(b"content-length")
+        if declared is not None:
+            try:
+                if int(declared) > limit:
+                    raise too_large(limit)
+            except ValueError:
+                pass
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            msg = await self.receive()
+            if msg["type"] == "http.disconnect":
+                raise ClientDisconnected()
+            chunk = msg.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    raise too_large(limit)
+                chunks.append(chunk)
+            if not msg.get("more_body", False):
+                break
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def watch_disconnect(self) -> None:
+        """Start noticing the client going away. Call only once the body has been read."""
+        if self._disconnect is None:
+            self._disconnect = asyncio.ensure_future(self._wait_disconnect())
+
+    async def _wait_disconnect(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+
+    @property
+    def disconnected(self) -> asyncio.Task[None] | None:
+        return self._disconnect
+
+    async def race(self, aw: Awaitable[T]) -> T:
+        """Await aw unless the client disconnects first (then aw is cancelled)."""
+        d = self._disconnect
+        if d is None:
+            return await aw
+        task = asyncio.ensure_future(aw)
+        await asyncio.wait((task, d), return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        task.cancel()
+        try:
+            await task
+        except BaseException:  # noqa: BLE001 - we only wait for the cancellation to land
+            pass
+        raise ClientDisconnected()
+
+    def close(self) -> None:
+        if self._disconnect is not None and not self._disconnect.done():
+            self._disconnect.cancel()
+
+    # responses ---------------------------------------------------------------------
+
+    def server_timing(self) -> bytes:
+        return ", ".join(f"{name};dur={ms:.2f}" for name, ms in self.timings).encode()
+
+    def _start_headers(self, content_type: str, headers: list[tuple[bytes, bytes]] | None) -> list:
+        out = [(b"content-type", content_type.encode()), (b"audit-id", self.audit_id.encode())]
+        if self.timings:
+            out.append((b"server-timing", self.server_timing()))
+        out.extend(self.extra_headers)
+        if headers:
+            out.extend(headers)
+        return out
+
+    async def respond(self, code: int, body: bytes, content_type: str = JSON,
+                      headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        hdrs = self._start_headers(content_type, headers)
+        hdrs.append((b"content-length", str(len(body)).encode()))
+        self.code = code
+        self.response_started = True
+        await self.send({"type": "http.response.start", "status": code, "headers": hdrs})
+        await self.send({"type": "http.response.body", "body": body})
+
+    async def start_stream(self, code: int, content_type: str,
+                           headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        self.code = code
+        self.response_started = True
+        await self.send({"type": "http.response.start", "status": code,
+                         "headers": self._start_headers(content_type, headers)})
+
+    async def write(self, chunk: bytes) -> None:
+        await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+    async def end_stream(self) -> None:
+        await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def error(self, err: APIError) -> None:
+        if self.response_started:
+            return
+        headers = [(k.lower().encode(), str(v).encode()) for k, v in err.headers.items()]
+        await self.respond(err.code, err.body(), JSON, headers)

@@ -1,0 +1,205 @@
+"""Discovery and OpenAPI documents, fetched from the registry and served as-is.
+
+Documents are refreshed at start, whenever the APIService informer reports a change, and every
+REFRESH_PERIOD as a backstop. Everything that can be precomputed (v2beta1 variants, the OpenAPI
+index and hashes, per-group APIGroup documents) is built once per refresh, not per request.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from apiary_pb import registry_pb2 as rpb
+from apiary_pb import registry_pb2_grpc as rgrpc
+from services.common import grpcutil
+from services.common.errors import APIError, NotFound
+
+from .negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1, JSON, negotiate_discovery
+
+log = logging.getLogger(__name__)
+
+REFRESH_PERIOD = 30.0
+_EMPTY_AGGREGATED = {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",
+                     "metadata": {}, "items": []}
+
+VERSION_INFO = orjson.dumps({
+    "major": "1", "minor": "33", "emulationMajor": "1", "emulationMinor": "33",
+    "minCompatibilityMajor": "1", "minCompatibilityMinor": "32",
+    "gitVersion": "v1.33.0-apiary", "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24.0",
+    "compiler": "gc", "platform": "linux/amd64",
+}, option=orjson.OPT_INDENT_2)
+
+
+@dataclass(slots=True)
+class Document:
+    """One HTTP answer: status, body, content type and extra headers."""
+    code: int
+    body: bytes
+    content_type: str = JSON
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+def _aggregated_variants(raw: bytes) -> tuple[bytes, bytes]:
+    doc: dict[str, Any] = orjson.loads(raw) if raw else dict(_EMPTY_AGGREGATED)
+    doc["apiVersion"] = "apidiscovery.k8s.io/v2"
+    v2 = orjson.dumps(doc)
+    doc["apiVersion"] = "apidiscovery.k8s.io/v2beta1"
+    return v2, orjson.dumps(doc)
+
+
+def openapi_hash(doc: bytes) -> str:
+    """kube-openapi's handler3 hash: the SHA-512 of the document, upper-case hex."""
+    return hashlib.sha512(doc).hexdigest().upper()
+
+
+class Discovery:
+    def __init__(self, registry: rgrpc.RegistryStub) -> None:
+        self.registry = registry
+        self.loaded = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.core: dict[str, bytes] = {}
+        self.groups: dict[str, bytes] = {}
+        self.api_versions = b""
+        self.api_group_list = b""
+        self.group_docs: dict[str, bytes] = {}
+        self.resource_lists: dict[str, bytes] = {}
+        self.openapi: dict[str, tuple[bytes, str]] = {}
+        self.openapi_index = b'{"paths":{}}'
+
+    # lifecycle ----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="discovery")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+
+    def invalidate(self) -> None:
+        """Ask for a refresh soon (called from the APIService informer)."""
+        self._changed.set()
+
+    async def _run(self) -> None:
+        delay = 0.2
+        while True:
+            try:
+                await self.refresh()
+                delay = 0.2
+                try:
+                    await asyncio.wait_for(self._changed.wait(), REFRESH_PERIOD)
+                except TimeoutError:
+                    pass
+                # several APIService events usually come together: take them as one refresh
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                raise
+            except APIError as e:
+                log.info("discovery: %s; retrying in %.1fs", e.message, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            except Exception:  # noqa: BLE001
+                log.exception("discovery refresh failed")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def refresh(self) -> None:
+        self._changed.clear()
+        resp = await grpcutil.call(self.registry.Discovery(rpb.DiscoveryRequest(), timeout=30), "registry")
+        self.load(resp)
+
+    def load(self, resp: rpb.DiscoveryResponse) -> None:
+        core_v2, core_v2b1 = _aggregated_variants(resp.aggregated_core)
+        groups_v2, groups_v2b1 = _aggregated_variants(resp.aggregated_groups)
+        group_docs: dict[str, bytes] = {}
+        if resp.api_group_list:
+            for g in orjson.loads(resp.api_group_list).get("groups") or []:
+                group_docs[g["name"]] = orjson.dumps({"kind": "APIGroup", "apiVersion": "v1", **g})
+        openapi = {path: (doc, openapi_hash(doc)) for path, doc in resp.openapi.items()}
+        index = {"paths": {path: {"serverRelativeURL": f"/openapi/v3/{path}?hash={h}"}
+                           for path, (_, h) in sorted(openapi.items())}}
+        self.core = {"v2": core_v2, "v2beta1": core_v2b1}
+        self.groups = {"v2": groups_v2, "v2beta1": groups_v2b1}
+        self.api_versions = resp.api_versions or b'{"kind":"APIVersions","versions":["v1"]}'
+        self.api_group_list = resp.api_group_list or b'{"kind":"APIGroupList","apiVersion":"v1","groups":[]}'
+        self.group_docs = group_docs
+        self.resource_lists = dict(resp.resource_lists)
+        self.openapi = openapi
+        self.openapi_index = orjson.dumps(index)
+        self.loaded.set()
+
+    # serving ------------------------------------------------------------------
+
+    def serves(self, group: str, version: str) -> bool:
+        return (f"{group}/{version}" if group else version) in self.resource_lists
+
+    def lookup(self, path: str, accept: str, query: dict[str, str],
+               if_none_match: str = "") -> Document | None:
+        """The discovery or OpenAPI answer for path, or None when path is not one of them."""
+        parts = path.strip("/").split("/")
+        head = parts[0]
+        if head == "api":
+            if len(parts) == 1:
+                return self._aggregated(self.core, self.api_versions, accept)
+            if len(parts) == 2:
+                return self._resource_list(parts[1])
+            return None
+        if head == "apis":
+            if len(parts) == 1:
+                return self._aggregated(self.groups, self.api_group_list, accept)
+            if len(parts) == 2:
+                doc = self.group_docs.get(parts[1])
+                if doc is None:
+                    raise NotFound("the server could not find the requested resource")
+                return Document(200, doc)
+            if len(parts) == 3:
+                return self._resource_list(f"{parts[1]}/{parts[2]}")
+            return None
+        if head == "openapi":
+            return self._openapi(parts[1:], query, if_none_match)
+        return None
+
+    def _aggregated(self, docs: dict[str, bytes], legacy: bytes, accept: str) -> Document:
+        version = negotiate_discovery(accept)
+        if version is None:
+            return Document(200, legacy)
+        ctype = DISCOVERY_V2 if version == "v2" else DISCOVERY_V2BETA1
+        return Document(200, docs[version], ctype, [(b"vary", b"Accept")])
+
+    def _resource_list(self, gv: str) -> Document:
+        doc = self.resource_lists.get(gv)
+        if doc is None:
+            raise NotFound("the server could not find the requested resource")
+        return Document(200, doc)
+
+    def _openapi(self, parts: list[str], query: dict[str, str], if_none_match: str) -> Document:
+        if not parts or parts[0] != "v3":
+            raise NotFound("the server could not find the requested resource")
+        if len(parts) == 1:
+            return Document(200, self.openapi_index, JSON, [(b"cache-control", b"no-cache, private")])
+        key = "/".join(parts[1:])
+        entry = self.openapi.get(key)
+        if entry is None:
+            raise NotFound("the server could not find the requested resource")
+        doc, digest = entry
+        etag = f'"{digest}"'.encode()
+        wanted = query.get("hash")
+        if wanted and wanted != digest:
+            # as kube-openapi does: send the client to the current document
+            location = f"/openapi/v3/{key}?hash={digest}".encode()
+            return Document(301, b"", JSON,
+                            [(b"location", location), (b"cache-control", b"no-cache, private")])
+        cache = b"public, immutable" if wanted else b"no-cache, private"
+        if if_none_match and if_none_match.encode() == etag:
+            return Document(304, b"", JSON, [(b"etag", etag), (b"cache-control", cache)])
+        return Document(200, doc, JSON, [(b"etag", etag), (b"cache-control", cache)])

@@ -1,0 +1,1 @@
+"""The proxy's handler-chain filters: authentication, priority and fairness, authorization."""

@@ -1,0 +1,1 @@
+"""Handlers that forward resource requests to the registry: one-shot requests and watches."""

@@ -1,0 +1,62 @@
+"""The proxy's Prometheus metrics, named and labelled as kube-apiserver's."""
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from .requestinfo import RequestInfo
+
+LABELS = ("verb", "group", "version", "resource", "subresource", "scope", "component")
+
+REQUESTS = Counter(
+    "apiserver_request_total",
+    "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, "
+    "scope, component, and HTTP response code.",
+    (*LABELS, "code"),
+)
+DURATION = Histogram(
+    "apiserver_request_duration_seconds",
+    "Response latency distribution in seconds for each verb, dry run value, group, version, resource, "
+    "subresource, scope and component.",
+    LABELS,
+    buckets=(0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30,
+             45, 60),
+)
+INFLIGHT = Gauge(
+    "apiserver_current_inflight_requests",
+    "Maximal number of currently used inflight request limit of this apiserver per request kind in last "
+    "second.",
+    ("request_kind",),
+)
+READ_ONLY = INFLIGHT.labels("readOnly")
+MUTATING = INFLIGHT.labels("mutating")
+
+_CLEAN_VERBS = {"list": "LIST", "watch": "WATCH", "get": "GET", "create": "POST", "update": "PUT",
+                "patch": "PATCH", "delete": "DELETE", "deletecollection": "DELETE", "proxy": "CONNECT"}
+
+
+def clean_verb(info: RequestInfo | None, method: str, apply: bool = False) -> str:
+    """metrics.CleanVerb: the verb label kube uses (LIST, WATCH, APPLY, POST, ...)."""
+    if info is None or not info.is_resource_request:
+        return method.upper()
+    if apply:
+        return "APPLY"
+    return _CLEAN_VERBS.get(info.verb, method.upper())
+
+
+def scope(info: RequestInfo | None) -> str:
+    if info is None or not info.is_resource_request:
+        return ""
+    if info.path_name:
+        return "resource"
+    return "namespace" if info.namespace else "cluster"
+
+
+def observe(info: RequestInfo | None, method: str, code: int, seconds: float, apply: bool = False) -> None:
+    verb = clean_verb(info, method, apply)
+    if info is not None and info.is_resource_request:
+        labels = (verb, info.api_group, info.api_version, info.resource, info.subresource, scope(info),
+                  "apiserver")
+    else:
+        labels = (verb, "", "", "", "", "", "apiserver")
+    REQUESTS.labels(*labels, str(code)).inc()
+    DURATION.labels(*labels).observe(seconds)

@@ -1,0 +1,97 @@
+"""python -m services.registry: the API machinery service."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+
+from apiary_pb import admission_pb2_grpc as agrpc
+from apiary_pb import registry_pb2_grpc as rgrpc
+from apiary_pb import storage_pb2 as spb
+from apiary_pb import storage_pb2_grpc as sgrpc
+from services.common import config, errors, grpcutil, runtime
+from services.common.health import HealthServer
+
+from .admission import AdmissionClient
+from .bootstrap import bootstrap
+from .catalogue import DEFAULT_CATALOGUE
+from .handlers import Handlers
+from .namespace_finalizer import NamespaceFinalizer
+from .server import RegistryServicer
+from .store import Store
+
+log = logging.getLogger("services.registry")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m services.registry", description=__doc__)
+    config.add_common_flags(p, "registry")
+    p.add_argument("--storage-timeout", type=float, default=30.0,
+                   help="deadline in seconds of each storage call")
+    p.add_argument("--admission-timeout", type=float, default=30.0,
+                   help="deadline in seconds of each admission call")
+    return p.parse_args(argv)
+
+
+async def _bootstrap_until_done(handlers: Handlers, done: asyncio.Event) -> None:
+    delay = 0.2
+    while True:
+        try:
+            await bootstrap(handlers, handlers.catalogue)
+            done.set()
+            return
+        except errors.APIError as e:
+            log.info("bootstrap: %s; retrying in %.1fs", e.message, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
+    tls = config.internal_tls(args)
+    storage_channel = grpcutil.make_channel(tls, args.storage_address)
+    admission_channel = grpcutil.make_channel(tls, args.admission_address)
+    store = Store(sgrpc.StorageStub(storage_channel), args.storage_timeout)
+    handlers = Handlers(DEFAULT_CATALOGUE, store,
+                        AdmissionClient(agrpc.AdmissionStub(admission_channel), args.admission_timeout))
+
+    server = grpcutil.make_server(tls, f"{args.bind_address}:{args.grpc_port}")
+    rgrpc.add_RegistryServicer_to_server(RegistryServicer(handlers), server)
+    await server.start()
+
+    bootstrapped = asyncio.Event()
+
+    async def storage_ready() -> bool:
+        namespaces = DEFAULT_CATALOGUE.lookup("", "v1", "namespaces")
+        assert namespaces is not None
+        await store.list(namespaces, spb.ListRequest(prefix=namespaces.key_prefix, limit=1))
+        return True
+
+    async def bootstrap_done() -> bool:
+        return bootstrapped.is_set()
+
+    health = HealthServer(args.bind_address, args.health_port,
+                          {"storage": storage_ready, "bootstrap-controller": bootstrap_done})
+    await health.start()
+    finalizer = NamespaceFinalizer(store, DEFAULT_CATALOGUE)
+    tasks = [asyncio.create_task(_bootstrap_until_done(handlers, bootstrapped), name="bootstrap"),
+             asyncio.create_task(finalizer.run(), name="namespace-finalizer")]
+    log.info("registry serving gRPC on %s:%d", args.bind_address, args.grpc_port)
+    try:
+        await stop.wait()
+    finally:
+        await finalizer.stop()
+        for t in tasks:
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await server.stop(grace=2)
+        await health.stop()
+        await storage_channel.close()
+        await admission_channel.close()
+
+
+if __name__ == "__main__":
+    _args = parse_args()
+    runtime.setup_logging("registry", _args.v)
+    runtime.run(lambda stop: main(_args, stop))

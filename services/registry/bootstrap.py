@@ -1,0 +1,45 @@
+"""What kube-apiserver creates at start: the system namespaces and one local APIService per group-version."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from apiary_pb import registry_pb2 as rpb
+from services.common import errors, identity
+
+from .catalogue import GROUP_PRIORITIES, Catalogue
+from .handlers import Handlers, Request
+
+log = logging.getLogger(__name__)
+
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+AUTOMANAGED_LABEL = "kube-aggregator.kubernetes.io/automanaged"
+
+
+def local_apiservice(group: str, version: str) -> dict[str, Any]:
+    gp, vp = GROUP_PRIORITIES.get((group, version), (1000, 15))
+    return {
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": f"{version}.{group}", "labels": {AUTOMANAGED_LABEL: "onstart"}},
+        "spec": {"group": group, "version": version, "groupPriorityMinimum": gp, "versionPriority": vp},
+    }
+
+
+async def _ensure(handlers: Handlers, group: str, version: str, resource: str, obj: dict[str, Any]) -> None:
+    req = rpb.APIRequest(verb="create", group=group, version=version, resource=resource, user=identity.APISERVER)
+    r: Request = handlers.request(req, "create")
+    # Created on the server's own behalf, as kube's bootstrap controllers do before admission is up.
+    r.admit = False
+    try:
+        await handlers.create_object(r, handlers.check_object(r, obj))
+        log.info("created %s %s", resource, obj["metadata"]["name"])
+    except errors.AlreadyExists:
+        pass
+
+
+async def bootstrap(handlers: Handlers, catalogue: Catalogue) -> None:
+    for ns in SYSTEM_NAMESPACES:
+        await _ensure(handlers, "", "v1", "namespaces",
+                      {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    for group, version in catalogue.group_versions():
+        await _ensure(handlers, "apiregistration.k8s.io", "v1", "apiservices", local_apiservice(group, version))

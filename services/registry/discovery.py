@@ -1,0 +1,105 @@
+"""Discovery documents built from the catalogue: aggregated (v2), legacy, and APIResourceLists."""
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from .catalogue import GROUP_PRIORITIES, Catalogue, ResourceInfo
+
+Obj = dict[str, Any]
+
+
+def _aggregated_resource(r: ResourceInfo) -> Obj:
+    out: Obj = {
+        "resource": r.plural,
+        "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+        "scope": "Namespaced" if r.namespaced else "Cluster",
+        "singularResource": r.singular,
+        "verbs": sorted(r.verbs),
+    }
+    if r.short_names:
+        out["shortNames"] = list(r.short_names)
+    if r.categories:
+        out["categories"] = list(r.categories)
+    if r.subresources:
+        out["subresources"] = [
+            {"subresource": s.name, "responseKind": {"group": r.group, "version": r.version, "kind": s.kind},
+             "verbs": sorted(s.verbs)}
+            for s in sorted(r.subresources, key=lambda s: s.name)
+        ]
+    return out
+
+
+def _ordered_groups(catalogue: Catalogue) -> list[tuple[str, list[str]]]:
+    """Groups with their versions, by kube-aggregator's priorities (highest first)."""
+    groups: dict[str, list[str]] = {}
+    for g, ver in catalogue.group_versions():
+        groups.setdefault(g, []).append(ver)
+    for g, versions in groups.items():
+        versions.sort(key=lambda ver: -GROUP_PRIORITIES.get((g, ver), (0, 0))[1])
+    return sorted(groups.items(),
+                  key=lambda item: (-max(GROUP_PRIORITIES.get((item[0], ver), (0, 0))[0] for ver in item[1]),
+                                    item[0]))
+
+
+def aggregated(catalogue: Catalogue, core: bool) -> Obj:
+    items = []
+    for g, versions in _ordered_groups(catalogue):
+        if (g == "") != core:
+            continue
+        items.append({
+            "metadata": {"name": g, "creationTimestamp": None},
+            "versions": [{"version": ver, "resources": [_aggregated_resource(r)
+                                                        for r in catalogue.in_group_version(g, ver)],
+                          "freshness": "Current"} for ver in versions],
+        })
+    return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},
+            "items": items}
+
+
+def api_versions() -> Obj:
+    return {"kind": "APIVersions", "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]}
+
+
+def api_group_list(catalogue: Catalogue) -> Obj:
+    groups = []
+    for g, versions in _ordered_groups(catalogue):
+        if not g:
+            continue
+        gvs = [{"groupVersion": f"{g}/{ver}", "version": ver} for ver in versions]
+        groups.append({"name": g, "versions": gvs, "preferredVersion": gvs[0]})
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+def resource_list(catalogue: Catalogue, group: str, version: str) -> Obj:
+    gv = f"{group}/{version}" if group else version
+    resources: list[Obj] = []
+    for r in catalogue.in_group_version(group, version):
+        entry: Obj = {"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind,
+                      "verbs": list(r.verbs)}
+        if r.short_names:
+            entry["shortNames"] = list(r.short_names)
+        if r.categories:
+            entry["categories"] = list(r.categories)
+        entry["storageVersionHash"] = r.storage_version_hash()
+        resources.append(entry)
+        for s in sorted(r.subresources, key=lambda s: s.name):
+            resources.append({"name": f"{r.plural}/{s.name}", "singularName": "", "namespaced": r.namespaced,
+                              "kind": s.kind, "verbs": list(s.verbs)})
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
+
+
+def documents(catalogue: Catalogue) -> dict[str, Any]:
+    """Every discovery document, encoded once at start (the catalogue does not change at run time)."""
+    return {
+        "aggregated_core": orjson.dumps(aggregated(catalogue, core=True)),
+        "aggregated_groups": orjson.dumps(aggregated(catalogue, core=False)),
+        "api_versions": orjson.dumps(api_versions()),
+        "api_group_list": orjson.dumps(api_group_list(catalogue)),
+        "resource_lists": {
+            (f"{g}/{ver}" if g else ver): orjson.dumps(resource_list(catalogue, g, ver))
+            for g, ver in catalogue.group_versions()
+        },
+    }

@@ -1,0 +1,149 @@
+"""meta.k8s.io/v1 Table output, with the columns kube-apiserver prints for each kind."""
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+from services.common import envelope
+from apiary_pb import envelope_pb2 as pb
+
+Obj = dict[str, Any]
+
+NAME_DESC = ("Name must be unique within a namespace. Is required when creating resources, although some resources "
+             "may allow a client to request the generation of an appropriate name automatically. Name is primarily "
+             "intended for creation idempotence and configuration definition. Cannot be updated. More info: "
+             "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names")
+AGE_DESC = ("CreationTimestamp is a timestamp representing the server time when this object was created. It is not "
+            "guaranteed to be set in happens-before order across separate operations. Clients may not set this "
+            "value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null "
+            "for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/"
+            "api-conventions.md#metadata")
+
+
+def column(name: str, typ: str, description: str, fmt: str = "", priority: int = 0) -> Obj:
+    return {"name": name, "type": typ, "format": fmt, "description": description, "priority": priority}
+
+
+NAME = column("Name", "string", NAME_DESC, "name")
+AGE = column("Age", "string", AGE_DESC)
+
+
+def human_duration(seconds: float) -> str:
+    """k8s.io/apimachinery/pkg/util/duration.HumanDuration."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 60 * 2:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        rest = s % 60
+        return f"{minutes}m" if rest == 0 else f"{minutes}m{rest}s"
+    if minutes < 60 * 3:
+        return f"{minutes}m"
+    hours = s // 3600
+    if hours < 8:
+        m = minutes % 60
+        return f"{hours}h" if m == 0 else f"{hours}h{m}m"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        h = hours % 24
+        return f"{hours // 24}d" if h == 0 else f"{hours // 24}d{h}h"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        dy = (hours // 24) % 365
+        return f"{hours // 24 // 365}y" if dy == 0 else f"{hours // 24 // 365}y{dy}d"
+    return f"{hours // 24 // 365}y"
+
+
+def age(obj: Obj, now: datetime.datetime | None = None) -> str:
+    ts = (obj.get("metadata") or {}).get("creationTimestamp")
+    if not ts:
+        return "<unknown>"
+    try:
+        created = datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    except ValueError:
+        return "<unknown>"
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return human_duration((now - created).total_seconds())
+
+
+def _apiservice_service(obj: Obj) -> str:
+    svc = (obj.get("spec") or {}).get("service")
+    return f"{svc.get('namespace', '')}/{svc.get('name', '')}" if svc else "Local"
+
+
+def _apiservice_available(obj: Obj) -> str:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Available":
+            status = c.get("status") or ""
+            return status if status == "True" else f"{status} ({c.get('reason', '')})"
+    return "Unknown"
+
+
+Printer = tuple[list[Obj], Callable[[Obj], list[Any]]]
+
+PRINTERS: dict[tuple[str, str], Printer] = {
+    ("", "namespaces"): (
+        [column("Status", "string", "The status of the namespace")],
+        lambda o: [(o.get("status") or {}).get("phase", "")],
+    ),
+    ("", "configmaps"): (
+        [column("Data", "string", "Data contains the configuration data. Each key must consist of alphanumeric "
+                "characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must use the BinaryData field. "
+                "The keys stored in Data must not overlap with the keys in the BinaryData field, this is enforced "
+                "during validation process.")],
+        lambda o: [len(o.get("data") or {}) + len(o.get("binaryData") or {})],
+    ),
+    ("", "secrets"): (
+        [column("Type", "string", "Used to facilitate programmatic handling of secret data. More info: "
+                "https://kubernetes.io/docs/concepts/configuration/secret/#secret-types"),
+         column("Data", "string", "Data contains the secret data. Each key must consist of alphanumeric "
+                "characters, '-', '_' or '.'. The serialized form of the secret data is a base64 encoded string, "
+                "representing the arbitrary (possibly non-string) data value here. Described in "
+                "https://tools.ietf.org/html/rfc4648#section-4")],
+        lambda o: [o.get("type") or "", len(o.get("data") or {})],
+    ),
+    ("", "serviceaccounts"): (
+        [column("Secrets", "string", "Secrets is a list of the secrets in the same namespace that pods running "
+                "using this ServiceAccount are allowed to use. More info: "
+                "https://kubernetes.io/docs/concepts/configuration/secret")],
+        lambda o: [len(o.get("secrets") or [])],
+    ),
+    ("apiregistration.k8s.io", "apiservices"): (
+        [column("Service", "string", "The reference to the service that hosts this API endpoint."),
+         column("Available", "string", "Whether this service is available.")],
+        lambda o: [_apiservice_service(o), _apiservice_available(o)],
+    ),
+}
+
+
+def column_definitions(group: str, resource: str) -> list[Obj]:
+    extra, _ = PRINTERS.get((group, resource), ([], None))
+    return [NAME, *extra, AGE]
+
+
+def row(group: str, resource: str, obj: Obj, env: pb.Object, include_object: str) -> Obj:
+    _, cells_of = PRINTERS.get((group, resource), ([], lambda o: []))
+    cells = [(obj.get("metadata") or {}).get("name", ""), *cells_of(obj), age(obj)]
+    out: Obj = {"cells": cells}
+    if include_object == "Object":
+        out["object"] = obj
+    elif include_object != "None":
+        out["object"] = envelope.partial_metadata(env)
+    return out
+
+
+def table(group: str, resource: str, items: list[pb.Object], list_meta: Obj, include_object: str,
+          with_columns: bool = True) -> Obj:
+    rows = [row(group, resource, envelope.from_envelope(e), e, include_object) for e in items]
+    return {
+        "kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta,
+        "columnDefinitions": column_definitions(group, resource) if with_columns else [],
+        "rows": rows,
+    }

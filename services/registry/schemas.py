@@ -1,0 +1,455 @@
+"""OpenAPI v3 schemas of the served kinds, named as kube-apiserver names them.
+
+The same schemas drive three things: the OpenAPI documents (kubectl explain and
+client-side validation), unknown-field detection (fieldValidation), and the
+type checks of decoding (kube's "cannot unmarshal" errors).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+Schema = dict[str, Any]
+
+META = "io.k8s.apimachinery.pkg.apis.meta.v1."
+CORE = "io.k8s.api.core.v1."
+AGG = "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1."
+REF_PREFIX = "#/components/schemas/"
+
+
+def _s(desc: str, fmt: str = "") -> Schema:
+    out: Schema = {"type": "string", "description": desc}
+    if fmt:
+        out["format"] = fmt
+    return out
+
+
+def _i(desc: str, fmt: str = "int32") -> Schema:
+    return {"type": "integer", "format": fmt, "description": desc}
+
+
+def _b(desc: str) -> Schema:
+    return {"type": "boolean", "description": desc}
+
+
+def _ref(name: str, desc: str = "") -> Schema:
+    out: Schema = {"allOf": [{"$ref": REF_PREFIX + name}], "default": {}}
+    if desc:
+        out["description"] = desc
+    return out
+
+
+def _map(desc: str, fmt: str = "") -> Schema:
+    item: Schema = {"type": "string", "default": ""}
+    if fmt:
+        item["format"] = fmt
+    return {"type": "object", "additionalProperties": item, "description": desc}
+
+
+def _list(item: Schema, desc: str, **ext: Any) -> Schema:
+    return {"type": "array", "items": item, "description": desc, **ext}
+
+
+def _gvk(group: str, version: str, kind: str) -> list[dict[str, str]]:
+    return [{"group": group, "kind": kind, "version": version}]
+
+
+_API_VERSION = _s("APIVersion defines the versioned schema of this representation of an object. Servers should "
+                  "convert recognized schemas to the latest internal value, and may reject unrecognized values. "
+                  "More info: https://git.k8s.io/community/contributors/devel/sig-architecture/"
+                  "api-conventions.md#resources")
+_KIND = _s("Kind is a string value representing the REST resource this object represents. Servers may infer "
+           "this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: "
+           "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds")
+_OBJECT_META = _ref(META + "ObjectMeta", "Standard object's metadata. More info: https://git.k8s.io/community/"
+                    "contributors/devel/sig-architecture/api-conventions.md#metadata")
+_LIST_META = _ref(META + "ListMeta", "Standard list metadata. More info: https://git.k8s.io/community/contributors"
+                  "/devel/sig-architecture/api-conventions.md#types-kinds")
+
+
+def _object(desc: str, props: dict[str, Schema], gvk: tuple[str, str, str] | None = None,
+            required: list[str] | None = None) -> Schema:
+    out: Schema = {"description": desc, "type": "object", "properties": props}
+    if required:
+        out["required"] = required
+    if gvk:
+        out["x-kubernetes-group-version-kind"] = _gvk(*gvk)
+    return out
+
+
+def _kind(desc: str, props: dict[str, Schema], gvk: tuple[str, str, str]) -> Schema:
+    return _object(desc, {"apiVersion": _API_VERSION, "kind": _KIND, "metadata": _OBJECT_META, **props}, gvk)
+
+
+def _list_kind(item_schema: str, kind: str, gvk: tuple[str, str, str]) -> Schema:
+    return _object(f"{kind}List is a list of {kind} objects.", {
+        "apiVersion": _API_VERSION,
+        "items": _list(_ref(item_schema), f"Items is the list of {kind} objects."),
+        "kind": _KIND,
+        "metadata": _LIST_META,
+    }, gvk, required=["items"])
+
+
+def _condition(desc: str) -> Schema:
+    return _object(desc, {
+        "lastTransitionTime": _ref(META + "Time", "Last time the condition transitioned from one status to "
+                                   "another."),
+        "message": _s("Human-readable message indicating details about last transition."),
+        "reason": _s("Unique, one-word, CamelCase reason for the condition's last transition."),
+        "status": _s("Status is the status of the condition. Can be True, False, Unknown."),
+        "type": _s("Type is the type of the condition."),
+    }, required=["type", "status"])
+
+
+_META_SCHEMAS: dict[str, Schema] = {
+    META + "Time": {"type": "string", "format": "date-time",
+                    "description": "Time is a wrapper around time.Time which supports correct marshaling to YAML "
+                                   "and JSON.  Wrappers are provided for many of the factory methods that the time "
+                                   "package offers."},
+    META + "FieldsV1": {"type": "object", "description": "FieldsV1 stores a set of fields in a data structure "
+                        "like a Trie, in JSON format."},
+    META + "OwnerReference": _object(
+        "OwnerReference contains enough information to let you identify an owning object. An owning object must "
+        "be in the same namespace as the dependent, or be cluster-scoped, so there is no namespace field.", {
+            "apiVersion": _s("API version of the referent.", ),
+            "blockOwnerDeletion": _b("If true, AND if the owner has the \"foregroundDeletion\" finalizer, then the "
+                                     "owner cannot be deleted from the key-value store until this reference is "
+                                     "removed."),
+            "controller": _b("If true, this reference points to the managing controller."),
+            "kind": _s("Kind of the referent."),
+            "name": _s("Name of the referent."),
+            "uid": _s("UID of the referent."),
+        }, required=["apiVersion", "kind", "name", "uid"]) | {"x-kubernetes-map-type": "atomic"},
+    META + "ManagedFieldsEntry": _object(
+        "ManagedFieldsEntry is a workflow-id, a FieldSet and the group version of the resource that the "
+        "fieldset applies to.", {
+            "apiVersion": _s("APIVersion defines the version of this resource that this field set applies to."),
+            "fieldsType": _s("FieldsType is the discriminator for the different fields format and version. "
+                             "There is currently only one possible value: \"FieldsV1\""),
+            "fieldsV1": _ref(META + "FieldsV1", "FieldsV1 holds the first JSON version format as described in "
+                             "the \"FieldsV1\" type."),
+            "manager": _s("Manager is an identifier of the workflow managing these fields."),
+            "operation": _s("Operation is the type of operation which lead to this ManagedFieldsEntry being "
+                            "created. The only valid values for this field are 'Apply' and 'Update'."),
+            "subresource": _s("Subresource is the name of the subresource used to update that object, or empty "
+                              "string if the object was updated through the main resource."),
+            "time": _ref(META + "Time", "Time is the timestamp of when the ManagedFields entry was added."),
+        }),
+    META + "ObjectMeta": _object(
+        "ObjectMeta is metadata that all persisted resources must have, which includes all objects users must "
+        "create.", {
+            "annotations": _map("Annotations is an unstructured key value map stored with a resource that may be "
+                                "set by external tools to store and retrieve arbitrary metadata."),
+            "creationTimestamp": _ref(META + "Time", "CreationTimestamp is a timestamp representing the server "
+                                      "time when this object was created."),
+            "deletionGracePeriodSeconds": _i("Number of seconds allowed for this object to gracefully terminate "
+                                             "before it will be removed from the system.", "int64"),
+            "deletionTimestamp": _ref(META + "Time", "DeletionTimestamp is RFC 3339 date and time at which this "
+                                      "resource will be deleted."),
+            "finalizers": _list({"type": "string", "default": ""}, "Must be empty before the object is deleted "
+                                "from the registry.", **{"x-kubernetes-list-type": "set",
+                                                        "x-kubernetes-patch-strategy": "merge"}),
+            "generateName": _s("GenerateName is an optional prefix, used by the server, to generate a unique name "
+                               "ONLY IF the Name field has not been provided."),
+            "generation": _i("A sequence number representing a specific generation of the desired state.",
+                             "int64"),
+            "labels": _map("Map of string keys and values that can be used to organize and categorize (scope and "
+                           "select) objects."),
+            "managedFields": _list(_ref(META + "ManagedFieldsEntry"), "ManagedFields maps workflow-id and version "
+                                   "to the set of fields that are managed by that workflow.",
+                                   **{"x-kubernetes-list-type": "atomic"}),
+            "name": _s("Name must be unique within a namespace. Is required when creating resources, although "
+                       "some resources may allow a client to request the generation of an appropriate name "
+                       "automatically."),
+            "namespace": _s("Namespace defines the space within which each name must be unique."),
+            "ownerReferences": _list(_ref(META + "OwnerReference"), "List of objects depended by this object.",
+                                     **{"x-kubernetes-list-map-keys": ["uid"], "x-kubernetes-list-type": "map",
+                                        "x-kubernetes-patch-merge-key": "uid",
+                                        "x-kubernetes-patch-strategy": "merge"}),
+            "resourceVersion": _s("An opaque value that represents the internal version of this object that can "
+                                  "be used by clients to determine when objects have changed."),
+            "selfLink": _s("Deprecated: selfLink is a legacy read-only field that is no longer populated by the "
+                           "system."),
+            "uid": _s("UID is the unique in time and space value for this object."),
+        }),
+    META + "ListMeta": _object(
+        "ListMeta describes metadata that synthetic resources must have, including lists and various status "
+        "objects.", {
+            "continue": _s("continue may be set if the user set a limit on the number of items returned."),
+            "remainingItemCount": _i("remainingItemCount is the number of subsequent items in the list which are "
+                                     "not included in this list response.", "int64"),
+            "resourceVersion": _s("String that identifies the server's internal version of this object."),
+            "selfLink": _s("Deprecated: selfLink is a legacy read-only field that is no longer populated by the "
+                           "system."),
+        }),
+    META + "StatusCause": _object("StatusCause provides more information about an api.Status failure.", {
+        "field": _s("The field of the resource that has caused this error, as named by its JSON serialization."),
+        "message": _s("A human-readable description of the cause of the error."),
+        "reason": _s("A machine-readable description of the cause of the error."),
+    }),
+    META + "StatusDetails": _object("StatusDetails is a set of additional properties that MAY be set by the "
+                                    "server to provide additional information about a response.", {
+        "causes": _list(_ref(META + "StatusCause"), "The Causes array includes more details associated with the "
+                        "StatusReason failure.", **{"x-kubernetes-list-type": "atomic"}),
+        "group": _s("The group attribute of the resource associated with the status StatusReason."),
+        "kind": _s("The kind attribute of the resource associated with the status StatusReason."),
+        "name": _s("The name attribute of the resource associated with the status StatusReason."),
+        "retryAfterSeconds": _i("If specified, the time in seconds before the operation should be retried."),
+        "uid": _s("UID of the resource."),
+    }),
+    META + "Status": _object("Status is a return value for calls that don't return other objects.", {
+        "apiVersion": _API_VERSION,
+        "code": _i("Suggested HTTP return code for this status, 0 if not set."),
+        "details": _ref(META + "StatusDetails", "Extended data associated with the reason."),
+        "kind": _KIND,
+        "message": _s("A human-readable description of the status of this operation."),
+        "metadata": _LIST_META,
+        "reason": _s("A machine-readable description of why this operation is in the \"Failure\" status."),
+        "status": _s("Status of the operation. One of: \"Success\" or \"Failure\"."),
+    }, ("", "v1", "Status")),
+    META + "Preconditions": _object("Preconditions must be fulfilled before an operation (update, delete, etc.) "
+                                    "is carried out.", {
+        "resourceVersion": _s("Specifies the target ResourceVersion"),
+        "uid": _s("Specifies the target UID."),
+    }),
+    META + "DeleteOptions": _object("DeleteOptions may be provided when deleting an API object.", {
+        "apiVersion": _API_VERSION,
+        "dryRun": _list({"type": "string", "default": ""}, "When present, indicates that modifications should "
+                        "not be persisted.", **{"x-kubernetes-list-type": "atomic"}),
+        "gracePeriodSeconds": _i("The duration in seconds before the object should be deleted.", "int64"),
+        "ignoreStoreReadErrorWithClusterBreakingPotential": _b("if set to true, it will trigger an unsafe "
+                                                               "deletion of the resource in case the normal "
+                                                               "deletion flow fails with a corrupt object error."),
+        "kind": _KIND,
+        "orphanDependents": _b("Deprecated: please use the PropagationPolicy, this field will be deprecated in "
+                               "1.7."),
+        "preconditions": _ref(META + "Preconditions", "Must be fulfilled before a deletion is carried out."),
+        "propagationPolicy": _s("Whether and how garbage collection will be performed. Acceptable values are: "
+                                "'Orphan', 'Background', 'Foreground'."),
+    }),
+    META + "WatchEvent": _object("Event represents a single event to a watched resource.", {
+        "object": {"type": "object", "description": "Object is: * If Type is Added or Modified: the new state of "
+                   "the object. * If Type is Deleted: the state of the object immediately before deletion. * If "
+                   "Type is Error: *Status is recommended; other types may make sense depending on context."},
+        "type": _s("", ),
+    }, required=["type", "object"]),
+    META + "Patch": {"type": "object", "description": "Patch is provided to give a concrete name and type to "
+                     "the Kubernetes PATCH request body."},
+}
+
+_CORE_SCHEMAS: dict[str, Schema] = {
+    CORE + "ConfigMap": _kind("ConfigMap holds configuration data for pods to consume.", {
+        "binaryData": _map("BinaryData contains the binary data. Each key must consist of alphanumeric "
+                           "characters, '-', '_' or '.'. BinaryData can contain byte sequences that are not in the "
+                           "UTF-8 range.", "byte"),
+        "data": _map("Data contains the configuration data. Each key must consist of alphanumeric characters, "
+                     "'-', '_' or '.'. Values with non-UTF-8 byte sequences must use the BinaryData field."),
+        "immutable": _b("Immutable, if set to true, ensures that data stored in the ConfigMap cannot be updated "
+                        "(only object metadata can be modified). If not set to true, the field can be modified at "
+                        "any time. Defaulted to nil."),
+    }, ("", "v1", "ConfigMap")),
+    CORE + "Secret": _kind("Secret holds secret data of a certain type. The total bytes of the values in the "
+                           "Data field must be less than MaxSecretSize bytes.", {
+        "data": _map("Data contains the secret data. Each key must consist of alphanumeric characters, '-', '_' "
+                     "or '.'. The serialized form of the secret data is a base64 encoded string.", "byte"),
+        "immutable": _b("Immutable, if set to true, ensures that data stored in the Secret cannot be updated "
+                        "(only object metadata can be modified)."),
+        "stringData": _map("stringData allows specifying non-binary secret data in string form. It is provided "
+                           "as a write-only input field for convenience. All keys and values are merged into the "
+                           "data field on write, overwriting any existing values. The stringData field is never "
+                           "output when reading from the API."),
+        "type": _s("Used to facilitate programmatic handling of secret data. More info: "
+                   "https://kubernetes.io/docs/concepts/configuration/secret/#secret-types"),
+    }, ("", "v1", "Secret")),
+    CORE + "NamespaceSpec": _object("NamespaceSpec describes the attributes on a Namespace.", {
+        "finalizers": _list({"type": "string", "default": ""}, "Finalizers is an opaque list of values that must "
+                            "be empty to permanently remove object from storage.",
+                            **{"x-kubernetes-list-type": "atomic"}),
+    }),
+    CORE + "NamespaceCondition": _condition("NamespaceCondition contains details about state of namespace."),
+    CORE + "NamespaceStatus": _object("NamespaceStatus is information about the current status of a Namespace.", {
+        "conditions": _list(_ref(CORE + "NamespaceCondition"), "Represents the latest available observations of "
+                            "a namespace's current state.",
+                            **{"x-kubernetes-list-map-keys": ["type"], "x-kubernetes-list-type": "map",
+                               "x-kubernetes-patch-merge-key": "type", "x-kubernetes-patch-strategy": "merge"}),
+        "phase": _s("Phase is the current lifecycle phase of the namespace.", ) | {"enum": ["Active",
+                                                                                             "Terminating"]},
+    }),
+    CORE + "Namespace": _kind("Namespace provides a scope for Names. Use of multiple namespaces is optional.", {
+        "spec": _ref(CORE + "NamespaceSpec", "Spec defines the behavior of the Namespace."),
+        "status": _ref(CORE + "NamespaceStatus", "Status describes the current status of a Namespace."),
+    }, ("", "v1", "Namespace")),
+    CORE + "ObjectReference": _object("ObjectReference contains enough information to let you inspect or modify "
+                                      "the referred object.", {
+        "apiVersion": _s("API version of the referent."),
+        "fieldPath": _s("If referring to a piece of an object instead of an entire object, this string should "
+                        "contain a valid JSON/Go field access statement."),
+        "kind": _s("Kind of the referent."),
+        "name": _s("Name of the referent."),
+        "namespace": _s("Namespace of the referent."),
+        "resourceVersion": _s("Specific resourceVersion to which this reference is made, if any."),
+        "uid": _s("UID of the referent."),
+    }) | {"x-kubernetes-map-type": "atomic"},
+    CORE + "LocalObjectReference": _object("LocalObjectReference contains enough information to let you locate "
+                                           "the referenced object inside the same namespace.", {
+        "name": _s("Name of the referent."),
+    }) | {"x-kubernetes-map-type": "atomic"},
+    CORE + "ServiceAccount": _kind("ServiceAccount binds together: * a name, understood by users, and perhaps by "
+                                   "peripheral systems, for an identity * a principal that can be authenticated "
+                                   "and authorized * a set of secrets", {
+        "automountServiceAccountToken": _b("AutomountServiceAccountToken indicates whether pods running as this "
+                                           "service account should have an API token automatically mounted."),
+        "imagePullSecrets": _list(_ref(CORE + "LocalObjectReference"), "ImagePullSecrets is a list of references "
+                                  "to secrets in the same namespace to use for pulling any images in pods that "
+                                  "reference this ServiceAccount.", **{"x-kubernetes-list-type": "atomic"}),
+        "secrets": _list(_ref(CORE + "ObjectReference"), "Secrets is a list of the secrets in the same namespace "
+                         "that pods running using this ServiceAccount are allowed to use.",
+                         **{"x-kubernetes-list-map-keys": ["name"], "x-kubernetes-list-type": "map",
+                            "x-kubernetes-patch-merge-key": "name", "x-kubernetes-patch-strategy": "merge"}),
+    }, ("", "v1", "ServiceAccount")),
+}
+for _k in ("ConfigMap", "Secret", "Namespace", "ServiceAccount"):
+    _CORE_SCHEMAS[CORE + _k + "List"] = _list_kind(CORE + _k, _k, ("", "v1", _k + "List"))
+
+_AGG_GVK = ("apiregistration.k8s.io", "v1")
+_AGG_SCHEMAS: dict[str, Schema] = {
+    AGG + "ServiceReference": _object("ServiceReference holds a reference to Service.legacy.k8s.io", {
+        "name": _s("Name is the name of the service"),
+        "namespace": _s("Namespace is the namespace of the service"),
+        "port": _i("If specified, the port on the service that hosting webhook. Default to 443 for backward "
+                   "compatibility. `port` should be a valid port number (1-65535, inclusive)."),
+    }),
+    AGG + "APIServiceSpec": _object("APIServiceSpec contains information for locating and communicating with a "
+                                    "server. Only https is supported, though you are able to disable certificate "
+                                    "verification.", {
+        "caBundle": _s("CABundle is a PEM encoded CA bundle which will be used to validate an API server's "
+                       "serving certificate. If unspecified, system trust roots on the apiserver are used.",
+                       "byte") | {"x-kubernetes-list-type": "atomic"},
+        "group": _s("Group is the API group name this server hosts"),
+        "groupPriorityMinimum": _i("GroupPriorityMinimum is the priority this group should have at least. "
+                                   "Higher priority means that the group is preferred by clients over lower "
+                                   "priority ones."),
+        "insecureSkipTLSVerify": _b("InsecureSkipTLSVerify disables TLS certificate verification when "
+                                    "communicating with this server. This is strongly discouraged."),
+        "service": _ref(AGG + "ServiceReference", "Service is a reference to the service for this API server. "
+                        "It must communicate on port 443. If the Service is nil, that means the handling for "
+                        "the API groupversion is handled locally on this server."),
+        "version": _s("Version is the API version this server hosts.  For example, \"v1\""),
+        "versionPriority": _i("VersionPriority controls the ordering of this API version inside of its group."),
+    }, required=["groupPriorityMinimum", "versionPriority"]),
+    AGG + "APIServiceCondition": _condition("APIServiceCondition describes the state of an APIService at a "
+                                            "particular point"),
+    AGG + "APIServiceStatus": _object("APIServiceStatus contains derived information about an API server", {
+        "conditions": _list(_ref(AGG + "APIServiceCondition"), "Current service state of apiService.",
+                            **{"x-kubernetes-list-map-keys": ["type"], "x-kubernetes-list-type": "map",
+                               "x-kubernetes-patch-merge-key": "type", "x-kubernetes-patch-strategy": "merge"}),
+    }),
+    AGG + "APIService": _kind("APIService represents a server for a particular GroupVersion. Name must be "
+                              "\"version.group\".", {
+        "spec": _ref(AGG + "APIServiceSpec", "Spec contains information for locating and communicating with a "
+                     "server"),
+        "status": _ref(AGG + "APIServiceStatus", "Status contains derived information about an API server"),
+    }, (*_AGG_GVK, "APIService")),
+    AGG + "APIServiceList": _list_kind(AGG + "APIService", "APIService", (*_AGG_GVK, "APIServiceList")),
+}
+
+ALL: dict[str, Schema] = {**_META_SCHEMAS, **_CORE_SCHEMAS, **_AGG_SCHEMAS}
+
+KIND_SCHEMA: dict[tuple[str, str], str] = {
+    ("", "ConfigMap"): CORE + "ConfigMap",
+    ("", "Secret"): CORE + "Secret",
+    ("", "Namespace"): CORE + "Namespace",
+    ("", "ServiceAccount"): CORE + "ServiceAccount",
+    ("apiregistration.k8s.io", "APIService"): AGG + "APIService",
+}
+
+
+def resolve(schema: Schema) -> Schema:
+    """Follow $ref (bare or wrapped in allOf, as kube's v3 documents wrap them)."""
+    while True:
+        if "$ref" in schema:
+            schema = ALL[schema["$ref"][len(REF_PREFIX):]]
+        elif "allOf" in schema and len(schema["allOf"]) == 1 and "properties" not in schema:
+            schema = schema["allOf"][0]
+        else:
+            return schema
+
+
+def refs_of(names: list[str]) -> dict[str, Schema]:
+    """The named schemas and everything they reference, for one OpenAPI document."""
+    out: dict[str, Schema] = {}
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in out:
+            continue
+        out[name] = ALL[name]
+        todo.extend(_refs(ALL[name]))
+    return dict(sorted(out.items()))
+
+
+def _refs(node: Any) -> list[str]:
+    found: list[str] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "$ref" and isinstance(v, str):
+                found.append(v[len(REF_PREFIX):])
+            else:
+                found.extend(_refs(v))
+    elif isinstance(node, list):
+        for v in node:
+            found.extend(_refs(v))
+    return found
+
+
+_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "bool", int: "number", float: "number"}
+_GO_TYPES = {"string": "string", "boolean": "bool", "integer": "int64", "number": "float64", "array": "[]",
+             "object": "map"}
+
+
+def check(obj: dict[str, Any], schema_name: str, kind: str) -> tuple[list[str], str | None]:
+    """Walk obj against the schema: (unknown field paths, first type error or None).
+
+    Type errors follow encoding/json: `json: cannot unmarshal number into Go struct field
+    ConfigMap.data of type string`.
+    """
+    unknown: list[str] = []
+    type_error: list[str] = []
+
+    def walk(value: Any, schema: Schema, path: str) -> None:
+        schema = resolve(schema)
+        if value is None:
+            return
+        want = schema.get("type")
+        got = _JSON_TYPES.get(type(value), "value")
+        ok = {
+            None: True, "object": isinstance(value, dict), "array": isinstance(value, list),
+            "string": isinstance(value, str), "boolean": isinstance(value, bool),
+            "integer": isinstance(value, int) and not isinstance(value, bool)
+            or isinstance(value, float) and value.is_integer(),
+            "number": isinstance(value, (int, float)) and not isinstance(value, bool),
+        }[want]
+        if not ok:
+            if not type_error:
+                go = _GO_TYPES.get(want or "", "value")
+                if want == "integer":
+                    go = schema.get("format", "int64")
+                type_error.append(f"json: cannot unmarshal {got} into Go struct field {kind}.{path} of type {go}")
+            return
+        if isinstance(value, dict):
+            props = schema.get("properties")
+            if props is not None:
+                for k, v in value.items():
+                    sub = f"{path}.{k}" if path else k
+                    if k in props:
+                        walk(v, props[k], sub)
+                    else:
+                        unknown.append(sub)
+            elif "additionalProperties" in schema:
+                for k, v in value.items():
+                    walk(v, schema["additionalProperties"], path)
+        elif isinstance(value, list) and "items" in schema:
+            for i, v in enumerate(value):
+                walk(v, schema["items"], f"{path}[{i}]")
+
+    walk(obj, ALL[schema_name], "")
+    return unknown, (type_error[0] if type_error else None)

@@ -1,0 +1,67 @@
+"""The apiary.Registry servicer: Handle, Watch, Discovery."""
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+from prometheus_client import Counter, Histogram
+
+from apiary_pb import registry_pb2 as rpb
+from apiary_pb import registry_pb2_grpc as rgrpc
+from services.common import errors, grpcutil
+
+from . import discovery, openapi, watch
+from .catalogue import Catalogue
+from .handlers import Handlers
+
+REQUEST_DURATION = Histogram(
+    "apiserver_registry_request_duration_seconds", "Time the registry spends on a request, by verb and resource.",
+    ["verb", "group", "resource", "code"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+WATCH_EVENTS = Counter("apiserver_watch_events_total", "Watch events sent by the registry.",
+                       ["group", "version", "kind"])
+
+
+def discovery_response(catalogue: Catalogue) -> rpb.DiscoveryResponse:
+    docs = discovery.documents(catalogue)
+    return rpb.DiscoveryResponse(
+        aggregated_core=docs["aggregated_core"], aggregated_groups=docs["aggregated_groups"],
+        api_versions=docs["api_versions"], api_group_list=docs["api_group_list"],
+        resource_lists=docs["resource_lists"], openapi=openapi.documents(catalogue),
+    )
+
+
+class RegistryServicer(rgrpc.RegistryServicer):
+    def __init__(self, handlers: Handlers) -> None:
+        self.handlers = handlers
+        self._discovery = discovery_response(handlers.catalogue)
+
+    @grpcutil.api_method
+    async def Handle(self, request: rpb.APIRequest, context: grpc.aio.ServicerContext) -> rpb.APIResponse:
+        t0 = time.perf_counter()
+        code = 500
+        try:
+            resp, timing = await self.handlers.handle(request)
+            code = resp.code
+            return rpb.APIResponse(code=resp.code, body=resp.body, warnings=resp.warnings, timing=timing)
+        except errors.APIError as e:
+            code = e.code
+            raise
+        finally:
+            REQUEST_DURATION.labels(request.verb, request.group, request.resource, str(code)).observe(
+                time.perf_counter() - t0)
+
+    @grpcutil.api_stream
+    async def Watch(self, request: rpb.APIRequest, context: grpc.aio.ServicerContext
+                    ) -> AsyncIterator[rpb.WatchFrame]:
+        counter = WATCH_EVENTS.labels(request.group, request.version, request.resource)
+        async for data in watch.frames(self.handlers, request):
+            counter.inc()
+            yield rpb.WatchFrame(data=data)
+
+    @grpcutil.api_method
+    async def Discovery(self, request: rpb.DiscoveryRequest, context: grpc.aio.ServicerContext
+                        ) -> rpb.DiscoveryResponse:
+        return self._discovery

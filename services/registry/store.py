@@ -1,0 +1,106 @@
+"""The generic Store's storage side: the storage service behind kube's resource-specific errors."""
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from prometheus_client import Histogram
+
+from apiary_pb import envelope_pb2 as pb
+from apiary_pb import storage_pb2 as spb
+from apiary_pb import storage_pb2_grpc as sgrpc
+from services.common import errors, grpcutil
+
+from .catalogue import ResourceInfo
+
+STORAGE_DURATION = Histogram(
+    "apiary_registry_storage_call_duration_seconds", "Time the registry waits on the storage service.",
+    ["operation", "resource"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+
+Timing = dict[str, float]
+
+
+class Store:
+    """Create/Get/List/Update/Delete/Watch for one catalogue of resources, timed per request."""
+
+    def __init__(self, stub: sgrpc.StorageStub, timeout: float = 30.0) -> None:
+        self.stub = stub
+        self.timeout = timeout
+
+    async def _call(self, op: str, info: ResourceInfo, coro: Any, timing: Timing | None) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return await grpcutil.call(coro, "storage")
+        finally:
+            dt = time.perf_counter() - t0
+            STORAGE_DURATION.labels(op, info.plural).observe(dt)
+            if timing is not None:
+                timing["storage"] = timing.get("storage", 0.0) + dt * 1000
+
+    async def get(self, info: ResourceInfo, namespace: str, name: str, resource_version: str = "",
+                  timing: Timing | None = None) -> pb.Object:
+        req = spb.GetRequest(key=info.key(namespace, name), resource_version=resource_version)
+        try:
+            return await self._call("get", info, self.stub.Get(req, timeout=self.timeout), timing)
+        except errors.APIError as e:
+            raise _translate(e, info, name) from None
+
+    async def create(self, info: ResourceInfo, obj: pb.Object, timing: Timing | None = None) -> pb.Object:
+        m = obj.metadata
+        req = spb.CreateRequest(key=info.key(m.namespace, m.name), object=obj)
+        try:
+            return await self._call("create", info, self.stub.Create(req, timeout=self.timeout), timing)
+        except errors.APIError as e:
+            # Across gRPC a 409 comes back as errors.Conflict whatever its reason; Create has only one.
+            if e.code == 409:
+                raise errors.already_exists(info.plural, info.group, m.name) from None
+            raise
+
+    async def update(self, info: ResourceInfo, obj: pb.Object, expected_resource_version: str,
+                     timing: Timing | None = None) -> pb.Object:
+        m = obj.metadata
+        req = spb.UpdateRequest(key=info.key(m.namespace, m.name), object=obj,
+                                expected_resource_version=expected_resource_version)
+        try:
+            return await self._call("update", info, self.stub.Update(req, timeout=self.timeout), timing)
+        except errors.APIError as e:
+            raise _translate(e, info, m.name) from None
+
+    async def delete(self, info: ResourceInfo, namespace: str, name: str, uid: str = "",
+                     resource_version: str = "", timing: Timing | None = None) -> pb.Object:
+        req = spb.DeleteRequest(key=info.key(namespace, name), precondition_uid=uid,
+                                precondition_resource_version=resource_version)
+        try:
+            return await self._call("delete", info, self.stub.Delete(req, timeout=self.timeout), timing)
+        except errors.APIError as e:
+            raise _translate(e, info, name) from None
+
+    async def list(self, info: ResourceInfo, req: spb.ListRequest, timing: Timing | None = None) -> spb.ListResponse:
+        return await self._call("list", info, self.stub.List(req, timeout=self.timeout), timing)
+
+    async def list_all(self, info: ResourceInfo, prefix: str, label_selector: str = "",
+                       field_selector: str = "") -> list[pb.Object]:
+        """Every object under prefix, following continue tokens."""
+        out: list[pb.Object] = []
+        token = ""
+        while True:
+            resp = await self.list(info, spb.ListRequest(prefix=prefix, limit=500, label_selector=label_selector,
+                                                         field_selector=field_selector, **{"continue": token}))
+            out.extend(resp.items)
+            token = getattr(resp, "continue")
+            if not token:
+                return out
+
+    def watch(self, req: spb.WatchRequest) -> AsyncIterator[pb.WatchEvent]:
+        return grpcutil.stream(self.stub.Watch(req), "storage")
+
+
+def _translate(e: errors.APIError, info: ResourceInfo, name: str) -> errors.APIError:
+    """Storage speaks in keys; clients expect kube's messages about the resource and name."""
+    if e.code == 404:
+        return errors.not_found(info.plural, info.group, name)
+    if e.code == 409:
+        return errors.conflict(info.plural, info.group, name, errors.MODIFIED)
+    return e

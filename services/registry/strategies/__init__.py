@@ -1,0 +1,144 @@
+"""Strategies: the per-kind rules of k8s.io/apiserver's registry/rest (PrepareForCreate/Update, Validate)."""
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import datetime
+import re
+from typing import Any
+
+from services.common.errors import BadRequest
+
+from .. import validation as v
+from ..catalogue import ResourceInfo
+
+Obj = dict[str, Any]
+
+
+def now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_B64 = re.compile(r"[A-Za-z0-9+/]")
+
+
+def base64_error(value: str) -> str | None:
+    """encoding/base64's error for a []byte JSON field, or None when the value decodes."""
+    try:
+        base64.b64decode(value, validate=True)
+        return None
+    except (binascii.Error, ValueError):
+        pass
+    for i, ch in enumerate(value):
+        if ch == "=":
+            return f"illegal base64 data at input byte {i}"
+        if not _B64.match(ch):
+            return f"illegal base64 data at input byte {i}"
+    return f"illegal base64 data at input byte {len(value) - len(value) % 4}"
+
+
+class Strategy:
+    """Rules shared by every kind; subclasses add their own."""
+
+    schema_name = ""
+    # Strategic-merge-patch list semantics: path -> merge key ("" = a set of primitives merged by value).
+    merge_keys: dict[str, str] = {"metadata.ownerReferences": "uid", "metadata.finalizers": ""}
+    # Top-level fields an update of the main resource must keep from the old object (status, for kinds with one).
+    status_fields: tuple[str, ...] = ()
+
+    def __init__(self, info: ResourceInfo) -> None:
+        self.info = info
+
+    # Decoding ----------------------------------------------------------------
+
+    def cannot_handle(self, why: str) -> BadRequest:
+        i = self.info
+        return BadRequest(f'{i.kind} in version "{i.version}" cannot be handled as a {i.kind}: {why}')
+
+    def canonicalize(self, obj: Obj) -> None:
+        """Defaulting and the v1 -> internal conversion quirks (stringData, port defaults)."""
+
+    def selectable_fields(self, obj: Obj) -> dict[str, str]:
+        meta = obj.get("metadata") or {}
+        fields = {"metadata.name": meta.get("name") or ""}
+        if self.info.namespaced:
+            fields["metadata.namespace"] = meta.get("namespace") or ""
+        return fields
+
+    # Create / update ---------------------------------------------------------
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        pass
+
+    def prepare_for_update(self, obj: Obj, old: Obj) -> None:
+        for f in self.status_fields:
+            if f in old:
+                obj[f] = copy.deepcopy(old[f])
+            else:
+                obj.pop(f, None)
+
+    def validate_name(self, obj: Obj, name: str) -> list[str]:
+        return v.is_dns1123_subdomain(name)
+
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        meta = obj.get("metadata") or {}
+        return v.validate_object_meta(meta, self.info.namespaced, lambda n: self.validate_name(obj, n))
+
+    def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
+        return self.validate(obj) + v.validate_object_meta_update(obj.get("metadata") or {},
+                                                                  old.get("metadata") or {})
+
+    def for_subresource(self, subresource: str) -> "Strategy":
+        return self
+
+
+class SubresourceStrategy(Strategy):
+    """/status and /finalize: only `keep_new` fields change; everything else comes from the old object."""
+
+    def __init__(self, parent: Strategy, keep_new: tuple[str, ...]) -> None:
+        super().__init__(parent.info)
+        self.parent = parent
+        self.keep_new = keep_new
+        self.schema_name = parent.schema_name
+        self.merge_keys = parent.merge_keys
+
+    def canonicalize(self, obj: Obj) -> None:
+        self.parent.canonicalize(obj)
+
+    def selectable_fields(self, obj: Obj) -> dict[str, str]:
+        return self.parent.selectable_fields(obj)
+
+    def prepare_for_update(self, obj: Obj, old: Obj) -> None:
+        meta, old_meta = obj.setdefault("metadata", {}), old.get("metadata") or {}
+        for k in ("labels", "annotations", "finalizers", "ownerReferences"):
+            if k in old_meta:
+                meta[k] = copy.deepcopy(old_meta[k])
+            else:
+                meta.pop(k, None)
+        for k in list(obj):
+            if k not in ("apiVersion", "kind", "metadata") and k not in self.keep_new:
+                obj.pop(k)
+        for k, val in old.items():
+            if k not in ("apiVersion", "kind", "metadata") and k not in self.keep_new:
+                obj[k] = copy.deepcopy(val)
+
+    def validate_name(self, obj: Obj, name: str) -> list[str]:
+        return self.parent.validate_name(obj, name)
+
+    def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
+        return self.parent.validate_update(obj, old)
+
+
+def strategy_for(info: ResourceInfo) -> Strategy:
+    from .apiregistration import APIServiceStrategy
+    from .core import ConfigMapStrategy, NamespaceStrategy, SecretStrategy, ServiceAccountStrategy
+
+    table: dict[tuple[str, str], type[Strategy]] = {
+        ("", "ConfigMap"): ConfigMapStrategy,
+        ("", "Secret"): SecretStrategy,
+        ("", "Namespace"): NamespaceStrategy,
+        ("", "ServiceAccount"): ServiceAccountStrategy,
+        ("apiregistration.k8s.io", "APIService"): APIServiceStrategy,
+    }
+    return table[(info.group, info.kind)](info)

@@ -1,0 +1,169 @@
+"""Strategies of the core/v1 kinds: ConfigMap, Secret, Namespace, ServiceAccount."""
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from .. import validation as v
+from ..schemas import CORE
+from . import Obj, Strategy, SubresourceStrategy, base64_error
+
+MAX_SECRET_SIZE = 1024 * 1024
+IMMUTABLE_MSG = "field is immutable when `immutable` is set"
+
+
+def _validate_keys(data: dict[str, Any], field: str) -> list[v.Cause]:
+    return [v.invalid(f"{field}[{k}]", k, m) for k in data for m in v.is_config_map_key(k)]
+
+
+def _immutable_update(obj: Obj, old: Obj, fields: tuple[str, ...]) -> list[v.Cause]:
+    if old.get("immutable") is not True:
+        return []
+    causes = []
+    if obj.get("immutable") is not True:
+        causes.append(v.forbidden("immutable", IMMUTABLE_MSG))
+    for f in fields:
+        if (obj.get(f) or {}) != (old.get(f) or {}):
+            causes.append(v.forbidden(f, IMMUTABLE_MSG))
+    return causes
+
+
+class ConfigMapStrategy(Strategy):
+    schema_name = CORE + "ConfigMap"
+
+    def canonicalize(self, obj: Obj) -> None:
+        for value in (obj.get("binaryData") or {}).values():
+            if isinstance(value, str) and (err := base64_error(value)):
+                raise self.cannot_handle(err)
+
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        causes = super().validate(obj)
+        data, binary = obj.get("data") or {}, obj.get("binaryData") or {}
+        causes += _validate_keys(data, "data")
+        causes += _validate_keys(binary, "binaryData")
+        size = sum(len(k) + len(val.encode()) for k, val in data.items())
+        for k, val in binary.items():
+            if k in data:
+                causes.append(v.invalid(f"data[{k}]", k, "duplicate of key present in binaryData"))
+            size += len(k) + len(base64.b64decode(val))
+        if size > MAX_SECRET_SIZE:
+            causes.append(v.too_long("", MAX_SECRET_SIZE))
+        return causes
+
+    def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
+        return super().validate_update(obj, old) + _immutable_update(obj, old, ("data", "binaryData"))
+
+
+SECRET_TYPES_REQUIRED_KEYS = {
+    "kubernetes.io/dockercfg": (".dockercfg",),
+    "kubernetes.io/dockerconfigjson": (".dockerconfigjson",),
+    "kubernetes.io/tls": ("tls.crt", "tls.key"),
+}
+
+
+class SecretStrategy(Strategy):
+    schema_name = CORE + "Secret"
+
+    def canonicalize(self, obj: Obj) -> None:
+        if not obj.get("type"):
+            obj["type"] = "Opaque"
+        data = obj.get("data") or {}
+        for value in data.values():
+            if isinstance(value, str) and (err := base64_error(value)):
+                raise self.cannot_handle(err)
+        string_data = obj.pop("stringData", None)
+        if string_data:
+            data = dict(data)
+            for k, s in string_data.items():
+                data[k] = base64.b64encode(s.encode()).decode()
+            obj["data"] = data
+
+    def selectable_fields(self, obj: Obj) -> dict[str, str]:
+        return super().selectable_fields(obj) | {"type": obj.get("type") or ""}
+
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        causes = super().validate(obj)
+        data = obj.get("data") or {}
+        causes += _validate_keys(data, "data")
+        size = sum(len(k) + len(base64.b64decode(val)) for k, val in data.items())
+        if size > MAX_SECRET_SIZE:
+            causes.append(v.too_long("data", MAX_SECRET_SIZE))
+        typ = obj.get("type") or ""
+        for key in SECRET_TYPES_REQUIRED_KEYS.get(typ, ()):
+            if key not in data:
+                causes.append(v.required(f"data[{key}]"))
+        if typ == "kubernetes.io/service-account-token":
+            ann = (obj.get("metadata") or {}).get("annotations") or {}
+            if not ann.get("kubernetes.io/service-account.name"):
+                causes.append(v.required("metadata.annotations[kubernetes.io/service-account.name]"))
+        elif typ == "kubernetes.io/basic-auth":
+            if "username" not in data and "password" not in data:
+                causes.append(v.required("data[username]"))
+                causes.append(v.required("data[password]"))
+        elif typ == "kubernetes.io/ssh-auth" and "ssh-privatekey" not in data:
+            causes.append(v.required("data[ssh-privatekey]"))
+        return causes
+
+    def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
+        causes = super().validate_update(obj, old)
+        if (obj.get("type") or "") != (old.get("type") or ""):
+            causes.append(v.immutable("type", obj.get("type") or ""))
+        return causes + _immutable_update(obj, old, ("data",))
+
+
+class NamespaceStrategy(Strategy):
+    schema_name = CORE + "Namespace"
+    status_fields = ("status",)
+
+    def canonicalize(self, obj: Obj) -> None:
+        meta = obj.setdefault("metadata", {})
+        name = meta.get("name")
+        if name:
+            # SetDefaults_Namespace: the immutable name label selectors rely on.
+            labels = meta.get("labels") or {}
+            labels["kubernetes.io/metadata.name"] = name
+            meta["labels"] = labels
+
+    def selectable_fields(self, obj: Obj) -> dict[str, str]:
+        return super().selectable_fields(obj) | {"status.phase": (obj.get("status") or {}).get("phase") or ""}
+
+    def validate_name(self, obj: Obj, name: str) -> list[str]:
+        return v.is_dns1123_label(name)
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        obj["status"] = {"phase": "Active"}
+        spec = obj.get("spec") or {}
+        finalizers = list(spec.get("finalizers") or [])
+        if "kubernetes" not in finalizers:
+            finalizers.append("kubernetes")
+        spec["finalizers"] = finalizers
+        obj["spec"] = spec
+
+    def prepare_for_update(self, obj: Obj, old: Obj) -> None:
+        # Finalizers change only through /finalize, status only through /status.
+        spec = dict(obj.get("spec") or {})
+        old_fin = (old.get("spec") or {}).get("finalizers")
+        if old_fin is None:
+            spec.pop("finalizers", None)
+        else:
+            spec["finalizers"] = list(old_fin)
+        obj["spec"] = spec
+        super().prepare_for_update(obj, old)
+
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        causes = super().validate(obj)
+        for i, f in enumerate((obj.get("spec") or {}).get("finalizers") or []):
+            causes += v.validate_finalizer_name(f, f"spec.finalizers[{i}]")
+        return causes
+
+    def for_subresource(self, subresource: str) -> Strategy:
+        if subresource == "status":
+            return SubresourceStrategy(self, ("status",))
+        if subresource == "finalize":
+            return SubresourceStrategy(self, ("spec",))
+        return self
+
+
+class ServiceAccountStrategy(Strategy):
+    schema_name = CORE + "ServiceAccount"
+    merge_keys = {**Strategy.merge_keys, "secrets": "name"}

@@ -1,0 +1,58 @@
+"""Watch: storage WatchEvents to {"type":...,"object":...} frames, without decoding object bodies."""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import orjson
+
+from apiary_pb import registry_pb2 as rpb
+from apiary_pb import storage_pb2 as spb
+from services.common import envelope, errors
+
+from . import printers
+from .handlers import Handlers
+
+_TYPES = {t: f'{{"type":"{t}","object":'.encode() for t in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")}
+
+
+def error_frame(err: errors.APIError) -> bytes:
+    return _TYPES["ERROR"] + orjson.dumps(err.status()) + b"}"
+
+
+def _true(value: str) -> bool:
+    return value.lower() in ("true", "1")
+
+
+async def frames(handlers: Handlers, req: rpb.APIRequest) -> AsyncIterator[bytes]:
+    """The watch stream; failures after it started (410 and the like) are ERROR frames, then the end."""
+    r = handlers.request(req, "watch")
+    info, q = r.info, req.query
+    prefix = info.key(r.namespace, req.name) if req.name else info.collection_prefix(r.namespace)
+    wreq = spb.WatchRequest(
+        prefix=prefix, resource_version=q.get("resourceVersion", ""), label_selector=q.get("labelSelector", ""),
+        field_selector=q.get("fieldSelector", ""), allow_bookmarks=_true(q.get("allowWatchBookmarks", "")),
+        send_initial_events=_true(q.get("sendInitialEvents", "")),
+    )
+    include = q.get("includeObject", "Metadata")
+    first_table = True
+    try:
+        async for ev in handlers.store.watch(wreq):
+            if ev.type == "ERROR":
+                yield _TYPES["ERROR"] + orjson.dumps(errors.APIError.from_pb(ev.status).status()) + b"}"
+                return
+            head = _TYPES.get(ev.type)
+            if head is None:
+                continue
+            obj = ev.object
+            if not obj.kind:
+                obj.kind, obj.api_version = info.kind, info.api_version
+            if req.table and ev.type != "BOOKMARK":
+                t = printers.table(info.group, info.plural, [obj],
+                                   {"resourceVersion": obj.metadata.resource_version}, include,
+                                   with_columns=first_table)
+                first_table = False
+                yield head + orjson.dumps(t) + b"}"
+            else:
+                yield head + envelope.to_json(obj) + b"}"
+    except errors.APIError as e:
+        yield error_frame(e)

@@ -1,0 +1,210 @@
+"""The etcd v3 client side: aetcd's connection and stubs, deadlines, errors mapped to API errors.
+
+Requests go through aetcd's KV and Watch stubs directly because the store needs what its
+helpers leave out: ranges at a revision with a limit, nested transactions, and watch
+responses with their headers (progress notifications tell the watch cache how far it is).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
+
+import aetcd
+import grpc
+from aetcd import rpc
+
+from services.common.errors import APIError, InternalError, RequestEntityTooLarge, ServiceUnavailable, Timeout
+from services.common.grpcutil import CHANNEL_OPTIONS
+
+from . import metrics
+from .keys import range_end
+
+log = logging.getLogger(__name__)
+
+
+class Compacted(Exception):
+    """The revision asked for has been compacted away."""
+
+    def __init__(self, compact_revision: int = 0) -> None:
+        super().__init__(f"required revision has been compacted (compacted at {compact_revision})")
+        self.compact_revision = compact_revision
+
+
+class FutureRevision(Exception):
+    """The revision asked for is newer than etcd's."""
+
+
+def parse_servers(servers: str) -> tuple[str, int]:
+    """The first of --etcd-servers as (host, port)."""
+    first = servers.split(",")[0].strip()
+    url = urlsplit(first if "://" in first else f"http://{first}")
+    if url.scheme != "http":
+        raise SystemExit(f"--etcd-servers: only http:// endpoints are supported, got {first!r}")
+    return url.hostname or "127.0.0.1", url.port or 2379
+
+
+def _api_error(e: grpc.aio.AioRpcError) -> Exception:
+    code, details = e.code(), e.details() or ""
+    if code == grpc.StatusCode.OUT_OF_RANGE:
+        if "future" in details:
+            return FutureRevision(details)
+        return Compacted()
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return Timeout(
+            "Timeout: request did not complete within requested timeout - context deadline exceeded",
+            details={"retryAfterSeconds": 1},
+            headers={"Retry-After": "1"},
+        )
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        return ServiceUnavailable(
+            f"etcd is unavailable: {details}", details={"retryAfterSeconds": 1}, headers={"Retry-After": "1"}
+        )
+    if "request is too large" in details:
+        return RequestEntityTooLarge(f"etcdserver: {details.removeprefix('etcdserver: ')}")
+    return InternalError(f"etcd: {details}")
+
+
+class Etcd:
+    """One etcd endpoint; every unary request has the request timeout as its deadline."""
+
+    def __init__(self, servers: str, timeout: float) -> None:
+        host, port = parse_servers(servers)
+        self.endpoint = f"{host}:{port}"
+        self.timeout = timeout
+        # etcd refuses keepalive pings on a connection without streams (PermitWithoutStream=false).
+        options = dict(CHANNEL_OPTIONS) | {"grpc.keepalive_permit_without_calls": 0}
+        self.client = aetcd.Client(host=host, port=port, options=options)
+
+    async def connect(self) -> None:
+        await self.client.connect()
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def _unary(
+        self, method: str, request: object, op: str, resource: str, timeout: float | None = None
+    ):
+        await self.client.connect()
+        stub = getattr(self.client.kvstub, method)
+        start = time.perf_counter()
+        try:
+            return await stub(request, timeout=timeout or self.timeout)
+        except grpc.aio.AioRpcError as e:
+            raise _api_error(e) from None
+        finally:
+            metrics.ETCD_DURATION.labels(op, resource).observe(time.perf_counter() - start)
+
+    async def range(
+        self,
+        key: bytes,
+        end: bytes | None = None,
+        *,
+        revision: int = 0,
+        limit: int = 0,
+        count_only: bool = False,
+        op: str = "get",
+        resource: str = "",
+        timeout: float | None = None,
+    ) -> rpc.RangeResponse:
+        req = rpc.RangeRequest(
+            key=key, range_end=end or b"", revision=revision, limit=limit, count_only=count_only
+        )
+        return await self._unary("Range", req, op, resource, timeout)
+
+    async def range_prefix(
+        self, prefix: bytes, *, revision: int = 0, op: str = "list", resource: str = ""
+    ) -> rpc.RangeResponse:
+        return await self.range(prefix, range_end(prefix), revision=revision, op=op, resource=resource)
+
+    async def txn(
+        self,
+        compare: list[rpc.Compare],
+        success: list[rpc.RequestOp],
+        failure: list[rpc.RequestOp],
+        *,
+        op: str,
+        resource: str,
+    ) -> rpc.TxnResponse:
+        req = rpc.TxnRequest(compare=compare, success=success, failure=failure)
+        return await self._unary("Txn", req, op, resource)
+
+    async def ping(self) -> bool:
+        """Readiness: etcd answers a read of one key."""
+        try:
+            await self.range(b"health", count_only=True, op="get", resource="health", timeout=2.0)
+        except APIError:
+            return False
+        return True
+
+    async def watch(self, prefix: bytes, start_revision: int) -> AsyncIterator[rpc.WatchResponse]:
+        """Responses of one etcd watch on prefix from start_revision (prev_kv, progress notifications).
+
+        Raises Compacted when start_revision is gone, APIError when the stream breaks.
+        """
+        await self.client.connect()
+        stub = rpc.WatchStub(self.client.channel)
+        create = rpc.WatchRequest(
+            create_request=rpc.WatchCreateRequest(
+                key=prefix,
+                range_end=range_end(prefix),
+                start_revision=start_revision,
+                prev_kv=True,
+                progress_notify=True,
+            )
+        )
+        done = asyncio.Event()
+
+        async def requests() -> AsyncIterator[rpc.WatchRequest]:
+            yield create
+            await done.wait()
+
+        call = stub.Watch(requests())
+        try:
+            async for resp in call:
+                if resp.compact_revision:
+                    raise Compacted(resp.compact_revision)
+                if resp.canceled:
+                    raise ServiceUnavailable(f"etcd canceled the watch: {resp.cancel_reason}")
+                if resp.created and not resp.events:
+                    continue
+                yield resp
+            raise ServiceUnavailable("etcd closed the watch stream")
+        except grpc.aio.AioRpcError as e:
+            raise _api_error(e) from None
+        finally:
+            done.set()
+            call.cancel()
+
+
+def compare_version(key: bytes, version: int, result: int = rpc.Compare.EQUAL) -> rpc.Compare:
+    return rpc.Compare(key=key, target=rpc.Compare.VERSION, result=result, version=version)
+
+
+def compare_mod(key: bytes, revision: int) -> rpc.Compare:
+    return rpc.Compare(key=key, target=rpc.Compare.MOD, result=rpc.Compare.EQUAL, mod_revision=revision)
+
+
+def compare_value(key: bytes, value: bytes) -> rpc.Compare:
+    return rpc.Compare(key=key, target=rpc.Compare.VALUE, result=rpc.Compare.EQUAL, value=value)
+
+
+def op_put(key: bytes, value: bytes) -> rpc.RequestOp:
+    return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))
+
+
+def op_get(key: bytes) -> rpc.RequestOp:
+    return rpc.RequestOp(request_range=rpc.RangeRequest(key=key))
+
+
+def op_delete(key: bytes) -> rpc.RequestOp:
+    return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key, prev_kv=True))
+
+
+def op_txn(
+    compare: list[rpc.Compare], success: list[rpc.RequestOp], failure: list[rpc.RequestOp]
+) -> rpc.RequestOp:
+    return rpc.RequestOp(request_txn=rpc.TxnRequest(compare=compare, success=success, failure=failure))

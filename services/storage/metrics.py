@@ -1,0 +1,58 @@
+"""Prometheus metrics of the storage service, named as kube-apiserver names them."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+ETCD_DURATION = Histogram(
+    "etcd_request_duration_seconds",
+    "Etcd request latency in seconds for each operation and object type.",
+    ["operation", "type"],
+    buckets=(
+        0.005,
+        0.01,
+        0.025,
+        0.05,
+        0.1,
+        0.2,
+        0.4,
+        0.6,
+        0.8,
+        1.0,
+        1.25,
+        1.5,
+        2,
+        3,
+        4,
+        5,
+        6,
+        8,
+        10,
+        15,
+        20,
+        30,
+        45,
+        60,
+    ),
+)
+STORAGE_OBJECTS = Gauge(
+    "apiserver_storage_objects",
+    "Number of stored objects at the time of last check split by kind.",
+    ["resource"],
+)
+WATCH_EVENTS = Counter("apiserver_watch_events_total", "Number of events sent in watch clients", ["kind"])
+REGISTERED_WATCHERS = Gauge(
+    "apiserver_registered_watchers",
+    "Number of currently registered watchers for a given resource",
+    ["resource"],
+)
+WATCH_CACHE_EVENTS = Counter(
+    "apiserver_watch_cache_events_received_total",
+    "Counter of events received in watch cache broken by resource type.",
+    ["resource"],
+)
+TERMINATED_WATCHERS = Counter(
+    "apiserver_terminated_watchers_total",
+    "Counter of watchers closed due to unresponsiveness broken by resource type.",
+    ["resource"],
+)

@@ -1,0 +1,370 @@
+"""apiary.Storage: kube's etcd3 store semantics (storage/etcd3) with watches served by the cacher."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+from aetcd import rpc
+
+from apiary_pb import envelope_pb2 as pb
+from apiary_pb import storage_pb2 as spb
+from apiary_pb import storage_pb2_grpc as sgrpc
+from services.common import errors
+from services.common.errors import BadRequest, Gone
+from services.common.grpcutil import api_method, api_stream
+from services.common.selectors import SelectionPredicate
+
+from . import codec, metrics
+from .cacher import ADDED, BOOKMARK, ERROR, Cacher, Cachers, CacheWatcher, too_large
+from .etcd import (
+    Compacted,
+    Etcd,
+    FutureRevision,
+    compare_mod,
+    compare_value,
+    compare_version,
+    op_delete,
+    op_get,
+    op_put,
+    op_txn,
+)
+from .keys import decode_continue, encode_continue, key_info, range_end, resource_label, resource_prefix
+
+EXPIRED_CONTINUE = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a "
+    "new list without the continue parameter, or use the continue token in this response to retrieve "
+    "the remainder of the results. Continuing with the provided token results in an inconsistent list "
+    "- objects that were created, modified, or deleted between the time the first chunk was returned "
+    "and now may show up in the list."
+)
+EXPIRED_LIST = "The resourceVersion for the provided list is too old."
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+MAX_FETCH = 10_000
+DELETE_RETRIES = 16
+
+
+def parse_rv(value: str, what: str = "resourceVersion") -> int:
+    try:
+        rv = int(value)
+    except ValueError:
+        raise BadRequest(f'{what}: Invalid value: "{value}": must be a valid resource version') from None
+    if rv < 0:
+        raise BadRequest(f'{what}: Invalid value: "{value}": must be a valid resource version')
+    return rv
+
+
+def _key(key: str) -> bytes:
+    if not key.startswith("/"):
+        raise BadRequest(f"invalid storage key {key!r}")
+    return key.encode()
+
+
+def bookmark(rv: int, initial_events_end: bool = False) -> pb.WatchEvent:
+    ev = pb.WatchEvent(type=BOOKMARK)
+    ev.object.metadata.resource_version = str(rv)
+    if initial_events_end:
+        ev.object.metadata.annotations[INITIAL_EVENTS_END] = "true"
+    return ev
+
+
+class StorageServicer(sgrpc.StorageServicer):
+    def __init__(self, etcd: Etcd, cachers: Cachers, bookmark_interval: float = 60.0) -> None:
+        self.etcd = etcd
+        self.cachers = cachers
+        self.bookmark_interval = bookmark_interval
+
+    # Writes ------------------------------------------------------------------------------------
+
+    @api_method
+    async def Create(self, request: spb.CreateRequest, context: grpc.aio.ServicerContext) -> pb.Object:
+        key = _key(request.key)
+        info = key_info(request.key)
+        obj = request.object
+        resp = await self.etcd.txn(
+            [compare_version(key, 0)],
+            [op_put(key, codec.encode(obj))],
+            [],
+            op="create",
+            resource=info.qualified,
+        )
+        if not resp.succeeded:
+            raise errors.already_exists(info.resource, info.group, info.name)
+        obj.metadata.resource_version = str(resp.header.revision)
+        return obj
+
+    @api_method
+    async def Update(self, request: spb.UpdateRequest, context: grpc.aio.ServicerContext) -> pb.Object:
+        key = _key(request.key)
+        info = key_info(request.key)
+        obj = request.object
+        value = codec.encode(obj)
+        # Writing the bytes already stored is a no-op that keeps the resourceVersion, as in kube.
+        write = op_txn([compare_value(key, value)], [op_get(key)], [op_put(key, value)])
+        if request.expected_resource_version:
+            expected = parse_rv(request.expected_resource_version, "metadata.resourceVersion")
+            resp = await self.etcd.txn(
+                [compare_mod(key, expected)], [write], [op_get(key)], op="update", resource=info.qualified
+            )
+        else:
+            resp = await self.etcd.txn(
+                [compare_version(key, 0, rpc.Compare.GREATER)],
+                [write],
+                [],
+                op="update",
+                resource=info.qualified,
+            )
+        if not resp.succeeded:
+            if request.expected_resource_version and resp.responses[0].response_range.kvs:
+                raise errors.conflict(info.resource, info.group, info.name, errors.MODIFIED)
+            raise errors.not_found(info.resource, info.group, info.name)
+        inner = resp.responses[0].response_txn
+        if inner.succeeded:
+            obj.metadata.resource_version = str(inner.responses[0].response_range.kvs[0].mod_revision)
+        else:
+            obj.metadata.resource_version = str(resp.header.revision)
+        return obj
+
+    @api_method
+    async def Delete(self, request: spb.DeleteRequest, context: grpc.aio.ServicerContext) -> pb.Object:
+        key = _key(request.key)
+        info = key_info(request.key)
+        kvs = (await self.etcd.range(key, op="get", resource=info.qualified)).kvs
+        for _ in range(DELETE_RETRIES):
+            if not kvs:
+                raise errors.not_found(info.resource, info.group, info.name)
+            kv = kvs[0]
+            cur = codec.decode(kv.value, kv.mod_revision, request.key)
+            if request.precondition_uid and request.precondition_uid != cur.metadata.uid:
+                raise errors.conflict(
+                    info.resource,
+                    info.group,
+                    info.name,
+                    f"Precondition failed: UID in precondition: {request.precondition_uid}, "
+                    f"UID in object meta: {cur.metadata.uid}",
+                )
+            if (
+                request.precondition_resource_version
+                and request.precondition_resource_version != cur.metadata.resource_version
+            ):
+                raise errors.conflict(
+                    info.resource,
+                    info.group,
+                    info.name,
+                    "Precondition failed: ResourceVersion in precondition: "
+                    f"{request.precondition_resource_version}, ResourceVersion in object meta: "
+                    f"{cur.metadata.resource_version}",
+                )
+            resp = await self.etcd.txn(
+                [compare_mod(key, kv.mod_revision)],
+                [op_delete(key)],
+                [op_get(key)],
+                op="delete",
+                resource=info.qualified,
+            )
+            if resp.succeeded:
+                cur.metadata.resource_version = str(resp.header.revision)
+                return cur
+            # Changed since it was read: check the preconditions again against the new state.
+            kvs = resp.responses[0].response_range.kvs
+        raise errors.conflict(info.resource, info.group, info.name, errors.MODIFIED)
+
+    # Reads -------------------------------------------------------------------------------------
+
+    @api_method
+    async def Get(self, request: spb.GetRequest, context: grpc.aio.ServicerContext) -> pb.Object:
+        key = _key(request.key)
+        info = key_info(request.key)
+        rv = request.resource_version
+        if rv == "0":
+            cacher = self.cachers.running(resource_prefix(request.key))
+            if cacher is not None:
+                obj = cacher.get(request.key)
+                if obj is None:
+                    raise errors.not_found(info.resource, info.group, info.name)
+                return obj
+        minimum = parse_rv(rv) if rv else 0
+        resp = await self.etcd.range(key, op="get", resource=info.qualified)
+        if minimum > resp.header.revision:
+            raise too_large(minimum, resp.header.revision)
+        if not resp.kvs:
+            raise errors.not_found(info.resource, info.group, info.name)
+        kv = resp.kvs[0]
+        return codec.decode(kv.value, kv.mod_revision, request.key)
+
+    @api_method
+    async def List(self, request: spb.ListRequest, context: grpc.aio.ServicerContext) -> spb.ListResponse:
+        prefix = request.prefix if request.prefix.endswith("/") else request.prefix + "/"
+        _key(prefix)
+        pred = SelectionPredicate.parse(request.label_selector, request.field_selector)
+        limit = max(0, request.limit)
+        token = getattr(request, "continue")
+        rv, match = request.resource_version, request.resource_version_match
+        resource = resource_label(resource_prefix(prefix))
+        revision = minimum = 0
+        if token:
+            start, revision = decode_continue(token, prefix)
+        else:
+            start = prefix
+            if rv == "0":
+                cacher = self.cachers.running(resource_prefix(prefix))
+                if cacher is not None:
+                    # As kube: a list at "any" version is served whole from the cache, limit ignored.
+                    return spb.ListResponse(
+                        items=cacher.snapshot(prefix, pred), resource_version=str(cacher.rev)
+                    )
+            elif rv:
+                if match == "Exact":
+                    revision = parse_rv(rv)
+                else:
+                    minimum = parse_rv(rv)
+        try:
+            return await self._list(prefix, start, revision, minimum, limit, pred, resource)
+        except Compacted:
+            if token:
+                raise Gone(EXPIRED_CONTINUE, reason="Expired") from None
+            raise Gone(EXPIRED_LIST, reason="Expired") from None
+        except FutureRevision:
+            raise too_large(revision, 0) from None
+
+    async def _list(
+        self,
+        prefix: str,
+        start: str,
+        revision: int,
+        minimum: int,
+        limit: int,
+        pred: SelectionPredicate,
+        resource: str,
+    ) -> spb.ListResponse:
+        end = range_end(prefix.encode())
+        key = start.encode()
+        out = spb.ListResponse()
+        items = out.items
+        fetch = limit
+        total = -1
+        last_key = b""
+        more = False
+        while True:
+            resp = await self.etcd.range(
+                key, end, revision=revision, limit=fetch, op="list", resource=resource
+            )
+            if not revision:
+                # Every further page is read at the first page's revision: one consistent snapshot.
+                revision = resp.header.revision
+                if minimum > revision:
+                    raise too_large(minimum, revision)
+            if total < 0:
+                total = resp.count
+            kvs = resp.kvs
+            seen = 0
+            for kv in kvs:
+                seen += 1
+                last_key = kv.key
+                obj = codec.decode(kv.value, kv.mod_revision, kv.key)
+                if pred.empty or pred.matches(obj):
+                    items.append(obj)
+                    if limit and len(items) == limit:
+                        break
+            if limit and len(items) == limit:
+                more = seen < len(kvs) or resp.more
+                break
+            if not resp.more:
+                break
+            key = last_key + b"\x00"
+            fetch = min(fetch * 2, MAX_FETCH)
+        out.resource_version = str(revision)
+        if more:
+            setattr(out, "continue", encode_continue((last_key + b"\x00").decode(), prefix, revision))
+            if pred.empty:
+                out.remaining_item_count = total - len(items)
+        if start == prefix and pred.empty and prefix == resource_prefix(prefix) and not more:
+            metrics.STORAGE_OBJECTS.labels(resource).set(total)
+        return out
+
+    async def _list_all(
+        self, prefix: str, pred: SelectionPredicate, resource: str
+    ) -> tuple[list[pb.Object], int]:
+        """A fresh, consistent read of everything a watch covers, and its revision."""
+        key = prefix.encode()
+        if prefix.endswith("/"):
+            resp = await self.etcd.range_prefix(key, resource=resource)
+        else:
+            resp = await self.etcd.range(key, op="list", resource=resource)
+        objs = [codec.decode(kv.value, kv.mod_revision, kv.key) for kv in resp.kvs]
+        return [o for o in objs if pred.empty or pred.matches(o)], resp.header.revision
+
+    # Watch -------------------------------------------------------------------------------------
+
+    @api_stream
+    async def Watch(
+        self, request: spb.WatchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.WatchEvent]:
+        prefix = request.prefix
+        _key(prefix)
+        pred = SelectionPredicate.parse(request.label_selector, request.field_selector)
+        rv = parse_rv(request.resource_version) if request.resource_version else None
+        cacher = await self.cachers.get(resource_prefix(prefix), at_revision=rv or 0)
+        initial: list[pb.Object] = []
+        if rv is None:
+            # Start from a fresh list; buffer what the cache sees meanwhile, keep what is newer.
+            w = cacher.watch(prefix, pred, cacher.rev)
+            try:
+                initial, start_rev = await self._list_all(prefix, pred, cacher.resource)
+            except BaseException:
+                cacher.remove(w)
+                raise
+            if start_rev > w.since:
+                w.advance(start_rev)
+        elif rv == 0 or request.send_initial_events:
+            if rv:
+                await cacher.wait_for(rv)
+            initial = cacher.snapshot(prefix, pred)
+            w = cacher.watch(prefix, pred, cacher.rev)
+        else:
+            try:
+                w = cacher.watch(prefix, pred, rv)
+            except Gone as e:
+                yield pb.WatchEvent(type=ERROR, status=e.to_pb())
+                return
+        try:
+            async for ev in self._stream(request, cacher, w, initial):
+                yield ev
+        finally:
+            cacher.remove(w)
+
+    async def _stream(
+        self, request: spb.WatchRequest, cacher: Cacher, w: CacheWatcher, initial: list[pb.Object]
+    ) -> AsyncIterator[pb.WatchEvent]:
+        for obj in initial:
+            metrics.WATCH_EVENTS.labels(obj.kind).inc()
+            yield pb.WatchEvent(type=ADDED, object=obj)
+        if request.send_initial_events and request.allow_bookmarks:
+            yield bookmark(w.since, initial_events_end=True)
+        interval = self.bookmark_interval
+        next_bookmark = time.monotonic() + interval
+        while True:
+            while w.buf:
+                _, ev = w.buf.popleft()
+                metrics.WATCH_EVENTS.labels(ev.object.kind).inc()
+                yield ev
+            if w.closed:
+                return
+            w.wake.clear()
+            if not request.allow_bookmarks:
+                await w.wake.wait()
+                continue
+            remaining = next_bookmark - time.monotonic()
+            if remaining > 0:
+                try:
+                    await asyncio.wait_for(w.wake.wait(), remaining)
+                    continue
+                except TimeoutError:
+                    pass
+            if w.buf:
+                continue
+            # Every event up to the cache's revision has been sent (the buffer is empty).
+            yield bookmark(max(w.since, cacher.rev))
+            next_bookmark = time.monotonic() + interval

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import pytest
+
+from apiary_pb import admission_pb2 as adpb
+from services.admission.__main__ import build_chain, parse_args, resolve_plugins
+from services.admission.attributes import Attributes
+from services.admission.chain import Chain
+from services.admission.configfile import ConfigError, load_admission_configuration
+from services.admission.plugin import Plugin
+from services.admission.plugins import enabled_plugins
+from services.common.envelope import from_envelope, to_envelope
+from services.common.errors import Forbidden
+
+
+class AddLabel(Plugin):
+    name = "AddLabel"
+    operations = frozenset({"CREATE"})
+
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    async def admit(self, a: Attributes) -> None:
+        self.calls.append("admit")
+        obj = a.object
+        obj["metadata"].setdefault("labels", {})["added"] = "yes"
+        a.set_object(obj)
+        a.warnings.append("labelled")
+
+
+class DenyAll(Plugin):
+    name = "DenyAll"
+
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    async def validate(self, a: Attributes) -> None:
+        self.calls.append("validate")
+        raise Forbidden("no")
+
+
+def cm_request(op: str = "CREATE") -> Attributes:
+    r = adpb.AdmissionRequest(operation=op, version="v1", resource="configmaps", namespace="a", name="cm")
+    r.object.CopyFrom(to_envelope({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}))
+    return Attributes(r)
+
+
+async def test_mutating_then_validating() -> None:
+    calls: list[str] = []
+    chain = Chain([AddLabel(calls), DenyAll(calls)])
+    assert [p.name for p in chain.mutating] == ["AddLabel"]
+    assert [p.name for p in chain.validating] == ["DenyAll"]
+    a = cm_request()
+    await chain.admit(a)
+    assert from_envelope(a.object_pb())["metadata"]["labels"] == {"added": "yes"}
+    assert a.warnings == ["labelled"]
+    with pytest.raises(Forbidden):
+        await chain.validate(a)
+    assert calls == ["admit", "validate"]
+    # a plugin only sees the operations it handles
+    u = cm_request("UPDATE")
+    await chain.admit(u)
+    assert calls == ["admit", "validate"]
+    assert u.object_pb() is u.request.object
+
+
+def test_enabled_plugins() -> None:
+    assert enabled_plugins("", "") == ["NamespaceLifecycle"]
+    assert enabled_plugins("NamespaceLifecycle", "") == ["NamespaceLifecycle"]
+    assert enabled_plugins("", "NamespaceLifecycle") == []
+    with pytest.raises(ValueError, match="is unknown"):
+        enabled_plugins("Bogus", "")
+    with pytest.raises(ValueError, match="overlapped"):
+        enabled_plugins("NamespaceLifecycle", "NamespaceLifecycle")
+
+
+def test_flags_and_chain_build() -> None:
+    names, configs = resolve_plugins(parse_args([]))
+    assert names == ["NamespaceLifecycle"] and configs == {}
+    chain = build_chain(names, configs, registry=object())  # the informer is created, not started
+    assert [p.name for p in chain.mutating] == ["NamespaceLifecycle"]
+    assert chain.not_ready() == ["NamespaceLifecycle"]
+    with pytest.raises(SystemExit):
+        resolve_plugins(parse_args(["--enable-admission-plugins", "AlwaysPullImages"]))
+
+
+def test_admission_configuration_file(tmp_path) -> None:
+    (tmp_path / "limits.yaml").write_text("apiVersion: eventratelimit.admission.k8s.io/v1alpha1\n"
+                                          "kind: Configuration\nlimits: []\n")
+    f = tmp_path / "admission.yaml"
+    f.write_text("""
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: EventRateLimit
+  path: limits.yaml
+- name: PodSecurity
+  configuration:
+    apiVersion: pod-security.admission.config.k8s.io/v1
+    kind: PodSecurityConfiguration
+- name: NamespaceLifecycle
+""")
+    cfg = load_admission_configuration(str(f))
+    assert cfg["EventRateLimit"]["kind"] == "Configuration"
+    assert cfg["PodSecurity"]["kind"] == "PodSecurityConfiguration"
+    assert cfg["NamespaceLifecycle"] is None
+    names, configs = resolve_plugins(parse_args(["--admission-control-config-file", str(f)]))
+    assert names == ["NamespaceLifecycle"] and "PodSecurity" in configs
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: v1\nkind: ConfigMap\n")
+    with pytest.raises(ConfigError):
+        load_admission_configuration(str(bad))
+    with pytest.raises(ConfigError):
+        load_admission_configuration(str(tmp_path / "missing.yaml"))

@@ -1,0 +1,128 @@
+"""The Seats stream over real gRPC (plaintext, in-process), as the proxy drives it."""
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from apiary_pb import apf_pb2 as fpb
+from apiary_pb import apf_pb2_grpc as fgrpc
+from services.apf.__main__ import build, parse_args
+from services.apf.server import FlowControlServicer
+from services.common import grpcutil
+from services.common.identity import user_pb
+
+ALICE = user_pb("alice", ["system:authenticated"])
+BOB = user_pb("bob", ["system:authenticated"])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+async def apf():
+    # global-default gets ceil(3 * 20 / 245) = 1 seat
+    ctl = build(parse_args(["--max-requests-inflight", "3", "--max-mutating-requests-inflight", "0",
+                            "--apf-queue-wait-seconds", "0.5", "--insecure-internal"]))
+    servicer = FlowControlServicer(ctl)
+    address = f"127.0.0.1:{free_port()}"
+    server = grpcutil.make_server(None, address)
+    fgrpc.add_FlowControlServicer_to_server(servicer, server)
+    await server.start()
+    channel = grpcutil.make_channel(None, address)
+    try:
+        yield fgrpc.FlowControlStub(channel), ctl, servicer
+    finally:
+        await channel.close()
+        await server.stop(None)
+
+
+class Stream:
+    """A proxy-side stream: send acquires and releases, read responses."""
+
+    def __init__(self, stub: fgrpc.FlowControlStub) -> None:
+        self.outbox: asyncio.Queue[fpb.SeatRequest | None] = asyncio.Queue()
+        self.call = stub.Seats(self._requests())
+
+    async def _requests(self):
+        while (msg := await self.outbox.get()) is not None:
+            yield msg
+
+    def acquire(self, request_id: int, user=ALICE) -> None:
+        self.outbox.put_nowait(fpb.SeatRequest(id=request_id, acquire=fpb.RequestDigest(
+            user=user, verb="get", resource_request=True, resource="pods", namespace="default", name="x")))
+
+    def release(self, request_id: int) -> None:
+        self.outbox.put_nowait(fpb.SeatRequest(id=request_id, release=True))
+
+    async def read(self, timeout: float = 2.0) -> fpb.SeatResponse:
+        return await asyncio.wait_for(self.call.read(), timeout)
+
+
+async def wait_for(cond, timeout: float = 2.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not cond():
+            await asyncio.sleep(0.01)
+
+
+async def test_two_streams_share_the_level_and_a_broken_stream_releases(apf) -> None:
+    stub, ctl, servicer = apf
+    qs = ctl.levels["global-default"].queueset
+    s1, s2 = Stream(stub), Stream(stub)
+    s1.acquire(1)
+    r = await s1.read()
+    assert r.id == 1 and r.granted
+    assert r.priority_level == "global-default" and r.flow_schema == "global-default"
+    assert r.flow_schema_uid and r.priority_level_uid
+
+    s2.acquire(1, BOB)       # same id on another stream: ids are per stream
+    s1.acquire(2)            # queued behind s2's request
+    await wait_for(lambda: qs.requests_waiting == 2)
+
+    s1.call.cancel()         # the proxy holding the seat and a queued request goes away
+    r = await s2.read()
+    assert r.id == 1 and r.granted
+    await wait_for(lambda: qs.requests_waiting == 0 and qs.seats_executing == 1)
+    await wait_for(lambda: servicer.streams == 1)
+
+    s2.release(1)
+    await wait_for(lambda: qs.seats_executing == 0)
+    s2.acquire(2, BOB)
+    assert (await s2.read()).granted
+    s2.outbox.put_nowait(None)  # a clean end of stream releases too
+    await wait_for(lambda: qs.seats_executing == 0 and servicer.streams == 0)
+
+
+async def test_queued_request_times_out(apf) -> None:
+    stub, ctl, _ = apf
+    s = Stream(stub)
+    s.acquire(1)
+    assert (await s.read()).granted
+    s.acquire(2)
+    r = await s.read()
+    assert r.id == 2 and not r.granted and r.reason == "time-out" and r.retry_after_seconds >= 1
+    s.release(2)             # releasing a rejected id is harmless
+    s.release(1)
+    await wait_for(lambda: ctl.levels["global-default"].queueset.seats_executing == 0)
+    s.call.cancel()
+
+
+async def test_release_of_a_queued_request_withdraws_it(apf) -> None:
+    stub, ctl, _ = apf
+    qs = ctl.levels["global-default"].queueset
+    s = Stream(stub)
+    s.acquire(1)
+    assert (await s.read()).granted
+    s.acquire(2)
+    await wait_for(lambda: qs.requests_waiting == 1)
+    s.release(2)
+    await wait_for(lambda: qs.requests_waiting == 0)
+    s.release(1)
+    s.acquire(3)
+    assert (await s.read()).id == 3      # no answer was ever sent for the withdrawn id 2
+    s.call.cancel()
+    await wait_for(lambda: qs.seats_executing == 0)

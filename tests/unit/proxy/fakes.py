@@ -1,0 +1,171 @@
+"""Small fake auth, apf and registry servicers for the proxy's unit tests (never used outside them)."""
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import orjson
+
+from apiary_pb import apf_pb2 as fpb
+from apiary_pb import apf_pb2_grpc as fgrpc
+from apiary_pb import auth_pb2 as apb
+from apiary_pb import auth_pb2_grpc as agrpc
+from apiary_pb import registry_pb2 as rpb
+from apiary_pb import registry_pb2_grpc as rgrpc
+from services.common import errors, grpcutil
+from services.common.identity import AUTHENTICATED, user_pb
+
+TOKENS = {"alice-token": ("alice", ["dev"]), "admin-token": ("admin", ["system:masters"]),
+          "busy-token": ("busy", [])}
+
+
+class FakeAuth(agrpc.AuthServicer):
+    def __init__(self) -> None:
+        self.authn_calls = 0
+        self.authz_calls = 0
+
+    @grpcutil.api_method
+    async def Authenticate(self, request, context):
+        self.authn_calls += 1
+        if request.token:
+            if request.token not in TOKENS:
+                return apb.AuthenticateResponse(authenticated=False, reason="invalid bearer token")
+            name, groups = TOKENS[request.token]
+            return apb.AuthenticateResponse(authenticated=True, user=user_pb(name, [*groups, AUTHENTICATED]))
+        if request.has_cert:
+            return apb.AuthenticateResponse(authenticated=True, user=user_pb(
+                request.cert_common_name, [*request.cert_organizations, AUTHENTICATED]))
+        return apb.AuthenticateResponse(authenticated=False)
+
+    @grpcutil.api_method
+    async def Authorize(self, request, context):
+        self.authz_calls += 1
+        a = request.attributes
+        if "system:masters" in a.user.groups or a.user.name == "busy":
+            return apb.AuthorizeResponse(decision="Allow")
+        if a.user.name == "alice" and a.verb in ("get", "list", "watch") and a.namespace == "demo":
+            return apb.AuthorizeResponse(decision="Allow")
+        if a.user.name == "alice" and not a.resource_request and a.path in ("/version", "/api", "/apis"):
+            return apb.AuthorizeResponse(decision="Allow")
+        return apb.AuthorizeResponse(decision="NoOpinion")
+
+
+class FakeAPF(fgrpc.FlowControlServicer):
+    def __init__(self) -> None:
+        self.held: set[int] = set()
+        self.acquired = 0
+        self.released: list[int] = []
+        self.released_event = asyncio.Event()
+
+    async def Seats(self, request_iterator, context):
+        async for req in request_iterator:
+            if req.WhichOneof("kind") == "acquire":
+                if req.acquire.user.name == "busy":
+                    yield fpb.SeatResponse(id=req.id, granted=False, retry_after_seconds=3, reason="queue-full",
+                                           flow_schema_uid="fs-uid", priority_level_uid="pl-uid")
+                    continue
+                self.acquired += 1
+                self.held.add(req.id)
+                yield fpb.SeatResponse(id=req.id, granted=True, flow_schema="global-default",
+                                       priority_level="global-default", flow_schema_uid="fs-uid",
+                                       priority_level_uid="pl-uid")
+            else:
+                self.held.discard(req.id)
+                self.released.append(req.id)
+                self.released_event.set()
+
+
+APISERVICES = {
+    "kind": "APIServiceList", "apiVersion": "apiregistration.k8s.io/v1", "metadata": {"resourceVersion": "5"},
+    "items": [
+        {"kind": "APIService", "apiVersion": "apiregistration.k8s.io/v1",
+         "metadata": {"name": "v1.apps", "resourceVersion": "3"}, "spec": {"service": None, "group": "apps",
+                                                                          "version": "v1"}},
+        {"kind": "APIService", "apiVersion": "apiregistration.k8s.io/v1",
+         "metadata": {"name": "v1alpha1.restaurant.example.com", "resourceVersion": "4"},
+         "spec": {"service": {"namespace": "pizza", "name": "api"}, "group": "restaurant.example.com",
+                  "version": "v1alpha1"}},
+    ],
+}
+CORE_V2 = {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},
+           "items": [{"metadata": {"name": ""}, "versions": [{"version": "v1", "freshness": "Current",
+                                                               "resources": []}]}]}
+GROUP_LIST = {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+    {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}],
+     "preferredVersion": {"groupVersion": "apps/v1", "version": "v1"}}]}
+OPENAPI_V1 = b'{"openapi":"3.0.0","info":{"title":"Kubernetes","version":"v1.33.0"},"paths":{}}'
+
+
+def configmap(name: str, ns: str = "demo") -> dict:
+    return {"kind": "ConfigMap", "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": ns, "resourceVersion": "7"}, "data": {"k": "v"}}
+
+
+class FakeRegistry(rgrpc.RegistryServicer):
+    def __init__(self) -> None:
+        self.requests: list[rpb.APIRequest] = []
+        self.watch_cancelled = asyncio.Event()
+
+    @grpcutil.api_method
+    async def Handle(self, request, context):
+        self.requests.append(request)
+        if request.resource == "apiservices":
+            return rpb.APIResponse(code=200, body=orjson.dumps(APISERVICES))
+        if request.resource == "configmaps":
+            if request.verb == "get":
+                if request.name == "missing":
+                    raise errors.not_found("configmaps", "", "missing")
+                obj = configmap(request.name, request.namespace)
+                if request.table:
+                    obj = {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "columnDefinitions": [], "rows": []}
+                return rpb.APIResponse(code=200, body=orjson.dumps(obj), warnings=['use "v2" instead'],
+                                       timing={"storage": 1.25})
+            if request.verb == "list":
+                return rpb.APIResponse(code=200, body=orjson.dumps(
+                    {"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {"resourceVersion": "9"},
+                     "items": [configmap("a")]}))
+            if request.verb in ("create", "update", "patch"):
+                return rpb.APIResponse(code=201 if request.verb == "create" else 200, body=request.body)
+        if request.resource == "deployments":
+            return rpb.APIResponse(code=200, body=b'{"kind":"DeploymentList","apiVersion":"apps/v1","items":[]}')
+        if request.resource == "slow":
+            await asyncio.sleep(30)
+        raise errors.NotFound("the server could not find the requested resource")
+
+    @grpcutil.api_stream
+    async def Watch(self, request, context):
+        self.requests.append(request)
+        if request.resource == "apiservices":
+            await asyncio.sleep(3600)
+        if request.resource == "secrets":
+            raise errors.BadRequest("unable to parse requirement: bad selector")
+        try:
+            for i in range(2):
+                obj = configmap(f"c{i}")
+                yield rpb.WatchFrame(data=orjson.dumps({"type": "ADDED", "object": obj}))
+            await asyncio.sleep(3600)
+        finally:
+            self.watch_cancelled.set()
+
+    async def Discovery(self, request, context):
+        return rpb.DiscoveryResponse(
+            aggregated_core=orjson.dumps(CORE_V2),
+            aggregated_groups=b'{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2",'
+                              b'"metadata":{},"items":[]}',
+            api_versions=b'{"kind":"APIVersions","versions":["v1"]}',
+            api_group_list=orjson.dumps(GROUP_LIST),
+            resource_lists={"v1": b'{"kind":"APIResourceList","groupVersion":"v1","resources":[]}',
+                            "apps/v1": b'{"kind":"APIResourceList","groupVersion":"apps/v1","resources":[]}'},
+            openapi={"api/v1": OPENAPI_V1},
+        )
+
+
+async def start_fakes(port: int = 0) -> tuple[grpc.aio.Server, str, FakeAuth, FakeAPF, FakeRegistry]:
+    server = grpc.aio.server()
+    auth, apf, registry = FakeAuth(), FakeAPF(), FakeRegistry()
+    agrpc.add_AuthServicer_to_server(auth, server)
+    fgrpc.add_FlowControlServicer_to_server(apf, server)
+    rgrpc.add_RegistryServicer_to_server(registry, server)
+    port = server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    return server, f"127.0.0.1:{port}", auth, apf, registry

@@ -1,0 +1,332 @@
+"""The handler chain in process (httpx ASGITransport) against fake auth, apf and registry servicers."""
+import asyncio
+
+import httpx
+import orjson
+import pytest
+import yaml
+
+from apiary_pb import apf_pb2_grpc as fgrpc
+from apiary_pb import auth_pb2_grpc as agrpc
+from apiary_pb import registry_pb2_grpc as rgrpc
+from services.common import grpcutil
+from services.proxy.app import ProxyApp
+from services.proxy.discovery import openapi_hash
+from services.proxy.negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1
+
+from .fakes import OPENAPI_V1, start_fakes
+
+ADMIN = {"Authorization": "Bearer admin-token"}
+ALICE = {"Authorization": "Bearer alice-token"}
+
+
+class Stack:
+    pass
+
+
+def with_cert(app):
+    """Stand-in for the TLS protocol: a test header becomes the verified-certificate extension."""
+    async def wrapped(scope, receive, send):
+        for k, v in scope.get("headers", []):
+            if k == b"x-test-cert":
+                cn, _, orgs = v.decode().partition("/")
+                scope["extensions"] = {"tls": {"cn": cn, "o": [o for o in orgs.split(",") if o]}}
+        await app(scope, receive, send)
+    return wrapped
+
+
+@pytest.fixture
+async def stack():
+    server, addr, auth, apf, registry = await start_fakes()
+    channels = {name: grpcutil.make_channel(None, addr) for name in ("auth", "apf", "registry")}
+    proxy = ProxyApp(agrpc.AuthStub(channels["auth"]), fgrpc.FlowControlStub(channels["apf"]),
+                     rgrpc.RegistryStub(channels["registry"]), channels=channels)
+    proxy.start()
+    await asyncio.wait_for(proxy.apiservices.synced.wait(), 5)
+    await asyncio.wait_for(proxy.discovery.loaded.wait(), 5)
+    s = Stack()
+    s.proxy, s.auth, s.apf, s.registry, s.server, s.addr = proxy, auth, apf, registry, server, addr
+    s.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=with_cert(proxy.app)), base_url="https://t")
+    yield s
+    await s.client.aclose()
+    await proxy.stop()
+    for ch in channels.values():
+        await ch.close()
+    await s.server.stop(None)
+
+
+async def test_get_json_with_headers(stack):
+    r = await stack.client.get("/api/v1/namespaces/demo/configmaps/c", headers=ADMIN)
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "application/json"
+    assert r.json()["metadata"]["name"] == "c"
+    assert r.headers["warning"] == '299 - "use \\"v2\\" instead"'
+    assert r.headers["x-kubernetes-pf-flowschema-uid"] == "fs-uid"
+    assert r.headers["x-kubernetes-pf-prioritylevel-uid"] == "pl-uid"
+    assert len(r.headers["audit-id"]) == 36
+    timing = r.headers["server-timing"]
+    for stage in ("authn;dur=", "apf;dur=", "authz;dur=", "registry;dur=", "storage;dur=1.25"):
+        assert stage in timing
+    req = stack.registry.requests[-1]
+    assert (req.verb, req.namespace, req.name, req.resource, req.user.name) == ("get", "demo", "c", "configmaps",
+                                                                                  "admin")
+    assert req.audit_id == r.headers["audit-id"]
+    await asyncio.wait_for(stack.apf.released_event.wait(), 2)
+    assert not stack.apf.held
+
+
+async def test_list_query_and_yaml(stack):
+    r = await stack.client.get("/api/v1/namespaces/demo/configmaps?limit=500&labelSelector=a%3Db&limit=1",
+                               headers={**ADMIN, "Accept": "application/yaml"})
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "application/yaml"
+    assert r.text.startswith("kind: ConfigMapList\napiVersion: v1\n")
+    assert yaml.safe_load(r.text)["items"][0]["metadata"]["name"] == "a"
+    req = stack.registry.requests[-1]
+    assert req.verb == "list" and dict(req.query) == {"limit": "500", "labelSelector": "a=b"}
+
+
+async def test_table(stack):
+    accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+    r = await stack.client.get("/api/v1/namespaces/demo/configmaps/c", headers={**ADMIN, "Accept": accept})
+    assert r.json()["kind"] == "Table" and stack.registry.requests[-1].table
+
+
+async def test_not_acceptable(stack):
+    r = await stack.client.get("/api/v1/namespaces/demo/configmaps/c",
+                               headers={**ADMIN, "Accept": "application/vnd.kubernetes.protobuf"})
+    assert r.status_code == 406 and r.json()["reason"] == "NotAcceptable"
+
+
+async def test_unauthorized(stack):
+    r = await stack.client.get("/api/v1/namespaces/demo/configmaps", headers={"Authorization": "Bearer nope"})
+    assert r.status_code == 401
+    assert r.content == (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":'
+                         b'"Unauthorized","reason":"Unauthorized","code":401}\n')
+
+
+async def test_authn_cache(stack):
+    for _ in range(3):
+        assert (await stack.client.get("/api/v1/namespaces/demo/configmaps", headers=ALICE)).status_code == 200
+    assert stack.auth.authn_calls == 1
+    assert stack.auth.authz_calls == 1  # the same decision within its TTL
+    for _ in range(2):
+        await stack.client.get("/api/v1/namespaces/demo/configmaps", headers={"Authorization": "Bearer nope"})
+    assert stack.auth.authn_calls == 3  # failures are not cached
+
+
+async def test_forbidden(stack):
+    r = await stack.client.get("/api/v1/namespaces/other/configmaps/c", headers=ALICE)
+    assert r.status_code == 403
+    assert r.json() == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": 'configmaps "c" is forbidden: User "alice" cannot get resource "configmaps" in API group "" '
+                   'in the namespace "other"',
+        "reason": "Forbidden", "details": {"name": "c", "kind": "configmaps"}, "code": 403}
+    r = await stack.client.get("/foo", headers=ALICE)
+    assert r.status_code == 403
+    assert r.json()["message"] == 'forbidden: User "alice" cannot get path "/foo"'
+
+
+async def test_client_certificate(stack):
+    r = await stack.client.get("/api/v1/namespaces/demo/configmaps/c", headers={"X-Test-Cert": "carol/system:masters"})
+    assert r.status_code == 200
+    assert stack.registry.requests[-1].user.name == "carol"
+    assert "system:authenticated" in stack.registry.requests[-1].user.groups
+
+
+async def test_apf_rejection(stack):
+    r = await stack.client.get("/api/v1/namespaces/demo/configmaps", headers={"Authorization": "Bearer busy-token"})
+    assert r.status_code == 429
+    assert r.headers["retry-after"] == "3"
+    assert r.headers["x-kubernetes-pf-flowschema-uid"] == "fs-uid"
+    body = r.json()
+    assert body["message"] == "Too many requests, please try again later."
+    assert body["reason"] == "TooManyRequests" and body["details"] == {"retryAfterSeconds": 3}
+
+
+async def test_apf_unavailable_answers_503_then_reconnects(stack):
+    url = "/api/v1/namespaces/demo/configmaps"
+    assert (await stack.client.get(url, headers=ADMIN)).status_code == 200  # authn and authz now cached
+    port = int(stack.addr.rsplit(":", 1)[1])
+    await stack.server.stop(None)
+    await asyncio.sleep(0.1)
+    r = await asyncio.wait_for(stack.client.get(url, headers=ADMIN), 5)
+    assert r.status_code == 503
+    assert r.headers["retry-after"] == "1"
+    assert r.json()["message"].startswith("priority and fairness is unavailable")
+    stack.server, _, _, stack.apf, _ = await start_fakes(port)
+    for _ in range(100):
+        r = await stack.client.get(url, headers=ADMIN)
+        if r.status_code == 200:
+            break
+        await asyncio.sleep(0.1)
+    assert r.status_code == 200 and stack.apf.acquired == 1
+
+
+async def test_registry_error_passes_through(stack):
+    r = await stack.client.get("/api/v1/namespaces/demo/configmaps/missing", headers=ADMIN)
+    assert r.status_code == 404
+    assert r.json()["message"] == 'configmaps "missing" not found'
+    assert r.json()["details"] == {"name": "missing", "kind": "configmaps"}
+
+
+async def test_create_yaml_body(stack):
+    body = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: y\n"
+    r = await stack.client.post("/api/v1/namespaces/demo/configmaps", content=body,
+                                headers={**ADMIN, "Content-Type": "application/yaml"})
+    assert r.status_code == 201
+    req = stack.registry.requests[-1]
+    assert req.verb == "create" and req.content_type == "application/json"
+    assert orjson.loads(req.body) == {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "y"}}
+
+
+async def test_bad_bodies(stack):
+    r = await stack.client.post("/api/v1/namespaces/demo/configmaps", content=b"a: [1",
+                                headers={**ADMIN, "Content-Type": "application/yaml"})
+    assert r.status_code == 400 and r.json()["message"].startswith("error converting YAML to JSON")
+    r = await stack.client.post("/api/v1/namespaces/demo/configmaps", content=b"{",
+                                headers={**ADMIN, "Content-Type": "application/json"})
+    assert r.status_code == 400
+    r = await stack.client.post("/api/v1/namespaces/demo/configmaps", content=b"x=1",
+                                headers={**ADMIN, "Content-Type": "text/plain"})
+    assert r.status_code == 415 and r.json()["reason"] == "UnsupportedMediaType"
+
+
+async def test_patch_content_types(stack):
+    r = await stack.client.patch("/api/v1/namespaces/demo/configmaps/c", content=b"data:\n  a: b\n",
+                                 headers={**ADMIN, "Content-Type": "application/apply-patch+yaml"})
+    assert r.status_code == 200
+    req = stack.registry.requests[-1]
+    assert req.content_type == "application/apply-patch+yaml" and req.body == b'{"data":{"a":"b"}}'
+    r = await stack.client.patch("/api/v1/namespaces/demo/configmaps/c", content=b'{"data":{}}',
+                                 headers={**ADMIN, "Content-Type": "application/merge-patch+json"})
+    assert r.status_code == 200 and stack.registry.requests[-1].content_type == "application/merge-patch+json"
+
+
+async def test_body_too_large(stack):
+    r = await stack.client.post("/api/v1/namespaces/demo/configmaps", content=b"x" * (3 * 1024 * 1024 + 1),
+                                headers={**ADMIN, "Content-Type": "application/json"})
+    assert r.status_code == 413 and r.json()["reason"] == "RequestEntityTooLarge"
+
+
+async def test_routing(stack):
+    r = await stack.client.get("/apis/apps/v1/deployments", headers=ADMIN)
+    assert r.status_code == 200
+    r = await stack.client.get("/apis/restaurant.example.com/v1alpha1/pizzas", headers=ADMIN)
+    assert r.status_code == 503 and "aggregated API server pizza/api" in r.json()["message"]
+    r = await stack.client.get("/apis/nope.example.com/v1/things", headers=ADMIN)
+    assert r.status_code == 404 and r.json()["reason"] == "NotFound"
+    r = await stack.client.get("/api/v2/pods", headers=ADMIN)
+    assert r.status_code == 404
+    r = await stack.client.get("/api/v1/namespaces/demo/unknowns", headers=ADMIN)
+    assert r.status_code == 404  # the registry's answer, passed through
+    r = await stack.client.get("/nonexistent", headers=ADMIN)
+    assert r.status_code == 404 and r.text == "404 page not found\n"
+
+
+async def test_namespace_object_is_cluster_scoped_for_registry(stack):
+    await stack.client.get("/api/v1/namespaces/demo", headers=ADMIN)
+    req = stack.registry.requests[-1]
+    assert (req.resource, req.name, req.namespace) == ("namespaces", "demo", "")
+
+
+async def test_watch_streams_events_and_ends_after_timeout(stack):
+    r = await stack.client.get("/api/v1/namespaces/demo/configmaps?watch=true&timeoutSeconds=1", headers=ADMIN)
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "application/json"
+    lines = r.content.splitlines()
+    assert [orjson.loads(x)["object"]["metadata"]["name"] for x in lines] == ["c0", "c1"]
+    assert all(orjson.loads(x)["type"] == "ADDED" for x in lines)
+    await asyncio.wait_for(stack.registry.watch_cancelled.wait(), 2)
+    await asyncio.sleep(0.05)
+    assert not stack.apf.held  # the seat was released once the watch started
+
+
+async def test_watch_error_before_first_frame(stack):
+    r = await stack.client.get("/api/v1/namespaces/demo/secrets?watch=1", headers=ADMIN)
+    assert r.status_code == 400 and r.json()["message"] == "unable to parse requirement: bad selector"
+
+
+async def test_watch_client_disconnect_cancels_stream(stack):
+    sent = []
+    disconnect = asyncio.Event()
+
+    async def receive():
+        if not sent:
+            sent.append(1)
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await disconnect.wait()
+        return {"type": "http.disconnect"}
+
+    messages = []
+
+    async def send(msg):
+        messages.append(msg)
+        if len(messages) == 3:  # response start and two events
+            disconnect.set()
+
+    scope = {"type": "http", "method": "GET", "path": "/api/v1/watch/namespaces/demo/configmaps",
+             "query_string": b"", "headers": [(b"authorization", b"Bearer admin-token")]}
+    await asyncio.wait_for(stack.proxy(scope, receive, send), 5)
+    assert messages[0]["status"] == 200
+    await asyncio.wait_for(stack.registry.watch_cancelled.wait(), 2)
+
+
+async def test_discovery(stack):
+    r = await stack.client.get("/api", headers={**ADMIN, "Accept": DISCOVERY_V2 + ",application/json"})
+    assert r.headers["content-type"] == DISCOVERY_V2
+    assert r.json()["kind"] == "APIGroupDiscoveryList"
+    r = await stack.client.get("/apis", headers={**ADMIN, "Accept": DISCOVERY_V2BETA1 + ",application/json"})
+    assert r.headers["content-type"] == DISCOVERY_V2BETA1
+    assert r.json()["apiVersion"] == "apidiscovery.k8s.io/v2beta1"
+    r = await stack.client.get("/apis", headers=ADMIN)
+    assert r.headers["content-type"] == "application/json" and r.json()["kind"] == "APIGroupList"
+    r = await stack.client.get("/api", headers=ADMIN)
+    assert r.json() == {"kind": "APIVersions", "versions": ["v1"]}
+    r = await stack.client.get("/apis/apps", headers=ADMIN)
+    assert r.json()["kind"] == "APIGroup" and r.json()["preferredVersion"]["version"] == "v1"
+    r = await stack.client.get("/apis/apps/v1", headers=ADMIN)
+    assert r.json()["groupVersion"] == "apps/v1"
+    r = await stack.client.get("/api/v1", headers=ADMIN)
+    assert r.json()["groupVersion"] == "v1"
+    r = await stack.client.get("/apis/nope/v1", headers=ADMIN)
+    assert r.status_code == 404
+
+
+async def test_openapi(stack):
+    h = openapi_hash(OPENAPI_V1)
+    assert h == h.upper() and len(h) == 128
+    r = await stack.client.get("/openapi/v3", headers=ADMIN)
+    assert r.json() == {"paths": {"api/v1": {"serverRelativeURL": f"/openapi/v3/api/v1?hash={h}"}}}
+    r = await stack.client.get(f"/openapi/v3/api/v1?hash={h}", headers=ADMIN)
+    assert r.content == OPENAPI_V1 and r.headers["cache-control"] == "public, immutable"
+    r = await stack.client.get("/openapi/v3/api/v1", headers=ADMIN)
+    assert r.status_code == 200 and r.headers["cache-control"] == "no-cache, private"
+    r = await stack.client.get("/openapi/v3/apis/nope/v1", headers=ADMIN)
+    assert r.status_code == 404
+    r = await stack.client.get("/openapi/v2", headers=ADMIN)
+    assert r.status_code == 404
+
+
+async def test_version_health_metrics(stack):
+    r = await stack.client.get("/version", headers=ALICE)
+    assert r.json()["gitVersion"] == "v1.33.0-apiary" and r.json()["platform"] == "linux/amd64"
+    assert r.json()["major"] == "1" and r.json()["minor"] == "33"
+    for path in ("/healthz", "/livez"):
+        r = await stack.client.get(path)
+        assert (r.status_code, r.text) == (200, "ok")
+    r = await stack.client.get("/readyz")
+    assert (r.status_code, r.text) == (200, "ok")
+    await stack.client.get("/api/v1/namespaces/demo/configmaps", headers=ADMIN)
+    r = await stack.client.get("/metrics", headers=ADMIN)
+    assert r.status_code == 200
+    assert 'apiserver_request_total{code="200",component="apiserver",group="",resource="configmaps",' in r.text
+    assert "apiserver_request_duration_seconds_bucket" in r.text
+    assert 'apiserver_current_inflight_requests{request_kind="readOnly"}' in r.text
+
+
+async def test_readyz_fails_without_informer(stack):
+    stack.proxy.apiservices.synced.clear()
+    r = await stack.client.get("/readyz")
+    assert r.status_code == 500 and "[-]apiservice-informer failed" in r.text

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from apiary_pb import registry_pb2 as rpb
+from services.common import identity
+from services.registry.admission import AdmissionClient
+from services.registry.catalogue import DEFAULT_CATALOGUE
+from services.registry.handlers import Handlers
+from services.registry.store import Store
+
+from .fakes import FakeAdmission, FakeStorage
+
+GROUPS = {"apiservices": "apiregistration.k8s.io"}
+
+
+@pytest.fixture
+def storage() -> FakeStorage:
+    return FakeStorage()
+
+
+@pytest.fixture
+def admission() -> FakeAdmission:
+    return FakeAdmission()
+
+
+@pytest.fixture
+def handlers(storage: FakeStorage, admission: FakeAdmission) -> Handlers:
+    return Handlers(DEFAULT_CATALOGUE, Store(storage), AdmissionClient(admission))  # type: ignore[arg-type]
+
+
+def request(verb: str, resource: str, namespace: str = "", name: str = "", body: Any = None,
+            query: dict[str, str] | None = None, content_type: str = "application/json", table: bool = False,
+            subresource: str = "") -> rpb.APIRequest:
+    raw = body if isinstance(body, bytes) else (orjson.dumps(body) if body is not None else b"")
+    return rpb.APIRequest(verb=verb, group=GROUPS.get(resource, ""), version="v1", resource=resource,
+                          namespace=namespace, name=name, body=raw, query=query or {}, content_type=content_type,
+                          table=table, subresource=subresource, user=identity.user_pb("alice", ["devs"]))
+
+
+class Client:
+    """Drives Handlers.handle and decodes the JSON answer."""
+
+    def __init__(self, handlers: Handlers) -> None:
+        self.h = handlers
+        self.last_warnings: list[str] = []
+        self.last_timing: dict[str, float] = {}
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> tuple[int, Any]:
+        resp, timing = await self.h.handle(request(*args, **kwargs))
+        self.last_warnings, self.last_timing = resp.warnings, timing
+        return resp.code, orjson.loads(resp.body)
+
+
+@pytest.fixture
+def api(handlers: Handlers) -> Client:
+    return Client(handlers)
+
+
+def cm(name: str = "c", ns: str = "default", data: dict[str, str] | None = None, **meta: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns, **meta},
+            "data": data if data is not None else {"a": "1"}}

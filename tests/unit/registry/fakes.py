@@ -1,0 +1,150 @@
+"""In-memory stand-ins for the Storage and Admission stubs (unit tests only)."""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+from apiary_pb import admission_pb2 as apb
+from apiary_pb import envelope_pb2 as pb
+from apiary_pb import storage_pb2 as spb
+from services.common import errors
+
+
+def _copy(o: pb.Object) -> pb.Object:
+    out = pb.Object()
+    out.CopyFrom(o)
+    return out
+
+
+def _labels_match(o: pb.Object, selector: str) -> bool:
+    for term in filter(None, selector.split(",")):
+        k, _, v = term.partition("=")
+        if o.metadata.labels.get(k) != v:
+            return False
+    return True
+
+
+def _fields_match(o: pb.Object, selector: str) -> bool:
+    for term in filter(None, selector.split(",")):
+        k, _, v = term.partition("=")
+        if o.fields.get(k) != v.lstrip("="):
+            return False
+    return True
+
+
+class FakeStorage:
+    def __init__(self) -> None:
+        self.data: dict[str, pb.Object] = {}
+        self.rev = 0
+        self.watchers: list[tuple[str, asyncio.Queue[pb.WatchEvent]]] = []
+        self.calls: list[str] = []
+        self.fail_updates = 0  # make the next N updates fail with a Conflict
+
+    def _emit(self, typ: str, key: str, obj: pb.Object) -> None:
+        for prefix, q in self.watchers:
+            if key == prefix or (prefix.endswith("/") and key.startswith(prefix)):
+                q.put_nowait(pb.WatchEvent(type=typ, object=_copy(obj)))
+
+    async def Create(self, req: spb.CreateRequest, timeout: float | None = None) -> pb.Object:
+        self.calls.append("create")
+        if req.key in self.data:
+            raise errors.AlreadyExists("exists")
+        self.rev += 1
+        obj = _copy(req.object)
+        obj.metadata.resource_version = str(self.rev)
+        self.data[req.key] = obj
+        self._emit("ADDED", req.key, obj)
+        return _copy(obj)
+
+    async def Get(self, req: spb.GetRequest, timeout: float | None = None) -> pb.Object:
+        self.calls.append("get")
+        if req.key not in self.data:
+            raise errors.NotFound("not found")
+        return _copy(self.data[req.key])
+
+    async def List(self, req: spb.ListRequest, timeout: float | None = None) -> spb.ListResponse:
+        self.calls.append("list")
+        keys = sorted(k for k in self.data if k.startswith(req.prefix))
+        start = getattr(req, "continue")
+        items = [self.data[k] for k in keys if (not start or k > start)
+                 and _labels_match(self.data[k], req.label_selector)
+                 and _fields_match(self.data[k], req.field_selector)]
+        resp = spb.ListResponse(resource_version=str(self.rev))
+        if req.limit and len(items) > req.limit:
+            items = items[:req.limit]
+            setattr(resp, "continue", [k for k, v in self.data.items() if v is items[-1]][0])
+        resp.items.extend(_copy(i) for i in items)
+        return resp
+
+    async def Update(self, req: spb.UpdateRequest, timeout: float | None = None) -> pb.Object:
+        self.calls.append("update")
+        if self.fail_updates:
+            self.fail_updates -= 1
+            raise errors.Conflict("conflict")
+        cur = self.data.get(req.key)
+        if cur is None:
+            raise errors.NotFound("not found")
+        if req.expected_resource_version and req.expected_resource_version != cur.metadata.resource_version:
+            raise errors.Conflict("conflict")
+        self.rev += 1
+        obj = _copy(req.object)
+        obj.metadata.resource_version = str(self.rev)
+        self.data[req.key] = obj
+        self._emit("MODIFIED", req.key, obj)
+        return _copy(obj)
+
+    async def Delete(self, req: spb.DeleteRequest, timeout: float | None = None) -> pb.Object:
+        self.calls.append("delete")
+        cur = self.data.get(req.key)
+        if cur is None:
+            raise errors.NotFound("not found")
+        if req.precondition_uid and req.precondition_uid != cur.metadata.uid:
+            raise errors.Conflict("uid")
+        if req.precondition_resource_version and req.precondition_resource_version != cur.metadata.resource_version:
+            raise errors.Conflict("rv")
+        del self.data[req.key]
+        self.rev += 1
+        out = _copy(cur)
+        out.metadata.resource_version = str(self.rev)
+        self._emit("DELETED", req.key, out)
+        return out
+
+    def Watch(self, req: spb.WatchRequest, timeout: float | None = None) -> AsyncIterator[pb.WatchEvent]:
+        q: asyncio.Queue[pb.WatchEvent] = asyncio.Queue()
+        entry = (req.prefix, q)
+        self.watchers.append(entry)
+        if req.resource_version == "1":
+            q.put_nowait(pb.WatchEvent(type="ERROR", status=errors.Gone("too old resource version: 1").to_pb()))
+
+        async def gen() -> AsyncIterator[pb.WatchEvent]:
+            try:
+                while True:
+                    yield await q.get()
+            finally:
+                self.watchers.remove(entry)
+
+        return gen()
+
+
+class FakeAdmission:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, apb.AdmissionRequest]] = []
+        self.mutate: Callable[[apb.AdmissionRequest], pb.Object | None] | None = None
+        self.deny: errors.APIError | None = None
+
+    async def Admit(self, req: apb.AdmissionRequest, timeout: float | None = None) -> apb.AdmissionResponse:
+        self.requests.append(("admit", req))
+        out = apb.AdmissionResponse()
+        if self.mutate and (mutated := self.mutate(req)) is not None:
+            out.object.CopyFrom(mutated)
+        elif req.HasField("object"):
+            out.object.CopyFrom(req.object)
+        return out
+
+    async def Validate(self, req: apb.AdmissionRequest, timeout: float | None = None) -> apb.AdmissionResponse:
+        self.requests.append(("validate", req))
+        if self.deny is not None:
+            raise self.deny
+        return apb.AdmissionResponse()
+
+

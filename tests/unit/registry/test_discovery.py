@@ -1,0 +1,63 @@
+import orjson
+
+from services.registry import discovery, openapi, schemas
+from services.registry.catalogue import DEFAULT_CATALOGUE
+from services.registry.server import discovery_response
+
+
+def test_aggregated_core():
+    doc = discovery.aggregated(DEFAULT_CATALOGUE, core=True)
+    assert doc["kind"] == "APIGroupDiscoveryList" and doc["apiVersion"] == "apidiscovery.k8s.io/v2"
+    (core,) = doc["items"]
+    assert core["metadata"]["name"] == "" and core["versions"][0]["freshness"] == "Current"
+    res = {r["resource"]: r for r in core["versions"][0]["resources"]}
+    assert set(res) == {"configmaps", "namespaces", "secrets", "serviceaccounts"}
+    ns = res["namespaces"]
+    assert ns["scope"] == "Cluster" and ns["shortNames"] == ["ns"] and "deletecollection" not in ns["verbs"]
+    assert ns["responseKind"] == {"group": "", "version": "v1", "kind": "Namespace"}
+    assert [s["subresource"] for s in ns["subresources"]] == ["finalize", "status"]
+    assert res["configmaps"]["singularResource"] == "configmap"
+
+
+def test_aggregated_groups_and_legacy():
+    doc = discovery.aggregated(DEFAULT_CATALOGUE, core=False)
+    assert [i["metadata"]["name"] for i in doc["items"]] == ["apiregistration.k8s.io"]
+    assert discovery.api_versions() == {
+        "kind": "APIVersions", "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]}
+    rl = discovery.resource_list(DEFAULT_CATALOGUE, "", "v1")
+    assert rl["groupVersion"] == "v1" and rl["kind"] == "APIResourceList"
+    names = [r["name"] for r in rl["resources"]]
+    assert "namespaces/status" in names and "namespaces/finalize" in names
+    cm = next(r for r in rl["resources"] if r["name"] == "configmaps")
+    assert cm["namespaced"] and cm["kind"] == "ConfigMap" and cm["shortNames"] == ["cm"] and cm["storageVersionHash"]
+
+
+def test_openapi_patch_ops_declare_field_validation_and_gvk():
+    docs = openapi.documents(DEFAULT_CATALOGUE)
+    assert set(docs) == {"api/v1", "apis/apiregistration.k8s.io/v1"}
+    for key, raw in docs.items():
+        doc = orjson.loads(raw)
+        patches = [(path, item["patch"]) for path, item in doc["paths"].items() if "patch" in item]
+        assert patches
+        for path, op in patches:
+            assert "fieldValidation" in [p["name"] for p in op["parameters"]], path
+            assert op["x-kubernetes-group-version-kind"]["kind"]
+        for name, schema in doc["components"]["schemas"].items():
+            for ref in schemas._refs(schema):
+                assert ref in doc["components"]["schemas"], (key, name, ref)
+    core = orjson.loads(docs["api/v1"])
+    cmschema = core["components"]["schemas"]["io.k8s.api.core.v1.ConfigMap"]
+    assert cmschema["x-kubernetes-group-version-kind"] == [{"group": "", "kind": "ConfigMap", "version": "v1"}]
+    assert "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta" in core["components"]["schemas"]
+    assert "/api/v1/namespaces/{namespace}/configmaps/{name}" in core["paths"]
+    agg = orjson.loads(docs["apis/apiregistration.k8s.io/v1"])
+    assert "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIService" in agg["components"]["schemas"]
+    assert "/apis/apiregistration.k8s.io/v1/apiservices/{name}/status" in agg["paths"]
+
+
+def test_discovery_response():
+    resp = discovery_response(DEFAULT_CATALOGUE)
+    assert set(resp.resource_lists) == {"v1", "apiregistration.k8s.io/v1"}
+    assert set(resp.openapi) == {"api/v1", "apis/apiregistration.k8s.io/v1"}
+    assert orjson.loads(resp.api_group_list)["groups"][0]["name"] == "apiregistration.k8s.io"

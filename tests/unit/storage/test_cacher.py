@@ -1,0 +1,122 @@
+"""The watch cache without etcd: events applied by hand, watchers checked for kube's semantics."""
+
+from __future__ import annotations
+
+import pytest
+from aetcd import rpc
+
+from apiary_pb import envelope_pb2 as pb
+from services.common.errors import Gone
+from services.common.selectors import SelectionPredicate
+from services.storage import codec
+from services.storage.cacher import Cacher
+
+PREFIX = "/registry/pods/"
+
+
+def value(name: str, **labels: str) -> bytes:
+    o = pb.Object(api_version="v1", kind="Pod")
+    o.metadata.name, o.metadata.namespace = name, "ns"
+    o.metadata.labels.update(labels)
+    return codec.encode(o)
+
+
+def put(rev: int, name: str, **labels: str) -> rpc.WatchResponse:
+    kv = rpc.KeyValue(key=f"{PREFIX}ns/{name}".encode(), value=value(name, **labels), mod_revision=rev)
+    return rpc.WatchResponse(
+        header=rpc.ResponseHeader(revision=rev), events=[rpc.Event(type=rpc.Event.PUT, kv=kv)]
+    )
+
+
+def delete(rev: int, name: str) -> rpc.WatchResponse:
+    kv = rpc.KeyValue(key=f"{PREFIX}ns/{name}".encode(), mod_revision=rev)
+    return rpc.WatchResponse(
+        header=rpc.ResponseHeader(revision=rev), events=[rpc.Event(type=rpc.Event.DELETE, kv=kv)]
+    )
+
+
+def drain(w) -> list[tuple[str, str, str]]:
+    out = []
+    while w.buf:
+        _, ev = w.buf.popleft()
+        out.append((ev.type, ev.object.metadata.name, ev.object.metadata.resource_version))
+    return out
+
+
+@pytest.fixture
+def cacher() -> Cacher:
+    c = Cacher(etcd=None, prefix=PREFIX, min_history=3, max_history=5)  # type: ignore[arg-type]
+    c.rev = c.complete_since = 10
+    return c
+
+
+def test_events_fan_out_and_history_replays(cacher):
+    everything = cacher.watch(PREFIX, SelectionPredicate(), 10)
+    cacher._apply(put(11, "a"))
+    cacher._apply(put(12, "a", x="1"))
+    cacher._apply(delete(13, "a"))
+    assert drain(everything) == [("ADDED", "a", "11"), ("MODIFIED", "a", "12"), ("DELETED", "a", "13")]
+    late = cacher.watch(PREFIX, SelectionPredicate(), 11)
+    assert drain(late) == [("MODIFIED", "a", "12"), ("DELETED", "a", "13")]
+    assert cacher.store == {} and cacher.rev == 13
+
+
+def test_deleted_event_carries_the_last_state(cacher):
+    w = cacher.watch(PREFIX, SelectionPredicate(), 10)
+    cacher._apply(put(11, "a", x="last"))
+    cacher._apply(delete(12, "a"))
+    _, added = w.buf.popleft()
+    _, deleted = w.buf.popleft()
+    assert deleted.object.metadata.labels["x"] == "last"
+    assert deleted.object.metadata.resource_version == "12"
+    assert added.object.metadata.resource_version == "11"
+
+
+def test_selector_transitions(cacher):
+    w = cacher.watch(PREFIX, SelectionPredicate.parse("app=web", ""), 10)
+    cacher._apply(put(11, "a", app="db"))
+    cacher._apply(put(12, "a", app="web"))
+    cacher._apply(put(13, "a", app="web", v="2"))
+    cacher._apply(put(14, "a", app="db"))
+    cacher._apply(delete(15, "a"))
+    assert drain(w) == [("ADDED", "a", "12"), ("MODIFIED", "a", "13"), ("DELETED", "a", "14")]
+
+
+def test_key_filters(cacher):
+    one = cacher.watch(f"{PREFIX}ns/a", SelectionPredicate(), 10)
+    cacher._apply(put(11, "ab"))
+    cacher._apply(put(12, "a"))
+    assert drain(one) == [("ADDED", "a", "12")]
+
+
+def test_window_eviction_gives_410(cacher):
+    for rev in range(11, 18):
+        cacher._apply(put(rev, f"o{rev}"))
+    assert len(cacher.history) == 5
+    assert cacher.complete_since == 12
+    with pytest.raises(Gone) as e:
+        cacher.watch(PREFIX, SelectionPredicate(), 11)
+    assert e.value.reason == "Expired" and e.value.message == "too old resource version: 11 (12)"
+    assert [r for r, _ in cacher.watch(PREFIX, SelectionPredicate(), 12).buf] == [13, 14, 15, 16, 17]
+
+
+def test_progress_notification_moves_the_revision(cacher):
+    cacher._apply(rpc.WatchResponse(header=rpc.ResponseHeader(revision=40)))
+    assert cacher.rev == 40
+
+
+def test_slow_watcher_is_cut_off(cacher):
+    cacher.watcher_capacity = 2
+    w = cacher.watch(PREFIX, SelectionPredicate(), 10)
+    for rev in range(11, 14):
+        cacher._apply(put(rev, f"o{rev}"))
+    assert w.closed and w not in cacher.watchers
+
+
+def test_snapshot(cacher):
+    cacher._apply(put(11, "b", app="web"))
+    cacher._apply(put(12, "a", app="web"))
+    cacher._apply(put(13, "c"))
+    names = [o.metadata.name for o in cacher.snapshot(PREFIX, SelectionPredicate.parse("app=web", ""))]
+    assert names == ["a", "b"]
+    assert [o.metadata.name for o in cacher.snapshot(f"{PREFIX}ns/c", SelectionPredicate())] == ["c"]
