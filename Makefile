@@ -6,12 +6,16 @@ PYTHON := $(BIN)/python
 DEPS := $(VENV)/.deps-stamp
 GEN := apiary_pb/.gen-stamp
 PROTOS := $(wildcard proto/apiary_pb/*.proto)
+# A subset of upstream Kubernetes messages, to decode application/vnd.kubernetes.protobuf request bodies.
+# Rooted at proto/k8s so that they generate the package ./k8s_pb (./k8s holds manifests).
+K8S_GEN := k8s_pb/.gen-stamp
+K8S_PROTOS := $(wildcard proto/k8s/k8s_pb/*.proto)
 
 .PHONY: all setup run stop status test unit integration e2e bench lint clean
 
 all: setup
 
-setup: $(DEPS) $(GEN)
+setup: $(DEPS) $(GEN) $(K8S_GEN)
 
 $(PYTHON):
 	$(PY) -m venv $(VENV)
@@ -24,6 +28,11 @@ $(DEPS): requirements.txt | $(PYTHON)
 $(GEN): $(PROTOS) $(DEPS)
 	mkdir -p apiary_pb
 	$(PYTHON) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. $(PROTOS)
+	touch $@
+
+$(K8S_GEN): $(K8S_PROTOS) $(DEPS)
+	mkdir -p k8s_pb
+	$(PYTHON) -m grpc_tools.protoc -Iproto/k8s --python_out=. --pyi_out=. $(K8S_PROTOS)
 	touch $@
 
 run: setup
@@ -51,4 +60,4 @@ bench: setup
 	$(PYTHON) -m tools.bench
 
 clean: stop
-	rm -rf $(VENV) apiary_pb .apiary
+	rm -rf $(VENV) apiary_pb k8s_pb .apiary

@@ -6,6 +6,7 @@ The test stack runs from .apiary/test with every port moved by 1000
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -40,8 +41,9 @@ def tokens(stack: Stack) -> dict[str, str]:
 def admin(stack: Stack) -> Iterator[httpx.Client]:
     """An HTTPS client holding the admin client certificate."""
     pki = stack.state / "pki"
-    with httpx.Client(base_url=stack.server, verify=str(pki / "ca.crt"),
-                      cert=(str(pki / "admin.crt"), str(pki / "admin.key")), timeout=30) as c:
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    with httpx.Client(base_url=stack.server, verify=ctx, timeout=30) as c:
         yield c
 
 
@@ -72,14 +74,14 @@ class Kubectl:
             raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
         return proc
 
-    def popen(self, *args: str) -> subprocess.Popen[str]:
+    def popen(self, *args: str) -> subprocess.Popen[bytes]:
         cmd = [self.binary, f"--kubeconfig={self.kubeconfig}", f"--cache-dir={self.cache}", *args]
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
 
 @pytest.fixture(scope="session")
 def kubectl(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
-    return Kubectl(stack, tmp_path_factory.mktemp("kube-cache"))
+    return Kubectl(stack, tmp_path_factory.mktemp("kube-cache"), os.environ.get("KUBECTL", "kubectl"))
 
 
 def pytest_report_header(config: pytest.Config) -> str:

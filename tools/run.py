@@ -146,12 +146,16 @@ class Stack:
         deadline = time.monotonic() + timeout
         pending = list(names)
         while pending and time.monotonic() < deadline:
-            pending = [n for n in pending if not self.healthy(n)]
+            # a process that died is never ready, even if something else answers on its port
             dead = [n for n in pending if self.pid(n) is None]
             if dead:
                 return dead
+            pending = [n for n in pending if not self.healthy(n)]
             if pending:
                 time.sleep(0.2)
+        if not pending:
+            time.sleep(0.3)
+            return [n for n in names if self.pid(n) is None]
         return pending
 
     # commands ---------------------------------------------------------------

@@ -9,6 +9,8 @@ import yaml
 
 from services.common.errors import BadRequest, NotAcceptable, UnsupportedMediaType
 
+from .protobuf import decode_k8s_protobuf
+
 try:  # libyaml when available: an order of magnitude faster than the pure-Python codec
     _Loader: Any = yaml.CSafeLoader
     _Dumper: Any = yaml.CSafeDumper
@@ -170,7 +172,8 @@ _OBJECT_TYPES = (JSON, YAML, PROTOBUF)
 def decode_body(verb: str, content_type: str, body: bytes) -> tuple[bytes, str]:
     """The body as JSON, and the media type to hand the registry.
 
-    Object bodies (create, update, delete options) come as JSON or YAML; patches name their type.
+    Object bodies (create, update, delete options) come as JSON, YAML or Kubernetes protobuf (the
+    kinds typed clients send); patches name their type.
     JSON is checked for syntax only; decoding into objects is the registry's job.
     """
     media = content_type.split(";", 1)[0].strip().lower() if content_type else ""
@@ -198,4 +201,6 @@ def decode_body(verb: str, content_type: str, body: bytes) -> tuple[bytes, str]:
         return body, JSON
     if media == YAML:
         return yaml_to_json(body), JSON
+    if media == PROTOBUF:
+        return decode_k8s_protobuf(body), JSON
     raise _unsupported(_OBJECT_TYPES)

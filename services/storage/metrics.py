@@ -40,7 +40,7 @@ STORAGE_OBJECTS = Gauge(
     "Number of stored objects at the time of last check split by kind.",
     ["resource"],
 )
-WATCH_EVENTS = Counter("apiserver_watch_events_total", "Number of events sent in watch clients", ["kind"])
+WATCH_EVENTS = Counter("apiserver_watch_cache_events_dispatched_total", "Events the watch cache sent to its watchers", ["kind"])
 REGISTERED_WATCHERS = Gauge(
     "apiserver_registered_watchers",
     "Number of currently registered watchers for a given resource",

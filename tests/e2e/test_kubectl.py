@@ -92,25 +92,29 @@ def test_secret_roundtrip(kubectl):
 
 
 def _read_until(proc, wanted: list[str], timeout: float = 30) -> list[str]:
-    """Lines of a `kubectl get -w` until every wanted word has been seen."""
-    import selectors
+    """Lines of a `kubectl get -w` until every wanted word has been seen (raw reads: no hidden buffering)."""
+    import os
+    import select
 
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    lines: list[str] = []
+    fd = proc.stdout.fileno()
+    buf = b""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not all(any(w in l for l in lines) for w in wanted):
-        if sel.select(timeout=0.5):
-            line = proc.stdout.readline()
-            if not line:
+    while time.monotonic() < deadline:
+        lines = [line.strip() for line in buf.decode(errors="replace").splitlines()]
+        if all(any(w in line for line in lines) for w in wanted):
+            return lines
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
                 break
-            lines.append(line.strip())
-    return lines
+            buf += chunk
+    return [line.strip() for line in buf.decode(errors="replace").splitlines()]
 
 
 def test_watch_sees_added_modified_deleted(kubectl):
     kubectl.run("create", "namespace", "watch-ns")
-    proc = kubectl.popen("-n", "watch-ns", "get", "cm", "-w", "--output-watch-events", "-o", "name")
+    proc = kubectl.popen("-n", "watch-ns", "get", "cm", "-w", "--output-watch-events")
     try:
         time.sleep(1.5)
         kubectl.run("-n", "watch-ns", "create", "configmap", "w", "--from-literal=a=1")
@@ -120,7 +124,7 @@ def test_watch_sees_added_modified_deleted(kubectl):
     finally:
         proc.kill()
         proc.wait()
-    events = [line.split()[0] for line in lines if "configmap/w" in line]
+    events = [line.split()[0] for line in lines if line.split()[1:2] == ["w"]]
     assert events == ["ADDED", "MODIFIED", "DELETED"], lines
 
 
