@@ -26,6 +26,9 @@ class Chain:
         self.mutating = [p for p in plugins if isinstance(p, MutatingPlugin)]
         self.validating = [p for p in plugins if isinstance(p, ValidatingPlugin)]
 
+    def has_validators(self, a: Attributes) -> bool:
+        return any(p.handles(a.operation) for p in self.validating)
+
     async def admit(self, a: Attributes) -> None:
         """The mutating phase: plugins may change a.object (through set_object) or reject."""
         await self._run("admit", self.mutating, a)

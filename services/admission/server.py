@@ -25,7 +25,9 @@ class AdmissionServicer(adgrpc.AdmissionServicer):
                     context: grpc.aio.ServicerContext) -> adpb.AdmissionResponse:
         a = Attributes(request)
         await self.chain.admit(a)
-        return self._answer(a)
+        resp = self._answer(a)
+        resp.no_validators = not self.chain.has_validators(a)
+        return resp
 
     @grpcutil.api_method
     async def Validate(self, request: adpb.AdmissionRequest,

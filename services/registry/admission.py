@@ -30,7 +30,7 @@ class AdmissionClient:
 
     async def _run(self, phase: str, info: ResourceInfo, subresource: str, operation: str, namespace: str,
                    name: str, obj: Obj | None, old: Obj | None, user: pb.UserInfo, dry_run: bool,
-                   options: Obj, timing: dict[str, float], warnings: list[str]) -> Obj | None:
+                   options: Obj, timing: dict[str, float], warnings: list[str]) -> tuple[Obj | None, bool]:
         req = apb.AdmissionRequest(
             uid=str(uuid.uuid4()), operation=operation, group=info.group, version=info.version,
             kind=info.kind if not subresource else (info.subresource(subresource) or info).kind,
@@ -51,10 +51,11 @@ class AdmissionClient:
             timing["admission"] = timing.get("admission", 0.0) + dt * 1000
         warnings.extend(resp.warnings)
         if obj is not None and resp.HasField("object") and resp.object.kind:
-            return envelope.from_envelope(resp.object)
-        return obj
+            return envelope.from_envelope(resp.object), resp.no_validators
+        return obj, resp.no_validators
 
-    async def admit(self, *args: Any, **kwargs: Any) -> Obj | None:
+    async def admit(self, *args: Any, **kwargs: Any) -> tuple[Obj | None, bool]:
+        """The mutated object, and whether the validating phase has nothing to run."""
         return await self._run("mutating", *args, **kwargs)
 
     async def validate(self, *args: Any, **kwargs: Any) -> None:

@@ -59,6 +59,7 @@ class Request:
     timing: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     admit: bool = True
+    no_validators: bool = False   # the mutating phase said no validating plugin applies
 
     @property
     def query(self) -> Any:
@@ -209,12 +210,14 @@ class Handlers:
                      options: Obj) -> Obj | None:
         if not r.admit or self.admission is None:
             return obj
-        return await self.admission.admit(r.info, r.req.subresource, op, r.namespace, name, obj, old, r.req.user,
-                                          r.dry_run, options, timing=r.timing, warnings=r.warnings)
+        obj, r.no_validators = await self.admission.admit(
+            r.info, r.req.subresource, op, r.namespace, name, obj, old, r.req.user, r.dry_run, options,
+            timing=r.timing, warnings=r.warnings)
+        return obj
 
     async def _validate_admission(self, r: Request, op: str, obj: Obj | None, old: Obj | None, name: str,
                                   options: Obj) -> None:
-        if not r.admit or self.admission is None:
+        if not r.admit or self.admission is None or r.no_validators:
             return
         await self.admission.validate(r.info, r.req.subresource, op, r.namespace, name, obj, old, r.req.user,
                                       r.dry_run, options, timing=r.timing, warnings=r.warnings)
