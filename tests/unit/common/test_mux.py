@@ -1,0 +1,92 @@
+"""Unary calls multiplexed on one stream: results, errors, concurrency, and a peer that goes away."""
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import grpc
+import pytest
+
+from apiary_pb import registry_pb2 as rpb
+from apiary_pb import registry_pb2_grpc as rgrpc
+from services.common import grpcutil, mux
+from services.common.errors import APIError, NotFound, ServiceUnavailable, not_found
+
+
+class Echo(rgrpc.RegistryServicer):
+    @grpcutil.api_method
+    async def Handle(self, request, context):
+        if request.name == "missing":
+            raise not_found("configmaps", "", "missing")
+        if request.name == "boom":
+            raise RuntimeError("boom")
+        await asyncio.sleep(float(request.query.get("sleep", "0")))
+        return rpb.APIResponse(code=200, body=request.name.encode())
+
+    async def Calls(self, request_iterator, context):
+        async for frame in mux.serve_mux(request_iterator, context,
+                                         mux.unary_methods(self, {"Handle": rpb.APIRequest})):
+            yield frame
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def start(port: int) -> grpc.aio.Server:
+    server = grpcutil.make_server(None, f"127.0.0.1:{port}")
+    rgrpc.add_RegistryServicer_to_server(Echo(), server)
+    await server.start()
+    return server
+
+
+async def test_calls_errors_and_concurrency():
+    port = free_port()
+    server = await start(port)
+    channel = grpcutil.make_channel(None, f"127.0.0.1:{port}")
+    client = mux.MuxClient(rgrpc.RegistryStub(channel).Calls, "registry", {"Handle": rpb.APIResponse})
+    try:
+        resp = await client.call("Handle", rpb.APIRequest(name="a"))
+        assert resp.code == 200 and resp.body == b"a"
+        with pytest.raises(NotFound) as e:
+            await client.call("Handle", rpb.APIRequest(name="missing"))
+        assert e.value.message == 'configmaps "missing" not found'
+        with pytest.raises(APIError) as e:
+            await client.call("Handle", rpb.APIRequest(name="boom"))
+        assert e.value.code == 500
+        # answers come back by id, not in order: the slow call does not hold up the fast ones
+        slow = asyncio.create_task(client.call("Handle", rpb.APIRequest(name="slow", query={"sleep": "0.3"})))
+        fast = await asyncio.gather(*(client.call("Handle", rpb.APIRequest(name=f"n{i}")) for i in range(50)))
+        assert [r.body for r in fast] == [f"n{i}".encode() for i in range(50)]
+        assert not slow.done()
+        assert (await slow).body == b"slow"
+    finally:
+        await channel.close()
+        await server.stop(None)
+
+
+async def test_peer_restart_fails_pending_and_recovers():
+    port = free_port()
+    server = await start(port)
+    channel = grpcutil.make_channel(None, f"127.0.0.1:{port}")
+    client = mux.MuxClient(rgrpc.RegistryStub(channel).Calls, "registry", {"Handle": rpb.APIResponse})
+    try:
+        pending = asyncio.create_task(client.call("Handle", rpb.APIRequest(name="x", query={"sleep": "5"})))
+        await asyncio.sleep(0.2)
+        await server.stop(None)
+        with pytest.raises(APIError) as e:
+            await pending
+        assert e.value.code in (500, 503)
+        server = await start(port)
+        for _ in range(50):
+            try:
+                resp = await client.call("Handle", rpb.APIRequest(name="back"), timeout=2)
+                break
+            except ServiceUnavailable:
+                await asyncio.sleep(0.1)
+        assert resp.body == b"back"
+    finally:
+        await channel.close()
+        await server.stop(None)
