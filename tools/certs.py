@@ -7,11 +7,13 @@ Layout under the state directory (default .apiary/):
   pki/internal-ca.{crt,key}        CA of the services' mutual TLS
   pki/<service>.{crt,key}          CN=apiary-<service>, server and client auth
   pki/front-proxy-ca.{crt,key}, pki/front-proxy-client.{crt,key}   for aggregated servers
+  pki/sa.{key,pub}                 RSA key pair that signs and verifies ServiceAccount tokens
   tokens.csv                       static tokens: an admin token and a non-admin user
   kubeconfig                       admin kubeconfig (client certificate)
 """
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import ipaddress
 import os
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 SERVICES = ("proxy", "auth", "apf", "admission", "registry", "storage")
@@ -108,7 +110,21 @@ def ensure_pki(state: Path) -> Path:
         make_cert(pki / svc, internal, f"apiary-{svc}", server=True, client=True)
     fp = make_ca(pki / "front-proxy-ca", "front-proxy-ca")
     make_cert(pki / "front-proxy-client", fp, "front-proxy-client", client=True)
+    make_sa_keys(pki)
     return pki
+
+
+def make_sa_keys(pki: Path) -> None:
+    """The ServiceAccount token key pair (kube's sa.key / sa.pub): RSA 2048, generated once."""
+    key_path, pub_path = pki / "sa.key", pki / "sa.pub"
+    if key_path.exists() and pub_path.exists():
+        return
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                           serialization.NoEncryption()))
+    os.chmod(key_path, 0o600)
+    pub_path.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                       serialization.PublicFormat.SubjectPublicKeyInfo))
 
 
 def ensure_tokens(state: Path) -> Path:
@@ -118,6 +134,27 @@ def ensure_tokens(state: Path) -> Path:
         path.write_text(
             f'{secrets.token_hex(16)},admin,admin-uid,"system:masters"\n'
             f"{secrets.token_hex(16)},alice,alice-uid\n"
+        )
+        os.chmod(path, 0o600)
+    return path
+
+
+def ensure_encryption_config(state: Path) -> Path:
+    """Secure by default: secrets encrypted at rest with aescbc (a generated 32-byte key), identity
+    second so values written before encryption was on still read."""
+    path = state / "encryption-config.yaml"
+    if not path.exists():
+        key = base64.b64encode(secrets.token_bytes(32)).decode()
+        path.write_text(
+            "apiVersion: apiserver.config.k8s.io/v1\n"
+            "kind: EncryptionConfiguration\n"
+            "resources:\n"
+            "- resources: [secrets]\n"
+            "  providers:\n"
+            "  - aescbc:\n"
+            "      keys:\n"
+            f"      - name: key1\n        secret: {key}\n"
+            "  - identity: {}\n"
         )
         os.chmod(path, 0o600)
     return path

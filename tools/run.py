@@ -99,9 +99,13 @@ class Stack:
             if peer != name:
                 cmd += [f"--{peer}-address", f"127.0.0.1:{self.grpc_port(peer)}"]
         if name == "storage":
-            cmd += ["--etcd-servers", self.etcd_url]
+            cmd += ["--etcd-servers", self.etcd_url,
+                    "--encryption-provider-config", str(self.state / "encryption-config.yaml")]
         elif name == "auth":
             cmd += ["--token-auth-file", str(self.state / "tokens.csv")]
+            cmd += ["--service-account-signing-key-file", str(pki / "sa.key"),
+                    "--service-account-key-file", str(pki / "sa.pub"),
+                    "--service-account-issuer", "https://kubernetes.default.svc.cluster.local"]
         elif name == "admission":
             cmd += ["--enable-admission-plugins", "NamespaceLifecycle"]
         elif name == "proxy":
@@ -109,6 +113,12 @@ class Stack:
                 "--secure-port", str(SECURE_PORT + self.offset),
                 "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
                 "--client-ca-file", str(pki / "ca.crt"),
+                "--requestheader-client-ca-file", str(pki / "front-proxy-ca.crt"),
+                "--requestheader-allowed-names", "front-proxy-client",
+                "--requestheader-username-headers", "X-Remote-User",
+                "--requestheader-uid-headers", "X-Remote-Uid",
+                "--requestheader-group-headers", "X-Remote-Group",
+                "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
             ]
         return cmd
 
@@ -167,6 +177,7 @@ class Stack:
         self.state.mkdir(parents=True, exist_ok=True)
         certs.ensure_pki(self.state)
         certs.ensure_tokens(self.state)
+        certs.ensure_encryption_config(self.state)
         if self.pid("etcd") is None:
             self.spawn("etcd")
         if bad := self.wait(["etcd"], timeout):

@@ -5,15 +5,21 @@ import logging
 import time
 
 import grpc
+import orjson
 from prometheus_client import Counter, Histogram
 
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
 from services.common import grpcutil
+from services.common.errors import NotFound, ServiceUnavailable
 
 from .authenticators import Union as AuthenticatorUnion
 from .authorizers import ALLOW, DENY
 from .authorizers import Union as AuthorizerUnion
+from .authorizers.rbac import RBACIndex
+from .escalation import EscalationChecker
+from .reviews import Reviewer
+from .serviceaccount import ServiceAccountLookup, TokenIssuer
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +34,18 @@ AUTHORIZATION_DECISIONS = Counter(
 
 
 class AuthServicer(agrpc.AuthServicer):
-    def __init__(self, authenticator: AuthenticatorUnion, authorizer: AuthorizerUnion) -> None:
+    def __init__(self, authenticator: AuthenticatorUnion, authorizer: AuthorizerUnion,
+                 reviewer: Reviewer | None = None, issuer: TokenIssuer | None = None,
+                 escalation: EscalationChecker | None = None, index: RBACIndex | None = None,
+                 rbac_enabled: bool = False, sa_lookup: ServiceAccountLookup | None = None) -> None:
         self.authenticator = authenticator
         self.authorizer = authorizer
+        self.reviewer = reviewer
+        self.issuer = issuer
+        self.escalation = escalation
+        self.index = index if index is not None else RBACIndex()
+        self.rbac_enabled = rbac_enabled      # the RBAC informers and bootstrap policy are needed
+        self.sa_lookup = sa_lookup            # started by main with the registry channel
 
     @grpcutil.api_method
     async def Authenticate(self, request: apb.AuthenticateRequest,
@@ -52,3 +67,29 @@ class AuthServicer(agrpc.AuthServicer):
             AUTHORIZATION_DECISIONS.labels(d.authorizer, d.authorizer,
                                            "allowed" if d.decision == ALLOW else "denied").inc()
         return apb.AuthorizeResponse(decision=d.decision, reason=d.reason)
+
+    @grpcutil.api_method
+    async def Review(self, request: apb.ReviewRequest, context: grpc.aio.ServicerContext) -> apb.ReviewResponse:
+        if self.reviewer is None:
+            raise ServiceUnavailable("reviews are not configured on this auth service")
+        return apb.ReviewResponse(body=orjson.dumps(await self.reviewer.review(request)))
+
+    @grpcutil.api_method
+    async def RequestToken(self, request: apb.TokenRequestRequest,
+                           context: grpc.aio.ServicerContext) -> apb.ReviewResponse:
+        if self.issuer is None:
+            raise ServiceUnavailable("no --service-account-signing-key-file: cannot issue service account tokens")
+        uid = request.service_account.metadata.uid
+        if not uid:
+            raise NotFound(f'serviceaccounts "{request.name}" not found',
+                           details={"name": request.name, "kind": "serviceaccounts"})
+        answer = self.issuer.token_request(request.namespace, request.name, uid, request.body)
+        return apb.ReviewResponse(body=orjson.dumps(answer))
+
+    @grpcutil.api_method
+    async def CheckEscalation(self, request: apb.EscalationRequest,
+                              context: grpc.aio.ServicerContext) -> apb.EscalationResponse:
+        if self.escalation is None:
+            raise ServiceUnavailable("RBAC escalation checks are not configured on this auth service")
+        await self.escalation.check(request)
+        return apb.EscalationResponse(allowed=True)

@@ -331,3 +331,43 @@ class SelectionPredicate:
         if not self.label.empty and not self.label.matches(obj.metadata.labels):
             return False
         return self.field.empty or self.field.matches(object_fields(obj))
+
+
+_SELECTOR_OPS = {"In": IN, "NotIn": NOT_IN, "Exists": EXISTS, "DoesNotExist": DOES_NOT_EXIST}
+
+
+def label_selector_from_dict(selector: Mapping[str, object] | None) -> LabelSelector:
+    """A metav1.LabelSelector (matchLabels, matchExpressions) as a LabelSelector, like
+    metav1.LabelSelectorAsSelector: an empty selector matches everything. Bad input is BadRequest."""
+    if selector is None:
+        return LabelSelector()
+    if not isinstance(selector, Mapping):
+        raise BadRequest("label selector: expected an object")
+    reqs: list[Requirement] = []
+    match_labels = selector.get("matchLabels") or {}
+    if not isinstance(match_labels, Mapping):
+        raise BadRequest("matchLabels: expected a map of strings")
+    for key, value in match_labels.items():
+        if not isinstance(value, str):
+            raise BadRequest(f"matchLabels: value of {key!r}: expected a string")
+        _check_key(str(key))
+        _check_value(value)
+        reqs.append(Requirement(str(key), EQUALS, (value,)))
+    for expr in selector.get("matchExpressions") or []:  # type: ignore[union-attr]
+        if not isinstance(expr, Mapping):
+            raise BadRequest("matchExpressions: expected a list of objects")
+        key, op = str(expr.get("key") or ""), str(expr.get("operator") or "")
+        values = expr.get("values") or []
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise BadRequest(f"matchExpressions: values of {key!r}: expected a list of strings")
+        if op not in _SELECTOR_OPS:
+            raise BadRequest(f'"{op}" is not a valid label selector operator')
+        _check_key(key)
+        if op in ("In", "NotIn") and not values:
+            raise BadRequest("for 'in', 'notin' operators, values set can't be empty")
+        if op in ("Exists", "DoesNotExist") and values:
+            raise BadRequest("values set must be empty for exists and does not exist")
+        for v in values:
+            _check_value(v)
+        reqs.append(Requirement(key, _SELECTOR_OPS[op], tuple(sorted(set(values)))))
+    return LabelSelector(tuple(reqs))

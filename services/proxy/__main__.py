@@ -12,9 +12,23 @@ from services.common import config, grpcutil, runtime
 from services.common.health import HealthServer
 
 from .app import ProxyApp
+from .filters.requestheader import (DEFAULT_EXTRA_PREFIXES, DEFAULT_GROUP_HEADERS, DEFAULT_UID_HEADERS,
+                                    DEFAULT_USERNAME_HEADERS, RequestHeaderConfig)
 from .server import make_server, serve_until
 
 log = logging.getLogger("services.proxy")
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def request_header_config(args: argparse.Namespace) -> RequestHeaderConfig | None:
+    if not args.requestheader_client_ca_file:
+        return None
+    return RequestHeaderConfig.from_flags(
+        args.requestheader_username_headers, args.requestheader_uid_headers, args.requestheader_group_headers,
+        args.requestheader_extra_headers_prefix, args.requestheader_allowed_names)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -26,6 +40,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--client-ca-file", default="",
                    help="CA bundle that verifies client certificates; a verified certificate authenticates "
                         "as CN (user) and O (groups)")
+    p.add_argument("--requestheader-client-ca-file", default="",
+                   help="CA bundle that verifies the client certificates of authenticating proxies; only "
+                        "they may assert an identity in the --requestheader-*-headers (a certificate it "
+                        "issued is not an x509 user identity)")
+    p.add_argument("--requestheader-allowed-names", type=_csv, default=[],
+                   help="common names allowed for request-header client certificates (comma-separated; "
+                        "empty: any certificate the request-header CA issued)")
+    p.add_argument("--requestheader-username-headers", type=_csv, default=list(DEFAULT_USERNAME_HEADERS),
+                   help="headers holding the user name, first non-empty wins (comma-separated)")
+    p.add_argument("--requestheader-uid-headers", type=_csv, default=list(DEFAULT_UID_HEADERS),
+                   help="headers holding the user's UID (comma-separated)")
+    p.add_argument("--requestheader-group-headers", type=_csv, default=list(DEFAULT_GROUP_HEADERS),
+                   help="headers holding the user's groups, every value counts (comma-separated)")
+    p.add_argument("--requestheader-extra-headers-prefix", type=_csv, default=list(DEFAULT_EXTRA_PREFIXES),
+                   help="header prefixes whose headers hold extra user attributes (comma-separated)")
     args = p.parse_args(argv)
     if not (args.tls_cert_file and args.tls_private_key_file):
         p.error("--tls-cert-file and --tls-private-key-file are required")
@@ -42,13 +71,15 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
     proxy = ProxyApp(
         agrpc.AuthStub(channels["auth"]), fgrpc.FlowControlStub(channels["apf"]),
         rgrpc.RegistryStub(channels["registry"]), channels=channels, verbosity=args.v,
+        request_header=request_header_config(args),
     )
     proxy.start()
     health = HealthServer(args.bind_address, args.health_port, proxy.checks)
     await health.start()
     server = make_server(proxy.app, args.bind_address, args.secure_port, args.tls_cert_file,
                          args.tls_private_key_file, args.client_ca_file,
-                         log_level="info" if args.v >= 4 else "warning")
+                         log_level="info" if args.v >= 4 else "warning",
+                         requestheader_ca_file=args.requestheader_client_ca_file)
     log.info("serving HTTPS on %s:%d (health on %d)", args.bind_address, args.secure_port, args.health_port)
     try:
         await serve_until(server, stop, proxy.begin_shutdown)

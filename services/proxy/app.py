@@ -1,7 +1,7 @@
 """The proxy's ASGI application: the handler chain of k8s.io/apiserver's endpoints/filters.
 
-body limit -> RequestInfo -> authentication -> priority and fairness -> authorization -> routing
-(registry for locally served group-versions; aggregated APIServices are not yet proxied).
+body limit -> RequestInfo -> authentication -> impersonation -> priority and fairness -> authorization
+-> routing (registry for locally served group-versions; aggregated APIServices are not yet proxied).
 """
 from __future__ import annotations
 
@@ -30,9 +30,12 @@ from .discovery import VERSION_INFO, Discovery
 from .filters.apf import Seat, SeatClient
 from .filters.authn import Authenticator, bearer_token
 from .filters.authz import Authorizer
+from .filters.impersonation import Impersonator
+from .filters.requestheader import RequestHeaderConfig
 from .handlers.resource import ResourceHandler, api_request
 from .handlers.watch import WatchHandler, watch_timeout
 from .negotiation import APPLY_PATCH, decode_body, negotiate_output
+from .rbac import RBACWatch
 from .requestinfo import RequestInfo
 
 log = logging.getLogger("services.proxy")
@@ -61,12 +64,16 @@ class ProxyApp:
     """The handler chain, as an ASGI callable; `app` is the Starlette application to serve."""
 
     def __init__(self, auth: agrpc.AuthStub, apf: fgrpc.FlowControlStub, registry: rgrpc.RegistryStub, *,
-                 channels: dict[str, grpc.aio.Channel] | None = None, verbosity: int = 0) -> None:
+                 channels: dict[str, grpc.aio.Channel] | None = None, verbosity: int = 0,
+                 request_header: RequestHeaderConfig | None = None) -> None:
         channels = channels or {}
         self.verbosity = verbosity
-        self.authn = Authenticator(auth)
+        self.authn = Authenticator(auth, request_header=request_header)
         self.apf = SeatClient(apf, channels.get("apf"))
         self.authz = Authorizer(auth)
+        self.impersonator = Impersonator(self.authz)
+        # Not a readiness check: until the registry serves RBAC, decisions just keep a short TTL.
+        self.rbac = RBACWatch(registry, self.authz)
         self.discovery = Discovery(registry)
         self.apiservices = Informer(registry, "apiregistration.k8s.io", "v1", "apiservices")
         self.apiservices.add_handler(lambda *_: self.discovery.invalidate())
@@ -94,6 +101,7 @@ class ProxyApp:
         self.apf.start()
         self.discovery.start()
         self.apiservices.start()
+        self.rbac.start()
 
     def begin_shutdown(self) -> None:
         """End every open watch; called when the stop signal arrives, before the server drains."""
@@ -101,6 +109,7 @@ class ProxyApp:
 
     async def stop(self) -> None:
         self.watches.close_all()
+        await self.rbac.stop()
         await self.apiservices.stop()
         await self.discovery.stop()
         await self.apf.stop()
@@ -143,9 +152,14 @@ class ProxyApp:
                 raise BadRequest(str(e)) from None
             # 3. authentication
             t = time.perf_counter()
-            user = await self.authn.authenticate(bearer_token(ctx.headers), ctx.client_cert)
+            user = await self.authn.authenticate(bearer_token(ctx.headers), ctx.client_cert, ctx.raw_headers)
             user_name = user.name
             t = ctx.timing("authn", t)
+            # 3b. impersonation: from here on the request acts as the impersonated user
+            if ctx.impersonation:
+                user = await self.impersonator.impersonate(user, ctx.impersonation)
+                user_name = f"{user_name} as {user.name}"
+                t = ctx.timing("impersonation", t)
             # 4. priority and fairness
             seat = await ctx.race(self.apf.acquire(fpb.RequestDigest(
                 user=user, verb=info.verb, resource_request=info.is_resource_request,

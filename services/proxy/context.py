@@ -17,6 +17,7 @@ T = TypeVar("T")
 MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
 _WANTED_HEADERS = frozenset(
     (b"accept", b"authorization", b"content-type", b"content-length", b"if-none-match"))
+_IMPERSONATE_PREFIX = b"impersonate-"
 
 
 class ClientDisconnected(Exception):
@@ -29,7 +30,7 @@ def too_large(limit: int = MAX_REQUEST_BODY_BYTES) -> RequestEntityTooLarge:
 
 class Context:
     __slots__ = ("scope", "receive", "send", "audit_id", "started", "timings", "headers", "extra_headers",
-                 "code", "response_started", "_disconnect", "method", "path", "query_string")
+                 "code", "response_started", "_disconnect", "method", "path", "query_string", "impersonation")
 
     def __init__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         self.scope, self.receive, self.send = scope, receive, send
@@ -40,9 +41,14 @@ class Context:
         self.started = time.perf_counter()
         self.timings: list[tuple[str, float]] = []
         self.headers: dict[bytes, bytes] = {}
+        # every Impersonate-* header, in order and repeated ones included
+        self.impersonation: list[tuple[bytes, bytes]] = []
         for k, v in scope["headers"]:
-            if k in _WANTED_HEADERS and k not in self.headers:
-                self.headers[k] = v
+            if k in _WANTED_HEADERS:
+                if k not in self.headers:
+                    self.headers[k] = v
+            elif k.startswith(_IMPERSONATE_PREFIX):
+                self.impersonation.append((k, v))
         self.extra_headers: list[tuple[bytes, bytes]] = []
         self.code = 0
         self.response_started = False
@@ -51,6 +57,10 @@ class Context:
     def header(self, name: bytes) -> str:
         v = self.headers.get(name)
         return v.decode("latin-1") if v else ""
+
+    @property
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        return self.scope["headers"]
 
     @property
     def client_cert(self) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ import contextlib
 import logging
 
 from apiary_pb import admission_pb2_grpc as agrpc
+from apiary_pb import auth_pb2_grpc as augrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
 from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
@@ -14,6 +15,7 @@ from services.common import config, errors, grpcutil, runtime
 from services.common.health import HealthServer
 
 from .admission import AdmissionClient
+from .auth import AuthClient
 from .bootstrap import bootstrap
 from .catalogue import DEFAULT_CATALOGUE
 from .handlers import Handlers
@@ -31,6 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="deadline in seconds of each storage call")
     p.add_argument("--admission-timeout", type=float, default=30.0,
                    help="deadline in seconds of each admission call")
+    p.add_argument("--auth-timeout", type=float, default=30.0,
+                   help="deadline in seconds of each auth call (RBAC escalation checks, reviews, TokenRequest)")
     return p.parse_args(argv)
 
 
@@ -51,9 +55,12 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
     tls = config.internal_tls(args)
     storage_channel = grpcutil.make_channel(tls, args.storage_address)
     admission_channel = grpcutil.make_channel(tls, args.admission_address)
+    # --auth-address: RBAC escalation checks, the access and token reviews, TokenRequest.
+    auth_channel = grpcutil.make_channel(tls, args.auth_address)
     store = Store(sgrpc.StorageStub(storage_channel), args.storage_timeout)
     handlers = Handlers(DEFAULT_CATALOGUE, store,
-                        AdmissionClient(agrpc.AdmissionStub(admission_channel), args.admission_timeout))
+                        AdmissionClient(agrpc.AdmissionStub(admission_channel), args.admission_timeout),
+                        AuthClient(augrpc.AuthStub(auth_channel), args.auth_timeout))
 
     server = grpcutil.make_server(tls, f"{args.bind_address}:{args.grpc_port}")
     rgrpc.add_RegistryServicer_to_server(RegistryServicer(handlers), server)
@@ -89,6 +96,7 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
         await health.stop()
         await storage_channel.close()
         await admission_channel.close()
+        await auth_channel.close()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@ class SubresourceInfo:
     name: str
     kind: str
     verbs: tuple[str, ...]
+    # The response kind's group and version when they are not the parent's (serviceaccounts/token answers
+    # an authentication.k8s.io/v1 TokenRequest).
+    group: str | None = None
+    version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,9 @@ class ResourceInfo:
     verbs: tuple[str, ...] = STANDARD_VERBS
     categories: tuple[str, ...] = ()
     subresources: tuple[SubresourceInfo, ...] = ()
+    # Create-only and never stored: the answer is computed by the auth service (TokenReview, the
+    # access reviews), as kube's registry/authentication and registry/authorization REST objects do.
+    virtual: bool = False
     _sub: dict[str, SubresourceInfo] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -88,6 +95,7 @@ CORE_V1: tuple[ResourceInfo, ...] = (
     ResourceInfo(
         group="", version="v1", kind="ServiceAccount", plural="serviceaccounts", singular="serviceaccount",
         namespaced=True, key_prefix="/registry/serviceaccounts/", short_names=("sa",),
+        subresources=(SubresourceInfo("token", "TokenRequest", ("create",), "authentication.k8s.io", "v1"),),
     ),
 )
 
@@ -100,10 +108,51 @@ APIREGISTRATION_V1: tuple[ResourceInfo, ...] = (
     ),
 )
 
+_RBAC = "rbac.authorization.k8s.io"
+RBAC_V1: tuple[ResourceInfo, ...] = (
+    ResourceInfo(
+        group=_RBAC, version="v1", kind="ClusterRoleBinding", plural="clusterrolebindings",
+        singular="clusterrolebinding", namespaced=False, key_prefix="/registry/clusterrolebindings/",
+    ),
+    ResourceInfo(
+        group=_RBAC, version="v1", kind="ClusterRole", plural="clusterroles", singular="clusterrole",
+        namespaced=False, key_prefix="/registry/clusterroles/",
+    ),
+    ResourceInfo(
+        group=_RBAC, version="v1", kind="RoleBinding", plural="rolebindings", singular="rolebinding",
+        namespaced=True, key_prefix="/registry/rolebindings/",
+    ),
+    ResourceInfo(
+        group=_RBAC, version="v1", kind="Role", plural="roles", singular="role", namespaced=True,
+        key_prefix="/registry/roles/",
+    ),
+)
+
+
+def _review(group: str, kind: str, plural: str, namespaced: bool = False) -> ResourceInfo:
+    return ResourceInfo(group=group, version="v1", kind=kind, plural=plural, singular=plural[:-1],
+                        namespaced=namespaced, key_prefix="", verbs=("create",), virtual=True)
+
+
+AUTHENTICATION_V1: tuple[ResourceInfo, ...] = (
+    _review("authentication.k8s.io", "SelfSubjectReview", "selfsubjectreviews"),
+    _review("authentication.k8s.io", "TokenReview", "tokenreviews"),
+)
+
+AUTHORIZATION_V1: tuple[ResourceInfo, ...] = (
+    _review("authorization.k8s.io", "LocalSubjectAccessReview", "localsubjectaccessreviews", namespaced=True),
+    _review("authorization.k8s.io", "SelfSubjectAccessReview", "selfsubjectaccessreviews"),
+    _review("authorization.k8s.io", "SelfSubjectRulesReview", "selfsubjectrulesreviews"),
+    _review("authorization.k8s.io", "SubjectAccessReview", "subjectaccessreviews"),
+)
+
 # Priorities kube-aggregator gives the local APIServices it registers (apiVersionPriorities).
 GROUP_PRIORITIES: dict[tuple[str, str], tuple[int, int]] = {
     ("", "v1"): (18000, 1),
     ("apiregistration.k8s.io", "v1"): (17400, 15),
+    ("authentication.k8s.io", "v1"): (17700, 15),
+    ("authorization.k8s.io", "v1"): (17600, 15),
+    ("rbac.authorization.k8s.io", "v1"): (17000, 15),
 }
 
 
@@ -130,7 +179,8 @@ class Catalogue:
                       key=lambda r: r.plural)
 
     def namespaced(self) -> list[ResourceInfo]:
-        return [r for r in self.resources if r.namespaced]
+        """Namespaced resources that are stored (what a namespace's deletion must empty)."""
+        return [r for r in self.resources if r.namespaced and not r.virtual]
 
 
-DEFAULT_CATALOGUE = Catalogue(CORE_V1 + APIREGISTRATION_V1)
+DEFAULT_CATALOGUE = Catalogue(CORE_V1 + APIREGISTRATION_V1 + AUTHENTICATION_V1 + AUTHORIZATION_V1 + RBAC_V1)

@@ -24,7 +24,8 @@ def _aggregated_resource(r: ResourceInfo) -> Obj:
         out["categories"] = list(r.categories)
     if r.subresources:
         out["subresources"] = [
-            {"subresource": s.name, "responseKind": {"group": r.group, "version": r.version, "kind": s.kind},
+            {"subresource": s.name, "responseKind": {"group": r.group if s.group is None else s.group,
+                                                     "version": s.version or r.version, "kind": s.kind},
              "verbs": sorted(s.verbs)}
             for s in sorted(r.subresources, key=lambda s: s.name)
         ]
@@ -83,11 +84,15 @@ def resource_list(catalogue: Catalogue, group: str, version: str) -> Obj:
             entry["shortNames"] = list(r.short_names)
         if r.categories:
             entry["categories"] = list(r.categories)
-        entry["storageVersionHash"] = r.storage_version_hash()
+        if not r.virtual:
+            entry["storageVersionHash"] = r.storage_version_hash()
         resources.append(entry)
         for s in sorted(r.subresources, key=lambda s: s.name):
-            resources.append({"name": f"{r.plural}/{s.name}", "singularName": "", "namespaced": r.namespaced,
-                              "kind": s.kind, "verbs": list(s.verbs)})
+            sub: Obj = {"name": f"{r.plural}/{s.name}", "singularName": "", "namespaced": r.namespaced}
+            if s.group is not None:
+                sub["group"], sub["version"] = s.group, s.version or r.version
+            sub["kind"], sub["verbs"] = s.kind, list(s.verbs)
+            resources.append(sub)
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
 
 

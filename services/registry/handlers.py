@@ -14,16 +14,18 @@ import orjson
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import storage_pb2 as spb
-from services.common import envelope, errors
+from services.common import envelope, errors, identity
 from services.common.errors import BadRequest
 
 from . import patch as patches
 from . import printers, schemas
 from . import validation as v
 from .admission import AdmissionClient
+from .auth import AuthClient
 from .catalogue import Catalogue, ResourceInfo
 from .store import Store
 from .strategies import Strategy, now_rfc3339, strategy_for
+from .strategies.reviews import TOKEN_REQUEST, TokenRequestStrategy
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +89,12 @@ def _options_invalid(kind: str, causes: list[v.Cause]) -> errors.Invalid:
 
 
 class Handlers:
-    def __init__(self, catalogue: Catalogue, store: Store, admission: AdmissionClient | None) -> None:
+    def __init__(self, catalogue: Catalogue, store: Store, admission: AdmissionClient | None,
+                 auth: AuthClient | None = None) -> None:
         self.catalogue = catalogue
         self.store = store
         self.admission = admission
+        self.auth = auth
         self._strategies = {r: strategy_for(r) for r in catalogue.resources}
 
     def strategy(self, info: ResourceInfo) -> Strategy:
@@ -122,6 +126,10 @@ class Handlers:
             "get": self.get, "list": self.list, "create": self.create, "update": self.update,
             "patch": self.patch, "delete": self.delete, "deletecollection": self.delete_collection,
         }.get(verb)
+        if r.info.virtual:
+            fn = self.review if verb == "create" else None
+        elif req.subresource == "token" and r.info.kind == "ServiceAccount" and not r.info.group:
+            fn = self.token_request if verb == "create" else None
         if fn is None:
             raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
         self._check_options(r, verb)
@@ -232,6 +240,63 @@ class Handlers:
             out["fieldValidation"] = r.query["fieldValidation"]
         return out
 
+    # RBAC escalation, reviews, TokenRequest ---------------------------------------
+
+    async def _check_escalation(self, r: Request, obj: Obj, old: Obj | None) -> None:
+        """registry/rbac's policybased storage: a Role or binding write may not grant more than the caller
+        holds, unless the caller may escalate/bind (the auth service decides). Dry-run writes are checked too."""
+        if not r.strategy.escalation_checked:
+            return
+        user = r.req.user
+        # rbacregistry.EscalationAllowed: system:masters (the server's own loopback identity) may do anything.
+        if identity.SYSTEM_MASTERS in user.groups:
+            return
+        if old is not None and _only_gc_fields(obj, old):
+            return
+        if self.auth is None:
+            raise errors.ServiceUnavailable("the RBAC escalation check is unavailable: no auth service")
+        allowed = await self.auth.check_escalation(user, r.namespace, r.info.kind, obj, r.timing)
+        if not allowed:
+            groups = "[" + " ".join(f'"{g}"' for g in user.groups) + "]"
+            raise errors.forbidden(r.info.plural, r.info.group, (obj.get("metadata") or {}).get("name") or "",
+                                   f'user "{user.name}" (groups={groups}) is attempting to grant RBAC '
+                                   "permissions not currently held")
+
+    def _auth(self) -> AuthClient:
+        if self.auth is None:
+            raise errors.ServiceUnavailable("the auth service is not configured")
+        return self.auth
+
+    async def review(self, r: Request) -> Response:
+        """TokenReview, SelfSubjectReview and the access reviews: decoded here, answered by the auth service,
+        never stored; kube runs no admission for them."""
+        if r.info.namespaced and not r.namespace:
+            # LocalSubjectAccessReview is only served under /namespaces/<ns>/.
+            raise errors.NotFound(NOT_FOUND_MESSAGE)
+        obj = self.decode(r, r.req.body)
+        self._set_namespace(r, obj)
+        body = await self._auth().review(r.info, r.namespace, obj, r.req.user, r.timing)
+        return Response(201, body)
+
+    async def token_request(self, r: Request) -> Response:
+        """serviceaccounts/<name>/token (kube's TokenREST.Create): the ServiceAccount must exist; the auth
+        service signs the token."""
+        tr = Request(r.req, TOKEN_REQUEST, TokenRequestStrategy(), r.timing, r.warnings, admit=False)
+        obj = self.decode(tr, r.req.body)
+        meta = obj["metadata"]
+        name, namespace = r.req.name, r.req.namespace
+        for key, want, what in (("name", name, "name"), ("namespace", namespace, "namespace")):
+            if meta.get(key) and meta[key] != want:
+                raise errors.invalid(TOKEN_REQUEST.kind, TOKEN_REQUEST.group, name, [
+                    v.invalid(f"metadata.{key}", meta[key], f"must match the service account {what} if specified")])
+        sa = self._fill_kind(r.info, await self.store.get(r.info, namespace, name, timing=r.timing))
+        causes = tr.strategy.validate(obj)
+        if causes:
+            raise errors.invalid(TOKEN_REQUEST.kind, TOKEN_REQUEST.group, "", causes)
+        meta["name"], meta["namespace"] = name, namespace
+        body = await self._auth().request_token(namespace, name, obj, sa, r.req.user, r.timing)
+        return Response(201, body)
+
     # Envelopes -------------------------------------------------------------------
 
     def to_envelope(self, r: Request, obj: Obj) -> pb.Object:
@@ -322,6 +387,7 @@ class Handlers:
         causes = r.strategy.validate(obj)
         if causes:
             raise self._invalid(r, obj, causes)
+        await self._check_escalation(r, obj, None)
         await self._validate_admission(r, "CREATE", obj, None, meta["name"], options)
         env = self.to_envelope(r, obj)
         if r.dry_run:
@@ -463,11 +529,13 @@ class Handlers:
             causes = r.strategy.validate_update(new, current)
             if causes:
                 raise self._invalid(r, new, causes)
+            await self._check_escalation(r, new, current)
             await self._validate_admission(r, "UPDATE", new, current, r.req.name, options)
             meta["resourceVersion"] = cur_meta.get("resourceVersion", "")
-            if _same(new, current):
+            # Storage marks a value encrypted by an older provider or key: kube rewrites it even unchanged.
+            if _same(new, current) and "apiary.storage/stale-encryption" not in current_env.fields:
                 return 200, current_env
-            env = self.to_envelope(r, new)
+            env = current_env if _same(new, current) else self.to_envelope(r, new)
             if r.dry_run:
                 return 200, env
             try:
@@ -648,6 +716,16 @@ def _non_null(patch: Any) -> Any:
     if isinstance(patch, dict):
         return {k: _non_null(val) for k, val in patch.items() if val is not None}
     return patch
+
+
+_GC_FIELDS = ("ownerReferences", "finalizers", "selfLink", "managedFields", "resourceVersion")
+
+
+def _only_gc_fields(new: Obj, old: Obj) -> bool:
+    """rbacregistry.IsOnlyMutatingGCFields: finalizers and owner references change without a new grant."""
+    def strip(o: Obj) -> Obj:
+        return dict(o, metadata={k: val for k, val in (o.get("metadata") or {}).items() if k not in _GC_FIELDS})
+    return strip(new) == strip(old)
 
 
 def _same(new: Obj, old: Obj) -> bool:

@@ -129,6 +129,14 @@ def resource_paths(r: ResourceInfo, schema: str) -> dict[str, Obj]:
         return out
 
     write_params = [DRY_RUN, FIELD_MANAGER, FIELD_VALIDATION]
+    if r.virtual:
+        # Create-only kinds (the reviews) have one operation: POST on the collection.
+        return {coll: {
+            "post": operation("post", f"create{op}{ns_word}{kind}", f"create a {kind}", write_params,
+                              _responses(schema, ("200", "201", "202")),
+                              {"content": _content(schema), "required": True}),
+            "parameters": ns_param + common,
+        }}
     delete_body = {"content": _content(schemas.META + "DeleteOptions", MEDIA[:2] + MEDIA[2:])}
     paths: dict[str, Obj] = {
         coll: {
@@ -179,6 +187,16 @@ def resource_paths(r: ResourceInfo, schema: str) -> dict[str, Obj]:
         sub_path = f"{item}/{s.name}"
         ops: Obj = {"parameters": name_param + ns_param + common}
         title = s.name
+        if "create" in s.verbs:
+            # serviceaccounts/token: the request and answer are another group's kind (TokenRequest).
+            sub_schema = schemas.KIND_SCHEMA[(s.group if s.group is not None else r.group, s.kind)]
+            post = operation("post", f"create{op}{ns_word}{kind}{title.capitalize()}",
+                             f"create {title} of a {kind}", write_params,
+                             _responses(sub_schema, ("200", "201", "202")),
+                             {"content": _content(sub_schema), "required": True})
+            post["x-kubernetes-group-version-kind"] = {"group": s.group if s.group is not None else r.group,
+                                                       "version": s.version or r.version, "kind": s.kind}
+            ops["post"] = post
         if "get" in s.verbs:
             ops["get"] = operation("get", f"read{op}{ns_word}{kind}{title.capitalize()}",
                                    f"read {title} of the specified {kind}", [], _responses(schema))
@@ -202,7 +220,8 @@ def document(catalogue: Catalogue, group: str, version: str) -> Obj:
     names = [schemas.META + n for n in ("DeleteOptions", "Status", "WatchEvent", "Patch")]
     for r in catalogue.in_group_version(group, version):
         schema = schemas.KIND_SCHEMA[(r.group, r.kind)]
-        names += [schema, schema + "List"]
+        names += [schema] if r.virtual else [schema, schema + "List"]
+        names += [schemas.KIND_SCHEMA[(s.group, s.kind)] for s in r.subresources if s.group is not None]
         paths.update(resource_paths(r, schema))
     return {
         "openapi": "3.0.0",

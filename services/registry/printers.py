@@ -123,14 +123,67 @@ PRINTERS: dict[tuple[str, str], Printer] = {
 }
 
 
+def _created_at(obj: Obj) -> str:
+    return (obj.get("metadata") or {}).get("creationTimestamp") or ""
+
+
+def _subjects(obj: Obj) -> list[str]:
+    """rbac.SubjectsStrings: users, groups and namespace/name service accounts, each joined by ", "."""
+    users, groups, sas = [], [], []
+    for s in obj.get("subjects") or []:
+        kind, name = s.get("kind"), s.get("name") or ""
+        if kind == "User":
+            users.append(name)
+        elif kind == "Group":
+            groups.append(name)
+        elif kind == "ServiceAccount":
+            sas.append(f"{s.get('namespace') or ''}/{name}")
+    return [", ".join(users), ", ".join(groups), ", ".join(sas)]
+
+
+def _binding_row(o: Obj) -> list[Any]:
+    ref = o.get("roleRef") or {}
+    return [(o.get("metadata") or {}).get("name", ""), f"{ref.get('kind', '')}/{ref.get('name', '')}", age(o),
+            *_subjects(o)]
+
+
+_ROLE_COLUMNS = [NAME, column("Created At", "date", AGE_DESC)]
+_BINDING_COLUMNS = [
+    NAME,
+    column("Role", "string", "RoleRef can reference a Role in the current namespace or a ClusterRole in the "
+           "global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error. This field "
+           "is immutable."),
+    AGE,
+    column("Users", "string", "Users in the roleBinding", priority=1),
+    column("Groups", "string", "Groups in the roleBinding", priority=1),
+    column("ServiceAccounts", "string", "ServiceAccounts in the roleBinding", priority=1),
+]
+
+# Kinds whose columns are not Name, <extra>, Age: every column and every cell, in order.
+FULL_PRINTERS: dict[tuple[str, str], Printer] = {
+    ("rbac.authorization.k8s.io", "roles"): (_ROLE_COLUMNS, lambda o: [(o.get("metadata") or {}).get("name", ""),
+                                                                       _created_at(o)]),
+    ("rbac.authorization.k8s.io", "clusterroles"): (_ROLE_COLUMNS, lambda o: [
+        (o.get("metadata") or {}).get("name", ""), _created_at(o)]),
+    ("rbac.authorization.k8s.io", "rolebindings"): (_BINDING_COLUMNS, _binding_row),
+    ("rbac.authorization.k8s.io", "clusterrolebindings"): (_BINDING_COLUMNS, _binding_row),
+}
+
+
 def column_definitions(group: str, resource: str) -> list[Obj]:
+    if (group, resource) in FULL_PRINTERS:
+        return list(FULL_PRINTERS[(group, resource)][0])
     extra, _ = PRINTERS.get((group, resource), ([], None))
     return [NAME, *extra, AGE]
 
 
 def row(group: str, resource: str, obj: Obj, env: pb.Object, include_object: str) -> Obj:
-    _, cells_of = PRINTERS.get((group, resource), ([], lambda o: []))
-    cells = [(obj.get("metadata") or {}).get("name", ""), *cells_of(obj), age(obj)]
+    full = FULL_PRINTERS.get((group, resource))
+    if full is not None:
+        cells = full[1](obj)
+    else:
+        _, cells_of = PRINTERS.get((group, resource), ([], lambda o: []))
+        cells = [(obj.get("metadata") or {}).get("name", ""), *cells_of(obj), age(obj)]
     out: Obj = {"cells": cells}
     if include_object == "Object":
         out["object"] = obj

@@ -13,6 +13,9 @@ Schema = dict[str, Any]
 META = "io.k8s.apimachinery.pkg.apis.meta.v1."
 CORE = "io.k8s.api.core.v1."
 AGG = "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1."
+RBAC = "io.k8s.api.rbac.v1."
+AUTHN = "io.k8s.api.authentication.v1."
+AUTHZ = "io.k8s.api.authorization.v1."
 REF_PREFIX = "#/components/schemas/"
 
 
@@ -232,6 +235,31 @@ _META_SCHEMAS: dict[str, Schema] = {
                    "Type is Error: *Status is recommended; other types may make sense depending on context."},
         "type": _s("", ),
     }, required=["type", "object"]),
+    META + "LabelSelectorRequirement": _object(
+        "A label selector requirement is a selector that contains values, a key, and an operator that relates the "
+        "key and values.", {
+            "key": _s("key is the label key that the selector applies to."),
+            "operator": _s("operator represents a key's relationship to a set of values. Valid operators are In, "
+                           "NotIn, Exists and DoesNotExist."),
+            "values": _list({"type": "string", "default": ""}, "values is an array of string values.",
+                            **{"x-kubernetes-list-type": "atomic"}),
+        }, required=["key", "operator"]),
+    META + "LabelSelector": _object(
+        "A label selector is a label query over a set of resources.", {
+            "matchExpressions": _list(_ref(META + "LabelSelectorRequirement"), "matchExpressions is a list of "
+                                      "label selector requirements. The requirements are ANDed.",
+                                      **{"x-kubernetes-list-type": "atomic"}),
+            "matchLabels": _map("matchLabels is a map of {key,value} pairs."),
+        }) | {"x-kubernetes-map-type": "atomic"},
+    META + "FieldSelectorRequirement": _object(
+        "FieldSelectorRequirement is a selector that contains values, a key, and an operator that relates the "
+        "key and values.", {
+            "key": _s("key is the field selector key that the requirement applies to."),
+            "operator": _s("operator represents a key's relationship to a set of values. Valid operators are In, "
+                           "NotIn, Exists, DoesNotExist."),
+            "values": _list({"type": "string", "default": ""}, "values is an array of string values.",
+                            **{"x-kubernetes-list-type": "atomic"}),
+        }, required=["key", "operator"]),
     META + "Patch": {"type": "object", "description": "Patch is provided to give a concrete name and type to "
                      "the Kubernetes PATCH request body."},
 }
@@ -352,7 +380,275 @@ _AGG_SCHEMAS: dict[str, Schema] = {
     AGG + "APIServiceList": _list_kind(AGG + "APIService", "APIService", (*_AGG_GVK, "APIServiceList")),
 }
 
-ALL: dict[str, Schema] = {**_META_SCHEMAS, **_CORE_SCHEMAS, **_AGG_SCHEMAS}
+_ATOMIC = {"x-kubernetes-list-type": "atomic"}
+
+
+def _strings(desc: str) -> Schema:
+    return _list({"type": "string", "default": ""}, desc, **_ATOMIC)
+
+
+_EXTRA: Schema = {"type": "object", "description": "Any additional information provided by the authenticator.",
+                  "additionalProperties": {"type": "array", "items": {"type": "string", "default": ""}}}
+
+_RBAC_GV = ("rbac.authorization.k8s.io", "v1")
+_RBAC_SCHEMAS: dict[str, Schema] = {
+    RBAC + "PolicyRule": _object(
+        "PolicyRule holds information that describes a policy rule, but does not contain information about who "
+        "the rule applies to or which namespace the rule applies to.", {
+            "apiGroups": _strings("APIGroups is the name of the APIGroup that contains the resources. If multiple "
+                                  "API groups are specified, any action requested against one of the enumerated "
+                                  "resources in any API group will be allowed. \"\" represents the core API "
+                                  "group and \"*\" represents all API groups."),
+            "nonResourceURLs": _strings("NonResourceURLs is a set of partial urls that a user should have access "
+                                        "to.  *s are allowed, but only as the full, final step in the path. Rules "
+                                        "can either apply to API resources (such as \"pods\" or \"secrets\") or "
+                                        "non-resource URL paths (such as \"/api\"),  but not both."),
+            "resourceNames": _strings("ResourceNames is an optional white list of names that the rule applies to. "
+                                      "An empty set means that everything is allowed."),
+            "resources": _strings("Resources is a list of resources this rule applies to. '*' represents all "
+                                  "resources."),
+            "verbs": _strings("Verbs is a list of Verbs that apply to ALL the ResourceKinds contained in this "
+                              "rule. '*' represents all verbs."),
+        }, required=["verbs"]),
+    RBAC + "AggregationRule": _object(
+        "AggregationRule describes how to locate ClusterRoles to aggregate into the ClusterRole", {
+            "clusterRoleSelectors": _list(_ref(META + "LabelSelector"), "ClusterRoleSelectors holds a list of "
+                                          "selectors which will be used to find ClusterRoles and create the rules. "
+                                          "If any of the selectors match, then the ClusterRole's permissions will "
+                                          "be added", **_ATOMIC),
+        }),
+    RBAC + "Role": _kind("Role is a namespaced, logical grouping of PolicyRules that can be referenced as a unit "
+                         "by a RoleBinding.", {
+        "rules": _list(_ref(RBAC + "PolicyRule"), "Rules holds all the PolicyRules for this Role", **_ATOMIC),
+    }, (*_RBAC_GV, "Role")),
+    RBAC + "ClusterRole": _kind("ClusterRole is a cluster level, logical grouping of PolicyRules that can be "
+                                "referenced as a unit by a RoleBinding or ClusterRoleBinding.", {
+        "aggregationRule": _ref(RBAC + "AggregationRule", "AggregationRule is an optional field that describes "
+                                "how to build the Rules for this ClusterRole. If AggregationRule is set, then the "
+                                "Rules are controller managed and direct changes to Rules will be stomped by the "
+                                "controller."),
+        "rules": _list(_ref(RBAC + "PolicyRule"), "Rules holds all the PolicyRules for this ClusterRole",
+                       **_ATOMIC),
+    }, (*_RBAC_GV, "ClusterRole")),
+    RBAC + "RoleRef": _object("RoleRef contains information that points to the role being used", {
+        "apiGroup": _s("APIGroup is the group for the resource being referenced"),
+        "kind": _s("Kind is the type of resource being referenced"),
+        "name": _s("Name is the name of resource being referenced"),
+    }, required=["apiGroup", "kind", "name"]) | {"x-kubernetes-map-type": "atomic"},
+    RBAC + "Subject": _object(
+        "Subject contains a reference to the object or user identities a role binding applies to.  This can "
+        "either hold a direct API object reference, or a value for non-objects such as user and group names.", {
+            "apiGroup": _s("APIGroup holds the API group of the referenced subject. Defaults to \"\" for "
+                           "ServiceAccount subjects. Defaults to \"rbac.authorization.k8s.io\" for User and Group "
+                           "subjects."),
+            "kind": _s("Kind of object being referenced. Values defined by this API group are \"User\", "
+                       "\"Group\", and \"ServiceAccount\"."),
+            "name": _s("Name of the object being referenced."),
+            "namespace": _s("Namespace of the referenced object.  If the object kind is non-namespace, such as "
+                            "\"User\" or \"Group\", and this value is not empty the Authorizer should report an "
+                            "error."),
+        }, required=["kind", "name"]) | {"x-kubernetes-map-type": "atomic"},
+    RBAC + "RoleBinding": _kind("RoleBinding references a role, but does not contain it.  It can reference a "
+                                "Role in the same namespace or a ClusterRole in the global namespace.", {
+        "roleRef": _ref(RBAC + "RoleRef", "RoleRef can reference a Role in the current namespace or a ClusterRole "
+                        "in the global namespace. This field is immutable."),
+        "subjects": _list(_ref(RBAC + "Subject"), "Subjects holds references to the objects the role applies to.",
+                          **_ATOMIC),
+    }, (*_RBAC_GV, "RoleBinding")) | {"required": ["roleRef"]},
+    RBAC + "ClusterRoleBinding": _kind("ClusterRoleBinding references a ClusterRole, but not contain it.  It can "
+                                       "reference a ClusterRole in the global namespace, and adds who "
+                                       "information via Subject.", {
+        "roleRef": _ref(RBAC + "RoleRef", "RoleRef can only reference a ClusterRole in the global namespace. This "
+                        "field is immutable."),
+        "subjects": _list(_ref(RBAC + "Subject"), "Subjects holds references to the objects the role applies to.",
+                          **_ATOMIC),
+    }, (*_RBAC_GV, "ClusterRoleBinding")) | {"required": ["roleRef"]},
+}
+for _k in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"):
+    _RBAC_SCHEMAS[RBAC + _k + "List"] = _list_kind(RBAC + _k, _k, (*_RBAC_GV, _k + "List"))
+
+_AUTHN_GV = ("authentication.k8s.io", "v1")
+_AUTHN_SCHEMAS: dict[str, Schema] = {
+    AUTHN + "UserInfo": _object("UserInfo holds the information about the user needed to implement the user.Info "
+                                "interface.", {
+        "extra": _EXTRA,
+        "groups": _strings("The names of groups this user is a part of."),
+        "uid": _s("A unique value that identifies this user across time."),
+        "username": _s("The name that uniquely identifies this user among all active users."),
+    }),
+    AUTHN + "BoundObjectReference": _object("BoundObjectReference is a reference to an object that a token is "
+                                            "bound to.", {
+        "apiVersion": _s("API version of the referent."),
+        "kind": _s("Kind of the referent. Valid kinds are 'Pod' and 'Secret'."),
+        "name": _s("Name of the referent."),
+        "uid": _s("UID of the referent."),
+    }),
+    AUTHN + "TokenRequestSpec": _object("TokenRequestSpec contains client provided parameters of a token "
+                                        "request.", {
+        "audiences": _strings("Audiences are the intendend audiences of the token."),
+        "boundObjectRef": _ref(AUTHN + "BoundObjectReference", "BoundObjectRef is a reference to an object that "
+                               "the token will be bound to."),
+        "expirationSeconds": _i("ExpirationSeconds is the requested duration of validity of the request.",
+                                "int64"),
+    }, required=["audiences"]),
+    AUTHN + "TokenRequestStatus": _object("TokenRequestStatus is the result of a token request.", {
+        "expirationTimestamp": _ref(META + "Time", "ExpirationTimestamp is the time of expiration of the "
+                                    "returned token."),
+        "token": _s("Token is the opaque bearer token."),
+    }, required=["token", "expirationTimestamp"]),
+    AUTHN + "TokenRequest": _kind("TokenRequest requests a token for a given service account.", {
+        "spec": _ref(AUTHN + "TokenRequestSpec", "Spec holds information about the request being evaluated"),
+        "status": _ref(AUTHN + "TokenRequestStatus", "Status is filled in by the server and indicates whether "
+                       "the token can be authenticated."),
+    }, (*_AUTHN_GV, "TokenRequest")) | {"required": ["spec"]},
+    AUTHN + "TokenReviewSpec": _object("TokenReviewSpec is a description of the token authentication request.", {
+        "audiences": _strings("Audiences is a list of the identifiers that the resource server presented with "
+                              "the token identifies as."),
+        "token": _s("Token is the opaque bearer token."),
+    }),
+    AUTHN + "TokenReviewStatus": _object("TokenReviewStatus is the result of the token authentication request.", {
+        "audiences": _strings("Audiences are audience identifiers chosen by the authenticator that are "
+                              "compatible with both the TokenReview and token."),
+        "authenticated": _b("Authenticated indicates that the token was associated with a known user."),
+        "error": _s("Error indicates that the token couldn't be checked"),
+        "user": _ref(AUTHN + "UserInfo", "User is the UserInfo associated with the provided token."),
+    }),
+    AUTHN + "TokenReview": _kind("TokenReview attempts to authenticate a token to a known user.", {
+        "spec": _ref(AUTHN + "TokenReviewSpec", "Spec holds information about the request being evaluated"),
+        "status": _ref(AUTHN + "TokenReviewStatus", "Status is filled in by the server and indicates whether the "
+                       "request can be authenticated."),
+    }, (*_AUTHN_GV, "TokenReview")) | {"required": ["spec"]},
+    AUTHN + "SelfSubjectReviewStatus": _object("SelfSubjectReviewStatus is filled by the kube-apiserver and sent "
+                                               "back to a user.", {
+        "userInfo": _ref(AUTHN + "UserInfo", "User attributes of the user making this request."),
+    }),
+    AUTHN + "SelfSubjectReview": _kind("SelfSubjectReview contains the user information that the kube-apiserver "
+                                       "has about the user making this request.", {
+        "status": _ref(AUTHN + "SelfSubjectReviewStatus", "Status is filled in by the server with the user "
+                       "attributes."),
+    }, (*_AUTHN_GV, "SelfSubjectReview")),
+}
+
+_AUTHZ_GV = ("authorization.k8s.io", "v1")
+_AUTHZ_SCHEMAS: dict[str, Schema] = {
+    AUTHZ + "FieldSelectorAttributes": _object("FieldSelectorAttributes indicates a field limited access.", {
+        "rawSelector": _s("rawSelector is the serialization of a field selector that would be included in a query "
+                          "parameter."),
+        "requirements": _list(_ref(META + "FieldSelectorRequirement"), "requirements is the parsed "
+                              "interpretation of a field selector.", **_ATOMIC),
+    }),
+    AUTHZ + "LabelSelectorAttributes": _object("LabelSelectorAttributes indicates a label limited access.", {
+        "rawSelector": _s("rawSelector is the serialization of a field selector that would be included in a query "
+                          "parameter."),
+        "requirements": _list(_ref(META + "LabelSelectorRequirement"), "requirements is the parsed "
+                              "interpretation of a label selector.", **_ATOMIC),
+    }),
+    AUTHZ + "ResourceAttributes": _object("ResourceAttributes includes the authorization attributes available for "
+                                          "resource requests to the Authorizer interface", {
+        "fieldSelector": _ref(AUTHZ + "FieldSelectorAttributes", "fieldSelector describes the limitation on "
+                              "access based on field."),
+        "group": _s("Group is the API Group of the Resource.  \"*\" means all."),
+        "labelSelector": _ref(AUTHZ + "LabelSelectorAttributes", "labelSelector describes the limitation on "
+                              "access based on labels."),
+        "name": _s("Name is the name of the resource being requested for a \"get\" or deleted for a "
+                   "\"delete\". \"\" (empty) means all."),
+        "namespace": _s("Namespace is the namespace of the action being requested."),
+        "resource": _s("Resource is one of the existing resource types.  \"*\" means all."),
+        "subresource": _s("Subresource is one of the existing resource types.  \"\" means none."),
+        "verb": _s("Verb is a kubernetes resource API verb, like: get, list, watch, create, update, delete, proxy. "
+                   "\"*\" means all."),
+        "version": _s("Version is the API Version of the Resource.  \"*\" means all."),
+    }),
+    AUTHZ + "NonResourceAttributes": _object("NonResourceAttributes includes the authorization attributes "
+                                             "available for non-resource requests to the Authorizer interface", {
+        "path": _s("Path is the URL path of the request"),
+        "verb": _s("Verb is the standard HTTP verb"),
+    }),
+    AUTHZ + "SubjectAccessReviewSpec": _object("SubjectAccessReviewSpec is a description of the access request.  "
+                                               "Exactly one of ResourceAuthorizationAttributes and "
+                                               "NonResourceAuthorizationAttributes must be set", {
+        "extra": _EXTRA,
+        "groups": _strings("Groups is the groups you're testing for."),
+        "nonResourceAttributes": _ref(AUTHZ + "NonResourceAttributes", "NonResourceAttributes describes "
+                                      "information for a non-resource access request"),
+        "resourceAttributes": _ref(AUTHZ + "ResourceAttributes", "ResourceAuthorizationAttributes describes "
+                                   "information for a resource access request"),
+        "uid": _s("UID information about the requesting user."),
+        "user": _s("User is the user you're testing for."),
+    }),
+    AUTHZ + "SubjectAccessReviewStatus": _object("SubjectAccessReviewStatus", {
+        "allowed": _b("Allowed is required. True if the action would be allowed, false otherwise."),
+        "denied": _b("Denied is optional. True if the action would be denied, otherwise false."),
+        "evaluationError": _s("EvaluationError is an indication that some error occurred during the "
+                              "authorization check."),
+        "reason": _s("Reason is optional.  It indicates why a request was allowed or denied."),
+    }, required=["allowed"]),
+    AUTHZ + "SubjectAccessReview": _kind("SubjectAccessReview checks whether or not a user or group can perform "
+                                         "an action.", {
+        "spec": _ref(AUTHZ + "SubjectAccessReviewSpec", "Spec holds information about the request being "
+                     "evaluated"),
+        "status": _ref(AUTHZ + "SubjectAccessReviewStatus", "Status is filled in by the server and indicates "
+                       "whether the request is allowed or not"),
+    }, (*_AUTHZ_GV, "SubjectAccessReview")) | {"required": ["spec"]},
+    AUTHZ + "LocalSubjectAccessReview": _kind("LocalSubjectAccessReview checks whether or not a user or group can "
+                                              "perform an action in a given namespace.", {
+        "spec": _ref(AUTHZ + "SubjectAccessReviewSpec", "Spec holds information about the request being "
+                     "evaluated.  spec.namespace must be equal to the namespace you made the request against."),
+        "status": _ref(AUTHZ + "SubjectAccessReviewStatus", "Status is filled in by the server and indicates "
+                       "whether the request is allowed or not"),
+    }, (*_AUTHZ_GV, "LocalSubjectAccessReview")) | {"required": ["spec"]},
+    AUTHZ + "SelfSubjectAccessReviewSpec": _object("SelfSubjectAccessReviewSpec is a description of the access "
+                                                   "request.", {
+        "nonResourceAttributes": _ref(AUTHZ + "NonResourceAttributes", "NonResourceAttributes describes "
+                                      "information for a non-resource access request"),
+        "resourceAttributes": _ref(AUTHZ + "ResourceAttributes", "ResourceAuthorizationAttributes describes "
+                                   "information for a resource access request"),
+    }),
+    AUTHZ + "SelfSubjectAccessReview": _kind("SelfSubjectAccessReview checks whether or the current user can "
+                                             "perform an action.", {
+        "spec": _ref(AUTHZ + "SelfSubjectAccessReviewSpec", "Spec holds information about the request being "
+                     "evaluated.  user and groups must be empty"),
+        "status": _ref(AUTHZ + "SubjectAccessReviewStatus", "Status is filled in by the server and indicates "
+                       "whether the request is allowed or not"),
+    }, (*_AUTHZ_GV, "SelfSubjectAccessReview")) | {"required": ["spec"]},
+    AUTHZ + "SelfSubjectRulesReviewSpec": _object("SelfSubjectRulesReviewSpec defines the specification for "
+                                                  "SelfSubjectRulesReview.", {
+        "namespace": _s("Namespace to evaluate rules for. Required."),
+    }),
+    AUTHZ + "ResourceRule": _object("ResourceRule is the list of actions the subject is allowed to perform on "
+                                    "resources.", {
+        "apiGroups": _strings("APIGroups is the name of the APIGroup that contains the resources."),
+        "resourceNames": _strings("ResourceNames is an optional white list of names that the rule applies to."),
+        "resources": _strings("Resources is a list of resources this rule applies to."),
+        "verbs": _strings("Verb is a list of kubernetes resource API verbs, like: get, list, watch, create, "
+                          "update, delete, proxy.  \"*\" means all."),
+    }, required=["verbs"]),
+    AUTHZ + "NonResourceRule": _object("NonResourceRule holds information that describes a rule for the "
+                                       "non-resource", {
+        "nonResourceURLs": _strings("NonResourceURLs is a set of partial urls that a user should have access "
+                                    "to."),
+        "verbs": _strings("Verb is a list of kubernetes non-resource API verbs, like: get, post, put, delete, "
+                          "patch, head, options.  \"*\" means all."),
+    }, required=["verbs"]),
+    AUTHZ + "SubjectRulesReviewStatus": _object("SubjectRulesReviewStatus contains the result of a rules check.", {
+        "evaluationError": _s("EvaluationError can appear in combination with Rules."),
+        "incomplete": _b("Incomplete is true when the rules returned by this call are incomplete."),
+        "nonResourceRules": _list(_ref(AUTHZ + "NonResourceRule"), "NonResourceRules is the list of actions the "
+                                  "subject is allowed to perform on non-resources.", **_ATOMIC),
+        "resourceRules": _list(_ref(AUTHZ + "ResourceRule"), "ResourceRules is the list of actions the subject "
+                               "is allowed to perform on resources.", **_ATOMIC),
+    }, required=["resourceRules", "nonResourceRules", "incomplete"]),
+    AUTHZ + "SelfSubjectRulesReview": _kind("SelfSubjectRulesReview enumerates the set of actions the current "
+                                            "user can perform within a namespace.", {
+        "spec": _ref(AUTHZ + "SelfSubjectRulesReviewSpec", "Spec holds information about the request being "
+                     "evaluated."),
+        "status": _ref(AUTHZ + "SubjectRulesReviewStatus", "Status is filled in by the server and indicates the "
+                       "set of actions a user can perform."),
+    }, (*_AUTHZ_GV, "SelfSubjectRulesReview")) | {"required": ["spec"]},
+}
+
+ALL: dict[str, Schema] = {**_META_SCHEMAS, **_CORE_SCHEMAS, **_AGG_SCHEMAS, **_RBAC_SCHEMAS, **_AUTHN_SCHEMAS,
+                          **_AUTHZ_SCHEMAS}
 
 KIND_SCHEMA: dict[tuple[str, str], str] = {
     ("", "ConfigMap"): CORE + "ConfigMap",
@@ -360,6 +656,11 @@ KIND_SCHEMA: dict[tuple[str, str], str] = {
     ("", "Namespace"): CORE + "Namespace",
     ("", "ServiceAccount"): CORE + "ServiceAccount",
     ("apiregistration.k8s.io", "APIService"): AGG + "APIService",
+    **{("rbac.authorization.k8s.io", k): RBAC + k for k in ("Role", "ClusterRole", "RoleBinding",
+                                                            "ClusterRoleBinding")},
+    **{("authentication.k8s.io", k): AUTHN + k for k in ("TokenRequest", "TokenReview", "SelfSubjectReview")},
+    **{("authorization.k8s.io", k): AUTHZ + k for k in ("SubjectAccessReview", "LocalSubjectAccessReview",
+                                                        "SelfSubjectAccessReview", "SelfSubjectRulesReview")},
 }
 
 

@@ -7,6 +7,7 @@ service account user name) so a decision never scans every binding.
 """
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -210,11 +211,13 @@ class RBACIndex:
 
     # queries
 
-    def _bindings_for(self, user: str, groups: Iterable[str]) -> set[tuple[str, str]]:
-        found: set[tuple[str, str]] = set(self.by_subject.get(f"u:{user}", ()))
+    def _binding_keys(self, user: str, groups: Iterable[str]) -> Iterable[tuple[str, tuple[str, str]]]:
+        """(subject key, binding key) for every binding naming the user or one of its groups."""
+        for b in self.by_subject.get("u:" + user, ()):
+            yield "u:" + user, b
         for g in groups:
-            found |= self.by_subject.get(f"g:{g}", set())
-        return found
+            for b in self.by_subject.get("g:" + g, ()):
+                yield "g:" + g, b
 
     def _rules_of(self, b: Binding) -> tuple[Rule, ...]:
         if b.role_kind == "ClusterRole":
@@ -224,28 +227,115 @@ class RBACIndex:
         return ()
 
     def rules_for(self, user: str, groups: Iterable[str], namespace: str) -> list[Rule]:
-        """Every rule that applies to the subject in `namespace` ("" = cluster scope only)."""
-        out: list[Rule] = []
-        for key in self._bindings_for(user, groups):
+        """Every rule that applies to the subject in `namespace` ("" = cluster scope only), as kube's RulesFor:
+        ClusterRoleBindings first, then the namespace's RoleBindings; each binding once."""
+        seen: set[tuple[str, str]] = set()
+        cluster: list[Rule] = []
+        local: list[Rule] = []
+        for _, key in self._binding_keys(user, groups):
+            if key in seen:
+                continue
+            seen.add(key)
             b = self.bindings[key]
-            if b.namespace == "" or b.namespace == namespace:
-                out.extend(self._rules_of(b))
-        return out
+            if b.namespace == "":
+                cluster.extend(self._rules_of(b))
+            elif namespace and b.namespace == namespace:
+                local.extend(self._rules_of(b))
+        return cluster + local
 
     def authorize(self, a: Attributes) -> tuple[bool, str]:
         """(allowed, reason), reason naming the binding that allowed, as kube's RBAC reason does."""
-        for key in self._bindings_for(a.user, a.groups):
-            b = self.bindings[key]
-            if b.namespace and (not a.resource_request or b.namespace != a.namespace):
+        by_subject = self.by_subject
+        keys = ["u:" + a.user]
+        keys.extend("g:" + g for g in a.groups)
+        resource_request = a.resource_request
+        if resource_request:
+            combined = f"{a.resource}/{a.subresource}" if a.subresource else a.resource
+            verb, group, sub, name, namespace = a.verb, a.api_group, a.subresource, a.name, a.namespace
+        for skey in keys:
+            found = by_subject.get(skey)
+            if not found:
                 continue
-            for rule in self._rules_of(b):
-                if rule_allows(rule, a):
-                    if b.namespace:
-                        return True, (f'RBAC: allowed by RoleBinding "{b.name}/{b.namespace}" of '
-                                      f'{b.role_kind} "{b.role_name}" to {a.user}')
-                    return True, (f'RBAC: allowed by ClusterRoleBinding "{b.name}" of '
-                                  f'ClusterRole "{b.role_name}" to {a.user}')
+            for key in found:
+                b = self.bindings[key]
+                if b.namespace and (not resource_request or b.namespace != namespace):
+                    continue
+                for rule in self._rules_of(b):
+                    if resource_request:
+                        if ((verb in rule.verbs or ALL in rule.verbs)
+                                and (group in rule.api_groups or ALL in rule.api_groups)
+                                and resource_matches(rule, combined, sub)
+                                and (not rule.resource_names or name in rule.resource_names)):
+                            return True, self._reason(b, skey)
+                    elif verb_matches(rule, a.verb) and non_resource_url_matches(rule, a.path):
+                        return True, self._reason(b, skey)
         return False, ""
+
+    @staticmethod
+    def _reason(b: Binding, skey: str) -> str:
+        """kube's authorizingVisitor reason: the binding, its role and the subject that matched."""
+        subject = ""
+        for kind, sname, sns in b.subjects:
+            if subject_keys(kind, sname, sns, b.namespace) == skey:
+                if kind == "ServiceAccount":
+                    subject = f'ServiceAccount "{sname}/{sns or b.namespace}"'
+                else:
+                    subject = f'{kind} "{sname}"'
+                break
+        if b.namespace:
+            return (f'RBAC: allowed by RoleBinding "{b.name}/{b.namespace}" of {b.role_kind} "{b.role_name}" '
+                    f"to {subject}")
+        return f'RBAC: allowed by ClusterRoleBinding "{b.name}" of ClusterRole "{b.role_name}" to {subject}'
+
+    # loading, from whole objects (informer events and benchmarks)
+
+    def apply(self, kind: str, obj: dict[str, Any], deleted: bool = False) -> None:
+        meta = obj.get("metadata") or {}
+        ns, name = meta.get("namespace") or "", meta.get("name") or ""
+        if kind == "Role":
+            self.delete_role(ns, name) if deleted else self.set_role(ns, name, obj.get("rules") or [])
+        elif kind == "ClusterRole":
+            self.delete_cluster_role(name) if deleted else self.set_cluster_role(name, obj.get("rules") or [])
+        elif kind in ("RoleBinding", "ClusterRoleBinding"):
+            ns = ns if kind == "RoleBinding" else ""
+            if deleted:
+                self.delete_binding(ns, name)
+            else:
+                self.set_binding(ns, name, obj.get("roleRef") or {}, obj.get("subjects") or [])
+
+
+def _go_quote_list(values: Iterable[str]) -> str:
+    """Go's %q of a []string: ["a" "b"]."""
+    return "[" + " ".join(json.dumps(v) for v in values) + "]"
+
+
+def compact_string(rule: Rule) -> str:
+    """kube's PolicyRule.CompactString, as escalation errors print missing rules."""
+    parts = []
+    if rule.api_groups:
+        parts.append("APIGroups:" + _go_quote_list(rule.api_groups))
+    if rule.resources:
+        parts.append("Resources:" + _go_quote_list(rule.resources))
+    if rule.non_resource_urls:
+        parts.append("NonResourceURLs:" + _go_quote_list(rule.non_resource_urls))
+    if rule.resource_names:
+        parts.append("ResourceNames:" + _go_quote_list(rule.resource_names))
+    if rule.verbs:
+        parts.append("Verbs:" + _go_quote_list(rule.verbs))
+    return "{" + ", ".join(parts) + "}"
+
+
+def compact_rules(rules: Iterable[Rule]) -> list[Rule]:
+    """kube's CompactRules: single group/resource rules without names merge their verbs."""
+    simple: dict[tuple[str, str], list[str]] = {}
+    out: list[Rule] = []
+    for r in rules:
+        if len(r.api_groups) == 1 and len(r.resources) == 1 and not r.resource_names and not r.non_resource_urls:
+            verbs = simple.setdefault((r.api_groups[0], r.resources[0]), [])
+            verbs.extend(v for v in r.verbs if v not in verbs)
+        else:
+            out.append(r)
+    return [Rule(tuple(v), (g,), (res,)) for (g, res), v in simple.items()] + out
 
 
 def aggregate(cluster_roles: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -1,11 +1,19 @@
-"""Authentication: bearer token and/or verified client certificate -> UserInfo, through the auth service.
+"""Authentication: request-header identity, verified client certificate, bearer token, anonymous.
 
-Successful answers are cached for a short while (kube caches TokenReview answers 10 s); failures never are.
+The order is kube-apiserver's union: a request-header certificate with a username header wins and is
+formed here without an auth-service call; otherwise the auth service decides from the client-CA
+certificate and/or the bearer token (or answers anonymous). A certificate that no authenticator
+accepts (issued by the request-header CA only, or with a CN outside --requestheader-allowed-names)
+is an error unless a token authenticates, so such a request is 401, never anonymous.
+
+Successful auth-service answers are cached for a short while (kube-apiserver caches token
+successes 10 s); failures never are.
 """
 from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from apiary_pb import auth_pb2 as apb
@@ -13,6 +21,8 @@ from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
 from services.common import grpcutil
 from services.common.errors import Unauthorized
+
+from .requestheader import RequestHeaderConfig
 
 SUCCESS_TTL = 10.0
 MAX_ENTRIES = 10_000
@@ -30,21 +40,39 @@ def bearer_token(headers: dict[bytes, bytes]) -> str:
 
 
 class Authenticator:
-    def __init__(self, auth: agrpc.AuthStub, ttl: float = SUCCESS_TTL) -> None:
+    def __init__(self, auth: agrpc.AuthStub, ttl: float = SUCCESS_TTL,
+                 request_header: RequestHeaderConfig | None = None) -> None:
         self.auth = auth
         self.ttl = ttl
+        self.request_header = request_header
         self._cache: dict[Any, tuple[float, pb.UserInfo]] = {}
 
-    async def authenticate(self, token: str, cert: dict[str, Any] | None) -> pb.UserInfo:
-        """The caller's UserInfo; Unauthorized when the auth service does not accept the credentials."""
-        cn = cert.get("cn", "") if cert else ""
-        orgs = tuple(cert.get("o", ())) if cert else ()
-        key = (hashlib.sha256(token.encode()).digest() if token else b"", bool(cert), cn, orgs)
+    async def authenticate(self, token: str, cert: dict[str, Any] | None,
+                           headers: Sequence[tuple[bytes, bytes]] = ()) -> pb.UserInfo:
+        """The caller's UserInfo; Unauthorized when no credential is accepted.
+
+        cert is the TLS layer's verified subject ({"cn", "o", "ca"}); headers the raw request headers,
+        read only for a request-header certificate.
+        """
+        x509 = False
+        if cert is not None:
+            issuers = cert.get("ca", ())
+            rh = self.request_header
+            if rh is not None and "requestheader" in issuers and rh.allows(cert.get("cn", "")):
+                user = rh.user(headers)
+                if user is not None:
+                    return user
+            x509 = "client" in issuers
+            if not x509 and not token:
+                raise Unauthorized("Unauthorized")
+        cn = cert.get("cn", "") if x509 else ""
+        orgs = tuple(cert.get("o", ())) if x509 else ()
+        key = (hashlib.sha256(token.encode()).digest() if token else b"", x509, cn, orgs)
         now = time.monotonic()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
-        req = apb.AuthenticateRequest(token=token, has_cert=bool(cert), cert_common_name=cn,
+        req = apb.AuthenticateRequest(token=token, has_cert=x509, cert_common_name=cn,
                                       cert_organizations=list(orgs))
         resp = await grpcutil.call(self.auth.Authenticate(req, timeout=AUTH_TIMEOUT), "auth")
         if not resp.authenticated:

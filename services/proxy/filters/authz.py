@@ -1,7 +1,21 @@
-"""Authorization through the auth service, with kube's Forbidden messages and a short decision cache."""
+"""Authorization through the auth service, with kube's Forbidden messages and a decision cache.
+
+The cache is invalidated by events: the proxy watches RBAC objects (rbac.RBACWatch) and calls
+invalidate() on every change. Two details keep a cached answer from outliving the RBAC state it came from:
+
+- the auth service updates its RBAC index from its own watch, a little after the proxy sees the
+  same event; an answer computed in between would be stale. So for SETTLE seconds after an event
+  nothing is stored, and an answer whose call started before the latest event is never stored.
+- invalidation only covers what the proxy is watching: until the RBAC watches have synced (or
+  when they are not configured) answers live FALLBACK_TTL, as before the watches existed.
+
+Hence a deleted RoleBinding stops granting once the auth service has seen the deletion, at most
+SETTLE after the proxy saw it (and at most FALLBACK_TTL without watches).
+"""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from apiary_pb import auth_pb2 as apb
@@ -12,8 +26,13 @@ from services.common.errors import Forbidden
 
 from ..requestinfo import RequestInfo
 
-# RBAC changes are not yet pushed to the proxy, so decisions may only be reused very briefly.
-DECISION_TTL = 1.0
+# How long an answer is reused while RBAC events invalidate the cache (kube's webhook authorizer
+# caches 10 s without any invalidation).
+DECISION_TTL = 10.0
+# Without RBAC events, answers may only be reused very briefly.
+FALLBACK_TTL = 1.0
+# After an RBAC event, the time the auth service is given to apply the same event to its own index.
+SETTLE = 1.0
 MAX_ENTRIES = 10_000
 AUTHZ_TIMEOUT = 10.0
 
@@ -55,10 +74,23 @@ def forbidden_error(user: str, info: RequestInfo, reason: str = "") -> Forbidden
 
 
 class Authorizer:
-    def __init__(self, auth: agrpc.AuthStub, ttl: float = DECISION_TTL) -> None:
+    def __init__(self, auth: agrpc.AuthStub, ttl: float = DECISION_TTL, fallback_ttl: float = FALLBACK_TTL,
+                 settle: float = SETTLE) -> None:
         self.auth = auth
         self.ttl = ttl
+        self.fallback_ttl = fallback_ttl
+        self.settle = settle
+        # Whether RBAC events currently reach invalidate(); the long TTL applies only then.
+        self.informed: Callable[[], bool] = lambda: False
         self._cache: dict[tuple[Any, ...], tuple[float, bool, str]] = {}
+        self._generation = 0
+        self._quiet_until = 0.0
+
+    def invalidate(self) -> None:
+        """Forget every decision; called for each RBAC change."""
+        self._cache.clear()
+        self._generation += 1
+        self._quiet_until = time.monotonic() + self.settle
 
     async def authorize(self, user: pb.UserInfo, info: RequestInfo) -> None:
         """Return when allowed; raise Forbidden on Deny or NoOpinion."""
@@ -70,13 +102,20 @@ class Authorizer:
         if hit is not None and hit[0] > now:
             allowed, reason = hit[1], hit[2]
         else:
+            generation = self._generation
             req = apb.AuthorizeRequest(attributes=attributes(user, info))
             resp = await grpcutil.call(self.auth.Authorize(req, timeout=AUTHZ_TIMEOUT), "auth")
             allowed, reason = resp.decision == "Allow", resp.reason
-            if len(self._cache) >= MAX_ENTRIES:
-                self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
-                if len(self._cache) >= MAX_ENTRIES:
-                    self._cache.clear()
-            self._cache[key] = (now + self.ttl, allowed, reason)
+            now = time.monotonic()
+            if generation == self._generation and now >= self._quiet_until:
+                self._store(key, now, allowed, reason)
         if not allowed:
             raise forbidden_error(user.name, info, reason)
+
+    def _store(self, key: tuple[Any, ...], now: float, allowed: bool, reason: str) -> None:
+        if len(self._cache) >= MAX_ENTRIES:
+            self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
+            if len(self._cache) >= MAX_ENTRIES:
+                self._cache.clear()
+        ttl = self.ttl if self.informed() else self.fallback_ttl
+        self._cache[key] = (now + ttl, allowed, reason)

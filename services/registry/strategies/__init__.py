@@ -46,6 +46,8 @@ class Strategy:
     merge_keys: dict[str, str] = {"metadata.ownerReferences": "uid", "metadata.finalizers": ""}
     # Top-level fields an update of the main resource must keep from the old object (status, for kinds with one).
     status_fields: tuple[str, ...] = ()
+    # RBAC kinds: a write must not grant what the caller does not hold (the auth service decides).
+    escalation_checked = False
 
     def __init__(self, info: ResourceInfo) -> None:
         self.info = info
@@ -133,12 +135,20 @@ class SubresourceStrategy(Strategy):
 def strategy_for(info: ResourceInfo) -> Strategy:
     from .apiregistration import APIServiceStrategy
     from .core import ConfigMapStrategy, NamespaceStrategy, SecretStrategy, ServiceAccountStrategy
+    from .rbac import ClusterRoleBindingStrategy, ClusterRoleStrategy, RoleBindingStrategy, RoleStrategy
+    from .reviews import ReviewStrategy
 
+    if info.virtual:
+        return ReviewStrategy(info)
     table: dict[tuple[str, str], type[Strategy]] = {
         ("", "ConfigMap"): ConfigMapStrategy,
         ("", "Secret"): SecretStrategy,
         ("", "Namespace"): NamespaceStrategy,
         ("", "ServiceAccount"): ServiceAccountStrategy,
         ("apiregistration.k8s.io", "APIService"): APIServiceStrategy,
+        ("rbac.authorization.k8s.io", "Role"): RoleStrategy,
+        ("rbac.authorization.k8s.io", "ClusterRole"): ClusterRoleStrategy,
+        ("rbac.authorization.k8s.io", "RoleBinding"): RoleBindingStrategy,
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding"): ClusterRoleBindingStrategy,
     }
     return table[(info.group, info.kind)](info)

@@ -4,6 +4,9 @@ import pytest
 
 from apiary_pb import auth_pb2 as apb
 from services.auth.__main__ import build, parse_args
+from services.auth.authorizers.modes import parse_modes
+from services.auth.policy import load_bootstrap_policy
+from services.auth.server import AuthServicer
 from services.common.identity import user_pb
 
 ANON = user_pb("system:anonymous", ["system:unauthenticated"])
@@ -20,16 +23,26 @@ def resource(user, verb: str = "list", resource: str = "pods", ns: str = "defaul
                                                           api_version="v1", resource=resource, namespace=ns))
 
 
+def with_bootstrap_policy(servicer: AuthServicer) -> AuthServicer:
+    load_bootstrap_policy(servicer.index)
+    return servicer
+
+
 async def decide(mode: str, req: apb.AuthorizeRequest) -> apb.AuthorizeResponse:
-    return await build(parse_args(["--authorization-mode", mode])).Authorize(req, None)
+    return await with_bootstrap_policy(build(parse_args(["--authorization-mode", mode]))).Authorize(req, None)
 
 
-async def test_default_mode_denies_but_masters_allowed() -> None:
+async def test_always_deny_but_masters_allowed() -> None:
     r = await decide("AlwaysDeny", resource(ALICE))
     assert r.decision == "Deny" and r.reason == "Everything is forbidden."
     assert (await decide("AlwaysDeny", resource(ADMIN))).decision == "Allow"
+
+
+async def test_default_mode_is_rbac() -> None:
     servicer = build(parse_args([]))
-    assert (await servicer.Authorize(resource(ALICE), None)).decision == "Deny"
+    assert servicer.rbac_enabled
+    r = await servicer.Authorize(resource(ALICE), None)
+    assert r.decision == "NoOpinion" and r.reason == ""
 
 
 async def test_always_allow() -> None:
@@ -38,23 +51,45 @@ async def test_always_allow() -> None:
     assert (await decide("AlwaysDeny,AlwaysAllow", resource(ALICE))).decision == "Deny"
 
 
-@pytest.mark.parametrize("path", ["/healthz", "/livez", "/readyz", "/version", "/version/", "/readyz/etcd"])
+def test_mode_parsing() -> None:
+    assert [m.name for m in parse_modes("Node,RBAC")] == ["RBAC"]
+    with pytest.raises(ValueError, match="not a valid mode"):
+        parse_modes("ABAC")
+    with pytest.raises(ValueError, match="more than once"):
+        parse_modes("RBAC,RBAC")
+    with pytest.raises(SystemExit):
+        build(parse_args(["--authorization-mode", ""]))
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/livez", "/readyz", "/version", "/version/"])
 async def test_public_info_for_everyone(path: str) -> None:
-    r = await decide("AlwaysDeny", nonresource(ANON, path))
+    r = await decide("RBAC", nonresource(ANON, path))
     assert r.decision == "Allow"
-    assert 'to Group "system:unauthenticated"' in r.reason
-    assert (await decide("AlwaysDeny", nonresource(ALICE, path))).decision == "Allow"
+    assert r.reason == ('RBAC: allowed by ClusterRoleBinding "system:public-info-viewer" of ClusterRole '
+                        '"system:public-info-viewer" to Group "system:unauthenticated"')
+    assert (await decide("RBAC", nonresource(ALICE, path))).decision == "Allow"
 
 
 @pytest.mark.parametrize("path", ["/api", "/api/v1", "/apis", "/apis/apps/v1", "/openapi/v3", "/openapi"])
 async def test_discovery_for_authenticated_only(path: str) -> None:
-    assert (await decide("AlwaysDeny", nonresource(ALICE, path))).decision == "Allow"
-    assert (await decide("AlwaysDeny", nonresource(ANON, path))).decision == "Deny"
+    assert (await decide("RBAC", nonresource(ALICE, path))).decision == "Allow"
+    assert (await decide("RBAC", nonresource(ANON, path))).decision == "NoOpinion"
 
 
 async def test_non_get_and_other_paths_fall_through() -> None:
-    assert (await decide("AlwaysDeny", nonresource(ALICE, "/healthz", verb="post"))).decision == "Deny"
-    assert (await decide("AlwaysDeny", nonresource(ALICE, "/metrics"))).decision == "Deny"
-    assert (await decide("AlwaysDeny", nonresource(ALICE, "/apiss"))).decision == "Deny"
-    # resource requests on discovery-looking names are not matched by the path rules
-    assert (await decide("AlwaysDeny", resource(ALICE, verb="get"))).decision == "Deny"
+    assert (await decide("RBAC", nonresource(ALICE, "/healthz", verb="post"))).decision == "NoOpinion"
+    assert (await decide("RBAC", nonresource(ALICE, "/metrics"))).decision == "NoOpinion"
+    assert (await decide("RBAC", nonresource(ALICE, "/apiss"))).decision == "NoOpinion"
+    assert (await decide("RBAC", nonresource(ANON, "/readyz/etcd"))).decision == "NoOpinion"
+    assert (await decide("RBAC", resource(ALICE, verb="get"))).decision == "NoOpinion"
+
+
+async def test_masters_through_cluster_admin_binding_and_basic_user() -> None:
+    servicer = with_bootstrap_policy(build(parse_args([])))
+    # without the privileged authorizer, RBAC alone allows system:masters through the cluster-admin binding
+    rbac = servicer.authorizer.authorizers[1]
+    decision, reason = await rbac.authorize(resource(ADMIN, verb="delete", resource="secrets").attributes)
+    assert decision == "Allow" and 'ClusterRoleBinding "cluster-admin"' in reason
+    ssar = apb.Attributes(user=ALICE, verb="create", resource_request=True, api_group="authorization.k8s.io",
+                          resource="selfsubjectaccessreviews")
+    assert (await servicer.Authorize(apb.AuthorizeRequest(attributes=ssar), None)).decision == "Allow"

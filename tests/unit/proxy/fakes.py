@@ -16,13 +16,16 @@ from services.common import errors, grpcutil
 from services.common.identity import AUTHENTICATED, user_pb
 
 TOKENS = {"alice-token": ("alice", ["dev"]), "admin-token": ("admin", ["system:masters"]),
-          "busy-token": ("busy", [])}
+          "busy-token": ("busy", []), "imp-token": ("imp", [])}
+RBAC_RESOURCES = ("roles", "clusterroles", "rolebindings", "clusterrolebindings")
 
 
 class FakeAuth(agrpc.AuthServicer):
     def __init__(self) -> None:
         self.authn_calls = 0
         self.authz_calls = 0
+        self.attributes: list[apb.Attributes] = []
+        self.revoked: set[str] = set()  # users whose grants are gone (an RBAC change)
 
     @grpcutil.api_method
     async def Authenticate(self, request, context):
@@ -41,8 +44,20 @@ class FakeAuth(agrpc.AuthServicer):
     async def Authorize(self, request, context):
         self.authz_calls += 1
         a = request.attributes
+        self.attributes.append(a)
+        if a.user.name in self.revoked:
+            return apb.AuthorizeResponse(decision="NoOpinion")
         if "system:masters" in a.user.groups or a.user.name == "busy":
             return apb.AuthorizeResponse(decision="Allow")
+        if a.user.name == "imp" and a.verb == "impersonate":
+            # imp may act as alice (or the demo/robot service account) in group dev with a scopes extra
+            if (a.resource, a.name) in (("users", "alice"), ("groups", "dev"), ("uids", "1234")):
+                return apb.AuthorizeResponse(decision="Allow")
+            if (a.resource, a.subresource, a.name) == ("userextras", "scopes", "view"):
+                return apb.AuthorizeResponse(decision="Allow")
+            if (a.resource, a.namespace, a.name) == ("serviceaccounts", "demo", "robot"):
+                return apb.AuthorizeResponse(decision="Allow")
+            return apb.AuthorizeResponse(decision="NoOpinion")
         if a.user.name == "alice" and a.verb in ("get", "list", "watch") and a.namespace == "demo":
             return apb.AuthorizeResponse(decision="Allow")
         if a.user.name == "alice" and not a.resource_request and a.path in ("/version", "/api", "/apis"):
@@ -105,9 +120,18 @@ class FakeRegistry(rgrpc.RegistryServicer):
     def __init__(self) -> None:
         self.requests: list[rpb.APIRequest] = []
         self.watch_cancelled = asyncio.Event()
+        # Set serve_rbac to serve empty RBAC lists whose watches deliver what is put in rbac_events.
+        self.serve_rbac = False
+        self.rbac_events: dict[str, asyncio.Queue[dict]] = {r: asyncio.Queue() for r in RBAC_RESOURCES}
 
     @grpcutil.api_method
     async def Handle(self, request, context):
+        if request.resource in RBAC_RESOURCES:  # the proxy's RBAC informers (not recorded)
+            if not self.serve_rbac:
+                raise errors.NotFound("the server could not find the requested resource")
+            return rpb.APIResponse(code=200, body=orjson.dumps(
+                {"kind": "List", "apiVersion": "rbac.authorization.k8s.io/v1", "metadata": {"resourceVersion": "1"},
+                 "items": []}))
         self.requests.append(request)
         if request.resource == "apiservices":
             return rpb.APIResponse(code=200, body=orjson.dumps(APISERVICES))
@@ -134,6 +158,12 @@ class FakeRegistry(rgrpc.RegistryServicer):
 
     @grpcutil.api_stream
     async def Watch(self, request, context):
+        if request.resource in RBAC_RESOURCES:
+            if not self.serve_rbac:
+                raise errors.NotFound("the server could not find the requested resource")
+            queue = self.rbac_events[request.resource]
+            while True:
+                yield rpb.WatchFrame(data=orjson.dumps(await queue.get()))
         self.requests.append(request)
         if request.resource == "apiservices":
             await asyncio.sleep(3600)
@@ -169,3 +199,23 @@ async def start_fakes(port: int = 0) -> tuple[grpc.aio.Server, str, FakeAuth, Fa
     port = server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     return server, f"127.0.0.1:{port}", auth, apf, registry
+
+
+def with_cert(app):
+    """Stand-in for the TLS protocol: test headers become the verified-certificate extension.
+
+    X-Test-Cert: <cn>/<o>,<o>; X-Test-CA: the issuing bundles (comma-separated, default "client").
+    """
+    async def wrapped(scope, receive, send):
+        tls = None
+        for k, v in scope.get("headers", []):
+            if k == b"x-test-cert":
+                cn, _, orgs = v.decode().partition("/")
+                tls = {"cn": cn, "o": [o for o in orgs.split(",") if o], "ca": ["client"]}
+        for k, v in scope.get("headers", []):
+            if k == b"x-test-ca" and tls is not None:
+                tls["ca"] = [c for c in v.decode().split(",") if c]
+        if tls is not None:
+            scope["extensions"] = {"tls": tls}
+        await app(scope, receive, send)
+    return wrapped

@@ -14,7 +14,7 @@ from services.proxy.app import ProxyApp
 from services.proxy.discovery import openapi_hash
 from services.proxy.negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1
 
-from .fakes import OPENAPI_V1, start_fakes
+from .fakes import OPENAPI_V1, start_fakes, with_cert
 
 ADMIN = {"Authorization": "Bearer admin-token"}
 ALICE = {"Authorization": "Bearer alice-token"}
@@ -22,17 +22,6 @@ ALICE = {"Authorization": "Bearer alice-token"}
 
 class Stack:
     pass
-
-
-def with_cert(app):
-    """Stand-in for the TLS protocol: a test header becomes the verified-certificate extension."""
-    async def wrapped(scope, receive, send):
-        for k, v in scope.get("headers", []):
-            if k == b"x-test-cert":
-                cn, _, orgs = v.decode().partition("/")
-                scope["extensions"] = {"tls": {"cn": cn, "o": [o for o in orgs.split(",") if o]}}
-        await app(scope, receive, send)
-    return wrapped
 
 
 @pytest.fixture

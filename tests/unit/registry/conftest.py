@@ -8,13 +8,20 @@ import pytest
 from apiary_pb import registry_pb2 as rpb
 from services.common import identity
 from services.registry.admission import AdmissionClient
+from services.registry.auth import AuthClient
 from services.registry.catalogue import DEFAULT_CATALOGUE
 from services.registry.handlers import Handlers
 from services.registry.store import Store
 
-from .fakes import FakeAdmission, FakeStorage
+from .fakes import FakeAdmission, FakeAuth, FakeStorage
 
-GROUPS = {"apiservices": "apiregistration.k8s.io"}
+GROUPS = {
+    "apiservices": "apiregistration.k8s.io",
+    **dict.fromkeys(("roles", "clusterroles", "rolebindings", "clusterrolebindings"), "rbac.authorization.k8s.io"),
+    **dict.fromkeys(("tokenreviews", "selfsubjectreviews"), "authentication.k8s.io"),
+    **dict.fromkeys(("subjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews",
+                     "localsubjectaccessreviews"), "authorization.k8s.io"),
+}
 
 
 @pytest.fixture
@@ -28,17 +35,24 @@ def admission() -> FakeAdmission:
 
 
 @pytest.fixture
-def handlers(storage: FakeStorage, admission: FakeAdmission) -> Handlers:
-    return Handlers(DEFAULT_CATALOGUE, Store(storage), AdmissionClient(admission))  # type: ignore[arg-type]
+def auth() -> FakeAuth:
+    return FakeAuth()
+
+
+@pytest.fixture
+def handlers(storage: FakeStorage, admission: FakeAdmission, auth: FakeAuth) -> Handlers:
+    return Handlers(DEFAULT_CATALOGUE, Store(storage), AdmissionClient(admission),  # type: ignore[arg-type]
+                    AuthClient(auth))  # type: ignore[arg-type]
 
 
 def request(verb: str, resource: str, namespace: str = "", name: str = "", body: Any = None,
             query: dict[str, str] | None = None, content_type: str = "application/json", table: bool = False,
-            subresource: str = "") -> rpb.APIRequest:
+            subresource: str = "", user: Any = None) -> rpb.APIRequest:
     raw = body if isinstance(body, bytes) else (orjson.dumps(body) if body is not None else b"")
     return rpb.APIRequest(verb=verb, group=GROUPS.get(resource, ""), version="v1", resource=resource,
                           namespace=namespace, name=name, body=raw, query=query or {}, content_type=content_type,
-                          table=table, subresource=subresource, user=identity.user_pb("alice", ["devs"]))
+                          table=table, subresource=subresource,
+                          user=user if user is not None else identity.user_pb("alice", ["devs"]))
 
 
 class Client:

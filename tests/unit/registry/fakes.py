@@ -4,7 +4,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
+import orjson
+
 from apiary_pb import admission_pb2 as apb
+from apiary_pb import auth_pb2 as aupb
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from services.common import errors
@@ -148,3 +151,33 @@ class FakeAdmission:
         return apb.AdmissionResponse()
 
 
+
+
+class FakeAuth:
+    """Stand-in for the auth service's Review, RequestToken and CheckEscalation (unit tests only)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+        self.deny: errors.APIError | None = None  # CheckEscalation raises this when set
+        self.allowed = True
+
+    async def CheckEscalation(self, req: aupb.EscalationRequest, timeout: float | None = None
+                              ) -> aupb.EscalationResponse:
+        self.calls.append(("CheckEscalation", req))
+        if self.deny is not None:
+            raise self.deny
+        return aupb.EscalationResponse(allowed=self.allowed)
+
+    async def Review(self, req: aupb.ReviewRequest, timeout: float | None = None) -> aupb.ReviewResponse:
+        self.calls.append(("Review", req))
+        obj = orjson.loads(req.body)
+        obj["status"] = {"allowed": True, "reason": f"reviewed for {req.user.name}"}
+        return aupb.ReviewResponse(body=orjson.dumps(obj))
+
+    async def RequestToken(self, req: aupb.TokenRequestRequest, timeout: float | None = None
+                           ) -> aupb.ReviewResponse:
+        self.calls.append(("RequestToken", req))
+        obj = orjson.loads(req.body)
+        obj["status"] = {"token": f"token-for-{req.service_account.metadata.uid}",
+                         "expirationTimestamp": "2030-01-01T00:00:00Z"}
+        return aupb.ReviewResponse(body=orjson.dumps(obj))

@@ -21,7 +21,10 @@ def test_aggregated_core():
 
 def test_aggregated_groups_and_legacy():
     doc = discovery.aggregated(DEFAULT_CATALOGUE, core=False)
-    assert [i["metadata"]["name"] for i in doc["items"]] == ["apiregistration.k8s.io"]
+    # kube-aggregator's group priorities: authentication 17700, authorization 17600, apiregistration 17400,
+    # rbac 17000.
+    assert [i["metadata"]["name"] for i in doc["items"]] == ["authentication.k8s.io", "authorization.k8s.io",
+                                                             "apiregistration.k8s.io", "rbac.authorization.k8s.io"]
     assert discovery.api_versions() == {
         "kind": "APIVersions", "versions": ["v1"],
         "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]}
@@ -35,11 +38,12 @@ def test_aggregated_groups_and_legacy():
 
 def test_openapi_patch_ops_declare_field_validation_and_gvk():
     docs = openapi.documents(DEFAULT_CATALOGUE)
-    assert set(docs) == {"api/v1", "apis/apiregistration.k8s.io/v1"}
+    assert set(docs) == {"api/v1", "apis/apiregistration.k8s.io/v1", "apis/rbac.authorization.k8s.io/v1",
+                         "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1"}
     for key, raw in docs.items():
         doc = orjson.loads(raw)
         patches = [(path, item["patch"]) for path, item in doc["paths"].items() if "patch" in item]
-        assert patches
+        assert patches or "authentication" in key or key.startswith("apis/authorization")
         for path, op in patches:
             assert "fieldValidation" in [p["name"] for p in op["parameters"]], path
             assert op["x-kubernetes-group-version-kind"]["kind"]
@@ -58,6 +62,8 @@ def test_openapi_patch_ops_declare_field_validation_and_gvk():
 
 def test_discovery_response():
     resp = discovery_response(DEFAULT_CATALOGUE)
-    assert set(resp.resource_lists) == {"v1", "apiregistration.k8s.io/v1"}
-    assert set(resp.openapi) == {"api/v1", "apis/apiregistration.k8s.io/v1"}
-    assert orjson.loads(resp.api_group_list)["groups"][0]["name"] == "apiregistration.k8s.io"
+    assert set(resp.resource_lists) == {"v1", "apiregistration.k8s.io/v1", "rbac.authorization.k8s.io/v1",
+                                        "authentication.k8s.io/v1", "authorization.k8s.io/v1"}
+    assert set(resp.openapi) == {"api/v1", "apis/apiregistration.k8s.io/v1", "apis/rbac.authorization.k8s.io/v1",
+                                 "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1"}
+    assert orjson.loads(resp.api_group_list)["groups"][0]["name"] == "authentication.k8s.io"

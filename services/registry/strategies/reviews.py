@@ -1,0 +1,46 @@
+"""The create-only kinds the auth service answers: TokenReview, SelfSubjectReview, the access reviews and
+TokenRequest. The registry decodes them (GVK, schema, fieldValidation); it never stores them."""
+from __future__ import annotations
+
+from .. import validation as v
+from ..catalogue import ResourceInfo
+from ..schemas import KIND_SCHEMA
+from . import Obj, Strategy
+
+TOKEN_REQUEST = ResourceInfo(group="authentication.k8s.io", version="v1", kind="TokenRequest",
+                             plural="tokenrequests", singular="tokenrequest", namespaced=True, key_prefix="",
+                             verbs=("create",), virtual=True)
+DEFAULT_TOKEN_SECONDS = 60 * 60
+MIN_TOKEN_SECONDS = 10 * 60
+MAX_TOKEN_SECONDS = 1 << 32
+
+
+class ReviewStrategy(Strategy):
+    def __init__(self, info: ResourceInfo) -> None:
+        super().__init__(info)
+        self.schema_name = KIND_SCHEMA[(info.group, info.kind)]
+
+
+class TokenRequestStrategy(ReviewStrategy):
+    def __init__(self) -> None:
+        super().__init__(TOKEN_REQUEST)
+
+    def canonicalize(self, obj: Obj) -> None:
+        """SetDefaults_TokenRequestSpec: an hour unless the client asks otherwise."""
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            spec = obj["spec"] = {}
+        if spec.get("expirationSeconds") is None:
+            spec["expirationSeconds"] = DEFAULT_TOKEN_SECONDS
+
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        """ValidateTokenRequest."""
+        seconds = (obj.get("spec") or {}).get("expirationSeconds") or 0
+        causes = []
+        if seconds < MIN_TOKEN_SECONDS:
+            causes.append(v.invalid("spec.expirationSeconds", seconds,
+                                    "may not specify a duration less than 10 minutes"))
+        if seconds > MAX_TOKEN_SECONDS:
+            causes.append(v.invalid("spec.expirationSeconds", seconds,
+                                    "may not specify a duration larger than 2^32 seconds"))
+        return causes
