@@ -7,9 +7,10 @@ from collections.abc import AsyncIterator
 import grpc
 from prometheus_client import Counter, Histogram
 
+from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import errors, grpcutil
+from services.common import errors, grpcutil, mux
 
 from . import discovery, openapi, watch
 from .catalogue import Catalogue
@@ -37,6 +38,7 @@ class RegistryServicer(rgrpc.RegistryServicer):
     def __init__(self, handlers: Handlers) -> None:
         self.handlers = handlers
         self._discovery = discovery_response(handlers.catalogue)
+        self._mux_methods = mux.unary_methods(self, {"Handle": rpb.APIRequest})
 
     @grpcutil.api_method
     async def Handle(self, request: rpb.APIRequest, context: grpc.aio.ServicerContext) -> rpb.APIResponse:
@@ -60,6 +62,12 @@ class RegistryServicer(rgrpc.RegistryServicer):
         async for data in watch.frames(self.handlers, request):
             counter.inc()
             yield rpb.WatchFrame(data=data)
+
+    async def Calls(self, request_iterator: AsyncIterator[pb.Frame], context: grpc.aio.ServicerContext
+                    ) -> AsyncIterator[pb.Frame]:
+        """Handle, multiplexed on the caller's long-lived stream (the proxy's hot path)."""
+        async for frame in mux.serve_mux(request_iterator, context, self._mux_methods):
+            yield frame
 
     @grpcutil.api_method
     async def Discovery(self, request: rpb.DiscoveryRequest, context: grpc.aio.ServicerContext

@@ -9,7 +9,7 @@ import time
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import grpcutil
+from services.common import mux
 
 from ..context import Context
 from ..negotiation import Output, json_to_yaml
@@ -44,10 +44,12 @@ class ResourceHandler:
     def __init__(self, registry: rgrpc.RegistryStub, timeout: float = REQUEST_TIMEOUT) -> None:
         self.registry = registry
         self.timeout = timeout
+        # Every request shares one long-lived stream to the registry (services/common/mux.py).
+        self.calls = mux.MuxClient(registry.Calls, "registry", {"Handle": rpb.APIResponse})
 
     async def handle(self, ctx: Context, req: rpb.APIRequest, output: Output) -> None:
         t = time.perf_counter()
-        resp = await ctx.race(grpcutil.call(self.registry.Handle(req, timeout=self.timeout), "registry"))
+        resp = await ctx.race(self.calls.call("Handle", req, timeout=self.timeout))
         ctx.timing("registry", t)
         for stage, ms in resp.timing.items():
             ctx.timings.append((stage, ms))

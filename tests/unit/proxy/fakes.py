@@ -12,7 +12,7 @@ from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import errors, grpcutil
+from services.common import errors, grpcutil, mux
 from services.common.identity import AUTHENTICATED, user_pb
 
 TOKENS = {"alice-token": ("alice", ["dev"]), "admin-token": ("admin", ["system:masters"]),
@@ -123,6 +123,10 @@ class FakeRegistry(rgrpc.RegistryServicer):
         # Set serve_rbac to serve empty RBAC lists whose watches deliver what is put in rbac_events.
         self.serve_rbac = False
         self.rbac_events: dict[str, asyncio.Queue[dict]] = {r: asyncio.Queue() for r in RBAC_RESOURCES}
+
+    async def Calls(self, request_iterator, context):
+        async for frame in mux.serve_mux(request_iterator, context, mux.unary_methods(self, {"Handle": rpb.APIRequest})):
+            yield frame
 
     @grpcutil.api_method
     async def Handle(self, request, context):
