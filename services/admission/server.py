@@ -6,11 +6,14 @@ denial is the plugin's APIError, carried as a Status in the gRPC status details.
 """
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import grpc
 
 from apiary_pb import admission_pb2 as adpb
 from apiary_pb import admission_pb2_grpc as adgrpc
-from services.common import grpcutil
+from apiary_pb import envelope_pb2 as pb
+from services.common import grpcutil, mux
 
 from .attributes import Attributes
 from .chain import Chain
@@ -19,6 +22,14 @@ from .chain import Chain
 class AdmissionServicer(adgrpc.AdmissionServicer):
     def __init__(self, chain: Chain) -> None:
         self.chain = chain
+        self._mux_methods = mux.unary_methods(
+            self, {"Admit": adpb.AdmissionRequest, "Validate": adpb.AdmissionRequest})
+
+    async def Calls(self, request_iterator: AsyncIterator[pb.Frame],
+                    context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Frame]:
+        """Admit and Validate on the registry's long-lived stream."""
+        async for frame in mux.serve_mux(request_iterator, context, self._mux_methods):
+            yield frame
 
     @grpcutil.api_method
     async def Admit(self, request: adpb.AdmissionRequest,

@@ -11,7 +11,7 @@ from prometheus_client import Histogram
 from apiary_pb import admission_pb2 as apb
 from apiary_pb import admission_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
-from services.common import envelope, grpcutil
+from services.common import envelope, mux
 
 from .catalogue import ResourceInfo
 
@@ -27,6 +27,8 @@ class AdmissionClient:
     def __init__(self, stub: agrpc.AdmissionStub, timeout: float = 30.0) -> None:
         self.stub = stub
         self.timeout = timeout
+        self.calls = mux.MuxClient(stub.Calls, "admission",
+                                   {"Admit": apb.AdmissionResponse, "Validate": apb.AdmissionResponse})
 
     async def _run(self, phase: str, info: ResourceInfo, subresource: str, operation: str, namespace: str,
                    name: str, obj: Obj | None, old: Obj | None, user: pb.UserInfo, dry_run: bool,
@@ -41,10 +43,10 @@ class AdmissionClient:
             req.object.CopyFrom(envelope.to_envelope(obj))
         if old is not None:
             req.old_object.CopyFrom(envelope.to_envelope(old))
-        method = self.stub.Admit if phase == "mutating" else self.stub.Validate
+        method = "Admit" if phase == "mutating" else "Validate"
         t0 = time.perf_counter()
         try:
-            resp = await grpcutil.call(method(req, timeout=self.timeout), "admission")
+            resp = await self.calls.call(method, req, timeout=self.timeout)
         finally:
             dt = time.perf_counter() - t0
             ADMISSION_DURATION.labels(phase, operation).observe(dt)

@@ -13,6 +13,31 @@ from apiary_pb import storage_pb2 as spb
 from services.common import errors
 
 
+class FakeCallStream:
+    """A stand-in for a `Calls` stream (services/common/mux.py) that runs each frame on a fake stub."""
+
+    def __init__(self, stub: object, requests: dict[str, type]) -> None:
+        self.stub, self.requests = stub, requests
+        self.out: asyncio.Queue[pb.Frame] = asyncio.Queue()
+
+    async def write(self, frame: pb.Frame) -> None:
+        asyncio.get_running_loop().create_task(self._run(frame))
+
+    async def _run(self, frame: pb.Frame) -> None:
+        try:
+            req = self.requests[frame.method].FromString(frame.payload)
+            resp = await getattr(self.stub, frame.method)(req)
+            await self.out.put(pb.Frame(id=frame.id, payload=resp.SerializeToString()))
+        except errors.APIError as e:
+            await self.out.put(pb.Frame(id=frame.id, error=e.to_pb()))
+
+    def __aiter__(self) -> "FakeCallStream":
+        return self
+
+    async def __anext__(self) -> pb.Frame:
+        return await self.out.get()
+
+
 def _copy(o: pb.Object) -> pb.Object:
     out = pb.Object()
     out.CopyFrom(o)
@@ -149,6 +174,9 @@ class FakeAdmission:
         if self.deny is not None:
             raise self.deny
         return apb.AdmissionResponse()
+
+    def Calls(self) -> FakeCallStream:
+        return FakeCallStream(self, {"Admit": apb.AdmissionRequest, "Validate": apb.AdmissionRequest})
 
 
 
