@@ -13,6 +13,9 @@ from services.common import config, grpcutil, runtime
 from services.common.health import HealthServer
 
 from .cacher import Cachers
+from .codec import Codec
+from .compactor import Compactor
+from .encryption import Encryption
 from .etcd import Etcd
 from .server import StorageServicer
 
@@ -56,16 +59,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=75.0,
         help="how long the watch cache keeps events (at least 100 are always kept)",
     )
+    p.add_argument(
+        "--encryption-provider-config",
+        default="",
+        help="file with kube's EncryptionConfiguration (apiserver.config.k8s.io/v1): how each resource "
+        "is encrypted at rest",
+    )
+    p.add_argument(
+        "--etcd-compaction-interval",
+        type=duration,
+        default=300.0,
+        help="how often etcd is compacted (to the revision seen one interval earlier); 0 disables",
+    )
     return p.parse_args(argv)
 
 
 async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
+    encryption = None
+    if args.encryption_provider_config:
+        try:
+            encryption = Encryption.load(args.encryption_provider_config)
+        except ValueError as e:
+            raise SystemExit(f"--encryption-provider-config: {e}") from None
     etcd = Etcd(args.etcd_servers, args.etcd_request_timeout)
     await etcd.connect()
-    cachers = Cachers(etcd, history_seconds=args.watch_cache_history)
+    codec = Codec(encryption)
+    cachers = Cachers(etcd, codec, history_seconds=args.watch_cache_history)
     server = grpcutil.make_server(config.internal_tls(args), f"{args.bind_address}:{args.grpc_port}")
-    sgrpc.add_StorageServicer_to_server(StorageServicer(etcd, cachers, args.watch_bookmark_interval), server)
+    sgrpc.add_StorageServicer_to_server(
+        StorageServicer(etcd, cachers, args.watch_bookmark_interval, codec), server
+    )
     await server.start()
+    compactor = Compactor(etcd, args.etcd_compaction_interval)
+    compactor.start()
     health = HealthServer(args.bind_address, args.health_port, {"etcd": etcd.ping})
     await health.start()
     log.info(
@@ -79,7 +105,10 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
         await stop.wait()
     finally:
         await server.stop(grace=2)
+        await compactor.stop()
         await cachers.stop()
+        if encryption is not None:
+            await encryption.close()
         await health.stop()
         await etcd.close()
 

@@ -17,7 +17,8 @@ from apiary_pb import envelope_pb2 as pb
 from services.common.errors import APIError, Gone, Timeout
 from services.common.selectors import SelectionPredicate
 
-from . import codec, metrics
+from . import metrics
+from .codec import STALE_FIELD, Codec
 from .etcd import Compacted, Etcd, FutureRevision
 from .keys import resource_label
 
@@ -122,18 +123,23 @@ class Cacher:
         min_history: int = 100,
         max_history: int = 102_400,
         watcher_capacity: int = 10_000,
+        codec: Codec | None = None,
     ) -> None:
         self.etcd = etcd
+        self.codec = codec or Codec()
         self.prefix = prefix
         self.resource = resource_label(prefix)
         self.history_seconds, self.min_history, self.max_history = history_seconds, min_history, max_history
         self.watcher_capacity = watcher_capacity
         self.store: dict[str, pb.Object] = {}
+        self.stale: set[str] = set()  # keys whose values need re-encryption (codec.STALE_FIELD)
+        self.broken: dict[str, APIError] = {}  # undecodable values: reads of them are 500s, never 404s
         self.history: deque[CacheEvent] = deque()
         self.rev = 0  # every change up to this revision has been applied
         self.complete_since = 0  # every event after this revision is in history
         self.watchers: set[CacheWatcher] = set()
         self._rev_changed = asyncio.Event()
+        self._progress = asyncio.Event()  # set: ask etcd for a progress notification
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, at_revision: int = 0) -> None:
@@ -162,12 +168,21 @@ class Cacher:
             resp = await self.etcd.range_prefix(key, resource=self.resource)
             rev = resp.header.revision
         store: dict[str, pb.Object] = {}
+        stale: set[str] = set()
+        broken: dict[str, APIError] = {}
+        codec = self.codec
+        encrypted = codec.encryption is not None
         for kv in resp.kvs:
             try:
+                if encrypted:
+                    await codec.prepare(kv.value, kv.key)
+                    if codec.is_stale(kv.key, kv.value):
+                        stale.add(kv.key.decode())
                 store[kv.key.decode()] = codec.decode(kv.value, kv.mod_revision, kv.key)
             except APIError as e:
                 log.error("watch cache %s: skipping %s", self.prefix, e.message)
-        self.store = store
+                broken[kv.key.decode()] = e
+        self.store, self.stale, self.broken = store, stale, broken
         self.history.clear()
         self.rev = self.complete_since = rev
         self._bump()
@@ -182,8 +197,11 @@ class Cacher:
                     relist = False
                     # Events between the old and the new state are lost: watchers must start over.
                     self._terminate_all()
-                async for resp in self.etcd.watch(self.prefix.encode(), self.rev + 1):
+                async for resp in self.etcd.watch(self.prefix.encode(), self.rev + 1, self._progress):
                     backoff = 0.1
+                    if self.codec.encryption is not None:
+                        for e in resp.events:
+                            await self.codec.prepare(e.kv.value, e.kv.key)
                     self._apply(resp)
             except asyncio.CancelledError:
                 raise
@@ -217,21 +235,31 @@ class Cacher:
             rev = e.kv.mod_revision
             if e.type == PUT:
                 try:
-                    obj = codec.decode(e.kv.value, rev, e.kv.key)
+                    obj = self.codec.decode(e.kv.value, rev, e.kv.key)
                 except APIError as err:
                     log.error("watch cache %s: skipping event: %s", self.prefix, err.message)
+                    self.broken[key] = err
+                    self.store.pop(key, None)
                     continue
+                self.broken.pop(key, None)
                 prev = self.store.get(key)
                 ev = CacheEvent(MODIFIED if prev is not None else ADDED, key, rev, obj, prev)
                 self.store[key] = obj
+                if self.codec.encryption is not None:
+                    if self.codec.is_stale(key, e.kv.value):
+                        self.stale.add(key)
+                    else:
+                        self.stale.discard(key)
             else:
                 prev = self.store.pop(key, None)
+                self.stale.discard(key)
+                self.broken.pop(key, None)
                 if prev is None:
                     if not e.prev_kv.key:
                         continue
                     try:
-                        prev = codec.decode(e.prev_kv.value, e.prev_kv.mod_revision, key)
-                    except APIError:
+                        prev = self.codec.decode(e.prev_kv.value, e.prev_kv.mod_revision, key)
+                    except Exception:  # noqa: BLE001 - an undecodable old state: nothing to report
                         continue
                 last = pb.Object()
                 last.CopyFrom(prev)
@@ -264,10 +292,22 @@ class Cacher:
     # Client side -------------------------------------------------------------------------------
 
     def get(self, key: str) -> pb.Object | None:
-        return self.store.get(key)
+        obj = self.store.get(key)
+        if obj is None and key in self.broken:
+            raise self.broken[key]
+        if obj is not None and key in self.stale:
+            marked = pb.Object()
+            marked.CopyFrom(obj)
+            marked.fields[STALE_FIELD] = "true"
+            return marked
+        return obj
 
     def snapshot(self, prefix: str, pred: SelectionPredicate) -> list[pb.Object]:
         """The current objects under prefix (or the one key) that match, sorted by key."""
+        if self.broken:
+            for k, err in self.broken.items():
+                if k == prefix or (prefix.endswith("/") and k.startswith(prefix)):
+                    raise err
         if not prefix.endswith("/"):
             obj = self.store.get(prefix)
             return [obj] if obj is not None and (pred.empty or pred.matches(obj)) else []
@@ -302,16 +342,21 @@ class Cacher:
         metrics.REGISTERED_WATCHERS.labels(self.resource).set(len(self.watchers))
 
     async def wait_for(self, rev: int, timeout: float = 3.0) -> None:
-        """Wait until the cache has seen rev, as kube's consistent reads from cache do."""
+        """Wait until the cache has seen rev, as kube's consistent reads from cache do.
+
+        When it is behind, etcd is asked for a progress notification: the revision may have
+        moved through writes to other resources, which this cache's watch never sees.
+        """
         deadline = time.monotonic() + timeout
         while self.rev < rev:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise too_large(rev, self.rev)
+            self._progress.set()
             try:
-                await asyncio.wait_for(self._rev_changed.wait(), remaining)
+                await asyncio.wait_for(self._rev_changed.wait(), min(remaining, 0.25))
             except TimeoutError:
-                raise too_large(rev, self.rev) from None
+                continue
 
 
 def too_large(rv: int, current: int) -> Timeout:
@@ -328,8 +373,9 @@ def too_large(rv: int, current: int) -> Timeout:
 class Cachers:
     """The watch caches, one per resource prefix, started by the first watch on that resource."""
 
-    def __init__(self, etcd: Etcd, **options: float) -> None:
+    def __init__(self, etcd: Etcd, codec: Codec | None = None, **options: float) -> None:
         self.etcd = etcd
+        self.codec = codec or Codec()
         self.options = options
         self._cachers: dict[str, Cacher] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -345,7 +391,7 @@ class Cachers:
         async with lock:
             c = self._cachers.get(prefix)
             if c is None:
-                c = Cacher(self.etcd, prefix, **self.options)  # type: ignore[arg-type]
+                c = Cacher(self.etcd, prefix, codec=self.codec, **self.options)  # type: ignore[arg-type]
                 await c.start(at_revision)
                 self._cachers[prefix] = c
         return c

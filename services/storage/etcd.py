@@ -140,10 +140,31 @@ class Etcd:
             return False
         return True
 
-    async def watch(self, prefix: bytes, start_revision: int) -> AsyncIterator[rpc.WatchResponse]:
+    async def current_revision(self, resource: str = "") -> int:
+        """etcd's current revision, from the header of the cheapest read there is."""
+        resp = await self.range(b"compact_rev_key", count_only=True, op="get", resource=resource or "revision")
+        return resp.header.revision
+
+    async def compact(self, revision: int) -> None:
+        start = time.perf_counter()
+        try:
+            await self.client.connect()
+            await self.client.kvstub.Compact(
+                rpc.CompactionRequest(revision=revision, physical=False), timeout=self.timeout
+            )
+        except grpc.aio.AioRpcError as e:
+            raise _api_error(e) from None
+        finally:
+            metrics.ETCD_DURATION.labels("compact", "").observe(time.perf_counter() - start)
+
+    async def watch(
+        self, prefix: bytes, start_revision: int, progress: asyncio.Event | None = None
+    ) -> AsyncIterator[rpc.WatchResponse]:
         """Responses of one etcd watch on prefix from start_revision (prev_kv, progress notifications).
 
-        Raises Compacted when start_revision is gone, APIError when the stream breaks.
+        Setting progress asks etcd for a progress notification (the store's current revision once
+        this watch has caught up). Raises Compacted when start_revision is gone, APIError when the
+        stream breaks.
         """
         await self.client.connect()
         stub = rpc.WatchStub(self.client.channel)
@@ -160,7 +181,14 @@ class Etcd:
 
         async def requests() -> AsyncIterator[rpc.WatchRequest]:
             yield create
-            await done.wait()
+            if progress is None:
+                await done.wait()
+                return
+            while not done.is_set():
+                await progress.wait()
+                progress.clear()
+                if not done.is_set():
+                    yield rpc.WatchRequest(progress_request=rpc.WatchProgressRequest())
 
         call = stub.Watch(requests())
         try:
@@ -177,6 +205,8 @@ class Etcd:
             raise _api_error(e) from None
         finally:
             done.set()
+            if progress is not None:
+                progress.set()  # wake the request iterator so that it ends
             call.cancel()
 
 

@@ -13,12 +13,16 @@ from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
 from services.common import errors
-from services.common.errors import BadRequest, Gone
+from services.common.errors import BadRequest, Gone, RequestEntityTooLarge, Timeout
 from services.common.grpcutil import api_method, api_stream
 from services.common.selectors import SelectionPredicate
 
-from . import codec, metrics
+from . import metrics
+from .codec import Codec
 from .cacher import ADDED, BOOKMARK, ERROR, Cacher, Cachers, CacheWatcher, too_large
+from .codec import STALE_FIELD
+from .codec import encode as codec_encode
+from .encryption import NeedsDEK
 from .etcd import (
     Compacted,
     Etcd,
@@ -44,6 +48,44 @@ EXPIRED_LIST = "The resourceVersion for the provided list is too old."
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 MAX_FETCH = 10_000
 DELETE_RETRIES = 16
+UPDATE_RETRIES = 16
+# etcd's default --max-request-bytes; kube-apiserver's objects cannot be larger either.
+MAX_OBJECT_BYTES = 1536 * 1024
+CONSISTENT_READ_WAIT = 3.0
+MATCH_VALUES = ("Exact", "NotOlderThan", "")
+
+
+def check_size(value: bytes) -> None:
+    """Refuse an object etcd would refuse, before anything is written."""
+    if len(value) > MAX_OBJECT_BYTES:
+        raise RequestEntityTooLarge(
+            f"etcdserver: request is too large: the object is {len(value)} bytes encoded, "
+            f"the limit is {MAX_OBJECT_BYTES} bytes"
+        )
+
+
+def check_list_options(rv: str, match: str) -> None:
+    """kube's ValidateListOptions for resourceVersionMatch (a 422 on ListOptions)."""
+    cause = None
+    if match not in MATCH_VALUES:
+        cause = {
+            "reason": "FieldValueNotSupported",
+            "message": f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan", ""',
+        }
+    elif match and not rv:
+        cause = {
+            "reason": "FieldValueForbidden",
+            "message": "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+        }
+    elif match == "Exact" and rv == "0":
+        cause = {
+            "reason": "FieldValueForbidden",
+            "message": 'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+        }
+    if cause:
+        cause["field"] = "resourceVersionMatch"
+        cause["message"] = f"resourceVersionMatch: {cause['message']}"
+        raise errors.invalid("ListOptions", "meta.k8s.io", "", [cause])
 
 
 def parse_rv(value: str, what: str = "resourceVersion") -> int:
@@ -71,10 +113,26 @@ def bookmark(rv: int, initial_events_end: bool = False) -> pb.WatchEvent:
 
 
 class StorageServicer(sgrpc.StorageServicer):
-    def __init__(self, etcd: Etcd, cachers: Cachers, bookmark_interval: float = 60.0) -> None:
+    def __init__(
+        self, etcd: Etcd, cachers: Cachers, bookmark_interval: float = 60.0, codec: Codec | None = None
+    ) -> None:
         self.etcd = etcd
         self.cachers = cachers
         self.bookmark_interval = bookmark_interval
+        self.codec = codec or cachers.codec
+
+    async def _fresh_cacher(self, prefix: str, rv: int = 0) -> Cacher | None:
+        """The watch cache of prefix once it has seen rv (0: etcd's current revision), as kube 1.31's
+        consistent reads from cache do; None when it does not catch up within 3 s."""
+        cacher = await self.cachers.get(resource_prefix(prefix))
+        target = rv or await self.etcd.current_revision(cacher.resource)
+        try:
+            await cacher.wait_for(target, CONSISTENT_READ_WAIT)
+        except Timeout:
+            if rv:
+                raise
+            return None
+        return cacher
 
     # Writes ------------------------------------------------------------------------------------
 
@@ -83,9 +141,11 @@ class StorageServicer(sgrpc.StorageServicer):
         key = _key(request.key)
         info = key_info(request.key)
         obj = request.object
+        value = await self.codec.encode(key, obj)
+        check_size(value)
         resp = await self.etcd.txn(
             [compare_version(key, 0)],
-            [op_put(key, codec.encode(obj))],
+            [op_put(key, value)],
             [],
             op="create",
             resource=info.qualified,
@@ -100,7 +160,11 @@ class StorageServicer(sgrpc.StorageServicer):
         key = _key(request.key)
         info = key_info(request.key)
         obj = request.object
-        value = codec.encode(obj)
+        obj.fields.pop(STALE_FIELD, None)
+        if self.codec.transformer(key) is not None:
+            return await self._update_encrypted(request, key, info, obj)
+        value = await self.codec.encode(key, obj)
+        check_size(value)
         # Writing the bytes already stored is a no-op that keeps the resourceVersion, as in kube.
         write = op_txn([compare_value(key, value)], [op_get(key)], [op_put(key, value)])
         if request.expected_resource_version:
@@ -127,6 +191,43 @@ class StorageServicer(sgrpc.StorageServicer):
             obj.metadata.resource_version = str(resp.header.revision)
         return obj
 
+    async def _update_encrypted(
+        self, request: spb.UpdateRequest, key: bytes, info, obj: pb.Object
+    ) -> pb.Object:
+        """Encrypted values differ on every write, so the no-op check compares plain values; a value
+        written by an older provider or key is rewritten even when unchanged (key rotation)."""
+        plain = codec_encode(obj)
+        expected = (
+            parse_rv(request.expected_resource_version, "metadata.resourceVersion")
+            if request.expected_resource_version
+            else 0
+        )
+        for _ in range(UPDATE_RETRIES):
+            kvs = (await self.etcd.range(key, op="get", resource=info.qualified)).kvs
+            if not kvs:
+                raise errors.not_found(info.resource, info.group, info.name)
+            kv = kvs[0]
+            if expected and kv.mod_revision != expected:
+                raise errors.conflict(info.resource, info.group, info.name, errors.MODIFIED)
+            try:
+                current, stale = await self.codec.unwrap_async(kv.value, key)
+            except errors.InternalError:
+                current, stale = b"", True  # unreadable: overwriting it is how an admin repairs it
+            if current == plain and not stale:
+                obj.metadata.resource_version = str(kv.mod_revision)
+                return obj
+            value = await self.codec.encode(key, obj)
+            check_size(value)
+            resp = await self.etcd.txn(
+                [compare_mod(key, kv.mod_revision)], [op_put(key, value)], [], op="update", resource=info.qualified
+            )
+            if resp.succeeded:
+                obj.metadata.resource_version = str(resp.header.revision)
+                return obj
+            if expected:
+                raise errors.conflict(info.resource, info.group, info.name, errors.MODIFIED)
+        raise errors.conflict(info.resource, info.group, info.name, errors.MODIFIED)
+
     @api_method
     async def Delete(self, request: spb.DeleteRequest, context: grpc.aio.ServicerContext) -> pb.Object:
         key = _key(request.key)
@@ -136,7 +237,7 @@ class StorageServicer(sgrpc.StorageServicer):
             if not kvs:
                 raise errors.not_found(info.resource, info.group, info.name)
             kv = kvs[0]
-            cur = codec.decode(kv.value, kv.mod_revision, request.key)
+            cur = await self.codec.decode_async(kv.value, kv.mod_revision, request.key)
             if request.precondition_uid and request.precondition_uid != cur.metadata.uid:
                 raise errors.conflict(
                     info.resource,
@@ -178,21 +279,25 @@ class StorageServicer(sgrpc.StorageServicer):
         key = _key(request.key)
         info = key_info(request.key)
         rv = request.resource_version
-        if rv == "0":
-            cacher = self.cachers.running(resource_prefix(request.key))
-            if cacher is not None:
-                obj = cacher.get(request.key)
-                if obj is None:
-                    raise errors.not_found(info.resource, info.group, info.name)
-                return obj
         minimum = parse_rv(rv) if rv else 0
+        # "0": whatever the cache holds; "" and N: the cache once it is at least that fresh.
+        if rv == "0":
+            cacher: Cacher | None = await self.cachers.get(resource_prefix(request.key))
+        else:
+            cacher = await self._fresh_cacher(request.key, minimum)
+        if cacher is not None:
+            obj = cacher.get(request.key)
+            if obj is None:
+                raise errors.not_found(info.resource, info.group, info.name)
+            return obj
         resp = await self.etcd.range(key, op="get", resource=info.qualified)
-        if minimum > resp.header.revision:
-            raise too_large(minimum, resp.header.revision)
         if not resp.kvs:
             raise errors.not_found(info.resource, info.group, info.name)
         kv = resp.kvs[0]
-        return codec.decode(kv.value, kv.mod_revision, request.key)
+        obj = await self.codec.decode_async(kv.value, kv.mod_revision, request.key)
+        if self.codec.is_stale(key, kv.value):
+            obj.fields[STALE_FIELD] = "true"
+        return obj
 
     @api_method
     async def List(self, request: spb.ListRequest, context: grpc.aio.ServicerContext) -> spb.ListResponse:
@@ -202,24 +307,31 @@ class StorageServicer(sgrpc.StorageServicer):
         limit = max(0, request.limit)
         token = getattr(request, "continue")
         rv, match = request.resource_version, request.resource_version_match
+        check_list_options(rv, match)
         resource = resource_label(resource_prefix(prefix))
         revision = minimum = 0
         if token:
             start, revision = decode_continue(token, prefix)
         else:
             start = prefix
-            if rv == "0":
-                cacher = self.cachers.running(resource_prefix(prefix))
-                if cacher is not None:
-                    # As kube: a list at "any" version is served whole from the cache, limit ignored.
-                    return spb.ListResponse(
-                        items=cacher.snapshot(prefix, pred), resource_version=str(cacher.rev)
-                    )
-            elif rv:
+            if rv:
                 if match == "Exact":
                     revision = parse_rv(rv)
                 else:
                     minimum = parse_rv(rv)
+            cacher: Cacher | None = None
+            if rv == "0":
+                # As kube: a list at "any" version is served whole from the cache, limit ignored.
+                cacher = await self.cachers.get(resource_prefix(prefix))
+            elif not revision and not limit:
+                # kube 1.31 (ConsistentListFromCache): unpaginated lists at "" or NotOlderThan come
+                # from the cache once it has caught up; paginated and Exact ones go to etcd.
+                cacher = await self._fresh_cacher(prefix, minimum)
+            if cacher is not None:
+                items = cacher.snapshot(prefix, pred)
+                if prefix == cacher.prefix and pred.empty:
+                    metrics.STORAGE_OBJECTS.labels(resource).set(len(items))
+                return spb.ListResponse(items=items, resource_version=str(cacher.rev))
         try:
             return await self._list(prefix, start, revision, minimum, limit, pred, resource)
         except Compacted:
@@ -243,6 +355,7 @@ class StorageServicer(sgrpc.StorageServicer):
         key = start.encode()
         out = spb.ListResponse()
         items = out.items
+        codec = self.codec
         fetch = limit
         total = -1
         last_key = b""
@@ -263,7 +376,10 @@ class StorageServicer(sgrpc.StorageServicer):
             for kv in kvs:
                 seen += 1
                 last_key = kv.key
-                obj = codec.decode(kv.value, kv.mod_revision, kv.key)
+                try:
+                    obj = codec.decode(kv.value, kv.mod_revision, kv.key)
+                except NeedsDEK:
+                    obj = await codec.decode_async(kv.value, kv.mod_revision, kv.key)
                 if pred.empty or pred.matches(obj):
                     items.append(obj)
                     if limit and len(items) == limit:
@@ -293,7 +409,7 @@ class StorageServicer(sgrpc.StorageServicer):
             resp = await self.etcd.range_prefix(key, resource=resource)
         else:
             resp = await self.etcd.range(key, op="list", resource=resource)
-        objs = [codec.decode(kv.value, kv.mod_revision, kv.key) for kv in resp.kvs]
+        objs = [await self.codec.decode_async(kv.value, kv.mod_revision, kv.key) for kv in resp.kvs]
         return [o for o in objs if pred.empty or pred.matches(o)], resp.header.revision
 
     # Watch -------------------------------------------------------------------------------------
@@ -308,6 +424,8 @@ class StorageServicer(sgrpc.StorageServicer):
         rv = parse_rv(request.resource_version) if request.resource_version else None
         cacher = await self.cachers.get(resource_prefix(prefix), at_revision=rv or 0)
         initial: list[pb.Object] = []
+        if rv is None and await self._caught_up(cacher):
+            rv = 0
         if rv is None:
             # Start from a fresh list; buffer what the cache sees meanwhile, keep what is newer.
             w = cacher.watch(prefix, pred, cacher.rev)
@@ -334,6 +452,14 @@ class StorageServicer(sgrpc.StorageServicer):
                 yield ev
         finally:
             cacher.remove(w)
+
+    async def _caught_up(self, cacher: Cacher) -> bool:
+        """Whether the cache reached etcd's current revision within 3 s (watch from "")."""
+        try:
+            await cacher.wait_for(await self.etcd.current_revision(cacher.resource), CONSISTENT_READ_WAIT)
+        except Timeout:
+            return False
+        return True
 
     async def _stream(
         self, request: spb.WatchRequest, cacher: Cacher, w: CacheWatcher, initial: list[pb.Object]
