@@ -10,7 +10,7 @@ from prometheus_client import Histogram
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
-from services.common import errors, grpcutil
+from services.common import errors, grpcutil, mux
 
 from .catalogue import ResourceInfo
 
@@ -28,11 +28,16 @@ class Store:
     def __init__(self, stub: sgrpc.StorageStub, timeout: float = 30.0) -> None:
         self.stub = stub
         self.timeout = timeout
+        # Create/Get/List/Update/Delete share one long-lived stream (services/common/mux.py).
+        self.calls = mux.MuxClient(stub.Calls, "storage", {
+            "Create": pb.Object, "Get": pb.Object, "Update": pb.Object, "Delete": pb.Object,
+            "List": spb.ListResponse,
+        })
 
-    async def _call(self, op: str, info: ResourceInfo, coro: Any, timing: Timing | None) -> Any:
+    async def _call(self, op: str, info: ResourceInfo, method: str, req: Any, timing: Timing | None) -> Any:
         t0 = time.perf_counter()
         try:
-            return await grpcutil.call(coro, "storage")
+            return await self.calls.call(method, req, timeout=self.timeout)
         finally:
             dt = time.perf_counter() - t0
             STORAGE_DURATION.labels(op, info.plural).observe(dt)
@@ -43,7 +48,7 @@ class Store:
                   timing: Timing | None = None) -> pb.Object:
         req = spb.GetRequest(key=info.key(namespace, name), resource_version=resource_version)
         try:
-            return await self._call("get", info, self.stub.Get(req, timeout=self.timeout), timing)
+            return await self._call("get", info, "Get", req, timing)
         except errors.APIError as e:
             raise _translate(e, info, name) from None
 
@@ -51,7 +56,7 @@ class Store:
         m = obj.metadata
         req = spb.CreateRequest(key=info.key(m.namespace, m.name), object=obj)
         try:
-            return await self._call("create", info, self.stub.Create(req, timeout=self.timeout), timing)
+            return await self._call("create", info, "Create", req, timing)
         except errors.APIError as e:
             # Across gRPC a 409 comes back as errors.Conflict whatever its reason; Create has only one.
             if e.code == 409:
@@ -64,7 +69,7 @@ class Store:
         req = spb.UpdateRequest(key=info.key(m.namespace, m.name), object=obj,
                                 expected_resource_version=expected_resource_version)
         try:
-            return await self._call("update", info, self.stub.Update(req, timeout=self.timeout), timing)
+            return await self._call("update", info, "Update", req, timing)
         except errors.APIError as e:
             raise _translate(e, info, m.name) from None
 
@@ -73,12 +78,12 @@ class Store:
         req = spb.DeleteRequest(key=info.key(namespace, name), precondition_uid=uid,
                                 precondition_resource_version=resource_version)
         try:
-            return await self._call("delete", info, self.stub.Delete(req, timeout=self.timeout), timing)
+            return await self._call("delete", info, "Delete", req, timing)
         except errors.APIError as e:
             raise _translate(e, info, name) from None
 
     async def list(self, info: ResourceInfo, req: spb.ListRequest, timing: Timing | None = None) -> spb.ListResponse:
-        return await self._call("list", info, self.stub.List(req, timeout=self.timeout), timing)
+        return await self._call("list", info, "List", req, timing)
 
     async def list_all(self, info: ResourceInfo, prefix: str, label_selector: str = "",
                        field_selector: str = "") -> list[pb.Object]:

@@ -12,7 +12,7 @@ from aetcd import rpc
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
-from services.common import errors
+from services.common import errors, mux
 from services.common.errors import BadRequest, Gone, RequestEntityTooLarge, Timeout
 from services.common.grpcutil import api_method, api_stream
 from services.common.selectors import SelectionPredicate
@@ -120,6 +120,16 @@ class StorageServicer(sgrpc.StorageServicer):
         self.cachers = cachers
         self.bookmark_interval = bookmark_interval
         self.codec = codec or cachers.codec
+        self._mux_methods = mux.unary_methods(self, {
+            "Create": spb.CreateRequest, "Get": spb.GetRequest, "List": spb.ListRequest,
+            "Update": spb.UpdateRequest, "Delete": spb.DeleteRequest,
+        })
+
+    async def Calls(self, request_iterator: AsyncIterator[pb.Frame],
+                    context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Frame]:
+        """The unary methods on the registry's long-lived stream (services/common/mux.py)."""
+        async for frame in mux.serve_mux(request_iterator, context, self._mux_methods):
+            yield frame
 
     async def _fresh_cacher(self, prefix: str, rv: int = 0) -> Cacher | None:
         """The watch cache of prefix once it has seen rv (0: etcd's current revision), as kube 1.31's

@@ -61,6 +61,10 @@ def _fields_match(o: pb.Object, selector: str) -> bool:
 
 
 class FakeStorage:
+    def Calls(self) -> FakeCallStream:
+        return FakeCallStream(self, {"Create": spb.CreateRequest, "Get": spb.GetRequest, "List": spb.ListRequest,
+                                     "Update": spb.UpdateRequest, "Delete": spb.DeleteRequest})
+
     def __init__(self) -> None:
         self.data: dict[str, pb.Object] = {}
         self.rev = 0
