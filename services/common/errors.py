@@ -27,8 +27,10 @@ class APIError(Exception):
         reason: str | None = None,
         details: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
+        list_continue: str = "",
     ) -> None:
         super().__init__(message)
+        self.list_continue = list_continue
         self.message = message
         if code is not None:
             self.code = code
@@ -41,7 +43,7 @@ class APIError(Exception):
         out: dict[str, Any] = {
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": {"continue": self.list_continue} if self.list_continue else {},
             "status": "Failure",
             "message": self.message,
         }
@@ -56,7 +58,8 @@ class APIError(Exception):
         return orjson.dumps(self.status()) + b"\n"
 
     def to_pb(self) -> pb.Status:
-        st = pb.Status(status="Failure", message=self.message, reason=self.reason or "", code=self.code)
+        st = pb.Status(status="Failure", message=self.message, reason=self.reason or "", code=self.code,
+                       list_continue=self.list_continue)
         d = self.details
         if d:
             st.details.name = d.get("name", "")
@@ -85,7 +88,7 @@ class APIError(Exception):
             if st.details.retry_after_seconds:
                 details["retryAfterSeconds"] = st.details.retry_after_seconds
         cls = _BY_REASON.get(st.reason) or _BY_CODE.get(st.code, APIError)
-        err = cls(st.message, code=st.code, reason=st.reason, details=details)
+        err = cls(st.message, code=st.code, reason=st.reason, details=details, list_continue=st.list_continue)
         if details and details.get("retryAfterSeconds"):
             err.headers["Retry-After"] = str(details["retryAfterSeconds"])
         return err

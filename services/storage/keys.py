@@ -87,7 +87,9 @@ def decode_continue(token: str, prefix: str) -> tuple[str, int]:
     if not isinstance(data, dict) or data.get("v") != CONTINUE_VERSION:
         raise BadRequest("continue key is not valid: server does not recognize this encoded key")
     rv, start = data.get("rv"), data.get("start")
-    if not isinstance(rv, int) or isinstance(rv, bool) or rv <= 0:
+    if rv == -1:
+        rv = 0  # kube's token for "continue at the latest revision", handed out after a 410
+    elif not isinstance(rv, int) or isinstance(rv, bool) or rv <= 0:
         raise BadRequest(
             f"continue key is not valid: incorrect encoded start resourceVersion (version {CONTINUE_VERSION})"
         )

@@ -346,7 +346,9 @@ class StorageServicer(sgrpc.StorageServicer):
             return await self._list(prefix, start, revision, minimum, limit, pred, resource)
         except Compacted:
             if token:
-                raise Gone(EXPIRED_CONTINUE, reason="Expired") from None
+                # As kube: a fresh token continuing from the same key at the latest revision.
+                raise Gone(EXPIRED_CONTINUE, reason="Expired",
+                           list_continue=encode_continue(start, prefix, -1)) from None
             raise Gone(EXPIRED_LIST, reason="Expired") from None
         except FutureRevision:
             raise too_large(revision, 0) from None
