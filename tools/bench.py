@@ -6,6 +6,8 @@ Figures (each at a fixed concurrency, admin client certificate, HTTPS):
   create  POST of a new configmap                    baseline: raw etcd puts from Python (aetcd)
 plus raw etcd gets, the CPU each apiary process spent per request (from /proc),
 and the gRPC calls each service served per request (from its /metrics).
+Then the storage-scale figures of tools/bench_storage.py (LIST of 10,000, watch-cache memory for
+100,000 objects, 1,000-watcher fan-out) and the RBAC decision rates of tools/bench_rbac.py.
 Writes .apiary/bench.json; `--record` appends the run to docs/benchmarks.md.
 """
 from __future__ import annotations
@@ -262,11 +264,22 @@ def hello_server(port: int, cert: str, key: str, ca: str) -> None:
                 access_log=False)
 
 
+EXTRA_FIGURES = ("list_10k", "storage_memory", "watch_fanout", "watch_fanout_100", "rbac_inprocess", "auth_grpc")
+
+
+def measured(r: dict) -> str:
+    """The figure's measured value as `key value` (its first key: rate, rss_delta_mb, ...)."""
+    key = next(iter(r))
+    return f"{key} {r[key]}"
+
+
 def record(results: dict, raw: dict, path: Path) -> None:
     today = dt.date.today().isoformat()
     lines = [f"\n## {today}\n", "| figure | rate/s | p50 ms | p99 ms | baseline | baseline rate/s | ratio |",
              "|---|---|---|---|---|---|---|"]
     for name, r in results.items():
+        if name in EXTRA_FIGURES:
+            continue
         lines.append(f"| {name} | {r['rate']} | {r['p50_ms']} | {r['p99_ms']} | {r['baseline']} | "
                      f"{r['baseline_rate']} | {r['ratio']} |")
     lines.append("\nCPU ms per request by process, and gRPC calls per request:\n")
@@ -275,8 +288,51 @@ def record(results: dict, raw: dict, path: Path) -> None:
         cpu = ", ".join(f"{k} {v}" for k, v in r["cpu_ms_per_request"].items() if v)
         hops = ", ".join(f"{k} {v}" for k, v in r["grpc_calls_per_request"].items())
         lines.append(f"- {name}: CPU {cpu}; gRPC {hops}")
+    extra = [n for n in EXTRA_FIGURES if n in results]
+    if extra:
+        lines += ["\nStorage scale (tools/bench_storage.py) and RBAC (tools/bench_rbac.py); "
+                  "p50/p99 empty: beyond the measurement window or not a latency figure:\n",
+                  "| figure | measured | p50 ms | p99 ms | baseline | baseline value | ratio | notes |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for name in extra:
+            r = results[name]
+            lines.append(f"| {name} | {measured(r)} | {_cell(r.get('p50_ms'))} | {_cell(r.get('p99_ms'))} | "
+                         f"{r['baseline']} | {r['baseline_rate']} | {_cell(r.get('ratio'))} | {extra_notes(name, r)} |")
     with path.open("a") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def _cell(v: object) -> str:
+    return "" if v is None else str(v)
+
+
+def extra_notes(name: str, r: dict) -> str:
+    if name == "list_10k":
+        return f"{r['seconds']} s vs {r['baseline_seconds']} s to encode; goal ratio <= {r['goal_ratio']}"
+    if name == "storage_memory":
+        return (f"{r['objects']} objects, {r['bytes_per_object']} B RSS vs {r['json_bytes_per_object']} B JSON "
+                f"each; goal ratio <= {r['goal_ratio']}")
+    if name.startswith("watch_fanout"):
+        return (f"{r['via']}, {r['watchers']} watchers, {r['write_rate']} writes/s, delivered "
+                f"{r['delivered']}/{r['expected']} within {r['window_s']} s, storage CPU {r['storage_cpu_s']} s, "
+                f"{r['write_errors']} write errors")
+    return ""
+
+
+def storage_figures(raw: dict) -> dict[str, dict]:
+    """bench.json entries for the storage-scale and RBAC runs (same keys as the others, plus extras)."""
+    out = dict(raw.get("storage", {}))
+    rbac = raw.get("rbac")
+    if rbac:
+        inproc, grpc_ = rbac["rbac_inprocess"], rbac["auth_grpc"]
+        out["rbac_inprocess"] = {"rate": inproc["rate"], "p50_ms": None, "p99_ms": None,
+                                 "baseline": "goal_decisions_per_s", "baseline_rate": 50_000,
+                                 "ratio": round(inproc["rate"] / 50_000, 2),
+                                 **{k: v for k, v in inproc.items() if k != "rate"}}
+        out["auth_grpc"] = {"rate": grpc_["rate"], "p50_ms": None, "p99_ms": None, "baseline": "rbac_inprocess",
+                            "baseline_rate": inproc["rate"], "ratio": round(grpc_["rate"] / inproc["rate"], 4),
+                            **{k: v for k, v in grpc_.items() if k != "rate"}}
+    return out
 
 
 def main() -> None:
@@ -301,8 +357,17 @@ def main() -> None:
             "etcd": asyncio.run(bench_etcd(stack, args.concurrency, args.n)),
             "apiary": asyncio.run(bench_apiary(stack, args.concurrency, args.n)),
         }
+        from tools import bench_storage
+
+        raw["storage"] = bench_storage.run(stack)
     finally:
         stack.stop(quiet=True)
+    try:
+        from tools import bench_rbac
+    except ImportError:
+        bench_rbac = None  # type: ignore[assignment]
+    if bench_rbac is not None:
+        raw["rbac"] = bench_rbac.run()
     figures = {
         "get": ("http_hello", raw["hello"]["rate"]),
         "list": ("http_hello", raw["hello"]["rate"]),
@@ -315,17 +380,30 @@ def main() -> None:
                          "baseline_rate": base_rate, "ratio": round(r["rate"] / base_rate, 4)}
     results["etcd_get"] = {**{k: raw["etcd"]["get"][k] for k in ("rate", "p50_ms", "p99_ms")},
                            "baseline": "etcd_get", "baseline_rate": raw["etcd"]["get"]["rate"], "ratio": 1.0}
+    results.update(storage_figures(raw))
     out = ROOT / ".apiary" / "bench.json"
     out.write_text(json.dumps(results, indent=2))
     (ROOT / ".apiary" / "bench-raw.json").write_text(json.dumps(raw, indent=2))
     print(f"concurrency {args.concurrency}")
     print(f"{'figure':8} {'rate/s':>9} {'p50 ms':>8} {'p99 ms':>8}  {'baseline':11} {'rate/s':>9} {'ratio':>7}")
     for name, r in results.items():
+        if name in EXTRA_FIGURES:
+            continue
         print(f"{name:8} {r['rate']:>9} {r['p50_ms']:>8} {r['p99_ms']:>8}  {r['baseline']:11} "
               f"{r['baseline_rate']:>9} {r['ratio']:>7}")
     for name in ("get", "list", "create"):
         print(f"{name}: CPU ms/request {raw['apiary'][name]['cpu_ms_per_request']}")
         print(f"{name}: gRPC calls/request {raw['apiary'][name]['grpc_calls_per_request']}")
+    extra = [n for n in EXTRA_FIGURES if n in results]
+    if extra:
+        print(f"\n{'figure':16} {'measured':>26} {'p50 ms':>8} {'p99 ms':>8}  {'baseline':20} {'value':>9} "
+              f"{'ratio':>7}")
+        for name in extra:
+            r = results[name]
+            print(f"{name:16} {measured(r):>26} {_cell(r.get('p50_ms')):>8} {_cell(r.get('p99_ms')):>8}  "
+                  f"{r['baseline']:20} {r['baseline_rate']:>9} {_cell(r.get('ratio')):>7}")
+            if notes := extra_notes(name, r):
+                print(f"{'':16} {notes}")
     print(f"wrote {out}")
     if args.record:
         record(results, raw, ROOT / "docs" / "benchmarks.md")
