@@ -10,12 +10,15 @@ PROTOS := $(wildcard proto/apiary_pb/*.proto)
 # Rooted at proto/k8s so that they generate the package ./k8s_pb (./k8s holds manifests).
 K8S_GEN := k8s_pb/.gen-stamp
 K8S_PROTOS := $(wildcard proto/k8s/k8s_pb/*.proto)
+# A subset of gnostic's OpenAPI v2 messages, to serve /openapi/v2 as protobuf (kubectl's validation reads it).
+GNOSTIC_GEN := gnostic_pb/.gen-stamp
+GNOSTIC_PROTOS := $(wildcard proto/gnostic/gnostic_pb/*.proto)
 
 .PHONY: all setup run stop status test unit integration e2e bench lint clean
 
 all: setup
 
-setup: $(DEPS) $(GEN) $(K8S_GEN)
+setup: $(DEPS) $(GEN) $(K8S_GEN) $(GNOSTIC_GEN)
 
 $(PYTHON):
 	$(PY) -m venv $(VENV)
@@ -33,6 +36,11 @@ $(GEN): $(PROTOS) $(DEPS)
 $(K8S_GEN): $(K8S_PROTOS) $(DEPS)
 	mkdir -p k8s_pb
 	$(PYTHON) -m grpc_tools.protoc -Iproto/k8s --python_out=. --pyi_out=. $(K8S_PROTOS)
+	touch $@
+
+$(GNOSTIC_GEN): $(GNOSTIC_PROTOS) $(DEPS)
+	mkdir -p gnostic_pb
+	$(PYTHON) -m grpc_tools.protoc -Iproto/gnostic --python_out=. --pyi_out=. $(GNOSTIC_PROTOS)
 	touch $@
 
 run: setup
@@ -60,4 +68,4 @@ bench: setup
 	$(PYTHON) -m tools.bench
 
 clean: stop
-	rm -rf $(VENV) apiary_pb k8s_pb .apiary
+	rm -rf $(VENV) apiary_pb k8s_pb gnostic_pb .apiary

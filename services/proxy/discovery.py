@@ -2,7 +2,8 @@
 
 Documents are refreshed at start, whenever the APIService informer reports a change, and every
 REFRESH_PERIOD as a backstop. Everything that can be precomputed (v2beta1 variants, the OpenAPI
-index and hashes, per-group APIGroup documents) is built once per refresh, not per request.
+index and hashes, per-group APIGroup documents) is built once per refresh, not per request; the
+Swagger 2.0 document of /openapi/v2 (JSON and protobuf) is rebuilt only when the v3 documents change.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import grpcutil
 from services.common.errors import APIError, NotFound
 
+from . import openapi_v2
 from .negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1, JSON, negotiate_discovery
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,7 @@ class Discovery:
         self.resource_lists: dict[str, bytes] = {}
         self.openapi: dict[str, tuple[bytes, str]] = {}
         self.openapi_index = b'{"paths":{}}'
+        self.openapi_v2: openapi_v2.Built | None = None
 
     # lifecycle ----------------------------------------------------------------
 
@@ -126,6 +129,11 @@ class Discovery:
             for g in orjson.loads(resp.api_group_list).get("groups") or []:
                 group_docs[g["name"]] = orjson.dumps({"kind": "APIGroup", "apiVersion": "v1", **g})
         openapi = {path: (doc, openapi_hash(doc)) for path, doc in resp.openapi.items()}
+        try:
+            v2 = openapi_v2.build(resp.openapi, self.openapi_v2)
+        except Exception:  # noqa: BLE001 - a conversion bug must not take discovery and /openapi/v3 down
+            log.exception("building /openapi/v2 failed; keeping the previous document")
+            v2 = self.openapi_v2
         index = {"paths": {path: {"serverRelativeURL": f"/openapi/v3/{path}?hash={h}"}
                            for path, (_, h) in sorted(openapi.items())}}
         self.core = {"v2": core_v2, "v2beta1": core_v2b1}
@@ -136,6 +144,7 @@ class Discovery:
         self.resource_lists = dict(resp.resource_lists)
         self.openapi = openapi
         self.openapi_index = orjson.dumps(index)
+        self.openapi_v2 = v2
         self.loaded.set()
 
     # serving ------------------------------------------------------------------
@@ -166,7 +175,7 @@ class Discovery:
                 return self._resource_list(f"{parts[1]}/{parts[2]}")
             return None
         if head == "openapi":
-            return self._openapi(parts[1:], query, if_none_match)
+            return self._openapi(parts[1:], accept, query, if_none_match)
         return None
 
     def _aggregated(self, docs: dict[str, bytes], legacy: bytes, accept: str) -> Document:
@@ -182,7 +191,25 @@ class Discovery:
             raise NotFound("the server could not find the requested resource")
         return Document(200, doc)
 
-    def _openapi(self, parts: list[str], query: dict[str, str], if_none_match: str) -> Document:
+    def _openapi_v2(self, accept: str, if_none_match: str) -> Document:
+        """As kube-openapi's handler: JSON or gnostic protobuf by Accept, one ETag for both, 406 otherwise."""
+        built = self.openapi_v2
+        if built is None:
+            raise NotFound("the server could not find the requested resource")
+        vary = (b"vary", b"Accept")
+        ctype = openapi_v2.negotiate(accept)
+        if ctype is None:
+            return Document(406, b"", "text/plain; charset=utf-8", [vary])
+        etag = f'"{built.etag}"'.encode()
+        headers = [vary, (b"etag", etag)]
+        if if_none_match and etag in [t.strip().encode() for t in if_none_match.split(",")]:
+            return Document(304, b"", ctype, headers)
+        body = built.json if ctype == openapi_v2.JSON else built.protobuf
+        return Document(200, body, ctype, headers)
+
+    def _openapi(self, parts: list[str], accept: str, query: dict[str, str], if_none_match: str) -> Document:
+        if parts == ["v2"]:
+            return self._openapi_v2(accept, if_none_match)
         if not parts or parts[0] != "v3":
             raise NotFound("the server could not find the requested resource")
         if len(parts) == 1:

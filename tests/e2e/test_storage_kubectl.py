@@ -130,8 +130,7 @@ def test_secrets_are_encrypted_and_replace_reencrypts(stack, kubectl, core):
     time.sleep(0.5)
     # ... is rewritten with the first provider by get | replace, though its content is unchanged.
     listed = kubectl.run("get", "secrets", "-A", "-o", "json").stdout
-    # --validate=false: OpenAPI serving is being reworked by the registry engineers at the moment.
-    kubectl.run("replace", "--validate=false", "-f", "-", input=listed)
+    kubectl.run("replace", "-f", "-", input=listed)
     value = etcd_call(stack, lambda c: c.get(plain_key)).value
     assert value.startswith(b"k8s:enc:aescbc:v1:key1:")
     got = json.loads(kubectl.run("-n", NS, "get", "secret", "legacy", "-o", "json").stdout)
