@@ -18,6 +18,7 @@ import orjson
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import grpcutil
+from services.common.background import cancel_and_wait
 from services.common.errors import AlreadyExists, APIError, Conflict, NotFound
 from services.common.identity import APISERVER
 from services.common.informer import Informer
@@ -223,12 +224,7 @@ class AggregationController:
         self._task = asyncio.create_task(self._run(), name="clusterrole-aggregation")
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+        await cancel_and_wait(self._task)
 
     async def sync(self) -> bool:
         """One pass; True when every write went through (False: retry after the next event)."""

@@ -12,6 +12,7 @@ from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
 
 from . import grpcutil
+from .background import cancel_and_wait
 from .errors import APIError, Gone
 from .identity import APISERVER
 
@@ -50,12 +51,7 @@ class Informer:
         self._task = asyncio.create_task(self._run(), name=f"informer-{self.gvr[2]}")
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+        await cancel_and_wait(self._task)
 
     def _request(self, verb: str, query: dict[str, str]) -> rpb.APIRequest:
         g, v, r = self.gvr

@@ -18,6 +18,7 @@ import orjson
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import grpcutil
+from services.common.background import cancel_and_wait
 from services.common.errors import APIError, NotFound
 
 from . import openapi_v2
@@ -82,12 +83,7 @@ class Discovery:
         self._task = asyncio.create_task(self._run(), name="discovery")
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+        await cancel_and_wait(self._task)
 
     def invalidate(self) -> None:
         """Ask for a refresh soon (called from the APIService informer)."""

@@ -17,6 +17,7 @@ import grpc
 from apiary_pb import apf_pb2 as fpb
 from apiary_pb import apf_pb2_grpc as fgrpc
 from services.common.errors import ServiceUnavailable, TooManyRequests
+from services.common.background import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +63,7 @@ class SeatClient:
         self._task = asyncio.create_task(self._run(), name="apf-seats")
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+        await cancel_and_wait(self._task)
 
     def ready(self) -> bool:
         if not self.connected:
