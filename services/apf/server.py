@@ -34,8 +34,8 @@ class FlowControlServicer(fgrpc.FlowControlServicer):
         self.streams = 0
 
     @grpcutil.api_stream
-    async def Seats(self, request_iterator: AsyncIterator[fpb.SeatRequest],
-                    context: grpc.aio.ServicerContext) -> AsyncIterator[fpb.SeatResponse]:
+    async def Seats(self, request_iterator: AsyncIterator[fpb.SeatRequests],
+                    context: grpc.aio.ServicerContext) -> AsyncIterator[fpb.SeatResponses]:
         out: asyncio.Queue[fpb.SeatResponse | None] = asyncio.Queue()
         tickets: dict[int, Ticket] = {}
 
@@ -48,14 +48,15 @@ class FlowControlServicer(fgrpc.FlowControlServicer):
 
         async def read() -> None:
             try:
-                async for msg in request_iterator:
-                    kind = msg.WhichOneof("kind")
-                    if kind == "acquire":
-                        self._acquire(msg, tickets, out, decided)
-                    elif kind == "release":
-                        t = tickets.pop(msg.id, None)
-                        if t is not None:
-                            self.controller.finish(t)
+                async for batch in request_iterator:
+                    for msg in batch.requests:
+                        kind = msg.WhichOneof("kind")
+                        if kind == "acquire":
+                            self._acquire(msg, tickets, out, decided)
+                        elif kind == "release":
+                            t = tickets.pop(msg.id, None)
+                            if t is not None:
+                                self.controller.finish(t)
             except (asyncio.CancelledError, grpc.aio.AioRpcError):
                 pass
             finally:
@@ -64,8 +65,17 @@ class FlowControlServicer(fgrpc.FlowControlServicer):
         self.streams += 1
         reader = asyncio.create_task(read(), name="apf-seats-reader")
         try:
-            while (item := await out.get()) is not None:
-                yield item
+            ended = False
+            while not ended and (item := await out.get()) is not None:
+                # send everything decided meanwhile in one message
+                batch = [item]
+                while not out.empty():
+                    more = out.get_nowait()
+                    if more is None:
+                        ended = True
+                        break
+                    batch.append(more)
+                yield fpb.SeatResponses(responses=batch)
         finally:
             self.streams -= 1
             reader.cancel()

@@ -73,9 +73,13 @@ class SeatClient:
         return self.channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY
 
     @staticmethod
-    async def _requests(queue: asyncio.Queue[fpb.SeatRequest]) -> AsyncIterator[fpb.SeatRequest]:
+    async def _requests(queue: asyncio.Queue[fpb.SeatRequest]) -> AsyncIterator[fpb.SeatRequests]:
+        """One stream message per wake-up, carrying every acquire and release queued meanwhile."""
         while True:
-            yield await queue.get()
+            batch = [await queue.get()]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            yield fpb.SeatRequests(requests=batch)
 
     async def _run(self) -> None:
         delay = 0.2
@@ -85,14 +89,15 @@ class SeatClient:
             self._generation += 1
             self._queue, self.connected, self.answered = queue, True, False
             try:
-                async for resp in call:
+                async for answers in call:
                     self.answered = True
                     delay = 0.2
-                    fut = self._pending.pop(resp.id, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(resp)
-                    elif resp.granted:  # its requester gave up meanwhile
-                        queue.put_nowait(fpb.SeatRequest(id=resp.id, release=True))
+                    for resp in answers.responses:
+                        fut = self._pending.pop(resp.id, None)
+                        if fut is not None and not fut.done():
+                            fut.set_result(resp)
+                        elif resp.granted:  # its requester gave up meanwhile
+                            queue.put_nowait(fpb.SeatRequest(id=resp.id, release=True))
                 log.warning("apf: seat stream ended; reconnecting")
             except asyncio.CancelledError:
                 call.cancel()

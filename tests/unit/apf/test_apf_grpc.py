@@ -47,10 +47,11 @@ class Stream:
     def __init__(self, stub: fgrpc.FlowControlStub) -> None:
         self.outbox: asyncio.Queue[fpb.SeatRequest | None] = asyncio.Queue()
         self.call = stub.Seats(self._requests())
+        self.inbox: list[fpb.SeatResponse] = []
 
     async def _requests(self):
         while (msg := await self.outbox.get()) is not None:
-            yield msg
+            yield fpb.SeatRequests(requests=[msg])
 
     def acquire(self, request_id: int, user=ALICE) -> None:
         self.outbox.put_nowait(fpb.SeatRequest(id=request_id, acquire=fpb.RequestDigest(
@@ -60,7 +61,10 @@ class Stream:
         self.outbox.put_nowait(fpb.SeatRequest(id=request_id, release=True))
 
     async def read(self, timeout: float = 2.0) -> fpb.SeatResponse:
-        return await asyncio.wait_for(self.call.read(), timeout)
+        if not self.inbox:
+            batch = await asyncio.wait_for(self.call.read(), timeout)
+            self.inbox.extend(batch.responses)
+        return self.inbox.pop(0)
 
 
 async def wait_for(cond, timeout: float = 2.0) -> None:

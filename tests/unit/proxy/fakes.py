@@ -73,21 +73,26 @@ class FakeAPF(fgrpc.FlowControlServicer):
         self.released_event = asyncio.Event()
 
     async def Seats(self, request_iterator, context):
-        async for req in request_iterator:
-            if req.WhichOneof("kind") == "acquire":
-                if req.acquire.user.name == "busy":
-                    yield fpb.SeatResponse(id=req.id, granted=False, retry_after_seconds=3, reason="queue-full",
-                                           flow_schema_uid="fs-uid", priority_level_uid="pl-uid")
-                    continue
-                self.acquired += 1
-                self.held.add(req.id)
-                yield fpb.SeatResponse(id=req.id, granted=True, flow_schema="global-default",
-                                       priority_level="global-default", flow_schema_uid="fs-uid",
-                                       priority_level_uid="pl-uid")
-            else:
-                self.held.discard(req.id)
-                self.released.append(req.id)
-                self.released_event.set()
+        async for batch in request_iterator:
+            answers = []
+            for req in batch.requests:
+                if req.WhichOneof("kind") == "acquire":
+                    if req.acquire.user.name == "busy":
+                        answers.append(fpb.SeatResponse(id=req.id, granted=False, retry_after_seconds=3,
+                                                        reason="queue-full", flow_schema_uid="fs-uid",
+                                                        priority_level_uid="pl-uid"))
+                        continue
+                    self.acquired += 1
+                    self.held.add(req.id)
+                    answers.append(fpb.SeatResponse(id=req.id, granted=True, flow_schema="global-default",
+                                                    priority_level="global-default", flow_schema_uid="fs-uid",
+                                                    priority_level_uid="pl-uid"))
+                else:
+                    self.held.discard(req.id)
+                    self.released.append(req.id)
+                    self.released_event.set()
+            if answers:
+                yield fpb.SeatResponses(responses=answers)
 
 
 APISERVICES = {
