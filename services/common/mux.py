@@ -68,7 +68,9 @@ class MuxClient:
                     fut.set_exception(failed)
             self._pending.clear()
 
-    async def call(self, method: str, request: Any, timeout: float | None = None) -> Any:
+    async def call(self, method: str, request: Any, timeout: float | None = None,
+                   response: type | None = None) -> Any:
+        """The answer, parsed as responses[method] or as response (a wire-compatible message)."""
         call = await self._ensure()
         fid = next(self._ids)
         fut: asyncio.Future[pb.Frame] = asyncio.get_running_loop().create_future()
@@ -91,7 +93,7 @@ class MuxClient:
             self._pending.pop(fid, None)
         if frame.HasField("error"):
             raise APIError.from_pb(frame.error)
-        return self.responses[method].FromString(frame.payload)
+        return (response or self.responses[method]).FromString(frame.payload)
 
 
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
@@ -101,7 +103,8 @@ async def serve_mux(requests: AsyncIterator[pb.Frame], context: grpc.aio.Service
                     methods: dict[str, tuple[type, Handler]]) -> AsyncIterator[pb.Frame]:
     """Server side of a Calls stream: run each frame's method concurrently, answer in completion order.
 
-    methods maps a method name to (request class, the undecorated unary implementation).
+    methods maps a method name to (request class, the undecorated unary implementation). An
+    implementation may return bytes: the response already serialized, sent as they are.
     """
     out: asyncio.Queue[pb.Frame | None] = asyncio.Queue()
     tasks: set[asyncio.Task[None]] = set()
@@ -113,7 +116,8 @@ async def serve_mux(requests: AsyncIterator[pb.Frame], context: grpc.aio.Service
                 raise InternalError(f"unknown method {frame.method!r}")
             req_cls, fn = entry
             resp = await fn(req_cls.FromString(frame.payload), context)
-            await out.put(pb.Frame(id=frame.id, payload=resp.SerializeToString()))
+            payload = resp if type(resp) is bytes else resp.SerializeToString()
+            await out.put(pb.Frame(id=frame.id, payload=payload))
         except APIError as e:
             await out.put(pb.Frame(id=frame.id, error=e.to_pb()))
         except asyncio.CancelledError:

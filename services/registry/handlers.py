@@ -23,6 +23,7 @@ from . import validation as v
 from .admission import AdmissionClient
 from .auth import AuthClient
 from .catalogue import Catalogue, ResourceInfo
+from .jsoncache import JSONCache
 from .store import Store
 from .strategies import Strategy, now_rfc3339, strategy_for
 from .strategies.reviews import TOKEN_REQUEST, TokenRequestStrategy
@@ -96,6 +97,7 @@ class Handlers:
         self.admission = admission
         self.auth = auth
         self._strategies = {r: strategy_for(r) for r in catalogue.resources}
+        self.json_cache = JSONCache()
 
     def strategy(self, info: ResourceInfo) -> Strategy:
         return self._strategies[info]
@@ -340,24 +342,22 @@ class Handlers:
         )
 
     async def list(self, r: Request) -> Response:
-        resp = await self.store.list(r.info, self.list_request(r), r.timing)
-        meta: Obj = {"resourceVersion": resp.resource_version}
-        token = getattr(resp, "continue")
-        if token:
-            meta["continue"] = token
-        if resp.HasField("remaining_item_count"):
-            meta["remainingItemCount"] = resp.remaining_item_count
-        items = [self._fill_kind(r.info, e) for e in resp.items]
+        info = r.info
         if r.req.table:
-            t = printers.table(r.info.group, r.info.plural, items, meta, r.query.get("includeObject", "Metadata"))
+            resp = await self.store.list(info, self.list_request(r), r.timing)
+            items = [self._fill_kind(info, e) for e in resp.items]
+            t = printers.table(info.group, info.plural, items, _list_meta(resp),
+                               r.query.get("includeObject", "Metadata"))
             return Response(200, _json(t))
-        return Response(200, self.list_json(r.info, meta, items))
+        # The items stay serialized: their JSON comes from the cache, keyed by those bytes.
+        raw = await self.store.list_raw(info, self.list_request(r), r.timing)
+        return Response(200, _splice_list(info, _list_meta(raw),
+                                          self.json_cache.to_json(raw.items, info.kind, info.api_version)))
 
     @staticmethod
     def list_json(info: ResourceInfo, meta: Obj, items: list[pb.Object]) -> bytes:
         """Splice the items' JSON into the list without decoding their bodies."""
-        head = _json({"kind": info.list_kind, "apiVersion": info.api_version, "metadata": meta})
-        return head[:-1] + b',"items":[' + b",".join(envelope.to_json(e) for e in items) + b"]}"
+        return _splice_list(info, meta, [envelope.to_json(e) for e in items])
 
     # Create ----------------------------------------------------------------------
 
@@ -690,6 +690,21 @@ class Handlers:
             except errors.NotFound:
                 continue
         return Response(200, self.list_json(r.info, {"resourceVersion": ""}, deleted))
+
+
+def _list_meta(resp: spb.ListResponse | spb.RawListResponse) -> Obj:
+    meta: Obj = {"resourceVersion": resp.resource_version}
+    token = getattr(resp, "continue")
+    if token:
+        meta["continue"] = token
+    if resp.HasField("remaining_item_count"):
+        meta["remainingItemCount"] = resp.remaining_item_count
+    return meta
+
+
+def _splice_list(info: ResourceInfo, meta: Obj, items: list[bytes]) -> bytes:
+    head = _json({"kind": info.list_kind, "apiVersion": info.api_version, "metadata": meta})
+    return head[:-1] + b',"items":[' + b",".join(items) + b"]}"
 
 
 def _with_namespace(req: rpb.APIRequest, ns: str) -> rpb.APIRequest:

@@ -34,10 +34,11 @@ class Store:
             "List": spb.ListResponse,
         })
 
-    async def _call(self, op: str, info: ResourceInfo, method: str, req: Any, timing: Timing | None) -> Any:
+    async def _call(self, op: str, info: ResourceInfo, method: str, req: Any, timing: Timing | None,
+                    response: type | None = None) -> Any:
         t0 = time.perf_counter()
         try:
-            return await self.calls.call(method, req, timeout=self.timeout)
+            return await self.calls.call(method, req, timeout=self.timeout, response=response)
         finally:
             dt = time.perf_counter() - t0
             STORAGE_DURATION.labels(op, info.plural).observe(dt)
@@ -84,6 +85,11 @@ class Store:
 
     async def list(self, info: ResourceInfo, req: spb.ListRequest, timing: Timing | None = None) -> spb.ListResponse:
         return await self._call("list", info, "List", req, timing)
+
+    async def list_raw(self, info: ResourceInfo, req: spb.ListRequest,
+                       timing: Timing | None = None) -> spb.RawListResponse:
+        """list, with the items left serialized (the same answer read as a RawListResponse)."""
+        return await self._call("list", info, "List", req, timing, spb.RawListResponse)
 
     async def list_all(self, info: ResourceInfo, prefix: str, label_selector: str = "",
                        field_selector: str = "") -> list[pb.Object]:

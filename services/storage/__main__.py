@@ -8,7 +8,6 @@ import logging
 import re
 import sys
 
-from apiary_pb import storage_pb2_grpc as sgrpc
 from services.common import config, grpcutil, runtime
 from services.common.health import HealthServer
 
@@ -17,7 +16,7 @@ from .codec import Codec
 from .compactor import Compactor
 from .encryption import Encryption
 from .etcd import Etcd
-from .server import StorageServicer
+from .server import StorageServicer, add_to_server
 
 log = logging.getLogger("services.storage")
 
@@ -86,9 +85,7 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
     codec = Codec(encryption)
     cachers = Cachers(etcd, codec, history_seconds=args.watch_cache_history)
     server = grpcutil.make_server(config.internal_tls(args), f"{args.bind_address}:{args.grpc_port}")
-    sgrpc.add_StorageServicer_to_server(
-        StorageServicer(etcd, cachers, args.watch_bookmark_interval, codec), server
-    )
+    add_to_server(StorageServicer(etcd, cachers, args.watch_bookmark_interval, codec), server)
     await server.start()
     compactor = Compactor(etcd, args.etcd_compaction_interval)
     compactor.start()

@@ -3,6 +3,14 @@ events, and the fan-out to every client watch (kube's Cacher, watchCache and cac
 
 Everything that changes the cache runs synchronously on the event loop, so a client watch can
 take a snapshot or a slice of history and register itself in one step without missing an event.
+
+Representation (memory and CPU): each cached object is kept only as its serialized apiary.Object
+bytes, resourceVersion included, so that Get, List and Watch answers are spliced from those bytes
+without decoding or encoding anything (see wire.py). A value is decoded once, when it enters the
+cache, to check it and to extract what selectors need: its labels and selectable fields are kept
+(in `selection`) only when the key does not already tell them, i.e. when the object has labels or
+fields beyond metadata.name/metadata.namespace. Watch events are serialized once per event and
+output type, and the same bytes go to every watcher.
 """
 
 from __future__ import annotations
@@ -10,47 +18,94 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from bisect import bisect_left, insort
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from apiary_pb import envelope_pb2 as pb
 from services.common.errors import APIError, Gone, Timeout
-from services.common.selectors import SelectionPredicate
+from services.common.selectors import SelectionPredicate, object_fields
 
 from . import metrics
-from .codec import STALE_FIELD, Codec
+from .codec import Codec
 from .etcd import Compacted, Etcd, FutureRevision
 from .keys import resource_label
+from .wire import STALE_SUFFIX, watch_event
 
 log = logging.getLogger(__name__)
 
 PUT, DELETE = 0, 1
 ADDED, MODIFIED, DELETED, BOOKMARK, ERROR = "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"
 
+# (labels, selectable fields or None when the key tells them) of an object; None: the key says it all.
+Selection = tuple[Mapping[str, str], Mapping[str, str] | None]
+_NO_LABELS: Mapping[str, str] = {}
+
+
+def key_fields(key: str) -> dict[str, str]:
+    """metadata.name and metadata.namespace as the key spells them (keys.py's layout:
+    /registry/[<group>/]<resource>/[<namespace>/]<name>, a group recognised by its dot)."""
+    parts = key.split("/")
+    depth = 4 if len(parts) > 2 and "." in parts[2] else 3  # parts: "", "registry", [group,] resource
+    return {"metadata.name": parts[-1], "metadata.namespace": parts[-2] if len(parts) > depth + 1 else ""}
+
+
+def selection_of(key: str, obj: pb.Object) -> Selection | None:
+    """What a selector needs of obj, or None when its key says it all (no labels, no other fields)."""
+    labels = obj.metadata.labels
+    fields = object_fields(obj)
+    derived = key_fields(key)
+    trivial = len(fields) == 2 and dict(fields) == derived
+    if not labels and trivial:
+        return None
+    return (dict(labels) if labels else _NO_LABELS), (None if trivial else dict(fields))
+
+
+def matches(pred: SelectionPredicate, key: str, sel: Selection | None) -> bool:
+    """pred against a cached object, given its key and its selection entry."""
+    if sel is None:
+        if not pred.label.empty and not pred.label.matches(_NO_LABELS):
+            return False
+        return pred.field.empty or pred.field.matches(key_fields(key))
+    labels, fields = sel
+    if not pred.label.empty and not pred.label.matches(labels):
+        return False
+    return pred.field.empty or pred.field.matches(key_fields(key) if fields is None else fields)
+
 
 class CacheEvent:
-    """One change seen by the cache, with the state before it (for selector transitions)."""
+    """One change seen by the cache, with the state before it (for selector transitions).
 
-    __slots__ = ("type", "key", "rev", "obj", "prev", "time", "_out")
+    data is the object as the event reports it (for DELETED: its last state at the event's
+    revision); prev the state before, for an object leaving a watcher's selection."""
 
-    def __init__(self, type_: str, key: str, rev: int, obj: pb.Object, prev: pb.Object | None) -> None:
-        self.type, self.key, self.rev, self.obj, self.prev = type_, key, rev, obj, prev
+    __slots__ = ("type", "key", "rev", "data", "sel", "prev", "prev_sel", "kind", "time", "_out")
+
+    def __init__(self, type_: str, key: str, rev: int, data: bytes, sel: Selection | None,
+                 prev: bytes | None, prev_sel: Selection | None, kind: str) -> None:
+        self.type, self.key, self.rev, self.data, self.sel = type_, key, rev, data, sel
+        self.prev, self.prev_sel, self.kind = prev, prev_sel, kind
         self.time = time.monotonic()
-        self._out: dict[str, pb.WatchEvent] = {}
+        self._out: dict[str, bytes] = {}
 
-    def watch_event(self, type_: str) -> pb.WatchEvent:
-        """The event as clients see it; built once and shared by every watcher."""
-        ev = self._out.get(type_)
-        if ev is None:
+    def watch_event(self, type_: str) -> bytes:
+        """The serialized WatchEvent as clients see it; built once and shared by every watcher."""
+        out = self._out.get(type_)
+        if out is None:
             if type_ == DELETED and self.type != DELETED:
                 # An object leaving the selection: its previous state at this event's revision.
                 assert self.prev is not None
-                ev = pb.WatchEvent(type=DELETED, object=self.prev)
-                ev.object.metadata.resource_version = str(self.rev)
+                out = watch_event(DELETED, with_resource_version(self.prev, self.rev))
             else:
-                ev = pb.WatchEvent(type=type_, object=self.obj)
-            self._out[type_] = ev
-        return ev
+                out = watch_event(type_, self.data)
+            self._out[type_] = out
+        return out
+
+
+def with_resource_version(data: bytes, rev: int) -> bytes:
+    obj = pb.Object.FromString(data)
+    obj.metadata.resource_version = str(rev)
+    return obj.SerializeToString()
 
 
 def too_old(rv: int, oldest: int) -> Gone:
@@ -58,7 +113,9 @@ def too_old(rv: int, oldest: int) -> Gone:
 
 
 class CacheWatcher:
-    """One client watch: filters the cache's events through its key range and selectors."""
+    """One client watch: filters the cache's events through its key range and selectors.
+
+    buf holds (revision, serialized WatchEvent)."""
 
     def __init__(self, prefix: str, pred: SelectionPredicate, since: int, capacity: int) -> None:
         self.prefix = prefix
@@ -66,16 +123,14 @@ class CacheWatcher:
         self.pred = pred
         self.since = since
         self.capacity = capacity
-        self.buf: deque[tuple[int, pb.WatchEvent]] = deque()
+        self.buf: deque[tuple[int, bytes]] = deque()
         self.wake = asyncio.Event()
         self.closed = False
         self.overflowed = False
+        self.kind = ""  # of the last event pushed (metrics)
 
     def wants(self, key: str) -> bool:
         return key == self.prefix if self.exact else key.startswith(self.prefix)
-
-    def matches(self, key: str, obj: pb.Object) -> bool:
-        return self.wants(key) and (self.pred.empty or self.pred.matches(obj))
 
     def push(self, ev: CacheEvent, replay: bool = False) -> None:
         if ev.rev <= self.since or self.closed or not self.wants(ev.key):
@@ -84,8 +139,8 @@ class CacheWatcher:
         if pred.empty:
             out = ev.type
         else:
-            cur = ev.type != DELETED and pred.matches(ev.obj)
-            old = ev.prev is not None and pred.matches(ev.prev)
+            cur = ev.type != DELETED and matches(pred, ev.key, ev.sel)
+            old = ev.prev is not None and matches(pred, ev.key, ev.prev_sel)
             if cur:
                 out = MODIFIED if old else ADDED
             elif old:
@@ -98,6 +153,7 @@ class CacheWatcher:
             self.close()
             return
         self.buf.append((ev.rev, ev.watch_event(out)))
+        self.kind = ev.kind
         self.wake.set()
 
     def advance(self, rev: int) -> None:
@@ -131,7 +187,12 @@ class Cacher:
         self.resource = resource_label(prefix)
         self.history_seconds, self.min_history, self.max_history = history_seconds, min_history, max_history
         self.watcher_capacity = watcher_capacity
-        self.store: dict[str, pb.Object] = {}
+        # key -> the serialized apiary.Object with its resourceVersion (see the module docstring)
+        self.store: dict[str, bytes] = {}
+        # key -> labels and fields, only for objects whose key does not tell them (selection_of)
+        self.selection: dict[str, Selection] = {}
+        self._sorted: list[str] | None = None  # the store's keys in order, kept while it is in use
+        self.kind = ""  # the kind of the objects last seen (metrics)
         self.stale: set[str] = set()  # keys whose values need re-encryption (codec.STALE_FIELD)
         self.broken: dict[str, APIError] = {}  # undecodable values: reads of them are 500s, never 404s
         self.history: deque[CacheEvent] = deque()
@@ -167,22 +228,34 @@ class Cacher:
         if resp is None:
             resp = await self.etcd.range_prefix(key, resource=self.resource)
             rev = resp.header.revision
-        store: dict[str, pb.Object] = {}
+        store: dict[str, bytes] = {}
+        selection: dict[str, Selection] = {}
         stale: set[str] = set()
         broken: dict[str, APIError] = {}
         codec = self.codec
         encrypted = codec.encryption is not None
+        kind = self.kind
         for kv in resp.kvs:
+            key = kv.key.decode()
             try:
                 if encrypted:
                     await codec.prepare(kv.value, kv.key)
                     if codec.is_stale(kv.key, kv.value):
-                        stale.add(kv.key.decode())
-                store[kv.key.decode()] = codec.decode(kv.value, kv.mod_revision, kv.key)
+                        stale.add(key)
+                obj = codec.decode(kv.value, kv.mod_revision, kv.key)
             except APIError as e:
                 log.error("watch cache %s: skipping %s", self.prefix, e.message)
-                broken[kv.key.decode()] = e
-        self.store, self.stale, self.broken = store, stale, broken
+                broken[key] = e
+                continue
+            store[key] = obj.SerializeToString()
+            sel = selection_of(key, obj)
+            if sel is not None:
+                selection[key] = sel
+            kind = obj.kind
+        del resp
+        self.store, self.selection, self.stale, self.broken = store, selection, stale, broken
+        self._sorted = None
+        self.kind = kind
         self.history.clear()
         self.rev = self.complete_since = rev
         self._bump()
@@ -230,6 +303,7 @@ class Cacher:
                 self.rev = resp.header.revision
                 self._bump()
             return
+        store, selection = self.store, self.selection
         for e in resp.events:
             key = e.kv.key.decode()
             rev = e.kv.mod_revision
@@ -239,32 +313,47 @@ class Cacher:
                 except APIError as err:
                     log.error("watch cache %s: skipping event: %s", self.prefix, err.message)
                     self.broken[key] = err
-                    self.store.pop(key, None)
+                    self._discard(key)
                     continue
                 self.broken.pop(key, None)
-                prev = self.store.get(key)
-                ev = CacheEvent(MODIFIED if prev is not None else ADDED, key, rev, obj, prev)
-                self.store[key] = obj
+                self.kind = obj.kind
+                data, sel = obj.SerializeToString(), selection_of(key, obj)
+                prev = store.get(key)
+                prev_sel = selection.get(key)
+                ev = CacheEvent(MODIFIED if prev is not None else ADDED, key, rev, data, sel, prev, prev_sel,
+                                obj.kind)
+                if prev is None and self._sorted is not None:
+                    insort(self._sorted, key)
+                store[key] = data
+                if sel is None:
+                    if prev_sel is not None:
+                        del selection[key]
+                else:
+                    selection[key] = sel
                 if self.codec.encryption is not None:
                     if self.codec.is_stale(key, e.kv.value):
                         self.stale.add(key)
                     else:
                         self.stale.discard(key)
             else:
-                prev = self.store.pop(key, None)
+                prev = store.get(key)
+                prev_sel = selection.get(key)
+                self._discard(key)
                 self.stale.discard(key)
                 self.broken.pop(key, None)
                 if prev is None:
                     if not e.prev_kv.key:
                         continue
                     try:
-                        prev = self.codec.decode(e.prev_kv.value, e.prev_kv.mod_revision, key)
+                        old = self.codec.decode(e.prev_kv.value, e.prev_kv.mod_revision, key)
                     except Exception:  # noqa: BLE001 - an undecodable old state: nothing to report
                         continue
-                last = pb.Object()
-                last.CopyFrom(prev)
+                    prev, prev_sel = old.SerializeToString(), selection_of(key, old)
+                last = pb.Object.FromString(prev)
                 last.metadata.resource_version = str(rev)
-                ev = CacheEvent(DELETED, key, rev, last, prev)
+                ev = CacheEvent(
+                    DELETED, key, rev, last.SerializeToString(), prev_sel, prev, prev_sel, last.kind
+                )
             self.rev = max(self.rev, rev)
             self.history.append(ev)
             metrics.WATCH_CACHE_EVENTS.labels(self.resource).inc()
@@ -276,6 +365,13 @@ class Cacher:
         self._evict()
         self._bump()
         metrics.STORAGE_OBJECTS.labels(self.resource).set(len(self.store))
+
+    def _discard(self, key: str) -> None:
+        if self.store.pop(key, None) is not None and self._sorted is not None:
+            i = bisect_left(self._sorted, key)
+            if i < len(self._sorted) and self._sorted[i] == key:
+                del self._sorted[i]
+        self.selection.pop(key, None)
 
     def _evict(self) -> None:
         h, now = self.history, time.monotonic()
@@ -291,31 +387,36 @@ class Cacher:
 
     # Client side -------------------------------------------------------------------------------
 
-    def get(self, key: str) -> pb.Object | None:
-        obj = self.store.get(key)
-        if obj is None and key in self.broken:
+    def get(self, key: str) -> bytes | None:
+        """The serialized object (with fields[STALE_FIELD] when its value needs re-encryption)."""
+        data = self.store.get(key)
+        if data is None and key in self.broken:
             raise self.broken[key]
-        if obj is not None and key in self.stale:
-            marked = pb.Object()
-            marked.CopyFrom(obj)
-            marked.fields[STALE_FIELD] = "true"
-            return marked
-        return obj
+        if data is not None and key in self.stale:
+            return data + STALE_SUFFIX
+        return data
 
-    def snapshot(self, prefix: str, pred: SelectionPredicate) -> list[pb.Object]:
-        """The current objects under prefix (or the one key) that match, sorted by key."""
+    def snapshot(self, prefix: str, pred: SelectionPredicate) -> list[bytes]:
+        """The current objects (serialized) under prefix (or the one key) that match, sorted by key."""
         if self.broken:
             for k, err in self.broken.items():
                 if k == prefix or (prefix.endswith("/") and k.startswith(prefix)):
                     raise err
+        store, selection = self.store, self.selection
         if not prefix.endswith("/"):
-            obj = self.store.get(prefix)
-            return [obj] if obj is not None and (pred.empty or pred.matches(obj)) else []
-        items = [
-            (k, o) for k, o in self.store.items() if k.startswith(prefix) and (pred.empty or pred.matches(o))
-        ]
-        items.sort(key=lambda kv: kv[0])
-        return [o for _, o in items]
+            data = store.get(prefix)
+            if data is None or not (pred.empty or matches(pred, prefix, selection.get(prefix))):
+                return []
+            return [data]
+        keys = self._sorted
+        if keys is None:
+            keys = self._sorted = sorted(store)
+        # Every key starting with prefix (which ends in "/") sorts in [prefix, prefix[:-1] + "0").
+        lo = bisect_left(keys, prefix)
+        hi = bisect_left(keys, prefix[:-1] + "0", lo)
+        if pred.empty:
+            return [store[k] for k in keys[lo:hi]]
+        return [store[k] for k in keys[lo:hi] if matches(pred, k, selection.get(k))]
 
     def watch(self, prefix: str, pred: SelectionPredicate, since: int) -> CacheWatcher:
         """A watcher receiving every matching event after since, starting with those in history."""

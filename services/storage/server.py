@@ -36,6 +36,7 @@ from .etcd import (
     op_txn,
 )
 from .keys import decode_continue, encode_continue, key_info, range_end, resource_label, resource_prefix
+from .wire import serialize, watch_event
 
 EXPIRED_CONTINUE = (
     "The provided continue parameter is too old to display a consistent list result. You can start a "
@@ -110,6 +111,31 @@ def bookmark(rv: int, initial_events_end: bool = False) -> pb.WatchEvent:
     if initial_events_end:
         ev.object.metadata.annotations[INITIAL_EVENTS_END] = "true"
     return ev
+
+
+def add_to_server(servicer: StorageServicer, server: grpc.aio.Server) -> None:
+    """sgrpc.add_StorageServicer_to_server, except that every response serializer passes bytes through:
+    Get, List and Watch answer from the watch cache with already-serialized messages (wire.py)."""
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, name), request_deserializer=req.FromString, response_serializer=serialize
+        )
+        for name, req in (
+            ("Create", spb.CreateRequest), ("Get", spb.GetRequest), ("List", spb.ListRequest),
+            ("Update", spb.UpdateRequest), ("Delete", spb.DeleteRequest),
+        )
+    }
+    handlers["Watch"] = grpc.unary_stream_rpc_method_handler(
+        servicer.Watch, request_deserializer=spb.WatchRequest.FromString, response_serializer=serialize
+    )
+    handlers["Calls"] = grpc.stream_stream_rpc_method_handler(
+        servicer.Calls,
+        request_deserializer=pb.Frame.FromString,
+        response_serializer=pb.Frame.SerializeToString,
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("apiary.Storage", handlers),))
+    if hasattr(server, "add_registered_method_handlers"):
+        server.add_registered_method_handlers("apiary.Storage", handlers)
 
 
 class StorageServicer(sgrpc.StorageServicer):
@@ -285,7 +311,8 @@ class StorageServicer(sgrpc.StorageServicer):
     # Reads -------------------------------------------------------------------------------------
 
     @api_method
-    async def Get(self, request: spb.GetRequest, context: grpc.aio.ServicerContext) -> pb.Object:
+    async def Get(self, request: spb.GetRequest, context: grpc.aio.ServicerContext) -> pb.Object | bytes:
+        """The object; from the watch cache as its serialized bytes."""
         key = _key(request.key)
         info = key_info(request.key)
         rv = request.resource_version
@@ -296,10 +323,10 @@ class StorageServicer(sgrpc.StorageServicer):
         else:
             cacher = await self._fresh_cacher(request.key, minimum)
         if cacher is not None:
-            obj = cacher.get(request.key)
-            if obj is None:
+            data = cacher.get(request.key)
+            if data is None:
                 raise errors.not_found(info.resource, info.group, info.name)
-            return obj
+            return data
         resp = await self.etcd.range(key, op="get", resource=info.qualified)
         if not resp.kvs:
             raise errors.not_found(info.resource, info.group, info.name)
@@ -310,7 +337,10 @@ class StorageServicer(sgrpc.StorageServicer):
         return obj
 
     @api_method
-    async def List(self, request: spb.ListRequest, context: grpc.aio.ServicerContext) -> spb.ListResponse:
+    async def List(
+        self, request: spb.ListRequest, context: grpc.aio.ServicerContext
+    ) -> spb.ListResponse | bytes:
+        """A ListResponse; from the watch cache, a serialized RawListResponse (the same wire format)."""
         prefix = request.prefix if request.prefix.endswith("/") else request.prefix + "/"
         _key(prefix)
         pred = SelectionPredicate.parse(request.label_selector, request.field_selector)
@@ -341,7 +371,7 @@ class StorageServicer(sgrpc.StorageServicer):
                 items = cacher.snapshot(prefix, pred)
                 if prefix == cacher.prefix and pred.empty:
                     metrics.STORAGE_OBJECTS.labels(resource).set(len(items))
-                return spb.ListResponse(items=items, resource_version=str(cacher.rev))
+                return spb.RawListResponse(items=items, resource_version=str(cacher.rev)).SerializeToString()
         try:
             return await self._list(prefix, start, revision, minimum, limit, pred, resource)
         except Compacted:
@@ -429,13 +459,14 @@ class StorageServicer(sgrpc.StorageServicer):
     @api_stream
     async def Watch(
         self, request: spb.WatchRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.WatchEvent]:
+    ) -> AsyncIterator[pb.WatchEvent | bytes]:
+        """WatchEvents; those from the watch cache as serialized bytes, shared by every watcher."""
         prefix = request.prefix
         _key(prefix)
         pred = SelectionPredicate.parse(request.label_selector, request.field_selector)
         rv = parse_rv(request.resource_version) if request.resource_version else None
         cacher = await self.cachers.get(resource_prefix(prefix), at_revision=rv or 0)
-        initial: list[pb.Object] = []
+        initial: list[pb.Object] | list[bytes] = []
         if rv is None and await self._caught_up(cacher):
             rv = 0
         if rv is None:
@@ -474,20 +505,28 @@ class StorageServicer(sgrpc.StorageServicer):
         return True
 
     async def _stream(
-        self, request: spb.WatchRequest, cacher: Cacher, w: CacheWatcher, initial: list[pb.Object]
-    ) -> AsyncIterator[pb.WatchEvent]:
+        self,
+        request: spb.WatchRequest,
+        cacher: Cacher,
+        w: CacheWatcher,
+        initial: list[pb.Object] | list[bytes],
+    ) -> AsyncIterator[pb.WatchEvent | bytes]:
+        if initial:
+            metrics.WATCH_EVENTS.labels(cacher.kind).inc(len(initial))
         for obj in initial:
-            metrics.WATCH_EVENTS.labels(obj.kind).inc()
-            yield pb.WatchEvent(type=ADDED, object=obj)
+            yield watch_event(ADDED, obj) if type(obj) is bytes else pb.WatchEvent(type=ADDED, object=obj)
         if request.send_initial_events and request.allow_bookmarks:
             yield bookmark(w.since, initial_events_end=True)
         interval = self.bookmark_interval
         next_bookmark = time.monotonic() + interval
+        buf = w.buf
         while True:
-            while w.buf:
-                _, ev = w.buf.popleft()
-                metrics.WATCH_EVENTS.labels(ev.object.kind).inc()
-                yield ev
+            sent = 0
+            while buf:
+                sent += 1
+                yield buf.popleft()[1]
+            if sent:
+                metrics.WATCH_EVENTS.labels(w.kind).inc(sent)
             if w.closed:
                 return
             w.wake.clear()

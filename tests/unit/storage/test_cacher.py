@@ -9,7 +9,7 @@ from apiary_pb import envelope_pb2 as pb
 from services.common.errors import Gone
 from services.common.selectors import SelectionPredicate
 from services.storage import codec
-from services.storage.cacher import Cacher
+from services.storage.cacher import Cacher, key_fields
 
 PREFIX = "/registry/pods/"
 
@@ -35,12 +35,23 @@ def delete(rev: int, name: str) -> rpc.WatchResponse:
     )
 
 
+def event(raw: bytes) -> pb.WatchEvent:
+    """The cache hands out serialized WatchEvents."""
+    assert isinstance(raw, bytes)
+    return pb.WatchEvent.FromString(raw)
+
+
 def drain(w) -> list[tuple[str, str, str]]:
     out = []
     while w.buf:
-        _, ev = w.buf.popleft()
+        _, raw = w.buf.popleft()
+        ev = event(raw)
         out.append((ev.type, ev.object.metadata.name, ev.object.metadata.resource_version))
     return out
+
+
+def names(items: list[bytes]) -> list[str]:
+    return [pb.Object.FromString(o).metadata.name for o in items]
 
 
 @pytest.fixture
@@ -65,8 +76,7 @@ def test_deleted_event_carries_the_last_state(cacher):
     w = cacher.watch(PREFIX, SelectionPredicate(), 10)
     cacher._apply(put(11, "a", x="last"))
     cacher._apply(delete(12, "a"))
-    _, added = w.buf.popleft()
-    _, deleted = w.buf.popleft()
+    added, deleted = event(w.buf.popleft()[1]), event(w.buf.popleft()[1])
     assert deleted.object.metadata.labels["x"] == "last"
     assert deleted.object.metadata.resource_version == "12"
     assert added.object.metadata.resource_version == "11"
@@ -117,6 +127,42 @@ def test_snapshot(cacher):
     cacher._apply(put(11, "b", app="web"))
     cacher._apply(put(12, "a", app="web"))
     cacher._apply(put(13, "c"))
-    names = [o.metadata.name for o in cacher.snapshot(PREFIX, SelectionPredicate.parse("app=web", ""))]
-    assert names == ["a", "b"]
-    assert [o.metadata.name for o in cacher.snapshot(f"{PREFIX}ns/c", SelectionPredicate())] == ["c"]
+    assert names(cacher.snapshot(PREFIX, SelectionPredicate.parse("app=web", ""))) == ["a", "b"]
+    assert names(cacher.snapshot(f"{PREFIX}ns/c", SelectionPredicate())) == ["c"]
+    assert names(cacher.snapshot(PREFIX, SelectionPredicate())) == ["a", "b", "c"]
+    assert names(cacher.snapshot(PREFIX, SelectionPredicate.parse("", "metadata.name=c"))) == ["c"]
+    assert names(cacher.snapshot(PREFIX, SelectionPredicate.parse("", "metadata.namespace=other"))) == []
+    assert names(cacher.snapshot(f"{PREFIX}ns/", SelectionPredicate.parse("!app", ""))) == ["c"]
+    assert names(cacher.snapshot(f"{PREFIX}n/", SelectionPredicate())) == []
+    # the sorted key index follows deletes and creates
+    cacher._apply(delete(14, "a"))
+    cacher._apply(put(15, "aa"))
+    assert names(cacher.snapshot(PREFIX, SelectionPredicate())) == ["aa", "b", "c"]
+    got = pb.Object.FromString(cacher.get(f"{PREFIX}ns/b"))
+    assert got.metadata.resource_version == "11" and got.metadata.labels["app"] == "web"
+    # only objects whose key does not tell their selectable fields carry a selection entry
+    assert set(cacher.selection) == {f"{PREFIX}ns/b"}
+
+
+def test_key_fields():
+    assert key_fields("/registry/pods/ns/a") == {"metadata.name": "a", "metadata.namespace": "ns"}
+    assert key_fields("/registry/namespaces/a") == {"metadata.name": "a", "metadata.namespace": ""}
+    assert key_fields("/registry/apiregistration.k8s.io/apiservices/v1.apps") == {
+        "metadata.name": "v1.apps", "metadata.namespace": ""}
+    assert key_fields("/registry/example.com/widgets/ns/w") == {
+        "metadata.name": "w", "metadata.namespace": "ns"}
+
+
+def test_selection_kept_when_the_key_does_not_tell(cacher):
+    o = pb.Object(api_version="v1", kind="Pod")
+    o.metadata.name, o.metadata.namespace = "p", "ns"
+    o.fields["status.phase"] = "Running"
+    kv = rpc.KeyValue(key=f"{PREFIX}ns/p".encode(), value=codec.encode(o), mod_revision=11)
+    cacher._apply(rpc.WatchResponse(header=rpc.ResponseHeader(revision=11),
+                                    events=[rpc.Event(type=rpc.Event.PUT, kv=kv)]))
+    assert names(cacher.snapshot(PREFIX, SelectionPredicate.parse("", "status.phase=Running"))) == ["p"]
+    assert names(cacher.snapshot(PREFIX, SelectionPredicate.parse("", "status.phase!=Running"))) == []
+    both = SelectionPredicate.parse("", "metadata.name=p,metadata.namespace=ns")
+    assert names(cacher.snapshot(PREFIX, both)) == ["p"]
+    w = cacher.watch(PREFIX, SelectionPredicate.parse("", "status.phase=Running"), 10)
+    assert drain(w) == [("ADDED", "p", "11")]

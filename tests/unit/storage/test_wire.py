@@ -1,0 +1,54 @@
+"""Answers spliced from serialized objects parse as the messages they stand for."""
+
+from __future__ import annotations
+
+from apiary_pb import envelope_pb2 as pb
+from apiary_pb import storage_pb2 as spb
+from services.storage.codec import STALE_FIELD
+from services.storage.wire import STALE_SUFFIX, serialize, varint, watch_event
+
+
+def obj(name: str, size: int = 10) -> pb.Object:
+    o = pb.Object(api_version="v1", kind="ConfigMap", body=b'{"data":{"k":"' + b"x" * size + b'"}}')
+    o.metadata.name, o.metadata.resource_version = name, "7"
+    o.metadata.labels["a"] = "b"
+    return o
+
+
+def test_varint():
+    assert varint(0) == b"\x00"
+    for n in (1, 127, 128, 300, 16383, 16384, 2**31, 2**40):
+        assert varint(n) == spb.ListRequest(limit=n).SerializeToString()[1:]
+
+
+def test_watch_event_is_a_watch_event():
+    for size in (10, 200, 20_000):
+        o = obj("a", size)
+        raw = watch_event("MODIFIED", o.SerializeToString())
+        assert raw == pb.WatchEvent(type="MODIFIED", object=o).SerializeToString()
+
+
+def test_raw_list_response_is_a_list_response():
+    items = [obj(f"o{i}", 50 * i) for i in range(5)]
+    raw = spb.RawListResponse(items=[o.SerializeToString() for o in items], resource_version="9",
+                              remaining_item_count=3, **{"continue": "c"}).SerializeToString()
+    parsed = spb.ListResponse.FromString(raw)
+    assert list(parsed.items) == items
+    assert parsed.resource_version == "9" and getattr(parsed, "continue") == "c"
+    assert parsed.remaining_item_count == 3
+    back = spb.RawListResponse.FromString(spb.ListResponse(items=items).SerializeToString())
+    assert [pb.Object.FromString(b) for b in back.items] == items
+
+
+def test_stale_suffix_sets_the_field():
+    o = obj("a")
+    o.fields["metadata.name"] = "a"
+    marked = pb.Object.FromString(o.SerializeToString() + STALE_SUFFIX)
+    assert marked.fields[STALE_FIELD] == "true" and marked.fields["metadata.name"] == "a"
+    assert marked.metadata == o.metadata and marked.body == o.body
+
+
+def test_serialize_passes_bytes_through():
+    o = obj("a")
+    assert serialize(o) == o.SerializeToString()
+    assert serialize(b"\x01\x02") == b"\x01\x02"
