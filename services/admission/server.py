@@ -25,8 +25,8 @@ class AdmissionServicer(adgrpc.AdmissionServicer):
         self._mux_methods = mux.unary_methods(
             self, {"Admit": adpb.AdmissionRequest, "Validate": adpb.AdmissionRequest})
 
-    async def Calls(self, request_iterator: AsyncIterator[pb.Frame],
-                    context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Frame]:
+    async def Calls(self, request_iterator: AsyncIterator[pb.Frames],
+                    context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Frames]:
         """Admit and Validate on the registry's long-lived stream."""
         async for frame in mux.serve_mux(request_iterator, context, self._mux_methods):
             yield frame

@@ -2,9 +2,11 @@
 
 A unary gRPC call in Python costs close to a millisecond of CPU between client
 and server; the same messages on one open stream cost about 1.75x less
-(shared/REFERENCE.md). MuxClient sends each call as a Frame on one stream per
-peer and matches answers by id; serve_mux runs each incoming Frame through the
-servicer's own unary method, so both paths share one implementation.
+(shared/REFERENCE.md), and a stream write costs about as much as the message it
+carries, so each side sends every frame waiting at that moment in one Frames
+message. MuxClient sends each call as a Frame on one stream per peer and matches
+answers by id; serve_mux runs each incoming Frame through the servicer's own
+unary method, so both paths share one implementation.
 """
 from __future__ import annotations
 
@@ -23,36 +25,57 @@ from .errors import APIError, InternalError, ServiceUnavailable, Timeout, error_
 log = logging.getLogger(__name__)
 
 
-class MuxClient:
-    """Calls `method` on the peer over one shared stream opened by `open_stream()` (e.g. stub.Calls)."""
+async def _batches(queue: asyncio.Queue[pb.Frame | None]) -> AsyncIterator[pb.Frames]:
+    """Everything queued since the last write, as one message; None ends the stream."""
+    while (first := await queue.get()) is not None:
+        frames = [first]
+        ended = False
+        while not queue.empty():
+            more = queue.get_nowait()
+            if more is None:
+                ended = True
+                break
+            frames.append(more)
+        yield pb.Frames(frames=frames)
+        if ended:
+            return
 
-    def __init__(self, open_stream: Callable[[], Any], peer: str, responses: dict[str, Any]) -> None:
+
+class _Stream:
+    """One open Calls stream: its outgoing queue and the gRPC call reading its answers."""
+
+    def __init__(self, open_stream: Callable[[Any], Any]) -> None:
+        self.queue: asyncio.Queue[pb.Frame | None] = asyncio.Queue()
+        self.call = open_stream(_batches(self.queue))
+        self.alive = True
+
+
+class MuxClient:
+    """Calls `method` on the peer over one shared stream opened by `open_stream(requests)` (e.g. stub.Calls)."""
+
+    def __init__(self, open_stream: Callable[[Any], Any], peer: str, responses: dict[str, Any]) -> None:
         self.open_stream = open_stream
         self.peer = peer
         self.responses = responses          # method name -> response message class
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[pb.Frame]] = {}
-        self._call: Any = None
-        self._lock = asyncio.Lock()
-        self._write_lock = asyncio.Lock()    # grpc.aio allows one write in flight per stream
+        self._stream: _Stream | None = None
 
-    async def _ensure(self) -> Any:
-        if self._call is not None:
-            return self._call
-        async with self._lock:
-            if self._call is None:
-                call = self.open_stream()
-                self._call = call
-                asyncio.create_task(self._read(call), name=f"mux-read-{self.peer}")
-        return self._call
+    def _ensure(self) -> _Stream:
+        stream = self._stream
+        if stream is None or not stream.alive:
+            stream = self._stream = _Stream(self.open_stream)
+            asyncio.create_task(self._read(stream), name=f"mux-read-{self.peer}")
+        return stream
 
-    async def _read(self, call: Any) -> None:
+    async def _read(self, stream: _Stream) -> None:
         err: APIError | None = None
         try:
-            async for frame in call:
-                fut = self._pending.pop(frame.id, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(frame)
+            async for batch in stream.call:
+                for frame in batch.frames:
+                    fut = self._pending.pop(frame.id, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(frame)
             err = ServiceUnavailable(f"service unavailable ({self.peer}): stream closed",
                                      headers={"Retry-After": "1"})
         except grpc.aio.AioRpcError as e:
@@ -60,30 +83,23 @@ class MuxClient:
         except asyncio.CancelledError:
             err = ServiceUnavailable(f"service unavailable ({self.peer}): stream cancelled")
         finally:
-            if self._call is call:
-                self._call = None
+            stream.alive = False
+            stream.queue.put_nowait(None)
             failed = err or ServiceUnavailable(f"service unavailable ({self.peer})")
-            for fut in list(self._pending.values()):
-                if not fut.done():
+            for fid, fut in list(self._pending.items()):
+                if getattr(fut, "stream", None) is stream and not fut.done():
                     fut.set_exception(failed)
-            self._pending.clear()
+                    self._pending.pop(fid, None)
 
     async def call(self, method: str, request: Any, timeout: float | None = None,
                    response: type | None = None) -> Any:
         """The answer, parsed as responses[method] or as response (a wire-compatible message)."""
-        call = await self._ensure()
+        stream = self._ensure()
         fid = next(self._ids)
         fut: asyncio.Future[pb.Frame] = asyncio.get_running_loop().create_future()
+        fut.stream = stream  # type: ignore[attr-defined] - failed with its stream
         self._pending[fid] = fut
-        try:
-            frame_out = pb.Frame(id=fid, method=method, payload=request.SerializeToString())
-            async with self._write_lock:
-                await call.write(frame_out)
-        except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as e:
-            self._pending.pop(fid, None)
-            if self._call is call:
-                self._call = None
-            raise ServiceUnavailable(f"service unavailable ({self.peer}): {e}", headers={"Retry-After": "1"}) from None
+        stream.queue.put_nowait(pb.Frame(id=fid, method=method, payload=request.SerializeToString()))
         try:
             frame = await asyncio.wait_for(fut, timeout) if timeout else await fut
         except asyncio.TimeoutError:
@@ -99,8 +115,8 @@ class MuxClient:
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
 
-async def serve_mux(requests: AsyncIterator[pb.Frame], context: grpc.aio.ServicerContext,
-                    methods: dict[str, tuple[type, Handler]]) -> AsyncIterator[pb.Frame]:
+async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.ServicerContext,
+                    methods: dict[str, tuple[type, Handler]]) -> AsyncIterator[pb.Frames]:
     """Server side of a Calls stream: run each frame's method concurrently, answer in completion order.
 
     methods maps a method name to (request class, the undecorated unary implementation). An
@@ -128,10 +144,11 @@ async def serve_mux(requests: AsyncIterator[pb.Frame], context: grpc.aio.Service
 
     async def pump() -> None:
         try:
-            async for frame in requests:
-                t = asyncio.create_task(run(frame))
-                tasks.add(t)
-                t.add_done_callback(tasks.discard)
+            async for batch in requests:
+                for frame in batch.frames:
+                    t = asyncio.create_task(run(frame))
+                    tasks.add(t)
+                    t.add_done_callback(tasks.discard)
         finally:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
@@ -139,8 +156,8 @@ async def serve_mux(requests: AsyncIterator[pb.Frame], context: grpc.aio.Service
 
     reader = asyncio.create_task(pump())
     try:
-        while (frame := await out.get()) is not None:
-            yield frame
+        async for batch in _batches(out):
+            yield batch
     finally:
         reader.cancel()
         for t in list(tasks):

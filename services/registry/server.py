@@ -63,8 +63,8 @@ class RegistryServicer(rgrpc.RegistryServicer):
             counter.inc()
             yield rpb.WatchFrame(data=data)
 
-    async def Calls(self, request_iterator: AsyncIterator[pb.Frame], context: grpc.aio.ServicerContext
-                    ) -> AsyncIterator[pb.Frame]:
+    async def Calls(self, request_iterator: AsyncIterator[pb.Frames], context: grpc.aio.ServicerContext
+                    ) -> AsyncIterator[pb.Frames]:
         """Handle, multiplexed on the caller's long-lived stream (the proxy's hot path)."""
         async for frame in mux.serve_mux(request_iterator, context, self._mux_methods):
             yield frame

@@ -130,8 +130,8 @@ def add_to_server(servicer: StorageServicer, server: grpc.aio.Server) -> None:
     )
     handlers["Calls"] = grpc.stream_stream_rpc_method_handler(
         servicer.Calls,
-        request_deserializer=pb.Frame.FromString,
-        response_serializer=pb.Frame.SerializeToString,
+        request_deserializer=pb.Frames.FromString,
+        response_serializer=pb.Frames.SerializeToString,
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("apiary.Storage", handlers),))
     if hasattr(server, "add_registered_method_handlers"):
@@ -151,8 +151,8 @@ class StorageServicer(sgrpc.StorageServicer):
             "Update": spb.UpdateRequest, "Delete": spb.DeleteRequest,
         })
 
-    async def Calls(self, request_iterator: AsyncIterator[pb.Frame],
-                    context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Frame]:
+    async def Calls(self, request_iterator: AsyncIterator[pb.Frames],
+                    context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Frames]:
         """The unary methods on the registry's long-lived stream (services/common/mux.py)."""
         async for frame in mux.serve_mux(request_iterator, context, self._mux_methods):
             yield frame

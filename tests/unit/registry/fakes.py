@@ -16,25 +16,29 @@ from services.common import errors
 class FakeCallStream:
     """A stand-in for a `Calls` stream (services/common/mux.py) that runs each frame on a fake stub."""
 
-    def __init__(self, stub: object, requests: dict[str, type]) -> None:
+    def __init__(self, stub: object, requests: dict[str, type], batches: AsyncIterator[pb.Frames]) -> None:
         self.stub, self.requests = stub, requests
-        self.out: asyncio.Queue[pb.Frame] = asyncio.Queue()
+        self.out: asyncio.Queue[pb.Frames] = asyncio.Queue()
+        self._pump = asyncio.get_running_loop().create_task(self._read(batches))
 
-    async def write(self, frame: pb.Frame) -> None:
-        asyncio.get_running_loop().create_task(self._run(frame))
+    async def _read(self, batches: AsyncIterator[pb.Frames]) -> None:
+        async for batch in batches:
+            for frame in batch.frames:
+                asyncio.get_running_loop().create_task(self._run(frame))
 
     async def _run(self, frame: pb.Frame) -> None:
         try:
             req = self.requests[frame.method].FromString(frame.payload)
             resp = await getattr(self.stub, frame.method)(req)
-            await self.out.put(pb.Frame(id=frame.id, payload=resp.SerializeToString()))
+            out = pb.Frame(id=frame.id, payload=resp.SerializeToString())
         except errors.APIError as e:
-            await self.out.put(pb.Frame(id=frame.id, error=e.to_pb()))
+            out = pb.Frame(id=frame.id, error=e.to_pb())
+        await self.out.put(pb.Frames(frames=[out]))
 
     def __aiter__(self) -> "FakeCallStream":
         return self
 
-    async def __anext__(self) -> pb.Frame:
+    async def __anext__(self) -> pb.Frames:
         return await self.out.get()
 
 
@@ -61,9 +65,9 @@ def _fields_match(o: pb.Object, selector: str) -> bool:
 
 
 class FakeStorage:
-    def Calls(self) -> FakeCallStream:
+    def Calls(self, batches: AsyncIterator[pb.Frames]) -> FakeCallStream:
         return FakeCallStream(self, {"Create": spb.CreateRequest, "Get": spb.GetRequest, "List": spb.ListRequest,
-                                     "Update": spb.UpdateRequest, "Delete": spb.DeleteRequest})
+                                     "Update": spb.UpdateRequest, "Delete": spb.DeleteRequest}, batches)
 
     def __init__(self) -> None:
         self.data: dict[str, pb.Object] = {}
@@ -179,8 +183,8 @@ class FakeAdmission:
             raise self.deny
         return apb.AdmissionResponse()
 
-    def Calls(self) -> FakeCallStream:
-        return FakeCallStream(self, {"Admit": apb.AdmissionRequest, "Validate": apb.AdmissionRequest})
+    def Calls(self, batches: AsyncIterator[pb.Frames]) -> FakeCallStream:
+        return FakeCallStream(self, {"Admit": apb.AdmissionRequest, "Validate": apb.AdmissionRequest}, batches)
 
 
 
