@@ -138,7 +138,7 @@ class Probe:
         for k in before:
             for method, v in after[k][1].items():
                 d = (v - before[k][1].get(method, 0.0)) / n
-                if d >= 0.01 and method != "Seats":
+                if d >= 0.01 and method not in ("Seats", "Calls"):
                     hops[f"{k}.{method}"] = round(d, 2)
         return cpu, hops
 

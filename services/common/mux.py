@@ -21,6 +21,7 @@ import grpc
 from apiary_pb import envelope_pb2 as pb
 
 from .errors import APIError, InternalError, ServiceUnavailable, Timeout, error_from_rpc
+from .grpcutil import GRPC_STARTED
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,7 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
     tasks: set[asyncio.Task[None]] = set()
 
     async def run(frame: pb.Frame) -> None:
+        GRPC_STARTED.labels(frame.method).inc()  # a call on the stream counts as a call
         try:
             entry = methods.get(frame.method)
             if entry is None:
