@@ -12,6 +12,8 @@ update of a stale value is always written, so that replacing every object re-enc
 
 from __future__ import annotations
 
+import abc
+
 import asyncio
 import base64
 import binascii
@@ -54,18 +56,18 @@ class NeedsDEK(Exception):
         self.provider, self.obj = provider, obj
 
 
-class Provider:
+class Provider(abc.ABC):
     """One way of writing values; prefix identifies what it wrote."""
 
     name: str = ""
     prefix: bytes = b""
 
-    def encrypt(self, plain: bytes, ad: bytes) -> bytes:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def encrypt(self, plain: bytes, ad: bytes) -> bytes: ...
 
+    @abc.abstractmethod
     def decrypt(self, data: bytes, ad: bytes) -> bytes:
         """data without the prefix."""
-        raise NotImplementedError
 
 
 class Identity(Provider):
