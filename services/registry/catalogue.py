@@ -80,6 +80,10 @@ CORE_V1: tuple[ResourceInfo, ...] = (
         key_prefix="/registry/configmaps/", short_names=("cm",),
     ),
     ResourceInfo(
+        group="", version="v1", kind="Event", plural="events", singular="event", namespaced=True,
+        key_prefix="/registry/events/", short_names=("ev",),
+    ),
+    ResourceInfo(
         group="", version="v1", kind="Namespace", plural="namespaces", singular="namespace", namespaced=False,
         key_prefix="/registry/namespaces/", short_names=("ns",),
         verbs=("create", "delete", "get", "list", "patch", "update", "watch"),

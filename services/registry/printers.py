@@ -159,8 +159,79 @@ _BINDING_COLUMNS = [
     column("ServiceAccounts", "string", "ServiceAccounts in the roleBinding", priority=1),
 ]
 
+def _parse_time(ts: Any) -> datetime.datetime | None:
+    """A metav1.Time or MicroTime as stored (UTC, "Z"); None when unset or unreadable (Go's zero time)."""
+    if not ts or not isinstance(ts, str):
+        return None
+    try:
+        t = datetime.datetime.fromisoformat(ts)
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=datetime.timezone.utc)
+
+
+def _since(ts: Any, now: datetime.datetime | None = None) -> str:
+    """translateTimestampSince / translateMicroTimestampSince."""
+    t = _parse_time(ts)
+    if t is None:
+        return "<unknown>"
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return human_duration((now - t).total_seconds())
+
+
+def _event_source(o: Obj) -> str:
+    """formatEventSource: component (else reportingComponent), then ", host" (else reportingInstance)."""
+    src = o.get("source") or {}
+    component = src.get("component") or o.get("reportingComponent") or ""
+    instance = src.get("host") or o.get("reportingInstance") or ""
+    return f"{component}, {instance}" if instance else component
+
+
+def event_row(o: Obj, now: datetime.datetime | None = None) -> list[Any]:
+    """printEvent with Wide set, as the server's TableConvertor always generates it."""
+    first = _since(o.get("firstTimestamp"), now) if _parse_time(o.get("firstTimestamp")) \
+        else _since(o.get("eventTime"), now)
+    last = _since(o.get("lastTimestamp"), now) if _parse_time(o.get("lastTimestamp")) else first
+    count = o.get("count") or 0
+    series = o.get("series")
+    if series is not None:
+        last = _since(series.get("lastObservedTime"), now)
+        count = series.get("count") or 0
+    elif count == 0:
+        count = 1  # singleton events have no count in the new API
+    ref = o.get("involvedObject") or {}
+    kind = (ref.get("kind") or "").lower()
+    target = f"{kind}/{ref['name']}" if ref.get("name") else kind
+    return [last, o.get("type") or "", o.get("reason") or "", target, ref.get("fieldPath") or "",
+            _event_source(o), (o.get("message") or "").strip(), first, count,
+            (o.get("metadata") or {}).get("name", "")]
+
+
+_EVENT_COLUMNS = [
+    column("Last Seen", "string", "The time at which the most recent occurrence of this event was recorded."),
+    column("Type", "string", "Type of this event (Normal, Warning), new types could be added in the future"),
+    column("Reason", "string", "This should be a short, machine understandable string that gives the reason for "
+           "the transition into the object's current status."),
+    column("Object", "string", "The object that this event is about."),
+    column("Subobject", "string", "If referring to a piece of an object instead of an entire object, this string "
+           "should contain a valid JSON/Go field access statement, such as desiredState.manifest.containers[2]. "
+           "For example, if the object reference is to a container within a pod, this would take on a value like: "
+           "\"spec.containers{name}\" (where \"name\" refers to the name of the container that triggered the "
+           "event) or if no container name is specified \"spec.containers[2]\" (container with index 2 in this "
+           "pod). This syntax is chosen only to have some well-defined way of referencing a part of an object.",
+           priority=1),
+    column("Source", "string", "The component reporting this event. Should be a short machine understandable "
+           "string.", priority=1),
+    column("Message", "string", "A human-readable description of the status of this operation."),
+    column("First Seen", "string", "The time at which the event was first recorded. (Time of server receipt is "
+           "in TypeMeta.)", priority=1),
+    column("Count", "string", "The number of times this event has occurred.", priority=1),
+    column("Name", "string", NAME_DESC, "name", priority=1),
+]
+
 # Kinds whose columns are not Name, <extra>, Age: every column and every cell, in order.
 FULL_PRINTERS: dict[tuple[str, str], Printer] = {
+    ("", "events"): (_EVENT_COLUMNS, event_row),
     ("rbac.authorization.k8s.io", "roles"): (_ROLE_COLUMNS, lambda o: [(o.get("metadata") or {}).get("name", ""),
                                                                        _created_at(o)]),
     ("rbac.authorization.k8s.io", "clusterroles"): (_ROLE_COLUMNS, lambda o: [

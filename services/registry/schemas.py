@@ -108,6 +108,8 @@ _META_SCHEMAS: dict[str, Schema] = {
                     "description": "Time is a wrapper around time.Time which supports correct marshaling to YAML "
                                    "and JSON.  Wrappers are provided for many of the factory methods that the time "
                                    "package offers."},
+    META + "MicroTime": {"type": "string", "format": "date-time",
+                         "description": "MicroTime is version of Time with microsecond level precision."},
     META + "FieldsV1": {"type": "object", "description": "FieldsV1 stores a set of fields in a data structure "
                         "like a Trie, in JSON format."},
     META + "OwnerReference": _object(
@@ -335,8 +337,49 @@ _CORE_SCHEMAS: dict[str, Schema] = {
                             "x-kubernetes-patch-merge-key": "name", "x-kubernetes-patch-strategy": "merge"}),
     }, ("", "v1", "ServiceAccount")),
 }
-for _k in ("ConfigMap", "Secret", "Namespace", "ServiceAccount"):
+_CORE_SCHEMAS.update({
+    CORE + "EventSource": _object("EventSource contains information for an event.", {
+        "component": _s("Component from which the event is generated."),
+        "host": _s("Node name on which the event is generated."),
+    }),
+    CORE + "EventSeries": _object("EventSeries contain information on series of events, i.e. thing that was/is "
+                                  "happening continuously for some time.", {
+        "count": _i("Number of occurrences in this series up to the last heartbeat time"),
+        "lastObservedTime": _ref(META + "MicroTime", "Time of the last occurrence observed"),
+    }),
+    CORE + "Event": _kind("Event is a report of an event somewhere in the cluster.  Events have a limited "
+                          "retention time and triggers and messages may evolve with time.  Event consumers should "
+                          "not rely on the timing of an event with a given Reason reflecting a consistent "
+                          "underlying trigger, or the continued existence of events with that Reason.  Events "
+                          "should be treated as informative, best-effort, supplemental data.", {
+        "action": _s("What action was taken/failed regarding to the Regarding object."),
+        "count": _i("The number of times this event has occurred."),
+        "eventTime": _ref(META + "MicroTime", "Time when this Event was first observed."),
+        "firstTimestamp": _ref(META + "Time", "The time at which the event was first recorded. (Time of server "
+                               "receipt is in TypeMeta.)"),
+        "involvedObject": _ref(CORE + "ObjectReference", "The object that this event is about."),
+        "lastTimestamp": _ref(META + "Time", "The time at which the most recent occurrence of this event was "
+                              "recorded."),
+        "message": _s("A human-readable description of the status of this operation."),
+        "reason": _s("This should be a short, machine understandable string that gives the reason for the "
+                     "transition into the object's current status."),
+        "related": _ref(CORE + "ObjectReference", "Optional secondary object for more complex actions."),
+        "reportingComponent": _s("Name of the controller that emitted this Event, e.g. `kubernetes.io/kubelet`.")
+        | {"default": ""},
+        "reportingInstance": _s("ID of the controller instance, e.g. `kubelet-xyzf`.") | {"default": ""},
+        "series": _ref(CORE + "EventSeries", "Data about the Event series this event represents or nil if it's a "
+                       "singleton Event."),
+        "source": _ref(CORE + "EventSource", "The component reporting this event. Should be a short machine "
+                       "understandable string."),
+        "type": _s("Type of this event (Normal, Warning), new types could be added in the future"),
+    }, ("", "v1", "Event")) | {"required": ["metadata", "involvedObject"]},
+})
+for _k in ("ConfigMap", "Event", "Secret", "Namespace", "ServiceAccount"):
     _CORE_SCHEMAS[CORE + _k + "List"] = _list_kind(CORE + _k, _k, ("", "v1", _k + "List"))
+for _f in ("related", "series", "eventTime", "firstTimestamp", "lastTimestamp"):  # pointers/zero times: no default
+    _CORE_SCHEMAS[CORE + "Event"]["properties"][_f].pop("default")
+_CORE_SCHEMAS[CORE + "EventList"]["description"] = "EventList is a list of events."
+_CORE_SCHEMAS[CORE + "EventList"]["properties"]["items"]["description"] = "List of events"
 
 _AGG_GVK = ("apiregistration.k8s.io", "v1")
 _AGG_SCHEMAS: dict[str, Schema] = {
@@ -655,6 +698,7 @@ KIND_SCHEMA: dict[tuple[str, str], str] = {
     ("", "Secret"): CORE + "Secret",
     ("", "Namespace"): CORE + "Namespace",
     ("", "ServiceAccount"): CORE + "ServiceAccount",
+    ("", "Event"): CORE + "Event",
     ("apiregistration.k8s.io", "APIService"): AGG + "APIService",
     **{("rbac.authorization.k8s.io", k): RBAC + k for k in ("Role", "ClusterRole", "RoleBinding",
                                                             "ClusterRoleBinding")},

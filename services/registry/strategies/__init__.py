@@ -134,7 +134,8 @@ class SubresourceStrategy(Strategy):
 
 def strategy_for(info: ResourceInfo) -> Strategy:
     from .apiregistration import APIServiceStrategy
-    from .core import ConfigMapStrategy, NamespaceStrategy, SecretStrategy, ServiceAccountStrategy
+    from .core import (ConfigMapStrategy, EventStrategy, NamespaceStrategy, SecretStrategy,
+                       ServiceAccountStrategy)
     from .rbac import ClusterRoleBindingStrategy, ClusterRoleStrategy, RoleBindingStrategy, RoleStrategy
     from .reviews import ReviewStrategy
 
@@ -145,6 +146,7 @@ def strategy_for(info: ResourceInfo) -> Strategy:
         ("", "Secret"): SecretStrategy,
         ("", "Namespace"): NamespaceStrategy,
         ("", "ServiceAccount"): ServiceAccountStrategy,
+        ("", "Event"): EventStrategy,
         ("apiregistration.k8s.io", "APIService"): APIServiceStrategy,
         ("rbac.authorization.k8s.io", "Role"): RoleStrategy,
         ("rbac.authorization.k8s.io", "ClusterRole"): ClusterRoleStrategy,

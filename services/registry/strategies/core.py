@@ -1,7 +1,8 @@
-"""Strategies of the core/v1 kinds: ConfigMap, Secret, Namespace, ServiceAccount."""
+"""Strategies of the core/v1 kinds: ConfigMap, Secret, Namespace, ServiceAccount, Event."""
 from __future__ import annotations
 
 import base64
+import datetime
 from typing import Any
 
 from .. import validation as v
@@ -167,3 +168,103 @@ class NamespaceStrategy(Strategy):
 class ServiceAccountStrategy(Strategy):
     schema_name = CORE + "ServiceAccount"
     merge_keys = {**Strategy.merge_keys, "secrets": "name"}
+
+
+# Events ------------------------------------------------------------------------
+
+REPORTING_INSTANCE_LENGTH_LIMIT = 128
+ACTION_LENGTH_LIMIT = 128
+REASON_LENGTH_LIMIT = 128
+NOTE_LENGTH_LIMIT = 1024
+
+_TIME_LAYOUT = "2006-01-02T15:04:05Z07:00"
+
+
+def _normalize_time(value: Any, micro: bool) -> str:
+    """metav1.Time / MicroTime as kube serializes them: UTC, seconds (or microseconds), "Z"."""
+    try:
+        t = datetime.datetime.fromisoformat(value)
+        if t.tzinfo is None:
+            raise ValueError(value)
+    except (TypeError, ValueError):
+        raise ValueError(f'parsing time "{value}" as "{_TIME_LAYOUT}": cannot parse "{value}" as "2006"') \
+            from None
+    t = t.astimezone(datetime.timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
+
+
+class EventStrategy(Strategy):
+    """pkg/registry/core/event: v1 Events get kube's legacy validation only (ValidateEventCreate/Update with
+    requestVersion v1); ObjectMeta is validated afterwards by rest.BeforeCreate with path-segment names."""
+
+    schema_name = CORE + "Event"
+
+    def canonicalize(self, obj: Obj) -> None:
+        try:
+            for f in ("firstTimestamp", "lastTimestamp"):
+                if obj.get(f):
+                    obj[f] = _normalize_time(obj[f], micro=False)
+            if obj.get("eventTime"):
+                obj["eventTime"] = _normalize_time(obj["eventTime"], micro=True)
+            series = obj.get("series")
+            if isinstance(series, dict) and series.get("lastObservedTime"):
+                series["lastObservedTime"] = _normalize_time(series["lastObservedTime"], micro=True)
+        except ValueError as e:
+            raise self.cannot_handle(str(e)) from None
+
+    def selectable_fields(self, obj: Obj) -> dict[str, str]:
+        """event.ToSelectableFields: source falls back to reportingComponent (ReportingController)."""
+        ref = obj.get("involvedObject") or {}
+        reporting = obj.get("reportingComponent") or ""
+        return super().selectable_fields(obj) | {
+            "involvedObject.kind": ref.get("kind") or "",
+            "involvedObject.namespace": ref.get("namespace") or "",
+            "involvedObject.name": ref.get("name") or "",
+            "involvedObject.uid": ref.get("uid") or "",
+            "involvedObject.apiVersion": ref.get("apiVersion") or "",
+            "involvedObject.resourceVersion": ref.get("resourceVersion") or "",
+            "involvedObject.fieldPath": ref.get("fieldPath") or "",
+            "reason": obj.get("reason") or "",
+            "reportingComponent": reporting,
+            "source": (obj.get("source") or {}).get("component") or reporting,
+            "type": obj.get("type") or "",
+        }
+
+    def validate_name(self, obj: Obj, name: str) -> list[str]:
+        return v.is_valid_path_segment_name(name)
+
+    def validate_event(self, obj: Obj) -> list[v.Cause]:
+        """legacyValidateEvent for requestVersion v1 (no type/series/eventTime checks: those are strict,
+        events.k8s.io-only validation)."""
+        causes: list[v.Cause] = []
+        ns = (obj.get("metadata") or {}).get("namespace") or ""
+        ref_ns = (obj.get("involvedObject") or {}).get("namespace") or ""
+        mismatch = v.invalid("involvedObject.namespace", ref_ns, "does not match event.namespace")
+        if not obj.get("eventTime"):
+            if (not ref_ns and ns not in ("", "default")) or (ref_ns and ns != ref_ns):
+                causes.append(mismatch)
+        else:
+            if not ref_ns and ns not in ("default", "kube-system"):
+                causes.append(mismatch)
+            controller = obj.get("reportingComponent") or ""
+            if not controller:
+                causes.append(v.required("reportingComponent"))
+            causes += [v.invalid("reportingComponent", controller, m) for m in v.is_qualified_name(controller)]
+            for field, limit in (("reportingInstance", REPORTING_INSTANCE_LENGTH_LIMIT),
+                                 ("action", ACTION_LENGTH_LIMIT), ("reason", REASON_LENGTH_LIMIT)):
+                value = obj.get(field) or ""
+                if not value:
+                    causes.append(v.required(field))
+                if len(value) > limit:
+                    causes.append(v.invalid(field, "", f"can have at most {limit} characters"))
+            if len(obj.get("message") or "") > NOTE_LENGTH_LIMIT:
+                causes.append(v.invalid("message", "", f"can have at most {NOTE_LENGTH_LIMIT} characters"))
+        causes += [v.invalid("namespace", ns, m) for m in v.is_dns1123_subdomain(ns)]
+        return causes
+
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        # kube returns the strategy's errors alone, and checks ObjectMeta only when they pass.
+        return self.validate_event(obj) or super().validate(obj)
+
+    def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
+        return self.validate_event(obj) or super().validate_update(obj, old)

@@ -11,7 +11,10 @@ def test_aggregated_core():
     (core,) = doc["items"]
     assert core["metadata"]["name"] == "" and core["versions"][0]["freshness"] == "Current"
     res = {r["resource"]: r for r in core["versions"][0]["resources"]}
-    assert set(res) == {"configmaps", "namespaces", "secrets", "serviceaccounts"}
+    assert set(res) == {"configmaps", "events", "namespaces", "secrets", "serviceaccounts"}
+    ev = res["events"]
+    assert ev["scope"] == "Namespaced" and ev["shortNames"] == ["ev"] and ev["singularResource"] == "event"
+    assert ev["verbs"] == ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
     ns = res["namespaces"]
     assert ns["scope"] == "Cluster" and ns["shortNames"] == ["ns"] and "deletecollection" not in ns["verbs"]
     assert ns["responseKind"] == {"group": "", "version": "v1", "kind": "Namespace"}
