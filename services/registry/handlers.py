@@ -16,6 +16,7 @@ from apiary_pb import registry_pb2 as rpb
 from apiary_pb import storage_pb2 as spb
 from services.common import envelope, errors, identity
 from services.common.errors import BadRequest
+from services.common.selectors import FieldSelector
 
 from . import patch as patches
 from . import printers, schemas
@@ -79,6 +80,17 @@ class Request:
     @property
     def field_manager(self) -> str:
         return self.req.query.get("fieldManager", "")
+
+    @property
+    def field_selector(self) -> str:
+        """The fieldSelector query; a field this kind cannot select on is a 400, as kube answers."""
+        text = self.req.query.get("fieldSelector", "")
+        if text:
+            known = self.strategy.field_labels
+            for req in FieldSelector.parse(text).requirements:
+                if req.field not in known:
+                    raise BadRequest(f"field label not supported: {req.field}")
+        return text
 
 
 def _json(obj: Any) -> bytes:
@@ -337,7 +349,7 @@ class Handlers:
         return spb.ListRequest(
             prefix=r.info.collection_prefix(r.namespace), resource_version=q.get("resourceVersion", ""),
             resource_version_match=q.get("resourceVersionMatch", ""), limit=max(limit_n, 0),
-            label_selector=q.get("labelSelector", ""), field_selector=q.get("fieldSelector", ""),
+            label_selector=q.get("labelSelector", ""), field_selector=r.field_selector,
             **{"continue": q.get("continue", "")},
         )
 
@@ -678,7 +690,7 @@ class Handlers:
         if "All" in (opts.get("dryRun") or []):
             r.req.query["dryRun"] = "All"
         listed = await self.store.list_all(r.info, r.info.collection_prefix(r.namespace),
-                                           r.query.get("labelSelector", ""), r.query.get("fieldSelector", ""))
+                                           r.query.get("labelSelector", ""), r.field_selector)
         deleted: list[pb.Object] = []
         for item in listed:
             sub = Request(r.req, r.info, r.strategy, r.timing, r.warnings, r.admit)

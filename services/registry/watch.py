@@ -30,7 +30,7 @@ async def frames(handlers: Handlers, req: rpb.APIRequest) -> AsyncIterator[bytes
     prefix = info.key(r.namespace, req.name) if req.name else info.collection_prefix(r.namespace)
     wreq = spb.WatchRequest(
         prefix=prefix, resource_version=q.get("resourceVersion", ""), label_selector=q.get("labelSelector", ""),
-        field_selector=q.get("fieldSelector", ""), allow_bookmarks=_true(q.get("allowWatchBookmarks", "")),
+        field_selector=r.field_selector, allow_bookmarks=_true(q.get("allowWatchBookmarks", "")),
         send_initial_events=_true(q.get("sendInitialEvents", "")),
     )
     include = q.get("includeObject", "Metadata")

@@ -162,3 +162,14 @@ def test_pagination(admin):
             break
     assert [n for n in names if n.startswith("page-")] == [f"page-{i}" for i in range(7)]
     assert len(names) == len(set(names))
+
+
+def test_unknown_field_selector(admin, stack):
+    body = status_of(admin.get(CM, params={"fieldSelector": "spec.foo=bar"}), 400, "BadRequest")
+    assert body["message"] == "field label not supported: spec.foo"
+    status_of(admin.get(CM, params={"fieldSelector": "spec.foo=bar", "watch": "true"}), 400, "BadRequest")
+    assert admin.get(CM, params={"fieldSelector": "metadata.name=twice"}).status_code == 200
+    r = admin.get(f"/api/v1/namespaces/{NS}/secrets", params={"fieldSelector": "type=Opaque"})
+    assert r.status_code == 200
+    assert admin.get("/api/v1/namespaces", params={"fieldSelector": "status.phase=Active"}).status_code == 200
+    assert_healthy(admin, stack)

@@ -5,6 +5,7 @@ import base64
 import binascii
 import copy
 import datetime
+import functools
 import re
 from typing import Any
 
@@ -60,6 +61,11 @@ class Strategy:
 
     def canonicalize(self, obj: Obj) -> None:
         """Defaulting and the v1 -> internal conversion quirks (stringData, port defaults)."""
+
+    @functools.cached_property
+    def field_labels(self) -> frozenset[str]:
+        """The fields a field selector may name for this kind (kube's field label conversion set)."""
+        return frozenset(self.selectable_fields({})) | {"metadata.name", "metadata.namespace"}
 
     def selectable_fields(self, obj: Obj) -> dict[str, str]:
         meta = obj.get("metadata") or {}
