@@ -58,11 +58,9 @@ class Store:
         req = spb.CreateRequest(key=info.key(m.namespace, m.name), object=obj)
         try:
             return await self._call("create", info, "Create", req, timing)
-        except errors.APIError as e:
-            # Across gRPC a 409 comes back as errors.Conflict whatever its reason; Create has only one.
-            if e.code == 409:
-                raise errors.already_exists(info.plural, info.group, m.name) from None
-            raise
+        except errors.AlreadyExists:
+            # storage names the resource from the key; the registry knows its group too
+            raise errors.already_exists(info.plural, info.group, m.name) from None
 
     async def update(self, info: ResourceInfo, obj: pb.Object, expected_resource_version: str,
                      timing: Timing | None = None) -> pb.Object:
@@ -113,5 +111,7 @@ def _translate(e: errors.APIError, info: ResourceInfo, name: str) -> errors.APIE
     if e.code == 404:
         return errors.not_found(info.plural, info.group, name)
     if e.code == 409:
-        return errors.conflict(info.plural, info.group, name, errors.MODIFIED)
+        # keep storage's reason (modified, or a failed uid/resourceVersion precondition)
+        _, sep, why = e.message.partition('": ')
+        return errors.conflict(info.plural, info.group, name, why if sep else errors.MODIFIED)
     return e

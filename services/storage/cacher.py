@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 
 from apiary_pb import envelope_pb2 as pb
+from services.common.background import cancel_and_wait
 from services.common.errors import APIError, Gone, Timeout
 from services.common.selectors import SelectionPredicate, object_fields
 
@@ -209,12 +210,7 @@ class Cacher:
         self._task = asyncio.create_task(self._run(), name=f"cacher {self.prefix}")
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
         self._terminate_all()
 
     async def _list(self, at_revision: int) -> None:

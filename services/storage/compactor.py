@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from services.common.background import cancel_and_wait
 from services.common.errors import APIError
 
 from .etcd import Compacted, Etcd, compare_version, op_get, op_put
@@ -33,12 +34,7 @@ class Compactor:
             self._task = asyncio.create_task(self._run(), name="etcd compactor")
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
 
     async def _run(self) -> None:
         while True:

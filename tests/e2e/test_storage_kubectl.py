@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import threading
 import time
 from urllib.parse import urlsplit

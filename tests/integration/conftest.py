@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-import httpx
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.integration.procs import free_port, wait_http_ok
 
 
 def etcd_binary() -> str:
@@ -38,18 +31,7 @@ class EtcdServer:
     log: BinaryIO
 
     def wait_healthy(self, timeout: float = 20) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"etcd exited with {self.proc.returncode}; see {self.log.name}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"etcd did not become healthy; see {self.log.name}")
-            time.sleep(0.05)
+        wait_http_ok(self.proc, f"{self.url}/health", self.log, "etcd", timeout)
 
     def restart(self) -> None:
         """Kill etcd and start it again on the same ports and data (its clients see the connection break)."""

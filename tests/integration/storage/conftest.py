@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-import httpx
 import pytest
 
 from apiary_pb import storage_pb2_grpc as sgrpc
+from tests.integration.procs import free_port, wait_http_ok
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -57,18 +49,7 @@ def run_storage(etcd_url: str, log_dir: Path, *extra: str) -> Iterator[Storage]:
     )
     health = f"http://127.0.0.1:{health_port}"
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"storage exited with {proc.returncode}; see {log.name}")
-            try:
-                if httpx.get(f"{health}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"storage did not come up; see {log.name}")
-            time.sleep(0.05)
+        wait_http_ok(proc, f"{health}/healthz", log, "storage")
         yield Storage(f"127.0.0.1:{grpc_port}", health, proc)
     finally:
         proc.terminate()

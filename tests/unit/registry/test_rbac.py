@@ -12,7 +12,6 @@ from services.registry import discovery, printers, watch
 from services.registry.catalogue import DEFAULT_CATALOGUE
 from services.registry.strategies import strategy_for
 
-from .conftest import request
 
 RBAC = "rbac.authorization.k8s.io"
 RBAC_V1 = RBAC + "/v1"
