@@ -24,7 +24,6 @@ from . import validation as v
 from .admission import AdmissionClient
 from .auth import AuthClient
 from .catalogue import Catalogue, ResourceInfo
-from .jsoncache import JSONCache
 from .store import Store
 from .strategies import Strategy, now_rfc3339, strategy_for
 from .strategies.reviews import TOKEN_REQUEST, TokenRequestStrategy
@@ -109,7 +108,6 @@ class Handlers:
         self.admission = admission
         self.auth = auth
         self._strategies = {r: strategy_for(r) for r in catalogue.resources}
-        self.json_cache = JSONCache()
 
     def strategy(self, info: ResourceInfo) -> Strategy:
         return self._strategies[info]
@@ -361,10 +359,11 @@ class Handlers:
             t = printers.table(info.group, info.plural, items, _list_meta(resp),
                                r.query.get("includeObject", "Metadata"))
             return Response(200, _json(t))
-        # The items stay serialized: their JSON comes from the cache, keyed by those bytes.
-        raw = await self.store.list_raw(info, self.list_request(r), r.timing)
-        return Response(200, _splice_list(info, _list_meta(raw),
-                                          self.json_cache.to_json(raw.items, info.kind, info.api_version)))
+        # Storage answers with the items' JSON, rendered once per object version in its watch cache.
+        req = self.list_request(r)
+        req.json, req.kind, req.api_version = True, info.kind, info.api_version
+        raw = await self.store.list_raw(info, req, r.timing)
+        return Response(200, _splice_json_list(info, _list_meta(raw), raw.json_items))
 
     @staticmethod
     def list_json(info: ResourceInfo, meta: Obj, items: list[pb.Object]) -> bytes:
@@ -715,8 +714,13 @@ def _list_meta(resp: spb.ListResponse | spb.RawListResponse) -> Obj:
 
 
 def _splice_list(info: ResourceInfo, meta: Obj, items: list[bytes]) -> bytes:
+    return _splice_json_list(info, meta, b",".join(items))
+
+
+def _splice_json_list(info: ResourceInfo, meta: Obj, items: bytes) -> bytes:
+    """The list object around its items' JSON (comma-separated)."""
     head = _json({"kind": info.list_kind, "apiVersion": info.api_version, "metadata": meta})
-    return head[:-1] + b',"items":[' + b",".join(items) + b"]}"
+    return b"".join((head[:-1], b',"items":[', items, b"]}"))
 
 
 def _with_namespace(req: rpb.APIRequest, ns: str) -> rpb.APIRequest:

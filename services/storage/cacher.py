@@ -11,6 +11,11 @@ cache, to check it and to extract what selectors need: its labels and selectable
 (in `selection`) only when the key does not already tell them, i.e. when the object has labels or
 fields beyond metadata.name/metadata.namespace. Watch events are serialized once per event and
 output type, and the same bytes go to every watcher.
+
+Lists answered as JSON (ListRequest.json) use each object's JSON as clients see it, rendered once
+and kept beside its bytes until the object changes (kube's cachingObject keeps an object's
+serializations the same way), within a byte budget shared by every cache of the process
+(JSONBudget): a LIST from the cache is then one join, with no per-object decoding.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 
 from apiary_pb import envelope_pb2 as pb
+from services.common import envelope
 from services.common.background import cancel_and_wait
 from services.common.errors import APIError, Gone, Timeout
 from services.common.selectors import SelectionPredicate, object_fields
@@ -168,6 +174,17 @@ class CacheWatcher:
         self.wake.set()
 
 
+class JSONBudget:
+    """The bytes every cache of a process may spend on objects' rendered JSON (entries count their
+    JSON, the key and a fixed overhead; the object's bytes are the cache's own)."""
+
+    ENTRY_OVERHEAD = 120  # the dict slot, the tuple, the JSON bytes object's header
+
+    def __init__(self, limit: int = 128 << 20) -> None:
+        self.limit = limit
+        self.used = 0
+
+
 class Cacher:
     """The cache of one resource prefix, fed by a single etcd watch."""
 
@@ -181,6 +198,7 @@ class Cacher:
         max_history: int = 102_400,
         watcher_capacity: int = 10_000,
         codec: Codec | None = None,
+        json_budget: JSONBudget | None = None,
     ) -> None:
         self.etcd = etcd
         self.codec = codec or Codec()
@@ -192,6 +210,9 @@ class Cacher:
         self.store: dict[str, bytes] = {}
         # key -> labels and fields, only for objects whose key does not tell them (selection_of)
         self.selection: dict[str, Selection] = {}
+        # key -> (the object's bytes it was rendered from, its JSON); valid while store[key] is those bytes
+        self.json: dict[str, tuple[bytes, bytes]] = {}
+        self.json_budget = json_budget or JSONBudget()
         self._sorted: list[str] | None = None  # the store's keys in order, kept while it is in use
         self.kind = ""  # the kind of the objects last seen (metrics)
         self.stale: set[str] = set()  # keys whose values need re-encryption (codec.STALE_FIELD)
@@ -212,6 +233,7 @@ class Cacher:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._terminate_all()
+        self._clear_json()
 
     async def _list(self, at_revision: int) -> None:
         key = self.prefix.encode()
@@ -250,6 +272,7 @@ class Cacher:
             kind = obj.kind
         del resp
         self.store, self.selection, self.stale, self.broken = store, selection, stale, broken
+        self._clear_json()
         self._sorted = None
         self.kind = kind
         self.history.clear()
@@ -320,6 +343,8 @@ class Cacher:
                                 obj.kind)
                 if prev is None and self._sorted is not None:
                     insort(self._sorted, key)
+                elif prev is not None:
+                    self._forget_json(key)
                 store[key] = data
                 if sel is None:
                     if prev_sel is not None:
@@ -363,6 +388,7 @@ class Cacher:
         metrics.STORAGE_OBJECTS.labels(self.resource).set(len(self.store))
 
     def _discard(self, key: str) -> None:
+        self._forget_json(key)
         if self.store.pop(key, None) is not None and self._sorted is not None:
             i = bisect_left(self._sorted, key)
             if i < len(self._sorted) and self._sorted[i] == key:
@@ -394,25 +420,82 @@ class Cacher:
 
     def snapshot(self, prefix: str, pred: SelectionPredicate) -> list[bytes]:
         """The current objects (serialized) under prefix (or the one key) that match, sorted by key."""
+        self._check_broken(prefix)
+        store, selection = self.store, self.selection
+        if pred.empty and prefix.endswith("/"):
+            return [store[k] for k in self._keys(prefix)]
+        out = []
+        for k in self._keys(prefix):
+            data = store.get(k)
+            if data is not None and (pred.empty or matches(pred, k, selection.get(k))):
+                out.append(data)
+        return out
+
+    def _check_broken(self, prefix: str) -> None:
         if self.broken:
             for k, err in self.broken.items():
                 if k == prefix or (prefix.endswith("/") and k.startswith(prefix)):
                     raise err
-        store, selection = self.store, self.selection
+
+    def _keys(self, prefix: str) -> list[str]:
+        """The keys under prefix (ending in "/") in order, or [prefix] for one object's key."""
         if not prefix.endswith("/"):
-            data = store.get(prefix)
-            if data is None or not (pred.empty or matches(pred, prefix, selection.get(prefix))):
-                return []
-            return [data]
+            return [prefix]
         keys = self._sorted
         if keys is None:
-            keys = self._sorted = sorted(store)
+            keys = self._sorted = sorted(self.store)
         # Every key starting with prefix (which ends in "/") sorts in [prefix, prefix[:-1] + "0").
         lo = bisect_left(keys, prefix)
         hi = bisect_left(keys, prefix[:-1] + "0", lo)
-        if pred.empty:
-            return [store[k] for k in keys[lo:hi]]
-        return [store[k] for k in keys[lo:hi] if matches(pred, k, selection.get(k))]
+        return keys[lo:hi]
+
+    def snapshot_json(self, prefix: str, pred: SelectionPredicate, kind: str, api_version: str) -> bytes:
+        """snapshot's objects as their JSON, comma-separated (kind and api_version fill in an object
+        stored without them; such JSON is not kept)."""
+        self._check_broken(prefix)
+        store, selection, cache = self.store, self.selection, self.json
+        out: list[bytes] = []
+        append = out.append
+        for key in self._keys(prefix):
+            data = store.get(key)
+            if data is None or not (pred.empty or matches(pred, key, selection.get(key))):
+                continue
+            e = cache.get(key)
+            if e is not None and e[0] is data:
+                append(e[1])
+            else:
+                append(self._render(key, data, kind, api_version))
+        return b",".join(out)
+
+    def _render(self, key: str, data: bytes, kind: str, api_version: str) -> bytes:
+        obj = pb.Object.FromString(data)
+        if not obj.kind:
+            obj.kind, obj.api_version = kind, api_version
+            return envelope.to_json(obj)
+        js = envelope.to_json(obj)
+        budget = self.json_budget
+        cost = len(js) + len(key) + JSONBudget.ENTRY_OVERHEAD
+        self._forget_json(key)
+        # Oldest renderings of this cache go first; a cache with nothing left to give keeps none.
+        cache = self.json
+        while budget.used + cost > budget.limit and cache:
+            k = next(iter(cache))
+            budget.used -= len(cache.pop(k)[1]) + len(k) + JSONBudget.ENTRY_OVERHEAD
+        if budget.used + cost <= budget.limit:
+            cache[key] = (data, js)
+            budget.used += cost
+        return js
+
+    def _forget_json(self, key: str) -> None:
+        e = self.json.pop(key, None)
+        if e is not None:
+            self.json_budget.used -= len(e[1]) + len(key) + JSONBudget.ENTRY_OVERHEAD
+
+    def _clear_json(self) -> None:
+        budget = self.json_budget
+        for k, (_, js) in self.json.items():
+            budget.used -= len(js) + len(k) + JSONBudget.ENTRY_OVERHEAD
+        self.json = {}
 
     def watch(self, prefix: str, pred: SelectionPredicate, since: int) -> CacheWatcher:
         """A watcher receiving every matching event after since, starting with those in history."""
@@ -470,10 +553,12 @@ def too_large(rv: int, current: int) -> Timeout:
 class Cachers:
     """The watch caches, one per resource prefix, started by the first watch on that resource."""
 
-    def __init__(self, etcd: Etcd, codec: Codec | None = None, **options: float) -> None:
+    def __init__(self, etcd: Etcd, codec: Codec | None = None, json_cache_bytes: int = 128 << 20,
+                 **options: float) -> None:
         self.etcd = etcd
         self.codec = codec or Codec()
         self.options = options
+        self.json_budget = JSONBudget(json_cache_bytes)
         self._cachers: dict[str, Cacher] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -488,7 +573,8 @@ class Cachers:
         async with lock:
             c = self._cachers.get(prefix)
             if c is None:
-                c = Cacher(self.etcd, prefix, codec=self.codec, **self.options)  # type: ignore[arg-type]
+                c = Cacher(self.etcd, prefix, codec=self.codec, json_budget=self.json_budget,
+                           **self.options)  # type: ignore[arg-type]
                 await c.start(at_revision)
                 self._cachers[prefix] = c
         return c

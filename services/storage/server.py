@@ -12,7 +12,7 @@ from aetcd import rpc
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
-from services.common import errors, mux
+from services.common import envelope, errors, mux
 from services.common.errors import BadRequest, Gone, RequestEntityTooLarge, Timeout
 from services.common.grpcutil import api_method, api_stream
 from services.common.selectors import SelectionPredicate
@@ -97,6 +97,12 @@ def parse_rv(value: str, what: str = "resourceVersion") -> int:
     if rv < 0:
         raise BadRequest(f'{what}: Invalid value: "{value}": must be a valid resource version')
     return rv
+
+
+def _with_kind(obj: pb.Object, request: spb.ListRequest) -> pb.Object:
+    if not obj.kind:
+        obj.kind, obj.api_version = request.kind, request.api_version
+    return obj
 
 
 def _key(key: str) -> bytes:
@@ -368,12 +374,19 @@ class StorageServicer(sgrpc.StorageServicer):
                 # from the cache once it has caught up; paginated and Exact ones go to etcd.
                 cacher = await self._fresh_cacher(prefix, minimum)
             if cacher is not None:
+                if request.json:
+                    js = cacher.snapshot_json(prefix, pred, request.kind, request.api_version)
+                    return spb.RawListResponse(json_items=js, resource_version=str(cacher.rev)).SerializeToString()
                 items = cacher.snapshot(prefix, pred)
                 if prefix == cacher.prefix and pred.empty:
                     metrics.STORAGE_OBJECTS.labels(resource).set(len(items))
                 return spb.RawListResponse(items=items, resource_version=str(cacher.rev)).SerializeToString()
         try:
-            return await self._list(prefix, start, revision, minimum, limit, pred, resource)
+            out = await self._list(prefix, start, revision, minimum, limit, pred, resource)
+            if request.json:
+                out.json_items = b",".join(envelope.to_json(_with_kind(o, request)) for o in out.items)
+                del out.items[:]
+            return out
         except Compacted:
             if token:
                 # As kube: a fresh token continuing from the same key at the latest revision.

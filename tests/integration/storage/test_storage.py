@@ -567,3 +567,34 @@ async def test_too_large_resource_version_is_504(stub):
     with pytest.raises(APIError) as e:
         await call(stub.List(spb.ListRequest(prefix=f"/registry/{r}/", resource_version=future)))
     assert e.value.code == 504
+
+
+async def test_list_as_json_from_the_cache_and_from_etcd(stub):
+    """ListRequest.json: the items' JSON as clients see them, the same from the watch cache and from etcd."""
+    import orjson
+
+    from services.common import envelope
+
+    r = new_resource()
+    prefix = f"/registry/{r}/"
+    made = [await create(stub, f"{prefix}ns/o{i}", make(f"o{i}", "ns", labels={"i": str(i)})) for i in range(3)]
+    bare = make("nokind", "ns")
+    bare.kind = bare.api_version = ""
+    made.append(await create(stub, f"{prefix}ns/p", bare))
+
+    def items(resp) -> list:
+        assert not resp.items
+        return orjson.loads(b"[" + resp.json_items + b"]")
+
+    paged = await call(stub.List(spb.ListRequest(prefix=prefix, limit=2, json=True, kind="Pod", api_version="v1")))
+    assert [o["metadata"]["name"] for o in items(paged)] == ["o0", "o1"] and getattr(paged, "continue")
+    for rv in ("", "0"):  # consistent (cache once caught up) and any (cache)
+        resp = await call(stub.List(spb.ListRequest(prefix=prefix, resource_version=rv, json=True, kind="Pod",
+                                                    api_version="v1")))
+        got = items(resp)
+        assert [o["metadata"]["name"] for o in got] == ["o0", "o1", "o2", "nokind"]
+        assert got[:3] == [orjson.loads(envelope.to_json(o)) for o in made[:3]]
+        assert got[3]["kind"] == "Pod" and got[3]["apiVersion"] == "v1"
+        assert got[0]["metadata"]["resourceVersion"] == made[0].metadata.resource_version
+    one = await call(stub.List(spb.ListRequest(prefix=prefix, label_selector="i=1", resource_version="0", json=True)))
+    assert [o["metadata"]["name"] for o in items(one)] == ["o1"]

@@ -10,7 +10,7 @@ from apiary_pb import admission_pb2 as apb
 from apiary_pb import auth_pb2 as aupb
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
-from services.common import errors
+from services.common import envelope, errors
 
 
 class FakeCallStream:
@@ -64,6 +64,12 @@ def _fields_match(o: pb.Object, selector: str) -> bool:
     return True
 
 
+def _with_kind(o: pb.Object, req: spb.ListRequest) -> pb.Object:
+    if not o.kind:
+        o.kind, o.api_version = req.kind, req.api_version
+    return o
+
+
 class FakeStorage:
     def Calls(self, batches: AsyncIterator[pb.Frames]) -> FakeCallStream:
         return FakeCallStream(self, {"Create": spb.CreateRequest, "Get": spb.GetRequest, "List": spb.ListRequest,
@@ -109,7 +115,10 @@ class FakeStorage:
         if req.limit and len(items) > req.limit:
             items = items[:req.limit]
             setattr(resp, "continue", [k for k, v in self.data.items() if v is items[-1]][0])
-        resp.items.extend(_copy(i) for i in items)
+        if req.json:  # as the storage service: the items' JSON, kind filled in where unset
+            resp.json_items = b",".join(envelope.to_json(_with_kind(_copy(i), req)) for i in items)
+        else:
+            resp.items.extend(_copy(i) for i in items)
         return resp
 
     async def Update(self, req: spb.UpdateRequest, timeout: float | None = None) -> pb.Object:

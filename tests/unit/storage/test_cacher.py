@@ -166,3 +166,55 @@ def test_selection_kept_when_the_key_does_not_tell(cacher):
     assert names(cacher.snapshot(PREFIX, both)) == ["p"]
     w = cacher.watch(PREFIX, SelectionPredicate.parse("", "status.phase=Running"), 10)
     assert drain(w) == [("ADDED", "p", "11")]
+
+
+def json_names(blob: bytes) -> list[str]:
+    import orjson
+    return [o["metadata"]["name"] for o in orjson.loads(b"[" + blob + b"]")]
+
+
+def test_snapshot_json_renders_once_per_object_version(cacher):
+    import orjson
+
+    from services.common import envelope
+    from services.storage.cacher import JSONBudget
+
+    cacher._apply(put(11, "b", app="web"))
+    cacher._apply(put(12, "a"))
+    blob = cacher.snapshot_json(PREFIX, SelectionPredicate(), "Pod", "v1")
+    # the JSON clients see, resourceVersion included, exactly as the registry would render it
+    expected = [envelope.to_json(pb.Object.FromString(d)) for d in cacher.snapshot(PREFIX, SelectionPredicate())]
+    assert blob == b",".join(expected)
+    assert orjson.loads(b"[" + blob + b"]")[1]["metadata"]["resourceVersion"] == "11"
+    kept = cacher.json[f"{PREFIX}ns/a"][1]
+    assert cacher.snapshot_json(PREFIX, SelectionPredicate(), "Pod", "v1") == blob
+    assert cacher.json[f"{PREFIX}ns/a"][1] is kept  # served again without rendering
+    assert json_names(cacher.snapshot_json(PREFIX, SelectionPredicate.parse("app=web", ""), "Pod", "v1")) == ["b"]
+    assert json_names(cacher.snapshot_json(f"{PREFIX}ns/a", SelectionPredicate(), "Pod", "v1")) == ["a"]
+    assert cacher.snapshot_json(f"{PREFIX}other/", SelectionPredicate(), "Pod", "v1") == b""
+    # a change renders the new state; a delete forgets the rendering and gives back its budget
+    cacher._apply(put(13, "a", app="db"))
+    assert f"{PREFIX}ns/a" not in cacher.json
+    out = orjson.loads(b"[" + cacher.snapshot_json(PREFIX, SelectionPredicate(), "Pod", "v1") + b"]")
+    assert out[0]["metadata"]["labels"] == {"app": "db"} and out[0]["metadata"]["resourceVersion"] == "13"
+    used = cacher.json_budget.used
+    cacher._apply(delete(14, "a"))
+    assert f"{PREFIX}ns/a" not in cacher.json and cacher.json_budget.used < used
+    # within the byte budget: the oldest renderings go first, the answer stays complete
+    small = Cacher(etcd=None, prefix=PREFIX, json_budget=JSONBudget(limit=1))  # type: ignore[arg-type]
+    small._apply(put(11, "x"))
+    assert json_names(small.snapshot_json(PREFIX, SelectionPredicate(), "Pod", "v1")) == ["x"]
+    assert small.json == {} and small.json_budget.used == 0
+
+
+def test_snapshot_json_fills_a_missing_kind_without_keeping_it(cacher):
+    import orjson
+
+    o = pb.Object()
+    o.metadata.name, o.metadata.namespace = "k", "ns"
+    kv = rpc.KeyValue(key=f"{PREFIX}ns/k".encode(), value=codec.encode(o), mod_revision=11)
+    cacher._apply(rpc.WatchResponse(header=rpc.ResponseHeader(revision=11),
+                                    events=[rpc.Event(type=rpc.Event.PUT, kv=kv)]))
+    item = orjson.loads(cacher.snapshot_json(PREFIX, SelectionPredicate(), "Pod", "v1"))
+    assert item["kind"] == "Pod" and item["apiVersion"] == "v1"
+    assert cacher.json == {}
