@@ -6,9 +6,14 @@
   watch_fanout    1,000 concurrent watches on one namespace while 100 configmaps/s are written for
                   10 s: delivery delay (receipt time - timestamp embedded in the object before the
                   write) p50/p99 (goal p99 <= 100 ms) and the storage service's CPU seconds. The
-                  watches are gRPC streams straight to the storage service's Watch RPC ("via":
-                  "grpc-storage"): 1,000 HTTPS watches through the proxy and registry are more than
-                  this 2-core machine carries. Writes go through the storage service's Create.
+                  watches are opened on the storage service the way the registry opens them: on
+                  Watches streams (4 connections, 250 watches each), where each event crosses a
+                  stream once with the ids of the watches it goes to ("via": "grpc-storage-watches");
+                  the delay is taken when the batch reaches the stream's reader. Writes go through
+                  the storage service's Create.
+  watch_fanout_single_100
+                  the same with 100 watches, each its own Storage.Watch server stream (one gRPC
+                  message per event per watch; "via": "grpc-storage-watch"), for comparison.
   storage_memory  storage service RSS growth after its watch cache holds 100,000 small configmaps,
                   against the objects' total JSON size (goal ratio <= 3).
 
@@ -46,7 +51,7 @@ from services.common.grpcutil import CHANNEL_OPTIONS
 from services.storage.codec import decode as codec_decode
 from services.storage.codec import encode as codec_encode
 from services.storage.etcd import op_put
-from tools.bench import Conn, client_ctx, cpu_seconds
+from tools.bench import HELLO_PORT, Conn, client_ctx, cpu_seconds, start_hello, wait_hello
 from tools.run import Stack
 
 TXN_OPS = 128          # etcd's default --max-txn-ops
@@ -206,10 +211,48 @@ async def _list_10k(stack: Stack, n: int, reps: int) -> dict[str, Any]:
         base_times.append(time.perf_counter() - t)
     apiary_s, base_s = statistics.median(times), statistics.median(base_times)
     p50, p99 = percentiles(times)
+
+    # The storage service alone: its List RPC answering the registry's request (the items' JSON from
+    # the watch cache), over the same mTLS gRPC, read as the registry reads it.
+    chan = storage_channel(stack)
+    lst = chan.unary_unary("/apiary.Storage/List", request_serializer=spb.ListRequest.SerializeToString,
+                           response_deserializer=spb.RawListResponse.FromString)
+    lreq = spb.ListRequest(prefix=f"/registry/configmaps/{ns}/", resource_version="0", json=True,
+                           kind="ConfigMap", api_version="v1")
+    storage_times = []
+    for _ in range(reps + 1):
+        t = time.perf_counter()
+        resp = await lst(lreq, timeout=30)
+        items_json = resp.json_items
+        storage_times.append(time.perf_counter() - t)
+    await chan.close()
+    if len(orjson.loads(b"[" + items_json + b"]")) != n:
+        raise RuntimeError("storage list: wrong item count")
+    storage_s = statistics.median(storage_times[1:])
+
+    # The transport floor: the same HTTP stack and TLS sending a constant body of the same size.
+    hello = start_hello(stack)
+    try:
+        ctx = client_ctx(stack)
+        await wait_hello(ctx)
+        hc = Conn("127.0.0.1", HELLO_PORT, ctx)
+        floor_times = []
+        for _ in range(reps + 1):
+            t = time.perf_counter()
+            s, blob = await hc.request("GET", f"/blob?bytes={size}")
+            floor_times.append(time.perf_counter() - t)
+            if s != 200 or len(blob) != size:
+                raise RuntimeError(f"blob: {s}, {len(blob)} bytes")
+    finally:
+        hello.terminate()
+        hello.wait()
+    floor_s = statistics.median(floor_times[1:])
     # rate: LISTs/s (1 / median time); baseline_rate: encodes/s; ratio = apiary time / baseline time.
     return figure("rate", round(1 / apiary_s, 2), p50, p99, "orjson_encode_list", round(1 / base_s, 1),
                   round(apiary_s / base_s, 1), seconds=round(apiary_s, 4), baseline_seconds=round(base_s, 5),
                   objects=n, repetitions=reps, response_bytes=size, baseline_bytes=len(out),
+                  storage_seconds=round(storage_s, 4), storage_ratio=round(storage_s / base_s, 2),
+                  https_floor_seconds=round(floor_s, 4), https_floor_ratio=round(floor_s / base_s, 2),
                   etcd_write_seconds=round(write_s, 2), goal_ratio=2.0)
 
 
@@ -232,7 +275,7 @@ async def settle(pid: int, limit: float = 20.0) -> float:
 
 
 async def _watch_fanout(stack: Stack, watchers: int, rate: float, seconds: float,
-                        channels: int, drain: float) -> dict[str, Any]:
+                        channels: int, drain: float, multiplexed: bool) -> dict[str, Any]:
     ns = "bench-watch"
     prefix = f"/registry/configmaps/{ns}/"
     conn = proxy_conn(stack)
@@ -245,11 +288,6 @@ async def _watch_fanout(stack: Stack, watchers: int, rate: float, seconds: float
     start_rv = (await stub.List(spb.ListRequest(prefix=prefix), timeout=30)).resource_version
     base_watchers = storage_metric(stack, "apiserver_registered_watchers")
 
-    # Raw bytes out (no deserializer): the client only looks for the embedded timestamp, so that
-    # the load generator spends less CPU than the server it measures.
-    method = "/apiary.Storage/Watch"
-    opens = [c.unary_stream(method, request_serializer=spb.WatchRequest.SerializeToString,
-                            response_deserializer=None) for c in chans]
     req = spb.WatchRequest(prefix=prefix, resource_version=start_rv)
     delays: list[float] = []
     received = [0] * watchers
@@ -259,29 +297,74 @@ async def _watch_fanout(stack: Stack, watchers: int, rate: float, seconds: float
     expected = total * watchers
     marker = b'"t":"'
 
-    async def watch(k: int) -> None:
+    def record(raw: bytes, now: float, ids: Any) -> None:
         nonlocal delivered
-        call = opens[k % channels](req)
-        try:
-            async for raw in call:
-                now = time.time()
-                i = raw.find(marker)
-                if i < 0:
-                    continue
-                j = raw.index(b'"', i + 5)
-                delays.append(now - float(raw[i + 5:j]))
-                received[k] += 1
-                delivered += 1
-                if delivered >= expected:
-                    done.set()
-        except grpc.aio.AioRpcError as e:
-            if e.code() != grpc.StatusCode.CANCELLED:
-                raise
-        except asyncio.CancelledError:
-            call.cancel()
-            raise
+        i = raw.find(marker)
+        if i < 0:
+            return
+        j = raw.index(b'"', i + 5)
+        delay = now - float(raw[i + 5:j])
+        delays.extend([delay] * len(ids))
+        for k in ids:
+            received[k] += 1
+        delivered += len(ids)
+        if delivered >= expected:
+            done.set()
 
-    tasks = [asyncio.create_task(watch(k)) for k in range(watchers)]
+    if multiplexed:
+        # As registries hold them: every watch of a connection on one Watches stream, each event
+        # crossing it once with the ids it goes to (services/common/watchmux.py). Watch k has id k.
+        opens = [c.stream_stream("/apiary.Storage/Watches", request_serializer=pb.WatchControl.SerializeToString,
+                                 response_deserializer=pb.WatchBatch.FromString) for c in chans]
+        raw_req = req.SerializeToString()
+
+        async def stream(c: int) -> None:
+            mine = [k for k in range(watchers) if k % channels == c]
+            ctl = pb.WatchControl(open=[pb.WatchOpen(id=k, request=raw_req) for k in mine])
+            quit_ = asyncio.Event()
+
+            async def controls() -> Any:
+                yield ctl
+                await quit_.wait()
+
+            call = opens[c](controls())
+            try:
+                async for batch in call:
+                    now = time.time()
+                    for d in batch.deliveries:
+                        record(d.event, now, d.ids)
+                    if batch.ended:
+                        raise RuntimeError(f"{len(batch.ended)} watches ended by the server")
+            except grpc.aio.AioRpcError as e:
+                if e.code() != grpc.StatusCode.CANCELLED:
+                    raise
+            except asyncio.CancelledError:
+                call.cancel()
+                raise
+            finally:
+                quit_.set()
+
+        tasks = [asyncio.create_task(stream(c)) for c in range(channels)]
+    else:
+        # One server stream per watch (Storage.Watch). Raw bytes out (no deserializer): the client
+        # only looks for the embedded timestamp, so that it spends less CPU than the server.
+        method = "/apiary.Storage/Watch"
+        singles = [c.unary_stream(method, request_serializer=spb.WatchRequest.SerializeToString,
+                                  response_deserializer=None) for c in chans]
+
+        async def watch(k: int) -> None:
+            call = singles[k % channels](req)
+            try:
+                async for raw in call:
+                    record(raw, time.time(), (k,))
+            except grpc.aio.AioRpcError as e:
+                if e.code() != grpc.StatusCode.CANCELLED:
+                    raise
+            except asyncio.CancelledError:
+                call.cancel()
+                raise
+
+        tasks = [asyncio.create_task(watch(k)) for k in range(watchers)]
     deadline = time.monotonic() + 30
     while storage_metric(stack, "apiserver_registered_watchers") < base_watchers + watchers:
         if time.monotonic() > deadline:
@@ -342,7 +425,8 @@ async def _watch_fanout(stack: Stack, watchers: int, rate: float, seconds: float
     ack50, ack99 = percentiles(ack + [float("inf")] * (total - len(ack)))
     # Baseline: the goal (p99 <= 100 ms); ratio = p99 / goal.
     return figure("deliveries_per_s", round(delivered / elapsed, 1), p50, p99, "goal_p99_ms", 100.0,
-                  round(p99 / 100.0, 2) if p99 is not None else None, via="grpc-storage",
+                  round(p99 / 100.0, 2) if p99 is not None else None,
+                  via="grpc-storage-watches" if multiplexed else "grpc-storage-watch",
                   window_s=round(seconds + drain, 1), watchers=watchers, writes=total,
                   write_rate=round(total / write_elapsed, 1), seconds=round(elapsed, 2),
                   delivered=delivered, expected=expected, missing=expected - delivered,
@@ -357,9 +441,9 @@ async def _watch_fanout(stack: Stack, watchers: int, rate: float, seconds: float
 
 
 def watch_fanout(stack: Stack, watchers: int = 1000, rate: float = 100.0, seconds: float = 10.0,
-                 channels: int = 10, drain: float = 10.0) -> dict[str, Any]:
+                 channels: int = 4, drain: float = 10.0, multiplexed: bool = True) -> dict[str, Any]:
     """1,000 watches on the storage service while 100 objects/s are written: delivery delay."""
-    return asyncio.run(_watch_fanout(stack, watchers, rate, seconds, channels, drain))
+    return asyncio.run(_watch_fanout(stack, watchers, rate, seconds, channels, drain, multiplexed))
 
 
 # 3. watch-cache memory --------------------------------------------------------------------------
@@ -433,11 +517,12 @@ def storage_memory(stack: Stack, n: int = 100_000) -> dict[str, Any]:
 def run(stack: Stack) -> dict[str, dict[str, Any]]:
     """All figures, about a minute in all. Memory runs before the watch fan-out, whose freed buffers
     the allocator would otherwise reuse for the cache (an RSS delta that reads too low); the fan-out
-    also runs at 100 watchers as a reference point for what this machine carries."""
+    also runs with 100 watches on streams of their own, as a reference point."""
     out: dict[str, dict[str, Any]] = {}
     for name, fn in (("list_10k", list_10k), ("storage_memory", storage_memory),
                      ("watch_fanout", watch_fanout),
-                     ("watch_fanout_100", lambda s: watch_fanout(s, watchers=100, seconds=5.0, channels=2))):
+                     ("watch_fanout_single_100",
+                      lambda s: watch_fanout(s, watchers=100, seconds=5.0, channels=2, multiplexed=False))):
         t = time.perf_counter()
         out[name] = fn(stack)
         out[name]["bench_seconds"] = round(time.perf_counter() - t, 1)

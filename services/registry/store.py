@@ -10,7 +10,7 @@ from prometheus_client import Histogram
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
-from services.common import errors, grpcutil, mux
+from services.common import errors, mux, watchmux
 
 from .catalogue import ResourceInfo
 
@@ -33,6 +33,9 @@ class Store:
             "Create": pb.Object, "Get": pb.Object, "Update": pb.Object, "Delete": pb.Object,
             "List": spb.ListResponse,
         })
+        # Every watch shares one Watches stream: an event crosses it once for all the watches it
+        # goes to (services/common/watchmux.py).
+        self.watches = watchmux.WatchMuxClient(stub.Watches, "storage")
 
     async def _call(self, op: str, info: ResourceInfo, method: str, req: Any, timing: Timing | None,
                     response: type | None = None) -> Any:
@@ -102,8 +105,13 @@ class Store:
             if not token:
                 return out
 
-    def watch(self, req: spb.WatchRequest) -> AsyncIterator[pb.WatchEvent]:
-        return grpcutil.stream(self.stub.Watch(req), "storage")
+    def watch_raw(self, req: spb.WatchRequest) -> AsyncIterator[bytes]:
+        """The watch's serialized WatchEvents (the same bytes object for every watch an event goes to)."""
+        return self.watches.watch(req)
+
+    async def watch(self, req: spb.WatchRequest) -> AsyncIterator[pb.WatchEvent]:
+        async for raw in self.watches.watch(req):
+            yield pb.WatchEvent.FromString(raw)
 
 
 def _translate(e: errors.APIError, info: ResourceInfo, name: str) -> errors.APIError:

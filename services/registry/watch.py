@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 
+from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import storage_pb2 as spb
 from services.common import envelope, errors
@@ -17,6 +18,29 @@ _TYPES = {t: f'{{"type":"{t}","object":'.encode() for t in ("ADDED", "MODIFIED",
 
 def error_frame(err: errors.APIError) -> bytes:
     return _TYPES["ERROR"] + orjson.dumps(err.status()) + b"}"
+
+
+class SharedFrames:
+    """The JSON frame of an event, built once for every watch it goes to: the storage stream hands
+    each of them the same bytes object, so the last few events are remembered by identity (the
+    entry holds the bytes, so their id cannot be reused while it is remembered)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._frames: dict[tuple[int, str, str], tuple[bytes, bytes]] = {}
+
+    def get(self, raw: bytes, kind: str, api_version: str) -> bytes | None:
+        e = self._frames.get((id(raw), kind, api_version))
+        return e[1] if e is not None and e[0] is raw else None
+
+    def put(self, raw: bytes, kind: str, api_version: str, frame: bytes) -> None:
+        frames = self._frames
+        if len(frames) >= self.size:
+            del frames[next(iter(frames))]
+        frames[(id(raw), kind, api_version)] = (raw, frame)
+
+
+SHARED = SharedFrames()
 
 
 def _true(value: str) -> bool:
@@ -35,8 +59,15 @@ async def frames(handlers: Handlers, req: rpb.APIRequest) -> AsyncIterator[bytes
     )
     include = q.get("includeObject", "Metadata")
     first_table = True
+    kind, api_version = info.kind, info.api_version
     try:
-        async for ev in handlers.store.watch(wreq):
+        async for raw in handlers.store.watch_raw(wreq):
+            if not req.table:
+                frame = SHARED.get(raw, kind, api_version)
+                if frame is not None:
+                    yield frame
+                    continue
+            ev = pb.WatchEvent.FromString(raw)
             if ev.type == "ERROR":
                 yield _TYPES["ERROR"] + orjson.dumps(errors.APIError.from_pb(ev.status).status()) + b"}"
                 return
@@ -53,6 +84,8 @@ async def frames(handlers: Handlers, req: rpb.APIRequest) -> AsyncIterator[bytes
                 first_table = False
                 yield head + orjson.dumps(t) + b"}"
             else:
-                yield head + envelope.to_json(obj) + b"}"
+                frame = head + envelope.to_json(obj) + b"}"
+                SHARED.put(raw, kind, api_version, frame)
+                yield frame
     except errors.APIError as e:
         yield error_frame(e)

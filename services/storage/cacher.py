@@ -25,7 +25,7 @@ import logging
 import time
 from bisect import bisect_left, insort
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from apiary_pb import envelope_pb2 as pb
 from services.common import envelope
@@ -122,7 +122,8 @@ def too_old(rv: int, oldest: int) -> Gone:
 class CacheWatcher:
     """One client watch: filters the cache's events through its key range and selectors.
 
-    buf holds (revision, serialized WatchEvent)."""
+    buf holds (revision, serialized WatchEvent) until the watch's stream takes them; once `attach`ed
+    to a deliver function (a multiplexed stream's Sink.send), events go straight to it instead."""
 
     def __init__(self, prefix: str, pred: SelectionPredicate, since: int, capacity: int) -> None:
         self.prefix = prefix
@@ -135,13 +136,15 @@ class CacheWatcher:
         self.closed = False
         self.overflowed = False
         self.kind = ""  # of the last event pushed (metrics)
+        self.deliver: Callable[[bytes], bool] | None = None
 
     def wants(self, key: str) -> bool:
         return key == self.prefix if self.exact else key.startswith(self.prefix)
 
-    def push(self, ev: CacheEvent, replay: bool = False) -> None:
+    def push(self, ev: CacheEvent, replay: bool = False) -> bool:
+        """Queue (or deliver) ev if it concerns this watch; True when it was delivered straight away."""
         if ev.rev <= self.since or self.closed or not self.wants(ev.key):
-            return
+            return False
         pred = self.pred
         if pred.empty:
             out = ev.type
@@ -153,15 +156,32 @@ class CacheWatcher:
             elif old:
                 out = DELETED
             else:
-                return
+                return False
+        self.kind = ev.kind
+        deliver = self.deliver
+        if deliver is not None:
+            if deliver(ev.watch_event(out)):
+                return True
+            self.overflowed = True  # its stream cannot keep up: cut off, as below
+            self.close()
+            return False
         if not replay and len(self.buf) >= self.capacity:
             # A client that cannot keep up is cut off, as kube does; it resumes from its last rv.
             self.overflowed = True
             self.close()
-            return
+            return False
         self.buf.append((ev.rev, ev.watch_event(out)))
-        self.kind = ev.kind
         self.wake.set()
+        return False
+
+    def attach(self, deliver: Callable[[bytes], bool]) -> int:
+        """From now on, hand events to deliver as they happen (after what is buffered); the number
+        of buffered events handed over."""
+        n = len(self.buf)
+        while self.buf:
+            deliver(self.buf.popleft()[1])
+        self.deliver = deliver
+        return n
 
     def advance(self, rev: int) -> None:
         """Start after rev: drop what was buffered at or before it (used after a fresh list)."""
@@ -378,11 +398,15 @@ class Cacher:
             self.rev = max(self.rev, rev)
             self.history.append(ev)
             metrics.WATCH_CACHE_EVENTS.labels(self.resource).inc()
+            delivered = 0
             for w in tuple(self.watchers):
-                w.push(ev)
-                if w.overflowed:
+                if w.push(ev):
+                    delivered += 1
+                elif w.overflowed:
                     metrics.TERMINATED_WATCHERS.labels(self.resource).inc()
                     self.remove(w)
+            if delivered:
+                metrics.WATCH_EVENTS.labels(ev.kind).inc(delivered)
         self._evict()
         self._bump()
         metrics.STORAGE_OBJECTS.labels(self.resource).set(len(self.store))

@@ -12,7 +12,7 @@ from aetcd import rpc
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
-from services.common import envelope, errors, mux
+from services.common import envelope, errors, mux, watchmux
 from services.common.errors import BadRequest, Gone, RequestEntityTooLarge, Timeout
 from services.common.grpcutil import api_method, api_stream
 from services.common.selectors import SelectionPredicate
@@ -133,6 +133,11 @@ def add_to_server(servicer: StorageServicer, server: grpc.aio.Server) -> None:
     }
     handlers["Watch"] = grpc.unary_stream_rpc_method_handler(
         servicer.Watch, request_deserializer=spb.WatchRequest.FromString, response_serializer=serialize
+    )
+    handlers["Watches"] = grpc.stream_stream_rpc_method_handler(
+        servicer.Watches,
+        request_deserializer=pb.WatchControl.FromString,
+        response_serializer=pb.WatchBatch.SerializeToString,
     )
     handlers["Calls"] = grpc.stream_stream_rpc_method_handler(
         servicer.Calls,
@@ -474,6 +479,62 @@ class StorageServicer(sgrpc.StorageServicer):
         self, request: spb.WatchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.WatchEvent | bytes]:
         """WatchEvents; those from the watch cache as serialized bytes, shared by every watcher."""
+        begun = await self._begin(request)
+        if isinstance(begun, pb.WatchEvent):
+            yield begun
+            return
+        cacher, w, initial = begun
+        try:
+            async for ev in self._stream(request, cacher, w, initial):
+                yield ev
+        finally:
+            cacher.remove(w)
+
+    async def Watches(self, request_iterator: AsyncIterator[pb.WatchControl],
+                      context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WatchBatch]:
+        """Watch, multiplexed: every watch a peer holds on one stream, each event sent once per
+        stream with the ids of the watches it goes to (services/common/watchmux.py)."""
+        async for batch in watchmux.serve(request_iterator, self._mux_watch):
+            yield batch
+
+    async def _mux_watch(self, wid: int, raw: bytes, sink: watchmux.Sink) -> None:
+        """One watch of a Watches stream: its initial events, then live events handed to the sink
+        by the cache as it applies them (no task switch per event), bookmarks from here."""
+        request = spb.WatchRequest.FromString(raw)
+        begun = await self._begin(request)
+        if isinstance(begun, pb.WatchEvent):
+            sink.send(wid, begun.SerializeToString(), force=True)
+            return
+        cacher, w, initial = begun
+        try:
+            for obj in initial:
+                event = watch_event(ADDED, obj) if type(obj) is bytes else pb.WatchEvent(
+                    type=ADDED, object=obj).SerializeToString()
+                sink.send(wid, event, force=True)
+            if request.send_initial_events and request.allow_bookmarks:
+                sink.send(wid, bookmark(w.since, initial_events_end=True).SerializeToString(), force=True)
+            sent = len(initial) + w.attach(lambda event: sink.send(wid, event))
+            if sent:
+                metrics.WATCH_EVENTS.labels(cacher.kind).inc(sent)
+            interval = self.bookmark_interval
+            while not w.closed:
+                w.wake.clear()
+                if not request.allow_bookmarks:
+                    await w.wake.wait()
+                    continue
+                try:
+                    await asyncio.wait_for(w.wake.wait(), interval)
+                except TimeoutError:
+                    # Every event up to the cache's revision has been handed over (attached).
+                    sink.send(wid, bookmark(max(w.since, cacher.rev)).SerializeToString())
+        finally:
+            cacher.remove(w)
+
+    async def _begin(
+        self, request: spb.WatchRequest
+    ) -> tuple[Cacher, CacheWatcher, list[pb.Object] | list[bytes]] | pb.WatchEvent:
+        """A registered cache watcher and the initial objects to send first, or the ERROR event
+        (410 too old resource version) to send instead."""
         prefix = request.prefix
         _key(prefix)
         pred = SelectionPredicate.parse(request.label_selector, request.field_selector)
@@ -501,13 +562,8 @@ class StorageServicer(sgrpc.StorageServicer):
             try:
                 w = cacher.watch(prefix, pred, rv)
             except Gone as e:
-                yield pb.WatchEvent(type=ERROR, status=e.to_pb())
-                return
-        try:
-            async for ev in self._stream(request, cacher, w, initial):
-                yield ev
-        finally:
-            cacher.remove(w)
+                return pb.WatchEvent(type=ERROR, status=e.to_pb())
+        return cacher, w, initial
 
     async def _caught_up(self, cacher: Cacher) -> bool:
         """Whether the cache reached etcd's current revision within 3 s (watch from "")."""

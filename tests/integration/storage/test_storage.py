@@ -598,3 +598,71 @@ async def test_list_as_json_from_the_cache_and_from_etcd(stub):
         assert got[0]["metadata"]["resourceVersion"] == made[0].metadata.resource_version
     one = await call(stub.List(spb.ListRequest(prefix=prefix, label_selector="i=1", resource_version="0", json=True)))
     assert [o["metadata"]["name"] for o in items(one)] == ["o1"]
+
+
+async def test_watches_multiplexed_on_one_stream(stub):
+    """Storage.Watches: many watches on one stream, as the registry holds them; each sees its own
+    events (selectors, transitions) in order, an event shared by several crosses once."""
+    from services.common.watchmux import WatchMuxClient
+
+    r = new_resource()
+    prefix = f"/registry/{r}/"
+    start = await create(stub, f"{prefix}ns/seed", make("seed", "ns"))
+    rv = start.metadata.resource_version
+    client = WatchMuxClient(stub.Watches, "storage")
+    batches: list = []
+    real_read = client._read
+
+    async def spy_read(stream):  # count how often an event crossed the stream
+        orig = stream.call
+        it = orig.__aiter__()
+
+        class Counting:
+            def __aiter__(self):
+                return self
+
+            async def __anext__(self):
+                batch = await it.__anext__()
+                batches.append(batch)
+                return batch
+
+            def cancel(self):
+                orig.cancel()
+        stream.call = Counting()
+        await real_read(stream)
+    client._read = spy_read
+
+    async def collect(n: int, **kw) -> list[tuple[str, str]]:
+        out = []
+        async for raw in client.watch(spb.WatchRequest(prefix=prefix, resource_version=rv, **kw)):
+            ev = pb.WatchEvent.FromString(raw)
+            out.append((ev.type, ev.object.metadata.name))
+            if len(out) == n:
+                return out
+        return out
+
+    everything = asyncio.create_task(collect(3))
+    webs = [asyncio.create_task(collect(2, label_selector="app=web")) for _ in range(5)]
+    await asyncio.sleep(0.5)
+    await create(stub, f"{prefix}ns/a", make("a", "ns", labels={"app": "web"}))
+    a = await call(stub.Get(spb.GetRequest(key=f"{prefix}ns/a")))
+    a.metadata.labels["app"] = "db"
+    await call(stub.Update(spb.UpdateRequest(key=f"{prefix}ns/a", object=a)))
+    await create(stub, f"{prefix}ns/b", make("b", "ns"))
+    assert await asyncio.wait_for(everything, 10) == [("ADDED", "a"), ("MODIFIED", "a"), ("ADDED", "b")]
+    for w in webs:
+        assert await asyncio.wait_for(w, 10) == [("ADDED", "a"), ("DELETED", "a")]
+    deliveries = [d for b in batches for d in b.deliveries]
+    added_a = [d for d in deliveries if pb.WatchEvent.FromString(d.event).type == "ADDED"
+               and pb.WatchEvent.FromString(d.event).object.metadata.name == "a"]
+    assert sum(len(d.ids) for d in added_a) == 6 and len(added_a) < 6  # shared deliveries
+
+    # a resourceVersion before the window: the ERROR event (410), then the end; bad input: the error
+    await call(stub.Delete(spb.DeleteRequest(key=f"{prefix}ns/b")))
+    events = [pb.WatchEvent.FromString(raw)
+              async for raw in client.watch(spb.WatchRequest(prefix=prefix, resource_version="1"))]
+    assert [e.type for e in events] == ["ERROR"] and events[0].status.code == 410
+    with pytest.raises(BadRequest):
+        async for _ in client.watch(spb.WatchRequest(prefix=prefix, label_selector="a in (")):
+            pass
+    await client.close()

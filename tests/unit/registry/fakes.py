@@ -10,7 +10,7 @@ from apiary_pb import admission_pb2 as apb
 from apiary_pb import auth_pb2 as aupb
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
-from services.common import envelope, errors
+from services.common import envelope, errors, watchmux
 
 
 class FakeCallStream:
@@ -42,6 +42,28 @@ class FakeCallStream:
         return await self.out.get()
 
 
+class FakeWatchStream:
+    """A stand-in for a `Watches` stream: the real server side (watchmux.serve) over the fake's Watch."""
+
+    def __init__(self, stub: "FakeStorage", controls: AsyncIterator[pb.WatchControl]) -> None:
+        async def start(wid: int, raw: bytes, sink: watchmux.Sink) -> None:
+            async for ev in stub.Watch(spb.WatchRequest.FromString(raw)):
+                sink.send(wid, ev.SerializeToString())
+                if ev.type == "ERROR":
+                    return
+
+        self._it = watchmux.serve(controls, start)
+
+    def __aiter__(self) -> "FakeWatchStream":
+        return self
+
+    async def __anext__(self) -> pb.WatchBatch:
+        return await self._it.__anext__()
+
+    def cancel(self) -> None:
+        asyncio.get_running_loop().create_task(self._it.aclose())
+
+
 def _copy(o: pb.Object) -> pb.Object:
     out = pb.Object()
     out.CopyFrom(o)
@@ -71,6 +93,9 @@ def _with_kind(o: pb.Object, req: spb.ListRequest) -> pb.Object:
 
 
 class FakeStorage:
+    def Watches(self, controls: AsyncIterator[pb.WatchControl]) -> FakeWatchStream:
+        return FakeWatchStream(self, controls)
+
     def Calls(self, batches: AsyncIterator[pb.Frames]) -> FakeCallStream:
         return FakeCallStream(self, {"Create": spb.CreateRequest, "Get": spb.GetRequest, "List": spb.ListRequest,
                                      "Update": spb.UpdateRequest, "Delete": spb.DeleteRequest}, batches)

@@ -218,3 +218,29 @@ def test_snapshot_json_fills_a_missing_kind_without_keeping_it(cacher):
     item = orjson.loads(cacher.snapshot_json(PREFIX, SelectionPredicate(), "Pod", "v1"))
     assert item["kind"] == "Pod" and item["apiVersion"] == "v1"
     assert cacher.json == {}
+
+
+def test_attached_watcher_gets_events_straight_from_the_dispatch(cacher):
+    """A watch on a multiplexed stream: buffered events first, then each event handed over as it is
+    applied (no buffer, no wake-up); the same bytes for every watcher; refused deliveries cut it off."""
+    a = cacher.watch(PREFIX, SelectionPredicate(), 10)
+    b = cacher.watch(PREFIX, SelectionPredicate.parse("app=web", ""), 10)
+    cacher._apply(put(11, "x", app="web"))
+    got_a: list[bytes] = []
+    got_b: list[bytes] = []
+    assert a.attach(lambda ev: got_a.append(ev) or True) == 1
+    assert b.attach(lambda ev: got_b.append(ev) or True) == 1
+    a.wake.clear()
+    cacher._apply(put(12, "x", app="db"))   # leaves b's selection: DELETED for b
+    cacher._apply(put(13, "y", app="web"))
+    assert not a.buf and not a.wake.is_set()
+    assert [(event(e).type, event(e).object.metadata.name) for e in got_a] == [
+        ("ADDED", "x"), ("MODIFIED", "x"), ("ADDED", "y")]
+    assert [(event(e).type, event(e).object.metadata.resource_version) for e in got_b] == [
+        ("ADDED", "11"), ("DELETED", "12"), ("ADDED", "13")]
+    assert got_a[2] is got_b[2]  # serialized once, shared
+    refused = cacher.watch(PREFIX, SelectionPredicate(), 13)
+    refused.attach(lambda ev: False)
+    cacher._apply(put(14, "z"))
+    assert refused.closed and refused.overflowed and refused not in cacher.watchers
+    assert a in cacher.watchers and len(got_a) == 4
