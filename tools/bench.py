@@ -27,6 +27,7 @@ import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from services.common.runtime import tune_malloc
 from tools.run import ORDER, ROOT, Stack
 
 BENCH_STATE = ROOT / ".apiary" / "bench"
@@ -356,6 +357,8 @@ def storage_figures(raw: dict) -> dict[str, dict]:
 
 
 def main() -> None:
+    # The load generator reads multi-MB answers like the services do (services/common/runtime.py).
+    tune_malloc()
     p = argparse.ArgumentParser(prog="python -m tools.bench")
     p.add_argument("mode", nargs="?", default="run", choices=["run", "hello-server"])
     p.add_argument("--concurrency", type=int, default=32)

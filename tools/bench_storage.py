@@ -52,6 +52,7 @@ from services.storage.codec import decode as codec_decode
 from services.storage.codec import encode as codec_encode
 from services.storage.etcd import op_put
 from tools.bench import HELLO_PORT, Conn, client_ctx, cpu_seconds, start_hello, wait_hello
+from services.common.runtime import tune_malloc
 from tools.run import Stack
 
 TXN_OPS = 128          # etcd's default --max-txn-ops
@@ -530,6 +531,8 @@ def run(stack: Stack) -> dict[str, dict[str, Any]]:
 
 
 def main() -> None:
+    # The load generator reads multi-MB answers like the services do (services/common/runtime.py).
+    tune_malloc()
     p = argparse.ArgumentParser(prog="python -m tools.bench_storage")
     p.add_argument("--state", default=str(Path(__file__).resolve().parent.parent / ".apiary" / "bench-dev"))
     p.add_argument("--port-offset", type=int, default=5000)

@@ -478,13 +478,15 @@ class Cacher:
         stored without them; such JSON is not kept)."""
         self._check_broken(prefix)
         store, selection, cache = self.store, self.selection, self.json
+        get = cache.get
         out: list[bytes] = []
         append = out.append
+        everything = pred.empty
         for key in self._keys(prefix):
             data = store.get(key)
-            if data is None or not (pred.empty or matches(pred, key, selection.get(key))):
+            if data is None or not (everything or matches(pred, key, selection.get(key))):
                 continue
-            e = cache.get(key)
+            e = get(key)
             if e is not None and e[0] is data:
                 append(e[1])
             else:
