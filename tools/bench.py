@@ -282,7 +282,7 @@ def hello_server(port: int, cert: str, key: str, ca: str) -> None:
                 access_log=False)
 
 
-EXTRA_FIGURES = ("list_10k", "storage_memory", "watch_fanout", "watch_fanout_single_100", "rbac_inprocess", "auth_grpc")
+EXTRA_FIGURES = ("list_10k", "storage_memory", "watch_fanout", "watch_fanout_single_100", "watch_fanout_https", "rbac_inprocess", "auth_grpc")
 
 
 def measured(r: dict) -> str:
@@ -334,8 +334,11 @@ def extra_notes(name: str, r: dict) -> str:
         return (f"{r['objects']} objects, {r['bytes_per_object']} B RSS vs {r['json_bytes_per_object']} B JSON "
                 f"each; goal ratio <= {r['goal_ratio']}")
     if name.startswith("watch_fanout"):
+        cpu = f"storage CPU {r['storage_cpu_s']} s"
+        if r.get("proxy_cpu_s") is not None:
+            cpu += f", registry {r['registry_cpu_s']} s, proxy {r['proxy_cpu_s']} s"
         return (f"{r['via']}, {r['watchers']} watchers, {r['write_rate']} writes/s, delivered "
-                f"{r['delivered']}/{r['expected']} within {r['window_s']} s, storage CPU {r['storage_cpu_s']} s, "
+                f"{r['delivered']}/{r['expected']} within {r['window_s']} s, {cpu}, "
                 f"{r['write_errors']} write errors")
     return ""
 

@@ -14,6 +14,10 @@
   watch_fanout_single_100
                   the same with 100 watches, each its own Storage.Watch server stream (one gRPC
                   message per event per watch; "via": "grpc-storage-watch"), for comparison.
+  watch_fanout_https
+                  the whole path: 200 HTTPS watches through the proxy (each its own TLS connection,
+                  as kubectl's), registry and storage, 100 configmaps/s for 10 s; delay p50/p99 and
+                  the CPU seconds of proxy, registry and storage.
   storage_memory  storage service RSS growth after its watch cache holds 100,000 small configmaps,
                   against the objects' total JSON size (goal ratio <= 3).
 
@@ -447,6 +451,139 @@ def watch_fanout(stack: Stack, watchers: int = 1000, rate: float = 100.0, second
     return asyncio.run(_watch_fanout(stack, watchers, rate, seconds, channels, drain, multiplexed))
 
 
+# 2b. watch fan-out end to end ------------------------------------------------------------------
+
+class _WatchReader(asyncio.Protocol):
+    """One HTTPS watch read with as little client CPU as possible: only the embedded timestamps."""
+
+    MARK = b'"t":"'
+
+    def __init__(self, on_delay: Any) -> None:
+        self.on_delay = on_delay
+        self.tail = b""
+        self.transport: asyncio.Transport | None = None
+        self.status = b""
+        self.closed = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        now = time.time()
+        if not self.status:
+            self.status = data[:12]
+        buf = self.tail + data
+        i = buf.find(self.MARK)
+        while i >= 0:
+            j = buf.find(b'"', i + 5)
+            if j < 0:
+                break
+            self.on_delay(now - float(buf[i + 5:j]))
+            i = buf.find(self.MARK, j)
+        self.tail = buf[i:] if i >= 0 else buf[-8:]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(exc)
+
+
+async def _watch_fanout_https(stack: Stack, watchers: int, rate: float, seconds: float,
+                              drain: float) -> dict[str, Any]:
+    ns = "bench-watch-https"
+    prefix = f"/registry/configmaps/{ns}/"
+    conn = proxy_conn(stack)
+    await ensure_namespace(conn, ns)
+    pids = {name: stack.pid(name) for name in ("proxy", "registry", "storage")}
+    writer_chan = storage_channel(stack, own_connection=True)
+    stub = sgrpc.StorageStub(writer_chan)
+    start_rv = (await stub.List(spb.ListRequest(prefix=prefix), timeout=30)).resource_version
+    base_watchers = storage_metric(stack, "apiserver_registered_watchers")
+    ctx = client_ctx(stack)
+    host, port = "127.0.0.1", int(stack.server.rsplit(":", 1)[1])
+    delays: list[float] = []
+    total = int(rate * seconds)
+    expected = total * watchers
+    done = asyncio.Event()
+
+    def on_delay(d: float) -> None:
+        delays.append(d)
+        if len(delays) >= expected:
+            done.set()
+
+    loop = asyncio.get_running_loop()
+    readers: list[_WatchReader] = []
+    request = (f"GET /api/v1/namespaces/{ns}/configmaps?watch=1&resourceVersion={start_rv} HTTP/1.1\r\n"
+               f"Host: {host}\r\nAccept: application/json\r\n\r\n").encode()
+    for _ in range(watchers):
+        _, r = await loop.create_connection(lambda: _WatchReader(on_delay), host, port, ssl=ctx)
+        r.transport.write(request)  # type: ignore[union-attr]
+        readers.append(r)
+    deadline = time.monotonic() + 60
+    while storage_metric(stack, "apiserver_registered_watchers") < base_watchers + watchers:
+        if time.monotonic() > deadline:
+            raise RuntimeError("HTTPS watchers did not register within 60 s")
+        await asyncio.sleep(0.2)
+    if bad := [r.status for r in readers if not r.status.startswith(b"HTTP/1.1 200")]:
+        raise RuntimeError(f"watch refused: {bad[0]!r}")
+
+    created = now_rfc3339()
+    run = uuid.uuid4().hex[:6]
+    cpu0 = {n: cpu_seconds(p) for n, p in pids.items() if p}
+    client0, t0 = time.process_time(), time.perf_counter()
+    inflight: set[asyncio.Task] = set()
+    errors_: list[str] = []
+
+    async def write(i: int) -> None:
+        obj = configmap(ns, f"w-{run}-{i:05d}", {"t": repr(time.time()), "pad": "x" * 60}, created)
+        try:
+            await stub.Create(spb.CreateRequest(key=key_of(obj), object=obj), timeout=drain)
+        except grpc.aio.AioRpcError as e:
+            errors_.append(e.code().name)
+
+    for i in range(total):
+        await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
+        task = asyncio.create_task(write(i))
+        inflight.add(task)
+        task.add_done_callback(inflight.discard)
+    write_elapsed = time.perf_counter() - t0
+    end = time.perf_counter() + drain
+    if inflight:
+        await asyncio.wait(set(inflight), timeout=drain)
+    try:
+        await asyncio.wait_for(done.wait(), max(0.1, end - time.perf_counter()))
+    except TimeoutError:
+        pass
+    elapsed = time.perf_counter() - t0
+    cpu = {n: round(cpu_seconds(p) - cpu0[n], 2) for n, p in pids.items() if p}
+    client_cpu = time.process_time() - client0
+    delivered = len(delays)
+    for r in readers:
+        if r.transport is not None:
+            r.transport.close()
+    await writer_chan.close()
+    gone_by = time.monotonic() + 10
+    while storage_metric(stack, "apiserver_registered_watchers") > base_watchers and time.monotonic() < gone_by:
+        await asyncio.sleep(0.2)
+    for p in pids.values():
+        if p:
+            await settle(p)
+    p50, p99 = percentiles(delays + [float("inf")] * (expected - delivered))
+    return figure("deliveries_per_s", round(delivered / elapsed, 1), p50, p99, "goal_p99_ms", 100.0,
+                  round(p99 / 100.0, 2) if p99 is not None else None, via="https-proxy",
+                  window_s=round(seconds + drain, 1), watchers=watchers, writes=total,
+                  write_rate=round(total / write_elapsed, 1), seconds=round(elapsed, 2),
+                  delivered=delivered, expected=expected, missing=expected - delivered,
+                  storage_cpu_s=cpu.get("storage"), registry_cpu_s=cpu.get("registry"),
+                  proxy_cpu_s=cpu.get("proxy"), client_cpu_s=round(client_cpu, 2),
+                  write_errors=len(errors_))
+
+
+def watch_fanout_https(stack: Stack, watchers: int = 200, rate: float = 100.0, seconds: float = 10.0,
+                       drain: float = 10.0) -> dict[str, Any]:
+    """HTTPS watches through the proxy (the whole path) while 100 objects/s are written."""
+    return asyncio.run(_watch_fanout_https(stack, watchers, rate, seconds, drain))
+
+
 # 3. watch-cache memory --------------------------------------------------------------------------
 
 async def _storage_memory(stack: Stack, n: int) -> dict[str, Any]:
@@ -523,7 +660,8 @@ def run(stack: Stack) -> dict[str, dict[str, Any]]:
     for name, fn in (("list_10k", list_10k), ("storage_memory", storage_memory),
                      ("watch_fanout", watch_fanout),
                      ("watch_fanout_single_100",
-                      lambda s: watch_fanout(s, watchers=100, seconds=5.0, channels=2, multiplexed=False))):
+                      lambda s: watch_fanout(s, watchers=100, seconds=5.0, channels=2, multiplexed=False)),
+                     ("watch_fanout_https", watch_fanout_https)):
         t = time.perf_counter()
         out[name] = fn(stack)
         out[name]["bench_seconds"] = round(time.perf_counter() - t, 1)
@@ -536,9 +674,10 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m tools.bench_storage")
     p.add_argument("--state", default=str(Path(__file__).resolve().parent.parent / ".apiary" / "bench-dev"))
     p.add_argument("--port-offset", type=int, default=5000)
-    p.add_argument("only", nargs="*", help="list_10k, watch_fanout and/or storage_memory (default: all)")
+    p.add_argument("only", nargs="*",
+                   help="list_10k, watch_fanout, watch_fanout_https and/or storage_memory (default: all)")
     args = p.parse_args()
-    if bad := set(args.only) - {"list_10k", "storage_memory", "watch_fanout"}:
+    if bad := set(args.only) - {"list_10k", "storage_memory", "watch_fanout", "watch_fanout_https"}:
         p.error(f"unknown figure(s): {', '.join(sorted(bad))}")
     stack = Stack(Path(args.state).resolve(), args.port_offset)
     stack.start(fresh=True)

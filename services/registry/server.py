@@ -1,6 +1,7 @@
 """The apiary.Registry servicer: Handle, Watch, Discovery."""
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
@@ -10,7 +11,7 @@ from prometheus_client import Counter, Histogram
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import errors, grpcutil, mux
+from services.common import errors, grpcutil, mux, watchmux
 
 from . import discovery, openapi, watch
 from .catalogue import Catalogue
@@ -62,6 +63,22 @@ class RegistryServicer(rgrpc.RegistryServicer):
         async for data in watch.frames(self.handlers, request):
             counter.inc()
             yield rpb.WatchFrame(data=data)
+
+    async def Watches(self, request_iterator: AsyncIterator[pb.WatchControl], context: grpc.aio.ServicerContext
+                      ) -> AsyncIterator[pb.WatchBatch]:
+        """Watch, multiplexed on the proxy's long-lived stream: a frame shared by several watches
+        (watch.SHARED) crosses once with all their ids."""
+        async for batch in watchmux.serve(request_iterator, self._mux_watch):
+            yield batch
+
+    async def _mux_watch(self, wid: int, raw: bytes, sink: watchmux.Sink) -> None:
+        request = rpb.APIRequest.FromString(raw)
+        counter = WATCH_EVENTS.labels(request.group, request.version, request.resource)
+        async with contextlib.aclosing(watch.frames(self.handlers, request)) as frames:
+            async for data in frames:
+                counter.inc()
+                if not sink.send(wid, data):
+                    return  # the proxy cannot keep up: ended, the client watches again from its rv
 
     async def Calls(self, request_iterator: AsyncIterator[pb.Frames], context: grpc.aio.ServicerContext
                     ) -> AsyncIterator[pb.Frames]:

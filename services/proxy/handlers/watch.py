@@ -1,18 +1,21 @@
-"""Watches: a Registry.Watch stream answered as chunked JSON, one event per line, each flushed at once."""
+"""Watches: the registry's frames answered as chunked JSON, one event per line, each flushed at once.
+
+Every client watch is a watch on the proxy's one Registry.Watches stream (services/common/watchmux.py):
+a frame that several clients watch crosses from the registry once."""
 from __future__ import annotations
 
 import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
-import grpc
 import orjson
 
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common.errors import BadRequest, error_from_rpc
+from services.common import watchmux
+from services.common.errors import APIError, BadRequest
 
 from ..context import ClientDisconnected, Context
 from ..negotiation import JSON
@@ -38,17 +41,14 @@ def watch_timeout(query: dict[str, str], rng: random.Random | None = None) -> fl
     return (rng or random).uniform(MIN_REQUEST_TIMEOUT, 2 * MIN_REQUEST_TIMEOUT)
 
 
-def _error_event(err: Exception) -> bytes:
-    api = error_from_rpc(err, "registry") if isinstance(err, grpc.aio.AioRpcError) else None
-    status = api.status() if api else {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                       "status": "Failure", "message": str(err), "reason": "InternalError",
-                                       "code": 500}
-    return orjson.dumps({"type": "ERROR", "object": status}) + b"\n"
+def _error_event(err: APIError) -> bytes:
+    return orjson.dumps({"type": "ERROR", "object": err.status()}) + b"\n"
 
 
 class WatchHandler:
     def __init__(self, registry: rgrpc.RegistryStub) -> None:
         self.registry = registry
+        self.watches = watchmux.WatchMuxClient(registry.Watches, "registry")
         # Set when the server shuts down: every watch then ends cleanly, as kube's do.
         self.closing = asyncio.Event()
         self._closing_waiter: asyncio.Future | None = None
@@ -66,8 +66,8 @@ class WatchHandler:
         """Stream the watch; `started` is called once the 200 is out (the APF seat is then released)."""
         t = time.perf_counter()
         deadline = asyncio.get_running_loop().time() + timeout
-        call = self.registry.Watch(req)
-        first: asyncio.Future = asyncio.ensure_future(call.read())
+        frames = self.watches.watch(req)
+        first: asyncio.Future = asyncio.ensure_future(anext(frames, None))
         pump: asyncio.Task[None] | None = None
         try:
             waiters: set[asyncio.Future] = {first}
@@ -78,14 +78,11 @@ class WatchHandler:
             if ctx.disconnected is not None and ctx.disconnected.done():
                 raise ClientDisconnected()
             if first.done() and first.exception() is not None:
-                exc = first.exception()
-                if isinstance(exc, grpc.aio.AioRpcError):
-                    raise error_from_rpc(exc, "registry")
-                raise exc  # type: ignore[misc]
+                raise first.exception()  # type: ignore[misc] - an APIError: a normal error response
             ctx.timing("registry", t)
             await ctx.start_stream(200, JSON, [(b"cache-control", b"no-cache, private")])
             started()
-            pump = asyncio.ensure_future(self._pump(ctx, call, first))
+            pump = asyncio.ensure_future(self._pump(ctx, frames, first))
             waiters = {pump, self._closing()}
             if ctx.disconnected is not None:
                 waiters.add(ctx.disconnected)
@@ -97,7 +94,6 @@ class WatchHandler:
                 log.warning("watch %s failed: %r", req.resource, pump.exception())
             await ctx.end_stream()
         finally:
-            call.cancel()
             for f in (first, pump):
                 if f is not None and not f.done():
                     f.cancel()
@@ -107,14 +103,14 @@ class WatchHandler:
                         await f
                     except BaseException:  # noqa: BLE001 - only reaping the cancelled reads
                         pass
+            await frames.aclose()  # cancels the watch on the registry stream
 
     @staticmethod
-    async def _pump(ctx: Context, call: grpc.aio.UnaryStreamCall, first: asyncio.Future) -> None:
+    async def _pump(ctx: Context, frames: AsyncIterator[bytes], first: asyncio.Future) -> None:
         try:
             frame = await first
-            while frame is not grpc.aio.EOF:
-                await ctx.write(frame.data + b"\n")
-                frame = await call.read()
-        except grpc.aio.AioRpcError as e:
-            if e.code() != grpc.StatusCode.CANCELLED:
-                await ctx.write(_error_event(e))
+            while frame is not None:
+                await ctx.write(frame + b"\n")
+                frame = await anext(frames, None)
+        except APIError as e:
+            await ctx.write(_error_event(e))

@@ -12,7 +12,7 @@ from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import errors, grpcutil, mux
+from services.common import errors, grpcutil, mux, watchmux
 from services.common.identity import AUTHENTICATED, user_pb
 
 TOKENS = {"alice-token": ("alice", ["dev"]), "admin-token": ("admin", ["system:masters"]),
@@ -185,6 +185,15 @@ class FakeRegistry(rgrpc.RegistryServicer):
             await asyncio.sleep(3600)
         finally:
             self.watch_cancelled.set()
+
+    async def Watches(self, request_iterator, context):
+        """The proxy's watches, multiplexed (the real server side over this fake's Watch)."""
+        async def start(wid, raw, sink):
+            async for frame in self.Watch.__wrapped__(self, rpb.APIRequest.FromString(raw), context):
+                sink.send(wid, frame.data)
+
+        async for batch in watchmux.serve(request_iterator, start):
+            yield batch
 
     async def Discovery(self, request, context):
         return rpb.DiscoveryResponse(
