@@ -523,6 +523,8 @@ async def _watch_fanout_https(stack: Stack, watchers: int, rate: float, seconds:
         if time.monotonic() > deadline:
             raise RuntimeError("HTTPS watchers did not register within 60 s")
         await asyncio.sleep(0.2)
+    while any(not r.status for r in readers) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)  # the 200 comes once the registry has started the watch
     if bad := [r.status for r in readers if not r.status.startswith(b"HTTP/1.1 200")]:
         raise RuntimeError(f"watch refused: {bad[0]!r}")
 

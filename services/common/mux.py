@@ -42,6 +42,28 @@ async def _batches(queue: asyncio.Queue[pb.Frame | None]) -> AsyncIterator[pb.Fr
             return
 
 
+async def _answer_batches(
+        queue: asyncio.Queue[tuple[int, bytes, pb.Status | None] | None]) -> AsyncIterator[pb.Frames]:
+    """_batches for answers: each frame is built in the batch message itself (a large answer is
+    copied once, not into a Frame and again into the Frames)."""
+    while (first := await queue.get()) is not None:
+        batch = pb.Frames()
+        add = batch.frames.add
+        item: tuple[int, bytes, pb.Status | None] | None = first
+        while item is not None:
+            fid, payload, error = item
+            if error is None:
+                add(id=fid, payload=payload)
+            else:
+                add(id=fid, error=error)
+            if queue.empty():
+                break
+            item = queue.get_nowait()
+        yield batch
+        if item is None:
+            return
+
+
 class _Stream:
     """One open Calls stream: its outgoing queue and the gRPC call reading its answers."""
 
@@ -123,7 +145,8 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
     methods maps a method name to (request class, the undecorated unary implementation). An
     implementation may return bytes: the response already serialized, sent as they are.
     """
-    out: asyncio.Queue[pb.Frame | None] = asyncio.Queue()
+    # (id, payload, error): the answer is copied once, into the batch message (_answer_batches)
+    out: asyncio.Queue[tuple[int, bytes, pb.Status | None] | None] = asyncio.Queue()
     tasks: set[asyncio.Task[None]] = set()
 
     async def run(frame: pb.Frame) -> None:
@@ -135,14 +158,14 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
             req_cls, fn = entry
             resp = await fn(req_cls.FromString(frame.payload), context)
             payload = resp if type(resp) is bytes else resp.SerializeToString()
-            await out.put(pb.Frame(id=frame.id, payload=payload))
+            out.put_nowait((frame.id, payload, None))
         except APIError as e:
-            await out.put(pb.Frame(id=frame.id, error=e.to_pb()))
+            out.put_nowait((frame.id, b"", e.to_pb()))
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - a failing call is a 500 for that call only
             log.exception("mux call %s failed", frame.method)
-            await out.put(pb.Frame(id=frame.id, error=InternalError(f"{type(e).__name__}: {e}").to_pb()))
+            out.put_nowait((frame.id, b"", InternalError(f"{type(e).__name__}: {e}").to_pb()))
 
     async def pump() -> None:
         try:
@@ -154,11 +177,11 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
         finally:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
-            await out.put(None)
+            out.put_nowait(None)
 
     reader = asyncio.create_task(pump())
     try:
-        async for batch in _batches(out):
+        async for batch in _answer_batches(out):
             yield batch
     finally:
         reader.cancel()

@@ -230,8 +230,8 @@ class Cacher:
         self.store: dict[str, bytes] = {}
         # key -> labels and fields, only for objects whose key does not tell them (selection_of)
         self.selection: dict[str, Selection] = {}
-        # key -> (the object's bytes it was rendered from, its JSON); valid while store[key] is those bytes
-        self.json: dict[str, tuple[bytes, bytes]] = {}
+        # key -> the JSON of store[key]; an entry goes as soon as the object changes (_forget_json)
+        self.json: dict[str, bytes] = {}
         self.json_budget = json_budget or JSONBudget()
         self._sorted: list[str] | None = None  # the store's keys in order, kept while it is in use
         self.kind = ""  # the kind of the objects last seen (metrics)
@@ -478,20 +478,18 @@ class Cacher:
         stored without them; such JSON is not kept)."""
         self._check_broken(prefix)
         store, selection, cache = self.store, self.selection, self.json
+        keys = self._keys(prefix)
+        if not pred.empty:
+            keys = [k for k in keys if k in store and matches(pred, k, selection.get(k))]
+        elif not prefix.endswith("/"):
+            keys = [k for k in keys if k in store]
         get = cache.get
-        out: list[bytes] = []
-        append = out.append
-        everything = pred.empty
-        for key in self._keys(prefix):
-            data = store.get(key)
-            if data is None or not (everything or matches(pred, key, selection.get(key))):
-                continue
-            e = get(key)
-            if e is not None and e[0] is data:
-                append(e[1])
-            else:
-                append(self._render(key, data, kind, api_version))
-        return b",".join(out)
+        out = [get(k) for k in keys]
+        if None in out:
+            for i, js in enumerate(out):
+                if js is None:
+                    out[i] = self._render(keys[i], store[keys[i]], kind, api_version)
+        return b",".join(out)  # type: ignore[arg-type]
 
     def _render(self, key: str, data: bytes, kind: str, api_version: str) -> bytes:
         obj = pb.Object.FromString(data)
@@ -506,20 +504,20 @@ class Cacher:
         cache = self.json
         while budget.used + cost > budget.limit and cache:
             k = next(iter(cache))
-            budget.used -= len(cache.pop(k)[1]) + len(k) + JSONBudget.ENTRY_OVERHEAD
+            budget.used -= len(cache.pop(k)) + len(k) + JSONBudget.ENTRY_OVERHEAD
         if budget.used + cost <= budget.limit:
-            cache[key] = (data, js)
+            cache[key] = js
             budget.used += cost
         return js
 
     def _forget_json(self, key: str) -> None:
-        e = self.json.pop(key, None)
-        if e is not None:
-            self.json_budget.used -= len(e[1]) + len(key) + JSONBudget.ENTRY_OVERHEAD
+        js = self.json.pop(key, None)
+        if js is not None:
+            self.json_budget.used -= len(js) + len(key) + JSONBudget.ENTRY_OVERHEAD
 
     def _clear_json(self) -> None:
         budget = self.json_budget
-        for k, (_, js) in self.json.items():
+        for k, js in self.json.items():
             budget.used -= len(js) + len(k) + JSONBudget.ENTRY_OVERHEAD
         self.json = {}
 

@@ -186,9 +186,9 @@ def test_snapshot_json_renders_once_per_object_version(cacher):
     expected = [envelope.to_json(pb.Object.FromString(d)) for d in cacher.snapshot(PREFIX, SelectionPredicate())]
     assert blob == b",".join(expected)
     assert orjson.loads(b"[" + blob + b"]")[1]["metadata"]["resourceVersion"] == "11"
-    kept = cacher.json[f"{PREFIX}ns/a"][1]
+    kept = cacher.json[f"{PREFIX}ns/a"]
     assert cacher.snapshot_json(PREFIX, SelectionPredicate(), "Pod", "v1") == blob
-    assert cacher.json[f"{PREFIX}ns/a"][1] is kept  # served again without rendering
+    assert cacher.json[f"{PREFIX}ns/a"] is kept  # served again without rendering
     assert json_names(cacher.snapshot_json(PREFIX, SelectionPredicate.parse("app=web", ""), "Pod", "v1")) == ["b"]
     assert json_names(cacher.snapshot_json(f"{PREFIX}ns/a", SelectionPredicate(), "Pod", "v1")) == ["a"]
     assert cacher.snapshot_json(f"{PREFIX}other/", SelectionPredicate(), "Pod", "v1") == b""
