@@ -52,11 +52,11 @@ from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
 from services.common.envelope import to_json
 from services.common.grpcutil import CHANNEL_OPTIONS
+from services.common.runtime import tune_malloc
 from services.storage.codec import decode as codec_decode
 from services.storage.codec import encode as codec_encode
 from services.storage.etcd import op_put
 from tools.bench import HELLO_PORT, Conn, client_ctx, cpu_seconds, start_hello, wait_hello
-from services.common.runtime import tune_malloc
 from tools.run import Stack
 
 TXN_OPS = 128          # etcd's default --max-txn-ops
@@ -106,7 +106,7 @@ def configmap(ns: str, name: str, data: dict[str, str], created: str) -> pb.Obje
 
 
 def now_rfc3339() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def key_of(obj: pb.Object) -> str:
@@ -156,7 +156,7 @@ def storage_channel(stack: Stack, own_connection: bool = False) -> grpc.aio.Chan
 def storage_metric(stack: Stack, name: str, resource: str = "configmaps") -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{stack.health_port('storage')}/metrics", timeout=5) as r:
         text = r.read().decode()
-    m = re.search(rf'^{name}\{{resource="{resource}"\}} ([0-9.e+-]+)$', text, re.M)
+    m = re.search(rf'^{name}\{{resource="{resource}"\}} ([0-9.e+-]+)$', text, re.MULTILINE)
     return float(m.group(1)) if m else 0.0
 
 
@@ -261,7 +261,7 @@ async def _list_10k(stack: Stack, n: int, reps: int) -> dict[str, Any]:
                   etcd_write_seconds=round(write_s, 2), goal_ratio=2.0)
 
 
-def list_10k(stack: Stack, n: int = 10_000, reps: int = 5) -> dict[str, Any]:
+def list_10k(stack: Stack, n: int = 10_000, reps: int = 10) -> dict[str, Any]:
     """LIST of 10,000 configmaps through the proxy vs orjson-encoding them in-process."""
     return asyncio.run(_list_10k(stack, n, reps))
 
@@ -277,6 +277,47 @@ async def settle(pid: int, limit: float = 20.0) -> float:
         if cpu_seconds(pid) - c0 < 0.1:
             break
     return round(time.perf_counter() - t0, 1)
+
+
+async def write_paced(stub: sgrpc.StorageStub, ns: str, total: int, rate: float, drain: float,
+                      done: asyncio.Event, ack: list[float], write_errors: list[str]) -> float:
+    """Create `total` configmaps in ns at `rate` per second, each carrying the time of its write
+    (data.t), then wait for the writes and for `done`, bounded: whatever has not arrived `drain`
+    seconds after the last write counts as missing. The seconds the writes took to send."""
+    created = now_rfc3339()
+    run = uuid.uuid4().hex[:6]  # names unique per run, so the bench can be repeated on one stack
+    inflight: set[asyncio.Task] = set()
+
+    async def write(i: int) -> None:
+        ts = time.time()
+        obj = configmap(ns, f"w-{run}-{i:05d}", {"t": repr(ts), "pad": "x" * 60}, created)
+        try:
+            await stub.Create(spb.CreateRequest(key=key_of(obj), object=obj), timeout=drain)
+        except grpc.aio.AioRpcError as e:
+            write_errors.append(e.code().name)
+            return
+        ack.append(time.time() - ts)
+
+    t0 = time.perf_counter()
+    try:
+        for i in range(total):
+            await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
+            task = asyncio.create_task(write(i))
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
+        write_elapsed = time.perf_counter() - t0
+        end = time.perf_counter() + drain
+        if inflight:
+            await asyncio.wait(set(inflight), timeout=drain)
+        try:
+            await asyncio.wait_for(done.wait(), max(0.1, end - time.perf_counter()))
+        except TimeoutError:
+            pass
+    finally:
+        for t in list(inflight):
+            t.cancel()
+        await asyncio.gather(*inflight, return_exceptions=True)
+    return write_elapsed
 
 
 async def _watch_fanout(stack: Stack, watchers: int, rate: float, seconds: float,
@@ -379,44 +420,17 @@ async def _watch_fanout(stack: Stack, watchers: int, rate: float, seconds: float
                 t.result()
         await asyncio.sleep(0.2)
 
-    created = now_rfc3339()
-    run = uuid.uuid4().hex[:6]  # names unique per run, so the bench can be repeated on one stack
     ack: list[float] = []
     write_errors: list[str] = []
-    inflight: set[asyncio.Task] = set()
-
-    async def write(i: int) -> None:
-        ts = time.time()
-        obj = configmap(ns, f"w-{run}-{i:05d}", {"t": repr(ts), "pad": "x" * 60}, created)
-        try:
-            await stub.Create(spb.CreateRequest(key=key_of(obj), object=obj), timeout=drain)
-        except grpc.aio.AioRpcError as e:
-            write_errors.append(e.code().name)
-            return
-        ack.append(time.time() - ts)
-
     cpu0, client0, t0 = cpu_seconds(storage_pid), time.process_time(), time.perf_counter()
-    for i in range(total):
-        await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
-        task = asyncio.create_task(write(i))
-        inflight.add(task)
-        task.add_done_callback(inflight.discard)
-    write_elapsed = time.perf_counter() - t0
-    # Bounded: whatever has not arrived `drain` seconds after the last write is counted as missing.
-    end = time.perf_counter() + drain
-    if inflight:
-        await asyncio.wait(set(inflight), timeout=drain)
-    try:
-        await asyncio.wait_for(done.wait(), max(0.1, end - time.perf_counter()))
-    except TimeoutError:
-        pass
+    write_elapsed = await write_paced(stub, ns, total, rate, drain, done, ack, write_errors)
     elapsed = time.perf_counter() - t0
     cpu = cpu_seconds(storage_pid) - cpu0
     client_cpu = time.process_time() - client0
     terminated = storage_metric(stack, "apiserver_terminated_watchers_total")
-    for t in tasks + list(inflight):
+    for t in tasks:
         t.cancel()
-    await asyncio.gather(*tasks, *inflight, return_exceptions=True)
+    await asyncio.gather(*tasks, return_exceptions=True)
     for c in chans + [writer_chan]:
         await c.close()
     # Leave the storage service as found: its watchers gone and its CPU idle (bounded).
@@ -528,33 +542,10 @@ async def _watch_fanout_https(stack: Stack, watchers: int, rate: float, seconds:
     if bad := [r.status for r in readers if not r.status.startswith(b"HTTP/1.1 200")]:
         raise RuntimeError(f"watch refused: {bad[0]!r}")
 
-    created = now_rfc3339()
-    run = uuid.uuid4().hex[:6]
     cpu0 = {n: cpu_seconds(p) for n, p in pids.items() if p}
     client0, t0 = time.process_time(), time.perf_counter()
-    inflight: set[asyncio.Task] = set()
     errors_: list[str] = []
-
-    async def write(i: int) -> None:
-        obj = configmap(ns, f"w-{run}-{i:05d}", {"t": repr(time.time()), "pad": "x" * 60}, created)
-        try:
-            await stub.Create(spb.CreateRequest(key=key_of(obj), object=obj), timeout=drain)
-        except grpc.aio.AioRpcError as e:
-            errors_.append(e.code().name)
-
-    for i in range(total):
-        await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
-        task = asyncio.create_task(write(i))
-        inflight.add(task)
-        task.add_done_callback(inflight.discard)
-    write_elapsed = time.perf_counter() - t0
-    end = time.perf_counter() + drain
-    if inflight:
-        await asyncio.wait(set(inflight), timeout=drain)
-    try:
-        await asyncio.wait_for(done.wait(), max(0.1, end - time.perf_counter()))
-    except TimeoutError:
-        pass
+    write_elapsed = await write_paced(stub, ns, total, rate, drain, done, [], errors_)
     elapsed = time.perf_counter() - t0
     cpu = {n: round(cpu_seconds(p) - cpu0[n], 2) for n, p in pids.items() if p}
     client_cpu = time.process_time() - client0
