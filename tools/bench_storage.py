@@ -279,6 +279,19 @@ async def settle(pid: int, limit: float = 20.0) -> float:
     return round(time.perf_counter() - t0, 1)
 
 
+async def read_stream(call: Any, on_message: Any) -> None:
+    """Read a gRPC stream until it ends; its cancellation (by us) is not an error."""
+    try:
+        async for message in call:
+            on_message(message)
+    except grpc.aio.AioRpcError as e:
+        if e.code() != grpc.StatusCode.CANCELLED:
+            raise
+    except asyncio.CancelledError:
+        call.cancel()
+        raise
+
+
 async def write_paced(stub: sgrpc.StorageStub, ns: str, total: int, rate: float, drain: float,
                       done: asyncio.Event, ack: list[float], write_errors: list[str]) -> float:
     """Create `total` configmaps in ns at `rate` per second, each carrying the time of its write
@@ -373,20 +386,15 @@ async def _watch_fanout(stack: Stack, watchers: int, rate: float, seconds: float
                 yield ctl
                 await quit_.wait()
 
-            call = opens[c](controls())
+            def on_batch(batch: pb.WatchBatch) -> None:
+                now = time.time()
+                for d in batch.deliveries:
+                    record(d.event, now, d.ids)
+                if batch.ended:
+                    raise RuntimeError(f"{len(batch.ended)} watches ended by the server")
+
             try:
-                async for batch in call:
-                    now = time.time()
-                    for d in batch.deliveries:
-                        record(d.event, now, d.ids)
-                    if batch.ended:
-                        raise RuntimeError(f"{len(batch.ended)} watches ended by the server")
-            except grpc.aio.AioRpcError as e:
-                if e.code() != grpc.StatusCode.CANCELLED:
-                    raise
-            except asyncio.CancelledError:
-                call.cancel()
-                raise
+                await read_stream(opens[c](controls()), on_batch)
             finally:
                 quit_.set()
 
@@ -399,16 +407,7 @@ async def _watch_fanout(stack: Stack, watchers: int, rate: float, seconds: float
                                   response_deserializer=None) for c in chans]
 
         async def watch(k: int) -> None:
-            call = singles[k % channels](req)
-            try:
-                async for raw in call:
-                    record(raw, time.time(), (k,))
-            except grpc.aio.AioRpcError as e:
-                if e.code() != grpc.StatusCode.CANCELLED:
-                    raise
-            except asyncio.CancelledError:
-                call.cancel()
-                raise
+            await read_stream(singles[k % channels](req), lambda raw: record(raw, time.time(), (k,)))
 
         tasks = [asyncio.create_task(watch(k)) for k in range(watchers)]
     deadline = time.monotonic() + 30
