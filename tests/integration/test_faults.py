@@ -160,3 +160,24 @@ def test_storage_kill_9_and_restart(private):
         assert ev["object"]["code"] == 410
     got = c.get(f"{CM}/s-after")
     assert got.status_code == 200 and got.json()["metadata"]["uid"] == created["metadata"]["uid"]
+
+
+def test_registry_kill_9_and_restart(private):
+    """Every client watch shares the proxy's one Watches stream to the registry: when the registry
+    dies, each of them ends (an ERROR Status or the end of the stream), and once it is back new
+    watches and requests work without restarting the proxy."""
+    stack, c = private
+    first = create_until_ok(c, "r-before", 30)
+    watches = [Watch(c, first["metadata"]["resourceVersion"]) for _ in range(3)]
+    time.sleep(0.5)
+    os.killpg(stack.pid("registry"), signal.SIGKILL)
+    for w in watches:
+        assert w.ended.wait(15), "a watch was not ended when the registry died"
+        errors = [ev for ev in w.events if ev["type"] == "ERROR"]
+        assert all(ev["object"]["code"] in (500, 503, 504) for ev in errors), errors
+    stack.spawn("registry")
+    assert not stack.wait(["registry"], 30)
+    created = create_until_ok(c, "r-after", 30)
+    w = Watch(c, first["metadata"]["resourceVersion"])
+    assert names(w.wait_for(lambda ev: names(ev) == "r-after", 20)) == "r-after"
+    assert c.get(f"{CM}/r-after").json()["metadata"]["uid"] == created["metadata"]["uid"]
