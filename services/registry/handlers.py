@@ -5,7 +5,7 @@ import copy
 import logging
 import random
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +50,8 @@ class Response:
     code: int
     body: bytes
     warnings: list[str] = field(default_factory=list)
+    # The body's continuation after `body`, in parts as they come (APIRequest.chunked lists).
+    more: AsyncIterator[bytes] | None = None
 
 
 @dataclass
@@ -362,8 +364,16 @@ class Handlers:
         # Storage answers with the items' JSON, rendered once per object version in its watch cache.
         req = self.list_request(r)
         req.json, req.kind, req.api_version = True, info.kind, info.api_version
-        raw = await self.store.list_raw(info, req, r.timing)
-        return Response(200, _splice_json_list(info, _list_meta(raw), raw.json_items))
+        if not r.req.chunked:
+            raw = await self.store.list_raw(info, req, r.timing)
+            return Response(200, _splice_json_list(info, _list_meta(raw), raw.json_items))
+        # In parts, passed on as they arrive: the next process starts on the first while the rest
+        # is still on its way (mux.Streamed).
+        req.chunked = True
+        parts = self.store.list_parts(info, req, r.timing)
+        first = await anext(parts)
+        head = _list_head(info, _list_meta(first))
+        return Response(200, head + first.json_items, more=_rest(parts, bool(first.json_items)))
 
     @staticmethod
     def list_json(info: ResourceInfo, meta: Obj, items: list[pb.Object]) -> bytes:
@@ -719,8 +729,21 @@ def _splice_list(info: ResourceInfo, meta: Obj, items: list[bytes]) -> bytes:
 
 def _splice_json_list(info: ResourceInfo, meta: Obj, items: bytes) -> bytes:
     """The list object around its items' JSON (comma-separated)."""
-    head = _json({"kind": info.list_kind, "apiVersion": info.api_version, "metadata": meta})
-    return b"".join((head[:-1], b',"items":[', items, b"]}"))
+    return b"".join((_list_head(info, meta), items, b"]}"))
+
+
+def _list_head(info: ResourceInfo, meta: Obj) -> bytes:
+    """The list object up to its first item: `{"kind":...,"metadata":{...},"items":[`."""
+    return _json({"kind": info.list_kind, "apiVersion": info.api_version, "metadata": meta})[:-1] + b',"items":['
+
+
+async def _rest(parts: AsyncIterator[spb.RawListResponse], started: bool) -> AsyncIterator[bytes]:
+    """The items after the first part, then the end of the list."""
+    async for part in parts:
+        if part.json_items:
+            yield b"," + part.json_items if started else part.json_items
+            started = True
+    yield b"]}"
 
 
 def _with_namespace(req: rpb.APIRequest, ns: str) -> rpb.APIRequest:

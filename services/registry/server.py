@@ -12,6 +12,7 @@ from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import errors, grpcutil, mux, watchmux
+from services.common.protowire import bytes_field
 
 from . import discovery, openapi, watch
 from .catalogue import Catalogue
@@ -35,20 +36,36 @@ def discovery_response(catalogue: Catalogue) -> rpb.DiscoveryResponse:
     )
 
 
+async def _parts(first: rpb.APIResponse, more: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """An answer in parts (APIRequest.chunked): the first APIResponse, then one holding only the
+    body's next part for each part (field 2, written by hand: one copy of a large part)."""
+    yield first.SerializeToString()
+    async for part in more:
+        yield b"".join(bytes_field(2, part))
+
+
 class RegistryServicer(rgrpc.RegistryServicer):
     def __init__(self, handlers: Handlers) -> None:
         self.handlers = handlers
         self._discovery = discovery_response(handlers.catalogue)
-        self._mux_methods = mux.unary_methods(self, {"Handle": rpb.APIRequest})
+        self._mux_methods = {"Handle": (rpb.APIRequest, self._handle)}
 
     @grpcutil.api_method
     async def Handle(self, request: rpb.APIRequest, context: grpc.aio.ServicerContext) -> rpb.APIResponse:
+        request.chunked = False  # an answer in parts exists only on the Calls stream
+        return await self._handle(request, context)  # type: ignore[return-value]
+
+    async def _handle(self, request: rpb.APIRequest, context: grpc.aio.ServicerContext
+                      ) -> rpb.APIResponse | mux.Streamed:
         t0 = time.perf_counter()
         code = 500
         try:
             resp, timing = await self.handlers.handle(request)
             code = resp.code
-            return rpb.APIResponse(code=resp.code, body=resp.body, warnings=resp.warnings, timing=timing)
+            out = rpb.APIResponse(code=resp.code, body=resp.body, warnings=resp.warnings, timing=timing)
+            if resp.more is None:
+                return out
+            return mux.Streamed(_parts(out, resp.more))
         except errors.APIError as e:
             code = e.code
             raise

@@ -92,6 +92,19 @@ class Store:
         """list, with the items left serialized (the same answer read as a RawListResponse)."""
         return await self._call("list", info, "List", req, timing, spb.RawListResponse)
 
+    async def list_parts(self, info: ResourceInfo, req: spb.ListRequest,
+                         timing: Timing | None = None) -> AsyncIterator[spb.RawListResponse]:
+        """list with req.chunked: the answer's parts as they arrive (the first has the list's metadata)."""
+        t0 = time.perf_counter()
+        try:
+            async for payload, _ in self.calls.call_stream("List", req, timeout=self.timeout):
+                yield spb.RawListResponse.FromString(payload)
+        finally:
+            dt = time.perf_counter() - t0
+            STORAGE_DURATION.labels("list", info.plural).observe(dt)
+            if timing is not None:
+                timing["storage"] = timing.get("storage", 0.0) + dt * 1000
+
     async def list_all(self, info: ResourceInfo, prefix: str, label_selector: str = "",
                        field_selector: str = "") -> list[pb.Object]:
         """Every object under prefix, following continue tokens."""

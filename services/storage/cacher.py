@@ -476,6 +476,11 @@ class Cacher:
     def snapshot_json(self, prefix: str, pred: SelectionPredicate, kind: str, api_version: str) -> bytes:
         """snapshot's objects as their JSON, comma-separated (kind and api_version fill in an object
         stored without them; such JSON is not kept)."""
+        return b",".join(self.snapshot_json_items(prefix, pred, kind, api_version))
+
+    def snapshot_json_items(self, prefix: str, pred: SelectionPredicate, kind: str,
+                            api_version: str) -> list[bytes]:
+        """snapshot's objects as their JSON, one item each."""
         self._check_broken(prefix)
         store, selection, cache = self.store, self.selection, self.json
         keys = self._keys(prefix)
@@ -489,7 +494,7 @@ class Cacher:
             for i, js in enumerate(out):
                 if js is None:
                     out[i] = self._render(keys[i], store[keys[i]], kind, api_version)
-        return b",".join(out)  # type: ignore[arg-type]
+        return out  # type: ignore[return-value]
 
     def _render(self, key: str, data: bytes, kind: str, api_version: str) -> bytes:
         obj = pb.Object.FromString(data)

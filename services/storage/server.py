@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from aetcd import rpc
@@ -15,12 +16,12 @@ from apiary_pb import storage_pb2_grpc as sgrpc
 from services.common import envelope, errors, mux, watchmux
 from services.common.errors import BadRequest, Gone, RequestEntityTooLarge, Timeout
 from services.common.grpcutil import api_method, api_stream
+from services.common.protowire import bytes_field
 from services.common.selectors import SelectionPredicate
 
 from . import metrics
-from .codec import Codec
 from .cacher import ADDED, BOOKMARK, ERROR, Cacher, Cachers, CacheWatcher, too_large
-from .codec import STALE_FIELD
+from .codec import STALE_FIELD, Codec
 from .codec import encode as codec_encode
 from .encryption import NeedsDEK
 from .etcd import (
@@ -36,7 +37,7 @@ from .etcd import (
     op_txn,
 )
 from .keys import decode_continue, encode_continue, key_info, range_end, resource_label, resource_prefix
-from .wire import field, serialize, varint, watch_event
+from .wire import field, serialize, watch_event
 
 EXPIRED_CONTINUE = (
     "The provided continue parameter is too old to display a consistent list result. You can start a "
@@ -99,6 +100,23 @@ def parse_rv(value: str, what: str = "resourceVersion") -> int:
     return rv
 
 
+def json_parts(head: bytes, items: list[bytes], size: int = mux.PART_BYTES) -> list[bytes]:
+    """RawListResponses of about `size` bytes of items each, the first starting with head (its
+    resource_version field): a LIST's answer in parts (ListRequest.chunked)."""
+    parts: list[bytes] = []
+    start, n = 0, 0
+    for i, item in enumerate(items):
+        n += len(item) + 1
+        if n >= size:
+            js = b",".join(items[start:i + 1])
+            parts.append(b"".join((head if not parts else b"", *bytes_field(5, js))))
+            start, n = i + 1, 0
+    if start < len(items) or not parts:
+        js = b",".join(items[start:])
+        parts.append(b"".join((head if not parts else b"", *bytes_field(5, js))))
+    return parts
+
+
 def _with_kind(obj: pb.Object, request: spb.ListRequest) -> pb.Object:
     if not obj.kind:
         obj.kind, obj.api_version = request.kind, request.api_version
@@ -122,9 +140,14 @@ def bookmark(rv: int, initial_events_end: bool = False) -> pb.WatchEvent:
 def add_to_server(servicer: StorageServicer, server: grpc.aio.Server) -> None:
     """sgrpc.add_StorageServicer_to_server, except that every response serializer passes bytes through:
     Get, List and Watch answer from the watch cache with already-serialized messages (wire.py)."""
+    async def list_unary(request: spb.ListRequest, context: grpc.aio.ServicerContext) -> Any:
+        request.chunked = False  # an answer in parts exists only on the Calls stream
+        return await servicer.List(request, context)
+
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(
-            getattr(servicer, name), request_deserializer=req.FromString, response_serializer=serialize
+            list_unary if name == "List" else getattr(servicer, name),
+            request_deserializer=req.FromString, response_serializer=serialize,
         )
         for name, req in (
             ("Create", spb.CreateRequest), ("Get", spb.GetRequest), ("List", spb.ListRequest),
@@ -380,9 +403,13 @@ class StorageServicer(sgrpc.StorageServicer):
                 cacher = await self._fresh_cacher(prefix, minimum)
             if cacher is not None:
                 if request.json:
-                    js = cacher.snapshot_json(prefix, pred, request.kind, request.api_version)
+                    items = cacher.snapshot_json_items(prefix, pred, request.kind, request.api_version)
+                    rv = field(2, str(cacher.rev).encode())
+                    if request.chunked:
+                        return mux.Streamed(json_parts(rv, items))
+                    js = b",".join(items)
                     # RawListResponse{resource_version, json_items} by hand: one copy of a large answer
-                    return b"".join((field(2, str(cacher.rev).encode()), varint(5 << 3 | 2), varint(len(js)), js))
+                    return b"".join((rv, *bytes_field(5, js)))
                 items = cacher.snapshot(prefix, pred)
                 if prefix == cacher.prefix and pred.empty:
                     metrics.STORAGE_OBJECTS.labels(resource).set(len(items))

@@ -10,21 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.common.protowire import field, varint
+
 from .codec import STALE_FIELD
 
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def field(tag: int, payload: bytes) -> bytes:
-    """A length-delimited field (tag is the field number)."""
-    return varint(tag << 3 | 2) + varint(len(payload)) + payload
+__all__ = ["STALE_SUFFIX", "field", "serialize", "varint", "watch_event"]
 
 
 _TYPES: dict[str, bytes] = {}

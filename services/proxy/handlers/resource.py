@@ -49,13 +49,43 @@ class ResourceHandler:
 
     async def handle(self, ctx: Context, req: rpb.APIRequest, output: Output) -> None:
         t = time.perf_counter()
+        if req.verb == "list" and output.format == "json" and not req.table:
+            await self._handle_parts(ctx, req, output, t)
+            return
         resp = await ctx.race(self.calls.call("Handle", req, timeout=self.timeout))
         ctx.timing("registry", t)
-        for stage, ms in resp.timing.items():
-            ctx.timings.append((stage, ms))
-        headers = warning_headers(resp.warnings) if resp.warnings else []
-        headers.append((b"cache-control", b"no-cache, private"))
+        headers = self._headers(ctx, resp)
         body = resp.body
         if output.format == "yaml" and body:
             body = json_to_yaml(body)
         await ctx.respond(resp.code or 200, body, output.content_type, headers)
+
+    @staticmethod
+    def _headers(ctx: Context, resp: rpb.APIResponse) -> list[tuple[bytes, bytes]]:
+        for stage, ms in resp.timing.items():
+            ctx.timings.append((stage, ms))
+        headers = warning_headers(resp.warnings) if resp.warnings else []
+        headers.append((b"cache-control", b"no-cache, private"))
+        return headers
+
+    async def _handle_parts(self, ctx: Context, req: rpb.APIRequest, output: Output, t: float) -> None:
+        """A JSON list, sent on as its parts arrive from the registry (APIRequest.chunked): the
+        client receives the first items while the registry and storage still work on the rest.
+        A failure after the first part cuts the response off (the client sees it incomplete)."""
+        req.chunked = True
+        parts = self.calls.call_stream("Handle", req, timeout=self.timeout)
+        try:
+            payload, more = await ctx.race(anext(parts))
+            ctx.timing("registry", t)
+            resp = rpb.APIResponse.FromString(payload)
+            headers = self._headers(ctx, resp)
+            if not more:
+                await ctx.respond(resp.code or 200, resp.body, output.content_type, headers)
+                return
+            await ctx.start_stream(resp.code or 200, output.content_type, headers)
+            await ctx.write(resp.body)
+            async for payload, _ in parts:
+                await ctx.write(rpb.APIResponse.FromString(payload).body)
+            await ctx.end_stream()
+        finally:
+            await parts.aclose()

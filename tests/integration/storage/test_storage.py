@@ -666,3 +666,26 @@ async def test_watches_multiplexed_on_one_stream(stub):
         async for _ in client.watch(spb.WatchRequest(prefix=prefix, label_selector="a in (")):
             pass
     await client.close()
+
+
+async def test_list_as_json_in_parts_on_the_calls_stream(stub):
+    """ListRequest.chunked on the Calls stream: parts of about mux.PART_BYTES, the first with the
+    revision, whole items in each; together the same items as the answer in one piece."""
+    import orjson
+
+    from services.common import mux
+
+    r = new_resource()
+    prefix = f"/registry/{r}/"
+    body = orjson.dumps({"data": {"pad": "x" * 2000}})
+    await asyncio.gather(*(create(stub, f"{prefix}ns/o{i:03d}", make(f"o{i:03d}", "ns", body=body))
+                           for i in range(200)))
+    calls = mux.MuxClient(stub.Calls, "storage", {"List": spb.RawListResponse})
+    req = spb.ListRequest(prefix=prefix, resource_version="0", json=True, chunked=True)
+    parts = [(spb.RawListResponse.FromString(p), more) async for p, more in calls.call_stream("List", req)]
+    assert len(parts) >= 2 and [m for _, m in parts] == [True] * (len(parts) - 1) + [False]
+    assert parts[0][0].resource_version and not any(p.resource_version for p, _ in parts[1:])
+    items = [o for p, _ in parts for o in orjson.loads(b"[" + p.json_items + b"]")]
+    assert [o["metadata"]["name"] for o in items] == [f"o{i:03d}" for i in range(200)]
+    whole = await call(stub.List(spb.ListRequest(prefix=prefix, resource_version="0", json=True, chunked=True)))
+    assert orjson.loads(b"[" + whole.json_items + b"]") == items  # unary: always one piece

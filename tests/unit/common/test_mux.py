@@ -20,6 +20,17 @@ class Echo(rgrpc.RegistryServicer):
             raise not_found("configmaps", "", "missing")
         if request.name == "boom":
             raise RuntimeError("boom")
+        if request.name.startswith("parts-"):
+            n = int(request.query["parts"])
+            size = int(request.query.get("size", "10"))
+
+            async def parts():
+                for i in range(n):
+                    if request.name == "parts-fail" and i == 2:
+                        raise not_found("configmaps", "", "gone")
+                    await asyncio.sleep(0)
+                    yield bytes([65 + i]) * size
+            return mux.Streamed(parts() if request.query.get("async") else [bytes([65 + i]) * size for i in range(n)])
         await asyncio.sleep(float(request.query.get("sleep", "0")))
         return rpb.APIResponse(code=200, body=request.name.encode())
 
@@ -87,6 +98,40 @@ async def test_peer_restart_fails_pending_and_recovers():
             except ServiceUnavailable:
                 await asyncio.sleep(0.1)
         assert resp.body == b"back"
+    finally:
+        await channel.close()
+        await server.stop(None)
+
+
+async def test_answers_in_parts():
+    """mux.Streamed: each part its own frame, read as they come by call_stream; an error after some
+    parts ends the stream with it; a one-part answer and a plain answer are one item."""
+    port = free_port()
+    server = await start(port)
+    channel = grpcutil.make_channel(None, f"127.0.0.1:{port}")
+    client = mux.MuxClient(rgrpc.RegistryStub(channel).Calls, "registry", {"Handle": rpb.APIResponse})
+    try:
+        async def read(name: str, **query: str) -> list[tuple[bytes, bool]]:
+            return [p async for p in client.call_stream("Handle", rpb.APIRequest(name=name, query=query))]
+
+        assert await read("parts-list", parts="3") == [(b"A" * 10, True), (b"B" * 10, True), (b"C" * 10, False)]
+        assert await read("parts-async", parts="4", **{"async": "1"}) == [
+            (b"A" * 10, True), (b"B" * 10, True), (b"C" * 10, True), (b"D" * 10, False)]
+        assert await read("parts-one", parts="1") == [(b"A" * 10, False)]
+        assert await read("parts-none", parts="0") == [(b"", False)]
+        plain = await read("x")
+        assert len(plain) == 1 and not plain[0][1] and rpb.APIResponse.FromString(plain[0][0]).body == b"x"
+        got: list[bytes] = []
+        with pytest.raises(NotFound):
+            async for part, _ in client.call_stream("Handle", rpb.APIRequest(name="parts-fail", query={
+                    "parts": "5", "async": "1"})):
+                got.append(part)
+        assert got == [b"A" * 10, b"B" * 10]
+        # large parts travel in separate stream messages, and calls in between still get through
+        big = asyncio.create_task(read("parts-big", parts="8", size=str(mux.PART_BYTES)))
+        small = await asyncio.gather(*(client.call("Handle", rpb.APIRequest(name=f"s{i}")) for i in range(5)))
+        assert [r.body for r in small] == [f"s{i}".encode() for i in range(5)]
+        assert [len(p) for p, _ in await big] == [mux.PART_BYTES] * 8
     finally:
         await channel.close()
         await server.stop(None)

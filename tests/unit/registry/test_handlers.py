@@ -478,3 +478,24 @@ async def test_watch_error_and_table(handlers, api):
     ev = orjson.loads(await asyncio.wait_for(nxt, 1))
     assert ev["object"]["kind"] == "Table" and len(ev["object"]["rows"]) == 1
     await it.aclose()
+
+
+async def test_list_in_parts_is_the_same_list(api, handlers, storage):
+    """APIRequest.chunked (the proxy's JSON lists): the first part carries the list's metadata and
+    items, the rest follow as storage sends them; together, byte for byte the list in one piece."""
+    for n in ("a", "b", "c"):
+        await api("create", "configmaps", "default", body=cm(n))
+    whole, _ = await handlers.handle(request("list", "configmaps", "default"))
+    req = request("list", "configmaps", "default")
+    req.chunked = True
+    first, _ = await handlers.handle(req)
+    assert first.more is not None
+    rest = [p async for p in first.more]
+    assert len(rest) == 3  # the two other items, then the end of the list
+    assert first.body + b"".join(rest) == whole.body
+    assert [i["metadata"]["name"] for i in orjson.loads(whole.body)["items"]] == ["a", "b", "c"]
+    # an empty list in parts
+    req = request("list", "configmaps", "other")
+    req.chunked = True
+    empty, _ = await handlers.handle(req)
+    assert orjson.loads(empty.body + b"".join([p async for p in empty.more]))["items"] == []

@@ -78,7 +78,9 @@ def test_range_end():
 
 @given(
     st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-./", min_size=1, max_size=30).filter(
+        # clean relative keys only (kube refuses a start key that path.Clean would change)
         lambda s: ".." not in s and "//" not in s and not s.startswith("/") and not s.endswith("/")
+        and "/./" not in f"/{s}/"
     ),
     st.integers(1, 2**62),
 )
