@@ -153,6 +153,16 @@ class FakeRegistry(rgrpc.RegistryServicer):
                     obj = {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "columnDefinitions": [], "rows": []}
                 return rpb.APIResponse(code=200, body=orjson.dumps(obj), warnings=['use "v2" instead'],
                                        timing={"storage": 1.25})
+            if request.verb == "list" and request.chunked and request.namespace.startswith("parts"):
+                head = b'{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":['
+
+                async def parts():
+                    yield rpb.APIResponse(code=200, body=head + orjson.dumps(configmap("a"))).SerializeToString()
+                    if request.namespace == "parts-fail":
+                        raise errors.ServiceUnavailable("storage went away")
+                    yield rpb.APIResponse(body=b"," + orjson.dumps(configmap("b"))).SerializeToString()
+                    yield rpb.APIResponse(body=b"]}").SerializeToString()
+                return mux.Streamed(parts())
             if request.verb == "list":
                 return rpb.APIResponse(code=200, body=orjson.dumps(
                     {"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {"resourceVersion": "9"},
