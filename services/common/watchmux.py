@@ -14,6 +14,9 @@ event dispatch (services/storage/cacher.py), so a live event costs no task switc
 
 Client side: `WatchMuxClient.watch(request)` is an async iterator of serialized events, like
 iterating a single-watch call; a stream failure ends every watch on it with the error.
+`WatchMuxClient.relay(request, on_event, on_end)` hands each event to a callback as the batch is
+read instead: the registry relays its watches from storage to the proxy this way, each event
+turned into a frame once and sent on to every watch it goes to without a task switch per watch.
 """
 from __future__ import annotations
 
@@ -143,19 +146,40 @@ async def serve(requests: AsyncIterator[pb.WatchControl], start: Start,
 
 
 class _Watch:
-    __slots__ = ("buf", "wake", "done", "error", "stream")
+    __slots__ = ("buf", "wake", "done", "error", "stream", "on_event", "on_end")
 
-    def __init__(self, stream: _Stream) -> None:
+    def __init__(self, stream: _Stream, on_event: Callable[[bytes], bool] | None = None,
+                 on_end: Callable[[APIError | None], None] | None = None) -> None:
         self.buf: deque[bytes] = deque()
         self.wake = asyncio.Event()
         self.done = False
         self.error: APIError | None = None
         self.stream = stream
+        self.on_event, self.on_end = on_event, on_end
 
     def finish(self, error: APIError | None) -> None:
         if not self.done:
             self.done, self.error = True, error
             self.wake.set()
+            if self.on_end is not None:
+                self.on_end(error)
+
+
+class Relay:
+    """A watch whose events go to callbacks as each batch is read (WatchMuxClient.relay)."""
+
+    def __init__(self, client: WatchMuxClient, wid: int, w: _Watch) -> None:
+        self._client, self._wid, self._w = client, wid, w
+
+    def cancel(self) -> None:
+        """Stop it (the peer is told); on_end is not called for a watch stopped this way."""
+        w = self._w
+        w.on_end = None
+        self._client._watches.pop(self._wid, None)
+        if not w.done:
+            w.done = True
+            if w.stream.alive:
+                w.stream.queue.put_nowait(pb.WatchControl(cancel=[self._wid]))
 
 
 class _Stream:
@@ -210,6 +234,12 @@ class WatchMuxClient:
                         w = watches.get(wid)
                         if w is None or w.done:
                             continue
+                        if w.on_event is not None:
+                            if not w.on_event(event):  # the relay has had enough: stop it
+                                w.finish(None)
+                                watches.pop(wid, None)
+                                stream.queue.put_nowait(pb.WatchControl(cancel=[wid]))
+                            continue
                         if len(w.buf) >= self.capacity:
                             # A consumer that cannot keep up: ended, as kube ends a slow watcher.
                             w.finish(None)
@@ -220,6 +250,8 @@ class WatchMuxClient:
                 for e in batch.ended:
                     w = watches.get(e.id)
                     if w is not None:
+                        if w.on_event is not None:
+                            watches.pop(e.id, None)
                         w.finish(APIError.from_pb(e.error) if e.HasField("error") else None)
             err = ServiceUnavailable(f"service unavailable ({self.peer}): watch stream closed",
                                      headers={"Retry-After": "1"})
@@ -234,8 +266,10 @@ class WatchMuxClient:
             stream.alive = False
             stream.queue.put_nowait(None)
             failed = err or ServiceUnavailable(f"service unavailable ({self.peer})")
-            for w in list(watches.values()):
+            for wid, w in list(watches.items()):
                 if w.stream is stream:
+                    if w.on_event is not None:
+                        watches.pop(wid, None)
                     w.finish(failed)
 
     async def watch(self, request: Any) -> AsyncIterator[bytes]:
@@ -261,6 +295,18 @@ class WatchMuxClient:
             self._watches.pop(wid, None)
             if not w.done and stream.alive:
                 stream.queue.put_nowait(pb.WatchControl(cancel=[wid]))
+
+    def relay(self, request: Any, on_event: Callable[[bytes], bool],
+              on_end: Callable[[APIError | None], None]) -> Relay:
+        """A watch whose events are handed to on_event as each batch is read, with no task and no
+        buffer of its own (for a peer that only passes them on); on_event returning False stops
+        it. on_end gets how it ended: None (closed by the peer, or stopped by on_event) or the
+        error (the peer's, or its stream's failure)."""
+        stream = self._ensure()
+        wid = next(self._ids)
+        w = self._watches[wid] = _Watch(stream, on_event, on_end)
+        stream.queue.put_nowait(pb.WatchControl(open=[pb.WatchOpen(id=wid, request=request.SerializeToString())]))
+        return Relay(self, wid, w)
 
     async def close(self) -> None:
         stream = self._stream

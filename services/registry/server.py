@@ -1,6 +1,7 @@
 """The apiary.Registry servicer: Handle, Watch, Discovery."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -91,11 +92,41 @@ class RegistryServicer(rgrpc.RegistryServicer):
     async def _mux_watch(self, wid: int, raw: bytes, sink: watchmux.Sink) -> None:
         request = rpb.APIRequest.FromString(raw)
         counter = WATCH_EVENTS.labels(request.group, request.version, request.resource)
-        async with contextlib.aclosing(watch.frames(self.handlers, request)) as frames:
-            async for data in frames:
+        if request.table:
+            # Table rows are built per watch (column definitions go with its first event).
+            async with contextlib.aclosing(watch.frames(self.handlers, request)) as frames:
+                async for data in frames:
+                    counter.inc()
+                    if not sink.send(wid, data):
+                        return  # the proxy cannot keep up: ended, the client watches again from its rv
+            return
+        # Relayed: each storage event becomes a frame once (watch.SHARED) and goes to the sink as
+        # the storage stream's batch is read, with no task switch for this watch.
+        plan = watch.Plan(self.handlers, request)
+        done = asyncio.Event()
+
+        def on_event(event: bytes) -> bool:
+            frame, last = plan.frame(event)
+            if frame is not None:
                 counter.inc()
-                if not sink.send(wid, data):
-                    return  # the proxy cannot keep up: ended, the client watches again from its rv
+                if not sink.send(wid, frame):
+                    done.set()  # the proxy cannot keep up: ended, the client watches again from its rv
+                    return False
+            if last:
+                done.set()
+                return False
+            return True
+
+        def on_end(error: errors.APIError | None) -> None:
+            if error is not None:  # after the start, a failure is an ERROR event, as kube sends it
+                sink.send(wid, watch.error_frame(error), force=True)
+            done.set()
+
+        relay = self.handlers.store.watches.relay(plan.storage_request, on_event, on_end)
+        try:
+            await done.wait()
+        finally:
+            relay.cancel()
 
     async def Calls(self, request_iterator: AsyncIterator[pb.Frames], context: grpc.aio.ServicerContext
                     ) -> AsyncIterator[pb.Frames]:

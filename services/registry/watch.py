@@ -47,45 +47,62 @@ def _true(value: str) -> bool:
     return value.lower() in ("true", "1")
 
 
+class Plan:
+    """One client watch as the registry serves it: the storage watch, and how its events become
+    frames. APIErrors of the request itself (unknown resource, bad options) are raised here."""
+
+    def __init__(self, handlers: Handlers, req: rpb.APIRequest) -> None:
+        r = handlers.request(req, "watch")
+        info, q = r.info, req.query
+        prefix = info.key(r.namespace, req.name) if req.name else info.collection_prefix(r.namespace)
+        self.storage_request = spb.WatchRequest(
+            prefix=prefix, resource_version=q.get("resourceVersion", ""),
+            label_selector=q.get("labelSelector", ""), field_selector=r.field_selector,
+            allow_bookmarks=_true(q.get("allowWatchBookmarks", "")),
+            send_initial_events=_true(q.get("sendInitialEvents", "")),
+        )
+        self.info, self.table = info, req.table
+        self.include = q.get("includeObject", "Metadata")
+        self.kind, self.api_version = info.kind, info.api_version
+        self._first_table = True
+
+    def frame(self, raw: bytes) -> tuple[bytes | None, bool]:
+        """(the frame for a serialized storage WatchEvent or None to skip it, whether it ends the
+        watch); a frame is built once for every watch the same event goes to."""
+        if not self.table:
+            frame = SHARED.get(raw, self.kind, self.api_version)
+            if frame is not None:
+                return frame, False
+        ev = pb.WatchEvent.FromString(raw)
+        if ev.type == "ERROR":
+            return error_frame(errors.APIError.from_pb(ev.status)), True
+        head = _TYPES.get(ev.type)
+        if head is None:
+            return None, False
+        obj = ev.object
+        if not obj.kind:
+            obj.kind, obj.api_version = self.kind, self.api_version
+        if self.table and ev.type != "BOOKMARK":
+            info = self.info
+            t = printers.table(info.group, info.plural, [obj], {"resourceVersion": obj.metadata.resource_version},
+                               self.include, with_columns=self._first_table)
+            self._first_table = False
+            return head + orjson.dumps(t) + b"}", False
+        frame = head + envelope.to_json(obj) + b"}"
+        if not self.table:
+            SHARED.put(raw, self.kind, self.api_version, frame)
+        return frame, False
+
+
 async def frames(handlers: Handlers, req: rpb.APIRequest) -> AsyncIterator[bytes]:
     """The watch stream; failures after it started (410 and the like) are ERROR frames, then the end."""
-    r = handlers.request(req, "watch")
-    info, q = r.info, req.query
-    prefix = info.key(r.namespace, req.name) if req.name else info.collection_prefix(r.namespace)
-    wreq = spb.WatchRequest(
-        prefix=prefix, resource_version=q.get("resourceVersion", ""), label_selector=q.get("labelSelector", ""),
-        field_selector=r.field_selector, allow_bookmarks=_true(q.get("allowWatchBookmarks", "")),
-        send_initial_events=_true(q.get("sendInitialEvents", "")),
-    )
-    include = q.get("includeObject", "Metadata")
-    first_table = True
-    kind, api_version = info.kind, info.api_version
+    plan = Plan(handlers, req)
     try:
-        async for raw in handlers.store.watch_raw(wreq):
-            if not req.table:
-                frame = SHARED.get(raw, kind, api_version)
-                if frame is not None:
-                    yield frame
-                    continue
-            ev = pb.WatchEvent.FromString(raw)
-            if ev.type == "ERROR":
-                yield _TYPES["ERROR"] + orjson.dumps(errors.APIError.from_pb(ev.status).status()) + b"}"
-                return
-            head = _TYPES.get(ev.type)
-            if head is None:
-                continue
-            obj = ev.object
-            if not obj.kind:
-                obj.kind, obj.api_version = info.kind, info.api_version
-            if req.table and ev.type != "BOOKMARK":
-                t = printers.table(info.group, info.plural, [obj],
-                                   {"resourceVersion": obj.metadata.resource_version}, include,
-                                   with_columns=first_table)
-                first_table = False
-                yield head + orjson.dumps(t) + b"}"
-            else:
-                frame = head + envelope.to_json(obj) + b"}"
-                SHARED.put(raw, kind, api_version, frame)
+        async for raw in handlers.store.watch_raw(plan.storage_request):
+            frame, last = plan.frame(raw)
+            if frame is not None:
                 yield frame
+            if last:
+                return
     except errors.APIError as e:
         yield error_frame(e)

@@ -145,3 +145,73 @@ async def test_watches_on_one_stream_end_cancel_and_fail():
     with pytest.raises(ServiceUnavailable):
         await c
     assert await collect(b"short") == [b"hello short"]
+
+
+async def test_relay_hands_events_to_callbacks():
+    """relay(): events straight to on_event as each batch is read; on_event returning False stops
+    the watch on the server; on_end gets the end (None, or the error); cancel() stops it quietly."""
+    sinks: dict[bytes, tuple[int, watchmux.Sink]] = {}
+    cancelled: list[bytes] = []
+
+    async def start(wid, raw, sink):
+        name = pb.WatchOpen.FromString(raw).request
+        if name == b"bad":
+            raise Gone("too old resource version: 1 (5)")
+        sinks[name] = (wid, sink)
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(name)
+            raise
+
+    client = await _client_and_server(start)
+    got: dict[str, list] = {"a": [], "b": [], "c": []}
+    ends: dict[str, list] = {"a": [], "b": [], "bad": [], "c": []}
+
+    def relay(name: str, stop_after: int = 0):
+        def on_event(ev: bytes) -> bool:
+            got[name].append(ev)
+            return not stop_after or len(got[name]) < stop_after
+        return client.relay(pb.WatchOpen(request=name.encode()), on_event, ends[name].append)
+
+    relay("a")
+    relay("b", stop_after=2)
+    relay("bad")
+    c = relay("c")
+    while len(sinks) < 3:
+        await asyncio.sleep(0.01)
+    assert isinstance(ends["bad"][0], Gone)
+    shared = b"shared"
+    for name in (b"a", b"b"):
+        wid, sink = sinks[name]
+        sink.send(wid, shared)
+        sink.send(wid, b"second")
+    await asyncio.sleep(0.05)
+    assert got["a"] == [b"shared", b"second"] and got["a"][0] is got["b"][0]
+    assert ends["b"] == [None]  # stopped by its callback, and cancelled on the server
+    for _ in range(100):
+        if b"b" in cancelled:
+            break
+        await asyncio.sleep(0.01)
+    assert b"b" in cancelled
+    c.cancel()
+    for _ in range(100):
+        if b"c" in cancelled:
+            break
+        await asyncio.sleep(0.01)
+    assert b"c" in cancelled and ends["c"] == []
+    wid, sink = sinks[b"a"]
+    sink.end(wid)
+    await asyncio.sleep(0.05)
+    assert ends["a"] == [None]
+    # a stream failure reaches every relay still open
+    d_end: list = []
+    client.relay(pb.WatchOpen(request=b"d"), lambda ev: True, d_end.append)
+    while b"d" not in sinks:
+        await asyncio.sleep(0.01)
+    client._stream.call.cancel()
+    for _ in range(100):
+        if d_end:
+            break
+        await asyncio.sleep(0.01)
+    assert isinstance(d_end[0], ServiceUnavailable)
