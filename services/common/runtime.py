@@ -24,14 +24,14 @@ def setup_logging(service: str, verbosity: int = 0) -> None:
 # glibc mallopt parameters
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD = 32 << 20   # glibc's largest
-TRIM_THRESHOLD = 64 << 20
+TRIM_THRESHOLD = 16 << 20
 
 
 def tune_malloc() -> bool:
     """Serve large buffers (a LIST of thousands of objects is a few MB, copied at every hop) from
     the heap instead of a fresh mmap each time: by default glibc maps every block over 128 KiB
     (the threshold only adapts after a free) and each new mapping is paid in page faults, which
-    doubled the cost of moving a 3 MB message between services. Freed memory above 64 MiB at the
+    doubled the cost of moving a 3 MB message between services. Freed memory above 16 MiB at the
     top of the heap is still given back. False where the C library is not glibc."""
     name = ctypes.util.find_library("c")
     if not name:
