@@ -52,6 +52,15 @@ def test_capacity_refuses_a_watch_that_does_not_drain():
     assert sink.send(1, b"e")          # drained: room again
 
 
+async def until(pred, timeout: float = 2.0) -> None:
+    """Wait (bounded) until pred() holds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not pred():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
 async def _client_and_server(start):
     """A WatchMuxClient talking to watchmux.serve in-process (the stream is a pair of queues)."""
 
@@ -121,26 +130,21 @@ async def test_watches_on_one_stream_end_cancel_and_fail():
     # two long watches: an event sent once reaches both; breaking off one cancels it on the server
     a = asyncio.create_task(collect(b"a", 3))
     b = asyncio.create_task(collect(b"b", 2))
-    while len(live) < 2:
-        await asyncio.sleep(0.01)
+    await until(lambda: len(live) >= 2)
     shared = b"shared"
     for wid, sink in live.items():
         sink.send(wid, shared)
     wb = max(live)
     (wa, sa), = [(w, s) for w, s in live.items() if w != wb]
     assert await b == [b"hello b", b"shared"]
-    for _ in range(100):
-        if cancelled:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: cancelled)
     assert cancelled == [wb]
     sa.send(wa, b"last")
     assert await a == [b"hello a", b"shared", b"last"]
 
     # a broken stream ends every watch on it with the failure, and the next watch opens a new one
     c = asyncio.create_task(collect(b"c"))
-    while not any(w for w in live if w not in (wa, wb)):
-        await asyncio.sleep(0.01)
+    await until(lambda: any(w for w in live if w not in (wa, wb)))
     client._stream.call.cancel()
     with pytest.raises(ServiceUnavailable):
         await c
@@ -178,8 +182,7 @@ async def test_relay_hands_events_to_callbacks():
     relay("b", stop_after=2)
     relay("bad")
     c = relay("c")
-    while len(sinks) < 3:
-        await asyncio.sleep(0.01)
+    await until(lambda: len(sinks) >= 3)
     assert isinstance(ends["bad"][0], Gone)
     shared = b"shared"
     for name in (b"a", b"b"):
@@ -189,17 +192,10 @@ async def test_relay_hands_events_to_callbacks():
     await asyncio.sleep(0.05)
     assert got["a"] == [b"shared", b"second"] and got["a"][0] is got["b"][0]
     assert ends["b"] == [None]  # stopped by its callback, and cancelled on the server
-    for _ in range(100):
-        if b"b" in cancelled:
-            break
-        await asyncio.sleep(0.01)
-    assert b"b" in cancelled
+    await until(lambda: b"b" in cancelled)
     c.cancel()
-    for _ in range(100):
-        if b"c" in cancelled:
-            break
-        await asyncio.sleep(0.01)
-    assert b"c" in cancelled and ends["c"] == []
+    await until(lambda: b"c" in cancelled)
+    assert ends["c"] == []
     wid, sink = sinks[b"a"]
     sink.end(wid)
     await asyncio.sleep(0.05)
@@ -207,11 +203,7 @@ async def test_relay_hands_events_to_callbacks():
     # a stream failure reaches every relay still open
     d_end: list = []
     client.relay(pb.WatchOpen(request=b"d"), lambda ev: True, d_end.append)
-    while b"d" not in sinks:
-        await asyncio.sleep(0.01)
+    await until(lambda: b"d" in sinks)
     client._stream.call.cancel()
-    for _ in range(100):
-        if d_end:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: d_end)
     assert isinstance(d_end[0], ServiceUnavailable)
