@@ -50,26 +50,32 @@ class Sink:
 
     def __init__(self, capacity: int = WATCH_CAPACITY) -> None:
         self.capacity = capacity
-        self._deliveries: list[tuple[bytes, list[int]]] = []
+        self._deliveries: list[tuple[bytes, list[int], bool]] = []  # (event, ids, initial)
         self._index: dict[int, int] = {}   # id(event) -> its latest delivery in this batch
         self._last: dict[int, int] = {}    # watch id -> index of its latest delivery
         self._count: dict[int, int] = {}   # watch id -> deliveries waiting
         self._ended: list[pb.WatchEnd] = []
         self._ready = asyncio.Event()
+        self._taken = asyncio.Event()
         self.closed = False
 
     def send(self, wid: int, event: bytes, force: bool = False) -> bool:
-        """Queue event for watch wid; False (nothing queued) when it already has `capacity` waiting
-        (force: queue anyway, for a watch's initial events)."""
+        """Queue event for watch wid; False (nothing queued) when it already has `capacity` live
+        events waiting (force: queue anyway and do not count it, for a watch's initial events)."""
+        if force:  # initial events are this watch's own: a delivery of their own, marked
+            self._last[wid] = len(self._deliveries)
+            self._deliveries.append((event, [wid], True))
+            self._ready.set()
+            return True
         n = self._count.get(wid, 0)
-        if n >= self.capacity and not force:
+        if n >= self.capacity:
             return False
         self._count[wid] = n + 1
         key = id(event)
         i = self._index.get(key)
         if i is None or i < self._last.get(wid, -1):
             i = len(self._deliveries)
-            self._deliveries.append((event, [wid]))
+            self._deliveries.append((event, [wid], False))
             self._index[key] = i
         else:
             self._deliveries[i][1].append(wid)
@@ -92,10 +98,16 @@ class Sink:
                 return None
             self._ready.clear()
             await self._ready.wait()
-        batch = pb.WatchBatch(deliveries=[pb.WatchDelivery(event=e, ids=ids) for e, ids in self._deliveries],
-                              ended=self._ended)
+        batch = pb.WatchBatch(deliveries=[pb.WatchDelivery(event=e, ids=ids, initial=initial)
+                                          for e, ids, initial in self._deliveries], ended=self._ended)
         self._deliveries, self._index, self._last, self._count, self._ended = [], {}, {}, {}, []
+        self._taken.set()
+        self._taken = asyncio.Event()
         return batch
+
+    async def taken(self) -> None:
+        """Wait until what is pending has been taken for sending (room again for every watch)."""
+        await self._taken.wait()
 
 
 Start = Callable[[int, bytes, Sink], Awaitable[None]]
@@ -146,11 +158,12 @@ async def serve(requests: AsyncIterator[pb.WatchControl], start: Start,
 
 
 class _Watch:
-    __slots__ = ("buf", "wake", "done", "error", "stream", "on_event", "on_end")
+    __slots__ = ("buf", "wake", "done", "error", "stream", "on_event", "on_end", "allowance")
 
-    def __init__(self, stream: _Stream, on_event: Callable[[bytes], bool] | None = None,
+    def __init__(self, stream: _Stream, on_event: Callable[[bytes, bool], bool] | None = None,
                  on_end: Callable[[APIError | None], None] | None = None) -> None:
         self.buf: deque[bytes] = deque()
+        self.allowance = 0  # initial events received: room on top of the capacity
         self.wake = asyncio.Event()
         self.done = False
         self.error: APIError | None = None
@@ -230,17 +243,20 @@ class WatchMuxClient:
             async for batch in stream.call:
                 for d in batch.deliveries:
                     event = d.event  # one bytes object, shared by every watch it goes to
+                    initial = d.initial
                     for wid in d.ids:
                         w = watches.get(wid)
                         if w is None or w.done:
                             continue
                         if w.on_event is not None:
-                            if not w.on_event(event):  # the relay has had enough: stop it
+                            if not w.on_event(event, initial):  # the relay has had enough: stop it
                                 w.finish(None)
                                 watches.pop(wid, None)
                                 stream.queue.put_nowait(pb.WatchControl(cancel=[wid]))
                             continue
-                        if len(w.buf) >= self.capacity:
+                        if initial:
+                            w.allowance += 1
+                        elif len(w.buf) >= self.capacity + w.allowance:
                             # A consumer that cannot keep up: ended, as kube ends a slow watcher.
                             w.finish(None)
                             stream.queue.put_nowait(pb.WatchControl(cancel=[wid]))
@@ -296,11 +312,11 @@ class WatchMuxClient:
             if not w.done and stream.alive:
                 stream.queue.put_nowait(pb.WatchControl(cancel=[wid]))
 
-    def relay(self, request: Any, on_event: Callable[[bytes], bool],
+    def relay(self, request: Any, on_event: Callable[[bytes, bool], bool],
               on_end: Callable[[APIError | None], None]) -> Relay:
-        """A watch whose events are handed to on_event as each batch is read, with no task and no
-        buffer of its own (for a peer that only passes them on); on_event returning False stops
-        it. on_end gets how it ended: None (closed by the peer, or stopped by on_event) or the
+        """A watch whose events are handed to on_event(event, initial) as each batch is read, with
+        no task and no buffer of its own (for a peer that only passes them on: initial tells it to
+        pass the event on as initial too); on_event returning False stops it. on_end gets how it ended: None (closed by the peer, or stopped by on_event) or the
         error (the peer's, or its stream's failure)."""
         stream = self._ensure()
         wid = next(self._ids)

@@ -97,19 +97,19 @@ class RegistryServicer(rgrpc.RegistryServicer):
             async with contextlib.aclosing(watch.frames(self.handlers, request)) as frames:
                 async for data in frames:
                     counter.inc()
-                    if not sink.send(wid, data):
-                        return  # the proxy cannot keep up: ended, the client watches again from its rv
+                    while not sink.send(wid, data):
+                        await sink.taken()  # a task can wait for room (storage cuts it off if it lags)
             return
         # Relayed: each storage event becomes a frame once (watch.SHARED) and goes to the sink as
         # the storage stream's batch is read, with no task switch for this watch.
         plan = watch.Plan(self.handlers, request)
         done = asyncio.Event()
 
-        def on_event(event: bytes) -> bool:
+        def on_event(event: bytes, initial: bool) -> bool:
             frame, last = plan.frame(event)
             if frame is not None:
                 counter.inc()
-                if not sink.send(wid, frame):
+                if not sink.send(wid, frame, force=initial):
                     done.set()  # the proxy cannot keep up: ended, the client watches again from its rv
                     return False
             if last:

@@ -176,10 +176,14 @@ class CacheWatcher:
 
     def attach(self, deliver: Callable[[bytes], bool]) -> int:
         """From now on, hand events to deliver as they happen (after what is buffered); the number
-        of buffered events handed over."""
-        n = len(self.buf)
+        of buffered events handed over. A refused event cuts the watch off, as in push."""
+        n = 0
         while self.buf:
-            deliver(self.buf.popleft()[1])
+            if not deliver(self.buf.popleft()[1]):
+                self.overflowed = True
+                self.close()
+                return n
+            n += 1
         self.deliver = deliver
         return n
 
@@ -198,7 +202,7 @@ class JSONBudget:
     """The bytes every cache of a process may spend on objects' rendered JSON (entries count their
     JSON, the key and a fixed overhead; the object's bytes are the cache's own)."""
 
-    ENTRY_OVERHEAD = 120  # the dict slot, the tuple, the JSON bytes object's header
+    ENTRY_OVERHEAD = 100  # the dict slot and the JSON bytes object's header
 
     def __init__(self, limit: int = 128 << 20) -> None:
         self.limit = limit
@@ -444,16 +448,17 @@ class Cacher:
 
     def snapshot(self, prefix: str, pred: SelectionPredicate) -> list[bytes]:
         """The current objects (serialized) under prefix (or the one key) that match, sorted by key."""
+        store = self.store
+        return [store[k] for k in self._matching(prefix, pred)]
+
+    def _matching(self, prefix: str, pred: SelectionPredicate) -> list[str]:
+        """The keys of the objects under prefix (or the one key) that match pred, in order."""
         self._check_broken(prefix)
-        store, selection = self.store, self.selection
+        keys = self._keys(prefix)
         if pred.empty and prefix.endswith("/"):
-            return [store[k] for k in self._keys(prefix)]
-        out = []
-        for k in self._keys(prefix):
-            data = store.get(k)
-            if data is not None and (pred.empty or matches(pred, k, selection.get(k))):
-                out.append(data)
-        return out
+            return keys
+        store, selection = self.store, self.selection
+        return [k for k in keys if k in store and (pred.empty or matches(pred, k, selection.get(k)))]
 
     def _check_broken(self, prefix: str) -> None:
         if self.broken:
@@ -481,16 +486,11 @@ class Cacher:
     def snapshot_json_items(self, prefix: str, pred: SelectionPredicate, kind: str,
                             api_version: str) -> list[bytes]:
         """snapshot's objects as their JSON, one item each."""
-        self._check_broken(prefix)
-        store, selection, cache = self.store, self.selection, self.json
-        keys = self._keys(prefix)
-        if not pred.empty:
-            keys = [k for k in keys if k in store and matches(pred, k, selection.get(k))]
-        elif not prefix.endswith("/"):
-            keys = [k for k in keys if k in store]
-        get = cache.get
+        keys = self._matching(prefix, pred)
+        get = self.json.get
         out = [get(k) for k in keys]
         if None in out:
+            store = self.store
             for i, js in enumerate(out):
                 if js is None:
                     out[i] = self._render(keys[i], store[keys[i]], kind, api_version)

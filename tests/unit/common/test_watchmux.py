@@ -50,6 +50,13 @@ def test_capacity_refuses_a_watch_that_does_not_drain():
     assert sink.send(1, b"d", force=True)
     asyncio.run(sink.next_batch())
     assert sink.send(1, b"e")          # drained: room again
+    # a watch's initial events (forced) do not use up its room for live ones, and say so
+    fresh = watchmux.Sink(capacity=2)
+    for i in range(5):
+        assert fresh.send(7, bytes([i]), force=True)
+    assert fresh.send(7, b"live1") and fresh.send(7, b"live2") and not fresh.send(7, b"live3")
+    batch = asyncio.run(fresh.next_batch())
+    assert [d.initial for d in batch.deliveries] == [True] * 5 + [False, False]
 
 
 async def until(pred, timeout: float = 2.0) -> None:
@@ -173,8 +180,9 @@ async def test_relay_hands_events_to_callbacks():
     ends: dict[str, list] = {"a": [], "b": [], "bad": [], "c": []}
 
     def relay(name: str, stop_after: int = 0):
-        def on_event(ev: bytes) -> bool:
+        def on_event(ev: bytes, initial: bool) -> bool:
             got[name].append(ev)
+            assert not initial
             return not stop_after or len(got[name]) < stop_after
         return client.relay(pb.WatchOpen(request=name.encode()), on_event, ends[name].append)
 
@@ -202,8 +210,34 @@ async def test_relay_hands_events_to_callbacks():
     assert ends["a"] == [None]
     # a stream failure reaches every relay still open
     d_end: list = []
-    client.relay(pb.WatchOpen(request=b"d"), lambda ev: True, d_end.append)
+    client.relay(pb.WatchOpen(request=b"d"), lambda ev, initial: True, d_end.append)
     await until(lambda: b"d" in sinks)
     client._stream.call.cancel()
     await until(lambda: d_end)
     assert isinstance(d_end[0], ServiceUnavailable)
+
+
+async def test_initial_events_beyond_the_capacity_reach_the_client():
+    """A watch whose initial events outnumber the capacity is not cut off on the way: initial
+    events are marked, and neither the server's sink nor the client's buffer holds them against it."""
+    n = 50
+
+    async def start(wid, raw, sink):
+        for i in range(n):
+            sink.send(wid, b"init-%d" % i, force=True)
+        for i in range(3):
+            assert sink.send(wid, b"live-%d" % i)
+            await asyncio.sleep(0)
+
+    client = await _client_and_server(start)
+    client.capacity = 5
+    got = []
+    async for ev in client.watch(pb.WatchOpen(request=b"x")):
+        got.append(ev)
+        await asyncio.sleep(0)  # a slow reader
+    assert got == [b"init-%d" % i for i in range(n)] + [b"live-%d" % i for i in range(3)]
+    relayed: list[tuple[bytes, bool]] = []
+    ended: list = []
+    client.relay(pb.WatchOpen(request=b"y"), lambda ev, initial: relayed.append((ev, initial)) or True, ended.append)
+    await until(lambda: ended)
+    assert [i for _, i in relayed] == [True] * n + [False] * 3 and ended == [None]

@@ -239,6 +239,9 @@ def test_attached_watcher_gets_events_straight_from_the_dispatch(cacher):
     assert [(event(e).type, event(e).object.metadata.resource_version) for e in got_b] == [
         ("ADDED", "11"), ("DELETED", "12"), ("ADDED", "13")]
     assert got_a[2] is got_b[2]  # serialized once, shared
+    backlog = cacher.watch(PREFIX, SelectionPredicate(), 10)  # 3 events buffered from history
+    assert backlog.attach(lambda ev: False) == 0 and backlog.closed and backlog.overflowed
+    cacher.remove(backlog)
     refused = cacher.watch(PREFIX, SelectionPredicate(), 13)
     refused.attach(lambda ev: False)
     cacher._apply(put(14, "z"))
