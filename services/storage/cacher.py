@@ -36,7 +36,7 @@ from services.common.selectors import SelectionPredicate, object_fields
 from . import metrics
 from .codec import Codec
 from .etcd import Compacted, Etcd, FutureRevision
-from .keys import resource_label
+from .keys import range_end, resource_label
 from .wire import STALE_SUFFIX, watch_event
 
 log = logging.getLogger(__name__)
@@ -246,7 +246,6 @@ class Cacher:
         self.complete_since = 0  # every event after this revision is in history
         self.watchers: set[CacheWatcher] = set()
         self._rev_changed = asyncio.Event()
-        self._progress = asyncio.Event()  # set: ask etcd for a progress notification
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, at_revision: int = 0) -> None:
@@ -313,7 +312,7 @@ class Cacher:
                     relist = False
                     # Events between the old and the new state are lost: watchers must start over.
                     self._terminate_all()
-                async for resp in self.etcd.watch(self.prefix.encode(), self.rev + 1, self._progress):
+                async for resp in self.etcd.watch(self.prefix.encode(), self.rev + 1):
                     backoff = 0.1
                     if self.codec.encryption is not None:
                         for e in resp.events:
@@ -341,10 +340,9 @@ class Cacher:
 
     def _apply(self, resp) -> None:  # resp: etcd WatchResponse
         if not resp.events:
-            # A progress notification: nothing up to the header's revision is still on its way.
-            if resp.header.revision > self.rev:
-                self.rev = resp.header.revision
-                self._bump()
+            # A progress notification. Not taken as proof that nothing up to its revision is still
+            # on its way: before etcd 3.5.8 one can overtake the events it covers (etcd issue
+            # 15220), and this etcd is 3.5.1. wait_for checks with etcd instead.
             return
         store, selection = self.store, self.selection
         for e in resp.events:
@@ -550,22 +548,51 @@ class Cacher:
         self.watchers.discard(w)
         metrics.REGISTERED_WATCHERS.labels(self.resource).set(len(self.watchers))
 
-    async def wait_for(self, rev: int, timeout: float = 3.0) -> None:
-        """Wait until the cache has seen rev, as kube's consistent reads from cache do.
+    async def wait_fresh(self, prefix: str, rev: int, timeout: float = 3.0) -> int:
+        """Wait until the cache's objects under prefix (or the one key) are the state at rev or
+        later, as kube's consistent reads from cache do; the revision they are the state at. The
+        caller reads the cache right away (no await in between), while that still holds.
 
-        When it is behind, etcd is asked for a progress notification: the revision may have
-        moved through writes to other resources, which this cache's watch never sees.
-        """
+        The cache's watch sees only this resource's changes, while etcd's revision also moves on
+        through writes to other resources. So when the cache is behind rev, etcd is asked whether
+        anything under prefix changed after the cache's revision, as of rev (no key modified
+        since, and as many keys as the cache holds there); if nothing did, the cache is the state
+        at rev. Otherwise the changes are on their way on the watch and the question is asked
+        again once they arrive (or shortly). kube asks etcd for a progress notification instead;
+        the etcd here (3.5.1) can send one ahead of the events it covers (etcd issue 15220, fixed
+        in 3.5.8), which would let a read miss them."""
         deadline = time.monotonic() + timeout
         while self.rev < rev:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise too_large(rev, self.rev)
-            self._progress.set()
+            base = self.rev
+            if await self._unchanged(prefix, base, rev) and self.rev == base:
+                return rev
+            if self.rev >= rev:
+                break
             try:
-                await asyncio.wait_for(self._rev_changed.wait(), min(remaining, 0.25))
+                await asyncio.wait_for(self._rev_changed.wait(), min(remaining, 0.05))
             except TimeoutError:
                 continue
+        return self.rev
+
+    async def _unchanged(self, prefix: str, base: int, rev: int) -> bool:
+        """Whether etcd, as of rev, holds under prefix what the cache holds (at base): no key there
+        modified after base and as many keys. False when etcd cannot say (rev in its future, an
+        error). etcd counts a range without its filters, so the keys themselves are read."""
+        key = prefix.encode()
+        end = range_end(key) if prefix.endswith("/") else None
+        try:
+            resp = await self.etcd.range(key, end, revision=rev, keys_only=True, min_mod_revision=base + 1,
+                                         op="list", resource=self.resource)
+        except (APIError, Compacted, FutureRevision):
+            return False
+        if resp.kvs:
+            return False
+        held = len(self._keys(prefix)) if prefix.endswith("/") else int(prefix in self.store)
+        held += sum(1 for k in self.broken if k == prefix or (prefix.endswith("/") and k.startswith(prefix)))
+        return resp.count == held
 
 
 def too_large(rv: int, current: int) -> Timeout:

@@ -1,8 +1,8 @@
 """The etcd v3 client side: aetcd's connection and stubs, deadlines, errors mapped to API errors.
 
 Requests go through aetcd's KV and Watch stubs directly because the store needs what its
-helpers leave out: ranges at a revision with a limit, nested transactions, and watch
-responses with their headers (progress notifications tell the watch cache how far it is).
+helpers leave out: ranges at a revision with a limit or a modification-revision filter, nested
+transactions, and watch responses with their headers.
 """
 
 from __future__ import annotations
@@ -106,12 +106,15 @@ class Etcd:
         revision: int = 0,
         limit: int = 0,
         count_only: bool = False,
+        keys_only: bool = False,
+        min_mod_revision: int = 0,
         op: str = "get",
         resource: str = "",
         timeout: float | None = None,
     ) -> rpc.RangeResponse:
         req = rpc.RangeRequest(
-            key=key, range_end=end or b"", revision=revision, limit=limit, count_only=count_only
+            key=key, range_end=end or b"", revision=revision, limit=limit, count_only=count_only,
+            keys_only=keys_only, min_mod_revision=min_mod_revision,
         )
         return await self._unary("Range", req, op, resource, timeout)
 
@@ -157,15 +160,9 @@ class Etcd:
         finally:
             metrics.ETCD_DURATION.labels("compact", "").observe(time.perf_counter() - start)
 
-    async def watch(
-        self, prefix: bytes, start_revision: int, progress: asyncio.Event | None = None
-    ) -> AsyncIterator[rpc.WatchResponse]:
-        """Responses of one etcd watch on prefix from start_revision (prev_kv, progress notifications).
-
-        Setting progress asks etcd for a progress notification (the store's current revision once
-        this watch has caught up). Raises Compacted when start_revision is gone, APIError when the
-        stream breaks.
-        """
+    async def watch(self, prefix: bytes, start_revision: int) -> AsyncIterator[rpc.WatchResponse]:
+        """Responses of one etcd watch on prefix from start_revision (with prev_kv). Raises Compacted
+        when start_revision is gone, APIError when the stream breaks."""
         await self.client.connect()
         stub = rpc.WatchStub(self.client.channel)
         create = rpc.WatchRequest(
@@ -174,21 +171,13 @@ class Etcd:
                 range_end=range_end(prefix),
                 start_revision=start_revision,
                 prev_kv=True,
-                progress_notify=True,
             )
         )
         done = asyncio.Event()
 
         async def requests() -> AsyncIterator[rpc.WatchRequest]:
             yield create
-            if progress is None:
-                await done.wait()
-                return
-            while not done.is_set():
-                await progress.wait()
-                progress.clear()
-                if not done.is_set():
-                    yield rpc.WatchRequest(progress_request=rpc.WatchProgressRequest())
+            await done.wait()
 
         call = stub.Watch(requests())
         try:
@@ -205,8 +194,6 @@ class Etcd:
             raise _api_error(e) from None
         finally:
             done.set()
-            if progress is not None:
-                progress.set()  # wake the request iterator so that it ends
             call.cancel()
 
 

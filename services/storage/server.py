@@ -191,18 +191,20 @@ class StorageServicer(sgrpc.StorageServicer):
         async for frame in mux.serve_mux(request_iterator, context, self._mux_methods):
             yield frame
 
-    async def _fresh_cacher(self, prefix: str, rv: int = 0) -> Cacher | None:
-        """The watch cache of prefix once it has seen rv (0: etcd's current revision), as kube 1.31's
-        consistent reads from cache do; None when it does not catch up within 3 s."""
+    async def _fresh_cacher(self, prefix: str, rv: int = 0) -> tuple[Cacher, int] | None:
+        """The watch cache of prefix once what it holds under prefix is the state at rv or later (0:
+        etcd's current revision), as kube 1.31's consistent reads from cache do, and the revision
+        it is the state at (read the cache before any other await); None when it does not catch up
+        within 3 s."""
         cacher = await self.cachers.get(resource_prefix(prefix))
         target = rv or await self.etcd.current_revision(cacher.resource)
         try:
-            await cacher.wait_for(target, CONSISTENT_READ_WAIT)
+            at = await cacher.wait_fresh(prefix, target, CONSISTENT_READ_WAIT)
         except Timeout:
             if rv:
                 raise
             return None
-        return cacher
+        return cacher, at
 
     # Writes ------------------------------------------------------------------------------------
 
@@ -355,7 +357,8 @@ class StorageServicer(sgrpc.StorageServicer):
         if rv == "0":
             cacher: Cacher | None = await self.cachers.get(resource_prefix(request.key))
         else:
-            cacher = await self._fresh_cacher(request.key, minimum)
+            fresh = await self._fresh_cacher(request.key, minimum)
+            cacher = fresh[0] if fresh else None
         if cacher is not None:
             data = cacher.get(request.key)
             if data is None:
@@ -394,17 +397,21 @@ class StorageServicer(sgrpc.StorageServicer):
                 else:
                     minimum = parse_rv(rv)
             cacher: Cacher | None = None
+            at = 0
             if rv == "0":
                 # As kube: a list at "any" version is served whole from the cache, limit ignored.
                 cacher = await self.cachers.get(resource_prefix(prefix))
+                at = cacher.rev
             elif not revision and not limit:
                 # kube 1.31 (ConsistentListFromCache): unpaginated lists at "" or NotOlderThan come
                 # from the cache once it has caught up; paginated and Exact ones go to etcd.
-                cacher = await self._fresh_cacher(prefix, minimum)
+                fresh = await self._fresh_cacher(prefix, minimum)
+                if fresh is not None:
+                    cacher, at = fresh
             if cacher is not None:
                 if request.json:
                     items = cacher.snapshot_json_items(prefix, pred, request.kind, request.api_version)
-                    rv = field(2, str(cacher.rev).encode())
+                    rv = field(2, str(at).encode())
                     if request.chunked:
                         return mux.Streamed(json_parts(rv, items))
                     js = b",".join(items)
@@ -413,7 +420,7 @@ class StorageServicer(sgrpc.StorageServicer):
                 items = cacher.snapshot(prefix, pred)
                 if prefix == cacher.prefix and pred.empty:
                     metrics.STORAGE_OBJECTS.labels(resource).set(len(items))
-                return spb.RawListResponse(items=items, resource_version=str(cacher.rev)).SerializeToString()
+                return spb.RawListResponse(items=items, resource_version=str(at)).SerializeToString()
         try:
             out = await self._list(prefix, start, revision, minimum, limit, pred, resource)
             if request.json:
@@ -569,8 +576,8 @@ class StorageServicer(sgrpc.StorageServicer):
         rv = parse_rv(request.resource_version) if request.resource_version else None
         cacher = await self.cachers.get(resource_prefix(prefix), at_revision=rv or 0)
         initial: list[pb.Object] | list[bytes] = []
-        if rv is None and await self._caught_up(cacher):
-            rv = 0
+        if rv is None and await self._caught_up(cacher, prefix):
+            rv = 0  # the cache under prefix is the current state: start from its snapshot (no await between)
         if rv is None:
             # Start from a fresh list; buffer what the cache sees meanwhile, keep what is newer.
             w = cacher.watch(prefix, pred, cacher.rev)
@@ -583,7 +590,7 @@ class StorageServicer(sgrpc.StorageServicer):
                 w.advance(start_rev)
         elif rv == 0 or request.send_initial_events:
             if rv:
-                await cacher.wait_for(rv)
+                await cacher.wait_fresh(prefix, rv)
             initial = cacher.snapshot(prefix, pred)
             w = cacher.watch(prefix, pred, cacher.rev)
         else:
@@ -593,10 +600,10 @@ class StorageServicer(sgrpc.StorageServicer):
                 return pb.WatchEvent(type=ERROR, status=e.to_pb())
         return cacher, w, initial
 
-    async def _caught_up(self, cacher: Cacher) -> bool:
-        """Whether the cache reached etcd's current revision within 3 s (watch from "")."""
+    async def _caught_up(self, cacher: Cacher, prefix: str) -> bool:
+        """Whether the cache under prefix reached etcd's current revision within 3 s (watch from "")."""
         try:
-            await cacher.wait_for(await self.etcd.current_revision(cacher.resource), CONSISTENT_READ_WAIT)
+            await cacher.wait_fresh(prefix, await self.etcd.current_revision(cacher.resource), CONSISTENT_READ_WAIT)
         except Timeout:
             return False
         return True

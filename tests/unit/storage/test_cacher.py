@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from aetcd import rpc
 
@@ -110,9 +112,52 @@ def test_window_eviction_gives_410(cacher):
     assert [r for r, _ in cacher.watch(PREFIX, SelectionPredicate(), 12).buf] == [13, 14, 15, 16, 17]
 
 
-def test_progress_notification_moves_the_revision(cacher):
+def test_progress_notification_does_not_move_the_revision(cacher):
+    """etcd 3.5.1 can send a requested progress notification ahead of the events it covers."""
     cacher._apply(rpc.WatchResponse(header=rpc.ResponseHeader(revision=40)))
-    assert cacher.rev == 40
+    assert cacher.rev == 10
+
+
+class CountingEtcd:
+    """range(prefix, revision, keys_only, min_mod_revision) over a list of (key, mod_revision)."""
+
+    def __init__(self, kvs: list[tuple[str, int]], current: int) -> None:
+        self.kvs, self.current, self.calls = kvs, current, 0
+
+    async def range(self, key, end=None, *, revision=0, keys_only=False, min_mod_revision=0, **_):
+        self.calls += 1
+        k = key.decode()
+        inside = [(n, r) for n, r in self.kvs if (n.startswith(k) if end else n == k)]
+        kept = [n for n, r in inside if r >= min_mod_revision]
+        return rpc.RangeResponse(header=rpc.ResponseHeader(revision=self.current), count=len(inside),
+                                 kvs=[rpc.KeyValue(key=n.encode()) for n in kept])
+
+
+async def test_wait_fresh_asks_etcd_what_changed_under_the_prefix():
+    c = Cacher(etcd=None, prefix=PREFIX)  # type: ignore[arg-type]
+    c.rev = c.complete_since = 10
+    c._apply(put(11, "a"))
+    c._apply(put(12, "b"))
+    # etcd is at 50 through other resources' writes; nothing changed here after 12: fresh at 50
+    c.etcd = CountingEtcd([(f"{PREFIX}ns/a", 11), (f"{PREFIX}ns/b", 12)], 50)  # type: ignore[assignment]
+    assert await c.wait_fresh(PREFIX, 50, timeout=1) == 50
+    assert c.rev == 12  # the cache's own revision only moves with its events
+    assert await c.wait_fresh(f"{PREFIX}ns/a", 50, timeout=1) == 50
+    assert await c.wait_fresh(PREFIX, 12, timeout=1) == 12 and c.etcd.calls == 2  # caught up: no question
+    # a change under the prefix after 12 (the event still on its way): not fresh until it arrives
+    c.etcd = CountingEtcd([(f"{PREFIX}ns/a", 11), (f"{PREFIX}ns/b", 12), (f"{PREFIX}ns/c", 30)], 50)  # type: ignore[assignment]
+    with pytest.raises(Exception) as e:
+        await c.wait_fresh(PREFIX, 50, timeout=0.2)
+    assert "Too large resource version" in str(e.value)
+    waiter = asyncio.create_task(c.wait_fresh(PREFIX, 50, timeout=2))
+    await asyncio.sleep(0.1)
+    c._apply(put(30, "c"))
+    assert await waiter == 50 and c.rev == 30
+    # a delete after the cache's revision shows as fewer keys in etcd than in the cache
+    c.etcd = CountingEtcd([(f"{PREFIX}ns/a", 11), (f"{PREFIX}ns/c", 30)], 60)  # type: ignore[assignment]
+    with pytest.raises(Exception):
+        await c.wait_fresh(PREFIX, 60, timeout=0.2)
+    assert await c.wait_fresh(f"{PREFIX}ns/a", 60, timeout=1) == 60  # other keys are fine
 
 
 def test_slow_watcher_is_cut_off(cacher):
