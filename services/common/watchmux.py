@@ -290,6 +290,13 @@ class WatchMuxClient:
 
     async def watch(self, request: Any) -> AsyncIterator[bytes]:
         """The watch's serialized events; raises the APIError it ended with (or its stream's failure)."""
+        async for events in self.watch_batches(request):
+            for event in events:
+                yield event
+
+    async def watch_batches(self, request: Any) -> AsyncIterator[list[bytes]]:
+        """watch, with every event already received at each step in one list (a consumer that
+        writes them out pays once for several when it is behind)."""
         stream = self._ensure()
         wid = next(self._ids)
         w = self._watches[wid] = _Watch(stream)
@@ -297,11 +304,12 @@ class WatchMuxClient:
         try:
             buf = w.buf
             while True:
-                while buf:
-                    yield buf.popleft()
+                if buf:
+                    events = list(buf)
+                    buf.clear()
+                    yield events
+                    continue
                 if w.done:
-                    if buf:
-                        continue
                     if w.error is not None:
                         raise w.error
                     return
@@ -316,8 +324,9 @@ class WatchMuxClient:
               on_end: Callable[[APIError | None], None]) -> Relay:
         """A watch whose events are handed to on_event(event, initial) as each batch is read, with
         no task and no buffer of its own (for a peer that only passes them on: initial tells it to
-        pass the event on as initial too); on_event returning False stops it. on_end gets how it ended: None (closed by the peer, or stopped by on_event) or the
-        error (the peer's, or its stream's failure)."""
+        pass the event on as initial too); on_event returning False stops it. on_end gets how it
+        ended: None (closed by the peer, or stopped by on_event) or the error (the peer's, or its
+        stream's failure)."""
         stream = self._ensure()
         wid = next(self._ids)
         w = self._watches[wid] = _Watch(stream, on_event, on_end)

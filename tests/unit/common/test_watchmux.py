@@ -241,3 +241,15 @@ async def test_initial_events_beyond_the_capacity_reach_the_client():
     client.relay(pb.WatchOpen(request=b"y"), lambda ev, initial: relayed.append((ev, initial)) or True, ended.append)
     await until(lambda: ended)
     assert [i for _, i in relayed] == [True] * n + [False] * 3 and ended == [None]
+
+
+async def test_watch_batches_hands_over_everything_received():
+    async def start(wid, raw, sink):
+        for i in range(3):
+            sink.send(wid, b"e%d" % i)
+        await asyncio.sleep(0.05)
+        sink.send(wid, b"e3")
+
+    client = await _client_and_server(start)
+    got = [batch async for batch in client.watch_batches(pb.WatchOpen(request=b"x"))]
+    assert got == [[b"e0", b"e1", b"e2"], [b"e3"]]
