@@ -258,28 +258,36 @@ async def bench_etcd(stack: Stack, concurrency: int, n: int) -> dict[str, dict]:
 
 
 def hello_server(port: int, cert: str, key: str, ca: str) -> None:
-    """The HTTP stack the proxy runs on (Starlette, uvicorn, httptools, uvloop, TLS), serving a constant."""
+    """The HTTP stack the proxy runs on (a bare ASGI app on uvicorn, httptools, uvloop, TLS),
+    serving a constant: /hello, and /blob?bytes=N (a JSON body of N bytes, the transport floor for
+    a response that size)."""
+    from urllib.parse import parse_qs
+
     import uvicorn
-    from starlette.applications import Starlette
-    from starlette.responses import Response
-    from starlette.routing import Route
 
-    async def hello(request):  # type: ignore[no-untyped-def]
-        return Response(b'{"hello":"world"}', media_type="application/json")
-
+    hello = b'{"hello":"world"}'
     blobs: dict[int, bytes] = {}
 
-    async def blob(request):  # type: ignore[no-untyped-def]
-        """?bytes=N: a constant JSON body of N bytes (the transport floor for a response that size)."""
-        n = min(int(request.query_params.get("bytes", "0")), 64 << 20)
-        if n not in blobs:
-            blobs[n] = b'"' + b"x" * max(0, n - 2) + b'"'
-        return Response(blobs[n], media_type="application/json")
+    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
+        if scope["type"] != "http":
+            return
+        body = hello
+        if scope["path"] == "/blob":
+            n = min(int(parse_qs(scope["query_string"].decode()).get("bytes", ["0"])[0]), 64 << 20)
+            if n not in blobs:
+                blobs[n] = b'"' + b"x" * max(0, n - 2) + b'"'
+            body = blobs[n]
+        elif scope["path"] != "/hello":
+            await send({"type": "http.response.start", "status": 404, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
 
-    app = Starlette(routes=[Route("/hello", hello), Route("/blob", blob)])
     uvicorn.run(app, host="127.0.0.1", port=port, ssl_certfile=cert, ssl_keyfile=key, ssl_ca_certs=ca,
                 ssl_cert_reqs=ssl.CERT_OPTIONAL, http="httptools", loop="uvloop", log_level="warning",
-                access_log=False)
+                access_log=False, lifespan="off")
 
 
 EXTRA_FIGURES = ("list_10k", "storage_memory", "watch_fanout", "watch_fanout_single_100", "watch_fanout_https", "rbac_inprocess", "auth_grpc")

@@ -13,8 +13,6 @@ from typing import Any
 
 import grpc
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.applications import Starlette
-from starlette.routing import Route
 
 from apiary_pb import apf_pb2 as fpb
 from apiary_pb import apf_pb2_grpc as fgrpc
@@ -61,7 +59,7 @@ def _channel_ready(channel: grpc.aio.Channel | None) -> ReadyCheck:
 
 
 class ProxyApp:
-    """The handler chain, as an ASGI callable; `app` is the Starlette application to serve."""
+    """The handler chain, as an ASGI callable (`app`, what the server serves, is this object)."""
 
     def __init__(self, auth: agrpc.AuthStub, apf: fgrpc.FlowControlStub, registry: rgrpc.RegistryStub, *,
                  channels: dict[str, grpc.aio.Channel] | None = None, verbosity: int = 0,
@@ -86,7 +84,9 @@ class ProxyApp:
             "apiservice-informer": self._informer_synced,
             "discovery": self._discovery_loaded,
         }
-        self.app = Starlette(routes=[Route("/{path:path}", endpoint=self)])
+        # Served as it is: every path goes through the same handler chain, which answers every
+        # error itself, so a framework's router and error middleware would only add a hop per send.
+        self.app = self
 
     async def _apf_ready(self) -> bool:
         return self.apf.ready()
@@ -129,6 +129,8 @@ class ProxyApp:
     # the chain ---------------------------------------------------------------------------
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return  # lifespan is off; no websockets
         ctx = Context(scope, receive, send)
         method = ctx.method
         inflight = metrics.READ_ONLY if method in _READ_METHODS else metrics.MUTATING
