@@ -95,6 +95,23 @@ async def _answer_batches(queue: asyncio.Queue[Answer | None]) -> AsyncIterator[
             return
 
 
+async def read_stream(call: Any, on_message: Callable[[Any], None], peer: str, what: str) -> APIError:
+    """Hand each message of a long-lived stream to on_message until the stream ends; the error
+    every call or watch still waiting on it ends with (a closed stream is a 503, a broken one the
+    peer's error as gRPC reports it)."""
+    try:
+        async for message in call:
+            on_message(message)
+        return ServiceUnavailable(f"service unavailable ({peer}): {what} closed", headers={"Retry-After": "1"})
+    except grpc.aio.AioRpcError as e:
+        return error_from_rpc(e, peer)
+    except asyncio.CancelledError:
+        return ServiceUnavailable(f"service unavailable ({peer}): {what} cancelled")
+    except Exception as e:  # noqa: BLE001 - everything waiting on the stream ends with it
+        log.exception("%s to %s failed", what, peer)
+        return InternalError(f"{what} to {peer} failed: {type(e).__name__}")
+
+
 class _Stream:
     """One open Calls stream: its outgoing queue and the gRPC call reading its answers."""
 
@@ -143,36 +160,32 @@ class MuxClient:
         return stream
 
     async def _read(self, stream: _Stream) -> None:
-        err: APIError | None = None
+        pending = self._pending
+
+        def on_batch(batch: pb.Frames) -> None:
+            for frame in batch.frames:
+                entry = pending.get(frame.id)
+                if entry is None:
+                    continue
+                if type(entry) is _Parts:
+                    entry.add(frame)
+                    if not frame.more:
+                        del pending[frame.id]
+                    continue
+                del pending[frame.id]
+                if not entry.done():  # type: ignore[union-attr]
+                    entry.set_result(frame)  # type: ignore[union-attr]
+
+        failed = ServiceUnavailable(f"service unavailable ({self.peer})")
         try:
-            pending = self._pending
-            async for batch in stream.call:
-                for frame in batch.frames:
-                    entry = pending.get(frame.id)
-                    if entry is None:
-                        continue
-                    if type(entry) is _Parts:
-                        entry.add(frame)
-                        if not frame.more:
-                            del pending[frame.id]
-                        continue
-                    del pending[frame.id]
-                    if not entry.done():  # type: ignore[union-attr]
-                        entry.set_result(frame)  # type: ignore[union-attr]
-            err = ServiceUnavailable(f"service unavailable ({self.peer}): stream closed",
-                                     headers={"Retry-After": "1"})
-        except grpc.aio.AioRpcError as e:
-            err = error_from_rpc(e, self.peer)
-        except asyncio.CancelledError:
-            err = ServiceUnavailable(f"service unavailable ({self.peer}): stream cancelled")
+            failed = await read_stream(stream.call, on_batch, self.peer, "stream")
         finally:
             stream.alive = False
             stream.queue.put_nowait(None)
-            failed = err or ServiceUnavailable(f"service unavailable ({self.peer})")
-            for fid, entry in list(self._pending.items()):
+            for fid, entry in list(pending.items()):
                 if getattr(entry, "stream", None) is not stream:
                     continue
-                self._pending.pop(fid, None)
+                pending.pop(fid, None)
                 if type(entry) is _Parts:
                     entry.fail(failed)
                 elif not entry.done():  # type: ignore[union-attr]

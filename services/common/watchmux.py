@@ -27,11 +27,10 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import grpc
-
 from apiary_pb import envelope_pb2 as pb
 
-from .errors import APIError, InternalError, ServiceUnavailable, error_from_rpc
+from .errors import APIError, InternalError, ServiceUnavailable
+from .mux import read_stream
 
 log = logging.getLogger(__name__)
 
@@ -237,51 +236,44 @@ class WatchMuxClient:
         return stream
 
     async def _read(self, stream: _Stream) -> None:
-        err: APIError | None = None
         watches = self._watches
-        try:
-            async for batch in stream.call:
-                for d in batch.deliveries:
-                    event = d.event  # one bytes object, shared by every watch it goes to
-                    initial = d.initial
-                    for wid in d.ids:
-                        w = watches.get(wid)
-                        if w is None or w.done:
-                            continue
-                        if w.on_event is not None:
-                            if not w.on_event(event, initial):  # the relay has had enough: stop it
-                                w.finish(None)
-                                watches.pop(wid, None)
-                                stream.queue.put_nowait(pb.WatchControl(cancel=[wid]))
-                            continue
-                        if initial:
-                            w.allowance += 1
-                        elif len(w.buf) >= self.capacity + w.allowance:
-                            # A consumer that cannot keep up: ended, as kube ends a slow watcher.
+
+        def on_batch(batch: pb.WatchBatch) -> None:
+            for d in batch.deliveries:
+                event = d.event  # one bytes object, shared by every watch it goes to
+                initial = d.initial
+                for wid in d.ids:
+                    w = watches.get(wid)
+                    if w is None or w.done:
+                        continue
+                    if w.on_event is not None:
+                        if not w.on_event(event, initial):  # the relay has had enough: stop it
                             w.finish(None)
+                            watches.pop(wid, None)
                             stream.queue.put_nowait(pb.WatchControl(cancel=[wid]))
-                            continue
-                        w.buf.append(event)
-                        w.wake.set()
-                for e in batch.ended:
-                    w = watches.get(e.id)
-                    if w is not None:
-                        if w.on_event is not None:
-                            watches.pop(e.id, None)
-                        w.finish(APIError.from_pb(e.error) if e.HasField("error") else None)
-            err = ServiceUnavailable(f"service unavailable ({self.peer}): watch stream closed",
-                                     headers={"Retry-After": "1"})
-        except grpc.aio.AioRpcError as e:
-            err = error_from_rpc(e, self.peer)
-        except asyncio.CancelledError:
-            err = ServiceUnavailable(f"service unavailable ({self.peer}): watch stream cancelled")
-        except Exception as e:  # noqa: BLE001 - every watch on the stream ends with it
-            log.exception("watch stream to %s failed", self.peer)
-            err = InternalError(f"watch stream to {self.peer} failed: {type(e).__name__}")
+                        continue
+                    if initial:
+                        w.allowance += 1
+                    elif len(w.buf) >= self.capacity + w.allowance:
+                        # A consumer that cannot keep up: ended, as kube ends a slow watcher.
+                        w.finish(None)
+                        stream.queue.put_nowait(pb.WatchControl(cancel=[wid]))
+                        continue
+                    w.buf.append(event)
+                    w.wake.set()
+            for e in batch.ended:
+                w = watches.get(e.id)
+                if w is not None:
+                    if w.on_event is not None:
+                        watches.pop(e.id, None)
+                    w.finish(APIError.from_pb(e.error) if e.HasField("error") else None)
+
+        failed: APIError = ServiceUnavailable(f"service unavailable ({self.peer})")
+        try:
+            failed = await read_stream(stream.call, on_batch, self.peer, "watch stream")
         finally:
             stream.alive = False
             stream.queue.put_nowait(None)
-            failed = err or ServiceUnavailable(f"service unavailable ({self.peer})")
             for wid, w in list(watches.items()):
                 if w.stream is stream:
                     if w.on_event is not None:

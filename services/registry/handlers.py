@@ -378,7 +378,7 @@ class Handlers:
     @staticmethod
     def list_json(info: ResourceInfo, meta: Obj, items: list[pb.Object]) -> bytes:
         """Splice the items' JSON into the list without decoding their bodies."""
-        return _splice_list(info, meta, [envelope.to_json(e) for e in items])
+        return _splice_json_list(info, meta, b",".join(envelope.to_json(e) for e in items))
 
     # Create ----------------------------------------------------------------------
 
@@ -721,10 +721,6 @@ def _list_meta(resp: spb.ListResponse | spb.RawListResponse) -> Obj:
     if resp.HasField("remaining_item_count"):
         meta["remainingItemCount"] = resp.remaining_item_count
     return meta
-
-
-def _splice_list(info: ResourceInfo, meta: Obj, items: list[bytes]) -> bytes:
-    return _splice_json_list(info, meta, b",".join(items))
 
 
 def _splice_json_list(info: ResourceInfo, meta: Obj, items: bytes) -> bytes:

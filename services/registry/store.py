@@ -1,8 +1,9 @@
 """The generic Store's storage side: the storage service behind kube's resource-specific errors."""
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from prometheus_client import Histogram
@@ -39,14 +40,8 @@ class Store:
 
     async def _call(self, op: str, info: ResourceInfo, method: str, req: Any, timing: Timing | None,
                     response: type | None = None) -> Any:
-        t0 = time.perf_counter()
-        try:
+        with _timed(op, info, timing):
             return await self.calls.call(method, req, timeout=self.timeout, response=response)
-        finally:
-            dt = time.perf_counter() - t0
-            STORAGE_DURATION.labels(op, info.plural).observe(dt)
-            if timing is not None:
-                timing["storage"] = timing.get("storage", 0.0) + dt * 1000
 
     async def get(self, info: ResourceInfo, namespace: str, name: str, resource_version: str = "",
                   timing: Timing | None = None) -> pb.Object:
@@ -95,15 +90,9 @@ class Store:
     async def list_parts(self, info: ResourceInfo, req: spb.ListRequest,
                          timing: Timing | None = None) -> AsyncIterator[spb.RawListResponse]:
         """list with req.chunked: the answer's parts as they arrive (the first has the list's metadata)."""
-        t0 = time.perf_counter()
-        try:
+        with _timed("list", info, timing):
             async for payload, _ in self.calls.call_stream("List", req, timeout=self.timeout):
                 yield spb.RawListResponse.FromString(payload)
-        finally:
-            dt = time.perf_counter() - t0
-            STORAGE_DURATION.labels("list", info.plural).observe(dt)
-            if timing is not None:
-                timing["storage"] = timing.get("storage", 0.0) + dt * 1000
 
     async def list_all(self, info: ResourceInfo, prefix: str, label_selector: str = "",
                        field_selector: str = "") -> list[pb.Object]:
@@ -125,6 +114,19 @@ class Store:
     async def watch(self, req: spb.WatchRequest) -> AsyncIterator[pb.WatchEvent]:
         async for raw in self.watches.watch(req):
             yield pb.WatchEvent.FromString(raw)
+
+
+@contextlib.contextmanager
+def _timed(op: str, info: ResourceInfo, timing: Timing | None) -> Iterator[None]:
+    """Time a storage call: the duration metric, and the request's storage stage (Server-Timing)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        dt = time.perf_counter() - t0
+        STORAGE_DURATION.labels(op, info.plural).observe(dt)
+        if timing is not None:
+            timing["storage"] = timing.get("storage", 0.0) + dt * 1000
 
 
 def _translate(e: errors.APIError, info: ResourceInfo, name: str) -> errors.APIError:

@@ -115,6 +115,14 @@ def with_resource_version(data: bytes, rev: int) -> bytes:
     return obj.SerializeToString()
 
 
+def fill_kind(obj: pb.Object, kind: str, api_version: str) -> bool:
+    """Give an object stored without kind and apiVersion the request's; whether it had to."""
+    if obj.kind:
+        return False
+    obj.kind, obj.api_version = kind, api_version
+    return True
+
+
 def too_old(rv: int, oldest: int) -> Gone:
     return Gone(f"too old resource version: {rv} ({oldest})", reason="Expired")
 
@@ -476,14 +484,10 @@ class Cacher:
         hi = bisect_left(keys, prefix[:-1] + "0", lo)
         return keys[lo:hi]
 
-    def snapshot_json(self, prefix: str, pred: SelectionPredicate, kind: str, api_version: str) -> bytes:
-        """snapshot's objects as their JSON, comma-separated (kind and api_version fill in an object
-        stored without them; such JSON is not kept)."""
-        return b",".join(self.snapshot_json_items(prefix, pred, kind, api_version))
-
     def snapshot_json_items(self, prefix: str, pred: SelectionPredicate, kind: str,
                             api_version: str) -> list[bytes]:
-        """snapshot's objects as their JSON, one item each."""
+        """snapshot's objects as their JSON, one item each (kind and api_version fill in an object
+        stored without them; such JSON is not kept)."""
         keys = self._matching(prefix, pred)
         get = self.json.get
         out = [get(k) for k in keys]
@@ -496,9 +500,8 @@ class Cacher:
 
     def _render(self, key: str, data: bytes, kind: str, api_version: str) -> bytes:
         obj = pb.Object.FromString(data)
-        if not obj.kind:
-            obj.kind, obj.api_version = kind, api_version
-            return envelope.to_json(obj)
+        if fill_kind(obj, kind, api_version):
+            return envelope.to_json(obj)  # not kept: it depends on the request
         js = envelope.to_json(obj)
         budget = self.json_budget
         cost = len(js) + len(key) + JSONBudget.ENTRY_OVERHEAD

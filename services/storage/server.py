@@ -20,7 +20,7 @@ from services.common.protowire import bytes_field
 from services.common.selectors import SelectionPredicate
 
 from . import metrics
-from .cacher import ADDED, BOOKMARK, ERROR, Cacher, Cachers, CacheWatcher, too_large
+from .cacher import ADDED, BOOKMARK, ERROR, Cacher, Cachers, CacheWatcher, fill_kind, too_large
 from .codec import STALE_FIELD, Codec
 from .codec import encode as codec_encode
 from .encryption import NeedsDEK
@@ -115,12 +115,6 @@ def json_parts(head: bytes, items: list[bytes], size: int = mux.PART_BYTES) -> l
         js = b",".join(items[start:])
         parts.append(b"".join((head if not parts else b"", *bytes_field(5, js))))
     return parts
-
-
-def _with_kind(obj: pb.Object, request: spb.ListRequest) -> pb.Object:
-    if not obj.kind:
-        obj.kind, obj.api_version = request.kind, request.api_version
-    return obj
 
 
 def _key(key: str) -> bytes:
@@ -424,7 +418,9 @@ class StorageServicer(sgrpc.StorageServicer):
         try:
             out = await self._list(prefix, start, revision, minimum, limit, pred, resource)
             if request.json:
-                out.json_items = b",".join(envelope.to_json(_with_kind(o, request)) for o in out.items)
+                for o in out.items:
+                    fill_kind(o, request.kind, request.api_version)
+                out.json_items = b",".join(envelope.to_json(o) for o in out.items)
                 del out.items[:]
             return out
         except Compacted:

@@ -218,6 +218,11 @@ def json_names(blob: bytes) -> list[str]:
     return [o["metadata"]["name"] for o in orjson.loads(b"[" + blob + b"]")]
 
 
+def snapshot_json(c: Cacher, prefix: str, pred: SelectionPredicate, kind: str, api_version: str) -> bytes:
+    """The items' JSON comma-separated, as storage answers a JSON list."""
+    return b",".join(c.snapshot_json_items(prefix, pred, kind, api_version))
+
+
 def test_snapshot_json_renders_once_per_object_version(cacher):
     import orjson
 
@@ -226,21 +231,21 @@ def test_snapshot_json_renders_once_per_object_version(cacher):
 
     cacher._apply(put(11, "b", app="web"))
     cacher._apply(put(12, "a"))
-    blob = cacher.snapshot_json(PREFIX, SelectionPredicate(), "Pod", "v1")
+    blob = snapshot_json(cacher, PREFIX, SelectionPredicate(), "Pod", "v1")
     # the JSON clients see, resourceVersion included, exactly as the registry would render it
     expected = [envelope.to_json(pb.Object.FromString(d)) for d in cacher.snapshot(PREFIX, SelectionPredicate())]
     assert blob == b",".join(expected)
     assert orjson.loads(b"[" + blob + b"]")[1]["metadata"]["resourceVersion"] == "11"
     kept = cacher.json[f"{PREFIX}ns/a"]
-    assert cacher.snapshot_json(PREFIX, SelectionPredicate(), "Pod", "v1") == blob
+    assert snapshot_json(cacher, PREFIX, SelectionPredicate(), "Pod", "v1") == blob
     assert cacher.json[f"{PREFIX}ns/a"] is kept  # served again without rendering
-    assert json_names(cacher.snapshot_json(PREFIX, SelectionPredicate.parse("app=web", ""), "Pod", "v1")) == ["b"]
-    assert json_names(cacher.snapshot_json(f"{PREFIX}ns/a", SelectionPredicate(), "Pod", "v1")) == ["a"]
-    assert cacher.snapshot_json(f"{PREFIX}other/", SelectionPredicate(), "Pod", "v1") == b""
+    assert json_names(snapshot_json(cacher, PREFIX, SelectionPredicate.parse("app=web", ""), "Pod", "v1")) == ["b"]
+    assert json_names(snapshot_json(cacher, f"{PREFIX}ns/a", SelectionPredicate(), "Pod", "v1")) == ["a"]
+    assert snapshot_json(cacher, f"{PREFIX}other/", SelectionPredicate(), "Pod", "v1") == b""
     # a change renders the new state; a delete forgets the rendering and gives back its budget
     cacher._apply(put(13, "a", app="db"))
     assert f"{PREFIX}ns/a" not in cacher.json
-    out = orjson.loads(b"[" + cacher.snapshot_json(PREFIX, SelectionPredicate(), "Pod", "v1") + b"]")
+    out = orjson.loads(b"[" + snapshot_json(cacher, PREFIX, SelectionPredicate(), "Pod", "v1") + b"]")
     assert out[0]["metadata"]["labels"] == {"app": "db"} and out[0]["metadata"]["resourceVersion"] == "13"
     used = cacher.json_budget.used
     cacher._apply(delete(14, "a"))
@@ -248,7 +253,7 @@ def test_snapshot_json_renders_once_per_object_version(cacher):
     # within the byte budget: the oldest renderings go first, the answer stays complete
     small = Cacher(etcd=None, prefix=PREFIX, json_budget=JSONBudget(limit=1))  # type: ignore[arg-type]
     small._apply(put(11, "x"))
-    assert json_names(small.snapshot_json(PREFIX, SelectionPredicate(), "Pod", "v1")) == ["x"]
+    assert json_names(snapshot_json(small, PREFIX, SelectionPredicate(), "Pod", "v1")) == ["x"]
     assert small.json == {} and small.json_budget.used == 0
 
 
@@ -260,7 +265,7 @@ def test_snapshot_json_fills_a_missing_kind_without_keeping_it(cacher):
     kv = rpc.KeyValue(key=f"{PREFIX}ns/k".encode(), value=codec.encode(o), mod_revision=11)
     cacher._apply(rpc.WatchResponse(header=rpc.ResponseHeader(revision=11),
                                     events=[rpc.Event(type=rpc.Event.PUT, kv=kv)]))
-    item = orjson.loads(cacher.snapshot_json(PREFIX, SelectionPredicate(), "Pod", "v1"))
+    item = orjson.loads(snapshot_json(cacher, PREFIX, SelectionPredicate(), "Pod", "v1"))
     assert item["kind"] == "Pod" and item["apiVersion"] == "v1"
     assert cacher.json == {}
 
