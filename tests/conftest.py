@@ -19,7 +19,8 @@ from tools.certs import read_tokens
 from tools.run import ROOT, Stack
 
 TEST_STATE = ROOT / ".apiary" / "test"
-TEST_OFFSET = 1000
+# APIARY_TEST_PORT_OFFSET lets several checkouts run their suites side by side.
+TEST_OFFSET = int(os.environ.get("APIARY_TEST_PORT_OFFSET", "1000"))
 
 
 @pytest.fixture(scope="session")
