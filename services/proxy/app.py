@@ -24,6 +24,7 @@ from services.common.informer import Informer
 
 from . import metrics, requestinfo
 from .context import ClientDisconnected, Context
+from .decoder import BodyDecoder
 from .discovery import VERSION_INFO, Discovery
 from .filters.apf import Seat, SeatClient
 from .filters.authn import Authenticator, bearer_token
@@ -32,7 +33,7 @@ from .filters.impersonation import Impersonator
 from .filters.requestheader import RequestHeaderConfig
 from .handlers.resource import ResourceHandler, api_request
 from .handlers.watch import WatchHandler, watch_timeout
-from .negotiation import APPLY_PATCH, decode_body, negotiate_output
+from .negotiation import APPLY_PATCH, negotiate_output
 from .rbac import RBACWatch
 from .requestinfo import RequestInfo
 
@@ -76,6 +77,7 @@ class ProxyApp:
         self.apiservices = Informer(registry, "apiregistration.k8s.io", "v1", "apiservices")
         self.apiservices.add_handler(lambda *_: self.discovery.invalidate())
         self.resources = ResourceHandler(registry)
+        self.decoder = BodyDecoder()
         self.watches = WatchHandler(registry)
         self.checks: dict[str, ReadyCheck] = {
             "registry": _channel_ready(channels.get("registry")),
@@ -98,6 +100,7 @@ class ProxyApp:
         return self.discovery.loaded.is_set()
 
     def start(self) -> None:
+        self.decoder.start()
         self.apf.start()
         self.discovery.start()
         self.apiservices.start()
@@ -113,6 +116,7 @@ class ProxyApp:
         await self.apiservices.stop()
         await self.discovery.stop()
         await self.apf.stop()
+        self.decoder.stop()
 
     async def readiness(self) -> tuple[bool, str]:
         ok, lines = True, ["[+]ping ok"]
@@ -263,7 +267,8 @@ class ProxyApp:
             return False
         content_type = ""
         if body or info.verb in ("create", "update", "patch"):
-            body, content_type = decode_body(info.verb, ctx.header(b"content-type"), body)
+            kind = self.discovery.kind(info.api_group, info.api_version, info.resource)
+            body, content_type = await self.decoder.decode(info.verb, ctx.header(b"content-type"), body, kind)
         req = api_request(info, ctx, query, user, body=body, content_type=content_type, table=output.table)
         await self.resources.handle(ctx, req, output)
         return content_type == APPLY_PATCH

@@ -73,6 +73,7 @@ class Discovery:
         self.api_group_list = b""
         self.group_docs: dict[str, bytes] = {}
         self.resource_lists: dict[str, bytes] = {}
+        self.kinds: dict[tuple[str, str], str] = {}
         self.openapi: dict[str, tuple[bytes, str]] = {}
         self.openapi_index = b'{"paths":{}}'
         self.openapi_v2: openapi_v2.Built | None = None
@@ -138,12 +139,19 @@ class Discovery:
         self.api_group_list = resp.api_group_list or b'{"kind":"APIGroupList","apiVersion":"v1","groups":[]}'
         self.group_docs = group_docs
         self.resource_lists = dict(resp.resource_lists)
+        self.kinds = {(gv, r.get("name", "")): r.get("kind", "")
+                      for gv, doc in self.resource_lists.items()
+                      for r in orjson.loads(doc).get("resources") or []}
         self.openapi = openapi
         self.openapi_index = orjson.dumps(index)
         self.openapi_v2 = v2
         self.loaded.set()
 
     # serving ------------------------------------------------------------------
+
+    def kind(self, group: str, version: str, resource: str) -> str:
+        """The kind a resource's bodies have ("" when unknown)."""
+        return self.kinds.get((f"{group}/{version}" if group else version, resource), "")
 
     def serves(self, group: str, version: str) -> bool:
         return (f"{group}/{version}" if group else version) in self.resource_lists

@@ -27,6 +27,7 @@ from k8s_pb import core_v1_pb2 as core_v1
 from k8s_pb import meta_v1_pb2 as meta_v1
 from k8s_pb import rbac_v1_pb2 as rbac_v1
 from k8s_pb import runtime_pb2 as runtime
+from services.common.decoding import loads_json
 from services.common.errors import BadRequest, UnsupportedMediaType
 
 MAGIC = b"k8s\x00"
@@ -86,11 +87,16 @@ _JSON_NAMES: dict[tuple[str, str], str] = {
     ("k8s.io.api.authentication.v1.BoundObjectReference", "uID"): "uid",
 }
 
-def decode_k8s_protobuf(body: bytes) -> bytes:
-    """The JSON form of a Kubernetes protobuf body, apiVersion and kind taken from its envelope."""
+def decode_k8s_protobuf(body: bytes, into: str = "") -> bytes:
+    """The JSON form of a Kubernetes protobuf body, apiVersion and kind taken from its envelope;
+    `into` is the kind the URL expects, named in errors as kube does."""
     if not body.startswith(MAGIC):
         raise BadRequest("the body of the request is not a Kubernetes protobuf message: missing the "
                          'magic prefix "k8s\\x00"')
+    if len(body) == len(MAGIC):
+        # kube's protobuf serializer: "empty body", reported by the handlers' transformDecodeError
+        raise BadRequest(f"the object provided is unrecognized{f' (must be of type {into})' if into else ''}: "
+                         f"empty body ({body.hex()})")
     unknown = runtime.Unknown()
     _parse(unknown, body[len(MAGIC):], "runtime.Unknown")
     api_version, kind = unknown.typeMeta.apiVersion, unknown.typeMeta.kind
@@ -202,8 +208,8 @@ def _fields_v1(msg: Message) -> Any:
     if not msg.Raw:
         return None
     try:
-        return orjson.loads(msg.Raw)
-    except orjson.JSONDecodeError as e:
+        return loads_json(msg.Raw)
+    except ValueError as e:
         raise BadRequest(f"invalid fieldsV1 in protobuf body: {e}") from None
 
 

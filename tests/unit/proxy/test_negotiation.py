@@ -1,6 +1,7 @@
 import orjson
 import pytest
 
+from services.common.decoding import MAX_DEPTH
 from services.common.errors import BadRequest, NotAcceptable, UnsupportedMediaType
 from services.proxy.negotiation import (
     DISCOVERY_V2, Output, decode_body, json_to_yaml, negotiate_discovery, negotiate_output, parse_accept,
@@ -93,8 +94,32 @@ def test_decode_body_json_yaml_and_errors():
     with pytest.raises(UnsupportedMediaType) as e:
         decode_body("create", "application/x-www-form-urlencoded", b"a=1")
     assert e.value.code == 415
-    with pytest.raises(UnsupportedMediaType):
-        decode_body("create", "application/vnd.kubernetes.protobuf", b"k8s\x00")
+    # kube's protobuf serializer: the bare prefix is an "empty body", a 400 (transformDecodeError)
+    with pytest.raises(BadRequest) as e:
+        decode_body("create", "application/vnd.kubernetes.protobuf", b"k8s\x00", "ConfigMap")
+    assert e.value.message == "the object provided is unrecognized (must be of type ConfigMap): empty body (6b387300)"
+
+
+def test_decode_body_depth_is_limited():
+    deep = b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1)
+    with pytest.raises(BadRequest) as e:
+        decode_body("create", "application/json", b'{"a":' + deep + b"}")
+    assert e.value.message == f"couldn't get version/kind; json parse error: exceeded max depth of {MAX_DEPTH}"
+    with pytest.raises(BadRequest) as e:
+        decode_body("patch", "application/merge-patch+json", b'{"a":' + deep + b"}")
+    assert e.value.message.startswith("error decoding patch: exceeded max depth")
+    ok = b"[" * (MAX_DEPTH - 1) + b"]" * (MAX_DEPTH - 1)
+    assert decode_body("create", "application/json", b'{"a":' + ok + b"}")[1] == "application/json"
+
+
+def test_yaml_alias_bomb_is_refused_at_once():
+    lines = ["a: &a [x,x,x,x,x,x,x,x,x]"] + [
+        f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]" for p, n in zip("abcdefgh", "bcdefghi")]
+    bomb = ("\n".join(lines) + "\n").encode()
+    for verb, ctype in (("create", "application/yaml"), ("patch", "application/apply-patch+yaml")):
+        with pytest.raises(BadRequest) as e:
+            decode_body(verb, ctype, bomb)
+        assert e.value.message == "error converting YAML to JSON: yaml: document contains excessive aliasing"
 
 
 @pytest.mark.parametrize("ctype", ["application/json-patch+json", "application/merge-patch+json",

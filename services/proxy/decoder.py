@@ -1,0 +1,82 @@
+"""Request body decoding off the event loop: a large body is decoded in a worker process.
+
+Decoding is CPU-bound and holds the GIL (orjson and protobuf parse in C without releasing it; YAML
+builds its objects in Python), so a thread would still stall the loop that serves everyone else: a
+dense 3 MiB YAML body takes seconds. A worker process costs the body's copy there and the JSON's copy
+back (about a millisecond per MiB), so small bodies, the usual case, are decoded inline.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from services.common.errors import ServiceUnavailable
+
+from .negotiation import decode_body
+
+log = logging.getLogger(__name__)
+
+# Bodies up to this size are decoded inline: at most a few milliseconds of loop time. YAML costs
+# 20-50x more per byte than JSON, so it goes to the worker sooner.
+INLINE_BYTES = 64 * 1024
+INLINE_YAML_BYTES = 4 * 1024
+
+
+def _warm() -> None:
+    """Submitted once per worker at start: the worker is spawned and has imported the decoders
+    before the first large body arrives."""
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Worker initializer: a worker whose proxy was killed (-9, no shutdown) would wait on its task
+    queue forever; it leaves once it is no longer the proxy's child."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+class BodyDecoder:
+    def __init__(self, workers: int = 2) -> None:
+        self.workers = workers
+        self._pool: ProcessPoolExecutor | None = None
+
+    def start(self) -> None:
+        # spawn, not fork: the proxy's gRPC channels and threads must not be copied into a child.
+        self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_exit_with_parent, initargs=(os.getpid(),))
+        for _ in range(self.workers):
+            self._pool.submit(_warm)
+
+    def stop(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    @staticmethod
+    def inline(content_type: str, body: bytes) -> bool:
+        limit = INLINE_YAML_BYTES if "yaml" in content_type.lower() else INLINE_BYTES
+        return len(body) <= limit
+
+    async def decode(self, verb: str, content_type: str, body: bytes, into: str = "") -> tuple[bytes, str]:
+        """decode_body's answer; raises its APIErrors."""
+        if self._pool is None or self.inline(content_type, body):
+            return decode_body(verb, content_type, body, into)
+        loop = asyncio.get_running_loop()
+        try:
+            # APIErrors come back pickled whole (class, message, details)
+            return await loop.run_in_executor(self._pool, decode_body, verb, content_type, body, into)
+        except BrokenProcessPool:
+            # A worker died (killed from outside, or out of memory): start afresh for the next body.
+            log.error("a body decoding worker died; restarting the pool")
+            self.stop()
+            self.start()
+            raise ServiceUnavailable("the server is currently unable to decode the request body",
+                                     headers={"Retry-After": "1"}, details={"retryAfterSeconds": 1}) from None

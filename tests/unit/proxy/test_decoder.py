@@ -1,0 +1,48 @@
+"""BodyDecoder: small bodies inline, large ones in a worker process, errors as the same Status."""
+import asyncio
+
+import orjson
+import pytest
+
+from services.common.errors import BadRequest
+from services.proxy.decoder import INLINE_BYTES, INLINE_YAML_BYTES, BodyDecoder
+
+
+@pytest.fixture(scope="module")
+def decoder():
+    d = BodyDecoder(workers=1)
+    d.start()
+    yield d
+    d.stop()
+
+
+def test_inline_thresholds():
+    assert BodyDecoder.inline("application/json", b"x" * INLINE_BYTES)
+    assert not BodyDecoder.inline("application/json", b"x" * (INLINE_BYTES + 1))
+    assert not BodyDecoder.inline("application/yaml", b"x" * (INLINE_YAML_BYTES + 1))
+    assert not BodyDecoder.inline("application/apply-patch+yaml", b"x" * (INLINE_YAML_BYTES + 1))
+
+
+def test_large_bodies_are_decoded_in_the_worker(decoder):
+    data = {f"k{i}": "v" * 50 for i in range(2000)}
+    yml = ("data:\n" + "".join(f"  k{i}: {'v' * 50}\n" for i in range(2000))).encode()
+    assert len(yml) > INLINE_YAML_BYTES
+    out, media = asyncio.run(decoder.decode("create", "application/yaml", yml))
+    assert media == "application/json" and orjson.loads(out) == {"data": data}
+    big = orjson.dumps({"data": data})
+    assert len(big) > INLINE_BYTES
+    assert asyncio.run(decoder.decode("update", "application/json", big)) == (big, "application/json")
+
+
+def test_worker_errors_become_the_same_status(decoder):
+    bad = b'{"a":"' + b"x" * INLINE_BYTES + b'"'
+    with pytest.raises(BadRequest) as e:
+        asyncio.run(decoder.decode("create", "application/json", bad))
+    assert e.value.code == 400 and e.value.reason == "BadRequest"
+    assert e.value.message.startswith("couldn't get version/kind; json parse error:")
+    padding = b"#" + b"x" * INLINE_YAML_BYTES + b"\n"
+    bomb = padding + b"a: &a [x,x,x,x,x,x,x,x,x]\n" + b"".join(
+        f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]\n".encode() for p, n in zip("abcdefgh", "bcdefghi"))
+    with pytest.raises(BadRequest) as e:
+        asyncio.run(decoder.decode("create", "application/yaml", bomb))
+    assert e.value.message == "error converting YAML to JSON: yaml: document contains excessive aliasing"
