@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import logging
 import random
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import storage_pb2 as spb
 from services.common import envelope, errors, identity
+from services.common.decoding import duplicate_fields, loads_json
 from services.common.errors import BadRequest
 from services.common.selectors import FieldSelector
 
@@ -38,6 +40,21 @@ MAX_GENERATED_NAME_LENGTH = 63 - 5
 NOT_FOUND_MESSAGE = "the server could not find the requested resource"
 NAMESPACE_TERMINATING = ("The system is ensuring all content is removed from this namespace.  Upon completion, "
                          "this namespace will automatically be purged by the system.")
+
+
+_INT = re.compile(r"[+-]?[0-9]+")
+_INT64_MAX = 2**63 - 1
+
+
+def parse_int64(value: str) -> int:
+    """An integer query parameter as kube's conversion (strconv.ParseInt) reads it; its errors are
+    kube's 400 messages."""
+    if not _INT.fullmatch(value):
+        raise BadRequest(f'strconv.ParseInt: parsing "{value}": invalid syntax')
+    n = int(value)
+    if not -_INT64_MAX - 1 <= n <= _INT64_MAX:
+        raise BadRequest(f'strconv.ParseInt: parsing "{value}": value out of range')
+    return n
 
 
 def generate_name(base: str) -> str:
@@ -170,17 +187,20 @@ class Handlers:
 
     def decode(self, r: Request, body: bytes) -> Obj:
         try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError as e:
+            obj = loads_json(body)
+        except ValueError as e:
             raise BadRequest(f"couldn't get version/kind; json parse error: {e}") from None
         if not isinstance(obj, dict):
             raise BadRequest("couldn't get version/kind; json parse error: json: cannot unmarshal "
                              f"{type(obj).__name__} into Go value of type struct {{ APIVersion string "
                              '"json:\\"apiVersion,omitempty\\""; Kind string "json:\\"kind,omitempty\\"" }')
-        return self.check_object(r, obj)
+        # Go's decoder keeps the last of repeated fields, as orjson does; strict decoding names them.
+        duplicates = duplicate_fields(body, obj) if r.query.get("fieldValidation") != "Ignore" else []
+        return self.check_object(r, obj, duplicates)
 
-    def check_object(self, r: Request, obj: Obj) -> Obj:
-        """GVK against the URL, schema (types, unknown fields per fieldValidation), then canonicalize."""
+    def check_object(self, r: Request, obj: Obj, duplicates: list[str] | None = None) -> Obj:
+        """GVK against the URL, schema (types, unknown and duplicate fields per fieldValidation), then
+        canonicalize."""
         info = r.info
         av, kind = obj.get("apiVersion") or "", obj.get("kind") or ""
         if av and av != info.api_version:
@@ -201,12 +221,14 @@ class Handlers:
         unknown, type_error = schemas.check(obj, r.strategy.schema_name, info.kind)
         if type_error:
             raise r.strategy.cannot_handle(type_error)
-        if unknown:
+        if unknown or duplicates:
             mode = r.query.get("fieldValidation") or "Warn"
+            problems = [f'duplicate field "{d}"' for d in duplicates or ()]
+            problems += [f'unknown field "{u}"' for u in unknown]
             if mode == "Strict":
-                raise BadRequest("strict decoding error: " + ", ".join(f'unknown field "{u}"' for u in unknown))
+                raise BadRequest("strict decoding error: " + ", ".join(problems))
             if mode == "Warn":
-                r.warnings.extend(f'unknown field "{u}"' for u in unknown)
+                r.warnings.extend(problems)
             _drop_paths(obj, unknown)
         r.strategy.canonicalize(obj)
         return obj
@@ -341,11 +363,7 @@ class Handlers:
 
     def list_request(self, r: Request) -> spb.ListRequest:
         q = r.query
-        limit = q.get("limit", "") or "0"
-        try:
-            limit_n = int(limit)
-        except ValueError:
-            raise BadRequest(f'limit: Invalid value: "{limit}": must be an integer') from None
+        limit_n = parse_int64(q.get("limit", "") or "0")
         return spb.ListRequest(
             prefix=r.info.collection_prefix(r.namespace), resource_version=q.get("resourceVersion", ""),
             resource_version_match=q.get("resourceVersionMatch", ""), limit=max(limit_n, 0),
@@ -600,17 +618,14 @@ class Handlers:
         opts: Obj = {}
         if r.req.body and r.req.body.strip():
             try:
-                opts = orjson.loads(r.req.body)
-            except orjson.JSONDecodeError as e:
+                opts = loads_json(r.req.body)
+            except ValueError as e:
                 raise BadRequest(f"couldn't get version/kind; json parse error: {e}") from None
             if not isinstance(opts, dict):
                 raise BadRequest("json: cannot unmarshal into Go value of type v1.DeleteOptions")
         q = r.query
         if "gracePeriodSeconds" in q:
-            try:
-                opts["gracePeriodSeconds"] = int(q["gracePeriodSeconds"])
-            except ValueError:
-                raise BadRequest(f'gracePeriodSeconds: invalid value "{q["gracePeriodSeconds"]}"') from None
+            opts["gracePeriodSeconds"] = parse_int64(q["gracePeriodSeconds"])
         if q.get("propagationPolicy"):
             opts["propagationPolicy"] = q["propagationPolicy"]
         if q.get("dryRun"):

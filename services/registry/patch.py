@@ -7,8 +7,8 @@ from typing import Any
 import jsonpatch
 import jsonpointer
 import orjson
-import yaml
 
+from services.common.decoding import loads_json, yaml_to_json
 from services.common.errors import BadRequest, Invalid, UnsupportedMediaType
 
 JSON_PATCH = "application/json-patch+json"
@@ -37,12 +37,12 @@ def rejected(why: str) -> Invalid:
 
 def decode_patch(body: bytes, ptype: str) -> Any:
     try:
-        return orjson.loads(body or b"null")
-    except orjson.JSONDecodeError as e:
+        return loads_json(body or b"null")
+    except ValueError as e:
         if ptype == APPLY_PATCH:
             try:
-                return yaml.safe_load(body)
-            except yaml.YAMLError:
+                return orjson.loads(yaml_to_json(body))
+            except BadRequest:
                 pass
         raise BadRequest(f"error decoding patch: {e}") from None
 
@@ -102,6 +102,10 @@ _DIRECTIVE = "$patch"
 _DELETE_PRIMITIVE = "$deleteFromPrimitiveList/"
 _SET_ORDER = "$setElementOrder/"
 _RETAIN_KEYS = "$retainKeys"
+# mergepatch's errors that kube's patch handler answers 400 (interpretStrategicMergePatchError)
+BAD_RETAIN_KEYS = "invalid patch format of retainKeys"
+BAD_SET_ELEMENT_ORDER = "invalid patch format of setElementOrder list"
+BAD_PRIMITIVE_LIST = "invalid patch format of primitive list"
 
 
 def apply_strategic_merge_patch(doc: Obj, patch: Any, merge_keys: dict[str, str]) -> Obj:
@@ -127,15 +131,25 @@ def _smp_map(original: Any, patch: Obj, path: str, merge_keys: dict[str, str]) -
     if directive is not None:
         raise _SMPError(f"Unknown patch type: {directive} in map: {patch}")
     out = dict(original) if isinstance(original, dict) else {}
-    retain = patch.get(_RETAIN_KEYS)
-    if isinstance(retain, list):
+    if _RETAIN_KEYS in patch:
+        retain = patch[_RETAIN_KEYS]
+        # a list of field names that names every field the patch sets (applyRetainKeysDirective)
+        if not isinstance(retain, list) or not all(isinstance(x, str) for x in retain) or any(
+                k not in retain for k, v in patch.items() if v is not None and not k.startswith("$")):
+            raise BadRequest(BAD_RETAIN_KEYS)
         out = {k: val for k, val in out.items() if k in retain}
     for k, v in patch.items():
-        if k in (_DIRECTIVE, _RETAIN_KEYS) or k.startswith(_SET_ORDER):
+        if k in (_DIRECTIVE, _RETAIN_KEYS):
+            continue
+        if k.startswith(_SET_ORDER):
+            if not isinstance(v, list):
+                raise BadRequest(BAD_SET_ELEMENT_ORDER)
             continue
         if k.startswith(_DELETE_PRIMITIVE):
+            if not isinstance(v, list):
+                raise BadRequest(BAD_PRIMITIVE_LIST)
             field = k[len(_DELETE_PRIMITIVE):]
-            if isinstance(out.get(field), list) and isinstance(v, list):
+            if isinstance(out.get(field), list):
                 out[field] = [x for x in out[field] if x not in v]
             continue
         sub = f"{path}.{k}" if path else k

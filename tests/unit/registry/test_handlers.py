@@ -499,3 +499,51 @@ async def test_list_in_parts_is_the_same_list(api, handlers, storage):
     req.chunked = True
     empty, _ = await handlers.handle(req)
     assert orjson.loads(empty.body + b"".join([p async for p in empty.more]))["items"] == []
+
+
+async def test_duplicate_fields_per_field_validation(api):
+    body = b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","name":"b"},"data":{"k":"1"},"bogus":1}'
+    with pytest.raises(errors.BadRequest) as e:
+        await api("create", "configmaps", "default", body=body, query={"fieldValidation": "Strict"})
+    assert e.value.message == 'strict decoding error: duplicate field "metadata.name", unknown field "bogus"'
+    code, obj = await api("create", "configmaps", "default", body=body)
+    assert code == 201 and obj["metadata"]["name"] == "b"  # the last one wins, as in Go
+    assert api.last_warnings == ['duplicate field "metadata.name"', 'unknown field "bogus"']
+    await api("create", "configmaps", "default", body=body.replace(b'"b"', b'"c"'),
+              query={"fieldValidation": "Ignore"})
+    assert api.last_warnings == []
+
+
+@pytest.mark.parametrize("limit, message", [
+    ("9999999999999999999999999999999999999999", 'strconv.ParseInt: parsing "9999999999999999999999999999999999999999": '
+                                                 "value out of range"),
+    ("abc", 'strconv.ParseInt: parsing "abc": invalid syntax'),
+    ("1_000", 'strconv.ParseInt: parsing "1_000": invalid syntax'),
+])
+async def test_limit_is_parsed_as_kube_does(api, limit, message):
+    with pytest.raises(errors.BadRequest) as e:
+        await api("list", "configmaps", "default", query={"limit": limit})
+    assert e.value.message == message
+
+
+@pytest.mark.parametrize("patch, message", [
+    ({"$setElementOrder/data": 5}, "invalid patch format of setElementOrder list"),
+    ({"metadata": {"$retainKeys": 5}}, "invalid patch format of retainKeys"),
+    ({"data": {"$retainKeys": ["a"], "b": "2"}}, "invalid patch format of retainKeys"),
+    ({"$deleteFromPrimitiveList/finalizers": "x"}, "invalid patch format of primitive list"),
+])
+async def test_strategic_merge_directives_are_checked(api, patch, message):
+    await api("create", "configmaps", "default", body=cm())
+    with pytest.raises(errors.BadRequest) as e:
+        await api("patch", "configmaps", "default", "c", body=patch,
+                  content_type="application/strategic-merge-patch+json")
+    assert e.value.message == message
+
+
+async def test_deep_patches_are_refused(api):
+    await api("create", "configmaps", "default", body=cm())
+    deep = b'{"data":' + b'{"a":' * 300 + b"1" + b"}" * 301
+    for ctype in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+        with pytest.raises(errors.BadRequest) as e:
+            await api("patch", "configmaps", "default", "c", body=deep, content_type=ctype)
+        assert e.value.message == "error decoding patch: exceeded max depth of 200"
