@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -29,13 +30,30 @@ MIN_REQUEST_TIMEOUT = 1800.0
 FIRST_FRAME_WAIT = 0.25
 
 
+_INT = re.compile(r"[+-]?[0-9]+")
+
+
 def watch_timeout(query: dict[str, str], rng: random.Random | None = None) -> float:
+    """How long the watch lasts, from the request's options, which are checked here so that a bad
+    one is a 400 before the stream starts (kube decodes them all before it opens the watch).
+
+    As in kube's ListResource: no timeoutSeconds (or 0) means --min-request-timeout with jitter; a
+    negative one is a timer that has already fired, so the watch ends at once.
+    """
+    rv = query.get("resourceVersion", "")
+    if rv and (not rv.isdigit() or not rv.isascii()):
+        # the message of storage's parse_rv, which would refuse it once the stream had started
+        raise BadRequest(f'resourceVersion: Invalid value: "{rv}": must be a valid resource version')
     raw = query.get("timeoutSeconds")
     if raw:
-        try:
-            value = int(raw)
-        except ValueError:
-            raise BadRequest(f'invalid value for timeoutSeconds: "{raw}"') from None
+        # strconv.ParseInt, as kube's query parameter conversion
+        if not _INT.fullmatch(raw):
+            raise BadRequest(f'strconv.ParseInt: parsing "{raw}": invalid syntax')
+        value = int(raw)
+        if not -2**63 <= value < 2**63:
+            raise BadRequest(f'strconv.ParseInt: parsing "{raw}": value out of range')
+        if value < 0:
+            return 0.0
         if value > 0:
             return float(value)
     return (rng or random).uniform(MIN_REQUEST_TIMEOUT, 2 * MIN_REQUEST_TIMEOUT)
