@@ -146,7 +146,10 @@ class Handlers:
             strategy = strategy.for_subresource(req.subresource)
         else:
             allowed = info.verbs
-        if verb not in allowed:
+        # kube's routes: POST on a collection only, PUT and PATCH on an object only (else 405)
+        misrouted = (verb == "create" and req.name and not req.subresource) or (
+            verb in ("update", "patch") and not req.name)
+        if verb not in allowed or misrouted:
             raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
         return Request(req, info, strategy)
 

@@ -95,7 +95,7 @@ def parse_rv(value: str, what: str = "resourceVersion") -> int:
         rv = int(value)
     except ValueError:
         raise BadRequest(f'{what}: Invalid value: "{value}": must be a valid resource version') from None
-    if rv < 0:
+    if not 0 <= rv < 2**63:  # etcd revisions are int64
         raise BadRequest(f'{what}: Invalid value: "{value}": must be a valid resource version')
     return rv
 

@@ -41,7 +41,7 @@ def watch_timeout(query: dict[str, str], rng: random.Random | None = None) -> fl
     negative one is a timer that has already fired, so the watch ends at once.
     """
     rv = query.get("resourceVersion", "")
-    if rv and (not rv.isdigit() or not rv.isascii()):
+    if rv and (not rv.isascii() or not rv.isdigit() or int(rv) >= 2**63):
         # the message of storage's parse_rv, which would refuse it once the stream had started
         raise BadRequest(f'resourceVersion: Invalid value: "{rv}": must be a valid resource version')
     raw = query.get("timeoutSeconds")

@@ -20,6 +20,7 @@ def test_timeouts():
     ({"timeoutSeconds": "9" * 30}, f'strconv.ParseInt: parsing "{"9" * 30}": value out of range'),
     ({"resourceVersion": "abc"}, 'resourceVersion: Invalid value: "abc": must be a valid resource version'),
     ({"resourceVersion": "-1"}, 'resourceVersion: Invalid value: "-1": must be a valid resource version'),
+    ({"resourceVersion": "9" * 20}, f'resourceVersion: Invalid value: "{"9" * 20}": must be a valid resource version'),
 ])
 def test_bad_options_are_400(query, message):
     with pytest.raises(BadRequest) as e:
