@@ -49,19 +49,31 @@ def _allowed_alias_ratio(decoded: int) -> float:
 # JSON ---------------------------------------------------------------------------------------
 
 
-def too_deep(obj: Any, body: bytes | None = None) -> bool:
-    """Whether obj nests more than MAX_DEPTH objects and arrays. With the body it came from, most
-    bodies are cleared by counting brackets (no deeper than it opens), without walking the object."""
-    if body is not None and body.count(b"{") + body.count(b"[") <= MAX_DEPTH:
+def _shape(obj: Any) -> tuple[int, int]:
+    """(nesting depth, number of object keys) of a decoded body, walked a level at a time (a list
+    comprehension per level, no recursion); counting stops past MAX_DEPTH."""
+    keys, depth, level = 0, 0, [obj]
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            return depth, keys
+        nxt: list[Any] = []
+        for o in level:
+            if type(o) is dict:
+                keys += len(o)
+                nxt += [c for c in o.values() if type(c) is dict or type(c) is list]
+            elif type(o) is list:
+                nxt += [c for c in o if type(c) is dict or type(c) is list]
+        level = nxt
+    return depth, keys
+
+
+def too_deep(obj: Any, body: bytes) -> bool:
+    """Whether obj, decoded from body, nests more than MAX_DEPTH objects and arrays. Most bodies are
+    cleared by counting their brackets (none nests deeper than it opens), without a walk."""
+    if body.count(b"{") + body.count(b"[") <= MAX_DEPTH:
         return False
-    stack = [(obj, 1)]
-    while stack:
-        o, d = stack.pop()
-        if d > MAX_DEPTH:
-            return True
-        children = o.values() if isinstance(o, dict) else o
-        stack.extend((c, d + 1) for c in children if isinstance(c, (dict, list)))
-    return False
+    return _shape(obj)[0] > MAX_DEPTH
 
 
 def loads_json(body: bytes) -> Any:
@@ -72,27 +84,26 @@ def loads_json(body: bytes) -> Any:
     return obj
 
 
-def _key_count(obj: Any) -> int:
-    n, stack = 0, [obj]
-    while stack:
-        o = stack.pop()
-        if isinstance(o, dict):
-            n += len(o)
-            stack.extend(v for v in o.values() if isinstance(v, (dict, list)))
-        elif isinstance(o, list):
-            stack.extend(v for v in o if isinstance(v, (dict, list)))
-    return n
+def loads_json_fields(body: bytes) -> tuple[Any, list[str]]:
+    """loads_json, and the fields the body repeats (see duplicate_fields), with one walk."""
+    obj = orjson.loads(body)
+    depth, keys = _shape(obj)
+    if depth > MAX_DEPTH:
+        raise ValueError(depth_error())
+    return obj, duplicate_fields(body, keys)
 
 
 class _Pairs(list):
     """An object's members in document order, duplicates kept (json object_pairs_hook)."""
 
 
-def duplicate_fields(body: bytes, obj: Any) -> list[str]:
+def duplicate_fields(body: bytes, keys: int) -> list[str]:
     """The paths of fields that occur twice in one object of the JSON body (kube's strict decoding:
-    'duplicate field "metadata.name"'), in document order. obj is the body already decoded: when it
-    holds as many keys as the body has key tokens, nothing was dropped and the exact scan is skipped."""
-    if len(_KEY_TOKEN.findall(body)) == _key_count(obj):
+    'duplicate field "metadata.name"'), in document order. keys is the number of keys the decoded
+    body holds: every key in the text is followed by a colon, so when the text has no more colons
+    (or, counted more closely, quote-colon pairs) than that, no key was repeated and dropped, and
+    the exact, slower scan is skipped."""
+    if body.count(b":") == keys or len(_KEY_TOKEN.findall(body)) == keys:
         return []
     tree = json.loads(body, object_pairs_hook=_Pairs)
     found: list[str] = []

@@ -33,9 +33,12 @@ def _warm() -> None:
     before the first large body arrives."""
 
 
-def _exit_with_parent(parent: int) -> None:
-    """Worker initializer: a worker whose proxy was killed (-9, no shutdown) would wait on its task
-    queue forever; it leaves once it is no longer the proxy's child."""
+def _worker_init(parent: int) -> None:
+    """Decoding yields the CPU to the event loops that serve requests (a hostile body costs its
+    sender), and a worker whose proxy was killed (-9, no shutdown), which would wait on its task
+    queue forever, leaves once it is no longer the proxy's child."""
+    os.nice(10)
+
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(1.0)
@@ -51,7 +54,7 @@ class BodyDecoder:
     def start(self) -> None:
         # spawn, not fork: the proxy's gRPC channels and threads must not be copied into a child.
         self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_exit_with_parent, initargs=(os.getpid(),))
+                                         initializer=_worker_init, initargs=(os.getpid(),))
         for _ in range(self.workers):
             self._pool.submit(_warm)
 

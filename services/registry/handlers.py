@@ -16,7 +16,7 @@ from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import storage_pb2 as spb
 from services.common import envelope, errors, identity
-from services.common.decoding import duplicate_fields, loads_json
+from services.common.decoding import loads_json, loads_json_fields
 from services.common.errors import BadRequest
 from services.common.selectors import FieldSelector
 
@@ -189,16 +189,18 @@ class Handlers:
     # Decoding ------------------------------------------------------------------
 
     def decode(self, r: Request, body: bytes) -> Obj:
+        # Go's decoder keeps the last of repeated fields, as orjson does; strict decoding names them.
         try:
-            obj = loads_json(body)
+            if r.query.get("fieldValidation") == "Ignore":
+                obj, duplicates = loads_json(body), []
+            else:
+                obj, duplicates = loads_json_fields(body)
         except ValueError as e:
             raise BadRequest(f"couldn't get version/kind; json parse error: {e}") from None
         if not isinstance(obj, dict):
             raise BadRequest("couldn't get version/kind; json parse error: json: cannot unmarshal "
                              f"{type(obj).__name__} into Go value of type struct {{ APIVersion string "
                              '"json:\\"apiVersion,omitempty\\""; Kind string "json:\\"kind,omitempty\\"" }')
-        # Go's decoder keeps the last of repeated fields, as orjson does; strict decoding names them.
-        duplicates = duplicate_fields(body, obj) if r.query.get("fieldValidation") != "Ignore" else []
         return self.check_object(r, obj, duplicates)
 
     def check_object(self, r: Request, obj: Obj, duplicates: list[str] | None = None) -> Obj:

@@ -4,7 +4,8 @@ import pytest
 import yaml
 
 from services.common import decoding
-from services.common.decoding import MAX_DEPTH, duplicate_fields, loads_json, too_deep, yaml_to_json
+from services.common.decoding import (
+    MAX_DEPTH, duplicate_fields, loads_json, loads_json_fields, too_deep, yaml_to_json)
 from services.common.errors import BadRequest
 
 
@@ -74,9 +75,13 @@ def test_json_depth():
 
 def test_duplicate_fields_in_document_order():
     body = b'{"metadata":{"name":"a","name":"b"},"spec":{"x":[{"k":1,"k" : 2}]},"metadata":{}}'
-    assert duplicate_fields(body, orjson.loads(body)) == ["metadata.name", "spec.x[0].k", "metadata"]
-    clean = b'{"a":{"b":"c\\":d"},"e":[{"f":1}]}'
-    assert duplicate_fields(clean, orjson.loads(clean)) == []
+    assert loads_json_fields(body)[1] == ["metadata.name", "spec.x[0].k", "metadata"]
+    # colons and quote-colon pairs inside strings only make the exact scan run
+    for clean in (b'{"a":{"b":"c\\":d"},"e":[{"f":1}]}', b'{"t":"12:00:00","u" : "http://x"}'):
+        assert loads_json_fields(clean) == (orjson.loads(clean), [])
+    assert duplicate_fields(b'{"a":1, "a" :2}', 1) == ["a"]
+    with pytest.raises(ValueError, match="exceeded max depth"):
+        loads_json_fields(b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1))
 
 
 def test_libyaml_is_used():

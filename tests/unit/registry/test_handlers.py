@@ -547,3 +547,14 @@ async def test_deep_patches_are_refused(api):
         with pytest.raises(errors.BadRequest) as e:
             await api("patch", "configmaps", "default", "c", body=deep, content_type=ctype)
         assert e.value.message == "error decoding patch: exceeded max depth of 200"
+
+
+async def test_misrouted_verbs_are_405(api):
+    """kube's routes: POST only on a collection, PUT and PATCH only on an object."""
+    await api("create", "configmaps", "default", body=cm())
+    with pytest.raises(errors.MethodNotAllowed):
+        await api("create", "configmaps", "default", "c", body=cm())
+    with pytest.raises(errors.MethodNotAllowed):
+        await api("update", "configmaps", "default", body=cm())
+    with pytest.raises(errors.MethodNotAllowed):
+        await api("patch", "configmaps", "default", body={}, content_type="application/merge-patch+json")

@@ -1,0 +1,110 @@
+"""Hostile clients: an unprivileged user sends the YAML alias bomb and its JSON equivalents (deep
+nesting, bodies just under the 3 MiB limit) in a loop while system:masters requests run; theirs stay
+within 3x of their idle latency (asserted loosely: a shared 2-core machine must not make it flaky).
+
+The figures are printed (pytest -s) and written to .apiary/test/hostile-clients.json for
+docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import json
+import ssl
+import statistics
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.integration.test_hostile_input import NS, SSR, yaml_bomb
+
+pytestmark = pytest.mark.stack
+
+SAMPLES = 200
+SSR_HEAD = b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview","metadata":{"name":"x",'
+
+
+def attack_bodies() -> list[tuple[str, bytes, str, int]]:
+    """(name, body, content type, the code kube answers)."""
+    deep = SSR_HEAD + b'"annotations":{}},"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    # ~3 MiB of small objects: the most expensive JSON per byte, still under the body limit
+    dense_json = SSR_HEAD + b'"annotations":{}},"x":[' + b",".join(
+        b'{"a":[1,{"b":2}]}' for _ in range(170_000)) + b"]}"
+    # ~3 MiB of YAML: seconds of CPU, spent in a decoding worker
+    dense_yaml = b"apiVersion: authentication.k8s.io/v1\nkind: SelfSubjectReview\nx:\n" + b"".join(
+        b"- {a: [1, {b: 2}]}\n" for _ in range(150_000))
+    assert max(len(dense_json), len(dense_yaml)) < 3 * 1024 * 1024
+    return [("yaml-bomb", yaml_bomb(), "application/yaml", 400),
+            ("deep-json", deep, "application/json", 400),
+            ("dense-json-3MiB", dense_json, "application/json", 201),
+            ("dense-yaml-3MiB", dense_yaml, "application/yaml", 201)]
+
+
+def p99(xs: list[float]) -> float:
+    return statistics.quantiles(xs, n=100)[98]
+
+
+def masters_latencies(admin: httpx.Client) -> list[float]:
+    out = []
+    for i in range(SAMPLES):
+        t = time.perf_counter()
+        r = admin.get(f"/api/v1/namespaces/{NS}") if i % 2 else admin.get(f"/api/v1/namespaces/{NS}/configmaps")
+        out.append(time.perf_counter() - t)
+        assert r.status_code == 200, r.text
+    return out
+
+
+def test_hostile_clients_do_not_starve_masters(stack, admin, tokens):
+    r = admin.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    assert r.status_code in (201, 409), r.text
+    masters_latencies(admin)  # warm up connections and caches
+    idle = masters_latencies(admin)
+
+    bodies = attack_bodies()
+    stop = threading.Event()
+    seen: dict[str, dict[int, int]] = {name: {} for name, *_ in bodies}
+    sent_bytes = [0]
+    errors: list[str] = []
+    ctx = ssl.create_default_context(cafile=str(stack.state / "pki" / "ca.crt"))
+
+    def attacker(name: str, body: bytes, ctype: str, code: int) -> None:
+        """One connection sending one body over and over, as fast as it is answered."""
+        with httpx.Client(base_url=stack.server, verify=ctx, timeout=300,
+                          headers={"Authorization": f"Bearer {tokens['alice']}"}) as alice:
+            while not stop.is_set():
+                t = time.perf_counter()
+                r = alice.post(SSR, content=body, headers={"Content-Type": ctype})
+                took[name].append(time.perf_counter() - t)
+                seen[name][r.status_code] = seen[name].get(r.status_code, 0) + 1
+                sent_bytes[0] += len(body)
+                if r.status_code not in (code, 429):  # APF may hold alice back: that is fine
+                    errors.append(f"{name}: {r.status_code} {r.text[:200]}")
+
+    took: dict[str, list[float]] = {name: [] for name, *_ in bodies}
+    threads = [threading.Thread(target=attacker, args=b, daemon=True) for b in bodies]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)  # the attack under way
+    try:
+        attacked = masters_latencies(admin)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=300)
+    figures = {
+        "date": time.strftime("%Y-%m-%d"),
+        "samples": SAMPLES,
+        "attackers": len(bodies),
+        "idle_p50_ms": round(statistics.median(idle) * 1000, 1),
+        "idle_p99_ms": round(p99(idle) * 1000, 1),
+        "attack_p50_ms": round(statistics.median(attacked) * 1000, 1),
+        "attack_p99_ms": round(p99(attacked) * 1000, 1),
+        "attack_answers": seen,
+        "attack_mib_sent": round(sent_bytes[0] / 2**20, 1),
+        "attack_answer_median_ms": {name: round(statistics.median(xs) * 1000, 1) for name, xs in took.items() if xs},
+    }
+    print("\nhostile clients:", json.dumps(figures))
+    (stack.state / "hostile-clients.json").write_text(json.dumps(figures, indent=2) + "\n")
+    assert not errors, errors[:5]
+    assert sum(seen["yaml-bomb"].values()) > 0
+    assert p99(attacked) <= max(3 * p99(idle), p99(idle) + 0.25), figures
