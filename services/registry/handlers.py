@@ -1,6 +1,7 @@
 """The verbs (k8s.io/apiserver endpoints/handlers + registry/generic Store): one request in, JSON out."""
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 import random
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 GUARANTEED_UPDATE_ATTEMPTS = 16
+# Larger bodies are decoded in a thread (see Handlers.decode).
+INLINE_DECODE_BYTES = 64 * 1024
 GENERATE_NAME_ATTEMPTS = 8
 NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 MAX_GENERATED_NAME_LENGTH = 63 - 5
@@ -188,13 +191,18 @@ class Handlers:
 
     # Decoding ------------------------------------------------------------------
 
-    def decode(self, r: Request, body: bytes) -> Obj:
+    async def decode(self, r: Request, body: bytes) -> Obj:
         # Go's decoder keeps the last of repeated fields, as orjson does; strict decoding names them.
+        ignore = r.query.get("fieldValidation") == "Ignore"
+
+        def parse() -> tuple[Any, list[str]]:
+            return (loads_json(body), []) if ignore else loads_json_fields(body)
         try:
-            if r.query.get("fieldValidation") == "Ignore":
-                obj, duplicates = loads_json(body), []
+            if len(body) <= INLINE_DECODE_BYTES:
+                obj, duplicates = parse()
             else:
-                obj, duplicates = loads_json_fields(body)
+                # orjson holds the GIL while it parses, but the walks after it yield to this loop
+                obj, duplicates = await asyncio.to_thread(parse)
         except ValueError as e:
             raise BadRequest(f"couldn't get version/kind; json parse error: {e}") from None
         if not isinstance(obj, dict):
@@ -314,7 +322,7 @@ class Handlers:
         if r.info.namespaced and not r.namespace:
             # LocalSubjectAccessReview is only served under /namespaces/<ns>/.
             raise errors.NotFound(NOT_FOUND_MESSAGE)
-        obj = self.decode(r, r.req.body)
+        obj = await self.decode(r, r.req.body)
         self._set_namespace(r, obj)
         body = await self._auth().review(r.info, r.namespace, obj, r.req.user, r.timing)
         return Response(201, body)
@@ -323,7 +331,7 @@ class Handlers:
         """serviceaccounts/<name>/token (kube's TokenREST.Create): the ServiceAccount must exist; the auth
         service signs the token."""
         tr = Request(r.req, TOKEN_REQUEST, TokenRequestStrategy(), r.timing, r.warnings, admit=False)
-        obj = self.decode(tr, r.req.body)
+        obj = await self.decode(tr, r.req.body)
         meta = obj["metadata"]
         name, namespace = r.req.name, r.req.namespace
         for key, want, what in (("name", name, "name"), ("namespace", namespace, "namespace")):
@@ -406,7 +414,7 @@ class Handlers:
     # Create ----------------------------------------------------------------------
 
     async def create(self, r: Request) -> Response:
-        obj = self.decode(r, r.req.body)
+        obj = await self.decode(r, r.req.body)
         env = await self.create_object(r, obj)
         return Response(201, envelope.to_json(env))
 
@@ -483,7 +491,7 @@ class Handlers:
     # Update and patch ------------------------------------------------------------------
 
     async def update(self, r: Request) -> Response:
-        obj = self.decode(r, r.req.body)
+        obj = await self.decode(r, r.req.body)
         self._set_namespace(r, obj)
         body_name = obj["metadata"].get("name") or ""
         if body_name != r.req.name:
@@ -505,7 +513,11 @@ class Handlers:
             causes.append(v.forbidden("force", "may not be specified for non-apply patch"))
         if causes:
             raise _options_invalid("PatchOptions", causes)
-        doc = patches.decode_patch(r.req.body, ptype)
+        body = r.req.body
+        if len(body) <= INLINE_DECODE_BYTES:
+            doc = patches.decode_patch(body, ptype)
+        else:
+            doc = await asyncio.to_thread(patches.decode_patch, body, ptype)
         merge_keys = r.strategy.merge_keys
         applied: Obj | None = None
         if ptype == patches.APPLY_PATCH:
