@@ -28,11 +28,6 @@ INLINE_BYTES = 64 * 1024
 INLINE_YAML_BYTES = 4 * 1024
 
 
-def _warm() -> None:
-    """Submitted once per worker at start: the worker is spawned and has imported the decoders
-    before the first large body arrives."""
-
-
 def _worker_init(parent: int) -> None:
     """Decoding yields the CPU to the event loops that serve requests (a hostile body costs its
     sender), and a worker whose proxy was killed (-9, no shutdown), which would wait on its task
@@ -53,10 +48,9 @@ class BodyDecoder:
 
     def start(self) -> None:
         # spawn, not fork: the proxy's gRPC channels and threads must not be copied into a child.
+        # Workers start with the first large bodies (a few hundred ms each, once), not with the proxy.
         self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
                                          initializer=_worker_init, initargs=(os.getpid(),))
-        for _ in range(self.workers):
-            self._pool.submit(_warm)
 
     def stop(self) -> None:
         if self._pool is not None:
