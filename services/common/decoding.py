@@ -200,5 +200,5 @@ def yaml_to_json(body: bytes) -> bytes:
         finally:
             loader.dispose()
         return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
-    except (yaml.YAMLError, orjson.JSONEncodeError, UnicodeDecodeError, RecursionError) as e:
+    except (yaml.YAMLError, orjson.JSONEncodeError, UnicodeDecodeError) as e:
         raise BadRequest(f"error converting YAML to JSON: {e}") from None

@@ -66,14 +66,17 @@ class BodyDecoder:
         """decode_body's answer; raises its APIErrors."""
         if self._pool is None or self.inline(content_type, body):
             return decode_body(verb, content_type, body, into)
-        loop = asyncio.get_running_loop()
+        pool = self._pool
         try:
             # APIErrors come back pickled whole (class, message, details)
-            return await loop.run_in_executor(self._pool, decode_body, verb, content_type, body, into)
+            return await asyncio.get_running_loop().run_in_executor(pool, decode_body, verb, content_type, body,
+                                                                    into)
         except BrokenProcessPool:
-            # A worker died (killed from outside, or out of memory): start afresh for the next body.
-            log.error("a body decoding worker died; restarting the pool")
-            self.stop()
-            self.start()
+            # A worker died (killed from outside, or out of memory): the next body gets a fresh pool
+            # (once, however many decodes the broken one failed).
+            if self._pool is pool:
+                log.error("a body decoding worker died; restarting the pool")
+                self.stop()
+                self.start()
             raise ServiceUnavailable("the server is currently unable to decode the request body",
                                      headers={"Retry-After": "1"}, details={"retryAfterSeconds": 1}) from None

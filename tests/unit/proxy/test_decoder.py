@@ -1,10 +1,12 @@
 """BodyDecoder: small bodies inline, large ones in a worker process, errors as the same Status."""
 import asyncio
+import os
+import signal
 
 import orjson
 import pytest
 
-from services.common.errors import BadRequest
+from services.common.errors import BadRequest, ServiceUnavailable
 from services.proxy.decoder import INLINE_BYTES, INLINE_YAML_BYTES, BodyDecoder
 
 
@@ -46,3 +48,18 @@ def test_worker_errors_become_the_same_status(decoder):
     with pytest.raises(BadRequest) as e:
         asyncio.run(decoder.decode("create", "application/yaml", bomb))
     assert e.value.message == "error converting YAML to JSON: yaml: document contains excessive aliasing"
+
+
+def test_a_dead_worker_costs_one_answer():
+    d = BodyDecoder(workers=1)
+    d.start()
+    try:
+        big = orjson.dumps({"data": {f"k{i}": "v" * 50 for i in range(2000)}})
+        assert asyncio.run(d.decode("create", "application/json", big))[0] == big
+        for pid in list(d._pool._processes):  # type: ignore[union-attr]
+            os.kill(pid, signal.SIGKILL)
+        with pytest.raises(ServiceUnavailable):
+            asyncio.run(d.decode("create", "application/json", big))
+        assert asyncio.run(d.decode("create", "application/json", big))[0] == big
+    finally:
+        d.stop()
