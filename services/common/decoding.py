@@ -32,6 +32,7 @@ MAX_DEPTH = 200
 _ALIAS_RATIO_LOW, _ALIAS_RATIO_HIGH = 400_000, 4_000_000
 EXCESSIVE_ALIASING = "yaml: document contains excessive aliasing"
 _KEY_TOKEN = re.compile(rb'"\s*:')
+_INT = re.compile(r"[+-]?[0-9]+")
 
 
 def depth_error() -> str:
@@ -44,6 +45,17 @@ def _allowed_alias_ratio(decoded: int) -> float:
     if decoded >= _ALIAS_RATIO_HIGH:
         return 0.10
     return 0.99 - 0.89 * (decoded - _ALIAS_RATIO_LOW) / (_ALIAS_RATIO_HIGH - _ALIAS_RATIO_LOW)
+
+
+def parse_int64(value: str) -> int:
+    """An integer query parameter as kube's parameter codec reads it (strconv.ParseInt), with its
+    errors as kube's 400 messages."""
+    if not _INT.fullmatch(value):
+        raise BadRequest(f'strconv.ParseInt: parsing "{value}": invalid syntax')
+    n = int(value)
+    if not -2**63 <= n < 2**63:
+        raise BadRequest(f'strconv.ParseInt: parsing "{value}": value out of range')
+    return n
 
 
 # JSON ---------------------------------------------------------------------------------------

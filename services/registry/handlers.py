@@ -5,7 +5,6 @@ import asyncio
 import copy
 import logging
 import random
-import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import storage_pb2 as spb
 from services.common import envelope, errors, identity
-from services.common.decoding import loads_json, loads_json_fields
+from services.common.decoding import loads_json, loads_json_fields, parse_int64
 from services.common.errors import BadRequest
 from services.common.selectors import FieldSelector
 
@@ -43,21 +42,6 @@ MAX_GENERATED_NAME_LENGTH = 63 - 5
 NOT_FOUND_MESSAGE = "the server could not find the requested resource"
 NAMESPACE_TERMINATING = ("The system is ensuring all content is removed from this namespace.  Upon completion, "
                          "this namespace will automatically be purged by the system.")
-
-
-_INT = re.compile(r"[+-]?[0-9]+")
-_INT64_MAX = 2**63 - 1
-
-
-def parse_int64(value: str) -> int:
-    """An integer query parameter as kube's conversion (strconv.ParseInt) reads it; its errors are
-    kube's 400 messages."""
-    if not _INT.fullmatch(value):
-        raise BadRequest(f'strconv.ParseInt: parsing "{value}": invalid syntax')
-    n = int(value)
-    if not -_INT64_MAX - 1 <= n <= _INT64_MAX:
-        raise BadRequest(f'strconv.ParseInt: parsing "{value}": value out of range')
-    return n
 
 
 def generate_name(base: str) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import re
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -16,6 +15,7 @@ import orjson
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import watchmux
+from services.common.decoding import parse_int64
 from services.common.errors import APIError, BadRequest
 
 from ..context import ClientDisconnected, Context
@@ -28,9 +28,6 @@ MIN_REQUEST_TIMEOUT = 1800.0
 # How long to wait for the registry's first frame before sending the 200: an error that arrives
 # before it still becomes a normal error response, and a quiet watch is not held up for long.
 FIRST_FRAME_WAIT = 0.25
-
-
-_INT = re.compile(r"[+-]?[0-9]+")
 
 
 def watch_timeout(query: dict[str, str], rng: random.Random | None = None) -> float:
@@ -46,12 +43,7 @@ def watch_timeout(query: dict[str, str], rng: random.Random | None = None) -> fl
         raise BadRequest(f'resourceVersion: Invalid value: "{rv}": must be a valid resource version')
     raw = query.get("timeoutSeconds")
     if raw:
-        # strconv.ParseInt, as kube's query parameter conversion
-        if not _INT.fullmatch(raw):
-            raise BadRequest(f'strconv.ParseInt: parsing "{raw}": invalid syntax')
-        value = int(raw)
-        if not -2**63 <= value < 2**63:
-            raise BadRequest(f'strconv.ParseInt: parsing "{raw}": value out of range')
+        value = parse_int64(raw)
         if value < 0:
             return 0.0
         if value > 0:
