@@ -9,7 +9,7 @@ import jsonpointer
 import orjson
 
 from services.common.decoding import loads_json, yaml_to_json
-from services.common.errors import BadRequest, Invalid, UnsupportedMediaType
+from services.common.errors import BadRequest, Invalid, RequestEntityTooLarge, UnsupportedMediaType
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -54,8 +54,9 @@ def apply_json_patch(doc: Obj, ops: Any) -> Any:
     if not isinstance(ops, list):
         raise BadRequest("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
     if len(ops) > MAX_JSON_PATCH_OPERATIONS:
-        raise BadRequest(f"The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, "
-                         f"got {len(ops)}")
+        # kube: errors.NewRequestEntityTooLargeError
+        raise RequestEntityTooLarge(f"Request entity too large: The allowed maximum operations in a JSON patch "
+                                    f"is {MAX_JSON_PATCH_OPERATIONS}, got {len(ops)}")
     try:
         return jsonpatch.JsonPatch(ops).apply(copy.deepcopy(doc))
     except jsonpatch.JsonPatchTestFailed as e:

@@ -70,3 +70,12 @@ def test_patch_type():
 def test_fields_v1():
     f = p.fields_v1({"apiVersion": "v1", "metadata": {"name": "x", "labels": {"a": "b"}}, "data": {"k": "v"}})
     assert f == {"f:metadata": {".": {}, "f:labels": {".": {}, "f:a": {}}}, "f:data": {".": {}, "f:k": {}}}
+
+
+def test_too_many_json_patch_operations_is_413():
+    ops = [{"op": "test", "path": "/a", "value": 1}] * (p.MAX_JSON_PATCH_OPERATIONS + 1)
+    with pytest.raises(errors.RequestEntityTooLarge) as e:
+        p.apply_json_patch({"a": 1}, ops)
+    assert e.value.code == 413
+    assert e.value.message == ("Request entity too large: The allowed maximum operations in a JSON patch is 10000, "
+                               "got 10001")
