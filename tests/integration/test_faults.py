@@ -91,7 +91,8 @@ def setup_namespace(p: Private) -> None:
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]})
     assert r.status_code == 201, r.text
     r = c.post(f"{rbac}/rolebindings", json={
-        "metadata": {"name": "cm"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm"},
+        "metadata": {"name": "cm"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]})
     assert r.status_code == 201, r.text
     with p.client("alice") as alice:
@@ -245,7 +246,8 @@ class Writer:
             if r.status_code >= 500:  # the write may still have happened
                 self.uncertain.add(name)
             elif r.status_code != 429:
-                self.unexpected.append((time.monotonic(), f"{method} {name}: {r.status_code} {r.text.strip()}"))
+                what = f"{method} {name}: {r.status_code} {r.text.strip()}"
+                self.unexpected.append((time.monotonic(), what))
             return self._failed()
         obj = r.json()
         now = time.monotonic()
@@ -299,8 +301,8 @@ class Watcher:
             return
         body = r.json()
         self.rv = int(body["metadata"]["resourceVersion"])
-        self.relists.append((self.rv, {i["metadata"]["name"]: (int(i["metadata"]["resourceVersion"]), i["data"])
-                                       for i in body["items"]}))
+        items = {i["metadata"]["name"]: (int(i["metadata"]["resourceVersion"]), i["data"]) for i in body["items"]}
+        self.relists.append((self.rv, items))
 
     def _watch(self, c: httpx.Client, stop: threading.Event) -> None:
         params = {"watch": "true", "resourceVersion": str(self.rv), "allowWatchBookmarks": "true",
@@ -418,24 +420,28 @@ def test_kill_9_each_under_load(private):
         while any(w.rv < last for w in watchers) and time.monotonic() < deadline:
             time.sleep(0.1)
         stop_watching.set()
-    report(kills)
+    report(kills, sum(len(w.acks) for w in writers))
+    print("watchers: " + "; ".join(f"{len(w.events)} events, {w.resumes} resumes, {len(w.relists) - 1} relists "
+                                   "after 410" for w in watchers))
     check_ledger(private, writers, watchers, kills)
     for k in kills:
         assert k.figures["all"] < RECOVERY, k
 
 
-def report(kills: list[Kill]) -> None:
+def report(kills: list[Kill], writes: int) -> None:
     rows = [{"service": k.service, "start_seconds": round(k.start_seconds, 2),
              "unavailable_seconds": round(k.figures["all"], 2),
              "unavailable_exempt_seconds": round(k.figures["admin"], 2),
              "unavailable_nonexempt_seconds": round(k.figures["alice"], 2)} for k in kills]
-    print("\nunavailability per kill -9 (seconds with no write acknowledged; start = spawn to ready)")
+    print(f"\nunavailability per kill -9 (seconds with no write acknowledged; start = spawn to ready); "
+          f"{writes} writes acknowledged")
     for r in rows:
         print(f"  {r['service']:10} unavailable {r['unavailable_seconds']:5.2f} s (system:masters "
               f"{r['unavailable_exempt_seconds']:.2f}, alice {r['unavailable_nonexempt_seconds']:.2f}); "
               f"start {r['start_seconds']:.2f} s")
     REPORT.parent.mkdir(parents=True, exist_ok=True)
-    REPORT.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "kills": rows}, indent=2) + "\n")
+    doc = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "writes": writes, "kills": rows}
+    REPORT.write_text(json.dumps(doc, indent=2) + "\n")
 
 
 def around(w: Watcher, rv: int, kills: list[Kill]) -> str:
@@ -450,7 +456,8 @@ def around(w: Watcher, rv: int, kills: list[Kill]) -> str:
 def check_ledger(p: Private, writers: list[Writer], watchers: list[Watcher], kills: list[Kill]) -> None:
     timeline = [(k.killed_at, f"--- kill -9 {k.service}") for k in kills]
     unexpected = sorted([u for w in writers for u in w.unexpected] + timeline)
-    assert all(what.startswith("---") for _, what in unexpected), "\n".join(f"{t:.3f} {x}" for t, x in unexpected)
+    assert all(what.startswith("---") for _, what in unexpected), \
+        "\n".join(f"{t:.3f} {x}" for t, x in unexpected)
     acks = [a for w in writers for a in w.acks]
     assert len(acks) > 100, len(acks)
     by_rv: dict[int, list[Ack]] = {}
