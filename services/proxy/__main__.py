@@ -60,7 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="read-only requests in flight at most while the apf service is unreachable "
                         "(0: no limit); with it, priority and fairness decides")
     p.add_argument("--max-mutating-requests-inflight", type=int, default=MAX_MUTATING_REQUESTS_INFLIGHT,
-                   help="mutating requests in flight at most while the apf service is unreachable (0: no limit)")
+                   help="mutating requests in flight at most while the apf service is unreachable "
+                        "(0: no limit)")
     args = p.parse_args(argv)
     if args.max_requests_inflight < 0 or args.max_mutating_requests_inflight < 0:
         p.error("--max-requests-inflight and --max-mutating-requests-inflight must not be negative")

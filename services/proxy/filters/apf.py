@@ -46,7 +46,8 @@ _LONG_RUNNING_VERBS = frozenset(("watch", "proxy"))
 
 FALLBACK = Gauge("apiary_apf_fallback",
                  "1 while the apf service is unreachable and the proxy applies kube's max-in-flight limits "
-                 "(--max-requests-inflight, --max-mutating-requests-inflight) instead of priority and fairness.")
+                 "(--max-requests-inflight, --max-mutating-requests-inflight) instead of priority and "
+                 "fairness.")
 FALLBACK_REQUESTS = Counter("apiary_apf_fallback_requests_total",
                             "Requests admitted or rejected by the max-in-flight limits while the apf service "
                             "was unreachable.", ["request_kind", "decision"])

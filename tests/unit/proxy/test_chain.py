@@ -153,8 +153,8 @@ async def test_apf_unreachable_falls_back_to_max_in_flight(stack):
     the max-in-flight limits, which the proxy says in a metric; once apf is back, seats come from it."""
     apf_server, apf_addr, _, apf, _ = await start_fakes()
     apf_channel = grpcutil.make_channel(None, apf_addr)
-    channels = {"auth": grpcutil.make_channel(None, stack.addr), "registry": grpcutil.make_channel(None, stack.addr),
-                "apf": apf_channel}
+    channels = {"auth": grpcutil.make_channel(None, stack.addr),
+                "registry": grpcutil.make_channel(None, stack.addr), "apf": apf_channel}
     proxy = ProxyApp(agrpc.AuthStub(channels["auth"]), fgrpc.FlowControlStub(apf_channel),
                      rgrpc.RegistryStub(channels["registry"]), channels=channels)
     proxy.start()
