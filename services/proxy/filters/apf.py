@@ -162,7 +162,7 @@ class SeatClient:
         if self.falling_back:
             self.falling_back = False
             FALLBACK.set(0)
-            log.warning("apf: seat stream is back; priority and fairness in force again")
+            log.info("apf: seat stream is back; priority and fairness in force again")
 
     async def _run(self) -> None:
         backoff = Backoff()
