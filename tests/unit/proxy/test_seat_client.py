@@ -18,7 +18,8 @@ async def test_unreachable_apf_leaves_no_pending_task(caplog: pytest.LogCaptureF
     "aclose(): asynchronous generator is already running")."""
     loop = asyncio.get_running_loop()
     errors: list[str] = []
-    loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx["message"]))
+    # only these: grpc's own poller may report unrelated errors when tests share a process
+    loop.set_exception_handler(lambda _loop, ctx: errors.append(f"{ctx['message']} {ctx.get('exception')!r}"))
     channel = grpcutil.make_channel(None, f"127.0.0.1:{free_port()}")
     seats = SeatClient(fgrpc.FlowControlStub(channel), channel)
     seats.start()
@@ -40,4 +41,4 @@ async def test_unreachable_apf_leaves_no_pending_task(caplog: pytest.LogCaptureF
         await channel.close()
     gc.collect()
     await asyncio.sleep(0.05)
-    assert errors == []
+    assert not [e for e in errors if "Task was destroyed" in e or "aclose()" in e], errors
