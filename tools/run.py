@@ -67,6 +67,7 @@ class Stack:
             pid = int((self.pids / f"{name}.pid").read_text())
         except (OSError, ValueError):
             return None
+        _reap(pid)  # a child of this process that exited is gone, not a zombie that looks alive
         try:
             os.kill(pid, 0)
         except ProcessLookupError:

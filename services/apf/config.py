@@ -10,17 +10,10 @@ of the server's seats is the one kube computes.
 from __future__ import annotations
 
 import math
-import uuid
 from dataclasses import dataclass, field
 
+from services.common.flowcontrol import EXEMPT, stable_uid
 from services.common.identity import AUTHENTICATED, SYSTEM_MASTERS, UNAUTHENTICATED
-
-_UID_NAMESPACE = uuid.UUID("6f1c3a5e-8f43-5b4f-9f0e-1d1e8a2a7c11")
-
-
-def stable_uid(kind: str, name: str) -> str:
-    """A uid that stays the same across restarts and replicas (uuid5 of kind and name)."""
-    return str(uuid.uuid5(_UID_NAMESPACE, f"{kind}/{name}"))
 
 
 @dataclass(frozen=True)
@@ -122,7 +115,7 @@ def _q(queues: int, hand: int, length: int) -> Queuing:
 
 BOOTSTRAP = Configuration(
     priority_levels=(
-        PriorityLevel("exempt", exempt=True),
+        PriorityLevel(EXEMPT, exempt=True),
         PriorityLevel("system", shares=30, lendable_percent=33, queuing=_q(64, 6, 50)),
         PriorityLevel("node-high", shares=40, lendable_percent=25, queuing=_q(64, 6, 50)),
         PriorityLevel("leader-election", shares=10, lendable_percent=0, queuing=_q(16, 4, 50)),
@@ -132,7 +125,8 @@ BOOTSTRAP = Configuration(
         PriorityLevel("catch-all", shares=5, lendable_percent=0, queuing=None),
     ),
     flow_schemas=(
-        FlowSchema("exempt", "exempt", 1, "", _all(_groups(SYSTEM_MASTERS))),
+        # mandatory: the proxy classifies these itself (services.common.flowcontrol.is_exempt)
+        FlowSchema(EXEMPT, EXEMPT, 1, "", _all(_groups(SYSTEM_MASTERS))),
         FlowSchema("probes", "exempt", 2, "", (PolicyRules(
             _groups(UNAUTHENTICATED, AUTHENTICATED),
             non_resource_rules=(NonResourceRule(("get",), ("/healthz", "/readyz", "/livez")),)),)),

@@ -138,6 +138,7 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
         async def bootstrap_done() -> bool:
             return bootstrapped.is_set()
 
+        servicer.rbac_synced = policy.synced
         checks["rbac-informers-synced"] = informers_synced
         checks["poststarthook/rbac/bootstrap-roles"] = bootstrap_done
         policy.start()

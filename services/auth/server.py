@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import grpc
 import orjson
@@ -46,6 +47,8 @@ class AuthServicer(agrpc.AuthServicer):
         self.index = index if index is not None else RBACIndex()
         self.rbac_enabled = rbac_enabled      # the RBAC informers and bootstrap policy are needed
         self.sa_lookup = sa_lookup            # started by main with the registry channel
+        # Whether the RBAC index holds every object yet (set by main to the informers' sync).
+        self.rbac_synced: Callable[[], bool] = lambda: True
 
     @grpcutil.api_method
     async def Authenticate(self, request: apb.AuthenticateRequest,
@@ -63,6 +66,11 @@ class AuthServicer(agrpc.AuthServicer):
     async def Authorize(self, request: apb.AuthorizeRequest,
                         context: grpc.aio.ServicerContext) -> apb.AuthorizeResponse:
         d = await self.authorizer.authorize(request.attributes)
+        if d.decision != ALLOW and not self.rbac_synced():
+            # A restarted auth service serves before its RBAC index has every binding: a "no" from
+            # a partial index would be wrong (and cached by the proxy), so the caller tries again.
+            raise ServiceUnavailable("the authorizer is not ready: its RBAC informers have not synced yet",
+                                     headers={"Retry-After": "1"}, details={"retryAfterSeconds": 1})
         if d.decision in (ALLOW, DENY):
             AUTHORIZATION_DECISIONS.labels(d.authorizer, d.authorizer,
                                            "allowed" if d.decision == ALLOW else "denied").inc()

@@ -13,6 +13,7 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 
 from . import grpcutil
 from .background import cancel_and_wait
+from .backoff import Backoff
 from .errors import APIError, Gone
 from .identity import APISERVER
 
@@ -107,24 +108,28 @@ class Informer:
 
     async def _run(self) -> None:
         need_list = True
-        delay = 0.2
+        backoff = Backoff()
+        failing = ""  # the error being retried, logged once rather than at every try
         while True:
             try:
                 if need_list:
                     await self._list()
                     need_list = False
+                if failing:
+                    log.info("informer %s: the registry answers again", self.gvr[2])
+                    failing = ""
+                backoff.reset()
                 await self._watch()
-                delay = 0.2
             except asyncio.CancelledError:
                 raise
             except Gone:
                 need_list = True
             except APIError as e:
-                log.info("informer %s: %s; retrying in %.1fs", self.gvr[2], e.message, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                if e.message != failing:
+                    log.info("informer %s: %s; retrying", self.gvr[2], e.message)
+                    failing = e.message
+                await asyncio.sleep(backoff.delay())
             except Exception:  # noqa: BLE001
                 log.exception("informer %s failed; relisting", self.gvr[2])
                 need_list = True
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                await asyncio.sleep(backoff.delay())

@@ -12,6 +12,7 @@ from services.common import config, grpcutil, runtime
 from services.common.health import HealthServer
 
 from .app import ProxyApp
+from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
 from .filters.requestheader import (DEFAULT_EXTRA_PREFIXES, DEFAULT_GROUP_HEADERS, DEFAULT_UID_HEADERS,
                                     DEFAULT_USERNAME_HEADERS, RequestHeaderConfig)
 from .server import make_server, serve_until
@@ -55,7 +56,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="headers holding the user's groups, every value counts (comma-separated)")
     p.add_argument("--requestheader-extra-headers-prefix", type=_csv, default=list(DEFAULT_EXTRA_PREFIXES),
                    help="header prefixes whose headers hold extra user attributes (comma-separated)")
+    p.add_argument("--max-requests-inflight", type=int, default=MAX_REQUESTS_INFLIGHT,
+                   help="read-only requests in flight at most while the apf service is unreachable "
+                        "(0: no limit); with it, priority and fairness decides")
+    p.add_argument("--max-mutating-requests-inflight", type=int, default=MAX_MUTATING_REQUESTS_INFLIGHT,
+                   help="mutating requests in flight at most while the apf service is unreachable "
+                        "(0: no limit)")
     args = p.parse_args(argv)
+    if args.max_requests_inflight < 0 or args.max_mutating_requests_inflight < 0:
+        p.error("--max-requests-inflight and --max-mutating-requests-inflight must not be negative")
     if not (args.tls_cert_file and args.tls_private_key_file):
         p.error("--tls-cert-file and --tls-private-key-file are required")
     return args
@@ -71,7 +80,8 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
     proxy = ProxyApp(
         agrpc.AuthStub(channels["auth"]), fgrpc.FlowControlStub(channels["apf"]),
         rgrpc.RegistryStub(channels["registry"]), channels=channels, verbosity=args.v,
-        request_header=request_header_config(args),
+        request_header=request_header_config(args), max_requests_inflight=args.max_requests_inflight,
+        max_mutating_requests_inflight=args.max_mutating_requests_inflight,
     )
     proxy.start()
     health = HealthServer(args.bind_address, args.health_port, proxy.checks)

@@ -26,7 +26,7 @@ from . import metrics, requestinfo
 from .context import ClientDisconnected, Context
 from .decoder import BodyDecoder
 from .discovery import VERSION_INFO, Discovery
-from .filters.apf import Seat, SeatClient
+from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT, Seat, SeatClient
 from .filters.authn import Authenticator, bearer_token
 from .filters.authz import Authorizer
 from .filters.impersonation import Impersonator
@@ -64,11 +64,14 @@ class ProxyApp:
 
     def __init__(self, auth: agrpc.AuthStub, apf: fgrpc.FlowControlStub, registry: rgrpc.RegistryStub, *,
                  channels: dict[str, grpc.aio.Channel] | None = None, verbosity: int = 0,
-                 request_header: RequestHeaderConfig | None = None) -> None:
+                 request_header: RequestHeaderConfig | None = None,
+                 max_requests_inflight: int = MAX_REQUESTS_INFLIGHT,
+                 max_mutating_requests_inflight: int = MAX_MUTATING_REQUESTS_INFLIGHT) -> None:
         channels = channels or {}
         self.verbosity = verbosity
         self.authn = Authenticator(auth, request_header=request_header)
-        self.apf = SeatClient(apf, channels.get("apf"))
+        self.apf = SeatClient(apf, channels.get("apf"), max_requests_inflight=max_requests_inflight,
+                              max_mutating_requests_inflight=max_mutating_requests_inflight)
         self.authz = Authorizer(auth)
         self.impersonator = Impersonator(self.authz)
         # Not a readiness check: until the registry serves RBAC, decisions just keep a short TTL.
@@ -82,6 +85,7 @@ class ProxyApp:
         self.checks: dict[str, ReadyCheck] = {
             "registry": _channel_ready(channels.get("registry")),
             "auth": _channel_ready(channels.get("auth")),
+            # not the apf channel: without it the proxy serves under max-in-flight limits
             "apf": self._apf_ready,
             "apiservice-informer": self._informer_synced,
             "discovery": self._discovery_loaded,

@@ -19,6 +19,7 @@ from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import grpcutil
 from services.common.background import cancel_and_wait
+from services.common.backoff import Backoff
 from services.common.errors import APIError, NotFound
 
 from . import openapi_v2
@@ -91,11 +92,11 @@ class Discovery:
         self._changed.set()
 
     async def _run(self) -> None:
-        delay = 0.2
+        backoff = Backoff()
         while True:
             try:
                 await self.refresh()
-                delay = 0.2
+                backoff.reset()
                 try:
                     await asyncio.wait_for(self._changed.wait(), REFRESH_PERIOD)
                 except TimeoutError:
@@ -105,13 +106,12 @@ class Discovery:
             except asyncio.CancelledError:
                 raise
             except APIError as e:
-                log.info("discovery: %s; retrying in %.1fs", e.message, delay)
+                delay = backoff.delay()
+                log.info("discovery: %s; retrying in %.2fs", e.message, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
             except Exception:  # noqa: BLE001
                 log.exception("discovery refresh failed")
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                await asyncio.sleep(backoff.delay())
 
     async def refresh(self) -> None:
         self._changed.clear()

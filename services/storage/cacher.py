@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from apiary_pb import envelope_pb2 as pb
 from services.common import envelope
 from services.common.background import cancel_and_wait
+from services.common.backoff import Backoff
 from services.common.errors import APIError, Gone, Timeout
 from services.common.selectors import SelectionPredicate, object_fields
 
@@ -312,7 +313,7 @@ class Cacher:
         metrics.STORAGE_OBJECTS.labels(self.resource).set(len(store))
 
     async def _run(self) -> None:
-        backoff, relist = 0.1, False
+        backoff, relist, failures = Backoff(), False, 0
         while True:
             try:
                 if relist:
@@ -321,7 +322,10 @@ class Cacher:
                     # Events between the old and the new state are lost: watchers must start over.
                     self._terminate_all()
                 async for resp in self.etcd.watch(self.prefix.encode(), self.rev + 1):
-                    backoff = 0.1
+                    if failures:
+                        log.info("watch cache %s: etcd watch resumed after %d tries", self.prefix, failures)
+                        failures = 0
+                    backoff.reset()
                     if self.codec.encryption is not None:
                         for e in resp.events:
                             await self.codec.prepare(e.kv.value, e.kv.key)
@@ -332,15 +336,11 @@ class Cacher:
                 log.warning("watch cache %s: revision %d compacted, relisting", self.prefix, self.rev + 1)
                 relist = True
             except Exception as e:  # noqa: BLE001 - keep the cache alive; resume where it stopped
-                log.warning(
-                    "watch cache %s: etcd watch broke (%s); resuming from %d in %.1fs",
-                    self.prefix,
-                    e,
-                    self.rev + 1,
-                    backoff,
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                if not failures:  # once per outage, not at every try
+                    log.warning("watch cache %s: etcd watch broke (%s); resuming from %d",
+                                self.prefix, e, self.rev + 1)
+                failures += 1
+                await asyncio.sleep(backoff.delay())
 
     def _bump(self) -> None:
         self._rev_changed.set()

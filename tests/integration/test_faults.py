@@ -1,23 +1,40 @@
-"""etcd and storage outages against a private stack (real processes): bounded failures, reads and
-watches from the cache, recovery without restarting anything else, no lost acknowledged write."""
+"""Faults against a private stack (real processes, its own state directory and ports): etcd hung,
+then kill -9 of each service and of etcd under steady writes and watches, each restarted with the
+same command line. Nothing acknowledged may be lost, no resourceVersion acknowledged twice, every
+watch event delivered exactly once to a client that resumes from its last resourceVersion, and no
+service may log a traceback or an asyncio error. How long each kill left the API refusing writes
+is printed and written to .apiary/faults.json (recorded in docs/benchmarks.md); the test only
+asserts recovery within RECOVERY seconds, since timings on a shared machine are noise."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import ssl
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import httpx
 import pytest
 
-from tools.run import Stack
+from tests.conftest import TEST_OFFSET
+from tools.certs import read_tokens
+from tools.run import ROOT, Stack
 
-OFFSET = 4000
-NS = "default"
+# The session stack uses TEST_OFFSET; this suite kills processes, so it runs a stack of its own.
+OFFSET = TEST_OFFSET + 500
+NS = "faults"
+CM = f"/api/v1/namespaces/{NS}/configmaps"
+RECOVERY = 30.0
+KILLED = ("storage", "registry", "apf", "admission", "auth", "proxy", "etcd")
+REPORT = ROOT / ".apiary" / "faults.json"
+# What a service must never log: a traceback, or asyncio complaining about a task or a generator.
+BAD_LOG = re.compile(r"Traceback|Task was destroyed|aclose\(\)|Task exception was never retrieved|"
+                     r"was never awaited|Exception ignored")
 
 
 class FaultStack(Stack):
@@ -30,25 +47,63 @@ class FaultStack(Stack):
         return cmd
 
 
+@dataclass
+class Private:
+    stack: FaultStack
+    admin: httpx.Client
+    ssl: ssl.SSLContext
+    tokens: dict[str, str]
+
+    def client(self, user: str = "admin") -> httpx.Client:
+        """A new connection pool: the admin certificate, or a user's bearer token."""
+        headers = {} if user == "admin" else {"Authorization": f"Bearer {self.tokens[user]}"}
+        ctx = self.ssl if user == "admin" else ssl.create_default_context(
+            cafile=str(self.stack.state / "pki" / "ca.crt"))
+        return httpx.Client(base_url=self.stack.server, verify=ctx, headers=headers, timeout=10)
+
+
 @pytest.fixture(scope="module")
-def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, httpx.Client]]:
+def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Private]:
     s = FaultStack(tmp_path_factory.mktemp("faults"), OFFSET)
     try:
-        s.start(fresh=True)
+        try:
+            s.start(fresh=True, timeout=30)
+        except SystemExit:  # a port taken for a moment by some client's ephemeral port: once more
+            s.stop(quiet=True)
+            s.start(fresh=True)
         pki = s.state / "pki"
         ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
         ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
         with httpx.Client(base_url=s.server, verify=ctx, timeout=30) as c:
-            yield s, c
+            p = Private(s, c, ctx, read_tokens(s.state))
+            setup_namespace(p)
+            yield p
     finally:
         s.stop(quiet=True)
 
 
-CM = f"/api/v1/namespaces/{NS}/configmaps"
+def setup_namespace(p: Private) -> None:
+    """The namespace, and alice allowed to write configmaps there (her requests are not exempt)."""
+    c = p.admin
+    assert c.post("/api/v1/namespaces", json={"metadata": {"name": NS}}).status_code == 201
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}"
+    r = c.post(f"{rbac}/roles", json={"metadata": {"name": "cm"}, "rules": [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]})
+    assert r.status_code == 201, r.text
+    r = c.post(f"{rbac}/rolebindings", json={
+        "metadata": {"name": "cm"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]})
+    assert r.status_code == 201, r.text
+    with p.client("alice") as alice:
+        deadline = time.monotonic() + 10
+        while alice.get(CM).status_code != 200:
+            assert time.monotonic() < deadline, "alice's binding never took effect"
+            time.sleep(0.2)
 
 
-def cm(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": "b"}}
+def cm(name: str, data: dict[str, str] | None = None) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data or {"a": "b"}}
 
 
 def create_until_ok(c: httpx.Client, name: str, within: float) -> dict:
@@ -65,7 +120,7 @@ def create_until_ok(c: httpx.Client, name: str, within: float) -> dict:
 
 
 class Watch:
-    """A watch read by a thread: its events, and whether the server ended it."""
+    """One watch read by a thread: its events, and whether the server ended it."""
 
     def __init__(self, c: httpx.Client, rv: str) -> None:
         self.events: list[dict] = []
@@ -91,10 +146,10 @@ class Watch:
                 if pred(ev):
                     return ev
             time.sleep(0.05)
-        raise AssertionError(f"no matching event; got {[(e['type'], e['object'].get('metadata', {}).get('name')) for e in self.events]}")
+        raise AssertionError(f"no matching event; got {[(e['type'], name_of(e)) for e in self.events]}")
 
 
-def names(ev: dict) -> str:
+def name_of(ev: dict) -> str:
     return ev["object"].get("metadata", {}).get("name", "")
 
 
@@ -108,7 +163,9 @@ def check_failing_write(c: httpx.Client) -> None:
 
 
 def test_etcd_stop_and_kill(private):
-    stack, c = private
+    """etcd hung (SIGSTOP): writes fail within the etcd deadline, reads and watches go on from the
+    cache; then etcd killed: the same, and everything recovers once it is back."""
+    stack, c = private.stack, private.admin
     acked = [create_until_ok(c, f"before-{i}", 30)["metadata"]["name"] for i in range(3)]
     listed = c.get(CM, params={"resourceVersion": "0"}).json()
     w = Watch(c, listed["metadata"]["resourceVersion"])
@@ -124,60 +181,366 @@ def test_etcd_stop_and_kill(private):
     finally:
         os.kill(etcd, signal.SIGCONT)
     acked.append(create_until_ok(c, "after-stop", 20)["metadata"]["name"])
-    w.wait_for(lambda ev: ev["type"] == "ADDED" and names(ev) == "after-stop")
+    w.wait_for(lambda ev: ev["type"] == "ADDED" and name_of(ev) == "after-stop")
 
     os.kill(etcd, signal.SIGKILL)
-    time.sleep(0.5)
+    reap(etcd)
     check_failing_write(c)
     assert c.get(CM, params={"resourceVersion": "0"}).status_code == 200
     stack.spawn("etcd")
     assert not stack.wait(["etcd"], 30)
     acked.append(create_until_ok(c, "after-kill", 30)["metadata"]["name"])
-    w.wait_for(lambda ev: ev["type"] == "ADDED" and names(ev) == "after-kill", 30)
+    w.wait_for(lambda ev: ev["type"] == "ADDED" and name_of(ev) == "after-kill", 30)
     listed = c.get(CM).json()
     assert set(acked) <= {i["metadata"]["name"] for i in listed["items"]}
 
 
-def test_storage_kill_9_and_restart(private):
-    stack, c = private
-    first = create_until_ok(c, "s-before", 30)
-    w = Watch(c, first["metadata"]["resourceVersion"])
-    time.sleep(0.5)
-    pid = stack.pid("storage")
-    os.killpg(pid, signal.SIGKILL)
-    assert w.ended.wait(15), "the watch was not ended when storage died"
-    last_rv = first["metadata"]["resourceVersion"]
-    for ev in w.events:
-        if ev["type"] in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
-            last_rv = ev["object"]["metadata"]["resourceVersion"]
-    stack.spawn("storage")
-    assert not stack.wait(["storage"], 30)
-    created = create_until_ok(c, "s-after", 30)
-    # The client resumes from its last resourceVersion (or relists after a 410).
-    w2 = Watch(c, last_rv)
-    ev = w2.wait_for(lambda ev: ev["type"] == "ERROR" or names(ev) == "s-after", 20)
-    if ev["type"] == "ERROR":
-        assert ev["object"]["code"] == 410
-    got = c.get(f"{CM}/s-after")
-    assert got.status_code == 200 and got.json()["metadata"]["uid"] == created["metadata"]["uid"]
+# kill -9 under load ----------------------------------------------------------------------------
 
 
-def test_registry_kill_9_and_restart(private):
-    """Every client watch shares the proxy's one Watches stream to the registry: when the registry
-    dies, each of them ends (an ERROR Status or the end of the stream), and once it is back new
-    watches and requests work without restarting the proxy."""
-    stack, c = private
-    first = create_until_ok(c, "r-before", 30)
-    watches = [Watch(c, first["metadata"]["resourceVersion"]) for _ in range(3)]
-    time.sleep(0.5)
-    os.killpg(stack.pid("registry"), signal.SIGKILL)
-    for w in watches:
-        assert w.ended.wait(15), "a watch was not ended when the registry died"
-        errors = [ev for ev in w.events if ev["type"] == "ERROR"]
-        assert all(ev["object"]["code"] in (500, 503, 504) for ev in errors), errors
-    stack.spawn("registry")
-    assert not stack.wait(["registry"], 30)
-    created = create_until_ok(c, "r-after", 30)
-    w = Watch(c, first["metadata"]["resourceVersion"])
-    assert names(w.wait_for(lambda ev: names(ev) == "r-after", 20)) == "r-after"
-    assert c.get(f"{CM}/r-after").json()["metadata"]["uid"] == created["metadata"]["uid"]
+@dataclass
+class Ack:
+    name: str
+    rv: int
+    data: dict[str, str]
+    at: float
+
+
+@dataclass
+class Writer:
+    """Creates configmaps and updates each once (with its resourceVersion); keeps the ledger of
+    acknowledged writes, the names whose last write has an unknown outcome, and the time of every
+    success (the unavailability figures come from the gaps between them)."""
+
+    user: str
+    index: int
+    acks: list[Ack] = field(default_factory=list)
+    uncertain: set[str] = field(default_factory=set)
+    successes: list[float] = field(default_factory=list)
+    failures: int = 0
+    unexpected: list[tuple[float, str]] = field(default_factory=list)  # answers no fault explains
+
+    def run(self, p: Private, stop: threading.Event) -> None:
+        n = 0
+        with p.client(self.user) as c:
+            while not stop.is_set():
+                n += 1
+                name = f"{self.user}-{self.index}-{n}"
+                data = {"writer": name, "v": "0", "pad": uuid.uuid4().hex}
+                obj = self._write(c, "POST", CM, cm(name, data), 201)
+                if obj is not None:
+                    data = {**data, "v": "1"}
+                    body = cm(name, data)
+                    body["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+                    self._write(c, "PUT", f"{CM}/{name}", body, 200)
+                time.sleep(0.03)
+
+    def _write(self, c: httpx.Client, method: str, url: str, body: dict, ok: int) -> dict | None:
+        name = body["metadata"]["name"]
+        try:
+            r = c.request(method, url, json=body, timeout=5)
+        except httpx.HTTPError:
+            self.uncertain.add(name)
+            return self._failed()
+        if r.status_code != ok:
+            if r.status_code >= 500:  # the write may still have happened
+                self.uncertain.add(name)
+            elif r.status_code != 429:
+                what = f"{method} {name}: {r.status_code} {r.text.strip()}"
+                self.unexpected.append((time.monotonic(), what))
+            return self._failed()
+        obj = r.json()
+        now = time.monotonic()
+        if obj["metadata"]["name"] != name:
+            self.unexpected.append((now, f"{method} {name}: answered with {obj['metadata']['name']} at "
+                                         f"{obj['metadata']['resourceVersion']}"))
+            return self._failed()
+        self.acks.append(Ack(name, int(obj["metadata"]["resourceVersion"]), obj["data"], now))
+        self.successes.append(now)
+        self.uncertain.discard(name)
+        return obj
+
+    def _failed(self) -> None:
+        self.failures += 1
+        time.sleep(0.05)
+        return None
+
+
+class Watcher:
+    """A client that keeps one watch open: on any end it resumes from the last resourceVersion it
+    saw (a bookmark's included), and after 410 Gone it relists."""
+
+    def __init__(self, p: Private) -> None:
+        self.p = p
+        self.events: list[tuple[str, str, int, dict]] = []   # (type, name, rv, data)
+        self.relists: list[tuple[int, dict[str, tuple[int, dict]]]] = []
+        self.resumes = 0
+        self.rv = 0
+        self.trace: list[tuple[float, str]] = []  # what happened to the watch, for a failure's message
+
+    def run(self, stop: threading.Event) -> None:
+        with self.p.client() as c:
+            while not self.rv and not stop.is_set():
+                self._relist(c)
+            while not stop.is_set():
+                try:
+                    self._watch(c, stop)
+                except (httpx.HTTPError, json.JSONDecodeError):
+                    pass
+                self.resumes += 1
+                time.sleep(0.05)
+
+    def _relist(self, c: httpx.Client) -> None:
+        try:
+            r = c.get(CM, timeout=10)
+        except httpx.HTTPError:
+            time.sleep(0.1)
+            return
+        if r.status_code != 200:
+            time.sleep(0.1)
+            return
+        body = r.json()
+        self.rv = int(body["metadata"]["resourceVersion"])
+        items = {i["metadata"]["name"]: (int(i["metadata"]["resourceVersion"]), i["data"]) for i in body["items"]}
+        self.relists.append((self.rv, items))
+
+    def _watch(self, c: httpx.Client, stop: threading.Event) -> None:
+        params = {"watch": "true", "resourceVersion": str(self.rv), "allowWatchBookmarks": "true",
+                  "timeoutSeconds": "30"}
+        with c.stream("GET", CM, params=params, timeout=httpx.Timeout(10, read=40)) as r:
+            self.trace.append((time.monotonic(), f"watch from {self.rv}: {r.status_code}"))
+            if r.status_code != 200:
+                return
+            for line in r.iter_lines():
+                if not line:
+                    continue
+                ev = json.loads(line)
+                obj = ev["object"]
+                if ev["type"] == "ERROR":
+                    self.trace.append((time.monotonic(), f"ERROR {obj.get('code')} {obj.get('message')}"))
+                    if obj.get("code") == 410:
+                        self.rv = 0
+                        while not self.rv and not stop.is_set():
+                            self._relist(c)
+                    return
+                rv = int(obj["metadata"]["resourceVersion"])
+                if stop.is_set():
+                    return
+                if ev["type"] != "BOOKMARK":
+                    self.events.append((ev["type"], obj["metadata"]["name"], rv, obj.get("data") or {}))
+                    self.trace.append((time.monotonic(), f"{ev['type']} {rv}"))
+                else:
+                    self.trace.append((time.monotonic(), f"BOOKMARK {rv}"))
+                self.rv = rv
+
+
+@dataclass
+class Kill:
+    service: str
+    killed_at: float
+    start_seconds: float = 0.0
+    figures: dict[str, float] = field(default_factory=dict)
+
+
+def max_gap(successes: list[float], since: float, until: float) -> float:
+    """The longest time within [since, until] with no write acknowledged."""
+    points = [since] + [t for t in successes if since < t <= until]
+    if len(points) == 1:
+        return until - since
+    return max(b - a for a, b in zip(points, points[1:]))
+
+
+def reap(pid: int) -> None:
+    """Wait for a killed process to be gone (the stack's processes are this process's children)."""
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        while os.path.exists(f"/proc/{pid}"):
+            time.sleep(0.01)
+
+
+def wait_ready(stack: Stack, name: str, timeout: float) -> float:
+    """Seconds from now until the service answers ready (etcd: healthy)."""
+    t0 = time.monotonic()
+    while not stack.healthy(name):
+        assert stack.pid(name) is not None, f"{name} exited; see {stack.logs / (name + '.log')}"
+        assert time.monotonic() - t0 < timeout, f"{name} not ready within {timeout}s"
+        time.sleep(0.02)
+    return time.monotonic() - t0
+
+
+def recovered(writers: list[Writer], after: float, timeout: float) -> float:
+    """When every writer has had a write acknowledged after `after`."""
+    deadline = after + timeout
+    while True:
+        firsts = [next((t for t in reversed(w.successes) if t > after), None) for w in writers]
+        if all(firsts):
+            return max(firsts)  # type: ignore[type-var]
+        assert time.monotonic() < deadline, "the API did not recover"
+        time.sleep(0.05)
+
+
+def test_kill_9_each_under_load(private):
+    stack = private.stack
+    stop, stop_watching = threading.Event(), threading.Event()
+    writers = [Writer("admin", i) for i in range(2)] + [Writer("alice", i) for i in range(2)]
+    watchers = [Watcher(private) for _ in range(2)]
+    threads = [threading.Thread(target=w.run, args=(private, stop), daemon=True) for w in writers]
+    threads += [threading.Thread(target=w.run, args=(stop_watching,), daemon=True) for w in watchers]
+    for t in threads:
+        t.start()
+    kills: list[Kill] = []
+    try:
+        recovered(writers, time.monotonic(), RECOVERY)
+        time.sleep(1)
+        for name in KILLED:
+            pid = stack.pid(name)
+            assert pid is not None, name
+            k = Kill(name, time.monotonic())
+            os.killpg(pid, signal.SIGKILL)
+            reap(pid)
+            spawned = time.monotonic()
+            stack.spawn(name)
+            k.start_seconds = wait_ready(stack, name, RECOVERY)
+            back = recovered(writers, spawned + k.start_seconds, RECOVERY)
+            time.sleep(1.5)  # steady load again before the next kill
+            for user in ("admin", "alice"):
+                succ = sorted(t for w in writers if w.user == user for t in w.successes)
+                k.figures[user] = max_gap(succ, k.killed_at, back)
+            k.figures["all"] = max_gap(sorted(t for w in writers for t in w.successes), k.killed_at, back)
+            kills.append(k)
+            print(f"\n{name}: start {k.start_seconds:.2f}s, unavailable {k.figures}", flush=True)
+    finally:
+        stop.set()
+        for t in threads[:len(writers)]:
+            t.join(15)
+        # the watchers stop once they have seen the last write
+        last = max((a.rv for w in writers for a in w.acks), default=0)
+        deadline = time.monotonic() + RECOVERY
+        while any(w.rv < last for w in watchers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stop_watching.set()
+    report(kills, sum(len(w.acks) for w in writers))
+    print("watchers: " + "; ".join(f"{len(w.events)} events, {w.resumes} resumes, {len(w.relists) - 1} relists "
+                                   "after 410" for w in watchers))
+    check_ledger(private, writers, watchers, kills)
+    for k in kills:
+        assert k.figures["all"] < RECOVERY, k
+
+
+def report(kills: list[Kill], writes: int) -> None:
+    rows = [{"service": k.service, "start_seconds": round(k.start_seconds, 2),
+             "unavailable_seconds": round(k.figures["all"], 2),
+             "unavailable_exempt_seconds": round(k.figures["admin"], 2),
+             "unavailable_nonexempt_seconds": round(k.figures["alice"], 2)} for k in kills]
+    print(f"\nunavailability per kill -9 (seconds with no write acknowledged; start = spawn to ready); "
+          f"{writes} writes acknowledged")
+    for r in rows:
+        print(f"  {r['service']:10} unavailable {r['unavailable_seconds']:5.2f} s (system:masters "
+              f"{r['unavailable_exempt_seconds']:.2f}, alice {r['unavailable_nonexempt_seconds']:.2f}); "
+              f"start {r['start_seconds']:.2f} s")
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "writes": writes, "kills": rows}
+    REPORT.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def around(w: Watcher, rv: int, kills: list[Kill]) -> str:
+    """The watcher's trace around where the event at rv should have come, with the kills."""
+    lines = sorted([(t, f"watcher: {what}") for t, what in w.trace] +
+                   [(k.killed_at, f"--- kill -9 {k.service}") for k in kills])
+    near = next((i for i, (_, what) in enumerate(lines)
+                 if what.split()[-1].isdigit() and int(what.split()[-1]) > rv), len(lines))
+    return "\n".join(f"{t:.3f} {what}" for t, what in lines[max(0, near - 15):near + 5])
+
+
+def check_ledger(p: Private, writers: list[Writer], watchers: list[Watcher], kills: list[Kill]) -> None:
+    timeline = [(k.killed_at, f"--- kill -9 {k.service}") for k in kills]
+    unexpected = sorted([u for w in writers for u in w.unexpected] + timeline)
+    assert all(what.startswith("---") for _, what in unexpected), \
+        "\n".join(f"{t:.3f} {x}" for t, x in unexpected)
+    acks = [a for w in writers for a in w.acks]
+    assert len(acks) > 100, len(acks)
+    by_rv: dict[int, list[Ack]] = {}
+    for a in acks:
+        by_rv.setdefault(a.rv, []).append(a)
+    twice = sorted([(a.at, f"{a.name} acknowledged at {a.rv}") for same in by_rv.values() if len(same) > 1
+                    for a in same] + timeline)
+    assert all(len(same) == 1 for same in by_rv.values()), "a resourceVersion was acknowledged twice:\n" + \
+        "\n".join(f"{t:.3f} {x}" for t, x in twice)
+    uncertain = set().union(*(w.uncertain for w in writers))
+
+    # every acknowledged write is there: the last one of each object as it is now
+    listed = p.admin.get(CM, timeout=30).json()
+    now = {i["metadata"]["name"]: i for i in listed["items"]}
+    last: dict[str, Ack] = {}
+    for a in sorted(acks, key=lambda a: a.rv):
+        last[a.name] = a
+    for name, a in last.items():
+        obj = now.get(name)
+        assert obj is not None, f"acknowledged {name} at {a.rv} is gone"
+        rv = int(obj["metadata"]["resourceVersion"])
+        if name in uncertain:
+            assert rv >= a.rv, (name, rv, a.rv)
+        else:
+            assert (rv, obj["data"]) == (a.rv, a.data), (name, rv, a.rv)
+
+    # ... and every one of them, with its content, in each watcher's events, exactly once and in order
+    for w in watchers:
+        assert w.rv >= max(by_rv), "a watcher never caught up with the last write"
+        events = list(w.events)
+        seen = [(name, rv) for _, name, rv, _ in events]
+        assert len(seen) == len(set(seen)), "an event was delivered twice"
+        assert [rv for _, rv in seen] == sorted(rv for _, rv in seen), "events out of order"
+        by_rv = {rv: (name, data) for _, name, rv, data in events}
+        relisted = [rv for rv, _ in w.relists[1:]]
+        for a in acks:
+            if a.rv <= w.relists[0][0]:
+                continue
+            got = by_rv.get(a.rv)
+            if got is None and any(r >= a.rv for r in relisted):
+                continue  # after a 410 the relist stands for the events it covers
+            assert got == (a.name, a.data), f"{a} delivered as {got}:\n{around(w, a.rv, kills)}"
+
+
+def test_read_modify_write_with_retry_on_409(private):
+    """16 clients increment one counter (GET, +1, PUT with its resourceVersion, again on 409)."""
+    c = private.admin
+    assert c.post(CM, json=cm("counter", {"n": "0"})).status_code == 201
+    done: list[int] = []
+    conflicts: list[int] = []
+
+    def client() -> None:
+        ok = retried = 0
+        with private.client() as cc:
+            for _ in range(5):
+                while True:
+                    obj = cc.get(f"{CM}/counter").json()
+                    obj["data"]["n"] = str(int(obj["data"]["n"]) + 1)
+                    r = cc.put(f"{CM}/counter", json=obj)
+                    if r.status_code == 409:
+                        retried += 1
+                        continue
+                    assert r.status_code == 200, r.text
+                    ok += 1
+                    break
+        done.append(ok)
+        conflicts.append(retried)
+
+    threads = [threading.Thread(target=client) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sum(done) == 80
+    assert c.get(f"{CM}/counter").json()["data"]["n"] == str(sum(done))
+    print(f"\nread-modify-write: {sum(done)} updates, {sum(conflicts)} conflicts retried")
+
+
+def test_no_traceback_or_asyncio_error_logged(private):
+    """Last in the module: every service log, across every restart above."""
+    bad = []
+    for log in sorted(private.stack.logs.glob("*.log")):
+        for i, line in enumerate(log.read_text(errors="replace").splitlines()):
+            if BAD_LOG.search(line):
+                bad.append(f"{log.name}:{i + 1}: {line}")
+    assert not bad, "\n".join(bad[:40])

@@ -2,7 +2,15 @@
 
 One bidirectional apiary.FlowControl/Seats stream per proxy process multiplexes every request. When
 the stream breaks the apf service frees every seat it held, so seats of an old stream are forgotten
-here too; while no stream is up, requests are answered 503 at once instead of waiting.
+here too.
+
+Requests of the mandatory exempt FlowSchema (system:masters) are classified here and never wait for
+the apf service. While no stream is up, the other requests are limited as kube-apiserver limits them
+without priority and fairness (its max-in-flight filter: --max-requests-inflight read-only and
+--max-mutating-requests-inflight mutating requests at a time, long-running ones not counted, 429
+beyond), instead of all being refused; the proxy logs when it falls back and when it stops, and
+apiary_apf_fallback says which is in force. The stream is opened again as soon as the apf service's
+channel is connected (readiness-driven, with a small capped and jittered backoff between tries).
 """
 from __future__ import annotations
 
@@ -13,11 +21,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
+from prometheus_client import Counter, Gauge
 
 from apiary_pb import apf_pb2 as fpb
 from apiary_pb import apf_pb2_grpc as fgrpc
-from services.common.errors import ServiceUnavailable, TooManyRequests
 from services.common.background import cancel_and_wait
+from services.common.backoff import Backoff
+from services.common.errors import ServiceUnavailable, TooManyRequests
+from services.common.flowcontrol import EXEMPT_FLOW_SCHEMA_UID, EXEMPT_PRIORITY_LEVEL_UID, is_exempt
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +36,24 @@ log = logging.getLogger(__name__)
 ACQUIRE_TIMEOUT = 60.0
 FLOW_SCHEMA_HEADER = "X-Kubernetes-PF-FlowSchema-UID"
 PRIORITY_LEVEL_HEADER = "X-Kubernetes-PF-PriorityLevel-UID"
+# kube-apiserver's defaults for --max-requests-inflight and --max-mutating-requests-inflight
+MAX_REQUESTS_INFLIGHT = 400
+MAX_MUTATING_REQUESTS_INFLIGHT = 200
+# the verbs kube's max-in-flight filter counts as read-only (everything else is mutating) ...
+_READ_ONLY_VERBS = frozenset(("get", "list", "watch"))
+# ... and the long-running ones it does not limit at all
+_LONG_RUNNING_VERBS = frozenset(("watch", "proxy"))
+
+FALLBACK = Gauge("apiary_apf_fallback",
+                 "1 while the apf service is unreachable and the proxy applies kube's max-in-flight limits "
+                 "(--max-requests-inflight, --max-mutating-requests-inflight) instead of priority and "
+                 "fairness.")
+FALLBACK_REQUESTS = Counter("apiary_apf_fallback_requests_total",
+                            "Requests admitted or rejected by the max-in-flight limits while the apf service "
+                            "was unreachable.", ["request_kind", "decision"])
+
+# Seat.kind: where the seat came from, so that release() frees it in the right place
+SEAT_APF, SEAT_EXEMPT, SEAT_READ_ONLY, SEAT_MUTATING, SEAT_LONG_RUNNING = range(5)
 
 
 @dataclass(slots=True)
@@ -34,8 +63,11 @@ class Seat:
     flow_schema_uid: str
     priority_level_uid: str
     released: bool = False
+    kind: int = SEAT_APF
 
     def headers(self) -> list[tuple[bytes, bytes]]:
+        if not self.flow_schema_uid:  # granted by the max-in-flight fallback: no FlowSchema
+            return []
         return [(b"x-kubernetes-pf-flowschema-uid", self.flow_schema_uid.encode()),
                 (b"x-kubernetes-pf-prioritylevel-uid", self.priority_level_uid.encode())]
 
@@ -45,19 +77,54 @@ def _unavailable(why: str) -> ServiceUnavailable:
                               details={"retryAfterSeconds": 1})
 
 
+class _StreamBroke(Exception):
+    """The seat stream ended before the apf service answered: the request falls back."""
+
+
+def _too_many(retry: int = 1, headers: dict[str, str] | None = None) -> TooManyRequests:
+    return TooManyRequests("Too many requests, please try again later.", details={"retryAfterSeconds": retry},
+                           headers={"Retry-After": str(retry), **(headers or {})})
+
+
+class MaxInFlight:
+    """kube's max-in-flight filter (WithMaxInFlightLimit): two counters, no queueing."""
+
+    def __init__(self, read_only: int = MAX_REQUESTS_INFLIGHT,
+                 mutating: int = MAX_MUTATING_REQUESTS_INFLIGHT) -> None:
+        self.limits = {SEAT_READ_ONLY: read_only, SEAT_MUTATING: mutating}
+        self.inflight = {SEAT_READ_ONLY: 0, SEAT_MUTATING: 0}
+
+    def acquire(self, verb: str) -> Seat:
+        if verb in _LONG_RUNNING_VERBS:
+            return Seat(0, 0, "", "", kind=SEAT_LONG_RUNNING)
+        kind = SEAT_READ_ONLY if verb in _READ_ONLY_VERBS else SEAT_MUTATING
+        label = "readOnly" if kind == SEAT_READ_ONLY else "mutating"
+        limit = self.limits[kind]
+        if limit and self.inflight[kind] >= limit:  # 0: unlimited, as in kube
+            FALLBACK_REQUESTS.labels(label, "rejected").inc()
+            raise _too_many()
+        self.inflight[kind] += 1
+        FALLBACK_REQUESTS.labels(label, "admitted").inc()
+        return Seat(0, 0, "", "", kind=kind)
+
+    def release(self, seat: Seat) -> None:
+        self.inflight[seat.kind] -= 1
+
+
 class SeatClient:
     def __init__(self, stub: fgrpc.FlowControlStub, channel: grpc.aio.Channel | None = None,
-                 acquire_timeout: float = ACQUIRE_TIMEOUT) -> None:
+                 acquire_timeout: float = ACQUIRE_TIMEOUT, max_requests_inflight: int = MAX_REQUESTS_INFLIGHT,
+                 max_mutating_requests_inflight: int = MAX_MUTATING_REQUESTS_INFLIGHT) -> None:
         self.stub = stub
         self.channel = channel
         self.acquire_timeout = acquire_timeout
+        self.fallback = MaxInFlight(max_requests_inflight, max_mutating_requests_inflight)
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[fpb.SeatResponse]] = {}
-        self._queue: asyncio.Queue[fpb.SeatRequest] | None = None
+        self._queue: asyncio.Queue[fpb.SeatRequest | None] | None = None
         self._generation = 0
         self._task: asyncio.Task[None] | None = None
-        self.connected = False
-        self.answered = False  # the current stream has delivered at least one answer
+        self.falling_back = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="apf-seats")
@@ -66,62 +133,86 @@ class SeatClient:
         await cancel_and_wait(self._task)
 
     def ready(self) -> bool:
-        if not self.connected:
-            return False
-        if self.answered or self.channel is None:
-            return True
-        return self.channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY
+        """The proxy can serve: with the apf service, or (the fallback) without it."""
+        return self._task is not None and not self._task.done()
 
     @staticmethod
-    async def _requests(queue: asyncio.Queue[fpb.SeatRequest]) -> AsyncIterator[fpb.SeatRequests]:
-        """One stream message per wake-up, carrying every acquire and release queued meanwhile."""
-        while True:
-            batch = [await queue.get()]
+    async def _requests(queue: asyncio.Queue[fpb.SeatRequest | None]) -> AsyncIterator[fpb.SeatRequests]:
+        """One stream message per wake-up, carrying every acquire and release queued meanwhile; None
+        ends it (so that gRPC's task reading it ends with the stream instead of being left pending)."""
+        while (first := await queue.get()) is not None:
+            batch = [first]
             while not queue.empty():
-                batch.append(queue.get_nowait())
+                more = queue.get_nowait()
+                if more is None:
+                    yield fpb.SeatRequests(requests=batch)
+                    return
+                batch.append(more)
             yield fpb.SeatRequests(requests=batch)
 
+    def _fall_back(self, why: str) -> None:
+        if not self.falling_back:
+            self.falling_back = True
+            FALLBACK.set(1)
+            log.warning("apf: %s; falling back to max-in-flight limits (%d read-only, %d mutating requests; "
+                        "system:masters exempt) until the seat stream is back", why,
+                        self.fallback.limits[SEAT_READ_ONLY], self.fallback.limits[SEAT_MUTATING])
+
+    def _stream_up(self) -> None:
+        if self.falling_back:
+            self.falling_back = False
+            FALLBACK.set(0)
+            log.info("apf: seat stream is back; priority and fairness in force again")
+
     async def _run(self) -> None:
-        delay = 0.2
+        backoff = Backoff()
         while True:
-            queue: asyncio.Queue[fpb.SeatRequest] = asyncio.Queue()
+            queue: asyncio.Queue[fpb.SeatRequest | None] = asyncio.Queue()
             call = self.stub.Seats(self._requests(queue))
             self._generation += 1
-            self._queue, self.connected, self.answered = queue, True, False
+            self._queue = queue
+            why = "the seat stream ended"
             try:
                 async for answers in call:
-                    self.answered = True
-                    delay = 0.2
+                    self._stream_up()
+                    backoff.reset()
                     for resp in answers.responses:
                         fut = self._pending.pop(resp.id, None)
                         if fut is not None and not fut.done():
                             fut.set_result(resp)
                         elif resp.granted:  # its requester gave up meanwhile
                             queue.put_nowait(fpb.SeatRequest(id=resp.id, release=True))
-                log.warning("apf: seat stream ended; reconnecting")
             except asyncio.CancelledError:
                 call.cancel()
                 raise
             except grpc.aio.AioRpcError as e:
-                log.warning("apf: seat stream failed: %s %s", e.code().name, e.details())
+                why = f"the seat stream failed ({e.code().name})"
             except Exception:  # noqa: BLE001 - the stream must come back whatever happened
                 log.exception("apf: seat stream failed")
+                why = "the seat stream failed"
             finally:
-                self.connected = False
                 self._queue = None
+                queue.put_nowait(None)
                 call.cancel()
                 pending, self._pending = self._pending, {}
                 for fut in pending.values():
                     if not fut.done():
-                        fut.set_exception(_unavailable("the seat stream broke"))
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+                        fut.set_exception(_StreamBroke())
+            self._fall_back(why)
+            await asyncio.sleep(backoff.delay())
+            if self.channel is not None:
+                # Readiness-driven: the next stream opens once the channel is connected again; gRPC
+                # retries the connection on its own capped backoff (grpcutil.CHANNEL_OPTIONS).
+                await self.channel.channel_ready()
 
     async def acquire(self, digest: fpb.RequestDigest) -> Seat:
-        """Wait for a seat. TooManyRequests when rejected; ServiceUnavailable when apf cannot answer."""
+        """Wait for a seat. TooManyRequests when rejected (by the apf service, or by the max-in-flight
+        limits while it is unreachable); ServiceUnavailable when it stops answering."""
+        if is_exempt(digest.user.groups):
+            return Seat(0, 0, EXEMPT_FLOW_SCHEMA_UID, EXEMPT_PRIORITY_LEVEL_UID, kind=SEAT_EXEMPT)
         queue = self._queue
         if queue is None:
-            raise _unavailable("no seat stream")
+            return self.fallback.acquire(digest.verb)
         seat_id = next(self._ids)
         generation = self._generation
         fut: asyncio.Future[fpb.SeatResponse] = asyncio.get_running_loop().create_future()
@@ -133,19 +224,16 @@ class SeatClient:
         except TimeoutError:
             self._pending.pop(seat_id, None)
             raise _unavailable("no answer in time") from None
+        except _StreamBroke:
+            return self.fallback.acquire(digest.verb)
         except asyncio.CancelledError:
             self._pending.pop(seat_id, None)
             if fut.done() and not fut.cancelled() and fut.exception() is None and fut.result().granted:
                 self.release(Seat(seat_id, generation, "", ""))
             raise
         if not resp.granted:
-            retry = resp.retry_after_seconds or 1
-            raise TooManyRequests(
-                "Too many requests, please try again later.",
-                details={"retryAfterSeconds": retry},
-                headers={"Retry-After": str(retry), FLOW_SCHEMA_HEADER: resp.flow_schema_uid,
-                         PRIORITY_LEVEL_HEADER: resp.priority_level_uid},
-            )
+            raise _too_many(resp.retry_after_seconds or 1, {FLOW_SCHEMA_HEADER: resp.flow_schema_uid,
+                                                            PRIORITY_LEVEL_HEADER: resp.priority_level_uid})
         return Seat(seat_id, generation, resp.flow_schema_uid, resp.priority_level_uid)
 
     def release(self, seat: Seat) -> None:
@@ -153,6 +241,10 @@ class SeatClient:
         if seat.released:
             return
         seat.released = True
+        if seat.kind != SEAT_APF:
+            if seat.kind in (SEAT_READ_ONLY, SEAT_MUTATING):
+                self.fallback.release(seat)
+            return
         queue = self._queue
         if queue is not None and seat.generation == self._generation:
             queue.put_nowait(fpb.SeatRequest(id=seat.id, release=True))

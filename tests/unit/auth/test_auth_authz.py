@@ -7,6 +7,7 @@ from services.auth.__main__ import build, parse_args
 from services.auth.authorizers.modes import parse_modes
 from services.auth.policy import load_bootstrap_policy
 from services.auth.server import AuthServicer
+from services.common.errors import ServiceUnavailable
 from services.common.identity import user_pb
 
 ANON = user_pb("system:anonymous", ["system:unauthenticated"])
@@ -93,3 +94,17 @@ async def test_masters_through_cluster_admin_binding_and_basic_user() -> None:
     ssar = apb.Attributes(user=ALICE, verb="create", resource_request=True, api_group="authorization.k8s.io",
                           resource="selfsubjectaccessreviews")
     assert (await servicer.Authorize(apb.AuthorizeRequest(attributes=ssar), None)).decision == "Allow"
+
+
+async def test_no_answer_but_allow_before_the_rbac_index_has_synced() -> None:
+    """A restarted auth service is reachable before its RBAC informers have listed everything: a
+    partial index must not deny (the proxy would cache the 403), so the caller gets a 503 instead."""
+    servicer = build(parse_args([]))
+    servicer.rbac_synced = lambda: False
+    authorize = AuthServicer.Authorize.__wrapped__  # type: ignore[attr-defined]
+    assert (await authorize(servicer, resource(ADMIN), None)).decision == "Allow"
+    with pytest.raises(ServiceUnavailable) as e:
+        await authorize(servicer, resource(ALICE), None)
+    assert e.value.headers == {"Retry-After": "1"}
+    servicer.rbac_synced = lambda: True
+    assert (await authorize(servicer, resource(ALICE), None)).decision == "NoOpinion"

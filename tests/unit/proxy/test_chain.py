@@ -1,16 +1,21 @@
 """The handler chain in process (httpx ASGITransport) against fake auth, apf and registry servicers."""
 import asyncio
+import time
 
 import httpx
 import orjson
 import pytest
 import yaml
+from prometheus_client import REGISTRY
 
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import grpcutil
+from services.common.errors import TooManyRequests
+from services.common.flowcontrol import EXEMPT_FLOW_SCHEMA_UID, EXEMPT_PRIORITY_LEVEL_UID
 from services.proxy.app import ProxyApp
+from services.proxy.filters.apf import SEAT_LONG_RUNNING, SEAT_MUTATING, SEAT_READ_ONLY, MaxInFlight
 from services.proxy.discovery import openapi_hash
 from services.proxy.negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1
 
@@ -50,8 +55,10 @@ async def test_get_json_with_headers(stack):
     assert r.headers["content-type"] == "application/json"
     assert r.json()["metadata"]["name"] == "c"
     assert r.headers["warning"] == '299 - "use \\"v2\\" instead"'
-    assert r.headers["x-kubernetes-pf-flowschema-uid"] == "fs-uid"
-    assert r.headers["x-kubernetes-pf-prioritylevel-uid"] == "pl-uid"
+    # system:masters: the mandatory exempt FlowSchema, decided in the proxy
+    assert r.headers["x-kubernetes-pf-flowschema-uid"] == EXEMPT_FLOW_SCHEMA_UID
+    assert r.headers["x-kubernetes-pf-prioritylevel-uid"] == EXEMPT_PRIORITY_LEVEL_UID
+    assert stack.apf.acquired == 0
     assert len(r.headers["audit-id"]) == 36
     timing = r.headers["server-timing"]
     for stage in ("authn;dur=", "apf;dur=", "authz;dur=", "registry;dur=", "storage;dur=1.25"):
@@ -60,6 +67,14 @@ async def test_get_json_with_headers(stack):
     assert (req.verb, req.namespace, req.name, req.resource, req.user.name) == ("get", "demo", "c", "configmaps",
                                                                                   "admin")
     assert req.audit_id == r.headers["audit-id"]
+
+
+async def test_seat_from_apf(stack):
+    r = await stack.client.get("/api/v1/namespaces/demo/configmaps/c", headers=ALICE)
+    assert r.status_code == 200
+    assert r.headers["x-kubernetes-pf-flowschema-uid"] == "fs-uid"
+    assert r.headers["x-kubernetes-pf-prioritylevel-uid"] == "pl-uid"
+    assert stack.apf.acquired == 1
     await asyncio.wait_for(stack.apf.released_event.wait(), 2)
     assert not stack.apf.held
 
@@ -134,23 +149,69 @@ async def test_apf_rejection(stack):
     assert body["reason"] == "TooManyRequests" and body["details"] == {"retryAfterSeconds": 3}
 
 
-async def test_apf_unavailable_answers_503_then_reconnects(stack):
+async def test_apf_unreachable_falls_back_to_max_in_flight(stack):
+    """A proxy whose apf service stops: exempt requests never notice; the others are served under
+    the max-in-flight limits, which the proxy says in a metric; once apf is back, seats come from it."""
+    apf_server, apf_addr, _, apf, _ = await start_fakes()
+    apf_channel = grpcutil.make_channel(None, apf_addr)
+    channels = {"auth": grpcutil.make_channel(None, stack.addr),
+                "registry": grpcutil.make_channel(None, stack.addr), "apf": apf_channel}
+    proxy = ProxyApp(agrpc.AuthStub(channels["auth"]), fgrpc.FlowControlStub(apf_channel),
+                     rgrpc.RegistryStub(channels["registry"]), channels=channels)
+    proxy.start()
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=proxy.app), base_url="https://t")
     url = "/api/v1/namespaces/demo/configmaps"
-    assert (await stack.client.get(url, headers=ADMIN)).status_code == 200  # authn and authz now cached
-    port = int(stack.addr.rsplit(":", 1)[1])
-    await stack.server.stop(None)
-    await asyncio.sleep(0.1)
-    r = await asyncio.wait_for(stack.client.get(url, headers=ADMIN), 5)
-    assert r.status_code == 503
-    assert r.headers["retry-after"] == "1"
-    assert r.json()["message"].startswith("priority and fairness is unavailable")
-    stack.server, _, _, stack.apf, _ = await start_fakes(port)
-    for _ in range(100):
-        r = await stack.client.get(url, headers=ADMIN)
-        if r.status_code == 200:
-            break
-        await asyncio.sleep(0.1)
-    assert r.status_code == 200 and stack.apf.acquired == 1
+    try:
+        await asyncio.wait_for(proxy.discovery.loaded.wait(), 5)
+        assert (await client.get(url, headers=ALICE)).status_code == 200
+        assert apf.acquired == 1
+        port = int(apf_addr.rsplit(":", 1)[1])
+        await apf_server.stop(None)
+        for _ in range(50):
+            if proxy.apf.falling_back:
+                break
+            await asyncio.sleep(0.05)
+        assert proxy.apf.falling_back and REGISTRY.get_sample_value("apiary_apf_fallback") == 1
+        r = await asyncio.wait_for(client.get(url, headers=ALICE), 5)
+        assert r.status_code == 200 and "x-kubernetes-pf-flowschema-uid" not in r.headers
+        r = await asyncio.wait_for(client.get(url, headers=ADMIN), 5)
+        assert r.status_code == 200
+        assert r.headers["x-kubernetes-pf-flowschema-uid"] == EXEMPT_FLOW_SCHEMA_UID
+        assert proxy.apf.fallback.inflight == {SEAT_READ_ONLY: 0, SEAT_MUTATING: 0}
+
+        apf_server, _, _, apf, _ = await start_fakes(port)
+        t0 = time.monotonic()
+        while not proxy.apf.ready() or proxy.apf.falling_back:
+            await client.get(url, headers=ALICE)
+            assert time.monotonic() - t0 < 2, "the seat stream did not come back"
+            await asyncio.sleep(0.02)
+        r = await client.get(url, headers=ALICE)
+        assert r.status_code == 200 and r.headers["x-kubernetes-pf-flowschema-uid"] == "fs-uid"
+        assert REGISTRY.get_sample_value("apiary_apf_fallback") == 0
+    finally:
+        await client.aclose()
+        await proxy.stop()
+        for ch in channels.values():
+            await ch.close()
+        await apf_server.stop(None)
+
+
+def test_max_in_flight_limits():
+    """kube's max-in-flight filter: read-only and mutating requests counted apart, watches not at all."""
+    limits = MaxInFlight(read_only=1, mutating=1)
+    w1, w2 = limits.acquire("watch"), limits.acquire("watch")
+    r = limits.acquire("list")
+    m = limits.acquire("create")
+    for verb in ("get", "patch"):
+        with pytest.raises(TooManyRequests) as e:
+            limits.acquire(verb)
+        assert e.value.message == "Too many requests, please try again later."
+        assert e.value.headers == {"Retry-After": "1"}
+    limits.release(m)
+    limits.release(r)
+    assert limits.inflight == {SEAT_READ_ONLY: 0, SEAT_MUTATING: 0}
+    limits.acquire("delete")
+    assert (w1.kind, w2.kind) == (SEAT_LONG_RUNNING, SEAT_LONG_RUNNING)
 
 
 async def test_registry_error_passes_through(stack):
