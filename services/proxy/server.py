@@ -281,6 +281,9 @@ class TLSHttpToolsProtocol(HttpToolsProtocol):
             return
         if self._in_headers:
             self._header_bytes += len(data)
+            # bytes between requests (even ones that start none, such as stray CRLFs) end the idle
+            # wait: from here on the headers are due
+            self._arm_header_timer()
         super().data_received(data)
         if self._in_headers and self._header_bytes > self._limits().max_header_bytes + _HEADER_SLACK:
             self._rejected = True

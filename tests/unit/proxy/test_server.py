@@ -292,3 +292,26 @@ async def test_headers_over_the_limit_get_431(pki):
     writer.close()
     stop.set()
     await asyncio.wait_for(task, 5)
+
+
+async def test_stray_bytes_between_requests_do_not_keep_a_connection_open(pki):
+    """Bytes that begin no request end the idle wait all the same; the header timeout then applies."""
+    limits = HTTPLimits(read_header_timeout=0.6, idle_timeout=30)
+    server, stop, task, url = await _serve(slow_app, pki, limits=limits)
+    loop = asyncio.get_running_loop()
+    reader, writer = await _open(pki, url)
+    await _request(reader, writer)
+    started = loop.time()
+
+    async def crlf():
+        while True:
+            writer.write(b"\r\n")
+            await asyncio.sleep(0.1)
+
+    sending = asyncio.create_task(crlf())
+    elapsed, data = await _closed_after(reader, started)
+    sending.cancel()
+    assert elapsed < 3 and data == b""
+    writer.close()
+    stop.set()
+    await asyncio.wait_for(task, 5)
