@@ -32,7 +32,7 @@ from .filters.authz import Authorizer
 from .filters.impersonation import Impersonator
 from .filters.requestheader import RequestHeaderConfig
 from .filters.timeout import (MIN_REQUEST_TIMEOUT, REQUEST_TIMEOUT, TIMEOUT_BODY, TIMEOUT_CONTENT_TYPE,
-                              long_running, request_timeout)
+                              Deadlines, long_running, request_timeout)
 from .handlers.resource import ResourceHandler, api_request
 from .handlers.watch import WatchHandler, watch_timeout
 from .negotiation import APPLY_PATCH, decode_body, negotiate_output
@@ -71,6 +71,7 @@ class ProxyApp:
         channels = channels or {}
         self.verbosity = verbosity
         self.request_timeout = request_timeout
+        self.deadlines = Deadlines()
         self.authn = Authenticator(auth, request_header=request_header)
         self.apf = SeatClient(apf, channels.get("apf"))
         self.authz = Authorizer(auth)
@@ -114,6 +115,7 @@ class ProxyApp:
 
     async def stop(self) -> None:
         self.watches.close_all()
+        await self.deadlines.stop()
         await self.rbac.stop()
         await self.apiservices.stop()
         await self.discovery.stop()
@@ -144,64 +146,69 @@ class ProxyApp:
         seat: Seat | None = None
         user_name = ""
         apply = False
+        # 0. the request's deadline (--request-timeout), counted from its arrival
+        task: asyncio.Task[Any] = asyncio.current_task()  # type: ignore[assignment]
         arrived = asyncio.get_running_loop().time()
+        self.deadlines.set(task, arrived + self.request_timeout)
         try:
-            # 0. the request's deadline (--request-timeout), counted from its arrival
-            async with asyncio.timeout_at(arrived + self.request_timeout) as deadline:
+            try:
+                if ctx.path.startswith(_HEALTH_PREFIXES):
+                    await self._health(ctx)
+                    return
+                # 1. body limit (the declared size first, then what actually arrives)
+                body = await ctx.read_body() if method in _BODY_METHODS else b""
+                ctx.watch_disconnect()
+                # 2. RequestInfo, then the deadline it implies (none for a watch)
+                query = requestinfo.parse_query(ctx.query_string)
                 try:
-                    if ctx.path.startswith(_HEALTH_PREFIXES):
-                        await self._health(ctx)
-                        return
-                    # 1. body limit (the declared size first, then what actually arrives)
-                    body = await ctx.read_body() if method in _BODY_METHODS else b""
-                    ctx.watch_disconnect()
-                    # 2. RequestInfo, then the deadline it implies (none for a watch)
-                    query = requestinfo.parse_query(ctx.query_string)
-                    try:
-                        info = requestinfo.parse(method, ctx.path, query)
-                    except ValueError as e:
-                        raise BadRequest(str(e)) from None
-                    if long_running(info):
-                        deadline.reschedule(None)
-                    elif "timeout" in query:
-                        deadline.reschedule(arrived + request_timeout(query, self.request_timeout))
-                    # 3. authentication
-                    t = time.perf_counter()
-                    user = await self.authn.authenticate(bearer_token(ctx.headers), ctx.client_cert,
-                                                         ctx.raw_headers)
-                    user_name = user.name
-                    t = ctx.timing("authn", t)
-                    # 3b. impersonation: from here on the request acts as the impersonated user
-                    if ctx.impersonation:
-                        user = await self.impersonator.impersonate(user, ctx.impersonation)
-                        user_name = f"{user_name} as {user.name}"
-                        t = ctx.timing("impersonation", t)
-                    # 4. priority and fairness
-                    seat = await ctx.race(self.apf.acquire(fpb.RequestDigest(
-                        user=user, verb=info.verb, resource_request=info.is_resource_request,
-                        api_group=info.api_group, resource=info.resource, subresource=info.subresource,
-                        namespace=info.namespace, name=info.name, path=info.path)))
-                    ctx.extra_headers.extend(seat.headers())
-                    t = ctx.timing("apf", t)
-                    # 5. authorization
-                    await self.authz.authorize(user, info)
-                    ctx.timing("authz", t)
-                    # 6. routing
-                    if info.is_resource_request:
-                        apply = await self._resource(ctx, info, user, query, body, seat)
-                    else:
-                        await self._non_resource(ctx, query)
-                except ClientDisconnected:
-                    ctx.code = 499
-                except APIError as e:
-                    await ctx.error(e)
-                except Exception as e:  # noqa: BLE001 - never crash: answer 500
-                    log.exception("%s %s failed", method, ctx.path)
-                    await ctx.error(InternalError(f"an error on the server ({type(e).__name__}) has "
-                                                  "prevented the request from succeeding"))
-        except TimeoutError:
+                    info = requestinfo.parse(method, ctx.path, query)
+                except ValueError as e:
+                    raise BadRequest(str(e)) from None
+                if long_running(info):
+                    self.deadlines.set(task, None)
+                elif "timeout" in query:
+                    self.deadlines.set(task, arrived + request_timeout(query, self.request_timeout))
+                # 3. authentication
+                t = time.perf_counter()
+                user = await self.authn.authenticate(bearer_token(ctx.headers), ctx.client_cert,
+                                                     ctx.raw_headers)
+                user_name = user.name
+                t = ctx.timing("authn", t)
+                # 3b. impersonation: from here on the request acts as the impersonated user
+                if ctx.impersonation:
+                    user = await self.impersonator.impersonate(user, ctx.impersonation)
+                    user_name = f"{user_name} as {user.name}"
+                    t = ctx.timing("impersonation", t)
+                # 4. priority and fairness
+                seat = await ctx.race(self.apf.acquire(fpb.RequestDigest(
+                    user=user, verb=info.verb, resource_request=info.is_resource_request,
+                    api_group=info.api_group, resource=info.resource, subresource=info.subresource,
+                    namespace=info.namespace, name=info.name, path=info.path)))
+                ctx.extra_headers.extend(seat.headers())
+                t = ctx.timing("apf", t)
+                # 5. authorization
+                await self.authz.authorize(user, info)
+                ctx.timing("authz", t)
+                # 6. routing
+                if info.is_resource_request:
+                    apply = await self._resource(ctx, info, user, query, body, seat)
+                else:
+                    await self._non_resource(ctx, query)
+            except ClientDisconnected:
+                ctx.code = 499
+            except APIError as e:
+                await ctx.error(e)
+            except Exception as e:  # noqa: BLE001 - never crash: answer 500
+                log.exception("%s %s failed", method, ctx.path)
+                await ctx.error(InternalError(f"an error on the server ({type(e).__name__}) has "
+                                              "prevented the request from succeeding"))
+        except asyncio.CancelledError:  # the deadline passed (or the server is stopping)
+            if not self.deadlines.expired(task):
+                raise
+            task.uncancel()
             await self._timed_out(ctx)
         finally:
+            self.deadlines.clear(task)
             if seat is not None:
                 self.apf.release(seat)
             ctx.close()

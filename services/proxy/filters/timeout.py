@@ -9,6 +9,7 @@ a watch ends after its timeoutSeconds, or after --min-request-timeout to twice t
 """
 from __future__ import annotations
 
+import asyncio
 import re
 
 import orjson
@@ -17,6 +18,8 @@ from services.common.errors import BadRequest
 
 from ..requestinfo import RequestInfo
 
+# How often the deadlines are checked: a request times out up to this much after its deadline.
+TICK = 0.1
 # kube-apiserver's --request-timeout and --min-request-timeout defaults
 REQUEST_TIMEOUT = 60.0
 MIN_REQUEST_TIMEOUT = 1800
@@ -90,3 +93,54 @@ def request_timeout(query: dict[str, str], maximum: float) -> float:
     except ValueError as e:
         raise BadRequest(f"{_INVALID_TIMEOUT} - {e}") from None
     return wanted if 0 < wanted < maximum else maximum
+
+
+class Deadlines:
+    """Every request's deadline, checked by one task every TICK.
+
+    A timer per request (asyncio.timeout, loop.call_at) costs 8-20 µs of a request's CPU with uvloop;
+    setting and clearing a dict entry costs well under one. A request past its deadline has its task
+    cancelled; the handler chain asks `expired` to tell that cancellation from any other.
+    """
+
+    def __init__(self, tick: float = TICK) -> None:
+        self.tick = tick
+        self._due: dict[asyncio.Task[object], float] = {}
+        self._expired: set[asyncio.Task[object]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def set(self, task: asyncio.Task[object], when: float | None) -> None:
+        """Cancel task at loop time `when` (None: never)."""
+        if when is None:
+            self._due.pop(task, None)
+            return
+        self._due[task] = when
+        if self._sweeper is None:
+            self._sweeper = asyncio.ensure_future(self._sweep())
+
+    def clear(self, task: asyncio.Task[object]) -> None:
+        self._due.pop(task, None)
+        self._expired.discard(task)
+
+    def expired(self, task: asyncio.Task[object]) -> bool:
+        return task in self._expired
+
+    async def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.tick)
+            now = loop.time()
+            late = [task for task, when in self._due.items() if when <= now]
+            for task in late:
+                del self._due[task]
+                self._expired.add(task)
+                task.cancel()
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            try:
+                await self._sweeper
+            except asyncio.CancelledError:
+                pass
+            self._sweeper = None

@@ -11,7 +11,8 @@ from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import grpcutil
 from services.proxy.app import ProxyApp
-from services.proxy.filters.timeout import TIMEOUT_BODY, long_running, parse_duration, request_timeout
+from services.proxy.filters.timeout import (TIMEOUT_BODY, Deadlines, long_running, parse_duration,
+                                            request_timeout)
 from services.proxy.requestinfo import parse
 from services.proxy.server import make_server, serve_until
 
@@ -74,6 +75,36 @@ def test_long_running_requests_as_kube():
     assert long_running(parse("POST", "/api/v1/namespaces/a/pods/p/exec", {}))
     assert not long_running(parse("GET", "/api/v1/namespaces/a/configmaps", {}))
     assert not long_running(parse("GET", "/version", {}))
+
+
+async def test_deadlines_cancel_late_tasks_and_tell_them_from_other_cancellations():
+    deadlines = Deadlines(tick=0.02)
+    loop = asyncio.get_running_loop()
+
+    async def work(seconds):
+        task = asyncio.current_task()
+        deadlines.set(task, loop.time() + 0.1)
+        try:
+            await asyncio.sleep(seconds)
+            return "done"
+        except asyncio.CancelledError:
+            if not deadlines.expired(task):
+                raise
+            task.uncancel()
+            return "late"
+        finally:
+            deadlines.clear(task)
+
+    assert await work(0.01) == "done"
+    t = time.monotonic()
+    assert await work(5) == "late"
+    assert 0.09 < time.monotonic() - t < 1
+    other = asyncio.create_task(work(5))
+    await asyncio.sleep(0.01)
+    other.cancel()  # not the deadline: the cancellation stands
+    with pytest.raises(asyncio.CancelledError):
+        await other
+    await deadlines.stop()
 
 
 async def test_slow_request_gets_kubes_504(client):
