@@ -81,7 +81,9 @@ class ProxyApp:
         self.discovery = Discovery(registry)
         self.apiservices = Informer(registry, "apiregistration.k8s.io", "v1", "apiservices")
         self.apiservices.add_handler(lambda *_: self.discovery.invalidate())
-        self.resources = ResourceHandler(registry, request_timeout)
+        # The registry call's own timeout is a backstop: the request's deadline (checked every
+        # Deadlines.tick) comes first and answers with kube's Status.
+        self.resources = ResourceHandler(registry, request_timeout + 1.0)
         self.watches = WatchHandler(registry, min_request_timeout)
         self.checks: dict[str, ReadyCheck] = {
             "registry": _channel_ready(channels.get("registry")),
