@@ -227,12 +227,56 @@ def request_client_certificates(ctx: ssl.SSLContext) -> bool:
     return True
 
 
+class HeaderDeadlines:
+    """Every connection's header-read deadline, checked by one task every `tick` seconds.
+
+    A timer per request (loop.call_later, then its cancel when the headers are in) costs several µs
+    with uvloop; a dict entry costs well under one. The task ends by itself once no deadline is set.
+    """
+
+    def __init__(self, tick: float = 0.25) -> None:
+        self.tick = tick
+        self._due: dict["TLSHttpToolsProtocol", float] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def set(self, conn: "TLSHttpToolsProtocol", when: float) -> None:
+        self._due[conn] = when
+        if self._sweeper is None:
+            self._sweeper = conn.loop.create_task(self._sweep(conn.loop))
+
+    def clear(self, conn: "TLSHttpToolsProtocol") -> None:
+        self._due.pop(conn, None)
+
+    def armed(self, conn: "TLSHttpToolsProtocol") -> bool:
+        return conn in self._due
+
+    async def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            while self._due:
+                await asyncio.sleep(self.tick)
+                now = loop.time()
+                for conn in [c for c, when in self._due.items() if when <= now]:
+                    del self._due[conn]
+                    conn.header_timeout()
+        finally:
+            self._sweeper = None
+
+    async def stop(self) -> None:
+        self._due.clear()
+        task = self._sweeper
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 class TLSHttpToolsProtocol(HttpToolsProtocol):
     """HttpToolsProtocol with kube's connection limits; the client certificate goes in
     scope["extensions"]["tls"] and the transport in scope["extensions"]["apiary.connection"]."""
 
     _tls: dict[str, Any] | None = None
-    _header_timer: asyncio.TimerHandle | None = None
+    _limits: HTTPLimits = HTTPLimits()
+    _deadlines: HeaderDeadlines | None = None
     # bytes received since the current request's headers began (counted until they are complete)
     _header_bytes = 0
     _in_headers = True
@@ -241,6 +285,8 @@ class TLSHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._tls = None
+        self._limits = getattr(self.config, "limits", None) or HTTPLimits()
+        self._deadlines = getattr(self.config, "header_deadlines", None)
         trust: ClientTrust | None = getattr(self.config, "client_trust", None)
         sslobj = transport.get_extra_info("ssl_object")
         if sslobj is not None and trust is not None:
@@ -257,22 +303,17 @@ class TLSHttpToolsProtocol(HttpToolsProtocol):
         self._cancel_header_timer()
         super().connection_lost(exc)
 
-    def _limits(self) -> HTTPLimits:
-        return getattr(self.config, "limits", None) or HTTPLimits()
-
     def _arm_header_timer(self) -> None:
-        if self._header_timer is None:
-            timeout = self._limits().read_header_timeout
-            self._header_timer = self.loop.call_later(timeout, self._header_timeout)
+        deadlines = self._deadlines
+        if deadlines is not None and not deadlines.armed(self):
+            deadlines.set(self, self.loop.time() + self._limits.read_header_timeout)
 
     def _cancel_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+        if self._deadlines is not None:
+            self._deadlines.clear(self)
 
-    def _header_timeout(self) -> None:
+    def header_timeout(self) -> None:
         """The headers did not arrive in time (a slow or idle client): closed unanswered, as Go does."""
-        self._header_timer = None
         if not self.transport.is_closing():
             self.transport.close()
 
@@ -285,7 +326,7 @@ class TLSHttpToolsProtocol(HttpToolsProtocol):
             # wait: from here on the headers are due
             self._arm_header_timer()
         super().data_received(data)
-        if self._in_headers and self._header_bytes > self._limits().max_header_bytes + _HEADER_SLACK:
+        if self._in_headers and self._header_bytes > self._limits.max_header_bytes + _HEADER_SLACK:
             self._rejected = True
             self._cancel_header_timer()
             self.transport.write(_HEADERS_TOO_LARGE)
@@ -324,6 +365,7 @@ class Config(uvicorn.Config):
 
     client_trust: ClientTrust | None = None
     limits: HTTPLimits | None = None
+    header_deadlines: HeaderDeadlines | None = None
 
 
 def make_server(app: Any, host: str, port: int, cert_file: str, key_file: str, client_ca_file: str = "",
@@ -357,6 +399,7 @@ def make_server(app: Any, host: str, port: int, cert_file: str, key_file: str, c
     )
     config.client_trust = trust if trust.names else None
     config.limits = limits
+    config.header_deadlines = HeaderDeadlines()
     return Server(config)
 
 
@@ -371,4 +414,9 @@ async def serve_until(server: Server, stop: asyncio.Event, on_stop: Callable[[],
             on_stop()
         server.should_exit = True
         stopper.cancel()
-        await task
+        try:
+            await task
+        finally:
+            deadlines = getattr(server.config, "header_deadlines", None)
+            if deadlines is not None:
+                await deadlines.stop()
