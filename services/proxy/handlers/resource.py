@@ -17,7 +17,6 @@ from ..negotiation import Output, json_to_yaml
 from ..requestinfo import RequestInfo
 
 
-
 def api_request(info: RequestInfo, ctx: Context, query: dict[str, str], user: pb.UserInfo, *,
                 body: bytes = b"", content_type: str = "", table: bool = False) -> rpb.APIRequest:
     # A namespace's own name is parsed into RequestInfo.namespace (for authorization); to the
