@@ -231,7 +231,8 @@ class HeaderDeadlines:
     """Every connection's header-read deadline, checked by one task every `tick` seconds.
 
     A timer per request (loop.call_later, then its cancel when the headers are in) costs several µs
-    with uvloop; a dict entry costs well under one. The task ends by itself once no deadline is set.
+    with uvloop; a dict entry costs well under one. The task starts with the first deadline and runs
+    until the server stops (serve_until), rather than a task being started for each request.
     """
 
     def __init__(self, tick: float = 0.25) -> None:
@@ -251,19 +252,17 @@ class HeaderDeadlines:
         return conn in self._due
 
     async def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
-        try:
-            while self._due:
-                await asyncio.sleep(self.tick)
+        while True:
+            await asyncio.sleep(self.tick)
+            if self._due:
                 now = loop.time()
                 for conn in [c for c, when in self._due.items() if when <= now]:
                     del self._due[conn]
                     conn.header_timeout()
-        finally:
-            self._sweeper = None
 
     async def stop(self) -> None:
         self._due.clear()
-        task = self._sweeper
+        task, self._sweeper = self._sweeper, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -130,7 +130,7 @@ class Deadlines:
         while True:
             await asyncio.sleep(self.tick)
             now = loop.time()
-            late = [task for task, when in self._due.items() if when <= now]
+            late = [task for task, when in self._due.items() if when <= now] if self._due else ()
             for task in late:
                 del self._due[task]
                 self._expired.add(task)
