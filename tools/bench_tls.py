@@ -24,6 +24,7 @@ import ssl
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from cryptography import x509
@@ -31,8 +32,22 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from services.proxy.server import (ClientTrust, make_server, request_client_certificates, serve_until,
-                                   subject_of)
+from services.proxy.server import ClientTrust, make_server, request_client_certificates, serve_until
+
+
+def subject_of(cert: dict[str, Any]) -> dict[str, Any] | None:
+    """CN and O of a getpeercert() dict, as the proxy read them when OpenSSL verified (the baseline)."""
+    cn = ""
+    orgs: list[str] = []
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName" and not cn:
+                cn = value
+            elif key == "organizationName":
+                orgs.append(value)
+    if not cn and not orgs:
+        return None
+    return {"cn": cn, "o": orgs}
 
 
 def _cert(cn: str, orgs: tuple[str, ...], key: ec.EllipticCurvePrivateKey, issuer: x509.Name | None,

@@ -63,21 +63,6 @@ _HEADERS_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
 _HEADER_SLACK = 4096
 
 
-def subject_of(cert: dict[str, Any]) -> dict[str, Any] | None:
-    """CN and O of a getpeercert() dict; None when it carries no subject."""
-    cn = ""
-    orgs: list[str] = []
-    for rdn in cert.get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName" and not cn:
-                cn = value
-            elif key == "organizationName":
-                orgs.append(value)
-    if not cn and not orgs:
-        return None
-    return {"cn": cn, "o": orgs}
-
-
 def _subject(cert: x509.Certificate) -> tuple[str, list[str]]:
     """CN (the first one) and every O, in the certificate's order."""
     cn = ""

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from services.proxy.server import ClientTrust, HTTPLimits, make_server, serve_until, subject_of
+from services.proxy.server import ClientTrust, HTTPLimits, make_server, serve_until
 
 
 def _name(cn, orgs=()):
@@ -147,12 +147,6 @@ def test_validity_is_checked_against_the_clock_on_every_lookup(pki):
     # before the CA's own validity began, its certificate was not valid either
     assert trust.classify(pki["expired-cert"].public_bytes(Encoding.DER), now - 5400) == ()
     assert trust.judge.cache_info().misses == 2
-
-
-def test_subject_of():
-    cert = {"subject": ((("commonName", "bob"),), (("organizationName", "a"),), (("organizationName", "b"),))}
-    assert subject_of(cert) == {"cn": "bob", "o": ["a", "b"]}
-    assert subject_of({}) is None
 
 
 async def _serve(app, pki, **kw):
