@@ -358,7 +358,9 @@ def test_flood_by_an_unprivileged_user_gets_429_while_exempt_requests_stay_fast(
     assert status["reason"] == "TooManyRequests" and status["code"] == 429
     assert status["message"] == "Too many requests, please try again later."
     assert retry_after is not None
-    assert set(result["codes"]) <= {"403", "429"}  # alice may not list configmaps: 403 when she got a seat
+    # alice may not list configmaps: 403 whenever she got a seat. (Some of her connections may also be
+    # closed unanswered, when the flooded proxy reads their headers after the stack's short timeout.)
+    assert {code for code in result["codes"] if code.isdigit()} <= {"403", "429"}
 
 
 # client certificates that do not verify ------------------------------------------------------------
