@@ -15,9 +15,18 @@ from .app import ProxyApp
 from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
 from .filters.requestheader import (DEFAULT_EXTRA_PREFIXES, DEFAULT_GROUP_HEADERS, DEFAULT_UID_HEADERS,
                                     DEFAULT_USERNAME_HEADERS, RequestHeaderConfig)
-from .server import make_server, serve_until
+from .filters.timeout import MIN_REQUEST_TIMEOUT, REQUEST_TIMEOUT, parse_duration
+from .server import HTTPLimits, make_server, serve_until
 
 log = logging.getLogger("services.proxy")
+
+
+def _duration(value: str) -> float:
+    """A Go duration (1m0s, 32s, 500ms), as kube's flags take them."""
+    try:
+        return parse_duration(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _csv(value: str) -> list[str]:
@@ -54,6 +63,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="headers holding the user's UID (comma-separated)")
     p.add_argument("--requestheader-group-headers", type=_csv, default=list(DEFAULT_GROUP_HEADERS),
                    help="headers holding the user's groups, every value counts (comma-separated)")
+    p.add_argument("--request-timeout", type=_duration, default=REQUEST_TIMEOUT,
+                   help="how long a request may take before it is answered 504, unless it asks for less "
+                        "with ?timeout= (a Go duration such as 1m0s); watches are not bounded by it "
+                        "(default 1m0s)")
+    p.add_argument("--min-request-timeout", type=int, default=MIN_REQUEST_TIMEOUT,
+                   help="seconds a watch without timeoutSeconds lasts at least; it ends at a random time "
+                        "between this and twice this, so that clients do not all reconnect at once")
+    # apiary's own: kube-apiserver has these limits as constants (secure_serving.go)
+    p.add_argument("--read-header-timeout", type=_duration, default=HTTPLimits.read_header_timeout,
+                   help="apiary-specific: a request's headers must arrive within this time of the "
+                        "connection's start or the request's first byte, or the connection is closed "
+                        "(kube's 32s)")
+    p.add_argument("--idle-timeout", type=_duration, default=HTTPLimits.idle_timeout,
+                   help="apiary-specific: a keep-alive connection with no request for this long is closed "
+                        "(kube's 90s)")
+    p.add_argument("--max-header-bytes", type=int, default=HTTPLimits.max_header_bytes,
+                   help="apiary-specific: larger request headers are answered 431 (kube's 1 MiB)")
     p.add_argument("--requestheader-extra-headers-prefix", type=_csv, default=list(DEFAULT_EXTRA_PREFIXES),
                    help="header prefixes whose headers hold extra user attributes (comma-separated)")
     p.add_argument("--max-requests-inflight", type=int, default=MAX_REQUESTS_INFLIGHT,
@@ -65,6 +91,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.max_requests_inflight < 0 or args.max_mutating_requests_inflight < 0:
         p.error("--max-requests-inflight and --max-mutating-requests-inflight must not be negative")
+    if args.request_timeout <= 0 or args.read_header_timeout <= 0 or args.idle_timeout <= 0:
+        p.error("--request-timeout, --read-header-timeout and --idle-timeout must be positive")
+    if args.min_request_timeout <= 0 or args.max_header_bytes <= 0:
+        p.error("--min-request-timeout and --max-header-bytes must be positive")
     if not (args.tls_cert_file and args.tls_private_key_file):
         p.error("--tls-cert-file and --tls-private-key-file are required")
     return args
@@ -82,6 +112,7 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
         rgrpc.RegistryStub(channels["registry"]), channels=channels, verbosity=args.v,
         request_header=request_header_config(args), max_requests_inflight=args.max_requests_inflight,
         max_mutating_requests_inflight=args.max_mutating_requests_inflight,
+        request_timeout=args.request_timeout, min_request_timeout=args.min_request_timeout,
     )
     proxy.start()
     health = HealthServer(args.bind_address, args.health_port, proxy.checks)
@@ -89,7 +120,9 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
     server = make_server(proxy.app, args.bind_address, args.secure_port, args.tls_cert_file,
                          args.tls_private_key_file, args.client_ca_file,
                          log_level="info" if args.v >= 4 else "warning",
-                         requestheader_ca_file=args.requestheader_client_ca_file)
+                         requestheader_ca_file=args.requestheader_client_ca_file,
+                         limits=HTTPLimits(args.read_header_timeout, args.idle_timeout,
+                                           args.max_header_bytes))
     log.info("serving HTTPS on %s:%d (health on %d)", args.bind_address, args.secure_port, args.health_port)
     try:
         await serve_until(server, stop, proxy.begin_shutdown)

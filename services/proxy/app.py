@@ -1,6 +1,7 @@
 """The proxy's ASGI application: the handler chain of k8s.io/apiserver's endpoints/filters.
 
-body limit -> RequestInfo -> authentication -> impersonation -> priority and fairness -> authorization
+request deadline (not for long-running requests) -> body limit -> RequestInfo -> authentication
+-> impersonation -> priority and fairness -> authorization
 -> routing (registry for locally served group-versions; aggregated APIServices are not yet proxied).
 """
 from __future__ import annotations
@@ -31,6 +32,8 @@ from .filters.authn import Authenticator, bearer_token
 from .filters.authz import Authorizer
 from .filters.impersonation import Impersonator
 from .filters.requestheader import RequestHeaderConfig
+from .filters.timeout import (MIN_REQUEST_TIMEOUT, REQUEST_TIMEOUT, TIMEOUT_BODY, TIMEOUT_CONTENT_TYPE,
+                              Deadlines, long_running, request_timeout)
 from .handlers.resource import ResourceHandler, api_request
 from .handlers.watch import WatchHandler, watch_timeout
 from .negotiation import APPLY_PATCH, negotiate_output
@@ -66,9 +69,12 @@ class ProxyApp:
                  channels: dict[str, grpc.aio.Channel] | None = None, verbosity: int = 0,
                  request_header: RequestHeaderConfig | None = None,
                  max_requests_inflight: int = MAX_REQUESTS_INFLIGHT,
-                 max_mutating_requests_inflight: int = MAX_MUTATING_REQUESTS_INFLIGHT) -> None:
+                 max_mutating_requests_inflight: int = MAX_MUTATING_REQUESTS_INFLIGHT,
+                 request_timeout: float = REQUEST_TIMEOUT, min_request_timeout: float = MIN_REQUEST_TIMEOUT) -> None:
         channels = channels or {}
         self.verbosity = verbosity
+        self.request_timeout = request_timeout
+        self.deadlines = Deadlines()
         self.authn = Authenticator(auth, request_header=request_header)
         self.apf = SeatClient(apf, channels.get("apf"), max_requests_inflight=max_requests_inflight,
                               max_mutating_requests_inflight=max_mutating_requests_inflight)
@@ -79,9 +85,11 @@ class ProxyApp:
         self.discovery = Discovery(registry)
         self.apiservices = Informer(registry, "apiregistration.k8s.io", "v1", "apiservices")
         self.apiservices.add_handler(lambda *_: self.discovery.invalidate())
-        self.resources = ResourceHandler(registry)
+        # The registry call's own timeout is a backstop: the request's deadline (checked every
+        # Deadlines.tick) comes first and answers with kube's Status.
+        self.resources = ResourceHandler(registry, request_timeout + 1.0)
         self.decoder = BodyDecoder()
-        self.watches = WatchHandler(registry)
+        self.watches = WatchHandler(registry, min_request_timeout)
         self.checks: dict[str, ReadyCheck] = {
             "registry": _channel_ready(channels.get("registry")),
             "auth": _channel_ready(channels.get("auth")),
@@ -116,6 +124,7 @@ class ProxyApp:
 
     async def stop(self) -> None:
         self.watches.close_all()
+        await self.deadlines.stop()
         await self.rbac.stop()
         await self.apiservices.stop()
         await self.discovery.stop()
@@ -147,53 +156,69 @@ class ProxyApp:
         seat: Seat | None = None
         user_name = ""
         apply = False
+        # 0. the request's deadline (--request-timeout), counted from its arrival
+        task: asyncio.Task[Any] = asyncio.current_task()  # type: ignore[assignment]
+        arrived = asyncio.get_running_loop().time()
+        self.deadlines.set(task, arrived + self.request_timeout)
         try:
-            if ctx.path.startswith(_HEALTH_PREFIXES):
-                await self._health(ctx)
-                return
-            # 1. body limit (the declared size first, then what actually arrives)
-            body = await ctx.read_body() if method in _BODY_METHODS else b""
-            ctx.watch_disconnect()
-            # 2. RequestInfo
-            query = requestinfo.parse_query(ctx.query_string)
             try:
-                info = requestinfo.parse(method, ctx.path, query)
-            except ValueError as e:
-                raise BadRequest(str(e)) from None
-            # 3. authentication
-            t = time.perf_counter()
-            user = await self.authn.authenticate(bearer_token(ctx.headers), ctx.client_cert, ctx.raw_headers)
-            user_name = user.name
-            t = ctx.timing("authn", t)
-            # 3b. impersonation: from here on the request acts as the impersonated user
-            if ctx.impersonation:
-                user = await self.impersonator.impersonate(user, ctx.impersonation)
-                user_name = f"{user_name} as {user.name}"
-                t = ctx.timing("impersonation", t)
-            # 4. priority and fairness
-            seat = await ctx.race(self.apf.acquire(fpb.RequestDigest(
-                user=user, verb=info.verb, resource_request=info.is_resource_request,
-                api_group=info.api_group, resource=info.resource, subresource=info.subresource,
-                namespace=info.namespace, name=info.name, path=info.path)))
-            ctx.extra_headers.extend(seat.headers())
-            t = ctx.timing("apf", t)
-            # 5. authorization
-            await self.authz.authorize(user, info)
-            ctx.timing("authz", t)
-            # 6. routing
-            if info.is_resource_request:
-                apply = await self._resource(ctx, info, user, query, body, seat)
-            else:
-                await self._non_resource(ctx, query)
-        except ClientDisconnected:
-            ctx.code = 499
-        except APIError as e:
-            await ctx.error(e)
-        except Exception as e:  # noqa: BLE001 - never crash: answer 500
-            log.exception("%s %s failed", method, ctx.path)
-            await ctx.error(InternalError(f"an error on the server ({type(e).__name__}) has prevented the "
-                                          "request from succeeding"))
+                if ctx.path.startswith(_HEALTH_PREFIXES):
+                    await self._health(ctx)
+                    return
+                # 1. body limit (the declared size first, then what actually arrives)
+                body = await ctx.read_body() if method in _BODY_METHODS else b""
+                ctx.watch_disconnect()
+                # 2. RequestInfo, then the deadline it implies (none for a watch)
+                query = requestinfo.parse_query(ctx.query_string)
+                try:
+                    info = requestinfo.parse(method, ctx.path, query)
+                except ValueError as e:
+                    raise BadRequest(str(e)) from None
+                if long_running(info):
+                    self.deadlines.set(task, None)
+                elif "timeout" in query:
+                    self.deadlines.set(task, arrived + request_timeout(query, self.request_timeout))
+                # 3. authentication
+                t = time.perf_counter()
+                user = await self.authn.authenticate(bearer_token(ctx.headers), ctx.client_cert,
+                                                     ctx.raw_headers)
+                user_name = user.name
+                t = ctx.timing("authn", t)
+                # 3b. impersonation: from here on the request acts as the impersonated user
+                if ctx.impersonation:
+                    user = await self.impersonator.impersonate(user, ctx.impersonation)
+                    user_name = f"{user_name} as {user.name}"
+                    t = ctx.timing("impersonation", t)
+                # 4. priority and fairness
+                seat = await ctx.race(self.apf.acquire(fpb.RequestDigest(
+                    user=user, verb=info.verb, resource_request=info.is_resource_request,
+                    api_group=info.api_group, resource=info.resource, subresource=info.subresource,
+                    namespace=info.namespace, name=info.name, path=info.path)))
+                ctx.extra_headers.extend(seat.headers())
+                t = ctx.timing("apf", t)
+                # 5. authorization
+                await self.authz.authorize(user, info)
+                ctx.timing("authz", t)
+                # 6. routing
+                if info.is_resource_request:
+                    apply = await self._resource(ctx, info, user, query, body, seat)
+                else:
+                    await self._non_resource(ctx, query)
+            except ClientDisconnected:
+                ctx.code = 499
+            except APIError as e:
+                await ctx.error(e)
+            except Exception as e:  # noqa: BLE001 - never crash: answer 500
+                log.exception("%s %s failed", method, ctx.path)
+                await ctx.error(InternalError(f"an error on the server ({type(e).__name__}) has "
+                                              "prevented the request from succeeding"))
+        except asyncio.CancelledError:  # the deadline passed (or the server is stopping)
+            if not self.deadlines.expired(task):
+                raise
+            task.uncancel()
+            await self._timed_out(ctx)
         finally:
+            self.deadlines.clear(task)
             if seat is not None:
                 self.apf.release(seat)
             ctx.close()
@@ -204,6 +229,20 @@ class ProxyApp:
                 qs = ctx.query_string.decode("latin-1")
                 log.info('%s %s%s code=%d user="%s" audit-id=%s %.1fms', method, ctx.path,
                          f"?{qs}" if qs else "", ctx.code, user_name, ctx.audit_id, elapsed * 1000)
+
+    @staticmethod
+    async def _timed_out(ctx: Context) -> None:
+        """Past the deadline: 504 as kube's timeout filter writes it, or, with the answer already
+        started, the connection closed under it."""
+        if ctx.response_started:
+            await ctx.abort()
+            return
+        ctx.code = 504
+        ctx.response_started = True
+        await ctx.send({"type": "http.response.start", "status": 504, "headers": [
+            (b"content-type", TIMEOUT_CONTENT_TYPE.encode()), (b"audit-id", ctx.audit_id.encode()),
+            (b"content-length", str(len(TIMEOUT_BODY)).encode())]})
+        await ctx.send({"type": "http.response.body", "body": TIMEOUT_BODY})
 
     async def _health(self, ctx: Context) -> None:
         if ctx.path.startswith("/readyz"):
@@ -265,7 +304,7 @@ class ProxyApp:
         self._check_served(info)
         output = negotiate_output(ctx.header(b"accept"))
         if info.verb == "watch":
-            timeout = watch_timeout(query)
+            timeout = watch_timeout(query, self.watches.min_timeout)
             req = api_request(info, ctx, query, user, table=output.table)
             await self.watches.handle(ctx, req, timeout, lambda: self.apf.release(seat))
             return False

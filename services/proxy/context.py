@@ -20,6 +20,18 @@ _WANTED_HEADERS = frozenset(
 _IMPERSONATE_PREFIX = b"impersonate-"
 
 
+# The scope extension under which the server's protocol puts the connection's transport.
+CONNECTION_EXTENSION = "apiary.connection"
+
+
+async def _cancel(task: asyncio.Future[Any]) -> None:
+    task.cancel()
+    try:
+        await task
+    except BaseException:  # noqa: BLE001 - we only wait for the cancellation to land
+        pass
+
+
 class ClientDisconnected(Exception):
     """The client went away; nothing more is to be written."""
 
@@ -117,15 +129,26 @@ class Context:
         if d is None:
             return await aw
         task = asyncio.ensure_future(aw)
-        await asyncio.wait((task, d), return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait((task, d), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the request's deadline: aw goes with it
+            await _cancel(task)
+            raise
         if task.done():
             return task.result()
-        task.cancel()
-        try:
-            await task
-        except BaseException:  # noqa: BLE001 - we only wait for the cancellation to land
-            pass
+        await _cancel(task)
         raise ClientDisconnected()
+
+    async def abort(self) -> None:
+        """Close the connection under an answer already started (kube aborts the handler), so the
+        client sees it cut off; returns once the server has seen the connection go."""
+        transport = (self.scope.get("extensions") or {}).get(CONNECTION_EXTENSION)
+        if transport is None:
+            return
+        transport.abort()
+        if self._disconnect is None:
+            self._disconnect = asyncio.ensure_future(self._wait_disconnect())
+        await asyncio.wait((self._disconnect,), timeout=1.0)
 
     def close(self) -> None:
         if self._disconnect is not None and not self._disconnect.done():

@@ -1,29 +1,44 @@
-"""HTTPS serving: uvicorn (httptools + uvloop) inside the service's own event loop.
+"""HTTPS serving: uvicorn (httptools + uvloop) inside the service's own event loop, with kube's limits.
 
-uvicorn does not hand the peer certificate to the application, so the protocol subclass reads it
-from the TLS connection once and puts the verified subject into every request's scope as the
-ASGI "tls" extension: {"cn": ..., "o": [...], "ca": [...]} (absent when no certificate was presented).
-
-The handshake verifies client certificates against the union of --client-ca-file and
---requestheader-client-ca-file, as kube-apiserver does; "ca" then names which of those bundles
-issued the certificate ("client", "requestheader", or both), because the two mean different things:
+Client certificates are requested, never required, and any certificate completes the handshake (as
+kube-apiserver's tls.RequestClientCert): the protocol verifies it here, once per connection, against
+--client-ca-file and --requestheader-client-ca-file, and puts the subject into every request's scope
+as the ASGI "tls" extension: {"cn": ..., "o": [...], "ca": [...]} where "ca" names the bundles whose
+certificates issued it ("client", "requestheader", or both), because the two mean different things:
 only a client-CA certificate is an x509 user identity, only a request-header-CA certificate may
-assert X-Remote-* headers.
+assert X-Remote-* headers. A certificate that verifies against neither has "ca" empty, which the
+authentication filter answers with 401 unless a bearer token authenticates the request (kube's
+union of authenticators). The extension is absent when no certificate was presented, and for a
+verified certificate without CN and O (kube's x509 authenticator then passes on it too).
+
+The connection limits are kube-apiserver's http.Server settings (k8s.io/apiserver
+pkg/server/secure_serving.go): a request's headers must arrive within ReadHeaderTimeout (32 s, from
+the connection's start or the request's first byte), a keep-alive connection idle for IdleTimeout
+(90 s) is closed, and headers over MaxHeaderBytes (1 MiB, plus Go's 4 KiB of slack) get 431.
 """
 from __future__ import annotations
 
+import _ssl
 import asyncio
 import contextlib
+import ctypes
 import functools
 import logging
 import ssl
+import sys
+import sysconfig
+import time
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .context import CONNECTION_EXTENSION
 
 log = logging.getLogger(__name__)
 
@@ -31,19 +46,33 @@ log = logging.getLogger(__name__)
 GRACEFUL_SHUTDOWN = 10
 
 
-def subject_of(cert: dict[str, Any]) -> dict[str, Any] | None:
-    """CN and O of a getpeercert() dict; None when it carries no subject."""
+@dataclass(frozen=True)
+class HTTPLimits:
+    """kube-apiserver's http.Server limits (secure_serving.go)."""
+
+    read_header_timeout: float = 32.0
+    idle_timeout: float = 90.0
+    max_header_bytes: int = 1 << 20
+
+
+# What Go's server answers when the headers exceed MaxHeaderBytes (then it closes the connection).
+_HEADERS_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                      b"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+                      b"431 Request Header Fields Too Large")
+# Go reads MaxHeaderBytes + 4096 before it gives up on a request's headers.
+_HEADER_SLACK = 4096
+
+
+def _subject(cert: x509.Certificate) -> tuple[str, list[str]]:
+    """CN (the first one) and every O, in the certificate's order."""
     cn = ""
     orgs: list[str] = []
-    for rdn in cert.get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName" and not cn:
-                cn = value
-            elif key == "organizationName":
-                orgs.append(value)
-    if not cn and not orgs:
-        return None
-    return {"cn": cn, "o": orgs}
+    for attr in cert.subject:
+        if attr.oid == NameOID.COMMON_NAME and not cn:
+            cn = str(attr.value)
+        elif attr.oid == NameOID.ORGANIZATION_NAME:
+            orgs.append(str(attr.value))
+    return cn, orgs
 
 
 def load_bundle(path: str) -> list[x509.Certificate]:
@@ -61,60 +90,250 @@ def _issued_by(leaf: x509.Certificate, ca: x509.Certificate) -> bool:
     return True
 
 
-class ClientTrust:
-    """Which named CA bundles issued a peer certificate the handshake already verified.
+def _is_ca(cert: x509.Certificate) -> bool:
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return False
 
-    With one bundle there is nothing to decide. With several, the leaf's issuer and signature are
-    checked against each bundle's certificates (a leaf must be issued directly by a certificate of
-    the bundle). Answers are cached per certificate, since clients reconnect with the same one.
+
+def _client_auth_usage(cert: x509.Certificate) -> bool:
+    """Go's x509 verification with KeyUsages=[ClientAuth]: no EKU extension, clientAuth or any."""
+    try:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return True
+    except ValueError:  # a malformed extension
+        return False
+    return ExtendedKeyUsageOID.CLIENT_AUTH in usages or ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE in usages
+
+
+def _window(*certs: x509.Certificate) -> tuple[float, float]:
+    """The period in which every one of certs is valid (POSIX seconds)."""
+    start = max(c.not_valid_before_utc for c in certs)
+    end = min(c.not_valid_after_utc for c in certs)
+    return start.timestamp(), end.timestamp()
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """What a certificate's bytes say once and for all; only the clock is checked per connection."""
+
+    cn: str
+    orgs: tuple[str, ...]
+    # (bundle name, valid from, valid until) for each bundle with a CA that issued the certificate
+    issuers: tuple[tuple[str, float, float], ...]
+
+    def extension(self, now: float) -> dict[str, Any] | None:
+        ca = [name for name, start, end in self.issuers if start <= now <= end]
+        if ca and not self.cn and not self.orgs:
+            return None  # verified, but no identity in it: as if no certificate was presented
+        return {"cn": self.cn, "o": list(self.orgs), "ca": ca}
+
+
+_UNREADABLE = _Verdict("", (), ())
+
+
+class ClientTrust:
+    """Verifies client certificates against named CA bundles, as kube's x509 authenticators do.
+
+    A certificate verifies against a bundle when a CA certificate of the bundle issued it directly
+    (issuer name and signature), both are within their validity period, and its extended key usage
+    allows client authentication. The bytes of each certificate are judged once (an LRU keyed by
+    the DER): clients reconnect with the same certificate, and only the validity period, which the
+    clock moves, is compared again per connection.
     """
 
     def __init__(self, bundles: dict[str, list[x509.Certificate]]) -> None:
-        self.bundles = {name: certs for name, certs in bundles.items() if certs}
+        self.bundles = {name: [ca for ca in certs if _is_ca(ca)] for name, certs in bundles.items() if certs}
         self.names = tuple(self.bundles)
-        self.classify = functools.lru_cache(maxsize=1024)(self._classify)
+        self.judge = functools.lru_cache(maxsize=1024)(self._judge)
 
     @classmethod
     def from_files(cls, **files: str) -> "ClientTrust":
         return cls({name: load_bundle(path) for name, path in files.items() if path})
 
-    def _classify(self, der: bytes) -> tuple[str, ...]:
-        if len(self.names) == 1:
-            return self.names
+    def _judge(self, der: bytes) -> _Verdict:
         try:
             leaf = x509.load_der_x509_certificate(der)
+            cn, orgs = _subject(leaf)
         except ValueError:
-            return ()
-        return tuple(name for name, cas in self.bundles.items() if any(_issued_by(leaf, ca) for ca in cas))
+            return _UNREADABLE
+        issuers: list[tuple[str, float, float]] = []
+        if _client_auth_usage(leaf):
+            for name, cas in self.bundles.items():
+                windows = [_window(leaf, ca) for ca in cas if _issued_by(leaf, ca)]
+                if windows:
+                    issuers.append((name, min(w[0] for w in windows), max(w[1] for w in windows)))
+        return _Verdict(cn, tuple(orgs), tuple(issuers))
+
+    def verify(self, der: bytes, now: float | None = None) -> dict[str, Any] | None:
+        """The "tls" scope extension for a presented certificate (see the module docstring)."""
+        return self.judge(der).extension(time.time() if now is None else now)
+
+    def classify(self, der: bytes, now: float | None = None) -> tuple[str, ...]:
+        """The names of the bundles the certificate verifies against, now."""
+        v = self.judge(der)
+        t = time.time() if now is None else now
+        return tuple(name for name, start, end in v.issuers if start <= t <= end)
+
+
+# Requesting a client certificate without verifying it in the handshake: Python's ssl module has no
+# verify callback, so one that accepts every chain is installed on the context's SSL_CTX through
+# libssl itself (the library the _ssl module is linked with). The certificate is verified above.
+_SSL_VERIFY_PEER = 0x01
+_VerifyCallback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+
+
+@_VerifyCallback
+def _accept_any_chain(preverify_ok: int, store_ctx: int) -> int:
+    return 1
+
+
+def request_client_certificates(ctx: ssl.SSLContext) -> bool:
+    """Make ctx ask for a client certificate and accept any (tls.RequestClientCert); False when
+    this interpreter does not allow it (the context then keeps verifying in the handshake)."""
+    if sys.implementation.name != "cpython" or sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return False
+    try:
+        lib = ctypes.CDLL(_ssl.__file__)
+        get_mode, get_options = lib.SSL_CTX_get_verify_mode, lib.SSL_CTX_get_options
+        set_verify = lib.SSL_CTX_set_verify
+    except (OSError, AttributeError):
+        return False
+    get_mode.argtypes = get_options.argtypes = [ctypes.c_void_p]
+    get_mode.restype, get_options.restype = ctypes.c_int, ctypes.c_uint64
+    set_verify.argtypes, set_verify.restype = [ctypes.c_void_p, ctypes.c_int, _VerifyCallback], None
+    # PySSLContext starts with its SSL_CTX pointer, right after the object header.
+    ssl_ctx = ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value
+    if not ssl_ctx or get_options(ssl_ctx) != ctx.options or get_mode(ssl_ctx) != int(ctx.verify_mode):
+        return False
+    set_verify(ssl_ctx, _SSL_VERIFY_PEER, _accept_any_chain)
+    return True
+
+
+class HeaderDeadlines:
+    """Every connection's header-read deadline, checked by one task every `tick` seconds.
+
+    A timer per request (loop.call_later, then its cancel when the headers are in) costs several µs
+    with uvloop; a dict entry costs well under one. The task starts with the first deadline and runs
+    until the server stops (serve_until), rather than a task being started for each request.
+    """
+
+    def __init__(self, tick: float = 0.25) -> None:
+        self.tick = tick
+        self._due: dict["TLSHttpToolsProtocol", float] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def set(self, conn: "TLSHttpToolsProtocol", when: float) -> None:
+        self._due[conn] = when
+        if self._sweeper is None:
+            self._sweeper = conn.loop.create_task(self._sweep(conn.loop))
+
+    def clear(self, conn: "TLSHttpToolsProtocol") -> None:
+        self._due.pop(conn, None)
+
+    def armed(self, conn: "TLSHttpToolsProtocol") -> bool:
+        return conn in self._due
+
+    async def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        while True:
+            await asyncio.sleep(self.tick)
+            if self._due:
+                now = loop.time()
+                for conn in [c for c, when in self._due.items() if when <= now]:
+                    del self._due[conn]
+                    conn.header_timeout()
+
+    async def stop(self) -> None:
+        self._due.clear()
+        task, self._sweeper = self._sweeper, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 class TLSHttpToolsProtocol(HttpToolsProtocol):
-    """HttpToolsProtocol that exposes the verified client certificate as scope["extensions"]["tls"]."""
+    """HttpToolsProtocol with kube's connection limits; the client certificate goes in
+    scope["extensions"]["tls"] and the transport in scope["extensions"]["apiary.connection"]."""
 
     _tls: dict[str, Any] | None = None
+    _limits: HTTPLimits = HTTPLimits()
+    _deadlines: HeaderDeadlines | None = None
+    # bytes received since the current request's headers began (counted until they are complete)
+    _header_bytes = 0
+    _in_headers = True
+    _rejected = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._tls = None
+        self._limits = getattr(self.config, "limits", None) or HTTPLimits()
+        self._deadlines = getattr(self.config, "header_deadlines", None)
+        trust: ClientTrust | None = getattr(self.config, "client_trust", None)
         sslobj = transport.get_extra_info("ssl_object")
-        if sslobj is not None:
+        if sslobj is not None and trust is not None:
             try:
-                cert = sslobj.getpeercert()
-                der = sslobj.getpeercert(binary_form=True) if cert else None
+                der = sslobj.getpeercert(binary_form=True)
             except (ValueError, ssl.SSLError):
-                cert = der = None
-            # only certificates that verified against the client CA bundles are returned
-            trust: ClientTrust | None = getattr(self.config, "client_trust", None)
-            if cert and der and trust is not None:
-                subject = subject_of(cert)
-                if subject is not None:
-                    subject["ca"] = list(trust.classify(der))
-                    self._tls = subject
+                der = None
+            if der:
+                self._tls = trust.verify(der)
+        # The first request's headers are due within the header timeout of the connection's start.
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+    def _arm_header_timer(self) -> None:
+        deadlines = self._deadlines
+        if deadlines is not None and not deadlines.armed(self):
+            deadlines.set(self, self.loop.time() + self._limits.read_header_timeout)
+
+    def _cancel_header_timer(self) -> None:
+        if self._deadlines is not None:
+            self._deadlines.clear(self)
+
+    def header_timeout(self) -> None:
+        """The headers did not arrive in time (a slow or idle client): closed unanswered, as Go does."""
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self._rejected:
+            return
+        if self._in_headers:
+            self._header_bytes += len(data)
+            # bytes between requests (even ones that start none, such as stray CRLFs) end the idle
+            # wait: from here on the headers are due
+            self._arm_header_timer()
+        super().data_received(data)
+        if self._in_headers and self._header_bytes > self._limits.max_header_bytes + _HEADER_SLACK:
+            self._rejected = True
+            self._cancel_header_timer()
+            self.transport.write(_HEADERS_TOO_LARGE)
+            self.transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        # A keep-alive connection's next request: its headers are due within the timeout of its first byte.
+        self._arm_header_timer()
+        ext: dict[str, Any] = {CONNECTION_EXTENSION: self.transport}
         if self._tls is not None:
-            self.scope["extensions"] = {"tls": self._tls}  # type: ignore[typeddict-unknown-key]
+            ext["tls"] = self._tls
+        self.scope["extensions"] = ext  # type: ignore[typeddict-unknown-key]
+
+    def on_headers_complete(self) -> None:
+        self._cancel_header_timer()
+        self._in_headers = False
+        self._header_bytes = 0
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_headers = True
+        super().on_message_complete()
 
 
 class Server(uvicorn.Server):
@@ -126,33 +345,45 @@ class Server(uvicorn.Server):
 
 
 class Config(uvicorn.Config):
-    """uvicorn.Config carrying the client-certificate trust the protocol consults."""
+    """uvicorn.Config carrying what the protocol consults: the client-certificate trust and the limits."""
 
     client_trust: ClientTrust | None = None
+    limits: HTTPLimits | None = None
+    header_deadlines: HeaderDeadlines | None = None
 
 
 def make_server(app: Any, host: str, port: int, cert_file: str, key_file: str, client_ca_file: str = "",
-                log_level: str = "warning", requestheader_ca_file: str = "") -> Server:
-    """HTTPS server; client certificates are verified against both CA files (either may be empty)."""
+                log_level: str = "warning", requestheader_ca_file: str = "",
+                limits: HTTPLimits | None = None) -> Server:
+    """HTTPS server; client certificates are requested and verified against both CA files (either may
+    be empty)."""
     trust = ClientTrust.from_files(client=client_ca_file, requestheader=requestheader_ca_file)
     ca_files = [f for f in (client_ca_file, requestheader_ca_file) if f]
+    limits = limits or HTTPLimits()
 
     def ssl_context(config: uvicorn.Config, default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
         ctx = default()
         for extra in ca_files[1:]:
             ctx.load_verify_locations(extra)
+        if ca_files and not request_client_certificates(ctx):
+            log.warning("client certificates are verified in the TLS handshake: one that does not verify "
+                        "fails the handshake instead of getting 401")
         return ctx
 
     config = Config(
         app, host=host, port=port, http=TLSHttpToolsProtocol, loop="none", lifespan="off",
         ssl_certfile=cert_file, ssl_keyfile=key_file,
+        # The CA files loaded into the context only matter if the verify callback cannot be installed.
         ssl_ca_certs=ca_files[0] if ca_files else None,
         ssl_cert_reqs=ssl.CERT_OPTIONAL if ca_files else ssl.CERT_NONE,
         ssl_context_factory=ssl_context,
         access_log=False, log_level=log_level, ws="none", server_header=False, date_header=True,
-        timeout_keep_alive=65, backlog=2048, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN,
+        # uvicorn's keep-alive timeout is Go's IdleTimeout: armed when a response is complete
+        timeout_keep_alive=limits.idle_timeout, backlog=2048, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN,
     )
     config.client_trust = trust if trust.names else None
+    config.limits = limits
+    config.header_deadlines = HeaderDeadlines()
     return Server(config)
 
 
@@ -167,4 +398,9 @@ async def serve_until(server: Server, stop: asyncio.Event, on_stop: Callable[[],
             on_stop()
         server.should_exit = True
         stopper.cancel()
-        await task
+        try:
+            await task
+        finally:
+            deadlines = getattr(server.config, "header_deadlines", None)
+            if deadlines is not None:
+                await deadlines.stop()

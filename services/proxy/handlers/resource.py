@@ -12,11 +12,9 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import mux
 
 from ..context import Context
+from ..filters.timeout import REQUEST_TIMEOUT
 from ..negotiation import Output, json_to_yaml
 from ..requestinfo import RequestInfo
-
-# kube-apiserver's --request-timeout
-REQUEST_TIMEOUT = 60.0
 
 
 def api_request(info: RequestInfo, ctx: Context, query: dict[str, str], user: pb.UserInfo, *,

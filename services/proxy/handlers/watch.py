@@ -19,23 +19,24 @@ from services.common.decoding import parse_int64
 from services.common.errors import APIError, BadRequest
 
 from ..context import ClientDisconnected, Context
+from ..filters.timeout import MIN_REQUEST_TIMEOUT
 from ..negotiation import JSON
 
 log = logging.getLogger(__name__)
 
-# kube-apiserver's --min-request-timeout; a watch without timeoutSeconds lasts 1-2x this long.
-MIN_REQUEST_TIMEOUT = 1800.0
 # How long to wait for the registry's first frame before sending the 200: an error that arrives
 # before it still becomes a normal error response, and a quiet watch is not held up for long.
 FIRST_FRAME_WAIT = 0.25
 
 
-def watch_timeout(query: dict[str, str], rng: random.Random | None = None) -> float:
+def watch_timeout(query: dict[str, str], min_timeout: float = MIN_REQUEST_TIMEOUT,
+                  rng: random.Random | None = None) -> float:
     """How long the watch lasts, from the request's options, which are checked here so that a bad
     one is a 400 before the stream starts (kube decodes them all before it opens the watch).
 
-    As in kube's ListResource: no timeoutSeconds (or 0) means --min-request-timeout with jitter; a
-    negative one is a timer that has already fired, so the watch ends at once.
+    As in kube's ListResource: no timeoutSeconds (or 0) means --min-request-timeout with jitter (a
+    random time in [min, 2*min)); a negative one is a timer that has already fired, so the watch
+    ends at once.
     """
     rv = query.get("resourceVersion", "")
     if rv and (not rv.isascii() or not rv.isdigit() or int(rv) >= 2**63):
@@ -48,7 +49,7 @@ def watch_timeout(query: dict[str, str], rng: random.Random | None = None) -> fl
             return 0.0
         if value > 0:
             return float(value)
-    return (rng or random).uniform(MIN_REQUEST_TIMEOUT, 2 * MIN_REQUEST_TIMEOUT)
+    return min_timeout * (1.0 + (rng or random).random())
 
 
 def _error_event(err: APIError) -> bytes:
@@ -56,8 +57,9 @@ def _error_event(err: APIError) -> bytes:
 
 
 class WatchHandler:
-    def __init__(self, registry: rgrpc.RegistryStub) -> None:
+    def __init__(self, registry: rgrpc.RegistryStub, min_timeout: float = MIN_REQUEST_TIMEOUT) -> None:
         self.registry = registry
+        self.min_timeout = min_timeout
         self.watches = watchmux.WatchMuxClient(registry.Watches, "registry")
         # Set when the server shuts down: every watch then ends cleanly, as kube's do.
         self.closing = asyncio.Event()

@@ -161,6 +161,8 @@ class FakeRegistry(rgrpc.RegistryServicer):
                     if request.namespace == "parts-fail":
                         raise errors.ServiceUnavailable("storage went away")
                     yield rpb.APIResponse(body=b"," + orjson.dumps(configmap("b"))).SerializeToString()
+                    if request.namespace == "parts-slow":  # (a part goes once the next one is there)
+                        await asyncio.sleep(30)
                     yield rpb.APIResponse(body=b"]}").SerializeToString()
                 return mux.Streamed(parts())
             if request.verb == "list":
@@ -244,6 +246,6 @@ def with_cert(app):
             if k == b"x-test-ca" and tls is not None:
                 tls["ca"] = [c for c in v.decode().split(",") if c]
         if tls is not None:
-            scope["extensions"] = {"tls": tls}
+            scope["extensions"] = {**(scope.get("extensions") or {}), "tls": tls}
         await app(scope, receive, send)
     return wrapped

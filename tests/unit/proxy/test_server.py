@@ -1,7 +1,9 @@
-"""The HTTPS server: the verified client certificate reaches the app as the "tls" scope extension."""
+"""The HTTPS server: the client certificate reaches the app as the "tls" scope extension (verified here,
+not in the handshake), and kube's connection limits (header-read and idle timeouts, header size)."""
 import asyncio
 import datetime
 import ssl
+import time
 
 import httpx
 import orjson
@@ -11,7 +13,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from services.proxy.server import ClientTrust, make_server, serve_until, subject_of
+from services.proxy.server import ClientTrust, HTTPLimits, make_server, serve_until
 
 
 def _name(cn, orgs=()):
@@ -19,16 +21,17 @@ def _name(cn, orgs=()):
                      + [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs])
 
 
-def _cert(subject, key, issuer, issuer_key, *, ca=False, server=False):
+def _cert(subject, key, issuer, issuer_key, *, ca=False, server=False, start=-60, end=3600, eku=True):
+    """start and end: seconds from now."""
     now = datetime.datetime.now(datetime.timezone.utc)
     b = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
-         .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
-         .not_valid_after(now + datetime.timedelta(hours=1))
+         .serial_number(x509.random_serial_number()).not_valid_before(now + datetime.timedelta(seconds=start))
+         .not_valid_after(now + datetime.timedelta(seconds=end))
          .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
     if server:
         b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
         b = b.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-    elif not ca:
+    elif not ca and eku:
         b = b.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
     return b.sign(issuer_key, hashes.SHA256())
 
@@ -58,7 +61,19 @@ def pki(tmp_path):
     fp_client = _cert(_name("front-proxy-client"), cli_key, fp_ca.subject, fp_key)
     # a forgery: issuer name of the client CA, signed by the front-proxy CA's key
     forged = _cert(_name("eve", ["system:masters"]), cli_key, ca.subject, fp_key)
+    # what kube answers 401: self-signed, expired or not yet valid, issued for servers only
+    selfsigned = _cert(_name("mallory", ["system:masters"]), cli_key, _name("mallory", ["system:masters"]), cli_key)
+    expired = _cert(_name("alice", ["dev"]), cli_key, ca.subject, ca_key, start=-7200, end=-3600)
+    early = _cert(_name("alice", ["dev"]), cli_key, ca.subject, ca_key, start=3600, end=7200)
+    server_only = _cert(_name("localhost"), cli_key, ca.subject, ca_key, server=True)
+    no_eku = _cert(_name("carol"), cli_key, ca.subject, ca_key, eku=False)
     paths = {"fp-ca": _write(tmp_path, "fp-ca", fp_ca)[0],
+             "selfsigned": _write(tmp_path, "selfsigned", selfsigned, cli_key),
+             "expired": _write(tmp_path, "expired", expired, cli_key),
+             "early": _write(tmp_path, "early", early, cli_key),
+             "server-only": _write(tmp_path, "server-only", server_only, cli_key),
+             "no-eku": _write(tmp_path, "no-eku", no_eku, cli_key),
+             "expired-cert": expired,
              "fp-client": _write(tmp_path, "fp-client", fp_client, cli_key),
              "forged": _write(tmp_path, "forged", forged, cli_key),
              "ca-cert": ca, "fp-ca-cert": fp_ca, "forged-cert": forged, "fp-client-cert": fp_client,
@@ -98,17 +113,40 @@ async def test_client_certificate_reaches_scope(pki):
         assert (await c.get(url)).json() == want  # same connection, every request
     async with httpx.AsyncClient(verify=_client_ctx(pki["ca"])) as c:
         assert (await c.get(url)).json() is None
-    with pytest.raises(httpx.HTTPError):  # a certificate from another CA fails the handshake
-        async with httpx.AsyncClient(verify=_client_ctx(pki["ca"], pki["stranger"])) as c:
-            await c.get(url)
+    # a certificate from another CA completes the handshake; it is no identity ("ca" empty)
+    async with httpx.AsyncClient(verify=_client_ctx(pki["ca"], pki["stranger"])) as c:
+        assert (await c.get(url)).json() == {"cn": "mallory", "o": ["system:masters"], "ca": []}
     stop.set()
     await asyncio.wait_for(task, 5)
 
 
-def test_subject_of():
-    cert = {"subject": ((("commonName", "bob"),), (("organizationName", "a"),), (("organizationName", "b"),))}
-    assert subject_of(cert) == {"cn": "bob", "o": ["a", "b"]}
-    assert subject_of({}) is None
+@pytest.mark.parametrize("name,want", [
+    ("selfsigned", {"cn": "mallory", "o": ["system:masters"], "ca": []}),
+    ("expired", {"cn": "alice", "o": ["dev"], "ca": []}),
+    ("early", {"cn": "alice", "o": ["dev"], "ca": []}),
+    ("server-only", {"cn": "localhost", "o": [], "ca": []}),
+    ("no-eku", {"cn": "carol", "o": [], "ca": ["client"]}),  # no extended key usage: any use (Go's rule)
+])
+async def test_certificates_that_do_not_verify_complete_the_handshake(pki, name, want):
+    server, stop, task, url = await _serve(echo_app, pki, client_ca_file=pki["ca"],
+                                           requestheader_ca_file=pki["fp-ca"])
+    async with httpx.AsyncClient(verify=_client_ctx(pki["ca"], pki[name])) as c:
+        assert (await c.get(url)).json() == want
+    stop.set()
+    await asyncio.wait_for(task, 5)
+
+
+def test_validity_is_checked_against_the_clock_on_every_lookup(pki):
+    from cryptography.hazmat.primitives.serialization import Encoding
+    trust = ClientTrust({"client": [pki["ca-cert"]]})
+    der = pki["client-cert"].public_bytes(Encoding.DER)
+    now = time.time()
+    assert trust.classify(der, now) == ("client",)
+    assert trust.classify(der, now + 2 * 3600) == ()  # the same cached verdict, later
+    assert trust.verify(der, now + 2 * 3600) == {"cn": "alice", "o": ["dev", "ops"], "ca": []}
+    # before the CA's own validity began, its certificate was not valid either
+    assert trust.classify(pki["expired-cert"].public_bytes(Encoding.DER), now - 5400) == ()
+    assert trust.judge.cache_info().misses == 2
 
 
 async def _serve(app, pki, **kw):
@@ -129,9 +167,8 @@ async def test_both_bundles_verify_and_the_issuer_is_named(pki):
         assert (await c.get(url)).json()["ca"] == ["client"]
     async with httpx.AsyncClient(verify=_client_ctx(pki["ca"], pki["fp-client"])) as c:
         assert (await c.get(url)).json() == {"cn": "front-proxy-client", "o": [], "ca": ["requestheader"]}
-    with pytest.raises(httpx.HTTPError):
-        async with httpx.AsyncClient(verify=_client_ctx(pki["ca"], pki["stranger"])) as c:
-            await c.get(url)
+    async with httpx.AsyncClient(verify=_client_ctx(pki["ca"], pki["stranger"])) as c:
+        assert (await c.get(url)).json()["ca"] == []
     stop.set()
     await asyncio.wait_for(task, 5)
 
@@ -152,3 +189,123 @@ def test_client_trust_checks_the_signature_not_only_the_issuer_name(pki):
     assert trust.classify(der(pki["fp-client-cert"])) == ("requestheader",)
     assert trust.classify(der(pki["forged-cert"])) == ()
     assert trust.classify(b"not a certificate") == ()
+
+
+# connection limits ------------------------------------------------------------------------------
+
+async def slow_app(scope, receive, send):
+    await asyncio.sleep(float(scope["query_string"] or 0))
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+async def _open(pki, url):
+    port = int(url.rsplit(":", 1)[1].rstrip("/"))
+    ctx = _client_ctx(pki["ca"])
+    return await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
+
+
+async def _closed_after(reader, started):
+    """Seconds from started until the server closes the connection (reading whatever it sends)."""
+    data = b""
+    try:
+        while chunk := await asyncio.wait_for(reader.read(65536), 10):
+            data += chunk
+    except (ConnectionError, ssl.SSLError):
+        pass
+    return asyncio.get_running_loop().time() - started, data
+
+
+async def _request(reader, writer, query=b"", headers=b""):
+    writer.write(b"GET /?" + query + b" HTTP/1.1\r\nHost: localhost\r\n" + headers + b"\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    assert head.startswith(b"HTTP/1.1 200")
+    assert await reader.readexactly(2) == b"ok"
+
+
+async def test_a_silent_connection_is_closed_after_the_header_timeout(pki):
+    limits = HTTPLimits(read_header_timeout=0.5, idle_timeout=30)
+    server, stop, task, url = await _serve(slow_app, pki, limits=limits)
+    loop = asyncio.get_running_loop()
+    reader, writer = await _open(pki, url)
+    elapsed, data = await _closed_after(reader, loop.time())
+    assert 0.3 < elapsed < 3 and data == b""
+    writer.close()
+    stop.set()
+    await asyncio.wait_for(task, 5)
+
+
+async def test_slowloris_is_closed_after_the_header_timeout(pki):
+    """A byte now and then does not extend the time the headers have (Go's ReadHeaderTimeout)."""
+    limits = HTTPLimits(read_header_timeout=0.6, idle_timeout=30)
+    server, stop, task, url = await _serve(slow_app, pki, limits=limits)
+    loop = asyncio.get_running_loop()
+    reader, writer = await _open(pki, url)
+    started = loop.time()
+
+    async def drip():
+        for b in b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + b"a" * 100:
+            writer.write(bytes([b]))
+            await asyncio.sleep(0.05)
+
+    dripping = asyncio.create_task(drip())
+    elapsed, data = await _closed_after(reader, started)
+    dripping.cancel()
+    assert 0.4 < elapsed < 3 and data == b""
+    writer.close()
+    stop.set()
+    await asyncio.wait_for(task, 5)
+
+
+async def test_idle_keepalive_connection_is_closed_after_the_idle_timeout(pki):
+    limits = HTTPLimits(read_header_timeout=0.3, idle_timeout=1.2)
+    server, stop, task, url = await _serve(slow_app, pki, limits=limits)
+    loop = asyncio.get_running_loop()
+    reader, writer = await _open(pki, url)
+    await _request(reader, writer, b"0.5")  # a handler slower than the header timeout is not cut
+    await asyncio.sleep(0.6)  # idle longer than the header timeout: still open
+    await _request(reader, writer)
+    elapsed, data = await _closed_after(reader, loop.time())
+    assert 0.9 < elapsed < 4 and data == b""
+    writer.close()
+    stop.set()
+    await asyncio.wait_for(task, 5)
+
+
+async def test_headers_over_the_limit_get_431(pki):
+    limits = HTTPLimits(max_header_bytes=2048)
+    server, stop, task, url = await _serve(slow_app, pki, limits=limits)
+    loop = asyncio.get_running_loop()
+    reader, writer = await _open(pki, url)
+    # within MaxHeaderBytes + Go's 4 KiB of slack
+    await _request(reader, writer, headers=b"X-Big: " + b"a" * 4000 + b"\r\n")
+    writer.write(b"GET / HTTP/1.1\r\nHost: localhost\r\n" + b"X-Big: " + b"a" * 8000 + b"\r\n")
+    elapsed, data = await _closed_after(reader, loop.time())
+    assert data.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
+    assert data.endswith(b"\r\n\r\n431 Request Header Fields Too Large")
+    writer.close()
+    stop.set()
+    await asyncio.wait_for(task, 5)
+
+
+async def test_stray_bytes_between_requests_do_not_keep_a_connection_open(pki):
+    """Bytes that begin no request end the idle wait all the same; the header timeout then applies."""
+    limits = HTTPLimits(read_header_timeout=0.6, idle_timeout=30)
+    server, stop, task, url = await _serve(slow_app, pki, limits=limits)
+    loop = asyncio.get_running_loop()
+    reader, writer = await _open(pki, url)
+    await _request(reader, writer)
+    started = loop.time()
+
+    async def crlf():
+        while True:
+            writer.write(b"\r\n")
+            await asyncio.sleep(0.1)
+
+    sending = asyncio.create_task(crlf())
+    elapsed, data = await _closed_after(reader, started)
+    sending.cancel()
+    assert elapsed < 3 and data == b""
+    writer.close()
+    stop.set()
+    await asyncio.wait_for(task, 5)

@@ -11,7 +11,7 @@ def test_timeouts():
     assert watch_timeout({"timeoutSeconds": "7"}) == 7.0
     assert watch_timeout({"timeoutSeconds": "-5"}) == 0.0  # kube: a timer that has already fired
     for q in ({}, {"timeoutSeconds": "0"}, {"timeoutSeconds": ""}):
-        assert MIN_REQUEST_TIMEOUT <= watch_timeout(q, random.Random(1)) <= 2 * MIN_REQUEST_TIMEOUT
+        assert MIN_REQUEST_TIMEOUT <= watch_timeout(q, rng=random.Random(1)) <= 2 * MIN_REQUEST_TIMEOUT
 
 
 @pytest.mark.parametrize("query, message", [
