@@ -14,6 +14,8 @@ from services.common import grpcutil
 from services.common.errors import NotFound, ServiceUnavailable
 
 from .authenticators import Union as AuthenticatorUnion
+from .authnconfig import JWTAuthenticators
+from .authzconfig import AuthorizationConfigWatcher
 from .authorizers import ALLOW, DENY
 from .authorizers import Union as AuthorizerUnion
 from .authorizers.rbac import RBACIndex
@@ -46,6 +48,8 @@ class AuthServicer(agrpc.AuthServicer):
         self.index = index if index is not None else RBACIndex()
         self.rbac_enabled = rbac_enabled      # the RBAC informers and bootstrap policy are needed
         self.sa_lookup = sa_lookup            # started by main with the registry channel
+        self.jwt: JWTAuthenticators | None = None  # key fetching and file reloads, started by main
+        self.authz_watcher: AuthorizationConfigWatcher | None = None  # --authorization-config reloads
 
     @grpcutil.api_method
     async def Authenticate(self, request: apb.AuthenticateRequest,
@@ -66,7 +70,7 @@ class AuthServicer(agrpc.AuthServicer):
         if d.decision in (ALLOW, DENY):
             AUTHORIZATION_DECISIONS.labels(d.authorizer, d.authorizer,
                                            "allowed" if d.decision == ALLOW else "denied").inc()
-        return apb.AuthorizeResponse(decision=d.decision, reason=d.reason)
+        return apb.AuthorizeResponse(decision=d.decision, reason=d.reason, error=d.error)
 
     @grpcutil.api_method
     async def Review(self, request: apb.ReviewRequest, context: grpc.aio.ServicerContext) -> apb.ReviewResponse:

@@ -18,6 +18,7 @@ class Decision:
     decision: str
     reason: str = ""
     authorizer: str = ""  # which module decided; "" when nobody had an opinion
+    error: str = ""       # why an authorizer could not decide (a webhook down): kube answers 500 unless allowed
 
 
 class Authorizer(Protocol):
@@ -34,10 +35,19 @@ class Union:
 
     async def authorize(self, attrs: apb.Attributes) -> Decision:
         reasons: list[str] = []
+        errors: list[str] = []
         for a in self.authorizers:
-            decision, reason = await a.authorize(attrs)
+            with_error = getattr(a, "authorize_with_error", None)
+            if with_error is not None:
+                decision, reason, error = await with_error(attrs)
+            else:
+                (decision, reason), error = await a.authorize(attrs), ""
+            if error:
+                errors.append(error)
             if decision in (ALLOW, DENY):
-                return Decision(decision, reason, a.name)
+                return Decision(decision, reason, a.name, error)
             if reason:
                 reasons.append(reason)
-        return Decision(NO_OPINION, "\n".join(reasons))
+        # utilerrors.NewAggregate: one error as is, several as [a, b]
+        error = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]" if errors else ""
+        return Decision(NO_OPINION, "\n".join(reasons), "", error)

@@ -22,7 +22,7 @@ from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
 from services.common import grpcutil
-from services.common.errors import Forbidden
+from services.common.errors import Forbidden, InternalError
 
 from ..requestinfo import RequestInfo
 
@@ -106,6 +106,9 @@ class Authorizer:
             req = apb.AuthorizeRequest(attributes=attributes(user, info))
             resp = await grpcutil.call(self.auth.Authorize(req, timeout=AUTHZ_TIMEOUT), "auth")
             allowed, reason = resp.decision == "Allow", resp.reason
+            if not allowed and resp.error:
+                # kube's WithAuthorization: an authorizer error without an allow is a 500, never cached
+                raise InternalError(f"Internal error occurred: {resp.error}", details={"causes": [{"message": resp.error}]})
             now = time.monotonic()
             if generation == self._generation and now >= self._quiet_until:
                 self._store(key, now, allowed, reason)
