@@ -1,7 +1,9 @@
-"""Identities from outside the cluster: JWT issuers by --authentication-config and a token webhook.
+"""Identities and decisions from outside the cluster: JWT issuers by --authentication-config, a token
+webhook, and authorization webhooks by --authorization-config.
 
 The module starts its own stack (its own state directory and ports) whose auth service trusts two
-OIDC issuers and a TokenReview webhook written for the tests, all real HTTPS servers on loopback.
+OIDC issuers, a TokenReview webhook and a SubjectAccessReview webhook written for the tests, all real
+HTTPS servers on loopback.
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ import httpx
 import pytest
 
 from tests.conftest import TEST_OFFSET, Kubectl
-from tests.integration.fakeservers import Issuer, TokenWebhook
+from tests.integration.fakeservers import AuthzWebhook, Issuer, TokenWebhook
+from tests.integration.procs import free_port
 from tools.run import ROOT, Stack
 
 STATE = ROOT / ".apiary" / "test-authn"
@@ -76,10 +79,41 @@ jwt:
 """
 
 
+def authz_config(hook: Path, dead: Path) -> str:
+    def webhook(name: str, kubeconfig: Path, policy: str, namespace: str) -> str:
+        return f"""- type: Webhook
+  name: {name}
+  webhook:
+    timeout: 3s
+    subjectAccessReviewVersion: v1
+    matchConditionSubjectAccessReviewVersion: v1
+    failurePolicy: {policy}
+    authorizedTTL: 1s
+    unauthorizedTTL: 1s
+    connectionInfo:
+      type: KubeConfigFile
+      kubeConfigFile: {kubeconfig}
+    matchConditions:
+    - expression: "has(request.resourceAttributes) && request.resourceAttributes.namespace == '{namespace}'"
+"""
+    return ("apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\nauthorizers:\n"
+            + webhook("decider", hook, "NoOpinion", "webhooked")
+            + webhook("down-deny", dead, "Deny", "down-deny")
+            + webhook("down-noop", dead, "NoOpinion", "down-noop")
+            + "- type: RBAC\n  name: rbac\n")
+
+
+def decide(review: dict[str, Any]) -> dict[str, Any]:
+    if review["spec"]["user"] == "oidc:welcome":
+        return {"allowed": True, "reason": "the webhook says yes"}
+    return {"allowed": False, "denied": True, "reason": "the webhook says no"}
+
+
 class Env:
     def __init__(self, stack: Stack, first: Issuer, second: Issuer, hook: TokenWebhook, config: Path,
-                 kubectl: Kubectl) -> None:
+                 kubectl: Kubectl, authz: AuthzWebhook) -> None:
         self.stack, self.first, self.second, self.hook, self.config = stack, first, second, hook, config
+        self.authz = authz
         self.kubectl = kubectl
         pki = stack.state / "pki"
         self.ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
@@ -121,7 +155,13 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     hook = TokenWebhook(d, {"hook-good": HOOK_USER}).start()
     config = d / "authentication-config.yaml"
     config.write_text(auth_config(first, second))
+    authz = AuthzWebhook(d, decide).start()
+    dead = d / "dead-webhook.kubeconfig"
+    dead.write_text(authz.kubeconfig(d / "x.kubeconfig").read_text().replace(str(authz.port), str(free_port())))
+    authz_file = d / "authorization-config.yaml"
+    authz_file.write_text(authz_config(authz.kubeconfig(d / "authz-webhook.kubeconfig"), dead))
     stack = Stack(STATE, OFFSET, extra={"auth": [
+        "--authorization-config", str(authz_file),
         "--authentication-config", str(config),
         "--authentication-token-webhook-config-file", str(hook.kubeconfig(d / "token-webhook.kubeconfig")),
         "--authentication-token-webhook-version", "v1",
@@ -130,10 +170,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     stack.start(fresh=True)
     try:
         yield Env(stack, first, second, hook, config,
-                  Kubectl(stack, d, os.environ.get("KUBECTL", "kubectl")))
+                  Kubectl(stack, d, os.environ.get("KUBECTL", "kubectl")), authz)
     finally:
         stack.stop(quiet=True)
-        for s in (first, second, hook):
+        for s in (first, second, hook, authz):
             s.stop()
 
 
@@ -294,3 +334,49 @@ def test_bad_configuration_files_are_rejected_at_start(tmp_path: Path, env: Env)
                            "--oidc-issuer-url", "https://example.com", "--oidc-client-id", "a"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert "authentication-config file and oidc-* flags are mutually exclusive" in proc.stderr
+
+
+def test_authz_webhook_decides_what_its_match_conditions_select(env: Env) -> None:
+    path = "/api/v1/namespaces/webhooked/configmaps"
+    r = env.get(env.first.token(sub="welcome"), path)
+    assert r.status_code == 200, r.text
+    review = env.authz.calls[-1]
+    assert review["apiVersion"] == "authorization.k8s.io/v1"
+    assert review["spec"]["resourceAttributes"] == {"namespace": "webhooked", "verb": "list", "group": "",
+                                                    "version": "v1", "resource": "configmaps", "subresource": "",
+                                                    "name": ""}
+    assert review["spec"]["user"] == "oidc:welcome"
+    r = env.get(env.first.token(sub="stranger"), path)
+    assert r.status_code == 403
+    assert r.json()["message"] == ('configmaps is forbidden: User "oidc:stranger" cannot list resource "configmaps" '
+                                   'in API group "" in the namespace "webhooked": the webhook says no')
+
+
+def test_requests_the_conditions_do_not_match_fall_through_to_rbac(env: Env) -> None:
+    calls = len(env.authz.calls)
+    r = env.get(env.first.token(sub="welcome"), "/api/v1/namespaces/default/configmaps")
+    assert r.status_code == 403
+    assert r.json()["message"].endswith('cannot list resource "configmaps" in API group "" in the namespace "default"')
+    assert len(env.authz.calls) == calls
+    admin = env.admin.get("/api/v1/namespaces/webhooked/configmaps")   # system:masters never reaches a webhook
+    assert admin.status_code == 200 and len(env.authz.calls) == calls
+
+
+def test_failure_policy_when_the_webhook_is_down(env: Env) -> None:
+    r = env.admin.post("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", json={
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "oidc-reader-view"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "oidc:reader"}]})
+    assert r.status_code == 201, r.text
+    token = env.first.token(sub="reader")
+    assert wait_for(lambda: env.get(token, "/api/v1/namespaces/default/configmaps").status_code == 200)
+    # NoOpinion: the failure leaves the decision to RBAC, which allows
+    assert env.get(token, "/api/v1/namespaces/down-noop/configmaps").status_code == 200
+    # Deny: the failure denies; an authorizer error without an allow is kube's 500
+    r = env.get(token, "/api/v1/namespaces/down-deny/configmaps")
+    assert r.status_code == 500, r.text
+    assert r.json()["reason"] == "InternalError"
+    assert r.json()["message"].startswith("Internal error occurred: ")
+    # and one RBAC does not allow gets the same 500 under NoOpinion
+    assert env.get(env.first.token(sub="nobody"), "/api/v1/namespaces/down-noop/configmaps").status_code == 500
