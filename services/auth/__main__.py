@@ -60,8 +60,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     config.add_common_flags(p, "auth")
     p.add_argument("--token-auth-file", default="",
                    help="static bearer tokens, CSV: token,user,uid[,\"group1,group2\"] (read at start)")
-    p.add_argument("--anonymous-auth", type=_bool, nargs="?", const=True, default=True,
-                   help="treat requests without credentials as system:anonymous (default true)")
+    p.add_argument("--anonymous-auth", type=_bool, nargs="?", const=True, default=None,
+                   help="treat requests without credentials as system:anonymous (default true; exclusive with the "
+                        "anonymous section of --authentication-config)")
     p.add_argument("--authorization-mode", default=None,
                    help="comma list of authorizers after system:masters: RBAC, Webhook, AlwaysAllow, AlwaysDeny "
                         "(Node is accepted and ignored); default RBAC")
@@ -156,7 +157,13 @@ def build(args: argparse.Namespace, registry: rgrpc.RegistryStub | None = None) 
                                             args.authentication_token_webhook_version, api_audiences,
                                             args.authentication_token_webhook_cache_ttl)
         authenticators.append(webhook)
-    fallback = AnonymousAuthenticator() if args.anonymous_auth else None
+    anonymous_default = args.anonymous_auth is not False
+    if jwt_auth is not None and jwt_auth.anonymous is not None:
+        if args.anonymous_auth is not None:
+            raise SystemExit("anonymous: Forbidden: --anonymous-auth flag cannot be set when anonymous field is "
+                             "configured in authentication configuration file")
+    fallback = AnonymousAuthenticator(jwt_auth.current_anonymous if jwt_auth is not None else None,
+                                      anonymous_default)
     index = RBACIndex()
     authorizers, authz_data = _authorizers(args, index)
     authorizer = AuthorizerUnion(authorizers)
@@ -229,16 +236,17 @@ def _jwt_authenticators(args: argparse.Namespace, disallowed: frozenset[str]) ->
         if oidc_flags:
             raise SystemExit("authentication-config file and oidc-* flags are mutually exclusive")
         try:
-            configs, data = authnconfig.load(args.authentication_config, disallowed)
+            configs, anonymous, data = authnconfig.load(args.authentication_config, disallowed)
         except ConfigError as e:
-            raise SystemExit(f"invalid authentication config: {e}") from None
-        return JWTAuthenticators(configs, args.authentication_config, data, disallowed)
+            raise SystemExit(str(e)) from None
+        return JWTAuthenticators(configs, args.authentication_config, data, disallowed, anonymous)
     if not args.oidc_issuer_url:
         if oidc_flags:
-            raise SystemExit("oidc-issuer-url and oidc-client-id must be specified together")
+            raise SystemExit("oidc-issuer-url and oidc-client-id must be specified together when any oidc-* "
+                             "flags are set")
         return None
     if not args.oidc_client_id:
-        raise SystemExit("oidc-issuer-url and oidc-client-id must be specified together")
+        raise SystemExit("oidc-issuer-url and oidc-client-id must be specified together when any oidc-* flags are set")
     required: dict[str, str] = {}
     for item in args.oidc_required_claim:
         for pair in item.split(","):
@@ -261,7 +269,7 @@ def _jwt_authenticators(args: argparse.Namespace, disallowed: frozenset[str]) ->
     errs = FieldErrors()
     validate_jwt(config, "jwt[0]", errs, disallowed)
     if errs:
-        raise SystemExit(f"invalid authentication config: {errs}")
+        raise SystemExit(f"invalid authentication configuration: {errs}")
     return JWTAuthenticators([config])
 
 

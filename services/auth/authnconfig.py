@@ -21,6 +21,7 @@ from prometheus_client import Counter, Gauge
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import envelope_pb2 as pb
 
+from .authenticators.anonymous import AnonymousConfig
 from .authenticators.jwt import JWTAuthenticator, JWTConfig, KeySet, parse_jwt, validate_jwt
 from .fielderrors import ConfigError, FieldErrors
 
@@ -53,6 +54,8 @@ def content_hash(data: bytes) -> str:
 
 
 def decode(data: bytes, path: str) -> dict[str, Any]:
+    if not data:
+        raise ConfigError("empty config data")
     try:
         obj = yaml.safe_load(data)
     except yaml.YAMLError as e:
@@ -71,6 +74,12 @@ def decode(data: bytes, path: str) -> dict[str, Any]:
 
 def parse(obj: dict[str, Any], disallowed_issuers: frozenset[str] = frozenset()) -> list[JWTConfig]:
     """The validated jwt authenticators, their CEL compiled; ConfigError with kube's messages."""
+    return parse_all(obj, disallowed_issuers)[0]
+
+
+def parse_all(obj: dict[str, Any],
+              disallowed_issuers: frozenset[str] = frozenset()) -> tuple[list[JWTConfig], AnonymousConfig | None]:
+    """The jwt authenticators and the anonymous section (None when absent)."""
     raw = obj.get("jwt") or []
     if not isinstance(raw, list):
         raise ConfigError("jwt: Invalid value: expected a list of JWT authenticators")
@@ -90,20 +99,45 @@ def parse(obj: dict[str, Any], disallowed_issuers: frozenset[str] = frozenset())
                 errs.duplicate(f"jwt[{i}].issuer.discoveryURL", c.discovery_url)
             seen_discovery.add(c.discovery_url)
     anonymous = obj.get("anonymous")
-    if isinstance(anonymous, dict) and not anonymous.get("enabled") and anonymous.get("conditions"):
-        errs.invalid("anonymous.conditions", "", "enabled should be set to true when conditions are defined")
+    anon: AnonymousConfig | None = None
+    if anonymous is not None:
+        anonymous = anonymous if isinstance(anonymous, dict) else {}
+        conditions = anonymous.get("conditions") or []
+        paths: list[str] = []
+        for i, c in enumerate(conditions if isinstance(conditions, list) else []):
+            path = c.get("path") if isinstance(c, dict) else None
+            if not isinstance(path, str) or not path:
+                errs.required(f"anonymous.conditions[{i}].path")
+            elif path in paths:
+                errs.duplicate(f"anonymous.conditions[{i}].path", path)
+            else:
+                paths.append(path)
+        if not anonymous.get("enabled") and conditions:
+            errs.invalid("anonymous.conditions", "", "enabled should be set to true when conditions are defined")
+        anon = AnonymousConfig(bool(anonymous.get("enabled")), frozenset(paths))
     if errs:
         raise ConfigError(str(errs))
-    return configs
+    return configs, anon
 
 
-def load(path: str, disallowed_issuers: frozenset[str] = frozenset()) -> tuple[list[JWTConfig], bytes]:
+def load(path: str, disallowed_issuers: frozenset[str] = frozenset()) \
+        -> tuple[list[JWTConfig], AnonymousConfig | None, bytes]:
+    """Read and validate the file; ConfigError with the text kube-apiserver stops with."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        raise ConfigError(f"failed to read authentication configuration file {path!r}: {e.strerror}") from None
-    return parse(decode(data, path), disallowed_issuers), data
+        raise ConfigError(f"failed to load authentication configuration from file \"{path}\": open {path}: "
+                          f"{(e.strerror or str(e)).lower()}") from None
+    try:
+        obj = decode(data, path)
+    except ConfigError as e:
+        raise ConfigError(f"failed to load authentication configuration from file \"{path}\": {e}") from None
+    try:
+        configs, anonymous = parse_all(obj, disallowed_issuers)
+    except ConfigError as e:
+        raise ConfigError(f"invalid authentication configuration: {e}") from None
+    return configs, anonymous, data
 
 
 def legacy_oidc_config(issuer_url: str, client_id: str, username_claim: str, username_prefix: str | None,
@@ -117,8 +151,8 @@ def legacy_oidc_config(issuer_url: str, client_id: str, username_claim: str, use
                 raw["issuer"]["certificateAuthority"] = f.read()
         except OSError as e:
             raise ConfigError(f"--oidc-ca-file: {e.strerror}: {ca_file}") from None
-    if username_prefix is None:
-        # kube: an unset prefix means "<issuer>#" unless the claim is email; "-" disables prefixing.
+    if not username_prefix:
+        # kube: an unset (or empty) prefix means "<issuer>#" unless the claim is email; "-" disables prefixing.
         username_prefix = "" if username_claim == "email" else f"{issuer_url}#"
     elif username_prefix == "-":
         username_prefix = ""
@@ -135,14 +169,18 @@ class JWTAuthenticators:
     """The current JWT authenticators, in file order; a token no issuer claims is not ours (None)."""
 
     def __init__(self, configs: list[JWTConfig], path: str = "", data: bytes = b"",
-                 disallowed_issuers: frozenset[str] = frozenset()) -> None:
+                 disallowed_issuers: frozenset[str] = frozenset(), anonymous: AnonymousConfig | None = None) -> None:
         self.path = path
+        self.anonymous = anonymous
         self.disallowed = disallowed_issuers
         self._data = data
         self.authenticators: list[JWTAuthenticator] = [JWTAuthenticator(c) for c in configs]
         self._task: asyncio.Task[None] | None = None
         if path:
             LAST_CONFIG.labels(APISERVER_ID_HASH, content_hash(data)).set(1)
+
+    def current_anonymous(self) -> AnonymousConfig | None:
+        return self.anonymous
 
     async def authenticate(self, req: apb.AuthenticateRequest) -> pb.UserInfo | None:
         if not req.token:
@@ -188,7 +226,9 @@ class JWTAuthenticators:
         """Swap in a changed file; False (and the old configuration kept) when it does not validate."""
         self._data = data
         try:
-            configs = parse(decode(data, self.path), self.disallowed)
+            configs, anonymous = parse_all(decode(data, self.path), self.disallowed)
+            if anonymous != self.anonymous:
+                raise ConfigError("anonymous: Forbidden: changed from initial configuration file")
         except ConfigError as e:
             log.error("authentication config %s was not loaded, keeping the last good one: %s", self.path, e)
             RELOADS.labels("failure", APISERVER_ID_HASH).inc()
@@ -204,6 +244,7 @@ class JWTAuthenticators:
             a.keys.start()
             fresh.append(a)
         self.authenticators = fresh
+        self.anonymous = anonymous
         for keys in old.values():
             await keys.stop()
         LAST_CONFIG.clear()

@@ -1,7 +1,8 @@
 """Webhook authorization: a SubjectAccessReview sent to a remote service (kube's webhook authorizer).
 
-matchConditions (CEL over the SubjectAccessReview spec as `request`) decide whether the webhook is
-asked at all: any false → NoOpinion without a call. Allowed and denied answers are cached for
+matchConditions (CEL over the SubjectAccessReview spec as `request`: resourceAttributes with all its
+fields for a resource request, nonResourceAttributes otherwise, so `has(request.resourceAttributes)`
+tells them apart) decide whether the webhook is asked at all: any false → NoOpinion without a call. Allowed and denied answers are cached for
 authorizedTTL / unauthorizedTTL; a failed call (down, timeout, bad answer) or a matchCondition that
 fails to evaluate is never cached and answers the failurePolicy's decision (Deny or NoOpinion)
 together with the error, which the proxy turns into kube's 500 unless another authorizer allows.
@@ -89,19 +90,24 @@ class WebhookAuthorizer:
         s = self.settings
         spec = review_spec(attrs)
         if s.match_conditions:
-            act = cel.activation(request={"resourceAttributes": {}, "nonResourceAttributes": {}, "extra": {},
-                                          **spec})
+            # kube's CELMatcher: any false skips the webhook (even if others failed to evaluate); otherwise an
+            # evaluation error is a failure of the webhook
+            act = cel.activation(request={"extra": {}, **spec})
+            failed: list[str] = []
             for program in s.match_conditions:
                 try:
                     matched = program.evaluate(act)
                     if not isinstance(matched, bool):
                         raise cel.CELEvalError("matchCondition must return a boolean")
                 except cel.CELEvalError as e:
-                    MATCH_ERRORS.labels("Webhook", s.name).inc()
-                    return self._on_error(f"matchCondition '{program.expression}' evaluation failed: {e}")
+                    failed.append(f"matchCondition '{program.expression}' evaluation failed: {e}")
+                    continue
                 if not matched:
                     MATCH_EXCLUSIONS.labels("Webhook", s.name).inc()
                     return NO_OPINION, "", ""
+            if failed:
+                MATCH_ERRORS.labels("Webhook", s.name).inc()
+                return self._on_error(failed[0] if len(failed) == 1 else "[" + ", ".join(failed) + "]")
         key = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
         now = time.monotonic()
         hit = self._cache.get(key)
