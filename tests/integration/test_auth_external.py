@@ -38,6 +38,10 @@ def auth_config(first: Issuer, second: Issuer) -> str:
 
     return f"""apiVersion: apiserver.config.k8s.io/v1
 kind: AuthenticationConfiguration
+anonymous:
+  enabled: true
+  conditions:
+  - path: /version
 jwt:
 - issuer:
     url: {first.url}
@@ -302,6 +306,13 @@ def test_token_webhook_down_is_401_without_hanging(env: Env) -> None:
     r = env.get("hook-never-seen")
     assert r.status_code == 401
     assert "hook-never-seen" not in r.text
+
+
+def test_anonymous_only_on_the_configured_paths(env: Env) -> None:
+    with httpx.Client(base_url=env.stack.server, verify=env.ctx, timeout=30) as c:
+        assert c.get("/version").status_code == 200
+        r = c.get("/api")
+        assert r.status_code == 401 and r.json()["reason"] == "Unauthorized"
 
 
 def test_bad_configuration_files_are_rejected_at_start(tmp_path: Path, env: Env) -> None:

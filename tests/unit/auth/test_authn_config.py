@@ -8,7 +8,9 @@ import pytest
 
 from services.auth import authnconfig, cel
 from services.auth.__main__ import build, parse_args
+from apiary_pb import auth_pb2 as apb
 from services.auth.authenticators import AuthenticationFailed
+from services.auth.authenticators.anonymous import AnonymousAuthenticator, AnonymousConfig
 from services.auth.authenticators.webhook import WebhookTokenAuthenticator
 from services.auth.duration import parse_duration
 from services.auth.fielderrors import ConfigError
@@ -182,3 +184,41 @@ def test_token_webhook_checks_the_audiences_it_answers() -> None:
     with pytest.raises(AuthenticationFailed, match='token audiences \\["other"\\] is invalid for the target '
                                                    'audiences \\["api"\\]'):
         asyncio.run(hook.authenticate_token("t", ["api"]))
+
+
+def test_v1beta1_is_read_too() -> None:
+    body = HEAD.replace("/v1\n", "/v1beta1\n") + "jwt:\n" + jwt_entry()
+    assert len(authnconfig.parse(authnconfig.decode(body.encode(), "f"))) == 1
+
+
+def test_anonymous_section_limits_paths() -> None:
+    _, anon = authnconfig.parse_all(authnconfig.decode(
+        (HEAD + "anonymous:\n  enabled: true\n  conditions:\n  - path: /livez\n").encode(), "f"))
+    assert anon == AnonymousConfig(True, frozenset({"/livez"}))
+    a = AnonymousAuthenticator(lambda: anon)
+    assert asyncio.run(a.authenticate(apb.AuthenticateRequest(path="/livez"))).name == "system:anonymous"
+    assert asyncio.run(a.authenticate(apb.AuthenticateRequest(path="/api"))) is None
+    assert "anonymous.conditions: Invalid value: \"\": enabled should be set to true when conditions are defined" \
+        in errors("anonymous:\n  enabled: false\n  conditions:\n  - path: /livez\n")
+
+
+def test_anonymous_section_excludes_the_flag_and_cannot_change_on_reload(tmp_path: Any) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(HEAD + "anonymous:\n  enabled: false\n")
+    with pytest.raises(SystemExit, match="--anonymous-auth flag cannot be set when anonymous field is configured"):
+        build(parse_args(["--authentication-config", str(path), "--anonymous-auth=true"]))
+    servicer = build(parse_args(["--authentication-config", str(path)]))
+    assert servicer.jwt is not None
+    assert not asyncio.run(servicer.jwt.reload((HEAD + "anonymous:\n  enabled: true\n").encode()))
+    assert servicer.jwt.anonymous == AnonymousConfig(False)
+    assert asyncio.run(servicer.jwt.reload((HEAD + "anonymous:\n  enabled: false\njwt: []\n").encode()))
+
+
+def test_start_messages_are_kubes(tmp_path: Any) -> None:
+    with pytest.raises(SystemExit, match='failed to load authentication configuration from file ".*missing.yaml": '
+                                         'open .*missing.yaml: no such file or directory'):
+        build(parse_args(["--authentication-config", str(tmp_path / "missing.yaml")]))
+    path = tmp_path / "bad.yaml"
+    path.write_text(HEAD + "jwt:\n" + jwt_entry("http://x.example.com"))
+    with pytest.raises(SystemExit, match="^invalid authentication configuration: jwt\\[0\\].issuer.url: Invalid value"):
+        build(parse_args(["--authentication-config", str(path)]))

@@ -152,3 +152,25 @@ def test_the_union_carries_the_error_unless_someone_allows() -> None:
     a, _ = authorizer(None, NO_OPINION)
     d = asyncio.run(Union([a, RBACAuthorizer(RBACIndex())]).authorize(attrs()))
     assert d.decision == NO_OPINION and "connection refused" in d.error
+
+
+def test_a_broken_file_keeps_the_last_chain(tmp_path: Path) -> None:
+    path = tmp_path / "authz.yaml"
+    path.write_text(HEAD + "authorizers:\n- {type: RBAC, name: rbac}\n")
+    servicer = build(parse_args(["--authorization-config", str(path)]))
+    watcher = servicer.authz_watcher
+    assert watcher is not None and [a.name for a in servicer.authorizer.authorizers] == ["Privileged", "RBAC"]
+    assert not watcher.reload((HEAD + "authorizers:\n- {type: Bogus, name: b}\n").encode())
+    assert [a.name for a in servicer.authorizer.authorizers] == ["Privileged", "RBAC"]
+    assert watcher.reload((HEAD + "authorizers:\n- {type: AlwaysDeny, name: deny}\n- {type: RBAC, name: rbac}\n").encode())
+    assert [a.name for a in servicer.authorizer.authorizers] == ["Privileged", "AlwaysDeny", "RBAC"]
+
+
+def test_a_false_condition_wins_over_one_that_fails() -> None:
+    a, _ = authorizer({"allowed": True}, DENY, ("request.resourceAttributes.namespace == 'x'",
+                                                "has(request.resourceAttributes)"))
+    nonresource = apb.Attributes(user=user_pb("u"), verb="get", path="/version")
+    assert asyncio.run(a.authorize_with_error(nonresource)) == (NO_OPINION, "", "")
+    b, _ = authorizer({"allowed": True}, DENY, ("request.resourceAttributes.namespace == 'x'",))
+    decision, _, error = asyncio.run(b.authorize_with_error(nonresource))
+    assert decision == DENY and "evaluation failed" in error and b.calls == 0
