@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.conftest import TEST_OFFSET, Kubectl
-from tests.integration.fakeservers import AuthzWebhook, Issuer, TokenWebhook
+from tools.fakeservers import AuthzWebhook, Issuer, TokenWebhook
 from tests.integration.procs import free_port
 from tools.run import ROOT, Stack
 

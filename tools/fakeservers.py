@@ -1,4 +1,4 @@
-"""Servers the auth tests talk to: an OIDC issuer, a token webhook and an authorization webhook.
+"""Servers the auth tests and benchmarks talk to: an OIDC issuer, a token webhook and an authorization webhook.
 
 Each is a threading HTTPS server on loopback with a serving certificate from a CA made here
 (tools.certs), so the auth service reaches them over verified TLS exactly as it would a real one.
