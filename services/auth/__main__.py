@@ -38,6 +38,10 @@ from .serviceaccount import DEFAULT_ISSUER, ServiceAccountLookup, TokenIssuer, l
 
 log = logging.getLogger("services.auth")
 
+# The proxy caches successful token authentications this long (kube's
+# TokenSuccessCacheTTL, 10 s); see services/proxy/filters/authn.py.
+TOKEN_SUCCESS_CACHE_TTL = 10.0
+
 
 def _bool(value: str) -> bool:
     v = value.strip().lower()
@@ -153,6 +157,10 @@ def build(args: argparse.Namespace, registry: rgrpc.RegistryStub | None = None) 
             conn = load_kubeconfig(args.authentication_token_webhook_config_file)
         except ConfigError as e:
             raise SystemExit(f"--authentication-token-webhook-config-file: {e}") from None
+        ttl = args.authentication_token_webhook_cache_ttl
+        if 0 < ttl < TOKEN_SUCCESS_CACHE_TTL:
+            log.warning("the webhook cache ttl of %gs is shorter than the overall cache ttl of %gs for successful "
+                        "token authentication attempts.", ttl, TOKEN_SUCCESS_CACHE_TTL)
         webhook = WebhookTokenAuthenticator(WebhookClient(conn, WEBHOOK_TIMEOUT),
                                             args.authentication_token_webhook_version, api_audiences,
                                             args.authentication_token_webhook_cache_ttl)

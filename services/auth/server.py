@@ -70,7 +70,8 @@ class AuthServicer(agrpc.AuthServicer):
         if d.decision in (ALLOW, DENY):
             AUTHORIZATION_DECISIONS.labels(d.authorizer, d.authorizer,
                                            "allowed" if d.decision == ALLOW else "denied").inc()
-        return apb.AuthorizeResponse(decision=d.decision, reason=d.reason, error=d.error)
+        return apb.AuthorizeResponse(decision=d.decision, reason=d.reason, error=d.error,
+                                     cache_ttl=0.0 if d.ttl == float("inf") else d.ttl, no_cache=d.ttl <= 0)
 
     @grpcutil.api_method
     async def Review(self, request: apb.ReviewRequest, context: grpc.aio.ServicerContext) -> apb.ReviewResponse:

@@ -26,6 +26,7 @@ from . import ALLOW, DENY, NO_OPINION
 log = logging.getLogger(__name__)
 
 MAX_ENTRIES = 10_000
+INF = float("inf")
 
 EVALUATIONS = Counter(
     "apiserver_authorization_webhook_evaluations", "Round-trips to authorization webhooks.", ["name", "result"])
@@ -87,6 +88,12 @@ class WebhookAuthorizer:
 
     async def authorize_with_error(self, attrs: apb.Attributes) -> tuple[str, str, str]:
         """(decision, reason, error); error is set when the webhook could not decide."""
+        decision, reason, error, _ = await self.evaluate(attrs)
+        return decision, reason, error
+
+    async def evaluate(self, attrs: apb.Attributes) -> tuple[str, str, str, float]:
+        """(decision, reason, error, how long the answer may be reused: inf when it does not depend on the
+        webhook's answer, the authorizedTTL / unauthorizedTTL when it does, 0 after a failure)."""
         s = self.settings
         spec = review_spec(attrs)
         if s.match_conditions:
@@ -104,7 +111,7 @@ class WebhookAuthorizer:
                     continue
                 if not matched:
                     MATCH_EXCLUSIONS.labels("Webhook", s.name).inc()
-                    return NO_OPINION, "", ""
+                    return NO_OPINION, "", "", INF
             if failed:
                 MATCH_ERRORS.labels("Webhook", s.name).inc()
                 return self._on_error(failed[0] if len(failed) == 1 else "[" + ", ".join(failed) + "]")
@@ -112,7 +119,7 @@ class WebhookAuthorizer:
         now = time.monotonic()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > now:
-            return hit[1], hit[2], ""
+            return hit[1], hit[2], "", hit[0] - now
         body = {"apiVersion": f"authorization.k8s.io/{s.version}", "kind": "SubjectAccessReview",
                 "metadata": {"creationTimestamp": None}, "spec": spec, "status": {"allowed": False}}
         self.calls += 1
@@ -143,13 +150,13 @@ class WebhookAuthorizer:
                 if len(self._cache) >= MAX_ENTRIES:
                     self._cache.clear()
             self._cache[key] = (time.monotonic() + ttl, decision, reason)
-        return decision, reason, ""
+        return decision, reason, "", ttl
 
-    def _on_error(self, error: str) -> tuple[str, str, str]:
+    def _on_error(self, error: str) -> tuple[str, str, str, float]:
         if self.settings.failure_policy == DENY:
-            return DENY, "", error
+            return DENY, "", error, 0.0
         FAIL_OPEN.labels(self.settings.name, "error").inc()
-        return NO_OPINION, "", error
+        return NO_OPINION, "", error, 0.0
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -94,7 +94,9 @@ class Authorizer:
 
     async def authorize(self, user: pb.UserInfo, info: RequestInfo) -> None:
         """Return when allowed; raise Forbidden on Deny or NoOpinion."""
-        key = (user.name, tuple(user.groups), info.verb, info.is_resource_request, info.namespace,
+        # uid and extra too: a webhook may decide by them
+        key = (user.name, tuple(user.groups), user.uid,
+               tuple(sorted((k, tuple(v.values)) for k, v in user.extra.items())) if user.extra else (), info.verb, info.is_resource_request, info.namespace,
                info.api_group, info.api_version, info.resource, info.subresource, info.name,
                "" if info.is_resource_request else info.path)
         now = time.monotonic()
@@ -110,15 +112,18 @@ class Authorizer:
                 # kube's WithAuthorization: an authorizer error without an allow is a 500, never cached
                 raise InternalError(f"Internal error occurred: {resp.error}", details={"causes": [{"message": resp.error}]})
             now = time.monotonic()
-            if generation == self._generation and now >= self._quiet_until:
-                self._store(key, now, allowed, reason)
+            if generation == self._generation and now >= self._quiet_until and not resp.no_cache:
+                self._store(key, now, allowed, reason, resp.cache_ttl)
         if not allowed:
             raise forbidden_error(user.name, info, reason)
 
-    def _store(self, key: tuple[Any, ...], now: float, allowed: bool, reason: str) -> None:
+    def _store(self, key: tuple[Any, ...], now: float, allowed: bool, reason: str, limit: float = 0.0) -> None:
+        """limit > 0: the auth service's bound on reuse (a webhook's authorizedTTL / unauthorizedTTL)."""
         if len(self._cache) >= MAX_ENTRIES:
             self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
             if len(self._cache) >= MAX_ENTRIES:
                 self._cache.clear()
         ttl = self.ttl if self.informed() else self.fallback_ttl
+        if limit > 0:
+            ttl = min(ttl, limit)
         self._cache[key] = (now + ttl, allowed, reason)
