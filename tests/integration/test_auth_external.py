@@ -363,6 +363,15 @@ def test_authz_webhook_decides_what_its_match_conditions_select(env: Env) -> Non
                                    'in API group "" in the namespace "webhooked": the webhook says no')
 
 
+def test_the_proxy_reuses_a_webhook_answer_no_longer_than_its_ttl(env: Env) -> None:
+    token, path = env.first.token(sub="stranger"), "/api/v1/namespaces/webhooked/configmaps/ttl"
+    calls = len(env.authz.calls)
+    assert env.get(token, path).status_code == 403
+    time.sleep(2.5)   # unauthorizedTTL is 1s, the proxy's own decision cache 10s
+    assert env.get(token, path).status_code == 403
+    assert len(env.authz.calls) == calls + 2
+
+
 def test_requests_the_conditions_do_not_match_fall_through_to_rbac(env: Env) -> None:
     calls = len(env.authz.calls)
     r = env.get(env.first.token(sub="welcome"), "/api/v1/namespaces/default/configmaps")

@@ -174,3 +174,13 @@ def test_a_false_condition_wins_over_one_that_fails() -> None:
     b, _ = authorizer({"allowed": True}, DENY, ("request.resourceAttributes.namespace == 'x'",))
     decision, _, error = asyncio.run(b.authorize_with_error(nonresource))
     assert decision == DENY and "evaluation failed" in error and b.calls == 0
+
+
+def test_the_decision_carries_the_webhooks_ttl() -> None:
+    allow, _ = authorizer({"allowed": True})
+    d = asyncio.run(Union([allow]).authorize(attrs()))
+    assert d.decision == ALLOW and d.ttl == 60
+    skipped, _ = authorizer({"allowed": True}, conditions=("false",))
+    assert asyncio.run(Union([skipped, RBACAuthorizer(RBACIndex())]).authorize(attrs())).ttl == float("inf")
+    down, _ = authorizer(None, NO_OPINION)
+    assert asyncio.run(Union([down, RBACAuthorizer(RBACIndex())]).authorize(attrs())).ttl == 0
