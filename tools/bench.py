@@ -201,7 +201,8 @@ def oidc_config(issuer: Issuer) -> str:
     ca = "\n".join("      " + line for line in issuer.ca_pem.strip().splitlines())
     return ("apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\njwt:\n"
             f"- issuer:\n    url: {issuer.url}\n    audiences: [apiary]\n    certificateAuthority: |\n{ca}\n"
-            "  claimMappings:\n    username: {claim: sub, prefix: 'oidc:'}\n    groups: {claim: groups, prefix: 'oidc:'}\n")
+            "  claimMappings:\n    username: {claim: sub, prefix: 'oidc:'}\n"
+            "    groups: {claim: groups, prefix: 'oidc:'}\n")
 
 
 async def bench_oidc(stack: Stack, issuer: Issuer, concurrency: int, n: int) -> dict[str, dict]:

@@ -190,7 +190,8 @@ def build(args: argparse.Namespace, registry: rgrpc.RegistryStub | None = None) 
 
 def _authorizers(args: argparse.Namespace, index: RBACIndex) -> tuple[list[Authorizer], bytes]:
     legacy_webhook = [args.authorization_webhook_config_file, args.authorization_webhook_version,
-                      args.authorization_webhook_cache_authorized_ttl, args.authorization_webhook_cache_unauthorized_ttl]
+                      args.authorization_webhook_cache_authorized_ttl,
+                      args.authorization_webhook_cache_unauthorized_ttl]
     if args.authorization_config:
         if args.authorization_mode is not None or any(v is not None and v != "" for v in legacy_webhook):
             raise SystemExit("--authorization-config can not be specified when --authorization-mode or "
@@ -325,7 +326,8 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
     await server.start()
     await hs.start()
     log.info("auth serving gRPC on %s:%d, health on %d; authorization modes %s",
-             args.bind_address, args.grpc_port, args.health_port, ", ".join(a.name for a in servicer.authorizer.authorizers))
+             args.bind_address, args.grpc_port, args.health_port,
+             ", ".join(a.name for a in servicer.authorizer.authorizers))
     try:
         await stop.wait()
     finally:

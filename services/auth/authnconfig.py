@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import socket
 import time
 from typing import Any
 
@@ -22,7 +21,7 @@ from apiary_pb import auth_pb2 as apb
 from apiary_pb import envelope_pb2 as pb
 
 from .authenticators.anonymous import AnonymousConfig
-from .authenticators.jwt import JWTAuthenticator, JWTConfig, KeySet, parse_jwt, validate_jwt
+from .authenticators.jwt import APISERVER_ID_HASH, JWTAuthenticator, JWTConfig, parse_jwt, validate_jwt
 from .fielderrors import ConfigError, FieldErrors
 
 log = logging.getLogger(__name__)
@@ -32,8 +31,6 @@ VERSIONS = ("v1", "v1beta1", "v1alpha1")
 KIND = "AuthenticationConfiguration"
 RELOAD_INTERVAL = 1.0
 MAX_JWT = 64
-
-APISERVER_ID_HASH = "sha256:" + hashlib.sha256(f"apiserver-{socket.gethostname()}".encode()).hexdigest()
 
 RELOADS = Counter(
     "apiserver_authentication_config_controller_automatic_reloads",

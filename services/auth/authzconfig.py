@@ -83,7 +83,8 @@ def _webhook(errs: FieldErrors, path: str, name: str, w: dict[str, Any]) -> tupl
     mc_version = w.get("matchConditionSubjectAccessReviewVersion") or ""
     if not mc_version:
         if conditions:
-            errs.required(f"{path}.matchConditionSubjectAccessReviewVersion", "required if match conditions are specified")
+            errs.required(f"{path}.matchConditionSubjectAccessReviewVersion",
+                          "required if match conditions are specified")
     elif mc_version != "v1":
         errs.not_supported(f"{path}.matchConditionSubjectAccessReviewVersion", mc_version, ["v1"])
     policy = w.get("failurePolicy") or ""
@@ -97,9 +98,11 @@ def _webhook(errs: FieldErrors, path: str, name: str, w: dict[str, Any]) -> tupl
         errs.required(f"{path}.connectionInfo.type")
     elif ctype == "InClusterConfig":
         if kubeconfig is not None:
-            errs.invalid(f"{path}.connectionInfo.kubeConfigFile", kubeconfig, "can only be set when type=KubeConfigFile")
+            errs.invalid(f"{path}.connectionInfo.kubeConfigFile", kubeconfig,
+                         "can only be set when type=KubeConfigFile")
         else:
-            errs.invalid(f"{path}.connectionInfo.type", ctype, "apiary serves no in-cluster webhooks: use KubeConfigFile")
+            errs.invalid(f"{path}.connectionInfo.type", ctype,
+                         "apiary serves no in-cluster webhooks: use KubeConfigFile")
     elif ctype == "KubeConfigFile":
         p = f"{path}.connectionInfo.kubeConfigFile"
         if not kubeconfig:

@@ -266,6 +266,9 @@ def test_a_rotated_key_is_picked_up_without_restart(env: Env) -> None:
     assert wait_for(lambda: env.get(new).status_code == 403, 15)
     # the old key left the JWKS: a token signed by it no longer verifies (the proxy's 10 s cache aside)
     assert "failed to verify signature" in env.review(old).get("error", "")
+    key_sets = [line for line in env.metrics().splitlines()
+                if line.startswith("apiserver_authentication_jwt_authenticator_jwks_fetch_last_key_set_info{")]
+    assert len(key_sets) == 2   # one JWKS hash per issuer: the rotated one replaced the first
 
 
 def test_a_broken_config_file_keeps_the_old_one(env: Env) -> None:

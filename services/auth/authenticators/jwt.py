@@ -18,6 +18,7 @@ import asyncio
 import hashlib
 import logging
 import re
+import socket
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from urllib.parse import urlsplit
 import httpx
 import jwt
 from cryptography import x509
-from prometheus_client import Histogram
+from prometheus_client import Gauge, Histogram
 
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import envelope_pb2 as pb
@@ -54,6 +55,17 @@ JWT_LATENCY = Histogram(
     "for cache miss only (i.e. when the token is not found in the cache).",
     ["result", "jwt_issuer_hash"],
     buckets=(0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192))
+
+
+JWKS_FETCH_TIME = Gauge(
+    "apiserver_authentication_jwt_authenticator_jwks_fetch_last_timestamp_seconds",
+    "Timestamp of the last successful or failed JWKS fetch split by result, api server identity and jwt issuer "
+    "for the JWT authenticator.", ["result", "jwt_issuer_hash", "apiserver_id_hash"])
+JWKS_KEY_SET = Gauge(
+    "apiserver_authentication_jwt_authenticator_jwks_fetch_last_key_set_info",
+    "Information about the last JWKS fetched by the JWT authenticator with hash as label, split by api server "
+    "identity and jwt issuer.", ["jwt_issuer_hash", "apiserver_id_hash", "hash"])
+APISERVER_ID_HASH = "sha256:" + hashlib.sha256(f"apiserver-{socket.gethostname()}".encode()).hexdigest()
 
 
 def issuer_hash(url: str) -> str:
@@ -261,7 +273,8 @@ def validate_jwt(c: JWTConfig, path: str, errs: FieldErrors, disallowed: frozens
         if e.key != e.key.lower():
             errs.invalid(f"{p}.key", e.key, "must be lowercase")
         if domain in ("kubernetes.io", "k8s.io") or domain.endswith((".kubernetes.io", ".k8s.io")):
-            errs.invalid(f"{p}.key", e.key, "k8s.io, kubernetes.io and their subdomains are reserved for Kubernetes use")
+            errs.invalid(f"{p}.key", e.key,
+                         "k8s.io, kubernetes.io and their subdomains are reserved for Kubernetes use")
         if e.key in seen_keys:
             errs.duplicate(f"{p}.key", e.key)
             continue
@@ -308,6 +321,7 @@ class KeySet:
         self._lock = asyncio.Lock()
         self._client: httpx.AsyncClient | None = None
         self._task: asyncio.Task[None] | None = None
+        self._jwks = b""
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -348,38 +362,54 @@ class KeySet:
         async with self._lock:
             if min_interval and time.monotonic() - self.fetched_at < min_interval:
                 return
-            client = self._http()
-            c = self.config
-            discovery = c.discovery_url or c.url.rstrip("/") + "/.well-known/openid-configuration"
-            r = await client.get(discovery)
-            if r.status_code != 200:
-                raise ValueError(f"{r.status_code} {r.reason_phrase}: {r.text[:200]}")
-            doc = r.json()
-            if not c.discovery_url and doc.get("issuer") != c.url:
-                raise ValueError(f"oidc: issuer did not match the issuer returned by provider, expected "
-                                 f"\"{c.url}\" got \"{doc.get('issuer')}\"")
-            jwks_uri = doc.get("jwks_uri")
-            if not isinstance(jwks_uri, str) or not jwks_uri:
-                raise ValueError("oidc: discovery document has no jwks_uri")
-            r = await client.get(jwks_uri)
-            if r.status_code != 200:
-                raise ValueError(f"oidc: get keys failed: {r.status_code} {r.reason_phrase}")
-            keys: dict[str, Any] = {}
-            unnamed: list[Any] = []
-            for k in (r.json().get("keys") or []):
-                if not isinstance(k, dict) or k.get("use", "sig") != "sig":
-                    continue
-                try:
-                    jwk = jwt.PyJWK(k)
-                except jwt.PyJWTError:
-                    continue
-                if k.get("kid"):
-                    keys[str(k["kid"])] = jwk
-                else:
-                    unnamed.append(jwk)
-            self.keys, self.unnamed = keys, unnamed
-            self.fetched_at = time.monotonic()
-            self.ready.set()
+            issuer = issuer_hash(self.config.url)
+            try:
+                body = await self._fetch()
+            except Exception:
+                JWKS_FETCH_TIME.labels("failure", issuer, APISERVER_ID_HASH).set(time.time())
+                raise
+            JWKS_FETCH_TIME.labels("success", issuer, APISERVER_ID_HASH).set(time.time())
+            if body != self._jwks:
+                if self._jwks:
+                    JWKS_KEY_SET.remove(issuer, APISERVER_ID_HASH, "sha256:" + hashlib.sha256(self._jwks).hexdigest())
+                JWKS_KEY_SET.labels(issuer, APISERVER_ID_HASH, "sha256:" + hashlib.sha256(body).hexdigest()).set(1)
+                self._jwks = body
+
+    async def _fetch(self) -> bytes:
+        """Fetch the discovery document and the JWKS, install the keys; the JWKS body."""
+        client = self._http()
+        c = self.config
+        discovery = c.discovery_url or c.url.rstrip("/") + "/.well-known/openid-configuration"
+        r = await client.get(discovery)
+        if r.status_code != 200:
+            raise ValueError(f"{r.status_code} {r.reason_phrase}: {r.text[:200]}")
+        doc = r.json()
+        if not c.discovery_url and doc.get("issuer") != c.url:
+            raise ValueError(f"oidc: issuer did not match the issuer returned by provider, expected "
+                             f"\"{c.url}\" got \"{doc.get('issuer')}\"")
+        jwks_uri = doc.get("jwks_uri")
+        if not isinstance(jwks_uri, str) or not jwks_uri:
+            raise ValueError("oidc: discovery document has no jwks_uri")
+        r = await client.get(jwks_uri)
+        if r.status_code != 200:
+            raise ValueError(f"oidc: get keys failed: {r.status_code} {r.reason_phrase}")
+        keys: dict[str, Any] = {}
+        unnamed: list[Any] = []
+        for k in (r.json().get("keys") or []):
+            if not isinstance(k, dict) or k.get("use", "sig") != "sig":
+                continue
+            try:
+                jwk = jwt.PyJWK(k)
+            except jwt.PyJWTError:
+                continue
+            if k.get("kid"):
+                keys[str(k["kid"])] = jwk
+            else:
+                unnamed.append(jwk)
+        self.keys, self.unnamed = keys, unnamed
+        self.fetched_at = time.monotonic()
+        self.ready.set()
+        return r.content
 
     async def candidates(self, kid: str | None) -> list[Any]:
         if kid and kid not in self.keys:
@@ -463,7 +493,9 @@ class JWTAuthenticator:
                 raise AuthenticationFailed("oidc: authenticator not initialized")
         claims = await self._verify(token)
         auds = claims.get("aud")
-        auds = [auds] if isinstance(auds, str) else [a for a in auds if isinstance(a, str)] if isinstance(auds, list) else []
+        if isinstance(auds, str):
+            auds = [auds]
+        auds = [a for a in auds if isinstance(a, str)] if isinstance(auds, list) else []
         if not set(c.audiences) & set(auds):
             raise AuthenticationFailed(f"oidc: verify token: oidc: expected audience in "
                                        f"{_go_quote_list(sorted(c.audiences))} got {_go_quote_list(auds)}")

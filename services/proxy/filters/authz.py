@@ -95,8 +95,8 @@ class Authorizer:
     async def authorize(self, user: pb.UserInfo, info: RequestInfo) -> None:
         """Return when allowed; raise Forbidden on Deny or NoOpinion."""
         # uid and extra too: a webhook may decide by them
-        key = (user.name, tuple(user.groups), user.uid,
-               tuple(sorted((k, tuple(v.values)) for k, v in user.extra.items())) if user.extra else (), info.verb, info.is_resource_request, info.namespace,
+        extra = tuple(sorted((k, tuple(v.values)) for k, v in user.extra.items())) if user.extra else ()
+        key = (user.name, tuple(user.groups), user.uid, extra, info.verb, info.is_resource_request, info.namespace,
                info.api_group, info.api_version, info.resource, info.subresource, info.name,
                "" if info.is_resource_request else info.path)
         now = time.monotonic()
