@@ -6,6 +6,8 @@ Figures (each at a fixed concurrency, admin client certificate, HTTPS):
   create  POST of a new configmap                    baseline: raw etcd puts from Python (aetcd)
 plus raw etcd gets, the CPU each apiary process spent per request (from /proc),
 and the gRPC calls each service served per request (from its /metrics).
+get_oidc is the same GET with an OIDC bearer token from a local issuer (tools.fakeservers) trusted
+by --authentication-config, against the client-certificate GET measured just before it (both warm).
 Then the storage-scale figures of tools/bench_storage.py (LIST of 10,000, watch-cache memory for
 100,000 objects, 1,000-watcher fan-out) and the RBAC decision rates of tools/bench_rbac.py.
 Writes .apiary/bench.json; `--record` appends the run to docs/benchmarks.md.
@@ -28,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from services.common.runtime import tune_malloc
+from tools.fakeservers import Issuer
 from tools.run import ORDER, ROOT, Stack
 
 BENCH_STATE = ROOT / ".apiary" / "bench"
@@ -191,6 +194,56 @@ async def bench_apiary(stack: Stack, concurrency: int, n: int) -> dict[str, dict
     results["list"] = await drive(max(20, n // 20), min(concurrency, 8), lst, mk)
     cpu, hops = Probe.per_request(before, probe.snapshot(), results["list"]["requests"])
     results["list"].update(cpu_ms_per_request=cpu, grpc_calls_per_request=hops)
+    return results
+
+
+def oidc_config(issuer: Issuer) -> str:
+    ca = "\n".join("      " + line for line in issuer.ca_pem.strip().splitlines())
+    return ("apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\njwt:\n"
+            f"- issuer:\n    url: {issuer.url}\n    audiences: [apiary]\n    certificateAuthority: |\n{ca}\n"
+            "  claimMappings:\n    username: {claim: sub, prefix: 'oidc:'}\n"
+            "    groups: {claim: groups, prefix: 'oidc:'}\n")
+
+
+async def bench_oidc(stack: Stack, issuer: Issuer, concurrency: int, n: int) -> dict[str, dict]:
+    """GET of one configmap with the admin certificate, then with an OIDC token (view rights), both warm."""
+    port = int(stack.server.rsplit(":", 1)[1])
+    admin = Conn("127.0.0.1", port, client_ctx(stack))
+    json_hdr = {"Content-Type": "application/json", "Accept": "application/json"}
+    for path, obj in (
+        ("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench-oidc"}}),
+        ("/api/v1/namespaces/bench-oidc/configmaps", {"apiVersion": "v1", "kind": "ConfigMap",
+                                                     "metadata": {"name": "cm"}, "data": {"key": "value-" * 20}}),
+        ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "bench-oidc-view"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "oidc:bench"}]}),
+    ):
+        await admin.request("POST", path, json.dumps(obj).encode(), json_hdr)
+    token = issuer.token(sub="bench", lifetime=3600)
+    bearer = ssl.create_default_context(cafile=str(stack.state / "pki" / "ca.crt"))
+    path = "/api/v1/namespaces/bench-oidc/configmaps/cm"
+
+    async def get(i: int, c: Conn) -> None:
+        s, data = await c.request("GET", path, headers={"Accept": "application/json"})
+        if s != 200:
+            raise RuntimeError(f"get: {s} {data[:200]!r}")
+
+    async def get_token(i: int, c: Conn) -> None:
+        s, data = await c.request("GET", path, headers={"Accept": "application/json", "Authorization": f"Bearer {token}"})
+        if s != 200:
+            raise RuntimeError(f"get with a token: {s} {data[:200]!r}")
+
+    deadline = time.monotonic() + 30   # the RBAC binding reaches the auth service's index
+    while (await Conn("127.0.0.1", port, bearer).request("GET", path, headers={"Authorization": f"Bearer {token}"}))[0] != 200:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the OIDC token was never allowed to GET")
+        await asyncio.sleep(0.5)
+    results = {}
+    for name, fn, ctx in (("get_cert", get, client_ctx(stack)), ("get_oidc", get_token, bearer)):
+        await drive(n // 5, concurrency, fn, lambda: Conn("127.0.0.1", port, ctx))   # warm
+        results[name] = await drive(2 * n, concurrency, fn, lambda: Conn("127.0.0.1", port, ctx))
     return results
 
 
@@ -383,19 +436,24 @@ def main() -> None:
     if args.mode == "hello-server":
         hello_server(args.port, args.cert, args.key, args.ca)
         return
-    stack = Stack(BENCH_STATE, BENCH_OFFSET)
+    issuer = Issuer(BENCH_STATE / "oidc", "bench-issuer").start()
+    authn_config = BENCH_STATE / "oidc" / "authentication-config.yaml"
+    authn_config.write_text(oidc_config(issuer))
+    stack = Stack(BENCH_STATE, BENCH_OFFSET, extra={"auth": ["--authentication-config", str(authn_config)]})
     stack.start(fresh=True)
     try:
         raw = {
             "hello": asyncio.run(bench_hello(stack, args.concurrency, args.n)),
             "etcd": asyncio.run(bench_etcd(stack, args.concurrency, args.n)),
             "apiary": asyncio.run(bench_apiary(stack, args.concurrency, args.n)),
+            "oidc": asyncio.run(bench_oidc(stack, issuer, args.concurrency, args.n)),
         }
         from tools import bench_storage
 
         raw["storage"] = bench_storage.run(stack)
     finally:
         stack.stop(quiet=True)
+        issuer.stop()
     try:
         from tools import bench_rbac
     except ImportError:
@@ -412,6 +470,10 @@ def main() -> None:
         r = raw["apiary"][name]
         results[name] = {"rate": r["rate"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "baseline": base,
                          "baseline_rate": base_rate, "ratio": round(r["rate"] / base_rate, 4)}
+    oidc = raw["oidc"]
+    results["get_oidc"] = {**{k: oidc["get_oidc"][k] for k in ("rate", "p50_ms", "p99_ms")},
+                           "baseline": "get_cert", "baseline_rate": oidc["get_cert"]["rate"],
+                           "ratio": round(oidc["get_oidc"]["rate"] / oidc["get_cert"]["rate"], 4)}
     results["etcd_get"] = {**{k: raw["etcd"]["get"][k] for k in ("rate", "p50_ms", "p99_ms")},
                            "baseline": "etcd_get", "baseline_rate": raw["etcd"]["get"]["rate"], "ratio": 1.0}
     results.update(storage_figures(raw))

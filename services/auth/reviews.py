@@ -12,9 +12,9 @@ from apiary_pb import envelope_pb2 as pb
 from services.common.errors import BadRequest, NotFound, invalid
 from services.common.identity import user_dict, user_pb
 
-from .authenticators import AuthenticationFailed, add_authenticated_group
+from .authenticators import AuthenticationFailed, Authenticator, add_authenticated_group
 from .authenticators.serviceaccount import ServiceAccountAuthenticator
-from .authenticators.tokenfile import TokenFileAuthenticator
+from .authenticators.webhook import WebhookTokenAuthenticator
 from .authorizers import ALLOW, DENY
 from .authorizers import Union as AuthorizerUnion
 from .authorizers.rbac import Rule
@@ -33,10 +33,14 @@ KINDS = {
 
 
 class Reviewer:
-    def __init__(self, authorizer: AuthorizerUnion, token_file: TokenFileAuthenticator | None,
-                 service_accounts: ServiceAccountAuthenticator | None, api_audiences: Sequence[str]) -> None:
+    def __init__(self, authorizer: AuthorizerUnion, implicit: Sequence[Authenticator],
+                 service_accounts: ServiceAccountAuthenticator | None, api_audiences: Sequence[str],
+                 webhook: WebhookTokenAuthenticator | None = None) -> None:
+        """implicit: the audience-agnostic token authenticators (token file, JWT issuers), valid only for the
+        API's own audiences; webhook: the token webhook, which is told the audiences."""
         self.authorizer = authorizer
-        self.token_file = token_file
+        self.implicit = list(implicit)
+        self.webhook = webhook
         self.service_accounts = service_accounts
         self.api_audiences = tuple(api_audiences)
 
@@ -83,9 +87,9 @@ class Reviewer:
         errors: list[str] = []
         # audience-agnostic tokens count only where the requested audiences include the API's own
         implicit = [a for a in audiences if a in self.api_audiences]
-        if self.token_file is not None and implicit:
+        for a in self.implicit if implicit else ():
             try:
-                user = await self.token_file.authenticate(apb.AuthenticateRequest(token=token))
+                user = await a.authenticate(apb.AuthenticateRequest(token=token))
                 if user is not None:
                     return add_authenticated_group(user), implicit, []
             except AuthenticationFailed as e:
@@ -93,6 +97,13 @@ class Reviewer:
         if self.service_accounts is not None:
             try:
                 found = await self.service_accounts.authenticate_token(token, audiences)
+                if found is not None:
+                    return add_authenticated_group(found[0]), found[1], []
+            except AuthenticationFailed as e:
+                errors.append(str(e))
+        if self.webhook is not None:
+            try:
+                found = await self.webhook.authenticate_token(token, audiences)
                 if found is not None:
                     return add_authenticated_group(found[0]), found[1], []
             except AuthenticationFailed as e:
@@ -147,6 +158,8 @@ class Reviewer:
             status["denied"] = True
         if d.reason:
             status["reason"] = d.reason
+        if d.error:
+            status["evaluationError"] = d.error
         obj["status"] = status
 
     def _rules_review(self, obj: dict[str, Any], user: pb.UserInfo) -> None:

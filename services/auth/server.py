@@ -15,6 +15,8 @@ from services.common import grpcutil
 from services.common.errors import NotFound, ServiceUnavailable
 
 from .authenticators import Union as AuthenticatorUnion
+from .authnconfig import JWTAuthenticators
+from .authzconfig import AuthorizationConfigWatcher
 from .authorizers import ALLOW, DENY
 from .authorizers import Union as AuthorizerUnion
 from .authorizers.rbac import RBACIndex
@@ -49,6 +51,8 @@ class AuthServicer(agrpc.AuthServicer):
         self.sa_lookup = sa_lookup            # started by main with the registry channel
         # Whether the RBAC index holds every object yet (set by main to the informers' sync).
         self.rbac_synced: Callable[[], bool] = lambda: True
+        self.jwt: JWTAuthenticators | None = None  # key fetching and file reloads, started by main
+        self.authz_watcher: AuthorizationConfigWatcher | None = None  # --authorization-config reloads
 
     @grpcutil.api_method
     async def Authenticate(self, request: apb.AuthenticateRequest,
@@ -74,7 +78,8 @@ class AuthServicer(agrpc.AuthServicer):
         if d.decision in (ALLOW, DENY):
             AUTHORIZATION_DECISIONS.labels(d.authorizer, d.authorizer,
                                            "allowed" if d.decision == ALLOW else "denied").inc()
-        return apb.AuthorizeResponse(decision=d.decision, reason=d.reason)
+        return apb.AuthorizeResponse(decision=d.decision, reason=d.reason, error=d.error,
+                                     cache_ttl=0.0 if d.ttl == float("inf") else d.ttl, no_cache=d.ttl <= 0)
 
     @grpcutil.api_method
     async def Review(self, request: apb.ReviewRequest, context: grpc.aio.ServicerContext) -> apb.ReviewResponse:

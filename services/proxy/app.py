@@ -181,7 +181,7 @@ class ProxyApp:
                 # 3. authentication
                 t = time.perf_counter()
                 user = await self.authn.authenticate(bearer_token(ctx.headers), ctx.client_cert,
-                                                     ctx.raw_headers)
+                                                     ctx.raw_headers, ctx.path)
                 user_name = user.name
                 t = ctx.timing("authn", t)
                 # 3b. impersonation: from here on the request acts as the impersonated user

@@ -54,6 +54,9 @@ class Union:
                 continue
             if user is not None:
                 return Result(add_authenticated_group(user))
+        if req.token and not errors:
+            # kube's bearer-token authenticator: a token nobody accepts is an error, never anonymous
+            errors.append("invalid bearer token")
         if errors or self.fallback is None:
             return Result(None, errors)
         return Result(await self.fallback.authenticate(req))

@@ -18,6 +18,8 @@ class Decision:
     decision: str
     reason: str = ""
     authorizer: str = ""  # which module decided; "" when nobody had an opinion
+    error: str = ""       # why an authorizer could not decide (a webhook down): kube answers 500 unless allowed
+    ttl: float = float("inf")  # how long the decision may be reused (webhook answers are cached for their TTLs)
 
 
 class Authorizer(Protocol):
@@ -34,10 +36,21 @@ class Union:
 
     async def authorize(self, attrs: apb.Attributes) -> Decision:
         reasons: list[str] = []
+        errors: list[str] = []
+        ttl = float("inf")   # the decision holds while every answer it rests on holds
         for a in self.authorizers:
-            decision, reason = await a.authorize(attrs)
+            evaluate = getattr(a, "evaluate", None)
+            if evaluate is not None:
+                decision, reason, error, answer_ttl = await evaluate(attrs)
+                ttl = min(ttl, answer_ttl)
+            else:
+                (decision, reason), error = await a.authorize(attrs), ""
+            if error:
+                errors.append(error)
             if decision in (ALLOW, DENY):
-                return Decision(decision, reason, a.name)
+                return Decision(decision, reason, a.name, error, ttl)
             if reason:
                 reasons.append(reason)
-        return Decision(NO_OPINION, "\n".join(reasons))
+        # utilerrors.NewAggregate: one error as is, several as [a, b]
+        error = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]" if errors else ""
+        return Decision(NO_OPINION, "\n".join(reasons), "", error, ttl)

@@ -48,7 +48,7 @@ class Authenticator:
         self._cache: dict[Any, tuple[float, pb.UserInfo]] = {}
 
     async def authenticate(self, token: str, cert: dict[str, Any] | None,
-                           headers: Sequence[tuple[bytes, bytes]] = ()) -> pb.UserInfo:
+                           headers: Sequence[tuple[bytes, bytes]] = (), path: str = "") -> pb.UserInfo:
         """The caller's UserInfo; Unauthorized when no credential is accepted.
 
         cert is the TLS layer's verified subject ({"cn", "o", "ca"}); headers the raw request headers,
@@ -67,13 +67,15 @@ class Authenticator:
                 raise Unauthorized("Unauthorized")
         cn = cert.get("cn", "") if x509 else ""
         orgs = tuple(cert.get("o", ())) if x509 else ()
-        key = (hashlib.sha256(token.encode()).digest() if token else b"", x509, cn, orgs)
+        # without credentials the answer (anonymous or not) may depend on the path: kube's anonymous conditions
+        key = (hashlib.sha256(token.encode()).digest() if token else b"", x509, cn, orgs,
+               "" if token or x509 else path)
         now = time.monotonic()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
         req = apb.AuthenticateRequest(token=token, has_cert=x509, cert_common_name=cn,
-                                      cert_organizations=list(orgs))
+                                      cert_organizations=list(orgs), path=path)
         resp = await grpcutil.call(self.auth.Authenticate(req, timeout=AUTH_TIMEOUT), "auth")
         if not resp.authenticated:
             raise Unauthorized("Unauthorized")

@@ -23,7 +23,7 @@ from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
 from services.common import grpcutil
-from services.common.errors import Forbidden
+from services.common.errors import Forbidden, InternalError
 from services.common.identity import SYSTEM_MASTERS
 
 from ..requestinfo import RequestInfo
@@ -100,7 +100,9 @@ class Authorizer:
             # kube-apiserver's privileged-group authorizer, first in every authorization chain: in
             # process, so system:masters keeps working while the auth service restarts.
             return
-        key = (user.name, tuple(user.groups), info.verb, info.is_resource_request, info.namespace,
+        # uid and extra too: a webhook may decide by them
+        extra = tuple(sorted((k, tuple(v.values)) for k, v in user.extra.items())) if user.extra else ()
+        key = (user.name, tuple(user.groups), user.uid, extra, info.verb, info.is_resource_request, info.namespace,
                info.api_group, info.api_version, info.resource, info.subresource, info.name,
                "" if info.is_resource_request else info.path)
         now = time.monotonic()
@@ -112,16 +114,22 @@ class Authorizer:
             req = apb.AuthorizeRequest(attributes=attributes(user, info))
             resp = await grpcutil.call(self.auth.Authorize(req, timeout=AUTHZ_TIMEOUT), "auth")
             allowed, reason = resp.decision == "Allow", resp.reason
+            if not allowed and resp.error:
+                # kube's WithAuthorization: an authorizer error without an allow is a 500, never cached
+                raise InternalError(f"Internal error occurred: {resp.error}", details={"causes": [{"message": resp.error}]})
             now = time.monotonic()
-            if generation == self._generation and now >= self._quiet_until:
-                self._store(key, now, allowed, reason)
+            if generation == self._generation and now >= self._quiet_until and not resp.no_cache:
+                self._store(key, now, allowed, reason, resp.cache_ttl)
         if not allowed:
             raise forbidden_error(user.name, info, reason)
 
-    def _store(self, key: tuple[Any, ...], now: float, allowed: bool, reason: str) -> None:
+    def _store(self, key: tuple[Any, ...], now: float, allowed: bool, reason: str, limit: float = 0.0) -> None:
+        """limit > 0: the auth service's bound on reuse (a webhook's authorizedTTL / unauthorizedTTL)."""
         if len(self._cache) >= MAX_ENTRIES:
             self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
             if len(self._cache) >= MAX_ENTRIES:
                 self._cache.clear()
         ttl = self.ttl if self.informed() else self.fallback_ttl
+        if limit > 0:
+            ttl = min(ttl, limit)
         self._cache[key] = (now + ttl, allowed, reason)

@@ -1,0 +1,252 @@
+"""--authentication-config (AuthenticationConfiguration) and the legacy --oidc-* flags.
+
+The file is read at start (a bad file stops the service with kube's validation messages) and then
+watched: every RELOAD_INTERVAL its content is compared with the last one read, and a changed file
+is validated and swapped in. A file that no longer validates keeps the last good configuration; the
+failure is logged and counted in kube's apiserver_authentication_config_controller_* metrics.
+Issuers whose connection (url, discoveryURL, certificateAuthority) is unchanged keep their keys.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from typing import Any
+
+import yaml
+from prometheus_client import Counter, Gauge
+
+from apiary_pb import auth_pb2 as apb
+from apiary_pb import envelope_pb2 as pb
+
+from .authenticators.anonymous import AnonymousConfig
+from .authenticators.jwt import APISERVER_ID_HASH, JWTAuthenticator, JWTConfig, parse_jwt, validate_jwt
+from .fielderrors import ConfigError, FieldErrors
+
+log = logging.getLogger(__name__)
+
+GROUP = "apiserver.config.k8s.io"
+VERSIONS = ("v1", "v1beta1", "v1alpha1")
+KIND = "AuthenticationConfiguration"
+RELOAD_INTERVAL = 1.0
+MAX_JWT = 64
+
+RELOADS = Counter(
+    "apiserver_authentication_config_controller_automatic_reloads",
+    "Total number of automatic reloads of authentication configuration split by status and apiserver identity.",
+    ["status", "apiserver_id_hash"])
+RELOAD_LAST = Gauge(
+    "apiserver_authentication_config_controller_automatic_reload_last_timestamp_seconds",
+    "Timestamp of the last automatic reload of authentication configuration split by status and apiserver identity.",
+    ["status", "apiserver_id_hash"])
+LAST_CONFIG = Gauge(
+    "apiserver_authentication_config_controller_last_config_info",
+    "Information about the last applied authentication configuration with hash as label, split by apiserver identity.",
+    ["apiserver_id_hash", "hash"])
+
+
+def content_hash(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def decode(data: bytes, path: str) -> dict[str, Any]:
+    if not data:
+        raise ConfigError("empty config data")
+    try:
+        obj = yaml.safe_load(data)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"failed to decode authentication configuration file {path!r}: {e}") from None
+    if not isinstance(obj, dict):
+        raise ConfigError(f"failed to decode authentication configuration file {path!r}: "
+                          f"expected an AuthenticationConfiguration object")
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    group, _, version = str(api_version or "").rpartition("/")
+    if group != GROUP or version not in VERSIONS or kind != KIND:
+        raise ConfigError(f"no kind \"{kind}\" is registered for version \"{api_version}\" in scheme "
+                          f"\"pkg/apis/apiserver\"" if kind or api_version else
+                          "Object 'Kind' is missing in authentication configuration")
+    return obj
+
+
+def parse(obj: dict[str, Any], disallowed_issuers: frozenset[str] = frozenset()) -> list[JWTConfig]:
+    """The validated jwt authenticators, their CEL compiled; ConfigError with kube's messages."""
+    return parse_all(obj, disallowed_issuers)[0]
+
+
+def parse_all(obj: dict[str, Any],
+              disallowed_issuers: frozenset[str] = frozenset()) -> tuple[list[JWTConfig], AnonymousConfig | None]:
+    """The jwt authenticators and the anonymous section (None when absent)."""
+    raw = obj.get("jwt") or []
+    if not isinstance(raw, list):
+        raise ConfigError("jwt: Invalid value: expected a list of JWT authenticators")
+    errs = FieldErrors()
+    if len(raw) > MAX_JWT:
+        errs.too_many("jwt", len(raw), MAX_JWT)
+        raise ConfigError(str(errs))
+    configs = [parse_jwt(r) for r in raw]
+    seen, seen_discovery = set(), set()
+    for i, c in enumerate(configs):
+        validate_jwt(c, f"jwt[{i}]", errs, disallowed_issuers)
+        if c.url in seen:
+            errs.duplicate(f"jwt[{i}].issuer.url", c.url)
+        seen.add(c.url)
+        if c.discovery_url:
+            if c.discovery_url in seen_discovery:
+                errs.duplicate(f"jwt[{i}].issuer.discoveryURL", c.discovery_url)
+            seen_discovery.add(c.discovery_url)
+    anonymous = obj.get("anonymous")
+    anon: AnonymousConfig | None = None
+    if anonymous is not None:
+        anonymous = anonymous if isinstance(anonymous, dict) else {}
+        conditions = anonymous.get("conditions") or []
+        paths: list[str] = []
+        for i, c in enumerate(conditions if isinstance(conditions, list) else []):
+            path = c.get("path") if isinstance(c, dict) else None
+            if not isinstance(path, str) or not path:
+                errs.required(f"anonymous.conditions[{i}].path")
+            elif path in paths:
+                errs.duplicate(f"anonymous.conditions[{i}].path", path)
+            else:
+                paths.append(path)
+        if not anonymous.get("enabled") and conditions:
+            errs.invalid("anonymous.conditions", "", "enabled should be set to true when conditions are defined")
+        anon = AnonymousConfig(bool(anonymous.get("enabled")), frozenset(paths))
+    if errs:
+        raise ConfigError(str(errs))
+    return configs, anon
+
+
+def load(path: str, disallowed_issuers: frozenset[str] = frozenset()) \
+        -> tuple[list[JWTConfig], AnonymousConfig | None, bytes]:
+    """Read and validate the file; ConfigError with the text kube-apiserver stops with."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ConfigError(f"failed to load authentication configuration from file \"{path}\": open {path}: "
+                          f"{(e.strerror or str(e)).lower()}") from None
+    try:
+        obj = decode(data, path)
+    except ConfigError as e:
+        raise ConfigError(f"failed to load authentication configuration from file \"{path}\": {e}") from None
+    try:
+        configs, anonymous = parse_all(obj, disallowed_issuers)
+    except ConfigError as e:
+        raise ConfigError(f"invalid authentication configuration: {e}") from None
+    return configs, anonymous, data
+
+
+def legacy_oidc_config(issuer_url: str, client_id: str, username_claim: str, username_prefix: str | None,
+                       groups_claim: str, groups_prefix: str, required_claims: dict[str, str], ca_file: str,
+                       signing_algs: list[str]) -> JWTConfig:
+    """The --oidc-* flags as the one JWT authenticator kube builds from them."""
+    raw: dict[str, Any] = {"issuer": {"url": issuer_url, "audiences": [client_id]}}
+    if ca_file:
+        try:
+            with open(ca_file, encoding="utf-8") as f:
+                raw["issuer"]["certificateAuthority"] = f.read()
+        except OSError as e:
+            raise ConfigError(f"--oidc-ca-file: {e.strerror}: {ca_file}") from None
+    if not username_prefix:
+        # kube: an unset (or empty) prefix means "<issuer>#" unless the claim is email; "-" disables prefixing.
+        username_prefix = "" if username_claim == "email" else f"{issuer_url}#"
+    elif username_prefix == "-":
+        username_prefix = ""
+    raw["claimMappings"] = {"username": {"claim": username_claim, "prefix": username_prefix}}
+    if groups_claim:
+        raw["claimMappings"]["groups"] = {"claim": groups_claim, "prefix": groups_prefix}
+    raw["claimValidationRules"] = [{"claim": k, "requiredValue": v} for k, v in sorted(required_claims.items())]
+    c = parse_jwt(raw)
+    c.algorithms = tuple(signing_algs)
+    return c
+
+
+class JWTAuthenticators:
+    """The current JWT authenticators, in file order; a token no issuer claims is not ours (None)."""
+
+    def __init__(self, configs: list[JWTConfig], path: str = "", data: bytes = b"",
+                 disallowed_issuers: frozenset[str] = frozenset(), anonymous: AnonymousConfig | None = None) -> None:
+        self.path = path
+        self.anonymous = anonymous
+        self.disallowed = disallowed_issuers
+        self._data = data
+        self.authenticators: list[JWTAuthenticator] = [JWTAuthenticator(c) for c in configs]
+        self._task: asyncio.Task[None] | None = None
+        if path:
+            LAST_CONFIG.labels(APISERVER_ID_HASH, content_hash(data)).set(1)
+
+    def current_anonymous(self) -> AnonymousConfig | None:
+        return self.anonymous
+
+    async def authenticate(self, req: apb.AuthenticateRequest) -> pb.UserInfo | None:
+        if not req.token:
+            return None
+        return await self.authenticate_token(req.token)
+
+    async def authenticate_token(self, token: str) -> pb.UserInfo | None:
+        for a in self.authenticators:
+            user = await a.authenticate_token(token)
+            if user is not None:
+                return user
+        return None
+
+    def start(self) -> None:
+        for a in self.authenticators:
+            a.keys.start()
+        if self.path and self._task is None:
+            self._task = asyncio.create_task(self._watch(), name="authentication-config")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for a in self.authenticators:
+            await a.keys.stop()
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(RELOAD_INTERVAL)
+            try:
+                with open(self.path, "rb") as f:
+                    data = f.read()
+            except OSError as e:
+                log.error("authentication config %s: cannot read the file, keeping the last one: %s", self.path, e)
+                continue
+            if data != self._data:
+                await self.reload(data)
+
+    async def reload(self, data: bytes) -> bool:
+        """Swap in a changed file; False (and the old configuration kept) when it does not validate."""
+        self._data = data
+        try:
+            configs, anonymous = parse_all(decode(data, self.path), self.disallowed)
+            if anonymous != self.anonymous:
+                raise ConfigError("anonymous: Forbidden: changed from initial configuration file")
+        except ConfigError as e:
+            log.error("authentication config %s was not loaded, keeping the last good one: %s", self.path, e)
+            RELOADS.labels("failure", APISERVER_ID_HASH).inc()
+            RELOAD_LAST.labels("failure", APISERVER_ID_HASH).set(time.time())
+            return False
+        old = {a.config.connection_key(): a.keys for a in self.authenticators}
+        fresh: list[JWTAuthenticator] = []
+        for c in configs:
+            keys = old.pop(c.connection_key(), None)
+            if keys is not None:
+                keys.config = c
+            a = JWTAuthenticator(c, keys)
+            a.keys.start()
+            fresh.append(a)
+        self.authenticators = fresh
+        self.anonymous = anonymous
+        for keys in old.values():
+            await keys.stop()
+        LAST_CONFIG.clear()
+        LAST_CONFIG.labels(APISERVER_ID_HASH, content_hash(data)).set(1)
+        RELOADS.labels("success", APISERVER_ID_HASH).inc()
+        RELOAD_LAST.labels("success", APISERVER_ID_HASH).set(time.time())
+        log.info("authentication config %s reloaded: %d jwt authenticator(s)", self.path, len(fresh))
+        return True

@@ -1,0 +1,289 @@
+"""--authorization-config (AuthorizationConfiguration) and the legacy --authorization-webhook-* flags.
+
+The chain is kube's: system:masters first, then the configured authorizers in order. The file is
+watched like the authentication configuration: a changed file that validates replaces the chain
+(webhooks whose settings did not change keep their caches), one that does not keeps the last good
+chain, with a log line and kube's apiserver_authorization_config_controller_* metrics.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import time
+from typing import Any
+
+import yaml
+from prometheus_client import Counter, Gauge
+
+from . import cel
+from .authnconfig import APISERVER_ID_HASH, content_hash
+from .authorizers import Authorizer
+from .authorizers.modes import AlwaysAllow, AlwaysDeny, RBACAuthorizer
+from .authorizers.privileged import PrivilegedGroupAuthorizer
+from .authorizers.rbac import RBACIndex
+from .authorizers.webhook import WebhookAuthorizer, WebhookSettings
+from .duration import parse_duration
+from .fielderrors import ConfigError, FieldErrors
+from .webhookclient import WebhookClient, load_kubeconfig
+
+log = logging.getLogger(__name__)
+
+KIND = "AuthorizationConfiguration"
+GROUP = "apiserver.config.k8s.io"
+VERSIONS = ("v1", "v1beta1", "v1alpha1")
+KNOWN_TYPES = ["AlwaysAllow", "AlwaysDeny", "Node", "RBAC", "Webhook"]
+RELOAD_INTERVAL = 1.0
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+RELOADS = Counter(
+    "apiserver_authorization_config_controller_automatic_reloads",
+    "Total number of automatic reloads of authorization configuration split by status and apiserver identity.",
+    ["status", "apiserver_id_hash"])
+RELOAD_LAST = Gauge(
+    "apiserver_authorization_config_controller_automatic_reload_last_timestamp_seconds",
+    "Timestamp of the last automatic reload of authorization configuration split by status and apiserver identity.",
+    ["status", "apiserver_id_hash"])
+LAST_CONFIG = Gauge(
+    "apiserver_authorization_config_controller_last_config_info",
+    "Information about the last applied authorization configuration with hash as label, split by apiserver identity.",
+    ["apiserver_id_hash", "hash"])
+
+
+def _duration(errs: FieldErrors, path: str, raw: Any) -> float:
+    if raw in (None, "", 0):
+        return 0.0
+    try:
+        return parse_duration(str(raw))
+    except ValueError as e:
+        errs.invalid(path, str(raw), str(e))
+        return 0.0
+
+
+def _webhook(errs: FieldErrors, path: str, name: str, w: dict[str, Any]) -> tuple[WebhookSettings, str]:
+    timeout = _duration(errs, f"{path}.timeout", w.get("timeout"))
+    if not w.get("timeout"):
+        errs.required(f"{path}.timeout")
+    elif timeout > 30 or timeout < 0:
+        errs.invalid(f"{path}.timeout", str(w.get("timeout")), "must be > 0s and <= 30s")
+    ttls = {}
+    for key in ("authorizedTTL", "unauthorizedTTL"):
+        ttls[key] = _duration(errs, f"{path}.{key}", w.get(key))
+        if not w.get(key):
+            errs.required(f"{path}.{key}")
+        elif ttls[key] < 0:
+            errs.invalid(f"{path}.{key}", str(w.get(key)), "must be > 0s")
+    version = w.get("subjectAccessReviewVersion") or ""
+    if not version:
+        errs.required(f"{path}.subjectAccessReviewVersion")
+    elif version not in ("v1", "v1beta1"):
+        errs.not_supported(f"{path}.subjectAccessReviewVersion", version, ["v1", "v1beta1"])
+    conditions = w.get("matchConditions") or []
+    mc_version = w.get("matchConditionSubjectAccessReviewVersion") or ""
+    if not mc_version:
+        if conditions:
+            errs.required(f"{path}.matchConditionSubjectAccessReviewVersion",
+                          "required if match conditions are specified")
+    elif mc_version != "v1":
+        errs.not_supported(f"{path}.matchConditionSubjectAccessReviewVersion", mc_version, ["v1"])
+    policy = w.get("failurePolicy") or ""
+    if not policy:
+        errs.required(f"{path}.failurePolicy")
+    elif policy not in ("NoOpinion", "Deny"):
+        errs.not_supported(f"{path}.failurePolicy", policy, ["NoOpinion", "Deny"])
+    conn = w.get("connectionInfo") if isinstance(w.get("connectionInfo"), dict) else {}
+    ctype, kubeconfig = conn.get("type") or "", conn.get("kubeConfigFile")
+    if not ctype:
+        errs.required(f"{path}.connectionInfo.type")
+    elif ctype == "InClusterConfig":
+        if kubeconfig is not None:
+            errs.invalid(f"{path}.connectionInfo.kubeConfigFile", kubeconfig,
+                         "can only be set when type=KubeConfigFile")
+        else:
+            errs.invalid(f"{path}.connectionInfo.type", ctype,
+                         "apiary serves no in-cluster webhooks: use KubeConfigFile")
+    elif ctype == "KubeConfigFile":
+        p = f"{path}.connectionInfo.kubeConfigFile"
+        if not kubeconfig:
+            errs.required(p)
+        elif not os.path.isabs(kubeconfig):
+            errs.invalid(p, kubeconfig, "must be an absolute path")
+        elif not os.path.exists(kubeconfig):
+            errs.invalid(p, kubeconfig, f"error loading file: stat {kubeconfig}: no such file or directory")
+        elif not os.path.isfile(kubeconfig):
+            errs.invalid(p, kubeconfig, "must be a regular file")
+    else:
+        errs.not_supported(f"{path}.connectionInfo.type", ctype, ["InClusterConfig", "KubeConfigFile"])
+    if len(conditions) > 64:
+        errs.too_many(f"{path}.matchConditions", len(conditions), 64)
+        conditions = []
+    programs: list[cel.Program] = []
+    seen: set[str] = set()
+    for i, c in enumerate(conditions):
+        p = f"{path}.matchConditions[{i}].expression"
+        expr = c.get("expression") if isinstance(c, dict) else None
+        if not isinstance(expr, str) or not expr.strip():
+            errs.required(p)
+            continue
+        if expr in seen:
+            errs.duplicate(p, expr)
+            continue
+        seen.add(expr)
+        try:
+            programs.append(cel.compile_expression(expr))
+        except cel.CELCompileError as e:
+            errs.invalid(p, expr, f"compilation failed: {e}")
+    settings = WebhookSettings(name, timeout, version or "v1", ttls["authorizedTTL"], ttls["unauthorizedTTL"],
+                               policy or "NoOpinion", programs)
+    return settings, str(kubeconfig or "")
+
+
+def parse(data: bytes, path: str) -> list[tuple[str, str, WebhookSettings | None, str]]:
+    """[(type, name, webhook settings, kubeconfig path)], validated with kube's messages."""
+    try:
+        obj = yaml.safe_load(data)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"failed to decode authorization configuration file {path!r}: {e}") from None
+    if not isinstance(obj, dict):
+        raise ConfigError(f"failed to decode authorization configuration file {path!r}: expected an object")
+    group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
+    if group != GROUP or version not in VERSIONS or obj.get("kind") != KIND:
+        raise ConfigError(f"no kind \"{obj.get('kind')}\" is registered for version \"{obj.get('apiVersion')}\" "
+                          f"in scheme \"pkg/apis/apiserver\"")
+    errs = FieldErrors()
+    raw = obj.get("authorizers") or []
+    if not raw:
+        errs.required("authorizers", "at least one authorization mode must be defined")
+    out: list[tuple[str, str, WebhookSettings | None, str]] = []
+    seen_types: set[str] = set()
+    seen_names: set[str] = set()
+    for i, a in enumerate(raw if isinstance(raw, list) else []):
+        p = f"authorizers[{i}]"
+        a = a if isinstance(a, dict) else {}
+        atype, name = str(a.get("type") or ""), str(a.get("name") or "")
+        if not atype:
+            errs.required(f"{p}.type")
+            continue
+        if atype not in KNOWN_TYPES:
+            errs.not_supported(f"{p}.type", atype, KNOWN_TYPES)
+            continue
+        if atype in seen_types and atype != "Webhook":
+            errs.duplicate(f"{p}.type", atype)
+            continue
+        seen_types.add(atype)
+        if not name:
+            errs.required(f"{p}.name")
+        elif name in seen_names:
+            errs.duplicate(f"{p}.name", name)
+        elif len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+            errs.invalid(f"{p}.name", name, "authorizer name is invalid: a lowercase RFC 1123 subdomain must "
+                                            "consist of lower case alphanumeric characters, '-' or '.', and must "
+                                            "start and end with an alphanumeric character")
+        seen_names.add(name)
+        settings, kubeconfig = None, ""
+        if atype == "Webhook":
+            if not isinstance(a.get("webhook"), dict):
+                errs.required(f"{p}.webhook", "required when type=Webhook")
+                continue
+            settings, kubeconfig = _webhook(errs, f"{p}.webhook", name, a["webhook"])
+        elif a.get("webhook") is not None:
+            errs.invalid(f"{p}.webhook", "non-null", "may only be specified when type=Webhook")
+        out.append((atype, name, settings, kubeconfig))
+    if errs:
+        raise ConfigError(str(errs))
+    return out
+
+
+class AuthorizerChain:
+    """Builds the authorizers a configuration names, reusing unchanged webhooks (and their caches)."""
+
+    def __init__(self, index: RBACIndex) -> None:
+        self.index = index
+        self._webhooks: dict[Any, WebhookAuthorizer] = {}
+
+    def build(self, entries: list[tuple[str, str, WebhookSettings | None, str]]) -> list[Authorizer]:
+        out: list[Authorizer] = [PrivilegedGroupAuthorizer()]
+        webhooks: dict[Any, WebhookAuthorizer] = {}
+        for atype, name, settings, kubeconfig in entries:
+            if atype == "RBAC":
+                out.append(RBACAuthorizer(self.index))
+            elif atype == "AlwaysAllow":
+                out.append(AlwaysAllow())
+            elif atype == "AlwaysDeny":
+                out.append(AlwaysDeny())
+            elif atype == "Webhook":
+                assert settings is not None
+                key = (repr(settings), [p.expression for p in settings.match_conditions].__repr__(), kubeconfig,
+                       _mtime(kubeconfig))
+                hook = self._webhooks.get(key)
+                if hook is None:
+                    hook = WebhookAuthorizer(settings, WebhookClient(load_kubeconfig(kubeconfig), settings.timeout))
+                webhooks[key] = hook
+                out.append(hook)
+        self._webhooks = webhooks
+        return out
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+class AuthorizationConfigWatcher:
+    def __init__(self, path: str, data: bytes, chain: AuthorizerChain, target: Any) -> None:
+        """target: the authorizer Union whose .authorizers a reload replaces."""
+        self.path, self._data, self.chain, self.target = path, data, chain, target
+        self._task: asyncio.Task[None] | None = None
+        LAST_CONFIG.labels(APISERVER_ID_HASH, content_hash(data)).set(1)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._watch(), name="authorization-config")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(RELOAD_INTERVAL)
+            try:
+                with open(self.path, "rb") as f:
+                    data = f.read()
+            except OSError as e:
+                log.error("authorization config %s: cannot read the file, keeping the last one: %s", self.path, e)
+                continue
+            if data != self._data:
+                self.reload(data)
+
+    def reload(self, data: bytes) -> bool:
+        self._data = data
+        try:
+            authorizers = self.chain.build(parse(data, self.path))
+        except ConfigError as e:
+            log.error("authorization config %s was not loaded, keeping the last good one: %s", self.path, e)
+            RELOADS.labels("failure", APISERVER_ID_HASH).inc()
+            RELOAD_LAST.labels("failure", APISERVER_ID_HASH).set(time.time())
+            return False
+        self.target.authorizers = authorizers
+        LAST_CONFIG.clear()
+        LAST_CONFIG.labels(APISERVER_ID_HASH, content_hash(data)).set(1)
+        RELOADS.labels("success", APISERVER_ID_HASH).inc()
+        RELOAD_LAST.labels("success", APISERVER_ID_HASH).set(time.time())
+        log.info("authorization config %s reloaded: %s", self.path, ", ".join(a.name for a in authorizers))
+        return True
+
+
+def load(path: str, chain: AuthorizerChain) -> tuple[list[Authorizer], bytes]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ConfigError(f"failed to read authorization configuration file {path!r}: {e.strerror}") from None
+    return chain.build(parse(data, path)), data
