@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.common.config import GRPC_PORTS, HEALTH_PORTS, PEERS
@@ -33,6 +33,7 @@ ORDER = ("etcd", "storage", "registry", "admission", "auth", "apf", "proxy")
 class Stack:
     state: Path
     offset: int = 0
+    extra: dict[str, list[str]] = field(default_factory=dict)  # more flags by service (tests set limits)
 
     @property
     def pids(self) -> Path:
@@ -120,7 +121,7 @@ class Stack:
                 "--requestheader-group-headers", "X-Remote-Group",
                 "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
             ]
-        return cmd
+        return cmd + self.extra.get(name, [])
 
     def spawn(self, name: str) -> int:
         self.logs.mkdir(parents=True, exist_ok=True)

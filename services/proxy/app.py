@@ -259,7 +259,8 @@ class ProxyApp:
         if info.verb == "watch":
             timeout = watch_timeout(query)
             req = api_request(info, ctx, query, user, table=output.table)
-            await self.watches.handle(ctx, req, timeout, lambda: self.apf.release(seat))
+            with metrics.longrunning(info).track_inprogress():
+                await self.watches.handle(ctx, req, timeout, lambda: self.apf.release(seat))
             return False
         content_type = ""
         if body or info.verb in ("create", "update", "patch"):

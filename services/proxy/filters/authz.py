@@ -24,6 +24,7 @@ from apiary_pb import envelope_pb2 as pb
 from services.common import grpcutil
 from services.common.errors import Forbidden
 
+from .. import metrics
 from ..requestinfo import RequestInfo
 
 # How long an answer is reused while RBAC events invalidate the cache (kube's webhook authorizer
@@ -100,8 +101,10 @@ class Authorizer:
         now = time.monotonic()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > now:
+            metrics.AUTHZ_HIT.inc()
             allowed, reason = hit[1], hit[2]
         else:
+            metrics.AUTHZ_MISS.inc()
             generation = self._generation
             req = apb.AuthorizeRequest(attributes=attributes(user, info))
             resp = await grpcutil.call(self.auth.Authorize(req, timeout=AUTHZ_TIMEOUT), "auth")
