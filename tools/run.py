@@ -22,6 +22,8 @@ from pathlib import Path
 
 from services.common.config import GRPC_PORTS, HEALTH_PORTS, PEERS
 
+from services.proxy.filters.audit import DEFAULT_POLICY
+
 from . import certs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,6 +122,9 @@ class Stack:
                 "--requestheader-uid-headers", "X-Remote-Uid",
                 "--requestheader-group-headers", "X-Remote-Group",
                 "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+                "--audit-policy-file", str(self.state / "audit-policy.yaml"),
+                "--audit-log-path", str(self.logs / "audit.log"),
+                "--audit-log-maxsize", "100", "--audit-log-maxbackup", "3",
             ]
         return cmd + self.extra.get(name, [])
 
@@ -179,6 +184,9 @@ class Stack:
         certs.ensure_pki(self.state)
         certs.ensure_tokens(self.state)
         certs.ensure_encryption_config(self.state)
+        policy = self.state / "audit-policy.yaml"
+        if not policy.exists():
+            policy.write_text(DEFAULT_POLICY)
         if self.pid("etcd") is None:
             self.spawn("etcd")
         if bad := self.wait(["etcd"], timeout):

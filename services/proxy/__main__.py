@@ -12,6 +12,7 @@ from services.common import config, grpcutil, runtime
 from services.common.health import HealthServer
 
 from .app import ProxyApp
+from .filters import audit
 from .filters.requestheader import (DEFAULT_EXTRA_PREFIXES, DEFAULT_GROUP_HEADERS, DEFAULT_UID_HEADERS,
                                     DEFAULT_USERNAME_HEADERS, RequestHeaderConfig)
 from .server import make_server, serve_until
@@ -55,10 +56,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="headers holding the user's groups, every value counts (comma-separated)")
     p.add_argument("--requestheader-extra-headers-prefix", type=_csv, default=list(DEFAULT_EXTRA_PREFIXES),
                    help="header prefixes whose headers hold extra user attributes (comma-separated)")
+    p.add_argument("--audit-policy-file", default="",
+                   help="audit.k8s.io/v1 Policy; without it nothing is audited")
+    p.add_argument("--audit-log-path", default="", help='where audit events go, one JSON line each ("-": stdout)')
+    p.add_argument("--audit-log-maxsize", type=int, default=0,
+                   help="megabytes of audit log before it is rotated (0: never)")
+    p.add_argument("--audit-log-maxbackup", type=int, default=0, help="rotated audit logs kept (0: all)")
+    p.add_argument("--audit-log-maxage", type=int, default=0, help="days a rotated audit log is kept (0: forever)")
+    p.add_argument("--audit-log-format", choices=["json"], default="json",
+                   help="format of the audit log (json: one Event per line)")
     args = p.parse_args(argv)
     if not (args.tls_cert_file and args.tls_private_key_file):
         p.error("--tls-cert-file and --tls-private-key-file are required")
     return args
+
+
+def auditor(args: argparse.Namespace) -> audit.Auditor | None:
+    """kube audits only with both a policy and a backend."""
+    if not (args.audit_policy_file and args.audit_log_path):
+        return None
+    try:
+        policy = audit.Policy.load(args.audit_policy_file)
+    except audit.PolicyError as e:
+        raise SystemExit(str(e)) from None
+    return audit.Auditor(policy, audit.LogBackend(args.audit_log_path, args.audit_log_maxsize,
+                                                  args.audit_log_maxbackup, args.audit_log_maxage))
 
 
 async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
@@ -71,7 +93,7 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
     proxy = ProxyApp(
         agrpc.AuthStub(channels["auth"]), fgrpc.FlowControlStub(channels["apf"]),
         rgrpc.RegistryStub(channels["registry"]), channels=channels, verbosity=args.v,
-        request_header=request_header_config(args),
+        request_header=request_header_config(args), auditor=auditor(args),
     )
     proxy.start()
     health = HealthServer(args.bind_address, args.health_port, proxy.checks)

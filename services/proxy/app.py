@@ -27,7 +27,9 @@ from .context import ClientDisconnected, Context
 from .discovery import VERSION_INFO, Discovery
 from .filters.apf import Seat, SeatClient
 from .filters.authn import Authenticator, bearer_token
-from .filters.authz import Authorizer
+from .filters import audit
+from .filters.audit import Auditor
+from .filters.authz import Authorizer, forbidden_error
 from .filters.impersonation import Impersonator
 from .filters.requestheader import RequestHeaderConfig
 from .handlers.resource import ResourceHandler, api_request
@@ -63,8 +65,9 @@ class ProxyApp:
 
     def __init__(self, auth: agrpc.AuthStub, apf: fgrpc.FlowControlStub, registry: rgrpc.RegistryStub, *,
                  channels: dict[str, grpc.aio.Channel] | None = None, verbosity: int = 0,
-                 request_header: RequestHeaderConfig | None = None) -> None:
+                 request_header: RequestHeaderConfig | None = None, auditor: Auditor | None = None) -> None:
         channels = channels or {}
+        self.auditor = auditor
         self.verbosity = verbosity
         self.authn = Authenticator(auth, request_header=request_header)
         self.apf = SeatClient(apf, channels.get("apf"))
@@ -139,6 +142,8 @@ class ProxyApp:
         seat: Seat | None = None
         user_name = ""
         apply = False
+        failure: APIError | None = None
+        panic = False
         try:
             if ctx.path.startswith(_HEALTH_PREFIXES):
                 await self._health(ctx)
@@ -157,10 +162,15 @@ class ProxyApp:
             user = await self.authn.authenticate(bearer_token(ctx.headers), ctx.client_cert, ctx.raw_headers)
             user_name = user.name
             t = ctx.timing("authn", t)
+            # 3a. audit: the policy sees the authenticated user
+            if self.auditor is not None:
+                self._audit(ctx, info, user)
             # 3b. impersonation: from here on the request acts as the impersonated user
             if ctx.impersonation:
                 user = await self.impersonator.impersonate(user, ctx.impersonation)
                 user_name = f"{user_name} as {user.name}"
+                if ctx.audit is not None:
+                    ctx.audit.impersonated(user)
                 t = ctx.timing("impersonation", t)
             # 4. priority and fairness
             seat = await ctx.race(self.apf.acquire(fpb.RequestDigest(
@@ -170,7 +180,11 @@ class ProxyApp:
             ctx.extra_headers.extend(seat.headers())
             t = ctx.timing("apf", t)
             # 5. authorization
-            await self.authz.authorize(user, info)
+            allowed, reason = await self.authz.decide(user, info)
+            if ctx.audit is not None:
+                ctx.audit.authorized(allowed, reason)
+            if not allowed:
+                raise forbidden_error(user.name, info, reason)
             ctx.timing("authz", t)
             # 6. routing
             if info.is_resource_request:
@@ -180,12 +194,18 @@ class ProxyApp:
         except ClientDisconnected:
             ctx.code = 499
         except APIError as e:
+            failure = e
+            if e.code == 401 and self.auditor is not None and info is not None:
+                self._audit(ctx, info, None)  # kube audits failed authentication too
             await ctx.error(e)
         except Exception as e:  # noqa: BLE001 - never crash: answer 500
             log.exception("%s %s failed", method, ctx.path)
-            await ctx.error(InternalError(f"an error on the server ({type(e).__name__}) has prevented the "
-                                          "request from succeeding"))
+            failure, panic = InternalError(f"an error on the server ({type(e).__name__}) has prevented the "
+                                           "request from succeeding"), True
+            await ctx.error(failure)
         finally:
+            if ctx.audit is not None:
+                self._audit_complete(ctx, failure, panic)
             if seat is not None:
                 self.apf.release(seat)
             ctx.close()
@@ -196,6 +216,37 @@ class ProxyApp:
                 qs = ctx.query_string.decode("latin-1")
                 log.info('%s %s%s code=%d user="%s" audit-id=%s %.1fms', method, ctx.path,
                          f"?{qs}" if qs else "", ctx.code, user_name, ctx.audit_id, elapsed * 1000)
+
+    def _audit(self, ctx: Context, info: RequestInfo, user: pb.UserInfo | None) -> None:
+        assert self.auditor is not None
+        qs = ctx.query_string.decode("latin-1")
+        forwarded, agent = [], ""
+        for k, v in ctx.raw_headers:
+            if k == b"x-forwarded-for":
+                forwarded += [ip.strip() for ip in v.decode("latin-1").split(",") if ip.strip()]
+            elif k == b"user-agent":
+                agent = v.decode("latin-1")
+        client = ctx.scope.get("client")
+        if client and client[0] not in forwarded:
+            forwarded.append(client[0])
+        ev = self.auditor.begin(ctx.audit_id, info, user, f"{ctx.path}?{qs}" if qs else ctx.path, forwarded,
+                                agent, audit.now())
+        if ev is None:
+            return
+        ctx.audit = ev
+        if ev.wants_response and info.verb != "watch":
+            ctx.response_chunks = []
+        ev.stage("RequestReceived")
+
+    @staticmethod
+    def _audit_complete(ctx: Context, failure: APIError | None, panic: bool) -> None:
+        ev = ctx.audit
+        assert ev is not None
+        if ctx.response_chunks:
+            ev.set_response(b"".join(ctx.response_chunks))
+        code = failure.code if failure is not None and not ctx.response_started else (ctx.code or 500)
+        ev.stage("Panic" if panic else "ResponseComplete", code,
+                 failure if failure is not None and code >= 400 else None)
 
     async def _health(self, ctx: Context) -> None:
         if ctx.path.startswith("/readyz"):
@@ -259,12 +310,20 @@ class ProxyApp:
         if info.verb == "watch":
             timeout = watch_timeout(query)
             req = api_request(info, ctx, query, user, table=output.table)
+
+            def started() -> None:
+                self.apf.release(seat)
+                if ctx.audit is not None:
+                    ctx.audit.stage("ResponseStarted", 200)
+
             with metrics.longrunning(info).track_inprogress():
-                await self.watches.handle(ctx, req, timeout, lambda: self.apf.release(seat))
+                await self.watches.handle(ctx, req, timeout, started)
             return False
         content_type = ""
         if body or info.verb in ("create", "update", "patch"):
             body, content_type = decode_body(info.verb, ctx.header(b"content-type"), body)
+            if ctx.audit is not None:
+                ctx.audit.set_request(body)
         req = api_request(info, ctx, query, user, body=body, content_type=content_type, table=output.table)
         await self.resources.handle(ctx, req, output)
         return content_type == APPLY_PATCH

@@ -95,6 +95,12 @@ class Authorizer:
 
     async def authorize(self, user: pb.UserInfo, info: RequestInfo) -> None:
         """Return when allowed; raise Forbidden on Deny or NoOpinion."""
+        allowed, reason = await self.decide(user, info)
+        if not allowed:
+            raise forbidden_error(user.name, info, reason)
+
+    async def decide(self, user: pb.UserInfo, info: RequestInfo) -> tuple[bool, str]:
+        """(allowed, the authorizer's reason), from the cache or the auth service."""
         key = (user.name, tuple(user.groups), info.verb, info.is_resource_request, info.namespace,
                info.api_group, info.api_version, info.resource, info.subresource, info.name,
                "" if info.is_resource_request else info.path)
@@ -112,8 +118,7 @@ class Authorizer:
             now = time.monotonic()
             if generation == self._generation and now >= self._quiet_until:
                 self._store(key, now, allowed, reason)
-        if not allowed:
-            raise forbidden_error(user.name, info, reason)
+        return allowed, reason
 
     def _store(self, key: tuple[Any, ...], now: float, allowed: bool, reason: str) -> None:
         if len(self._cache) >= MAX_ENTRIES:
