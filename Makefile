@@ -51,7 +51,7 @@ observe: setup
 	$(PYTHON) -m tools.observe start
 
 dashboards: setup
-	$(PYTHON) -m tools.observe dashboards
+	$(PYTHON) -m tools.observe dashboards --out k8s/overlays/dashboards/dashboards
 
 stop:
 	@if [ -x $(PYTHON) ]; then $(PYTHON) -m tools.observe stop; $(PYTHON) -m tools.run stop; fi

@@ -22,12 +22,12 @@ from pathlib import Path
 
 from services.common.config import GRPC_PORTS, HEALTH_PORTS, PEERS
 
-from services.proxy.filters.audit import DEFAULT_POLICY
-
 from . import certs
 
 ROOT = Path(__file__).resolve().parent.parent
 ETCD_CLIENT, ETCD_PEER, SECURE_PORT = 2379, 2380, 6443
+# The audit policy `make run` starts with (the k8s manifests' too).
+DEFAULT_AUDIT_POLICY = ROOT / "k8s" / "base" / "audit-policy.yaml"
 ORDER = ("etcd", "storage", "registry", "admission", "auth", "apf", "proxy")
 
 
@@ -186,7 +186,7 @@ class Stack:
         certs.ensure_encryption_config(self.state)
         policy = self.state / "audit-policy.yaml"
         if not policy.exists():
-            policy.write_text(DEFAULT_POLICY)
+            shutil.copyfile(DEFAULT_AUDIT_POLICY, policy)
         if self.pid("etcd") is None:
             self.spawn("etcd")
         if bad := self.wait(["etcd"], timeout):

@@ -359,26 +359,3 @@ class Event:
 def now() -> str:
     """The time a request was received, as audit events carry it."""
     return _timestamp()
-
-
-DEFAULT_POLICY = """\
-# apiary's default audit policy (written by `make run`): nothing for health, metrics and discovery,
-# never more than Metadata for secrets and tokens (their bodies must not reach a log), Metadata for
-# the rest.
-apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived"]
-rules:
-  - level: None
-    nonResourceURLs: ["/healthz*", "/livez*", "/readyz*", "/metrics", "/version", "/api", "/api/*",
-                      "/apis", "/apis/*", "/openapi/*"]
-  - level: None
-    users: ["system:apiserver"]
-  - level: Metadata
-    resources:
-      - group: ""
-        resources: ["secrets", "serviceaccounts/token"]
-      - group: authentication.k8s.io
-        resources: ["tokenreviews"]
-  - level: Metadata
-"""

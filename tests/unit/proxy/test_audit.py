@@ -8,10 +8,10 @@ import pytest
 
 from apiary_pb import envelope_pb2 as pb
 from services.common.errors import Forbidden
-from services.proxy.filters.audit import (DEFAULT_POLICY, Auditor, LogBackend, Policy, PolicyError, now)
+from services.proxy.filters.audit import Auditor, LogBackend, Policy, PolicyError, now
 from services.proxy.requestinfo import parse
 
-import yaml
+from tools.run import DEFAULT_AUDIT_POLICY
 
 ALICE = pb.UserInfo(name="alice", groups=["devs", "system:authenticated"])
 ADMIN = pb.UserInfo(name="admin", groups=["system:masters"])
@@ -84,7 +84,7 @@ def test_bad_policies_are_refused(doc: dict, message: str) -> None:
 
 
 def test_default_policy_keeps_secrets_at_metadata_and_skips_health() -> None:
-    p = Policy.parse(yaml.safe_load(DEFAULT_POLICY))
+    p = Policy.load(DEFAULT_AUDIT_POLICY)
     assert p.decide(ADMIN, info("POST", "/api/v1/namespaces/a/secrets")).level == "Metadata"
     assert p.decide(None, info("GET", "/readyz")).level == "None"
     assert p.decide(None, info("GET", "/metrics")).level == "None"
