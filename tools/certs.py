@@ -173,9 +173,17 @@ def read_tokens(state: Path) -> dict[str, str]:
     return out
 
 
-def write_kubeconfig(state: Path, server: str) -> Path:
+def write_kubeconfig(state: Path, server: str, embed: bool = False) -> Path:
+    """The admin kubeconfig; embed puts the certificates in it (a kubeconfig that works anywhere,
+    as the compose init service writes it) instead of naming their files."""
     pki = state / "pki"
     path = state / "kubeconfig"
+
+    def ref(key: str, name: str) -> str:
+        if embed:
+            return f"{key}-data: {base64.b64encode((pki / name).read_bytes()).decode()}"
+        return f"{key}: {pki / name}"
+
     path.write_text(
         f"""apiVersion: v1
 kind: Config
@@ -183,12 +191,12 @@ clusters:
 - name: apiary
   cluster:
     server: {server}
-    certificate-authority: {pki / 'ca.crt'}
+    {ref('certificate-authority', 'ca.crt')}
 users:
 - name: kubernetes-admin
   user:
-    client-certificate: {pki / 'admin.crt'}
-    client-key: {pki / 'admin.key'}
+    {ref('client-certificate', 'admin.crt')}
+    {ref('client-key', 'admin.key')}
 contexts:
 - name: apiary
   context:
