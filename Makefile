@@ -14,7 +14,7 @@ K8S_PROTOS := $(wildcard proto/k8s/k8s_pb/*.proto)
 GNOSTIC_GEN := gnostic_pb/.gen-stamp
 GNOSTIC_PROTOS := $(wildcard proto/gnostic/gnostic_pb/*.proto)
 
-.PHONY: all setup run stop status test unit integration e2e bench lint clean
+.PHONY: all setup run observe dashboards images stop status test unit integration e2e bench lint clean
 
 all: setup
 
@@ -23,7 +23,7 @@ setup: $(DEPS) $(GEN) $(K8S_GEN) $(GNOSTIC_GEN)
 $(PYTHON):
 	$(PY) -m venv $(VENV)
 
-$(DEPS): requirements.txt | $(PYTHON)
+$(DEPS): requirements.txt requirements-runtime.txt | $(PYTHON)
 	$(PYTHON) -m pip install -q --upgrade pip
 	$(PYTHON) -m pip install -q -r requirements.txt
 	touch $@
@@ -46,8 +46,20 @@ $(GNOSTIC_GEN): $(GNOSTIC_PROTOS) $(DEPS)
 run: setup
 	$(PYTHON) -m tools.run start
 
+# Prometheus scraping the local stack (Debian's prometheus package), and the Grafana dashboards as JSON.
+observe: setup
+	$(PYTHON) -m tools.observe start
+
+dashboards: setup
+	$(PYTHON) -m tools.observe dashboards --out k8s/overlays/dashboards/dashboards
+
+# The container images (apiary:dev, apiary-etcd:dev, apiary-prometheus:dev) for compose and k8s/,
+# built offline: a debootstrapped Debian base and a wheelhouse made here.
+images: setup
+	$(PYTHON) -m tools.images build
+
 stop:
-	@if [ -x $(PYTHON) ]; then $(PYTHON) -m tools.run stop; fi
+	@if [ -x $(PYTHON) ]; then $(PYTHON) -m tools.observe stop; $(PYTHON) -m tools.run stop; fi
 
 status: setup
 	$(PYTHON) -m tools.run status

@@ -71,7 +71,8 @@ def make_ca(path: Path, cn: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certi
 
 
 def make_cert(path: Path, ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate], cn: str,
-              orgs: tuple[str, ...] = (), server: bool = False, client: bool = False) -> None:
+              orgs: tuple[str, ...] = (), server: bool = False, client: bool = False,
+              dns_names: tuple[str, ...] = ()) -> None:
     if path.with_suffix(".crt").exists():
         return
     ca_key, ca_cert = ca
@@ -93,21 +94,23 @@ def make_cert(path: Path, ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate
     if server:
         b = b.add_extension(x509.SubjectAlternativeName([
             x509.DNSName("localhost"), x509.DNSName("apiary"), x509.DNSName(cn),
-            x509.DNSName("kubernetes.default.svc"),
+            x509.DNSName("kubernetes.default.svc"), *(x509.DNSName(n) for n in dns_names),
             x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.IPAddress(ipaddress.ip_address("::1")),
         ]), critical=False)
     _write(path, key, b.sign(ca_key, hashes.SHA256()))
 
 
-def ensure_pki(state: Path) -> Path:
+def ensure_pki(state: Path, dns_names: tuple[str, ...] = ()) -> Path:
+    """The cluster's certificates under state/pki (made once); dns_names go into every server
+    certificate besides the loopback names (a cluster's Service names, for the k8s manifests)."""
     pki = state / "pki"
     pki.mkdir(parents=True, exist_ok=True)
     ca = make_ca(pki / "ca", "apiary-ca")
-    make_cert(pki / "apiserver", ca, "kube-apiserver", server=True)
+    make_cert(pki / "apiserver", ca, "kube-apiserver", server=True, dns_names=dns_names)
     make_cert(pki / "admin", ca, "kubernetes-admin", ("system:masters",), client=True)
     internal = make_ca(pki / "internal-ca", "apiary-internal-ca")
     for svc in SERVICES:
-        make_cert(pki / svc, internal, f"apiary-{svc}", server=True, client=True)
+        make_cert(pki / svc, internal, f"apiary-{svc}", server=True, client=True, dns_names=dns_names)
     fp = make_ca(pki / "front-proxy-ca", "front-proxy-ca")
     make_cert(pki / "front-proxy-client", fp, "front-proxy-client", client=True)
     make_sa_keys(pki)
@@ -170,9 +173,17 @@ def read_tokens(state: Path) -> dict[str, str]:
     return out
 
 
-def write_kubeconfig(state: Path, server: str) -> Path:
+def write_kubeconfig(state: Path, server: str, embed: bool = False) -> Path:
+    """The admin kubeconfig; embed puts the certificates in it (a kubeconfig that works anywhere,
+    as the compose init service writes it) instead of naming their files."""
     pki = state / "pki"
     path = state / "kubeconfig"
+
+    def ref(key: str, name: str) -> str:
+        if embed:
+            return f"{key}-data: {base64.b64encode((pki / name).read_bytes()).decode()}"
+        return f"{key}: {pki / name}"
+
     path.write_text(
         f"""apiVersion: v1
 kind: Config
@@ -180,12 +191,12 @@ clusters:
 - name: apiary
   cluster:
     server: {server}
-    certificate-authority: {pki / 'ca.crt'}
+    {ref('certificate-authority', 'ca.crt')}
 users:
 - name: kubernetes-admin
   user:
-    client-certificate: {pki / 'admin.crt'}
-    client-key: {pki / 'admin.key'}
+    {ref('client-certificate', 'admin.crt')}
+    {ref('client-key', 'admin.key')}
 contexts:
 - name: apiary
   context:
@@ -196,3 +207,75 @@ current-context: apiary
     )
     os.chmod(path, 0o600)
     return path
+
+
+# --- the certificate Job of the k8s manifests ---------------------------------------------------
+
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def service_dns_names(namespace: str) -> tuple[str, ...]:
+    """Every name a Service of the manifests is reached by inside a cluster."""
+    names = []
+    for svc in (*SERVICES, "etcd"):
+        names += [svc, f"{svc}.{namespace}", f"{svc}.{namespace}.svc", f"{svc}.{namespace}.svc.cluster.local"]
+    return tuple(names)
+
+
+def k8s_secrets(state: Path, namespace: str) -> dict[str, dict[str, str]]:
+    """The Secrets the manifests mount: apiary-pki (certificates and keys) and apiary-config (the
+    static tokens and the encryption configuration), as name -> {file: base64 content}."""
+    pki = ensure_pki(state, service_dns_names(namespace))
+    ensure_tokens(state)
+    ensure_encryption_config(state)
+    b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
+    return {
+        "apiary-pki": {p.name: b64(p) for p in sorted(pki.iterdir()) if p.is_file()},
+        "apiary-config": {n: b64(state / n) for n in ("tokens.csv", "encryption-config.yaml")},
+    }
+
+
+def create_secrets(secrets_: dict[str, dict[str, str]], namespace: str, server: str, token: str,
+                   ca_file: str) -> list[str]:
+    """POST each Secret; one that exists is left as it is (the Job may run again without rotating
+    anything). Returns what was created."""
+    import ssl
+
+    import httpx
+
+    created = []
+    with httpx.Client(base_url=server, verify=ssl.create_default_context(cafile=ca_file), headers={"Authorization": f"Bearer {token}"},
+                      timeout=30) as c:
+        for name, data in secrets_.items():
+            r = c.post(f"/api/v1/namespaces/{namespace}/secrets", json={
+                "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "apiary"}}, "data": data})
+            if r.status_code == 409:
+                continue
+            r.raise_for_status()
+            created.append(name)
+    return created
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    import tempfile
+
+    p = argparse.ArgumentParser(prog="python -m tools.certs", description="apiary's certificates and secrets")
+    sub = p.add_subparsers(dest="command", required=True)
+    k = sub.add_parser("k8s-secrets", help="make the PKI and create the manifests' Secrets (the certificate Job)")
+    k.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "apiary"))
+    k.add_argument("--server", default="", help="API server URL (default: in-cluster)")
+    k.add_argument("--token-file", default=str(SA_DIR / "token"))
+    k.add_argument("--certificate-authority", default=str(SA_DIR / "ca.crt"))
+    args = p.parse_args(argv)
+    server = args.server or (f"https://{os.environ['KUBERNETES_SERVICE_HOST']}:"
+                             f"{os.environ.get('KUBERNETES_SERVICE_PORT', '443')}")
+    with tempfile.TemporaryDirectory() as tmp:
+        made = create_secrets(k8s_secrets(Path(tmp), args.namespace), args.namespace, server,
+                              Path(args.token_file).read_text().strip(), args.certificate_authority)
+    print(f"created: {', '.join(made) or 'nothing (the secrets exist)'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -26,6 +26,8 @@ from . import certs
 
 ROOT = Path(__file__).resolve().parent.parent
 ETCD_CLIENT, ETCD_PEER, SECURE_PORT = 2379, 2380, 6443
+# The audit policy `make run` starts with (the k8s manifests' too).
+DEFAULT_AUDIT_POLICY = ROOT / "k8s" / "base" / "audit-policy.yaml"
 ORDER = ("etcd", "storage", "registry", "admission", "auth", "apf", "proxy")
 
 
@@ -122,6 +124,9 @@ class Stack:
                 "--requestheader-uid-headers", "X-Remote-Uid",
                 "--requestheader-group-headers", "X-Remote-Group",
                 "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+                "--audit-policy-file", str(self.state / "audit-policy.yaml"),
+                "--audit-log-path", str(self.logs / "audit.log"),
+                "--audit-log-maxsize", "100", "--audit-log-maxbackup", "3",
             ]
         return cmd + list(self.extra.get(name, ()))
 
@@ -173,14 +178,21 @@ class Stack:
 
     # commands ---------------------------------------------------------------
 
-    def start(self, fresh: bool = False, timeout: float = 90.0) -> None:
-        if fresh:
-            self.stop(quiet=True)
-            shutil.rmtree(self.state / "etcd", ignore_errors=True)
+    def init(self) -> None:
+        """What every service reads, made once: certificates, tokens, encryption and audit configuration."""
         self.state.mkdir(parents=True, exist_ok=True)
         certs.ensure_pki(self.state)
         certs.ensure_tokens(self.state)
         certs.ensure_encryption_config(self.state)
+        policy = self.state / "audit-policy.yaml"
+        if not policy.exists():
+            shutil.copyfile(DEFAULT_AUDIT_POLICY, policy)
+
+    def start(self, fresh: bool = False, timeout: float = 90.0) -> None:
+        if fresh:
+            self.stop(quiet=True)
+            shutil.rmtree(self.state / "etcd", ignore_errors=True)
+        self.init()
         if self.pid("etcd") is None:
             self.spawn("etcd")
         if bad := self.wait(["etcd"], timeout):
@@ -246,13 +258,26 @@ def _reap(pid: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m tools.run", description=__doc__)
-    p.add_argument("command", choices=["start", "stop", "status", "restart"])
+    p.add_argument("command", choices=["start", "stop", "status", "restart", "init", "exec"],
+                   help="init: only make the state (certificates, tokens, configuration, a kubeconfig with "
+                        "the certificates in it), as compose's init service does; exec NAME: become service "
+                        "NAME with the command line `start` gives it (how compose runs each service)")
+    p.add_argument("name", nargs="?", choices=ORDER[1:], help="the service, with exec")
     p.add_argument("--state", default=str(ROOT / ".apiary"), help="state directory (certs, etcd data, logs, pids)")
     p.add_argument("--port-offset", type=int, default=0, help="added to every port (the test stack uses 1000)")
     p.add_argument("--fresh", action="store_true", help="start with an empty etcd")
     args = p.parse_args(argv)
     stack = Stack(Path(args.state).resolve(), args.port_offset)
-    if args.command == "stop":
+    if args.command == "exec":
+        if not args.name:
+            p.error("exec needs the name of a service")
+        cmd = stack.command(args.name)
+        os.execvp(cmd[0], cmd)
+    elif args.command == "init":
+        stack.init()
+        certs.write_kubeconfig(stack.state, stack.server, embed=True)
+        print(f"state in {stack.state}; kubeconfig: {stack.kubeconfig}")
+    elif args.command == "stop":
         stack.stop()
     elif args.command == "status":
         raise SystemExit(0 if stack.status() else 1)

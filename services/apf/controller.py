@@ -34,6 +34,10 @@ REJECTED_REQUESTS = Counter(
 DISPATCHED_REQUESTS = Counter(
     "apiserver_flowcontrol_dispatched_requests_total",
     "Number of requests executed by API Priority and Fairness subsystem", ["priority_level", "flow_schema"])
+EXECUTING_SEATS = Gauge(
+    "apiserver_flowcontrol_current_executing_seats",
+    "Concurrency (number of seats) occupied by the currently executing (initial stage for a WATCH, any "
+    "stage otherwise) requests in the API Priority and Fairness subsystem", ["priority_level", "flow_schema"])
 WAIT_DURATION = Histogram(
     "apiserver_flowcontrol_request_wait_duration_seconds",
     "Length of time a request spent waiting in its queue", ["priority_level", "flow_schema", "execute"],
@@ -59,6 +63,7 @@ class Ticket:
     state: str = EXECUTING
     reason: str = ""
     labels: tuple[str, str] = field(default=("", ""))
+    seats: int = 1  # every request takes one seat until width estimates come
 
     @property
     def granted(self) -> bool:
@@ -127,6 +132,7 @@ class FlowController:
             INQUEUE_REQUESTS.labels(*t.labels).dec()
         elif t.state == EXECUTING:
             EXECUTING_REQUESTS.labels(*t.labels).dec()
+            EXECUTING_SEATS.labels(*t.labels).dec(t.seats)
         else:
             return
         t.state = "finished"
@@ -141,6 +147,7 @@ class FlowController:
     def _executing(self, t: Ticket, waited: float) -> None:
         t.state = EXECUTING
         EXECUTING_REQUESTS.labels(*t.labels).inc()
+        EXECUTING_SEATS.labels(*t.labels).inc(t.seats)
         DISPATCHED_REQUESTS.labels(*t.labels).inc()
         WAIT_DURATION.labels(*t.labels, "true").observe(waited)
 

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from .config import TLSFiles
 from .errors import APIError, InternalError, error_from_rpc
@@ -44,12 +45,40 @@ def _read(path: str) -> bytes:
 GRPC_STARTED = Counter("grpc_server_started_total", "gRPC calls started on this server.", ["grpc_method"])
 
 
+STREAMS_OPEN = Gauge("grpc_server_streams_open", "Streaming gRPC calls open on this server (the long-lived "
+                     "Calls, Watches and Seats streams among them).", ["grpc_method"])
+
+
 class _CountCalls(grpc.aio.ServerInterceptor):
-    """Counts every call by method, so `make bench` can report gRPC hops per request."""
+    """Counts every call by method, so `make bench` can report gRPC hops per request, and the
+    streams open now (a dashboard's "open streams")."""
 
     async def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
-        GRPC_STARTED.labels(handler_call_details.method.rsplit("/", 1)[-1]).inc()
-        return await continuation(handler_call_details)
+        method = handler_call_details.method.rsplit("/", 1)[-1]
+        GRPC_STARTED.labels(method).inc()
+        handler = await continuation(handler_call_details)
+        if handler is None or not handler.response_streaming:
+            return handler
+        return _counted_stream(handler, STREAMS_OPEN.labels(method))
+
+
+def _counted_stream(handler: grpc.RpcMethodHandler, gauge: Any) -> grpc.RpcMethodHandler:
+    """The same streaming handler, counted in `gauge` while it runs."""
+    fn = handler.stream_stream if handler.request_streaming else handler.unary_stream
+    if not inspect.isasyncgenfunction(fn):
+        return handler
+
+    async def behavior(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        gauge.inc()
+        try:
+            async for item in fn(request, context):
+                yield item
+        finally:
+            gauge.dec()
+
+    make = grpc.stream_stream_rpc_method_handler if handler.request_streaming else grpc.unary_stream_rpc_method_handler
+    return make(behavior, request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
 
 
 def make_server(tls: TLSFiles | None, address: str) -> grpc.aio.Server:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+from prometheus_client import Gauge
 
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
@@ -18,6 +19,9 @@ from .errors import APIError, Gone
 from .identity import APISERVER
 
 log = logging.getLogger(__name__)
+
+WATCHES_OPEN = Gauge("apiary_informer_watches_open",
+                     "Informer watch streams this process holds open to the registry, by resource.", ["resource"])
 
 Handler = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
 
@@ -84,6 +88,10 @@ class Informer:
         self.synced.set()
 
     async def _watch(self) -> None:
+        with WATCHES_OPEN.labels(self.gvr[2]).track_inprogress():
+            await self._watch_events()
+
+    async def _watch_events(self) -> None:
         req = self._request("watch", {"resourceVersion": self.resource_version, "allowWatchBookmarks": "true"})
         async for frame in grpcutil.stream(self.registry.Watch(req), "registry"):
             ev = orjson.loads(frame.data)

@@ -13,6 +13,7 @@ from services.common.health import HealthServer
 
 from .app import ProxyApp
 from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
+from .filters import audit
 from .filters.requestheader import (DEFAULT_EXTRA_PREFIXES, DEFAULT_GROUP_HEADERS, DEFAULT_UID_HEADERS,
                                     DEFAULT_USERNAME_HEADERS, RequestHeaderConfig)
 from .filters.timeout import MIN_REQUEST_TIMEOUT, REQUEST_TIMEOUT, parse_duration
@@ -88,6 +89,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-mutating-requests-inflight", type=int, default=MAX_MUTATING_REQUESTS_INFLIGHT,
                    help="mutating requests in flight at most while the apf service is unreachable "
                         "(0: no limit)")
+    p.add_argument("--audit-policy-file", default="",
+                   help="audit.k8s.io/v1 Policy; without it nothing is audited")
+    p.add_argument("--audit-log-path", default="", help='where audit events go, one JSON line each ("-": stdout)')
+    p.add_argument("--audit-log-maxsize", type=int, default=0,
+                   help="megabytes of audit log before it is rotated (0: never)")
+    p.add_argument("--audit-log-maxbackup", type=int, default=0, help="rotated audit logs kept (0: all)")
+    p.add_argument("--audit-log-maxage", type=int, default=0, help="days a rotated audit log is kept (0: forever)")
+    p.add_argument("--audit-log-format", choices=["json"], default="json",
+                   help="format of the audit log (json: one Event per line)")
     args = p.parse_args(argv)
     if args.max_requests_inflight < 0 or args.max_mutating_requests_inflight < 0:
         p.error("--max-requests-inflight and --max-mutating-requests-inflight must not be negative")
@@ -98,6 +108,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not (args.tls_cert_file and args.tls_private_key_file):
         p.error("--tls-cert-file and --tls-private-key-file are required")
     return args
+
+
+def auditor(args: argparse.Namespace) -> audit.Auditor | None:
+    """kube audits only with both a policy and a backend."""
+    if not (args.audit_policy_file and args.audit_log_path):
+        return None
+    try:
+        policy = audit.Policy.load(args.audit_policy_file)
+    except audit.PolicyError as e:
+        raise SystemExit(str(e)) from None
+    return audit.Auditor(policy, audit.LogBackend(args.audit_log_path, args.audit_log_maxsize,
+                                                  args.audit_log_maxbackup, args.audit_log_maxage))
 
 
 async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
@@ -113,6 +135,7 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
         request_header=request_header_config(args), max_requests_inflight=args.max_requests_inflight,
         max_mutating_requests_inflight=args.max_mutating_requests_inflight,
         request_timeout=args.request_timeout, min_request_timeout=args.min_request_timeout,
+        auditor=auditor(args),
     )
     proxy.start()
     health = HealthServer(args.bind_address, args.health_port, proxy.checks)

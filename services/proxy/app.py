@@ -29,7 +29,9 @@ from .decoder import BodyDecoder
 from .discovery import VERSION_INFO, Discovery
 from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT, Seat, SeatClient
 from .filters.authn import Authenticator, bearer_token
-from .filters.authz import Authorizer
+from .filters import audit
+from .filters.audit import Auditor
+from .filters.authz import Authorizer, forbidden_error
 from .filters.impersonation import Impersonator
 from .filters.requestheader import RequestHeaderConfig
 from .filters.timeout import (MIN_REQUEST_TIMEOUT, REQUEST_TIMEOUT, TIMEOUT_BODY, TIMEOUT_CONTENT_TYPE,
@@ -70,8 +72,10 @@ class ProxyApp:
                  request_header: RequestHeaderConfig | None = None,
                  max_requests_inflight: int = MAX_REQUESTS_INFLIGHT,
                  max_mutating_requests_inflight: int = MAX_MUTATING_REQUESTS_INFLIGHT,
-                 request_timeout: float = REQUEST_TIMEOUT, min_request_timeout: float = MIN_REQUEST_TIMEOUT) -> None:
+                 request_timeout: float = REQUEST_TIMEOUT, min_request_timeout: float = MIN_REQUEST_TIMEOUT,
+                 auditor: Auditor | None = None) -> None:
         channels = channels or {}
+        self.auditor = auditor
         self.verbosity = verbosity
         self.request_timeout = request_timeout
         self.deadlines = Deadlines()
@@ -156,6 +160,8 @@ class ProxyApp:
         seat: Seat | None = None
         user_name = ""
         apply = False
+        failure: APIError | None = None
+        panic = False
         # 0. the request's deadline (--request-timeout), counted from its arrival
         task: asyncio.Task[Any] = asyncio.current_task()  # type: ignore[assignment]
         arrived = asyncio.get_running_loop().time()
@@ -184,10 +190,15 @@ class ProxyApp:
                                                      ctx.raw_headers, ctx.path)
                 user_name = user.name
                 t = ctx.timing("authn", t)
+                # 3a. audit: the policy sees the authenticated user
+                if self.auditor is not None:
+                    self._audit(ctx, info, user)
                 # 3b. impersonation: from here on the request acts as the impersonated user
                 if ctx.impersonation:
                     user = await self.impersonator.impersonate(user, ctx.impersonation)
                     user_name = f"{user_name} as {user.name}"
+                    if ctx.audit is not None:
+                        ctx.audit.impersonated(user)
                     t = ctx.timing("impersonation", t)
                 # 4. priority and fairness
                 seat = await ctx.race(self.apf.acquire(fpb.RequestDigest(
@@ -197,7 +208,11 @@ class ProxyApp:
                 ctx.extra_headers.extend(seat.headers())
                 t = ctx.timing("apf", t)
                 # 5. authorization
-                await self.authz.authorize(user, info)
+                allowed, reason = await self.authz.decide(user, info)
+                if ctx.audit is not None:
+                    ctx.audit.authorized(allowed, reason)
+                if not allowed:
+                    raise forbidden_error(user.name, info, reason)
                 ctx.timing("authz", t)
                 # 6. routing
                 if info.is_resource_request:
@@ -207,11 +222,15 @@ class ProxyApp:
             except ClientDisconnected:
                 ctx.code = 499
             except APIError as e:
+                failure = e
+                if e.code == 401 and self.auditor is not None and info is not None:
+                    self._audit(ctx, info, None)  # kube audits failed authentication too
                 await ctx.error(e)
             except Exception as e:  # noqa: BLE001 - never crash: answer 500
                 log.exception("%s %s failed", method, ctx.path)
-                await ctx.error(InternalError(f"an error on the server ({type(e).__name__}) has "
-                                              "prevented the request from succeeding"))
+                failure, panic = InternalError(f"an error on the server ({type(e).__name__}) has "
+                                               "prevented the request from succeeding"), True
+                await ctx.error(failure)
         except asyncio.CancelledError:  # the deadline passed (or the server is stopping)
             if not self.deadlines.expired(task):
                 raise
@@ -219,6 +238,8 @@ class ProxyApp:
             await self._timed_out(ctx)
         finally:
             self.deadlines.clear(task)
+            if ctx.audit is not None:
+                self._audit_complete(ctx, failure, panic)
             if seat is not None:
                 self.apf.release(seat)
             ctx.close()
@@ -243,6 +264,37 @@ class ProxyApp:
             (b"content-type", TIMEOUT_CONTENT_TYPE.encode()), (b"audit-id", ctx.audit_id.encode()),
             (b"content-length", str(len(TIMEOUT_BODY)).encode())]})
         await ctx.send({"type": "http.response.body", "body": TIMEOUT_BODY})
+
+    def _audit(self, ctx: Context, info: RequestInfo, user: pb.UserInfo | None) -> None:
+        assert self.auditor is not None
+        qs = ctx.query_string.decode("latin-1")
+        forwarded, agent = [], ""
+        for k, v in ctx.raw_headers:
+            if k == b"x-forwarded-for":
+                forwarded += [ip.strip() for ip in v.decode("latin-1").split(",") if ip.strip()]
+            elif k == b"user-agent":
+                agent = v.decode("latin-1")
+        client = ctx.scope.get("client")
+        if client and client[0] not in forwarded:
+            forwarded.append(client[0])
+        ev = self.auditor.begin(ctx.audit_id, info, user, f"{ctx.path}?{qs}" if qs else ctx.path, forwarded,
+                                agent, audit.now())
+        if ev is None:
+            return
+        ctx.audit = ev
+        if ev.wants_response and info.verb != "watch":
+            ctx.response_chunks = []
+        ev.stage("RequestReceived")
+
+    @staticmethod
+    def _audit_complete(ctx: Context, failure: APIError | None, panic: bool) -> None:
+        ev = ctx.audit
+        assert ev is not None
+        if ctx.response_chunks:
+            ev.set_response(b"".join(ctx.response_chunks))
+        code = failure.code if failure is not None and not ctx.response_started else (ctx.code or 500)
+        ev.stage("Panic" if panic else "ResponseComplete", code,
+                 failure if failure is not None and code >= 400 else None)
 
     async def _health(self, ctx: Context) -> None:
         if ctx.path.startswith("/readyz"):
@@ -306,12 +358,21 @@ class ProxyApp:
         if info.verb == "watch":
             timeout = watch_timeout(query, self.watches.min_timeout)
             req = api_request(info, ctx, query, user, table=output.table)
-            await self.watches.handle(ctx, req, timeout, lambda: self.apf.release(seat))
+
+            def started() -> None:
+                self.apf.release(seat)
+                if ctx.audit is not None:
+                    ctx.audit.stage("ResponseStarted", 200)
+
+            with metrics.longrunning(info).track_inprogress():
+                await self.watches.handle(ctx, req, timeout, started)
             return False
         content_type = ""
         if body or info.verb in ("create", "update", "patch"):
             kind = self.discovery.kind(info.api_group, info.api_version, info.resource)
             body, content_type = await self.decoder.decode(info.verb, ctx.header(b"content-type"), body, kind)
+            if ctx.audit is not None:
+                ctx.audit.set_request(body)
         req = api_request(info, ctx, query, user, body=body, content_type=content_type, table=output.table)
         await self.resources.handle(ctx, req, output)
         return content_type == APPLY_PATCH

@@ -5,11 +5,14 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from services.common.errors import APIError, RequestEntityTooLarge
 
 from .negotiation import JSON
+
+if TYPE_CHECKING:
+    from .filters.audit import Event
 
 T = TypeVar("T")
 
@@ -42,7 +45,8 @@ def too_large(limit: int = MAX_REQUEST_BODY_BYTES) -> RequestEntityTooLarge:
 
 class Context:
     __slots__ = ("scope", "receive", "send", "audit_id", "started", "timings", "headers", "extra_headers",
-                 "code", "response_started", "_disconnect", "method", "path", "query_string", "impersonation")
+                 "code", "response_started", "_disconnect", "method", "path", "query_string", "impersonation",
+                 "audit", "response_chunks")
 
     def __init__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         self.scope, self.receive, self.send = scope, receive, send
@@ -65,6 +69,9 @@ class Context:
         self.code = 0
         self.response_started = False
         self._disconnect: asyncio.Task[None] | None = None
+        self.audit: Event | None = None  # this request's audit event, when the policy audits it
+        # the response body's parts, kept for an audit event at level RequestResponse (never for watches)
+        self.response_chunks: list[bytes] | None = None
 
     def header(self, name: bytes) -> str:
         v = self.headers.get(name)
@@ -174,6 +181,8 @@ class Context:
         hdrs.append((b"content-length", str(len(body)).encode()))
         self.code = code
         self.response_started = True
+        if self.response_chunks is not None and content_type == JSON:
+            self.response_chunks.append(body)
         await self.send({"type": "http.response.start", "status": code, "headers": hdrs})
         await self.send({"type": "http.response.body", "body": body})
 
@@ -185,6 +194,8 @@ class Context:
                          "headers": self._start_headers(content_type, headers)})
 
     async def write(self, chunk: bytes) -> None:
+        if self.response_chunks is not None:
+            self.response_chunks.append(chunk)
         await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
 
     async def end_stream(self) -> None:

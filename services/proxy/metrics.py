@@ -27,6 +27,18 @@ INFLIGHT = Gauge(
     "second.",
     ("request_kind",),
 )
+LONGRUNNING = Gauge(
+    "apiserver_longrunning_requests",
+    "Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, "
+    "scope and component.", ("verb", "group", "version", "resource", "subresource", "scope", "component"),
+)
+CACHE_REQUESTS = Counter(
+    "apiary_proxy_cache_requests_total",
+    "Authentication and authorization answers looked up in the proxy's caches, by cache and result "
+    "(hit: answered without a call to the auth service).", ("cache", "result"),
+)
+AUTHN_HIT, AUTHN_MISS = CACHE_REQUESTS.labels("authentication", "hit"), CACHE_REQUESTS.labels("authentication", "miss")
+AUTHZ_HIT, AUTHZ_MISS = CACHE_REQUESTS.labels("authorization", "hit"), CACHE_REQUESTS.labels("authorization", "miss")
 READ_ONLY = INFLIGHT.labels("readOnly")
 MUTATING = INFLIGHT.labels("mutating")
 
@@ -60,3 +72,9 @@ def observe(info: RequestInfo | None, method: str, code: int, seconds: float, ap
         labels = (verb, "", "", "", "", "", "apiserver")
     REQUESTS.labels(*labels, str(code)).inc()
     DURATION.labels(*labels).observe(seconds)
+
+
+def longrunning(info: RequestInfo) -> Gauge:
+    """The apiserver_longrunning_requests child a watch counts itself in while it streams."""
+    return LONGRUNNING.labels("WATCH", info.api_group, info.api_version, info.resource, info.subresource,
+                              scope(info), "apiserver")

@@ -311,6 +311,8 @@ class Cacher:
         self.rev = self.complete_since = rev
         self._bump()
         metrics.STORAGE_OBJECTS.labels(self.resource).set(len(store))
+        metrics.WATCH_CACHE_CAPACITY.labels(self.resource).set(0)
+        metrics.WATCH_CACHE_RV.labels(self.resource).set(rev)
 
     async def _run(self) -> None:
         backoff, relist, failures = Backoff(), False, 0
@@ -420,6 +422,8 @@ class Cacher:
         self._evict()
         self._bump()
         metrics.STORAGE_OBJECTS.labels(self.resource).set(len(self.store))
+        metrics.WATCH_CACHE_CAPACITY.labels(self.resource).set(len(self.history))
+        metrics.WATCH_CACHE_RV.labels(self.resource).set(self.rev)
 
     def _discard(self, key: str) -> None:
         self._forget_json(key)

@@ -14,6 +14,7 @@ import logging
 from services.common.background import cancel_and_wait
 from services.common.errors import APIError
 
+from . import metrics
 from .etcd import Compacted, Etcd, compare_version, op_get, op_put
 
 log = logging.getLogger(__name__)
@@ -40,9 +41,14 @@ class Compactor:
         while True:
             await asyncio.sleep(self.interval)
             try:
-                await self.compact_once()
+                target = await self.compact_once()
             except APIError as e:
+                metrics.COMPACTIONS.labels("failed").inc()
                 log.warning("etcd compaction failed: %s", e.message)
+                continue
+            metrics.COMPACTIONS.labels("compacted" if target else "skipped").inc()
+            if target:
+                metrics.COMPACTED_REVISION.set(target)
 
     async def compact_once(self) -> int:
         """One step; returns the revision compacted (0 when this step compacted nothing)."""

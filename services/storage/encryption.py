@@ -19,6 +19,7 @@ import base64
 import binascii
 import logging
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from apiary_pb import kms_v2_pb2 as kpb
 from apiary_pb import kms_v2_pb2_grpc as kgrpc
 
+from . import metrics
 from .keys import key_info
 
 log = logging.getLogger(__name__)
@@ -296,7 +298,16 @@ class Transformer:
 
     def to_storage(self, plain: bytes, ad: bytes) -> bytes:
         p = self.first
-        return p.prefix + p.encrypt(plain, ad)
+        if not p.prefix:  # identity: no transformation to count
+            return plain
+        t = time.perf_counter()
+        try:
+            out = p.prefix + p.encrypt(plain, ad)
+        except Exception:
+            _transformed("to_storage", p, "Internal", t)
+            raise
+        _transformed("to_storage", p, "OK", t)
+        return out
 
     def is_stale(self, value: bytes) -> bool:
         """Whether value was written by anything but the first provider (without decrypting it)."""
@@ -313,7 +324,13 @@ class Transformer:
             for i, p in enumerate(self.providers):
                 if p.prefix and value.startswith(p.prefix):
                     data = value[len(p.prefix) :]
-                    plain = p.decrypt(data, ad)
+                    t = time.perf_counter()
+                    try:
+                        plain = p.decrypt(data, ad)
+                    except Exception:
+                        _transformed("from_storage", p, "Internal", t)
+                        raise
+                    _transformed("from_storage", p, "OK", t)
                     stale = i != 0 or (isinstance(p, KMSv2Provider) and p.stale(data))
                     return plain, stale
             raise TransformError("no matching prefix found")
@@ -321,6 +338,13 @@ class Transformer:
             if isinstance(p, Identity):
                 return value, i != 0
         raise TransformError("no matching prefix found")
+
+
+def _transformed(kind: str, p: Provider, status: str, started: float) -> None:
+    """kube's transformation metrics, labelled by the provider's prefix (k8s:enc:aescbc:v1:key1:)."""
+    prefix = p.prefix.decode(errors="replace")
+    metrics.TRANSFORMATION_OPERATIONS.labels(kind, prefix, status).inc()
+    metrics.TRANSFORMATION_DURATION.labels(kind, prefix).observe(time.perf_counter() - started)
 
 
 class Encryption:

@@ -51,6 +51,25 @@ WATCH_CACHE_EVENTS = Counter(
     "Counter of events received in watch cache broken by resource type.",
     ["resource"],
 )
+WATCH_CACHE_CAPACITY = Gauge(
+    "watch_cache_capacity", "Total capacity of watch cache broken by resource type (here: the events its "
+    "history window holds now).", ["resource"])
+WATCH_CACHE_RV = Gauge(
+    "apiserver_watch_cache_resource_version", "Current resource version of watch cache broken by resource type.",
+    ["resource"])
+TRANSFORMATION_OPERATIONS = Counter(
+    "apiserver_storage_transformation_operations_total",
+    "Total number of transformations (encryption at rest) by type, provider prefix and status.",
+    ["transformation_type", "transformer_prefix", "status"])
+TRANSFORMATION_DURATION = Histogram(
+    "apiserver_storage_transformation_duration_seconds",
+    "Latencies in seconds of value transformation operations.", ["transformation_type", "transformer_prefix"],
+    buckets=(5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 0.025, 0.1, 0.5))
+COMPACTIONS = Counter(
+    "apiary_storage_compactions_total",
+    "Steps of the etcd compactor by result (compacted, skipped: nothing to compact or another replica did, "
+    "failed).", ["result"])
+COMPACTED_REVISION = Gauge("apiary_storage_compacted_revision", "The etcd revision this storage last compacted.")
 TERMINATED_WATCHERS = Counter(
     "apiserver_terminated_watchers_total",
     "Counter of watchers closed due to unresponsiveness broken by resource type.",

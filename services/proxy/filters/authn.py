@@ -22,6 +22,7 @@ from apiary_pb import envelope_pb2 as pb
 from services.common import grpcutil
 from services.common.errors import Unauthorized
 
+from .. import metrics
 from .requestheader import RequestHeaderConfig
 
 SUCCESS_TTL = 10.0
@@ -73,7 +74,9 @@ class Authenticator:
         now = time.monotonic()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > now:
+            metrics.AUTHN_HIT.inc()
             return hit[1]
+        metrics.AUTHN_MISS.inc()
         req = apb.AuthenticateRequest(token=token, has_cert=x509, cert_common_name=cn,
                                       cert_organizations=list(orgs), path=path)
         resp = await grpcutil.call(self.auth.Authenticate(req, timeout=AUTH_TIMEOUT), "auth")

@@ -26,6 +26,7 @@ from services.common import grpcutil
 from services.common.errors import Forbidden, InternalError
 from services.common.identity import SYSTEM_MASTERS
 
+from .. import metrics
 from ..requestinfo import RequestInfo
 
 # How long an answer is reused while RBAC events invalidate the cache (kube's webhook authorizer
@@ -96,10 +97,16 @@ class Authorizer:
 
     async def authorize(self, user: pb.UserInfo, info: RequestInfo) -> None:
         """Return when allowed; raise Forbidden on Deny or NoOpinion."""
+        allowed, reason = await self.decide(user, info)
+        if not allowed:
+            raise forbidden_error(user.name, info, reason)
+
+    async def decide(self, user: pb.UserInfo, info: RequestInfo) -> tuple[bool, str]:
+        """(allowed, the authorizer's reason), from the cache or the auth service."""
         if SYSTEM_MASTERS in user.groups:
             # kube-apiserver's privileged-group authorizer, first in every authorization chain: in
             # process, so system:masters keeps working while the auth service restarts.
-            return
+            return True, ""
         # uid and extra too: a webhook may decide by them
         extra = tuple(sorted((k, tuple(v.values)) for k, v in user.extra.items())) if user.extra else ()
         key = (user.name, tuple(user.groups), user.uid, extra, info.verb, info.is_resource_request, info.namespace,
@@ -108,8 +115,10 @@ class Authorizer:
         now = time.monotonic()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > now:
+            metrics.AUTHZ_HIT.inc()
             allowed, reason = hit[1], hit[2]
         else:
+            metrics.AUTHZ_MISS.inc()
             generation = self._generation
             req = apb.AuthorizeRequest(attributes=attributes(user, info))
             resp = await grpcutil.call(self.auth.Authorize(req, timeout=AUTHZ_TIMEOUT), "auth")
@@ -120,8 +129,7 @@ class Authorizer:
             now = time.monotonic()
             if generation == self._generation and now >= self._quiet_until and not resp.no_cache:
                 self._store(key, now, allowed, reason, resp.cache_ttl)
-        if not allowed:
-            raise forbidden_error(user.name, info, reason)
+        return allowed, reason
 
     def _store(self, key: tuple[Any, ...], now: float, allowed: bool, reason: str, limit: float = 0.0) -> None:
         """limit > 0: the auth service's bound on reuse (a webhook's authorizedTTL / unauthorizedTTL)."""

@@ -1,0 +1,361 @@
+"""Auditing, as kube-apiserver's: an audit.k8s.io/v1 Policy decides each request's level, and the
+log backend writes one audit.k8s.io/v1 Event per stage as a JSON line (--audit-log-path, rotated by
+size with lumberjack's file names and kept by count and age, as kube's log backend does).
+
+Stages: RequestReceived once the request is authenticated, ResponseStarted when a long-running
+request (a watch) has sent its headers, ResponseComplete when the response is done, Panic when
+the handler failed unexpectedly. The policy is matched against the authenticated user (before
+impersonation, whose result is the event's impersonatedUser), as in kube's handler chain.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+import yaml
+
+from apiary_pb import envelope_pb2 as pb
+from services.common.errors import APIError
+
+from ..requestinfo import RequestInfo
+
+log = logging.getLogger(__name__)
+
+NONE, METADATA, REQUEST, REQUEST_RESPONSE = "None", "Metadata", "Request", "RequestResponse"
+_LEVELS = (NONE, METADATA, REQUEST, REQUEST_RESPONSE)
+_STAGES = ("RequestReceived", "ResponseStarted", "ResponseComplete", "Panic")
+
+
+class PolicyError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class GroupResources:
+    group: str = ""
+    resources: tuple[str, ...] = ()
+    resource_names: tuple[str, ...] = ()
+
+    def matches(self, info: RequestInfo) -> bool:
+        if self.group != info.api_group:
+            return False
+        if self.resource_names and info.name not in self.resource_names:
+            return False
+        if not self.resources:
+            return True
+        full = f"{info.resource}/{info.subresource}" if info.subresource else info.resource
+        for r in self.resources:
+            if r in ("*", full):
+                return True
+            if r.startswith("*/") and info.subresource and r[2:] == info.subresource:
+                return True
+            if r.endswith("/*") and r[:-2] == info.resource:
+                return True
+        return False
+
+
+@dataclass(frozen=True)
+class Rule:
+    level: str
+    users: tuple[str, ...] = ()
+    user_groups: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = ()
+    resources: tuple[GroupResources, ...] = ()
+    namespaces: tuple[str, ...] = ()
+    non_resource_urls: tuple[str, ...] = ()
+    omit_stages: frozenset[str] = frozenset()
+    omit_managed_fields: bool | None = None
+
+    def matches(self, user: pb.UserInfo | None, info: RequestInfo) -> bool:
+        if self.users and (user is None or user.name not in self.users):
+            return False
+        if self.user_groups and (user is None or not set(self.user_groups) & set(user.groups)):
+            return False
+        if self.verbs and info.verb not in self.verbs:
+            return False
+        if self.namespaces or self.resources:
+            if not info.is_resource_request:
+                return False
+            if self.namespaces and info.namespace not in self.namespaces:
+                return False
+            return not self.resources or any(gr.matches(info) for gr in self.resources)
+        if self.non_resource_urls:
+            if info.is_resource_request:
+                return False
+            return any(info.path == u or (u.endswith("*") and info.path.startswith(u[:-1]))
+                       for u in self.non_resource_urls)
+        return True
+
+
+@dataclass(frozen=True)
+class Decision:
+    level: str
+    omit_stages: frozenset[str] = frozenset()
+    omit_managed_fields: bool = False
+
+
+@dataclass
+class Policy:
+    rules: list[Rule] = field(default_factory=list)
+    omit_stages: frozenset[str] = frozenset()
+    omit_managed_fields: bool = False
+
+    @classmethod
+    def load(cls, path: str | Path) -> Policy:
+        try:
+            doc = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise PolicyError(f"failed to read audit policy file {path}: {e}") from None
+        return cls.parse(doc)
+
+    @classmethod
+    def parse(cls, doc: Any) -> Policy:
+        if not isinstance(doc, dict) or doc.get("kind") != "Policy" or doc.get("apiVersion") not in (
+                "audit.k8s.io/v1", "audit.k8s.io/v1beta1"):
+            raise PolicyError("audit policy: expected kind Policy of apiVersion audit.k8s.io/v1")
+        policy_omit = _stages(doc.get("omitStages"), "omitStages")
+        rules = []
+        for i, r in enumerate(doc.get("rules") or []):
+            where = f"rules[{i}]"
+            if not isinstance(r, dict):
+                raise PolicyError(f"audit policy: {where} must be an object")
+            level = r.get("level")
+            if level not in _LEVELS:
+                raise PolicyError(f'audit policy: {where}.level: Unsupported value: "{level}": supported values: '
+                                  + ", ".join(f'"{lv}"' for lv in _LEVELS))
+            urls = _strings(r.get("nonResourceURLs"), f"{where}.nonResourceURLs")
+            res = r.get("resources") or []
+            ns = _strings(r.get("namespaces"), f"{where}.namespaces")
+            if urls and (res or ns):
+                raise PolicyError(f"audit policy: {where}: rules cannot apply to both regular resources and "
+                                  "non-resource URLs")
+            groups = tuple(GroupResources(str(g.get("group") or ""), _strings(g.get("resources"), where),
+                                          _strings(g.get("resourceNames"), where)) for g in res)
+            rules.append(Rule(level, _strings(r.get("users"), where), _strings(r.get("userGroups"), where),
+                              _strings(r.get("verbs"), where), groups, ns, urls,
+                              _stages(r.get("omitStages"), f"{where}.omitStages") | policy_omit,
+                              r.get("omitManagedFields")))
+        return cls(rules, policy_omit, bool(doc.get("omitManagedFields", False)))
+
+    def decide(self, user: pb.UserInfo | None, info: RequestInfo) -> Decision:
+        for r in self.rules:
+            if r.matches(user, info):
+                omf = self.omit_managed_fields if r.omit_managed_fields is None else r.omit_managed_fields
+                return Decision(r.level, r.omit_stages, omf)
+        return Decision(NONE, self.omit_stages, self.omit_managed_fields)
+
+
+def _strings(v: Any, where: str) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+        raise PolicyError(f"audit policy: {where} must be a list of strings")
+    return tuple(v)
+
+
+def _stages(v: Any, where: str) -> frozenset[str]:
+    stages = _strings(v, where)
+    for s in stages:
+        if s not in _STAGES:
+            raise PolicyError(f'audit policy: {where}: Unsupported value: "{s}"')
+    return frozenset(stages)
+
+
+class LogBackend:
+    """Event lines to a file ("-": stdout), rotated when the next line would pass max_size bytes.
+
+    A rotated file is named as lumberjack (kube's log rotation) names it: audit-2026-12-01T21-33-29.123.log
+    beside audit.log; at most max_backups of them are kept (0: all), none older than max_age days (0: any).
+    """
+
+    def __init__(self, path: str, max_size_mb: int = 0, max_backups: int = 0, max_age_days: int = 0) -> None:
+        self.path = path
+        self.max_size = max_size_mb * 1024 * 1024
+        self.max_backups, self.max_age = max_backups, max_age_days
+        self._file: IO[bytes] | None = None
+        self._size = 0
+
+    def _open(self) -> IO[bytes]:
+        if self._file is None:
+            if self.path == "-":
+                self._file = sys.stdout.buffer
+            else:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(self.path, "ab", buffering=0)  # one write per line: nothing lost on a crash
+                self._size = self._file.tell()
+        return self._file
+
+    def write(self, line: bytes) -> None:
+        f = self._open()
+        if self.path != "-" and self.max_size and self._size and self._size + len(line) > self.max_size:
+            f = self._rotate()
+        try:
+            f.write(line)
+        except OSError as e:
+            log.error("audit log %s: write failed: %s", self.path, e)
+            return
+        self._size += len(line)
+        if self.path == "-":
+            f.flush()
+
+    def _rotate(self) -> IO[bytes]:
+        assert self._file is not None
+        self._file.close()
+        self._file = None
+        p = Path(self.path)
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H-%M-%S.%f")[:-3]
+        target, n = p.with_name(f"{p.stem}-{stamp}{p.suffix}"), 0
+        while target.exists():  # two rotations within a millisecond
+            n += 1
+            target = p.with_name(f"{p.stem}-{stamp}.{n}{p.suffix}")
+        os.replace(p, target)
+        self._prune(p)
+        return self._open()
+
+    def _prune(self, p: Path) -> None:
+        backups = sorted(p.parent.glob(f"{p.stem}-*{p.suffix}"), key=lambda b: (b.stat().st_mtime_ns, b.name))
+        doomed = set()
+        if self.max_backups:
+            doomed.update(backups[:-self.max_backups])
+        if self.max_age:
+            cutoff = time.time() - self.max_age * 86400
+            doomed.update(b for b in backups if b.stat().st_mtime < cutoff)
+        for b in doomed:
+            b.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self._file is not None and self.path != "-":
+            self._file.close()
+        self._file = None
+
+
+def _timestamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _strip_managed_fields(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        meta = obj.get("metadata")
+        if isinstance(meta, dict) and "managedFields" in meta:
+            obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+        items = obj.get("items")
+        if isinstance(items, list):
+            obj = {**obj, "items": [_strip_managed_fields(i) for i in items]}
+    return obj
+
+
+def _user(u: pb.UserInfo) -> dict[str, Any]:
+    out: dict[str, Any] = {"username": u.name}
+    if u.uid:
+        out["uid"] = u.uid
+    if u.groups:
+        out["groups"] = list(u.groups)
+    if u.extra:
+        out["extra"] = {k: list(v.values) for k, v in u.extra.items()}
+    return out
+
+
+class Auditor:
+    """The policy and the backend: makes one Event for each audited request."""
+
+    def __init__(self, policy: Policy, backend: LogBackend) -> None:
+        self.policy, self.backend = policy, backend
+
+    def begin(self, audit_id: str, info: RequestInfo, user: pb.UserInfo | None, request_uri: str,
+              source_ips: list[str], user_agent: str, received: str) -> Event | None:
+        decision = self.policy.decide(user, info)
+        if decision.level == NONE:
+            return None
+        return Event(self, decision, audit_id, info, user, request_uri, source_ips, user_agent, received)
+
+
+class Event:
+    """One request's audit event, written once per stage the policy does not omit."""
+
+    def __init__(self, auditor: Auditor, decision: Decision, audit_id: str, info: RequestInfo,
+                 user: pb.UserInfo | None, request_uri: str, source_ips: list[str], user_agent: str,
+                 received: str) -> None:
+        self.auditor, self.decision = auditor, decision
+        self.level = decision.level
+        self.fields: dict[str, Any] = {
+            "kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": decision.level, "auditID": audit_id,
+            "requestURI": request_uri, "verb": info.verb,
+            "user": _user(user) if user is not None else {},
+            "sourceIPs": source_ips,
+        }
+        if user_agent:
+            self.fields["userAgent"] = user_agent
+        if info.is_resource_request:
+            ref = {"resource": info.resource, "namespace": info.namespace, "name": info.name,
+                   "apiGroup": info.api_group, "apiVersion": info.api_version, "subresource": info.subresource}
+            self.fields["objectRef"] = {k: v for k, v in ref.items() if v}
+        self.received = received
+        self.annotations: dict[str, str] = {}
+        self.request_object: Any = None
+        self.response_object: Any = None
+
+    @property
+    def wants_request(self) -> bool:
+        return self.level in (REQUEST, REQUEST_RESPONSE)
+
+    @property
+    def wants_response(self) -> bool:
+        return self.level == REQUEST_RESPONSE
+
+    def impersonated(self, user: pb.UserInfo) -> None:
+        self.fields["impersonatedUser"] = _user(user)
+
+    def authorized(self, allowed: bool, reason: str) -> None:
+        self.annotations["authorization.k8s.io/decision"] = "allow" if allowed else "forbid"
+        self.annotations["authorization.k8s.io/reason"] = reason
+
+    def set_request(self, body: bytes) -> None:
+        """The decoded request body (JSON), kept at level Request and above."""
+        if self.wants_request and body:
+            try:
+                self.request_object = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                self.request_object = None
+
+    def set_response(self, body: bytes) -> None:
+        if self.wants_response and body:
+            try:
+                self.response_object = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                self.response_object = None
+
+    def stage(self, stage: str, code: int = 0, error: APIError | None = None) -> None:
+        if stage in self.decision.omit_stages:
+            return
+        ev = dict(self.fields)
+        ev["stage"] = stage
+        if stage != "RequestReceived":
+            status: dict[str, Any] = {"metadata": {}, "code": code}
+            if error is not None:
+                status.update({"status": "Failure", "message": error.message, "code": error.code})
+                if error.reason:
+                    status["reason"] = error.reason
+            ev["responseStatus"] = status
+        if self.request_object is not None:
+            ev["requestObject"] = (_strip_managed_fields(self.request_object)
+                                   if self.decision.omit_managed_fields else self.request_object)
+        if stage in ("ResponseComplete", "Panic") and self.response_object is not None:
+            ev["responseObject"] = (_strip_managed_fields(self.response_object)
+                                    if self.decision.omit_managed_fields else self.response_object)
+        ev["requestReceivedTimestamp"] = self.received
+        ev["stageTimestamp"] = _timestamp()
+        if self.annotations:
+            ev["annotations"] = self.annotations
+        self.auditor.backend.write(orjson.dumps(ev) + b"\n")
+
+
+def now() -> str:
+    """The time a request was received, as audit events carry it."""
+    return _timestamp()

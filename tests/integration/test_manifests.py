@@ -1,0 +1,100 @@
+"""The k8s manifests: every kustomization renders (kubectl kustomize), every object validates
+against the Kubernetes 1.32 schemas (kubernetes-validate), every service's arguments parse with
+that service's own flags, and the certificate Job's code creates its Secrets through a real API
+(apiary's own, on the shared stack)."""
+from __future__ import annotations
+
+import base64
+import importlib
+import subprocess
+from pathlib import Path
+
+import httpx
+import kubernetes_validate
+import pytest
+import yaml
+from cryptography import x509
+
+from tools.certs import create_secrets, k8s_secrets
+from tools.dashboards import write_all
+from tools.run import ROOT, Stack
+
+K8S = ROOT / "k8s"
+KUSTOMIZATIONS = ["base", "overlays/single-etcd", "overlays/dashboards"]
+
+
+def render(path: str) -> list[dict]:
+    if path == "overlays/dashboards":
+        write_all(K8S / "overlays" / "dashboards" / "dashboards")  # what `make dashboards` writes
+    out = subprocess.run(["kubectl", "kustomize", str(K8S / path)], capture_output=True, text=True, check=True)
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.mark.parametrize("path", KUSTOMIZATIONS)
+def test_every_object_validates_against_kubernetes_1_32(path: str) -> None:
+    objs = render(path)
+    assert objs
+    for obj in objs:
+        kubernetes_validate.validate(obj, "1.32.0", strict=True)
+
+
+def _by_kind(objs: list[dict], kind: str) -> dict[str, dict]:
+    return {o["metadata"]["name"]: o for o in objs if o["kind"] == kind}
+
+
+def test_deployments_probes_budgets_and_scraping() -> None:
+    objs = render("base")
+    deployments = _by_kind(objs, "Deployment")
+    assert set(deployments) == {"proxy", "auth", "apf", "admission", "registry", "storage"}
+    budgets = _by_kind(objs, "PodDisruptionBudget")
+    services = _by_kind(objs, "Service")
+    for name, d in deployments.items():
+        assert d["metadata"]["namespace"] == "apiary"
+        assert d["spec"]["replicas"] >= 2, name  # every stateless service runs as several replicas
+        pod = d["spec"]["template"]
+        (c,) = pod["spec"]["containers"]
+        assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        assert c["livenessProbe"]["httpGet"]["path"] == "/livez"
+        assert c["resources"]["requests"]
+        assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+        assert name in budgets and name in services
+    etcd = _by_kind(objs, "StatefulSet")["etcd"]
+    assert etcd["spec"]["replicas"] == 3
+    single = _by_kind(render("overlays/single-etcd"), "StatefulSet")["etcd"]
+    assert single["spec"]["replicas"] == 1
+    env = {e["name"]: e.get("value") for e in single["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["INITIAL_CLUSTER"] == "etcd-0=http://etcd-0.etcd:2380"
+
+
+def test_every_service_accepts_its_arguments() -> None:
+    for name, d in _by_kind(render("base"), "Deployment").items():
+        args = d["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[:3] == ["python", "-m", f"services.{name}"]
+        module = importlib.import_module(f"services.{name}.__main__")
+        parsed = module.parse_args(args[3:])  # an unknown or malformed flag exits
+        assert parsed.bind_address == "0.0.0.0"
+        peers = {k: v for k, v in vars(parsed).items() if k.endswith("_address") and k != "bind_address"}
+        assert all(v.split(":")[0] in ("auth", "apf", "admission", "registry", "storage") for v in peers.values())
+
+
+def test_the_dashboards_overlay_provisions_every_dashboard() -> None:
+    objs = render("overlays/dashboards")
+    cms = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("apiary-dashboards")]
+    assert len(cms) == 1 and len(cms[0]["data"]) == 7
+
+
+def test_the_certificate_job_creates_its_secrets(stack: Stack, tokens: dict[str, str], admin: httpx.Client,
+                                                 tmp_path: Path) -> None:
+    ns = "pki-job"
+    admin.post("/api/v1/namespaces", json={"metadata": {"name": ns}})
+    secrets = k8s_secrets(tmp_path, ns)
+    ca = str(stack.state / "pki" / "ca.crt")
+    assert create_secrets(secrets, ns, stack.server, tokens["admin"], ca) == ["apiary-pki", "apiary-config"]
+    assert create_secrets(secrets, ns, stack.server, tokens["admin"], ca) == []  # kept, never rotated
+    pki = admin.get(f"/api/v1/namespaces/{ns}/secrets/apiary-pki").json()["data"]
+    cert = x509.load_pem_x509_certificate(base64.b64decode(pki["storage.crt"]))
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    assert "storage" in names and f"storage.{ns}.svc" in names
+    config = admin.get(f"/api/v1/namespaces/{ns}/secrets/apiary-config").json()["data"]
+    assert set(config) == {"tokens.csv", "encryption-config.yaml"}
