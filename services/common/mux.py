@@ -37,6 +37,7 @@ from apiary_pb import envelope_pb2 as pb
 
 from .errors import APIError, InternalError, ServiceUnavailable, Timeout, error_from_rpc
 from .grpcutil import GRPC_STARTED
+from .runtime import after_large_answer
 
 log = logging.getLogger(__name__)
 
@@ -371,6 +372,7 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
     async def send_parts(frame: pb.Frame, resp: Streamed) -> None:
         out = outgoing[frame.id] = _Outgoing(frame.id, 0 if requests_ended else frame.window)
         parts = aiter(resp)
+        sent = 0
         try:
             prev: bytes | None = None
             try:
@@ -378,6 +380,7 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
                     if prev is not None:
                         await out.room()
                         sched.part(out, (frame.id, prev, None, True))
+                        sent += len(prev)
                     prev = part
             except Exception as e:  # noqa: BLE001 - the error goes after the parts made before it
                 if prev is not None:
@@ -394,6 +397,7 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
             del outgoing[frame.id]
             await parts.aclose()  # type: ignore[attr-defined]
             await resp.aclose()
+            after_large_answer(sent)
 
     async def run(frame: pb.Frame) -> None:
         GRPC_STARTED.labels(frame.method).inc()  # a call on the stream counts as a call

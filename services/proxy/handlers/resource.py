@@ -10,6 +10,7 @@ from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import mux
+from services.common.runtime import after_large_answer
 
 from ..context import Context
 from ..negotiation import Output, json_to_yaml
@@ -74,6 +75,7 @@ class ResourceHandler:
         A failure after the first part cuts the response off (the client sees it incomplete)."""
         req.chunked = True
         parts = self.calls.call_stream("Handle", req, timeout=self.timeout)
+        sent = 0
         try:
             payload, more = await ctx.race(anext(parts))
             ctx.timing("registry", t)
@@ -84,8 +86,12 @@ class ResourceHandler:
                 return
             await ctx.start_stream(resp.code or 200, output.content_type, headers)
             await ctx.write(resp.body)
+            sent = len(resp.body)
             async for payload, _ in parts:
-                await ctx.write(rpb.APIResponse.FromString(payload).body)
+                body = rpb.APIResponse.FromString(payload).body
+                sent += len(body)
+                await ctx.write(body)
             await ctx.end_stream()
         finally:
             await parts.aclose()
+            after_large_answer(sent)
