@@ -42,11 +42,14 @@ from .runtime import after_large_answer
 log = logging.getLogger(__name__)
 
 # What one stream message carries at most when answers come in parts (Streamed): small enough that
-# sender, receiver and the process after them work on different parts at the same time.
-PART_BYTES = 256 << 10
-# Parts of one answer that may be on their way to a call_stream caller beyond what it has taken:
-# enough to keep each hop busy, few enough that no hop holds more than about 1 MiB of one answer.
-WINDOW = 4
+# sender, receiver and the process after them work on different parts at the same time, and that a
+# small answer sent behind one waits little (256 KiB parts with more of them in flight doubled the
+# latency of a GET during a large LIST; 64 KiB made the LIST slower for nothing).
+PART_BYTES = 128 << 10
+# Parts of one answer that may be on their way to a call_stream caller beyond the one it has
+# taken: the next part travels while the caller works on this one, and every call waiting behind
+# it on the stream waits for at most that much (tools/bench_fairness measures both).
+WINDOW = 1
 # Parts of one answer a server queues for its writer beyond the one being written (without flow
 # control from the caller this alone bounds what the server holds).
 QUEUED_PARTS = 2
@@ -310,8 +313,8 @@ class MuxClient:
                           window: int = WINDOW) -> AsyncIterator[tuple[bytes, bool]]:
         """The answer's parts as they arrive: (payload, more); an answer in one part is one item.
         timeout bounds the wait for each part. The server sends at most `window` parts beyond
-        those taken from here (a part counts as taken when the next one is asked for); closing
-        this iterator before the last part cancels the call on the server."""
+        those taken from here; closing this iterator before the last part cancels the call on the
+        server."""
         stream = self._ensure()
         fid = next(self._ids)
         parts = _Parts(stream)
@@ -327,11 +330,11 @@ class MuxClient:
                         done = True
                         raise APIError.from_pb(frame.error)
                     done = not frame.more
+                    if not done and stream.alive:  # taken: the next one may come meanwhile
+                        queue.put_nowait(pb.Frame(id=fid, credit=1))
                     yield frame.payload, frame.more
                     if done:
                         return
-                    if stream.alive:
-                        queue.put_nowait(pb.Frame(id=fid, credit=1))
                 if parts.error is not None:
                     raise parts.error
                 parts.wake.clear()
@@ -381,6 +384,7 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
                         await out.room()
                         sched.part(out, (frame.id, prev, None, True))
                         sent += len(prev)
+                        await asyncio.sleep(0)  # the next part waits for what else is ready
                     prev = part
             except Exception as e:  # noqa: BLE001 - the error goes after the parts made before it
                 if prev is not None:
