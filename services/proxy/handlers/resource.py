@@ -12,7 +12,7 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import mux
 from services.common.runtime import after_large_answer
 
-from ..context import Context
+from ..context import ClientDisconnected, Context
 from ..negotiation import Output, json_to_yaml
 from ..requestinfo import RequestInfo
 
@@ -87,10 +87,13 @@ class ResourceHandler:
             await ctx.start_stream(resp.code or 200, output.content_type, headers)
             await ctx.write(resp.body)
             sent = len(resp.body)
+            gone = ctx.disconnected
             async for payload, _ in parts:
                 body = rpb.APIResponse.FromString(payload).body
                 sent += len(body)
                 await ctx.write(body)
+                if gone is not None and gone.done():  # the rest is not read: cancel the call
+                    raise ClientDisconnected()
             await ctx.end_stream()
         finally:
             await parts.aclose()
