@@ -45,11 +45,11 @@ log = logging.getLogger(__name__)
 # sender, receiver and the process after them work on different parts at the same time, and that a
 # small answer sent behind one waits little (256 KiB parts with more of them in flight doubled the
 # latency of a GET during a large LIST; 64 KiB made the LIST slower for nothing).
-PART_BYTES = 128 << 10
+PART_BYTES = 256 << 10
 # Parts of one answer that may be on their way to a call_stream caller beyond the one it has
 # taken: the next part travels while the caller works on this one, and every call waiting behind
 # it on the stream waits for at most that much (tools/bench_fairness measures both).
-WINDOW = 1
+WINDOW = 2
 # Parts of one answer a server queues for its writer beyond the one being written (without flow
 # control from the caller this alone bounds what the server holds).
 QUEUED_PARTS = 2
@@ -249,6 +249,7 @@ class MuxClient:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[pb.Frame] | _Parts] = {}
         self._stream: _Stream | None = None
+        self._parts_client: MuxClient | None = None  # answers in parts travel on a stream of their own
 
     def _ensure(self) -> _Stream:
         stream = self._stream
@@ -309,12 +310,20 @@ class MuxClient:
             raise APIError.from_pb(frame.error)
         return (response or self.responses[method]).FromString(frame.payload)
 
-    async def call_stream(self, method: str, request: Any, timeout: float | None = None,
-                          window: int = WINDOW) -> AsyncIterator[tuple[bytes, bool]]:
+    def call_stream(self, method: str, request: Any, timeout: float | None = None,
+                    window: int = WINDOW) -> AsyncIterator[tuple[bytes, bool]]:
         """The answer's parts as they arrive: (payload, more); an answer in one part is one item.
         timeout bounds the wait for each part. The server sends at most `window` parts beyond
         those taken from here; closing this iterator before the last part cancels the call on the
-        server."""
+        server. These calls share a second stream to the peer (on the same connection), so that
+        a whole answer never waits in the transport behind the parts of a large one."""
+        parts = self._parts_client
+        if parts is None:
+            parts = self._parts_client = MuxClient(self.open_stream, self.peer, self.responses)
+        return parts._call_stream(method, request, timeout, window)
+
+    async def _call_stream(self, method: str, request: Any, timeout: float | None,
+                           window: int) -> AsyncIterator[tuple[bytes, bool]]:
         stream = self._ensure()
         fid = next(self._ids)
         parts = _Parts(stream)

@@ -64,7 +64,12 @@ async def test_small_call_overtakes_a_large_answer():
     assert more and len(first) == mux.PART_BYTES
     small = await c.call("Handle", rpb.APIRequest(name="small"))
     assert small.body == b"small"
-    # The small answer was sent while most of the large one was still to be made.
+    # The small answer was sent while most of the large one was still to be made ...
+    assert server.produced["parts-60"] <= mux.WINDOW + mux.QUEUED_PARTS + 2
+    # ... and so is one sharing the large answer's own stream (whole answers go first).
+    assert c._parts_client is not None
+    same = await c._parts_client.call("Handle", rpb.APIRequest(name="same-stream"))
+    assert same.body == b"same-stream"
     assert server.produced["parts-60"] <= mux.WINDOW + mux.QUEUED_PARTS + 2
     rest = [p async for p, _ in big]
     assert len(rest) == 59 and rest[-1] == bytes([65 + 59 % 26]) * mux.PART_BYTES
@@ -104,7 +109,7 @@ async def test_a_caller_that_stops_reading_stops_the_sender():
     # Parts made: the one taken, the window, what the server queues and the one it looks ahead.
     held = server.produced["parts-100"]
     assert held <= 1 + mux.WINDOW + mux.QUEUED_PARTS + 1
-    pending = [e for e in c._pending.values() if isinstance(e, mux._Parts)]
+    pending = [e for e in c._parts_client._pending.values() if isinstance(e, mux._Parts)]
     assert len(pending) == 1 and len(pending[0].frames) <= mux.WINDOW
     await settle()
     assert server.produced["parts-100"] == held
