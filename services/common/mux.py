@@ -42,13 +42,14 @@ from .runtime import after_large_answer
 log = logging.getLogger(__name__)
 
 # What one stream message carries at most when answers come in parts (Streamed): small enough that
-# sender, receiver and the process after them work on different parts at the same time, and that a
-# small answer sent behind one waits little (256 KiB parts with more of them in flight doubled the
-# latency of a GET during a large LIST; 64 KiB made the LIST slower for nothing).
-PART_BYTES = 256 << 10
+# sender, receiver and the process after them work on different parts at the same time, and that
+# a process busy with a part keeps other calls waiting little (a GET during a large LIST waited
+# about 1.5x longer with 256 KiB parts; 64 KiB made the LIST slower for nothing).
+PART_BYTES = 128 << 10
 # Parts of one answer that may be on their way to a call_stream caller beyond the one it has
-# taken: the next part travels while the caller works on this one, and every call waiting behind
-# it on the stream waits for at most that much (tools/bench_fairness measures both).
+# taken: enough to cover the credit's round trip, few enough that no hop holds more than about
+# 0.25 MiB of one answer; a larger window makes a LIST faster and a GET beside it slower (4:
+# 3.7x the idle GET latency against 3x; tools/bench_fairness measures both).
 WINDOW = 2
 # Parts of one answer a server queues for its writer beyond the one being written (without flow
 # control from the caller this alone bounds what the server holds).
