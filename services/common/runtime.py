@@ -45,6 +45,36 @@ def tune_malloc() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
+# A large answer (bytes sent) after which the C heap is trimmed, and how long after the last one.
+TRIM_AFTER_BYTES = 16 << 20
+TRIM_DELAY = 1.0
+_trim: asyncio.TimerHandle | None = None
+
+
+def _malloc_trim() -> None:
+    global _trim
+    _trim = None
+    name = ctypes.util.find_library("c")
+    if name:
+        try:
+            ctypes.CDLL(name).malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
+
+
+def after_large_answer(nbytes: int) -> None:
+    """Give the memory a large answer used back to the system soon after it is sent: its buffers
+    were freed in the middle of the heap (and in gRPC's threads' arenas), which glibc only returns
+    on malloc_trim. Once per TRIM_DELAY at most, so that back-to-back LISTs pay for one."""
+    global _trim
+    if nbytes < TRIM_AFTER_BYTES or _trim is not None:
+        return
+    try:
+        _trim = asyncio.get_running_loop().call_later(TRIM_DELAY, _malloc_trim)
+    except RuntimeError:
+        pass
+
+
 def run(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     """Run main(stop_event) on uvloop; SIGTERM/SIGINT set the event."""
     if not tune_malloc():

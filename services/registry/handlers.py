@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import random
@@ -751,10 +752,11 @@ def _list_head(info: ResourceInfo, meta: Obj) -> bytes:
 
 async def _rest(parts: AsyncIterator[spb.RawListResponse], started: bool) -> AsyncIterator[bytes]:
     """The items after the first part, then the end of the list."""
-    async for part in parts:
-        if part.json_items:
-            yield b"," + part.json_items if started else part.json_items
-            started = True
+    async with contextlib.aclosing(parts):
+        async for part in parts:
+            if part.json_items:
+                yield b"," + part.json_items if started else part.json_items
+                started = True
     yield b"]}"
 
 

@@ -41,8 +41,9 @@ async def _parts(first: rpb.APIResponse, more: AsyncIterator[bytes]) -> AsyncIte
     """An answer in parts (APIRequest.chunked): the first APIResponse, then one holding only the
     body's next part for each part (field 2, written by hand: one copy of a large part)."""
     yield first.SerializeToString()
-    async for part in more:
-        yield b"".join(bytes_field(2, part))
+    async with contextlib.aclosing(more):  # given up on (mux cancel): the storage call goes at once
+        async for part in more:
+            yield b"".join(bytes_field(2, part))
 
 
 class RegistryServicer(rgrpc.RegistryServicer):

@@ -91,8 +91,10 @@ class Store:
                          timing: Timing | None = None) -> AsyncIterator[spb.RawListResponse]:
         """list with req.chunked: the answer's parts as they arrive (the first has the list's metadata)."""
         with _timed("list", info, timing):
-            async for payload, _ in self.calls.call_stream("List", req, timeout=self.timeout):
-                yield spb.RawListResponse.FromString(payload)
+            parts = self.calls.call_stream("List", req, timeout=self.timeout)
+            async with contextlib.aclosing(parts):
+                async for payload, _ in parts:
+                    yield spb.RawListResponse.FromString(payload)
 
     async def list_all(self, info: ResourceInfo, prefix: str, label_selector: str = "",
                        field_selector: str = "") -> list[pb.Object]:

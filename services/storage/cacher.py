@@ -25,7 +25,7 @@ import logging
 import time
 from bisect import bisect_left, insort
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from apiary_pb import envelope_pb2 as pb
 from services.common import envelope
@@ -489,24 +489,28 @@ class Cacher:
         return keys[lo:hi]
 
     def snapshot_json_items(self, prefix: str, pred: SelectionPredicate, kind: str,
-                            api_version: str) -> list[bytes]:
+                            api_version: str) -> Iterator[bytes]:
         """snapshot's objects as their JSON, one item each (kind and api_version fill in an object
-        stored without them; such JSON is not kept)."""
+        stored without them; such JSON is not kept). The snapshot is taken at once (the objects'
+        bytes and what is already rendered: references only); the rest is rendered as the items
+        are read, so a large list is never rendered whole before it is sent."""
         keys = self._matching(prefix, pred)
-        get = self.json.get
-        out = [get(k) for k in keys]
-        if None in out:
-            store = self.store
-            for i, js in enumerate(out):
-                if js is None:
-                    out[i] = self._render(keys[i], store[keys[i]], kind, api_version)
-        return out  # type: ignore[return-value]
+        store, get = self.store, self.json.get
+        data = [store[k] for k in keys]
+        done = [get(k) for k in keys]
+
+        def items() -> Iterator[bytes]:
+            for key, d, js in zip(keys, data, done):
+                yield js if js is not None else self._render(key, d, kind, api_version)
+        return items()
 
     def _render(self, key: str, data: bytes, kind: str, api_version: str) -> bytes:
         obj = pb.Object.FromString(data)
         if fill_kind(obj, kind, api_version):
             return envelope.to_json(obj)  # not kept: it depends on the request
         js = envelope.to_json(obj)
+        if self.store.get(key) is not data:
+            return js  # the object changed since the snapshot this rendering is for
         budget = self.json_budget
         cost = len(js) + len(key) + JSONBudget.ENTRY_OVERHEAD
         self._forget_json(key)

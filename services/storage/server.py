@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import grpc
@@ -49,6 +49,8 @@ EXPIRED_CONTINUE = (
 EXPIRED_LIST = "The resourceVersion for the provided list is too old."
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 MAX_FETCH = 10_000
+# Objects read from etcd at a time for a JSON list in parts (a page of 10 KiB objects is ~2.5 MB).
+LIST_PAGE = 256
 DELETE_RETRIES = 16
 UPDATE_RETRIES = 16
 # etcd's default --max-request-bytes; kube-apiserver's objects cannot be larger either.
@@ -100,21 +102,41 @@ def parse_rv(value: str, what: str = "resourceVersion") -> int:
     return rv
 
 
-def json_parts(head: bytes, items: list[bytes], size: int = mux.PART_BYTES) -> list[bytes]:
+class ListParts:
     """RawListResponses of about `size` bytes of items each, the first starting with head (its
-    resource_version field): a LIST's answer in parts (ListRequest.chunked)."""
-    parts: list[bytes] = []
-    start, n = 0, 0
-    for i, item in enumerate(items):
-        n += len(item) + 1
-        if n >= size:
-            js = b",".join(items[start:i + 1])
-            parts.append(b"".join((head if not parts else b"", *bytes_field(5, js))))
-            start, n = i + 1, 0
-    if start < len(items) or not parts:
-        js = b",".join(items[start:])
-        parts.append(b"".join((head if not parts else b"", *bytes_field(5, js))))
-    return parts
+    resource_version field): a LIST's answer in parts (ListRequest.chunked), each made as soon as
+    its items are in."""
+
+    def __init__(self, head: bytes, size: int = mux.PART_BYTES) -> None:
+        self.head, self.size = head, size
+        self.batch: list[bytes] = []
+        self.n = 0
+        self.first = True
+
+    def add(self, item: bytes) -> bytes | None:
+        """The next part, when this item completes one."""
+        self.batch.append(item)
+        self.n += len(item) + 1
+        return self._part() if self.n >= self.size else None
+
+    def end(self) -> bytes | None:
+        """The last part (the only one of an empty list), unless the last item completed one."""
+        return self._part() if self.batch or self.first else None
+
+    def _part(self) -> bytes:
+        out = b"".join((self.head if self.first else b"", *bytes_field(5, b",".join(self.batch))))
+        self.batch, self.n, self.first = [], 0, False
+        return out
+
+
+def json_parts(head: bytes, items: Iterable[bytes], size: int = mux.PART_BYTES) -> Iterator[bytes]:
+    """ListParts of items, each made when it is asked for."""
+    parts = ListParts(head, size)
+    for item in items:
+        if (part := parts.add(item)) is not None:
+            yield part
+    if (part := parts.end()) is not None:
+        yield part
 
 
 def _key(key: str) -> bytes:
@@ -406,7 +428,7 @@ class StorageServicer(sgrpc.StorageServicer):
                 if request.json:
                     items = cacher.snapshot_json_items(prefix, pred, request.kind, request.api_version)
                     rv = field(2, str(at).encode())
-                    if request.chunked:
+                    if request.chunked:  # rendered part by part as the caller takes them
                         return mux.Streamed(json_parts(rv, items))
                     js = b",".join(items)
                     # RawListResponse{resource_version, json_items} by hand: one copy of a large answer
@@ -416,6 +438,9 @@ class StorageServicer(sgrpc.StorageServicer):
                     metrics.STORAGE_OBJECTS.labels(resource).set(len(items))
                 return spb.RawListResponse(items=items, resource_version=str(at)).SerializeToString()
         try:
+            if request.json and request.chunked and not limit:
+                return await self._list_json_parts(prefix, start, revision, minimum, pred, resource,
+                                                   request.kind, request.api_version)
             out = await self._list(prefix, start, revision, minimum, limit, pred, resource)
             if request.json:
                 for o in out.items:
@@ -490,6 +515,60 @@ class StorageServicer(sgrpc.StorageServicer):
         if start == prefix and pred.empty and prefix == resource_prefix(prefix) and not more:
             metrics.STORAGE_OBJECTS.labels(resource).set(total)
         return out
+
+    async def _list_json_parts(self, prefix: str, start: str, revision: int, minimum: int,
+                               pred: SelectionPredicate, resource: str, kind: str, api_version: str
+                               ) -> mux.Streamed:
+        """An unpaginated JSON list from etcd in parts, read page by page at the first page's
+        revision and rendered as the caller takes the parts, so that neither the objects nor their
+        JSON are ever all in memory at once. The first page is read here (its errors are the
+        call's); an error on a later one ends the answer after the parts before it."""
+        end = range_end(prefix.encode())
+        codec = self.codec
+        page = LIST_PAGE
+        resp = await self.etcd.range(start.encode(), end, revision=revision, limit=page, op="list",
+                                     resource=resource)
+        if not revision:
+            revision = resp.header.revision
+            if minimum > revision:
+                raise too_large(minimum, revision)
+        whole = start == prefix and pred.empty and prefix == resource_prefix(prefix)
+
+        async def objects() -> AsyncIterator[list[bytes]]:
+            nonlocal resp
+            total = resp.count
+            while True:
+                out: list[bytes] = []
+                for kv in resp.kvs:
+                    try:
+                        obj = codec.decode(kv.value, kv.mod_revision, kv.key)
+                    except NeedsDEK:
+                        obj = await codec.decode_async(kv.value, kv.mod_revision, kv.key)
+                    if pred.empty or pred.matches(obj):
+                        fill_kind(obj, kind, api_version)
+                        out.append(envelope.to_json(obj))
+                yield out
+                if not resp.more:
+                    break
+                key = resp.kvs[-1].key + b"\x00"
+                try:
+                    resp = await self.etcd.range(key, end, revision=revision, limit=page, op="list",
+                                                 resource=resource)
+                except Compacted:
+                    raise Gone(EXPIRED_LIST, reason="Expired") from None
+            if whole:
+                metrics.STORAGE_OBJECTS.labels(resource).set(total)
+
+        async def parts() -> AsyncIterator[bytes]:
+            out = ListParts(field(2, str(revision).encode()))
+            async for items in objects():
+                for item in items:
+                    if (part := out.add(item)) is not None:
+                        yield part
+            if (part := out.end()) is not None:
+                yield part
+
+        return mux.Streamed(parts())
 
     async def _list_all(
         self, prefix: str, pred: SelectionPredicate, resource: str

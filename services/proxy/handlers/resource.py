@@ -10,8 +10,9 @@ from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import mux
+from services.common.runtime import after_large_answer
 
-from ..context import Context
+from ..context import ClientDisconnected, Context
 from ..filters.timeout import REQUEST_TIMEOUT
 from ..negotiation import Output, json_to_yaml
 from ..requestinfo import RequestInfo
@@ -72,6 +73,7 @@ class ResourceHandler:
         A failure after the first part cuts the response off (the client sees it incomplete)."""
         req.chunked = True
         parts = self.calls.call_stream("Handle", req, timeout=self.timeout)
+        sent = 0
         try:
             payload, more = await ctx.race(anext(parts))
             ctx.timing("registry", t)
@@ -82,8 +84,15 @@ class ResourceHandler:
                 return
             await ctx.start_stream(resp.code or 200, output.content_type, headers)
             await ctx.write(resp.body)
+            sent = len(resp.body)
+            gone = ctx.disconnected
             async for payload, _ in parts:
-                await ctx.write(rpb.APIResponse.FromString(payload).body)
+                body = rpb.APIResponse.FromString(payload).body
+                sent += len(body)
+                await ctx.write(body)
+                if gone is not None and gone.done():  # the rest is not read: cancel the call
+                    raise ClientDisconnected()
             await ctx.end_stream()
         finally:
             await parts.aclose()
+            after_large_answer(sent)

@@ -689,3 +689,36 @@ async def test_list_as_json_in_parts_on_the_calls_stream(stub):
     assert [o["metadata"]["name"] for o in items] == [f"o{i:03d}" for i in range(200)]
     whole = await call(stub.List(spb.ListRequest(prefix=prefix, resource_version="0", json=True, chunked=True)))
     assert orjson.loads(b"[" + whole.json_items + b"]") == items  # unary: always one piece
+
+
+async def test_list_as_json_in_parts_from_etcd(stub):
+    """An unpaginated JSON list that etcd answers (resourceVersionMatch=Exact) comes in parts too,
+    read page by page (server.LIST_PAGE objects) at one revision: the same items as the cache's."""
+    import orjson
+
+    from services.common import mux
+
+    r = new_resource()
+    prefix = f"/registry/{r}/"
+    body = orjson.dumps({"data": {"pad": "y" * 1500}})
+    await asyncio.gather(*(create(stub, f"{prefix}ns/o{i:03d}", make(f"o{i:03d}", "ns", body=body))
+                           for i in range(300)))
+    calls = mux.MuxClient(stub.Calls, "storage", {"List": spb.RawListResponse})
+
+    async def read(**kw: str) -> tuple[str, list[dict], int]:
+        req = spb.ListRequest(prefix=prefix, json=True, chunked=True, kind="Thing", api_version="v1", **kw)
+        parts = [spb.RawListResponse.FromString(p) async for p, _ in calls.call_stream("List", req)]
+        return (parts[0].resource_version,
+                [o for p in parts for o in orjson.loads(b"[" + p.json_items + b"]")], len(parts))
+
+    rv, cached, _ = await read(resource_version="0")
+    # Writes after rv are not in a list at rv.
+    await create(stub, f"{prefix}ns/o999", make("o999", "ns", body=body))
+    rv2, from_etcd, n = await read(resource_version=rv, resource_version_match="Exact")
+    assert rv2 == rv and n >= 2
+    assert [o["metadata"]["name"] for o in from_etcd] == [f"o{i:03d}" for i in range(300)]
+    assert from_etcd == cached
+    with pytest.raises(APIError) as e:
+        await anext(calls.call_stream("List", spb.ListRequest(
+            prefix=prefix, json=True, chunked=True, resource_version="99999999", resource_version_match="Exact")))
+    assert e.value.code == 504

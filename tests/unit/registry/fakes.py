@@ -24,7 +24,8 @@ class FakeCallStream:
     async def _read(self, batches: AsyncIterator[pb.Frames]) -> None:
         async for batch in batches:
             for frame in batch.frames:
-                asyncio.get_running_loop().create_task(self._run(frame))
+                if frame.method:  # not flow control (credit, cancel), which this fake ignores
+                    asyncio.get_running_loop().create_task(self._run(frame))
 
     async def _run(self, frame: pb.Frame) -> None:
         try:
