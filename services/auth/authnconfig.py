@@ -19,6 +19,7 @@ from prometheus_client import Counter, Gauge
 
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import envelope_pb2 as pb
+from services.common.background import cancel_and_wait
 
 from .authenticators.anonymous import AnonymousConfig
 from .authenticators.jwt import APISERVER_ID_HASH, JWTAuthenticator, JWTConfig, parse_jwt, validate_jwt
@@ -198,12 +199,7 @@ class JWTAuthenticators:
             self._task = asyncio.create_task(self._watch(), name="authentication-config")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
         for a in self.authenticators:
             await a.keys.stop()
 

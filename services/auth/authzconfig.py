@@ -17,6 +17,8 @@ from typing import Any
 import yaml
 from prometheus_client import Counter, Gauge
 
+from services.common.background import cancel_and_wait
+
 from . import cel
 from .authnconfig import APISERVER_ID_HASH, content_hash
 from .authorizers import Authorizer
@@ -243,12 +245,7 @@ class AuthorizationConfigWatcher:
         self._task = asyncio.create_task(self._watch(), name="authorization-config")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
 
     async def _watch(self) -> None:
         while True:

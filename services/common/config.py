@@ -1,7 +1,7 @@
 """Flags every service shares: where it listens, its certificates, where its peers are.
 
-Default ports (loopback): proxy 6443; gRPC auth 50051, apf 50052, admission 50053,
-registry 50054, storage 50055; health and metrics 9100 + the same order
+Default ports (loopback): proxy 6443; gRPC auth 20051, apf 20052, admission 20053,
+registry 20054, storage 20055; health and metrics 9100 + the same order
 (proxy 9100, auth 9101, apf 9102, admission 9103, registry 9104, storage 9105).
 """
 from __future__ import annotations
@@ -10,7 +10,9 @@ import argparse
 from dataclasses import dataclass
 
 SERVICES = ("proxy", "auth", "apf", "admission", "registry", "storage")
-GRPC_PORTS = {"auth": 50051, "apf": 50052, "admission": 50053, "registry": 50054, "storage": 50055}
+# Below Linux's ephemeral port range (32768-60999), also with the test stacks' port offsets: a
+# listening port there can be taken by some client connection's local port and fail to bind.
+GRPC_PORTS = {"auth": 20051, "apf": 20052, "admission": 20053, "registry": 20054, "storage": 20055}
 HEALTH_PORTS = {name: 9100 + i for i, name in enumerate(SERVICES)}
 PEERS = ("auth", "apf", "admission", "registry", "storage")
 

@@ -64,7 +64,7 @@ def wait_ready(kubeconfig: Path, timeout: float = 120) -> None:
 def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     info = subprocess.run(["docker", "info"], capture_output=True, text=True)
     assert info.returncode == 0, "the Docker engine is not running (.ci/run starts dockerd)"
-    for port in (6443, 2379, 50055, 9090):
+    for port in (6443, 2379, 20055, 9090):
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} is taken: stop `make run` first"
     images.build()

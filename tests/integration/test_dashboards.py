@@ -85,6 +85,11 @@ def _traffic(stack: Stack) -> None:
     with _client(stack, tokens["alice"]) as alice:
         for _ in range(3):
             assert alice.get("/api/v1/namespaces/default/secrets").status_code == 403
+        # an RBAC allow decided by the auth service (system:masters is decided in the proxy)
+        r = alice.post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", json={
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": "get", "resource": "pods"}}})
+        assert r.status_code == 201, r.text
     codes: list[int] = []
     for _ in range(10):
         codes += asyncio.run(_flood(stack, tokens["alice"], 60))

@@ -54,7 +54,7 @@ class LimitsStack(Stack):
                     "--request-timeout", f"{REQUEST_TIMEOUT}s"]
         elif name == "apf":
             cmd += ["--max-requests-inflight", "1", "--max-mutating-requests-inflight", "1",
-                    "--apf-queue-wait-seconds", "0.5"]
+                    "--apf-queue-wait-seconds", "0.05"]
         return cmd
 
 

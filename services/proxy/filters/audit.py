@@ -23,6 +23,7 @@ import yaml
 
 from apiary_pb import envelope_pb2 as pb
 from services.common.errors import APIError
+from services.common.identity import user_dict
 
 from ..requestinfo import RequestInfo
 
@@ -251,17 +252,6 @@ def _strip_managed_fields(obj: Any) -> Any:
     return obj
 
 
-def _user(u: pb.UserInfo) -> dict[str, Any]:
-    out: dict[str, Any] = {"username": u.name}
-    if u.uid:
-        out["uid"] = u.uid
-    if u.groups:
-        out["groups"] = list(u.groups)
-    if u.extra:
-        out["extra"] = {k: list(v.values) for k, v in u.extra.items()}
-    return out
-
-
 class Auditor:
     """The policy and the backend: makes one Event for each audited request."""
 
@@ -287,7 +277,7 @@ class Event:
         self.fields: dict[str, Any] = {
             "kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": decision.level, "auditID": audit_id,
             "requestURI": request_uri, "verb": info.verb,
-            "user": _user(user) if user is not None else {},
+            "user": user_dict(user) if user is not None else {},
             "sourceIPs": source_ips,
         }
         if user_agent:
@@ -310,7 +300,7 @@ class Event:
         return self.level == REQUEST_RESPONSE
 
     def impersonated(self, user: pb.UserInfo) -> None:
-        self.fields["impersonatedUser"] = _user(user)
+        self.fields["impersonatedUser"] = user_dict(user)
 
     def authorized(self, allowed: bool, reason: str) -> None:
         self.annotations["authorization.k8s.io/decision"] = "allow" if allowed else "forbid"
