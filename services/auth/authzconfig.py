@@ -133,7 +133,7 @@ def _webhook(errs: FieldErrors, path: str, name: str, w: dict[str, Any]) -> tupl
             continue
         seen.add(expr)
         try:
-            programs.append(cel.compile_expression(expr))
+            programs.append(cel.compile_expression(expr, ("request",)))
         except cel.CELCompileError as e:
             errs.invalid(p, expr, f"compilation failed: {e}")
     settings = WebhookSettings(name, timeout, version or "v1", ttls["authorizedTTL"], ttls["unauthorizedTTL"],

@@ -157,9 +157,10 @@ _EMAIL_VERIFIED = re.compile(r"claims\s*\.\s*email_verified\b|claims\s*\[\s*['\"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-def _compile(errs: FieldErrors, path: str, expression: str) -> cel.Program | None:
+def _compile(errs: FieldErrors, path: str, expression: str, variables: tuple[str, ...] = ("claims",)
+             ) -> cel.Program | None:
     try:
-        return cel.compile_expression(expression)
+        return cel.compile_expression(expression, variables)
     except cel.CELCompileError as e:
         errs.invalid(path, expression, f"compilation failed: {e}")
         return None
@@ -302,7 +303,7 @@ def validate_jwt(c: JWTConfig, path: str, errs: FieldErrors, disallowed: frozens
             errs.duplicate(f"{p}.expression", r.expression)
             continue
         seen_exprs.add(r.expression)
-        r.program = _compile(errs, f"{p}.expression", r.expression)
+        r.program = _compile(errs, f"{p}.expression", r.expression, ("user",))
 
 
 # ---------------------------------------------------------------------------------------------------

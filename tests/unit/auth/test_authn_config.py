@@ -222,3 +222,11 @@ def test_start_messages_are_kubes(tmp_path: Any) -> None:
     path.write_text(HEAD + "jwt:\n" + jwt_entry("http://x.example.com"))
     with pytest.raises(SystemExit, match="^invalid authentication configuration: jwt\\[0\\].issuer.url: Invalid value"):
         build(parse_args(["--authentication-config", str(path)]))
+
+
+def test_cel_undeclared_references_are_refused_at_compile_time():
+    with pytest.raises(cel.CELCompileError, match="undeclared reference to 'user'"):
+        cel.compile_expression("user.username == 'a'", ("claims",))
+    # a comprehension's own variable is not a reference
+    program = cel.compile_expression("claims.groups.all(g, g.startsWith('x'))", ("claims",))
+    assert program.evaluate(cel.activation(claims={"groups": ["xa", "xb"]})) is True
