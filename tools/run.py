@@ -215,6 +215,7 @@ class Stack:
             tail = log.read_text(errors="replace").splitlines()[-25:] if log.exists() else []
             print(f"--- {n} did not become ready; last lines of {log}:", file=sys.stderr)
             print("\n".join(tail), file=sys.stderr)
+        self.stop(quiet=True)  # nothing half-started stays behind holding its ports
         raise SystemExit(f"not ready: {', '.join(names)}")
 
     def stop(self, quiet: bool = False) -> None:
