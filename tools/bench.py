@@ -7,7 +7,8 @@ Figures (each at a fixed concurrency, admin client certificate, HTTPS):
 plus raw etcd gets, the CPU each apiary process spent per request (from /proc),
 and the gRPC calls each service served per request (from its /metrics).
 get_oidc is the same GET with an OIDC bearer token from a local issuer (tools.fakeservers) trusted
-by --authentication-config, against the client-certificate GET measured just before it (both warm).
+by --authentication-config, against the GET with a client certificate of a user with the same rights
+measured just before it (both warm, neither in system:masters).
 Then the storage-scale figures of tools/bench_storage.py (LIST of 10,000, watch-cache memory for
 100,000 objects, 1,000-watcher fan-out) and the RBAC decision rates of tools/bench_rbac.py.
 Writes .apiary/bench.json; `--record` appends the run to docs/benchmarks.md.
@@ -30,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from services.common.runtime import tune_malloc
+from tools import certs
 from tools.fakeservers import Issuer
 from tools.run import ORDER, ROOT, Stack
 
@@ -98,10 +100,10 @@ async def drive(n: int, concurrency: int, one: Callable[[int, Conn], Awaitable[N
     }
 
 
-def client_ctx(stack: Stack) -> ssl.SSLContext:
+def client_ctx(stack: Stack, name: str = "admin") -> ssl.SSLContext:
     pki = stack.state / "pki"
     ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    ctx.load_cert_chain(str(pki / f"{name}.crt"), str(pki / f"{name}.key"))
     return ctx
 
 
@@ -206,7 +208,11 @@ def oidc_config(issuer: Issuer) -> str:
 
 
 async def bench_oidc(stack: Stack, issuer: Issuer, concurrency: int, n: int) -> dict[str, dict]:
-    """GET of one configmap with the admin certificate, then with an OIDC token (view rights), both warm."""
+    """GET of one configmap with a client certificate, then with an OIDC token, both warm and both for
+    users with the same view rights (neither in system:masters, so both take an APF seat and a cached
+    authorization decision: the figure compares the authentications)."""
+    pki = stack.state / "pki"
+    certs.make_cert(pki / "bench-user", certs.make_ca(pki / "ca", "apiary-ca"), "cert:bench", client=True)
     port = int(stack.server.rsplit(":", 1)[1])
     admin = Conn("127.0.0.1", port, client_ctx(stack))
     json_hdr = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -218,7 +224,8 @@ async def bench_oidc(stack: Stack, issuer: Issuer, concurrency: int, n: int) -> 
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": {"name": "bench-oidc-view"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "oidc:bench"}]}),
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "oidc:bench"},
+                         {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "cert:bench"}]}),
     ):
         await admin.request("POST", path, json.dumps(obj).encode(), json_hdr)
     token = issuer.token(sub="bench", lifetime=3600)
@@ -241,7 +248,7 @@ async def bench_oidc(stack: Stack, issuer: Issuer, concurrency: int, n: int) -> 
             raise RuntimeError("the OIDC token was never allowed to GET")
         await asyncio.sleep(0.5)
     results = {}
-    for name, fn, ctx in (("get_cert", get, client_ctx(stack)), ("get_oidc", get_token, bearer)):
+    for name, fn, ctx in (("get_cert", get, client_ctx(stack, "bench-user")), ("get_oidc", get_token, bearer)):
         await drive(n // 5, concurrency, fn, lambda: Conn("127.0.0.1", port, ctx))   # warm
         results[name] = await drive(2 * n, concurrency, fn, lambda: Conn("127.0.0.1", port, ctx))
     return results
