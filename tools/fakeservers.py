@@ -5,6 +5,7 @@ Each is a threading HTTPS server on loopback with a serving certificate from a C
 """
 from __future__ import annotations
 
+import abc
 import json
 import ssl
 import threading
@@ -21,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from tools import certs
 
 
-class TLSServer:
+class TLSServer(abc.ABC):
     """A loopback HTTPS server whose handler is `self.handle(method, path, body) -> (code, json)`."""
 
     def __init__(self, directory: Path, name: str) -> None:
@@ -58,8 +59,9 @@ class TLSServer:
         self.url = f"https://localhost:{self.port}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
+    @abc.abstractmethod
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
-        raise NotImplementedError
+        """(status, JSON answer) for one request: what each kind of test server serves."""
 
     def start(self) -> "TLSServer":
         self.thread.start()

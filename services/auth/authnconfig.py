@@ -1,54 +1,29 @@
 """--authentication-config (AuthenticationConfiguration) and the legacy --oidc-* flags.
 
 The file is read at start (a bad file stops the service with kube's validation messages) and then
-watched: every RELOAD_INTERVAL its content is compared with the last one read, and a changed file
+watched (configfile.ReloadedFile): every second its content is compared with the last one read, and a changed file
 is validated and swapped in. A file that no longer validates keeps the last good configuration; the
 failure is logged and counted in kube's apiserver_authentication_config_controller_* metrics.
 Issuers whose connection (url, discoveryURL, certificateAuthority) is unchanged keep their keys.
 """
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import logging
-import time
 from typing import Any
 
 import yaml
-from prometheus_client import Counter, Gauge
 
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import envelope_pb2 as pb
-from services.common.background import cancel_and_wait
 
 from .authenticators.anonymous import AnonymousConfig
-from .authenticators.jwt import APISERVER_ID_HASH, JWTAuthenticator, JWTConfig, parse_jwt, validate_jwt
+from .authenticators.jwt import JWTAuthenticator, JWTConfig, parse_jwt, validate_jwt
+from .configfile import ReloadedFile
 from .fielderrors import ConfigError, FieldErrors
-
-log = logging.getLogger(__name__)
 
 GROUP = "apiserver.config.k8s.io"
 VERSIONS = ("v1", "v1beta1", "v1alpha1")
 KIND = "AuthenticationConfiguration"
-RELOAD_INTERVAL = 1.0
 MAX_JWT = 64
-
-RELOADS = Counter(
-    "apiserver_authentication_config_controller_automatic_reloads",
-    "Total number of automatic reloads of authentication configuration split by status and apiserver identity.",
-    ["status", "apiserver_id_hash"])
-RELOAD_LAST = Gauge(
-    "apiserver_authentication_config_controller_automatic_reload_last_timestamp_seconds",
-    "Timestamp of the last automatic reload of authentication configuration split by status and apiserver identity.",
-    ["status", "apiserver_id_hash"])
-LAST_CONFIG = Gauge(
-    "apiserver_authentication_config_controller_last_config_info",
-    "Information about the last applied authentication configuration with hash as label, split by apiserver identity.",
-    ["apiserver_id_hash", "hash"])
-
-
-def content_hash(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def decode(data: bytes, path: str) -> dict[str, Any]:
@@ -171,11 +146,8 @@ class JWTAuthenticators:
         self.path = path
         self.anonymous = anonymous
         self.disallowed = disallowed_issuers
-        self._data = data
+        self.file = ReloadedFile("authentication", path, data, self.reload)
         self.authenticators: list[JWTAuthenticator] = [JWTAuthenticator(c) for c in configs]
-        self._task: asyncio.Task[None] | None = None
-        if path:
-            LAST_CONFIG.labels(APISERVER_ID_HASH, content_hash(data)).set(1)
 
     def current_anonymous(self) -> AnonymousConfig | None:
         return self.anonymous
@@ -195,38 +167,21 @@ class JWTAuthenticators:
     def start(self) -> None:
         for a in self.authenticators:
             a.keys.start()
-        if self.path and self._task is None:
-            self._task = asyncio.create_task(self._watch(), name="authentication-config")
+        self.file.start()
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
+        await self.file.stop()
         for a in self.authenticators:
             await a.keys.stop()
 
-    async def _watch(self) -> None:
-        while True:
-            await asyncio.sleep(RELOAD_INTERVAL)
-            try:
-                with open(self.path, "rb") as f:
-                    data = f.read()
-            except OSError as e:
-                log.error("authentication config %s: cannot read the file, keeping the last one: %s", self.path, e)
-                continue
-            if data != self._data:
-                await self.reload(data)
-
     async def reload(self, data: bytes) -> bool:
         """Swap in a changed file; False (and the old configuration kept) when it does not validate."""
-        self._data = data
         try:
             configs, anonymous = parse_all(decode(data, self.path), self.disallowed)
             if anonymous != self.anonymous:
                 raise ConfigError("anonymous: Forbidden: changed from initial configuration file")
         except ConfigError as e:
-            log.error("authentication config %s was not loaded, keeping the last good one: %s", self.path, e)
-            RELOADS.labels("failure", APISERVER_ID_HASH).inc()
-            RELOAD_LAST.labels("failure", APISERVER_ID_HASH).set(time.time())
-            return False
+            return self.file.failed(data, e)
         old = {a.config.connection_key(): a.keys for a in self.authenticators}
         fresh: list[JWTAuthenticator] = []
         for c in configs:
@@ -240,9 +195,4 @@ class JWTAuthenticators:
         self.anonymous = anonymous
         for keys in old.values():
             await keys.stop()
-        LAST_CONFIG.clear()
-        LAST_CONFIG.labels(APISERVER_ID_HASH, content_hash(data)).set(1)
-        RELOADS.labels("success", APISERVER_ID_HASH).inc()
-        RELOAD_LAST.labels("success", APISERVER_ID_HASH).set(time.time())
-        log.info("authentication config %s reloaded: %d jwt authenticator(s)", self.path, len(fresh))
-        return True
+        return self.file.loaded(data, f"{len(fresh)} jwt authenticator(s)")

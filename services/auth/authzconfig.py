@@ -7,51 +7,29 @@ chain, with a log line and kube's apiserver_authorization_config_controller_* me
 """
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
 import re
-import time
 from typing import Any
 
 import yaml
-from prometheus_client import Counter, Gauge
-
-from services.common.background import cancel_and_wait
 
 from . import cel
-from .authnconfig import APISERVER_ID_HASH, content_hash
 from .authorizers import Authorizer
 from .authorizers.modes import AlwaysAllow, AlwaysDeny, RBACAuthorizer
 from .authorizers.privileged import PrivilegedGroupAuthorizer
 from .authorizers.rbac import RBACIndex
 from .authorizers.webhook import WebhookAuthorizer, WebhookSettings
+from .configfile import ReloadedFile
 from .duration import parse_duration
 from .fielderrors import ConfigError, FieldErrors
 from .webhookclient import WebhookClient, load_kubeconfig
 
-log = logging.getLogger(__name__)
 
 KIND = "AuthorizationConfiguration"
 GROUP = "apiserver.config.k8s.io"
 VERSIONS = ("v1", "v1beta1", "v1alpha1")
 KNOWN_TYPES = ["AlwaysAllow", "AlwaysDeny", "Node", "RBAC", "Webhook"]
-RELOAD_INTERVAL = 1.0
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-RELOADS = Counter(
-    "apiserver_authorization_config_controller_automatic_reloads",
-    "Total number of automatic reloads of authorization configuration split by status and apiserver identity.",
-    ["status", "apiserver_id_hash"])
-RELOAD_LAST = Gauge(
-    "apiserver_authorization_config_controller_automatic_reload_last_timestamp_seconds",
-    "Timestamp of the last automatic reload of authorization configuration split by status and apiserver identity.",
-    ["status", "apiserver_id_hash"])
-LAST_CONFIG = Gauge(
-    "apiserver_authorization_config_controller_last_config_info",
-    "Information about the last applied authorization configuration with hash as label, split by apiserver identity.",
-    ["apiserver_id_hash", "hash"])
-
 
 def _duration(errs: FieldErrors, path: str, raw: Any) -> float:
     if raw in (None, "", 0):
@@ -237,44 +215,22 @@ def _mtime(path: str) -> float:
 class AuthorizationConfigWatcher:
     def __init__(self, path: str, data: bytes, chain: AuthorizerChain, target: Any) -> None:
         """target: the authorizer Union whose .authorizers a reload replaces."""
-        self.path, self._data, self.chain, self.target = path, data, chain, target
-        self._task: asyncio.Task[None] | None = None
-        LAST_CONFIG.labels(APISERVER_ID_HASH, content_hash(data)).set(1)
+        self.path, self.chain, self.target = path, chain, target
+        self.file = ReloadedFile("authorization", path, data, self.reload)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._watch(), name="authorization-config")
+        self.file.start()
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-
-    async def _watch(self) -> None:
-        while True:
-            await asyncio.sleep(RELOAD_INTERVAL)
-            try:
-                with open(self.path, "rb") as f:
-                    data = f.read()
-            except OSError as e:
-                log.error("authorization config %s: cannot read the file, keeping the last one: %s", self.path, e)
-                continue
-            if data != self._data:
-                self.reload(data)
+        await self.file.stop()
 
     def reload(self, data: bytes) -> bool:
-        self._data = data
         try:
             authorizers = self.chain.build(parse(data, self.path))
         except ConfigError as e:
-            log.error("authorization config %s was not loaded, keeping the last good one: %s", self.path, e)
-            RELOADS.labels("failure", APISERVER_ID_HASH).inc()
-            RELOAD_LAST.labels("failure", APISERVER_ID_HASH).set(time.time())
-            return False
+            return self.file.failed(data, e)
         self.target.authorizers = authorizers
-        LAST_CONFIG.clear()
-        LAST_CONFIG.labels(APISERVER_ID_HASH, content_hash(data)).set(1)
-        RELOADS.labels("success", APISERVER_ID_HASH).inc()
-        RELOAD_LAST.labels("success", APISERVER_ID_HASH).set(time.time())
-        log.info("authorization config %s reloaded: %s", self.path, ", ".join(a.name for a in authorizers))
-        return True
+        return self.file.loaded(data, ", ".join(a.name for a in authorizers))
 
 
 def load(path: str, chain: AuthorizerChain) -> tuple[list[Authorizer], bytes]:
