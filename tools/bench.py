@@ -36,7 +36,9 @@ from tools.fakeservers import Issuer
 from tools.run import ORDER, ROOT, Stack
 
 BENCH_STATE = ROOT / ".apiary" / "bench"
-BENCH_OFFSET = 2000
+# Ports of the bench stack: the default ports plus this offset (APIARY_BENCH_PORT_OFFSET, so that
+# benches of several checkouts, or a bench beside a test run, never share a port).
+BENCH_OFFSET = int(os.environ.get("APIARY_BENCH_PORT_OFFSET", "2000"))
 HELLO_PORT = 8443 + BENCH_OFFSET
 CLK = os.sysconf("SC_CLK_TCK")
 
