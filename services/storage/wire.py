@@ -8,13 +8,15 @@ concatenating two serializations of a message merges them (map entries: the last
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from services.common.protowire import field, varint
+from services.common.mux import PART_BYTES
+from services.common.protowire import bytes_field, field, varint
 
 from .codec import STALE_FIELD
 
-__all__ = ["STALE_SUFFIX", "field", "serialize", "varint", "watch_event"]
+__all__ = ["STALE_SUFFIX", "ListParts", "field", "json_parts", "serialize", "varint", "watch_event"]
 
 
 _TYPES: dict[str, bytes] = {}
@@ -36,3 +38,40 @@ STALE_SUFFIX = field(5, field(1, STALE_FIELD.encode()) + field(2, b"true"))
 def serialize(message: Any) -> bytes:
     """gRPC response serializer: a message, or bytes that are already its serialization."""
     return message if type(message) is bytes else message.SerializeToString()
+
+
+class ListParts:
+    """RawListResponses of about `size` bytes of items each, the first starting with head (its
+    resource_version field): a LIST's answer in parts (ListRequest.chunked), each made as soon as
+    its items are in."""
+
+    def __init__(self, head: bytes, size: int = PART_BYTES) -> None:
+        self.head, self.size = head, size
+        self.batch: list[bytes] = []
+        self.n = 0
+        self.first = True
+
+    def add(self, item: bytes) -> bytes | None:
+        """The next part, when this item completes one."""
+        self.batch.append(item)
+        self.n += len(item) + 1
+        return self._part() if self.n >= self.size else None
+
+    def end(self) -> bytes | None:
+        """The last part (the only one of an empty list), unless the last item completed one."""
+        return self._part() if self.batch or self.first else None
+
+    def _part(self) -> bytes:
+        out = b"".join((self.head if self.first else b"", *bytes_field(5, b",".join(self.batch))))
+        self.batch, self.n, self.first = [], 0, False
+        return out
+
+
+def json_parts(head: bytes, items: Iterable[bytes], size: int = PART_BYTES) -> Iterator[bytes]:
+    """ListParts of items, each made when it is asked for."""
+    parts = ListParts(head, size)
+    for item in items:
+        if (part := parts.add(item)) is not None:
+            yield part
+    if (part := parts.end()) is not None:
+        yield part

@@ -1,0 +1,141 @@
+"""Client watches fed by the watch cache (kube's Cacher.Watch and cacheWatcher.processInterval).
+
+One loop serves every watch, whether it is a Storage.Watch server stream of its own or one of the
+watches of a multiplexed Watches stream: the initial events, then the live events, then a bookmark
+whenever the watch allows them and its interval passes. On a Watch stream the live events are
+taken from the cache watcher's buffer by the loop; on a Watches stream they are handed to the
+stream's sink by the cache as it applies them (no task switch per event), and the loop only adds
+the initial events and the bookmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+from apiary_pb import envelope_pb2 as pb
+from apiary_pb import storage_pb2 as spb
+from services.common.errors import Gone, Timeout
+from services.common.selectors import SelectionPredicate
+
+from . import metrics
+from .cacher import ADDED, BOOKMARK, ERROR, Cacher, Cachers, CacheWatcher
+from .etcd import Etcd
+from .etcd3 import Store, parse_rv, storage_key
+from .keys import resource_prefix
+from .wire import watch_event
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+# How long a read or a watch from "" waits for the cache to reach etcd's revision (kube 1.31's
+# consistent reads from cache) before it is served from etcd instead.
+CONSISTENT_READ_WAIT = 3.0
+
+# What a watch starts from: its cache, its cache watcher, and the objects to send first.
+Begun = tuple[Cacher, CacheWatcher, list[pb.Object] | list[bytes]]
+
+
+def bookmark(rv: int, initial_events_end: bool = False) -> pb.WatchEvent:
+    ev = pb.WatchEvent(type=BOOKMARK)
+    ev.object.metadata.resource_version = str(rv)
+    if initial_events_end:
+        ev.object.metadata.annotations[INITIAL_EVENTS_END] = "true"
+    return ev
+
+
+async def caught_up(etcd: Etcd, cacher: Cacher, prefix: str) -> bool:
+    """Whether the cache under prefix reached etcd's current revision within CONSISTENT_READ_WAIT."""
+    try:
+        await cacher.wait_fresh(prefix, await etcd.current_revision(cacher.resource), CONSISTENT_READ_WAIT)
+    except Timeout:
+        return False
+    return True
+
+
+class Watches:
+    """Starts client watches on the caches and runs each one (events(), below)."""
+
+    def __init__(self, etcd: Etcd, cachers: Cachers, store: Store, bookmark_interval: float = 60.0) -> None:
+        self.etcd = etcd
+        self.cachers = cachers
+        self.store = store
+        self.bookmark_interval = bookmark_interval
+
+    async def begin(self, request: spb.WatchRequest) -> Begun | pb.WatchEvent:
+        """A registered cache watcher and the initial objects to send first, or the ERROR event
+        (410 too old resource version) to send instead."""
+        prefix = request.prefix
+        storage_key(prefix)
+        pred = SelectionPredicate.parse(request.label_selector, request.field_selector)
+        rv = parse_rv(request.resource_version) if request.resource_version else None
+        cacher = await self.cachers.get(resource_prefix(prefix), at_revision=rv or 0)
+        initial: list[pb.Object] | list[bytes] = []
+        if rv is None and await caught_up(self.etcd, cacher, prefix):
+            rv = 0  # the cache under prefix is the current state: start from its snapshot (no await between)
+        if rv is None:
+            # Start from a fresh list; buffer what the cache sees meanwhile, keep what is newer.
+            w = cacher.watch(prefix, pred, cacher.rev)
+            try:
+                initial, start_rev = await self.store.list_all(prefix, pred, cacher.resource)
+            except BaseException:
+                cacher.remove(w)
+                raise
+            if start_rev > w.since:
+                w.advance(start_rev)
+        elif rv == 0 or request.send_initial_events:
+            if rv:
+                await cacher.wait_fresh(prefix, rv)
+            initial = cacher.snapshot(prefix, pred)
+            w = cacher.watch(prefix, pred, cacher.rev)
+        else:
+            try:
+                w = cacher.watch(prefix, pred, rv)
+            except Gone as e:
+                return pb.WatchEvent(type=ERROR, status=e.to_pb())
+        return cacher, w, initial
+
+    async def events(self, request: spb.WatchRequest, begun: Begun,
+                     deliver: Callable[[bytes], bool] | None = None) -> AsyncIterator[tuple[bytes, bool]]:
+        """The watch's serialized WatchEvents, each with whether it is one of its initial events,
+        until the cache ends the watch. With deliver, the live events go to it from the cache
+        instead (CacheWatcher.attach) and only bookmarks come from here after the initial events.
+        The caller removes the watcher from its cache when it is done (finally: cacher.remove)."""
+        cacher, w, initial = begun
+        for obj in initial:
+            yield (watch_event(ADDED, obj) if type(obj) is bytes
+                   else pb.WatchEvent(type=ADDED, object=obj).SerializeToString()), True
+        if request.send_initial_events and request.allow_bookmarks:
+            yield bookmark(w.since, initial_events_end=True).SerializeToString(), True
+        sent = len(initial)
+        if deliver is not None:
+            sent += w.attach(deliver)
+        if sent:
+            metrics.WATCH_EVENTS.labels(cacher.kind).inc(sent)
+        interval = self.bookmark_interval
+        next_bookmark = time.monotonic() + interval
+        buf = w.buf
+        while True:
+            sent = 0
+            while buf:
+                sent += 1
+                yield buf.popleft()[1], False
+            if sent:
+                metrics.WATCH_EVENTS.labels(w.kind).inc(sent)
+            if w.closed:
+                return
+            w.wake.clear()
+            if not request.allow_bookmarks:
+                await w.wake.wait()
+                continue
+            remaining = next_bookmark - time.monotonic()
+            if remaining > 0:
+                try:
+                    await asyncio.wait_for(w.wake.wait(), remaining)
+                    continue
+                except TimeoutError:
+                    pass
+            if buf:
+                continue
+            # Every event up to the cache's revision has been sent or handed over (the buffer is empty).
+            yield bookmark(max(w.since, cacher.rev)).SerializeToString(), False
+            next_bookmark = time.monotonic() + interval
