@@ -2,19 +2,15 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 
 from apiary_pb import admission_pb2_grpc as adgrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import config, grpcutil, health, runtime
+from services.common import config, runtime
 
 from .chain import Chain
 from .configfile import ConfigError, load_admission_configuration
 from .plugins import FACTORIES, enabled_plugins
 from .server import AdmissionServicer
-
-log = logging.getLogger("services.admission")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,34 +41,21 @@ def build_chain(names: list[str], configs: dict, registry: rgrpc.RegistryStub | 
     return Chain([FACTORIES[n](configs.get(n), registry) for n in names])
 
 
-async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
+async def assemble(service: runtime.Service) -> str:
+    args = service.args
     names, configs = resolve_plugins(args)
-    tls = config.internal_tls(args)
-    registry_channel = grpcutil.make_channel(tls, args.registry_address)
-    chain = build_chain(names, configs, rgrpc.RegistryStub(registry_channel))
-    await chain.start()
-    server = grpcutil.make_server(tls, f"{args.bind_address}:{args.grpc_port}")
-    adgrpc.add_AdmissionServicer_to_server(AdmissionServicer(chain), server)
+    chain = build_chain(names, configs, rgrpc.RegistryStub(service.channel(args.registry_address)))
+    service.component(chain.start, chain.stop)
+    adgrpc.add_AdmissionServicer_to_server(AdmissionServicer(chain), service.grpc_server())
 
     async def plugins_ready() -> bool:
         return not chain.not_ready()
 
-    hs = health.HealthServer(args.bind_address, args.health_port, {"admission-plugins-synced": plugins_ready})
-    await server.start()
-    await hs.start()
-    log.info("admission serving gRPC on %s:%d, health on %d; plugins %s",
-             args.bind_address, args.grpc_port, args.health_port, ", ".join(names) or "(none)")
-    try:
-        await stop.wait()
-    finally:
-        await hs.stop()
-        await server.stop(grace=2)
-        await chain.stop()
-        await registry_channel.close()
+    service.check("admission-plugins-synced", plugins_ready)
+    return f"gRPC on {args.bind_address}:{args.grpc_port}; plugins {', '.join(names) or '(none)'}"
 
 
 if __name__ == "__main__":
     _args = parse_args()
-    runtime.setup_logging("admission", _args.v)
     resolve_plugins(_args)  # fail fast on bad flags, before anything starts
-    runtime.run(lambda stop: main(_args, stop))
+    runtime.main("admission", _args, assemble)

@@ -2,17 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 
 from apiary_pb import apf_pb2_grpc as fgrpc
-from services.common import config, grpcutil, health, runtime
+from services.common import config, runtime
 
 from .config import BOOTSTRAP
 from .controller import FlowController
 from .server import FlowControlServicer
-
-log = logging.getLogger("services.apf")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -39,23 +35,12 @@ def build(args: argparse.Namespace) -> FlowController:
     return FlowController(BOOTSTRAP, seats, args.apf_queue_wait_seconds)
 
 
-async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
+async def assemble(service: runtime.Service) -> str:
+    args = service.args
     controller = build(args)
-    server = grpcutil.make_server(config.internal_tls(args), f"{args.bind_address}:{args.grpc_port}")
-    fgrpc.add_FlowControlServicer_to_server(FlowControlServicer(controller), server)
-    hs = health.HealthServer(args.bind_address, args.health_port)
-    await server.start()
-    await hs.start()
-    log.info("apf serving gRPC on %s:%d, health on %d; nominal seats %s",
-             args.bind_address, args.grpc_port, args.health_port, controller.nominal)
-    try:
-        await stop.wait()
-    finally:
-        await hs.stop()
-        await server.stop(grace=2)
+    fgrpc.add_FlowControlServicer_to_server(FlowControlServicer(controller), service.grpc_server())
+    return f"gRPC on {args.bind_address}:{args.grpc_port}; nominal seats {controller.nominal}"
 
 
 if __name__ == "__main__":
-    _args = parse_args()
-    runtime.setup_logging("apf", _args.v)
-    runtime.run(lambda stop: main(_args, stop))
+    runtime.main("apf", parse_args(), assemble)

@@ -7,7 +7,7 @@ import logging
 
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import config, grpcutil, health, runtime
+from services.common import config, runtime
 
 from .authenticators import Authenticator
 from .authenticators import Union as AuthenticatorUnion
@@ -286,16 +286,11 @@ async def _no_accounts(namespace: str, name: str) -> None:
     return None
 
 
-async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
-    tls = config.internal_tls(args)
-    channel = grpcutil.make_channel(tls, args.registry_address)
-    registry = rgrpc.RegistryStub(channel)
+async def assemble(service: runtime.Service) -> str:
+    args = service.args
+    registry = rgrpc.RegistryStub(service.channel(args.registry_address))
     servicer = build(args, registry)
-    server = grpcutil.make_server(tls, f"{args.bind_address}:{args.grpc_port}")
-    agrpc.add_AuthServicer_to_server(servicer, server)
-    checks: dict[str, health.ReadyCheck] = {}
-    tasks: list[asyncio.Task[None]] = []
-    policy = aggregation = None
+    agrpc.add_AuthServicer_to_server(servicer, service.grpc_server())
     if servicer.rbac_enabled:
         policy = PolicyInformers(registry, servicer.index)
         aggregation = AggregationController(registry, policy.informers["clusterroles"])
@@ -312,45 +307,19 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
             return bootstrapped.is_set()
 
         servicer.rbac_synced = policy.synced
-        checks["rbac-informers-synced"] = informers_synced
-        checks["poststarthook/rbac/bootstrap-roles"] = bootstrap_done
-        policy.start()
-        aggregation.start()
-        tasks.append(asyncio.create_task(bootstrap(), name="rbac-bootstrap"))
-    if servicer.sa_lookup is not None:
-        servicer.sa_lookup.start()
-    if servicer.jwt is not None:
-        servicer.jwt.start()
-    if servicer.authz_watcher is not None:
-        servicer.authz_watcher.start()
-    hs = health.HealthServer(args.bind_address, args.health_port, checks)
-    await server.start()
-    await hs.start()
-    log.info("auth serving gRPC on %s:%d, health on %d; authorization modes %s",
-             args.bind_address, args.grpc_port, args.health_port,
-             ", ".join(a.name for a in servicer.authorizer.authorizers))
-    try:
-        await stop.wait()
-    finally:
-        for t in tasks:
-            t.cancel()
-        if aggregation is not None:
-            await aggregation.stop()
-        if policy is not None:
-            await policy.stop()
-        if servicer.sa_lookup is not None:
-            await servicer.sa_lookup.stop()
-        if servicer.jwt is not None:
-            await servicer.jwt.stop()
-        if servicer.authz_watcher is not None:
-            await servicer.authz_watcher.stop()
-        await hs.stop()
-        await server.stop(grace=2)
-        await channel.close()
+        service.check("rbac-informers-synced", informers_synced)
+        service.check("poststarthook/rbac/bootstrap-roles", bootstrap_done)
+        service.component(policy.start, policy.stop)
+        service.component(aggregation.start, aggregation.stop)
+        service.task(bootstrap, "rbac-bootstrap")
+    for part in (servicer.sa_lookup, servicer.jwt, servicer.authz_watcher):
+        if part is not None:
+            service.component(part.start, part.stop)
+    modes = ", ".join(a.name for a in servicer.authorizer.authorizers)
+    return f"gRPC on {args.bind_address}:{args.grpc_port}; authorization modes {modes}"
 
 
 if __name__ == "__main__":
     _args = parse_args()
-    runtime.setup_logging("auth", _args.v)
     build(_args)  # fail fast on bad flags, before anything listens
-    runtime.run(lambda stop: main(_args, stop))
+    runtime.main("auth", _args, assemble)

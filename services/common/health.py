@@ -20,6 +20,9 @@ class HealthServer:
     def __init__(self, host: str, port: int, checks: dict[str, ReadyCheck] | None = None) -> None:
         self.host, self.port = host, port
         self.checks = checks or {}
+        # Set when the service begins to stop: /readyz fails from then on, as kube's does during
+        # its graceful shutdown, while /livez still answers.
+        self.shutting_down = False
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
@@ -31,6 +34,9 @@ class HealthServer:
 
     async def ready(self) -> tuple[bool, str]:
         ok, lines = True, []
+        if self.shutting_down:
+            ok = False
+            lines.append("[-]shutdown failed")
         for name, check in self.checks.items():
             try:
                 good = await asyncio.wait_for(check(), 2.0)

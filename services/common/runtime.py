@@ -1,13 +1,28 @@
-"""Process bootstrap shared by every service: logging, uvloop, signals, health port."""
+"""Process bootstrap shared by every service: logging, uvloop, signals, and the service skeleton.
+
+Every service runs as a Service (below): its __main__ declares its flags, the clients it opens,
+its components and what it listens on; the Service starts them, serves until SIGTERM/SIGINT, and
+stops them in one order for all, that of kube-apiserver's graceful shutdown: /readyz fails, the
+listeners stop accepting and drain what is in flight, the components stop (newest first), and
+the clients close last, so that nothing still running loses a peer it needs.
+"""
 from __future__ import annotations
 
+import argparse
 import asyncio
 import ctypes
 import ctypes.util
+import inspect
 import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import grpc
+
+from . import config, grpcutil
+from .health import HealthServer, ReadyCheck
 
 log = logging.getLogger(__name__)
 
@@ -94,3 +109,161 @@ def run(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
         await main(stop)
 
     asyncio.run(outer())
+
+
+# Seconds in-flight gRPC calls get to finish once a service stops accepting new ones.
+GRACE = 2.0
+
+Step = Callable[[], Any]  # a start or stop function, plain or async
+
+
+async def _call(fn: Step | None) -> None:
+    if fn is not None:
+        result = fn()
+        if inspect.isawaitable(result):
+            await result
+
+
+class Listener(Protocol):
+    """What a service serves clients on: started last, stopped first (stop accepting, then drain)."""
+
+    async def start(self) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+    async def done(self) -> None:
+        """Returns when it stopped serving by itself (a listener that cannot go on ends the process)."""
+
+
+class GRPCListener:
+    """A grpc.aio server: shutdown refuses new calls and gives those in flight GRACE seconds."""
+
+    def __init__(self, server: grpc.aio.Server, grace: float = GRACE) -> None:
+        self.server, self.grace = server, grace
+
+    async def start(self) -> None:
+        await self.server.start()
+
+    async def shutdown(self) -> None:
+        await self.server.stop(grace=self.grace)
+
+    async def done(self) -> None:
+        await self.server.wait_for_termination()
+
+
+class Service:
+    """One service process: what it declares, started and stopped in one order (module docstring).
+
+    A __main__ builds it from its parsed flags, declares what is its own with client(), channel(),
+    component(), task(), grpc_server() or listener() and check(), then hands it to main()."""
+
+    def __init__(self, name: str, args: argparse.Namespace) -> None:
+        self.name, self.args = name, args
+        self.tls = config.internal_tls(args)
+        self.checks: dict[str, ReadyCheck] = {}
+        self._clients: list[Step] = []
+        self._components: list[tuple[Step | None, Step | None]] = []
+        self._listeners: list[Listener] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.stopping = False
+
+    def client(self, close: Step) -> None:
+        """Something that talks to a peer (a channel, etcd), closed after everything else stopped."""
+        self._clients.append(close)
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        """A gRPC channel to a peer service (internal mTLS), closed last."""
+        ch = grpcutil.make_channel(self.tls, address)
+        self.client(ch.close)
+        return ch
+
+    def component(self, start: Step | None = None, stop: Step | None = None) -> None:
+        """Something that runs while the service serves (an informer, a cache, a loop): started in
+        declaration order before the listeners, stopped in the reverse order after they drained."""
+        self._components.append((start, stop))
+
+    def task(self, make: Callable[[], Awaitable[Any]], name: str) -> None:
+        """A background coroutine started with the components and cancelled with them."""
+        async def start() -> None:
+            self._tasks.append(asyncio.create_task(make(), name=name))  # type: ignore[arg-type]
+
+        async def stop() -> None:
+            for t in [t for t in self._tasks if t.get_name() == name]:
+                self._tasks.remove(t)
+                t.cancel()
+                try:
+                    await t
+                except (asyncio.CancelledError, Exception):  # noqa: BLE001 - it is being torn down
+                    pass
+
+        self.component(start, stop)
+
+    def grpc_server(self) -> grpc.aio.Server:
+        """The service's gRPC server on --bind-address:--grpc-port (internal mTLS); the caller adds
+        its servicers."""
+        server = grpcutil.make_server(self.tls, f"{self.args.bind_address}:{self.args.grpc_port}")
+        self.listener(GRPCListener(server))
+        return server
+
+    def listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def check(self, name: str, check: ReadyCheck) -> None:
+        """A /readyz check of the health port."""
+        self.checks[name] = check
+
+    async def run(self, stop: asyncio.Event, started: str = "") -> None:
+        """Start everything, serve until stop is set (or a listener ends), then stop everything."""
+        health = HealthServer(self.args.bind_address, self.args.health_port, self.checks)
+        done: list[asyncio.Future[Any]] = []
+        started_components = 0
+        try:
+            for start, _ in self._components:
+                await _call(start)
+                started_components += 1
+            for listener in self._listeners:
+                await listener.start()
+                done.append(asyncio.ensure_future(listener.done()))
+            await health.start()
+            log.info("%s serving%s; health on %s:%d", self.name, f" {started}" if started else "",
+                     self.args.bind_address, self.args.health_port)
+            waiter = asyncio.ensure_future(stop.wait())
+            await asyncio.wait([waiter, *done], return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+        finally:
+            for fut in done:
+                fut.cancel()
+            await self._shutdown(health, started_components)
+
+    async def _shutdown(self, health: HealthServer, started_components: int) -> None:
+        self.stopping = True
+        health.shutting_down = True  # /readyz fails from now on: load balancers send nothing new
+        steps: list[tuple[str, Step]] = [("listener", listener.shutdown) for listener in self._listeners]
+        steps += [("component", stop) for _, stop in reversed(self._components[:started_components]) if stop]
+        steps += [("client", close) for close in self._clients]
+        steps.append(("health server", health.stop))
+        for what, step in steps:
+            try:
+                await _call(step)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the rest must stop whatever one step did
+                log.exception("%s: stopping a %s failed", self.name, what)
+
+
+def main(name: str, args: argparse.Namespace, assemble: Callable[[Service], Awaitable[str | None]]) -> None:
+    """A service's process: logging, then assemble(service) declares its parts (and returns what
+    the "serving" log line adds), then the service runs until SIGTERM/SIGINT."""
+    setup_logging(name, args.v)
+
+    async def serve(stop: asyncio.Event) -> None:
+        service = Service(name, args)
+        try:
+            started = await assemble(service)
+        except BaseException:
+            for close in service._clients:
+                await _call(close)
+            raise
+        await service.run(stop, started or "")
+
+    run(serve)

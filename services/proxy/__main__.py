@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
+from collections.abc import Callable
 
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import config, grpcutil, runtime
-from services.common.health import HealthServer
+from services.common import config, runtime
 
 from .app import ProxyApp
 from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
@@ -17,9 +16,7 @@ from .filters import audit
 from .filters.requestheader import (DEFAULT_EXTRA_PREFIXES, DEFAULT_GROUP_HEADERS, DEFAULT_UID_HEADERS,
                                     DEFAULT_USERNAME_HEADERS, RequestHeaderConfig)
 from .filters.timeout import MIN_REQUEST_TIMEOUT, REQUEST_TIMEOUT, parse_duration
-from .server import HTTPLimits, make_server, serve_until
-
-log = logging.getLogger("services.proxy")
+from .server import HTTPLimits, Server, make_server, serve_until
 
 
 def _duration(value: str) -> float:
@@ -122,13 +119,31 @@ def auditor(args: argparse.Namespace) -> audit.Auditor | None:
                                                   args.audit_log_maxbackup, args.audit_log_maxage))
 
 
-async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
-    tls = config.internal_tls(args)
-    channels = {
-        "auth": grpcutil.make_channel(tls, args.auth_address),
-        "apf": grpcutil.make_channel(tls, args.apf_address),
-        "registry": grpcutil.make_channel(tls, args.registry_address),
-    }
+class HTTPSListener:
+    """The HTTPS server as the service's listener: shutdown ends the open watches (begin_shutdown),
+    stops accepting and lets the requests in flight finish (serve_until)."""
+
+    def __init__(self, server: Server, on_stop: Callable[[], None]) -> None:
+        self.server, self.on_stop = server, on_stop
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(serve_until(self.server, self._stop, self.on_stop), name="https")
+
+    async def shutdown(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            await self._task
+
+    async def done(self) -> None:
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+
+async def assemble(service: runtime.Service) -> str:
+    args = service.args
+    channels = {peer: service.channel(getattr(args, f"{peer}_address")) for peer in ("auth", "apf", "registry")}
     proxy = ProxyApp(
         agrpc.AuthStub(channels["auth"]), fgrpc.FlowControlStub(channels["apf"]),
         rgrpc.RegistryStub(channels["registry"]), channels=channels, verbosity=args.v,
@@ -137,29 +152,20 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
         request_timeout=args.request_timeout, min_request_timeout=args.min_request_timeout,
         auditor=auditor(args),
     )
-    proxy.start()
-    health = HealthServer(args.bind_address, args.health_port, proxy.checks)
-    await health.start()
+    service.component(proxy.start, proxy.stop)
+    service.checks = proxy.checks
     server = make_server(proxy.app, args.bind_address, args.secure_port, args.tls_cert_file,
                          args.tls_private_key_file, args.client_ca_file,
                          log_level="info" if args.v >= 4 else "warning",
                          requestheader_ca_file=args.requestheader_client_ca_file,
                          limits=HTTPLimits(args.read_header_timeout, args.idle_timeout,
                                            args.max_header_bytes))
-    log.info("serving HTTPS on %s:%d (health on %d)", args.bind_address, args.secure_port, args.health_port)
-    try:
-        await serve_until(server, stop, proxy.begin_shutdown)
-    finally:
-        await health.stop()
-        await proxy.stop()
-        for ch in channels.values():
-            await ch.close()
+    service.listener(HTTPSListener(server, proxy.begin_shutdown))
+    return f"HTTPS on {args.bind_address}:{args.secure_port}"
 
 
 def run() -> None:
-    args = parse_args()
-    runtime.setup_logging("proxy", args.v)
-    runtime.run(lambda stop: main(args, stop))
+    runtime.main("proxy", parse_args(), assemble)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 
 from apiary_pb import admission_pb2_grpc as agrpc
@@ -11,8 +10,7 @@ from apiary_pb import auth_pb2_grpc as augrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
 from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
-from services.common import config, errors, grpcutil, runtime
-from services.common.health import HealthServer
+from services.common import config, errors, runtime
 
 from .admission import AdmissionClient
 from .auth import AuthClient
@@ -51,20 +49,15 @@ async def _bootstrap_until_done(handlers: Handlers, done: asyncio.Event) -> None
             delay = min(delay * 2, 5.0)
 
 
-async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
-    tls = config.internal_tls(args)
-    storage_channel = grpcutil.make_channel(tls, args.storage_address)
-    admission_channel = grpcutil.make_channel(tls, args.admission_address)
+async def assemble(service: runtime.Service) -> str:
+    args = service.args
+    store = Store(sgrpc.StorageStub(service.channel(args.storage_address)), args.storage_timeout)
     # --auth-address: RBAC escalation checks, the access and token reviews, TokenRequest.
-    auth_channel = grpcutil.make_channel(tls, args.auth_address)
-    store = Store(sgrpc.StorageStub(storage_channel), args.storage_timeout)
     handlers = Handlers(DEFAULT_CATALOGUE, store,
-                        AdmissionClient(agrpc.AdmissionStub(admission_channel), args.admission_timeout),
-                        AuthClient(augrpc.AuthStub(auth_channel), args.auth_timeout))
-
-    server = grpcutil.make_server(tls, f"{args.bind_address}:{args.grpc_port}")
-    rgrpc.add_RegistryServicer_to_server(RegistryServicer(handlers), server)
-    await server.start()
+                        AdmissionClient(agrpc.AdmissionStub(service.channel(args.admission_address)),
+                                        args.admission_timeout),
+                        AuthClient(augrpc.AuthStub(service.channel(args.auth_address)), args.auth_timeout))
+    rgrpc.add_RegistryServicer_to_server(RegistryServicer(handlers), service.grpc_server())
 
     bootstrapped = asyncio.Event()
 
@@ -77,29 +70,14 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
     async def bootstrap_done() -> bool:
         return bootstrapped.is_set()
 
-    health = HealthServer(args.bind_address, args.health_port,
-                          {"storage": storage_ready, "bootstrap-controller": bootstrap_done})
-    await health.start()
+    service.check("storage", storage_ready)
+    service.check("bootstrap-controller", bootstrap_done)
     finalizer = NamespaceFinalizer(store, DEFAULT_CATALOGUE)
-    tasks = [asyncio.create_task(_bootstrap_until_done(handlers, bootstrapped), name="bootstrap"),
-             asyncio.create_task(finalizer.run(), name="namespace-finalizer")]
-    log.info("registry serving gRPC on %s:%d", args.bind_address, args.grpc_port)
-    try:
-        await stop.wait()
-    finally:
-        await finalizer.stop()
-        for t in tasks:
-            t.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        await server.stop(grace=2)
-        await health.stop()
-        await storage_channel.close()
-        await admission_channel.close()
-        await auth_channel.close()
+    service.task(lambda: _bootstrap_until_done(handlers, bootstrapped), "bootstrap")
+    service.task(finalizer.run, "namespace-finalizer")
+    service.component(stop=finalizer.stop)
+    return f"gRPC on {args.bind_address}:{args.grpc_port}"
 
 
 if __name__ == "__main__":
-    _args = parse_args()
-    runtime.setup_logging("registry", _args.v)
-    runtime.run(lambda stop: main(_args, stop))
+    runtime.main("registry", parse_args(), assemble)

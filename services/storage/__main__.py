@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import re
 import sys
 
-from services.common import config, grpcutil, runtime
-from services.common.health import HealthServer
+from services.common import config, runtime
 
 from .cacher import Cachers
 from .codec import Codec
@@ -18,7 +15,6 @@ from .encryption import Encryption
 from .etcd import Etcd
 from .server import StorageServicer, add_to_server
 
-log = logging.getLogger("services.storage")
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 
@@ -73,44 +69,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
+async def assemble(service: runtime.Service) -> str:
+    args = service.args
     encryption = None
     if args.encryption_provider_config:
         try:
             encryption = Encryption.load(args.encryption_provider_config)
         except ValueError as e:
             raise SystemExit(f"--encryption-provider-config: {e}") from None
+        service.client(encryption.close)  # KMS plugin connections
     etcd = Etcd(args.etcd_servers, args.etcd_request_timeout)
+    service.client(etcd.close)
     await etcd.connect()
     codec = Codec(encryption)
     cachers = Cachers(etcd, codec, history_seconds=args.watch_cache_history)
-    server = grpcutil.make_server(config.internal_tls(args), f"{args.bind_address}:{args.grpc_port}")
-    add_to_server(StorageServicer(etcd, cachers, args.watch_bookmark_interval, codec), server)
-    await server.start()
+    service.component(stop=cachers.stop)
     compactor = Compactor(etcd, args.etcd_compaction_interval)
-    compactor.start()
-    health = HealthServer(args.bind_address, args.health_port, {"etcd": etcd.ping})
-    await health.start()
-    log.info(
-        "storage serving gRPC on %s:%d (etcd %s), health on %d",
-        args.bind_address,
-        args.grpc_port,
-        etcd.endpoint,
-        args.health_port,
-    )
-    try:
-        await stop.wait()
-    finally:
-        await server.stop(grace=2)
-        await compactor.stop()
-        await cachers.stop()
-        if encryption is not None:
-            await encryption.close()
-        await health.stop()
-        await etcd.close()
+    service.component(compactor.start, compactor.stop)
+    add_to_server(StorageServicer(etcd, cachers, args.watch_bookmark_interval, codec), service.grpc_server())
+    service.check("etcd", etcd.ping)
+    return f"gRPC on {args.bind_address}:{args.grpc_port} (etcd {etcd.endpoint})"
 
 
 if __name__ == "__main__":
-    ns = parse_args(sys.argv[1:])
-    runtime.setup_logging("storage", ns.v)
-    runtime.run(lambda stop: main(ns, stop))
+    runtime.main("storage", parse_args(sys.argv[1:]), assemble)
