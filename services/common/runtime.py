@@ -140,15 +140,19 @@ class GRPCListener:
 
     def __init__(self, server: grpc.aio.Server, grace: float = GRACE) -> None:
         self.server, self.grace = server, grace
+        self._stopped = asyncio.Event()
 
     async def start(self) -> None:
         await self.server.start()
 
     async def shutdown(self) -> None:
+        self._stopped.set()
         await self.server.stop(grace=self.grace)
 
     async def done(self) -> None:
-        await self.server.wait_for_termination()
+        # A grpc.aio server does not stop by itself (and waiting on its termination from a task
+        # that is then cancelled would cancel its shutdown).
+        await self._stopped.wait()
 
 
 class Service:
@@ -216,13 +220,14 @@ class Service:
         """Start everything, serve until stop is set (or a listener ends), then stop everything."""
         health = HealthServer(self.args.bind_address, self.args.health_port, self.checks)
         done: list[asyncio.Future[Any]] = []
-        started_components = 0
+        started_components, listening = 0, []
         try:
             for start, _ in self._components:
                 await _call(start)
                 started_components += 1
             for listener in self._listeners:
                 await listener.start()
+                listening.append(listener)
                 done.append(asyncio.ensure_future(listener.done()))
             await health.start()
             log.info("%s serving%s; health on %s:%d", self.name, f" {started}" if started else "",
@@ -233,12 +238,13 @@ class Service:
         finally:
             for fut in done:
                 fut.cancel()
-            await self._shutdown(health, started_components)
+            await self._shutdown(health, started_components, listening)
 
-    async def _shutdown(self, health: HealthServer, started_components: int) -> None:
+    async def _shutdown(self, health: HealthServer, started_components: int, listening: list[Listener]) -> None:
+        """Stop what was started, in kube's order (the module docstring)."""
         self.stopping = True
         health.shutting_down = True  # /readyz fails from now on: load balancers send nothing new
-        steps: list[tuple[str, Step]] = [("listener", listener.shutdown) for listener in self._listeners]
+        steps: list[tuple[str, Step]] = [("listener", listener.shutdown) for listener in listening]
         steps += [("component", stop) for _, stop in reversed(self._components[:started_components]) if stop]
         steps += [("client", close) for close in self._clients]
         steps.append(("health server", health.stop))

@@ -1,0 +1,127 @@
+"""The service skeleton (services/common/runtime.py): one start and stop order for every service."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import pytest
+
+from services.common import runtime
+
+
+def args() -> argparse.Namespace:
+    return argparse.Namespace(bind_address="127.0.0.1", health_port=0, grpc_port=0, insecure_internal=True, v=0)
+
+
+class Listener:
+    def __init__(self, log: list[str], service: runtime.Service, name: str = "listener") -> None:
+        self.log, self.service, self.name = log, service, name
+        self.ended = asyncio.Event()
+
+    async def start(self) -> None:
+        self.log.append(f"start {self.name}")
+
+    async def shutdown(self) -> None:
+        # kube's order: readiness fails before the listener stops accepting
+        self.log.append(f"shutdown {self.name} (stopping={self.service.stopping})")
+
+    async def done(self) -> None:
+        await self.ended.wait()
+
+
+def declare(service: runtime.Service, log: list[str]) -> Listener:
+    service.client(lambda: log.append("close client a"))
+
+    async def close_b() -> None:
+        log.append("close client b")
+
+    service.client(close_b)
+    service.component(lambda: log.append("start x"), lambda: log.append("stop x"))
+
+    async def start_y() -> None:
+        log.append("start y")
+
+    service.component(start_y, lambda: log.append("stop y"))
+
+    async def loop() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            log.append("task cancelled")
+            raise
+
+    service.task(loop, "loop")
+    listener = Listener(log, service)
+    service.listener(listener)
+    return listener
+
+
+async def test_start_and_stop_order() -> None:
+    log: list[str] = []
+    service = runtime.Service("test", args())
+    declare(service, log)
+    stop = asyncio.Event()
+    run = asyncio.create_task(service.run(stop))
+    while "start listener" not in log:
+        await asyncio.sleep(0)
+    stop.set()
+    await run
+    assert log == [
+        "start x", "start y", "start listener",
+        "shutdown listener (stopping=True)",
+        "task cancelled", "stop y", "stop x",
+        "close client a", "close client b",
+    ]
+
+
+async def test_a_listener_that_ends_stops_the_service() -> None:
+    log: list[str] = []
+    service = runtime.Service("test", args())
+    listener = declare(service, log)
+    run = asyncio.create_task(service.run(asyncio.Event()))
+    while "start listener" not in log:
+        await asyncio.sleep(0)
+    listener.ended.set()
+    await run
+    assert log[-3:] == ["stop x", "close client a", "close client b"]
+
+
+async def test_a_component_that_fails_to_start_stops_those_started_before_it() -> None:
+    log: list[str] = []
+    service = runtime.Service("test", args())
+    declare(service, log)
+
+    def broken() -> None:
+        raise RuntimeError("cannot start")
+
+    service.component(broken, lambda: log.append("stop broken"))
+    with pytest.raises(RuntimeError, match="cannot start"):
+        await service.run(asyncio.Event())
+    assert "stop broken" not in log and "start listener" not in log
+    assert not any(line.startswith("shutdown listener") for line in log)
+    assert log[-4:] == ["stop y", "stop x", "close client a", "close client b"]
+
+
+async def test_a_failing_stop_step_does_not_skip_the_others() -> None:
+    log: list[str] = []
+    service = runtime.Service("test", args())
+    declare(service, log)
+
+    def broken() -> None:
+        raise RuntimeError("cannot stop")
+
+    service.component(stop=broken)
+    stop = asyncio.Event()
+    stop.set()
+    await service.run(stop)
+    assert log[-5:] == ["task cancelled", "stop y", "stop x", "close client a", "close client b"]
+
+
+async def test_readyz_fails_once_the_service_stops() -> None:
+    from services.common.health import HealthServer
+
+    health = HealthServer("127.0.0.1", 0, {})
+    assert (await health.ready())[0]
+    health.shutting_down = True
+    ok, text = await health.ready()
+    assert not ok and "[-]shutdown failed" in text
