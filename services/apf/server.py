@@ -28,6 +28,10 @@ from .queueset import WAITING
 log = logging.getLogger(__name__)
 
 
+def _responses(responses: list[fpb.SeatResponse]) -> fpb.SeatResponses:
+    return fpb.SeatResponses(responses=responses)
+
+
 class FlowControlServicer(fgrpc.FlowControlServicer):
     def __init__(self, controller: FlowController) -> None:
         self.controller = controller
@@ -65,17 +69,9 @@ class FlowControlServicer(fgrpc.FlowControlServicer):
         self.streams += 1
         reader = asyncio.create_task(read(), name="apf-seats-reader")
         try:
-            ended = False
-            while not ended and (item := await out.get()) is not None:
-                # send everything decided meanwhile in one message
-                batch = [item]
-                while not out.empty():
-                    more = out.get_nowait()
-                    if more is None:
-                        ended = True
-                        break
-                    batch.append(more)
-                yield fpb.SeatResponses(responses=batch)
+            # everything decided meanwhile in one message
+            async for responses in grpcutil.batches(out, _responses):
+                yield responses
         finally:
             self.streams -= 1
             reader.cancel()

@@ -1,6 +1,8 @@
-"""gRPC bootstrap: mutual-TLS servers and channels, and APIError <-> gRPC status mapping."""
+"""gRPC bootstrap: mutual-TLS servers and channels, APIError <-> gRPC status mapping, and the
+batched writing side of long-lived streams."""
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -110,6 +112,7 @@ def peer_name(context: grpc.aio.ServicerContext) -> str | None:
 
 
 T = TypeVar("T")
+M = TypeVar("M")
 
 
 def api_method(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
@@ -167,3 +170,22 @@ async def stream(it: Any, peer: str = "") -> AsyncIterator[Any]:
             yield item
     except grpc.aio.AioRpcError as e:
         raise error_from_rpc(e, peer) from None
+
+
+async def batches(queue: asyncio.Queue[T | None], make: Callable[[list[T]], M]) -> AsyncIterator[M]:
+    """The writing side of a long-lived stream: everything queued since the previous write, as one
+    message made by make(items); None ends the stream after what was queued before it. A stream
+    write costs about as much as the message it carries, so a busy peer pays one write for many
+    items (mux's Calls, watchmux's Watches and apf's Seats streams all write this way)."""
+    while (first := await queue.get()) is not None:
+        items = [first]
+        ended = False
+        while not queue.empty():
+            more = queue.get_nowait()
+            if more is None:
+                ended = True
+                break
+            items.append(more)
+        yield make(items)
+        if ended:
+            return

@@ -36,7 +36,7 @@ import grpc
 from apiary_pb import envelope_pb2 as pb
 
 from .errors import APIError, InternalError, ServiceUnavailable, Timeout, error_from_rpc
-from .grpcutil import GRPC_STARTED
+from .grpcutil import GRPC_STARTED, batches
 from .runtime import after_large_answer
 
 log = logging.getLogger(__name__)
@@ -78,22 +78,6 @@ class Streamed:
             await close()
         else:
             getattr(self.parts, "close", lambda: None)()
-
-
-async def _batches(queue: asyncio.Queue[pb.Frame | None]) -> AsyncIterator[pb.Frames]:
-    """Everything queued since the last write, as one message; None ends the stream."""
-    while (first := await queue.get()) is not None:
-        frames = [first]
-        ended = False
-        while not queue.empty():
-            more = queue.get_nowait()
-            if more is None:
-                ended = True
-                break
-            frames.append(more)
-        yield pb.Frames(frames=frames)
-        if ended:
-            return
 
 
 Answer = tuple[int, bytes, "pb.Status | None", bool]
@@ -211,12 +195,16 @@ async def read_stream(call: Any, on_message: Callable[[Any], None], peer: str, w
         return InternalError(f"{what} to {peer} failed: {type(e).__name__}")
 
 
+def _frames(frames: list[pb.Frame]) -> pb.Frames:
+    return pb.Frames(frames=frames)
+
+
 class _Stream:
     """One open Calls stream: its outgoing queue and the gRPC call reading its answers."""
 
     def __init__(self, open_stream: Callable[[Any], Any]) -> None:
         self.queue: asyncio.Queue[pb.Frame | None] = asyncio.Queue()
-        self.call = open_stream(_batches(self.queue))
+        self.call = open_stream(batches(self.queue, _frames))
         self.alive = True
 
 

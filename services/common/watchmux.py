@@ -30,6 +30,7 @@ from typing import Any
 from apiary_pb import envelope_pb2 as pb
 
 from .errors import APIError, InternalError, ServiceUnavailable
+from .grpcutil import batches
 from .mux import read_stream
 
 log = logging.getLogger(__name__)
@@ -199,22 +200,18 @@ class _Stream:
 
     def __init__(self, open_stream: Callable[[Any], Any]) -> None:
         self.queue: asyncio.Queue[pb.WatchControl | None] = asyncio.Queue()
-        self.call = open_stream(self._controls())
+        self.call = open_stream(batches(self.queue, _control))
         self.alive = True
 
-    async def _controls(self) -> AsyncIterator[pb.WatchControl]:
-        """Every open and cancel queued since the last write, as one message; None ends the stream."""
-        queue = self.queue
-        while (first := await queue.get()) is not None:
-            control = pb.WatchControl()
-            control.MergeFrom(first)
-            while not queue.empty():
-                more = queue.get_nowait()
-                if more is None:
-                    yield control
-                    return
-                control.MergeFrom(more)
-            yield control
+
+def _control(controls: list[pb.WatchControl]) -> pb.WatchControl:
+    """Every open and cancel queued since the last write, as one message."""
+    if len(controls) == 1:
+        return controls[0]
+    out = pb.WatchControl()
+    for c in controls:
+        out.MergeFrom(c)
+    return out
 
 
 class WatchMuxClient:
