@@ -17,6 +17,7 @@ import grpc
 
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
+from apiary_pb import envelope_pb2 as pb
 from services.auth.__main__ import build, parse_args
 from services.auth.authorizers.rbac import Attributes, RBACIndex
 from services.auth.policy import load_bootstrap_policy
@@ -76,7 +77,7 @@ def bench_inprocess(index: RBACIndex, seconds: float = 1.0) -> dict[str, Any]:
 
 
 def _pb(a: Attributes) -> apb.AuthorizeRequest:
-    return apb.AuthorizeRequest(attributes=apb.Attributes(
+    return apb.AuthorizeRequest(attributes=pb.RequestAttributes(
         user=user_pb(a.user, list(a.groups)), verb=a.verb, resource_request=a.resource_request,
         namespace=a.namespace, api_group=a.api_group, api_version="v1", resource=a.resource,
         subresource=a.subresource, name=a.name, path=a.path))

@@ -1,4 +1,8 @@
-"""admission.Attributes: what a plugin sees of one request, decoded only when a plugin asks."""
+"""admission.Attributes: what a plugin sees of one request, decoded only when a plugin asks.
+
+Who asks and for what (user, group, version, resource, namespace, name) is the RequestAttributes
+shape that authorization and priority and fairness see too; the operation, kind, objects and
+options are admission's own."""
 from __future__ import annotations
 
 from typing import Any
@@ -24,11 +28,11 @@ class Attributes:
 
     @property
     def group(self) -> str:
-        return self.request.group
+        return self.request.attributes.api_group
 
     @property
     def version(self) -> str:
-        return self.request.version
+        return self.request.attributes.api_version
 
     @property
     def kind(self) -> str:
@@ -36,23 +40,23 @@ class Attributes:
 
     @property
     def resource(self) -> str:
-        return self.request.resource
+        return self.request.attributes.resource
 
     @property
     def subresource(self) -> str:
-        return self.request.subresource
+        return self.request.attributes.subresource
 
     @property
     def namespace(self) -> str:
-        return self.request.namespace
+        return self.request.attributes.namespace
 
     @property
     def name(self) -> str:
-        return self.request.name
+        return self.request.attributes.name
 
     @property
     def user(self) -> pb.UserInfo:
-        return self.request.user
+        return self.request.attributes.user
 
     @property
     def dry_run(self) -> bool:

@@ -5,7 +5,7 @@ rules (for a resource request) or non-resource rules (otherwise) covers the requ
 """
 from __future__ import annotations
 
-from apiary_pb import apf_pb2 as fpb
+from apiary_pb import envelope_pb2 as pb
 
 from .config import Configuration, FlowSchema, NonResourceRule, PolicyRules, ResourceRule, Subject
 
@@ -16,7 +16,7 @@ def _has(values: tuple[str, ...], value: str) -> bool:
     return "*" in values or value in values
 
 
-def subject_matches(s: Subject, d: fpb.RequestDigest) -> bool:
+def subject_matches(s: Subject, d: pb.RequestAttributes) -> bool:
     if s.kind == "Group":
         return s.name == "*" or s.name in d.user.groups
     if s.kind == "User":
@@ -29,7 +29,7 @@ def subject_matches(s: Subject, d: fpb.RequestDigest) -> bool:
     return False
 
 
-def resource_rule_matches(r: ResourceRule, d: fpb.RequestDigest) -> bool:
+def resource_rule_matches(r: ResourceRule, d: pb.RequestAttributes) -> bool:
     if not (_has(r.verbs, d.verb) and _has(r.api_groups, d.api_group)):
         return False
     resource = f"{d.resource}/{d.subresource}" if d.subresource else d.resource
@@ -40,7 +40,7 @@ def resource_rule_matches(r: ResourceRule, d: fpb.RequestDigest) -> bool:
     return _has(r.namespaces, d.namespace)
 
 
-def non_resource_rule_matches(r: NonResourceRule, d: fpb.RequestDigest) -> bool:
+def non_resource_rule_matches(r: NonResourceRule, d: pb.RequestAttributes) -> bool:
     if not _has(r.verbs, d.verb):
         return False
     for u in r.urls:
@@ -49,7 +49,7 @@ def non_resource_rule_matches(r: NonResourceRule, d: fpb.RequestDigest) -> bool:
     return False
 
 
-def rules_match(p: PolicyRules, d: fpb.RequestDigest) -> bool:
+def rules_match(p: PolicyRules, d: pb.RequestAttributes) -> bool:
     if not any(subject_matches(s, d) for s in p.subjects):
         return False
     if d.resource_request:
@@ -63,7 +63,7 @@ class Classifier:
         self.schemas = sorted(cfg.flow_schemas, key=lambda fs: (fs.precedence, fs.name))
         self.catch_all = next(fs for fs in self.schemas if fs.name == "catch-all")
 
-    def classify(self, d: fpb.RequestDigest) -> FlowSchema:
+    def classify(self, d: pb.RequestAttributes) -> FlowSchema:
         for fs in self.schemas:
             if any(rules_match(p, d) for p in fs.rules):
                 return fs
@@ -72,7 +72,7 @@ class Classifier:
         return self.catch_all
 
     @staticmethod
-    def flow_distinguisher(fs: FlowSchema, d: fpb.RequestDigest) -> str:
+    def flow_distinguisher(fs: FlowSchema, d: pb.RequestAttributes) -> str:
         if fs.distinguisher == "ByUser":
             return d.user.name
         if fs.distinguisher == "ByNamespace":

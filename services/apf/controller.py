@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter, Gauge, Histogram
 
 from apiary_pb import apf_pb2 as fpb
+from apiary_pb import envelope_pb2 as pb
 
 from .classification import Classifier
 from .config import Configuration, FlowSchema, PriorityLevel, nominal_concurrency
@@ -101,7 +102,7 @@ class FlowController:
                 NOMINAL_LIMIT_SEATS.labels(pl.name).set(self.nominal[pl.name])
         self._levels_by_name = {pl.name: pl for pl in cfg.priority_levels}
 
-    def start(self, digest: fpb.RequestDigest, on_decided: Decided | None = None) -> Ticket:
+    def start(self, digest: pb.RequestAttributes, on_decided: Decided | None = None) -> Ticket:
         """Classify and try to take a seat. A WAITING ticket's decision comes later through on_decided."""
         fs = self.classifier.classify(digest)
         pl = self._levels_by_name[fs.priority_level]

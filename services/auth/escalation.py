@@ -42,7 +42,7 @@ class EscalationChecker:
         self.index = index
 
     async def _allowed(self, user: pb.UserInfo, verb: str, resource: str, namespace: str, name: str) -> bool:
-        attrs = apb.Attributes(user=user, verb=verb, resource_request=True, namespace=namespace, api_group=RBAC,
+        attrs = pb.RequestAttributes(user=user, verb=verb, resource_request=True, namespace=namespace, api_group=RBAC,
                                api_version="v1", resource=resource, name=name)
         return (await self.authorizer.authorize(attrs)).decision == ALLOW
 

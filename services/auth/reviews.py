@@ -145,12 +145,12 @@ class Reviewer:
                 raise BadRequest(f"spec.resourceAttributes.namespace must match namespace: {namespace}")
             obj["metadata"]["namespace"] = namespace
         if ra is not None:
-            attrs = apb.Attributes(user=user, verb=str(ra.get("verb") or ""), resource_request=True,
+            attrs = pb.RequestAttributes(user=user, verb=str(ra.get("verb") or ""), resource_request=True,
                                    namespace=str(ra.get("namespace") or ""), api_group=str(ra.get("group") or ""),
                                    api_version=str(ra.get("version") or ""), resource=str(ra.get("resource") or ""),
                                    subresource=str(ra.get("subresource") or ""), name=str(ra.get("name") or ""))
         else:
-            attrs = apb.Attributes(user=user, verb=str(nra.get("verb") or ""), resource_request=False,
+            attrs = pb.RequestAttributes(user=user, verb=str(nra.get("verb") or ""), resource_request=False,
                                    path=str(nra.get("path") or ""))
         d = await self.authorizer.authorize(attrs)
         status: dict[str, Any] = {"allowed": d.decision == ALLOW}

@@ -15,7 +15,6 @@ from typing import Any
 import grpc
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from apiary_pb import apf_pb2 as fpb
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
@@ -201,7 +200,7 @@ class ProxyApp:
                         ctx.audit.impersonated(user)
                     t = ctx.timing("impersonation", t)
                 # 4. priority and fairness
-                seat = await ctx.race(self.apf.acquire(fpb.RequestDigest(
+                seat = await ctx.race(self.apf.acquire(pb.RequestAttributes(
                     user=user, verb=info.verb, resource_request=info.is_resource_request,
                     api_group=info.api_group, resource=info.resource, subresource=info.subresource,
                     namespace=info.namespace, name=info.name, path=info.path)))

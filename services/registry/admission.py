@@ -34,10 +34,12 @@ class AdmissionClient:
                    name: str, obj: Obj | None, old: Obj | None, user: pb.UserInfo, dry_run: bool,
                    options: Obj, timing: dict[str, float], warnings: list[str]) -> tuple[Obj | None, bool]:
         req = apb.AdmissionRequest(
-            uid=str(uuid.uuid4()), operation=operation, group=info.group, version=info.version,
+            uid=str(uuid.uuid4()), operation=operation,
             kind=info.kind if not subresource else (info.subresource(subresource) or info).kind,
-            resource=info.plural, subresource=subresource, namespace=namespace, name=name,
-            user=user, dry_run=dry_run, options=orjson.dumps(options),
+            attributes=pb.RequestAttributes(user=user, resource_request=True, api_group=info.group,
+                                            api_version=info.version, resource=info.plural,
+                                            subresource=subresource, namespace=namespace, name=name),
+            dry_run=dry_run, options=orjson.dumps(options),
         )
         if obj is not None:
             req.object.CopyFrom(envelope.to_envelope(obj))

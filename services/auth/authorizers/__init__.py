@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from apiary_pb import auth_pb2 as apb
+from apiary_pb import envelope_pb2 as pb
 
 ALLOW, DENY, NO_OPINION = "Allow", "Deny", "NoOpinion"
 
@@ -25,7 +25,7 @@ class Decision:
 class Authorizer(Protocol):
     name: str
 
-    async def authorize(self, attrs: apb.Attributes) -> tuple[str, str]:
+    async def authorize(self, attrs: pb.RequestAttributes) -> tuple[str, str]:
         """(decision, reason)."""
         ...
 
@@ -34,7 +34,7 @@ class Union:
     def __init__(self, authorizers: list[Authorizer]) -> None:
         self.authorizers = authorizers
 
-    async def authorize(self, attrs: apb.Attributes) -> Decision:
+    async def authorize(self, attrs: pb.RequestAttributes) -> Decision:
         reasons: list[str] = []
         errors: list[str] = []
         ttl = float("inf")   # the decision holds while every answer it rests on holds

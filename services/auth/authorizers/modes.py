@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from apiary_pb import auth_pb2 as apb
+from apiary_pb import envelope_pb2 as pb
 
 from . import ALLOW, DENY, NO_OPINION, Authorizer
 from .rbac import Attributes, RBACIndex, Rule
@@ -16,7 +16,7 @@ STAR_RULES = (Rule(("*",), ("*",), ("*",)), Rule(("*",), non_resource_urls=("*",
 class AlwaysAllow:
     name = "AlwaysAllow"
 
-    async def authorize(self, attrs: apb.Attributes) -> tuple[str, str]:
+    async def authorize(self, attrs: pb.RequestAttributes) -> tuple[str, str]:
         return ALLOW, ""
 
     def rules_for(self, user: str, groups: tuple[str, ...], namespace: str) -> list[Rule]:
@@ -26,14 +26,14 @@ class AlwaysAllow:
 class AlwaysDeny:
     name = "AlwaysDeny"
 
-    async def authorize(self, attrs: apb.Attributes) -> tuple[str, str]:
+    async def authorize(self, attrs: pb.RequestAttributes) -> tuple[str, str]:
         return DENY, "Everything is forbidden."
 
     def rules_for(self, user: str, groups: tuple[str, ...], namespace: str) -> list[Rule]:
         return []
 
 
-def rbac_attributes(a: apb.Attributes) -> Attributes:
+def rbac_attributes(a: pb.RequestAttributes) -> Attributes:
     return Attributes(a.user.name, tuple(a.user.groups), a.verb, a.resource_request, a.namespace, a.api_group,
                       a.resource, a.subresource, a.name, a.path)
 
@@ -47,7 +47,7 @@ class RBACAuthorizer:
     def __init__(self, index: RBACIndex) -> None:
         self.index = index
 
-    async def authorize(self, attrs: apb.Attributes) -> tuple[str, str]:
+    async def authorize(self, attrs: pb.RequestAttributes) -> tuple[str, str]:
         allowed, reason = self.index.authorize(rbac_attributes(attrs))
         return (ALLOW, reason) if allowed else (NO_OPINION, "")
 

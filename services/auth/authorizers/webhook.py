@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 from prometheus_client import Counter, Histogram
 
-from apiary_pb import auth_pb2 as apb
+from apiary_pb import envelope_pb2 as pb
 
 from .. import cel
 from ..webhookclient import WebhookClient, WebhookError
@@ -57,7 +57,7 @@ class WebhookSettings:
     match_conditions: list[cel.Program] = field(default_factory=list)
 
 
-def review_spec(a: apb.Attributes) -> dict[str, Any]:
+def review_spec(a: pb.RequestAttributes) -> dict[str, Any]:
     """SubjectAccessReviewSpec (v1 JSON) for the attributes."""
     spec: dict[str, Any] = {}
     if a.resource_request:
@@ -82,16 +82,16 @@ class WebhookAuthorizer:
         self.calls = 0
         self._cache: dict[bytes, tuple[float, str, str]] = {}
 
-    async def authorize(self, attrs: apb.Attributes) -> tuple[str, str]:
+    async def authorize(self, attrs: pb.RequestAttributes) -> tuple[str, str]:
         decision, reason, _ = await self.authorize_with_error(attrs)
         return decision, reason
 
-    async def authorize_with_error(self, attrs: apb.Attributes) -> tuple[str, str, str]:
+    async def authorize_with_error(self, attrs: pb.RequestAttributes) -> tuple[str, str, str]:
         """(decision, reason, error); error is set when the webhook could not decide."""
         decision, reason, error, _ = await self.evaluate(attrs)
         return decision, reason, error
 
-    async def evaluate(self, attrs: apb.Attributes) -> tuple[str, str, str, float]:
+    async def evaluate(self, attrs: pb.RequestAttributes) -> tuple[str, str, str, float]:
         """(decision, reason, error, how long the answer may be reused: inf when it does not depend on the
         webhook's answer, the authorizedTTL / unauthorizedTTL when it does, 0 after a failure)."""
         s = self.settings

@@ -25,6 +25,7 @@ from prometheus_client import Counter, Gauge
 
 from apiary_pb import apf_pb2 as fpb
 from apiary_pb import apf_pb2_grpc as fgrpc
+from apiary_pb import envelope_pb2 as pb
 from services.common.background import cancel_and_wait
 from services.common.backoff import Backoff
 from services.common.errors import ServiceUnavailable, TooManyRequests
@@ -205,7 +206,7 @@ class SeatClient:
                 # retries the connection on its own capped backoff (grpcutil.CHANNEL_OPTIONS).
                 await self.channel.channel_ready()
 
-    async def acquire(self, digest: fpb.RequestDigest) -> Seat:
+    async def acquire(self, digest: pb.RequestAttributes) -> Seat:
         """Wait for a seat. TooManyRequests when rejected (by the apf service, or by the max-in-flight
         limits while it is unreachable); ServiceUnavailable when it stops answering."""
         if is_exempt(digest.user.groups):

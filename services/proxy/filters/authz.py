@@ -40,8 +40,8 @@ MAX_ENTRIES = 10_000
 AUTHZ_TIMEOUT = 10.0
 
 
-def attributes(user: pb.UserInfo, info: RequestInfo) -> apb.Attributes:
-    return apb.Attributes(
+def attributes(user: pb.UserInfo, info: RequestInfo) -> pb.RequestAttributes:
+    return pb.RequestAttributes(
         user=user, verb=info.verb, resource_request=info.is_resource_request, namespace=info.namespace,
         api_group=info.api_group, api_version=info.api_version, resource=info.resource,
         subresource=info.subresource, name=info.name, path=info.path,

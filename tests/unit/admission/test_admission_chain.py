@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from apiary_pb import admission_pb2 as adpb
+from apiary_pb import envelope_pb2 as pb
 from services.admission.__main__ import build_chain, parse_args, resolve_plugins
 from services.admission.attributes import Attributes
 from services.admission.chain import Chain
@@ -40,7 +41,8 @@ class DenyAll(Plugin):
 
 
 def cm_request(op: str = "CREATE") -> Attributes:
-    r = adpb.AdmissionRequest(operation=op, version="v1", resource="configmaps", namespace="a", name="cm")
+    r = adpb.AdmissionRequest(operation=op, attributes=pb.RequestAttributes(
+        api_version="v1", resource="configmaps", namespace="a", name="cm"))
     r.object.CopyFrom(to_envelope({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}))
     return Attributes(r)
 

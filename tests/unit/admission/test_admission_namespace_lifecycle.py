@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 
 from apiary_pb import admission_pb2 as adpb
+from apiary_pb import envelope_pb2 as pb
 from services.admission.attributes import Attributes
 from services.admission.chain import Chain
 from services.admission.plugins.namespace_lifecycle import NamespaceLifecycle
@@ -47,8 +48,8 @@ class FakeLister:
 
 def request(op: str, resource: str = "configmaps", namespace: str = "team", name: str = "cm",
             group: str = "", obj: dict | None = None) -> Attributes:
-    r = adpb.AdmissionRequest(operation=op, group=group, version="v1", resource=resource, namespace=namespace,
-                              name=name)
+    r = adpb.AdmissionRequest(operation=op, attributes=pb.RequestAttributes(
+        api_group=group, api_version="v1", resource=resource, namespace=namespace, name=name))
     if obj is not None:
         r.object.CopyFrom(to_envelope(obj))
     return Attributes(r)

@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from apiary_pb import admission_pb2 as adpb
+from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.admission.__main__ import build_chain
@@ -50,7 +51,8 @@ def free_port() -> int:
 
 
 def create(namespace: str) -> adpb.AdmissionRequest:
-    r = adpb.AdmissionRequest(operation="CREATE", version="v1", resource="configmaps", namespace=namespace)
+    r = adpb.AdmissionRequest(operation="CREATE", attributes=pb.RequestAttributes(
+        api_version="v1", resource="configmaps", namespace=namespace))
     r.object.CopyFrom(to_envelope({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}))
     return r
 

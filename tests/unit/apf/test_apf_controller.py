@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from apiary_pb import apf_pb2 as fpb
+from apiary_pb import envelope_pb2 as pb
 from services.apf.__main__ import build, parse_args
 from services.apf.classification import Classifier
 from services.apf.config import BOOTSTRAP, nominal_concurrency, stable_uid
@@ -13,10 +13,10 @@ ANON = user_pb("system:anonymous", ["system:unauthenticated"])
 SA = user_pb("system:serviceaccount:kube-system:builder", ["system:serviceaccounts", "system:authenticated"])
 
 
-def digest(user, verb="list", resource="pods", namespace="default", path="") -> fpb.RequestDigest:
+def digest(user, verb="list", resource="pods", namespace="default", path="") -> pb.RequestAttributes:
     if path:
-        return fpb.RequestDigest(user=user, verb=verb, path=path)
-    return fpb.RequestDigest(user=user, verb=verb, resource_request=True, resource=resource,
+        return pb.RequestAttributes(user=user, verb=verb, path=path)
+    return pb.RequestAttributes(user=user, verb=verb, resource_request=True, resource=resource,
                              namespace=namespace,
                              path=f"/api/v1/namespaces/{namespace}/{resource}")
 

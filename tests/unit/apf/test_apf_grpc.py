@@ -8,6 +8,7 @@ import pytest
 
 from apiary_pb import apf_pb2 as fpb
 from apiary_pb import apf_pb2_grpc as fgrpc
+from apiary_pb import envelope_pb2 as pb
 from services.apf.__main__ import build, parse_args
 from services.apf.server import FlowControlServicer
 from services.common import grpcutil
@@ -54,7 +55,7 @@ class Stream:
             yield fpb.SeatRequests(requests=[msg])
 
     def acquire(self, request_id: int, user=ALICE) -> None:
-        self.outbox.put_nowait(fpb.SeatRequest(id=request_id, acquire=fpb.RequestDigest(
+        self.outbox.put_nowait(fpb.SeatRequest(id=request_id, acquire=pb.RequestAttributes(
             user=user, verb="get", resource_request=True, resource="pods", namespace="default", name="x")))
 
     def release(self, request_id: int) -> None:

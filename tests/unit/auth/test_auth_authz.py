@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from apiary_pb import auth_pb2 as apb
+from apiary_pb import envelope_pb2 as pb
 from services.auth.__main__ import build, parse_args
 from services.auth.authorizers.modes import parse_modes
 from services.auth.policy import load_bootstrap_policy
@@ -16,11 +17,11 @@ ADMIN = user_pb("admin", ["system:masters", "system:authenticated"])
 
 
 def nonresource(user, path: str, verb: str = "get") -> apb.AuthorizeRequest:
-    return apb.AuthorizeRequest(attributes=apb.Attributes(user=user, verb=verb, path=path))
+    return apb.AuthorizeRequest(attributes=pb.RequestAttributes(user=user, verb=verb, path=path))
 
 
 def resource(user, verb: str = "list", resource: str = "pods", ns: str = "default") -> apb.AuthorizeRequest:
-    return apb.AuthorizeRequest(attributes=apb.Attributes(user=user, verb=verb, resource_request=True,
+    return apb.AuthorizeRequest(attributes=pb.RequestAttributes(user=user, verb=verb, resource_request=True,
                                                           api_version="v1", resource=resource, namespace=ns))
 
 
@@ -91,7 +92,7 @@ async def test_masters_through_cluster_admin_binding_and_basic_user() -> None:
     rbac = servicer.authorizer.authorizers[1]
     decision, reason = await rbac.authorize(resource(ADMIN, verb="delete", resource="secrets").attributes)
     assert decision == "Allow" and 'ClusterRoleBinding "cluster-admin"' in reason
-    ssar = apb.Attributes(user=ALICE, verb="create", resource_request=True, api_group="authorization.k8s.io",
+    ssar = pb.RequestAttributes(user=ALICE, verb="create", resource_request=True, api_group="authorization.k8s.io",
                           resource="selfsubjectaccessreviews")
     assert (await servicer.Authorize(apb.AuthorizeRequest(attributes=ssar), None)).decision == "Allow"
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from apiary_pb import auth_pb2 as apb
+from apiary_pb import envelope_pb2 as pb
 from services.auth import authzconfig, cel
 from services.auth.__main__ import build, parse_args
 from services.auth.authorizers import ALLOW, DENY, NO_OPINION, Union
@@ -104,8 +104,8 @@ class FakeClient:
         return {"status": self.status}
 
 
-def attrs(namespace: str = "ns", user: str = "u") -> apb.Attributes:
-    return apb.Attributes(user=user_pb(user, ["g"]), verb="get", resource_request=True, namespace=namespace,
+def attrs(namespace: str = "ns", user: str = "u") -> pb.RequestAttributes:
+    return pb.RequestAttributes(user=user_pb(user, ["g"]), verb="get", resource_request=True, namespace=namespace,
                           api_version="v1", resource="pods", name="p")
 
 
@@ -169,7 +169,7 @@ def test_a_broken_file_keeps_the_last_chain(tmp_path: Path) -> None:
 def test_a_false_condition_wins_over_one_that_fails() -> None:
     a, _ = authorizer({"allowed": True}, DENY, ("request.resourceAttributes.namespace == 'x'",
                                                 "has(request.resourceAttributes)"))
-    nonresource = apb.Attributes(user=user_pb("u"), verb="get", path="/version")
+    nonresource = pb.RequestAttributes(user=user_pb("u"), verb="get", path="/version")
     assert asyncio.run(a.authorize_with_error(nonresource)) == (NO_OPINION, "", "")
     b, _ = authorizer({"allowed": True}, DENY, ("request.resourceAttributes.namespace == 'x'",))
     decision, _, error = asyncio.run(b.authorize_with_error(nonresource))

@@ -10,6 +10,7 @@ from apiary_pb import apf_pb2 as fpb
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
+from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import errors, grpcutil, mux, watchmux
@@ -24,7 +25,7 @@ class FakeAuth(agrpc.AuthServicer):
     def __init__(self) -> None:
         self.authn_calls = 0
         self.authz_calls = 0
-        self.attributes: list[apb.Attributes] = []
+        self.attributes: list[pb.RequestAttributes] = []
         self.revoked: set[str] = set()  # users whose grants are gone (an RBAC change)
 
     @grpcutil.api_method

@@ -5,8 +5,8 @@ import logging
 
 import pytest
 
-from apiary_pb import apf_pb2 as fpb
 from apiary_pb import apf_pb2_grpc as fgrpc
+from apiary_pb import envelope_pb2 as pb
 from services.common import grpcutil
 from services.proxy.filters.apf import SEAT_EXEMPT, SEAT_READ_ONLY, SeatClient
 from tests.integration.procs import free_port
@@ -23,8 +23,8 @@ async def test_unreachable_apf_leaves_no_pending_task(caplog: pytest.LogCaptureF
     channel = grpcutil.make_channel(None, f"127.0.0.1:{free_port()}")
     seats = SeatClient(fgrpc.FlowControlStub(channel), channel)
     seats.start()
-    alice = fpb.RequestDigest(user={"name": "alice", "groups": ["system:authenticated"]}, verb="get")
-    admin = fpb.RequestDigest(user={"name": "admin", "groups": ["system:masters"]}, verb="create")
+    alice = pb.RequestAttributes(user={"name": "alice", "groups": ["system:authenticated"]}, verb="get")
+    admin = pb.RequestAttributes(user={"name": "admin", "groups": ["system:masters"]}, verb="create")
     try:
         with caplog.at_level(logging.WARNING, "services.proxy.filters.apf"):
             for _ in range(6):

@@ -253,8 +253,9 @@ async def test_admission_flow(api, admission):
     assert o["metadata"]["labels"] == {"mutated": "yes"}
     ops = [(phase, r.operation) for phase, r in admission.requests]
     assert ops == [("admit", "CREATE"), ("validate", "CREATE")]
-    req = admission.requests[0][1]
+    req = admission.requests[0][1].attributes
     assert req.user.name == "alice" and req.namespace == "default" and req.resource == "configmaps"
+    req = admission.requests[0][1]
     assert orjson.loads(req.options)["kind"] == "CreateOptions"
     assert "admission" in api.last_timing
     admission.deny = errors.forbidden("configmaps", "", "d", "denied by policy")
