@@ -114,9 +114,11 @@ def _read_until(proc, wanted: list[str], timeout: float = 30) -> list[str]:
 
 def test_watch_sees_added_modified_deleted(kubectl):
     kubectl.run("create", "namespace", "watch-ns")
+    kubectl.run("-n", "watch-ns", "create", "configmap", "marker")
     proc = kubectl.popen("-n", "watch-ns", "get", "cm", "-w", "--output-watch-events")
     try:
-        time.sleep(1.5)
+        # listed (kubectl then watches from the list's resourceVersion: nothing after it is missed)
+        assert any("marker" in line for line in _read_until(proc, ["marker"]))
         kubectl.run("-n", "watch-ns", "create", "configmap", "w", "--from-literal=a=1")
         kubectl.run("-n", "watch-ns", "patch", "cm", "w", "--type=merge", "-p", '{"data":{"a":"2"}}')
         kubectl.run("-n", "watch-ns", "delete", "cm", "w")
@@ -130,9 +132,11 @@ def test_watch_sees_added_modified_deleted(kubectl):
 
 def test_watch_table_output(kubectl):
     kubectl.run("create", "namespace", "watch-tbl")
+    kubectl.run("-n", "watch-tbl", "create", "configmap", "marker")
     proc = kubectl.popen("-n", "watch-tbl", "get", "cm", "-w")
     try:
-        time.sleep(1.5)
+        # listed (kubectl then watches from the list's resourceVersion: nothing after it is missed)
+        assert any("marker" in line for line in _read_until(proc, ["marker"]))
         kubectl.run("-n", "watch-tbl", "create", "configmap", "t1", "--from-literal=a=1", "--from-literal=b=2")
         lines = _read_until(proc, ["t1"])
     finally:

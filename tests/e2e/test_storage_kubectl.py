@@ -50,7 +50,11 @@ def test_chunked_get_and_watch(kubectl, core):
     lines: list[bytes] = []
     threading.Thread(target=lambda: lines.extend(iter(w.stdout.readline, b"")), daemon=True).start()
     try:
-        time.sleep(1.5)
+        # listed (the chunk-* configmaps): kubectl then watches from the list's resourceVersion
+        deadline = time.monotonic() + 15
+        while b"configmap/chunk-4\n" not in lines:
+            assert time.monotonic() < deadline, lines
+            time.sleep(0.05)
         kubectl.run("-n", NS, "create", "configmap", "watched", "--from-literal=a=b")
         kubectl.run("-n", NS, "delete", "configmap", "watched", "--wait", timeout=30)
         deadline = time.monotonic() + 15
@@ -126,7 +130,7 @@ def test_secrets_are_encrypted_and_replace_reencrypts(stack, kubectl, core):
     obj.metadata.name, obj.metadata.namespace, obj.metadata.uid = "legacy", NS, "legacy-uid"
     obj.metadata.creation_timestamp = "2026-01-01T00:00:00Z"
     etcd_call(stack, lambda c: c.put(plain_key, b"k8s\x00apiary\x00" + obj.SerializeToString()))
-    time.sleep(0.5)
+    # (the list below is a consistent read: it waits until the watch cache has seen that put)
     # ... is rewritten with the first provider by get | replace, though its content is unchanged.
     listed = kubectl.run("get", "secrets", "-A", "-o", "json").stdout
     kubectl.run("replace", "-f", "-", input=listed)

@@ -299,7 +299,7 @@ def test_token_webhook_negative_answers_are_cached_for_the_ttl(env: Env) -> None
     assert env.get("hook-bad-1").status_code == 401
     assert env.get("hook-bad-1").status_code == 401
     assert len(env.hook.calls) == before + 1        # the second answer came from the cache
-    time.sleep(WEBHOOK_TTL + 0.5)
+    time.sleep(WEBHOOK_TTL + 0.5)  # the cache's expiry is the behaviour under test
     assert env.get("hook-bad-1").status_code == 401
     assert len(env.hook.calls) == before + 2        # the cached answer expired
 

@@ -88,7 +88,12 @@ def test_kubectl_session(kubeconfig: Path) -> None:
                               "-n", "compose", "get", "cm", "-w", "--request-timeout=30s", "-o", "name"],
                              stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(2)
+        # listed (configmap c): kubectl then watches from the list's resourceVersion, missing nothing
+        seen = ""
+        deadline = time.monotonic() + 20
+        while "configmap/c\n" not in seen and time.monotonic() < deadline:
+            seen += watch.stdout.readline()  # type: ignore[union-attr]
+        assert "configmap/c\n" in seen, seen
         kubectl(kubeconfig, "-n", "compose", "create", "configmap", "watched")
         seen = ""
         deadline = time.monotonic() + 20

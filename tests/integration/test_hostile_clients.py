@@ -87,7 +87,7 @@ def under_attack(stack, admin, tokens, bodies: list[Attack]) -> tuple[list[float
     threads = [threading.Thread(target=attacker, args=b, daemon=True) for b in bodies]
     for t in threads:
         t.start()
-    time.sleep(2.0)  # the attack under way
+    time.sleep(2.0)  # the attack under way: a load to measure under, not a synchronisation
     try:
         latencies = masters_latencies(admin)
     finally:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import grpc
+import httpx
 import pytest
 
 from apiary_pb import envelope_pb2 as pb
@@ -35,6 +37,17 @@ def make(
 
 async def call(coro):
     return await grpcutil.call(coro, "storage")
+
+
+async def registered(storage, resource: str, n: int) -> None:
+    """Until the storage service has n watchers of resource registered (as its metrics say): a
+    watch from "0" sees only what happens after that."""
+    line = f'apiserver_registered_watchers{{resource="{resource}"}} {float(n)}'
+    deadline = time.monotonic() + 10
+    async with httpx.AsyncClient() as c:
+        while line not in (await c.get(f"{storage.health}/metrics")).text:
+            assert time.monotonic() < deadline, f"never {n} watchers of {resource}"
+            await asyncio.sleep(0.05)
 
 
 async def create(stub, key: str, obj: pb.Object) -> pb.Object:
@@ -425,12 +438,12 @@ async def test_watch_from_zero_and_from_rv(stub):
         w.cancel()
 
 
-async def test_watch_one_key_and_namespace(stub):
+async def test_watch_one_key_and_namespace(stub, storage):
     r = new_resource()
     w_key = watch(stub, prefix=f"/registry/{r}/ns1/a", resource_version="0")
     w_ns = watch(stub, prefix=f"/registry/{r}/ns2/", resource_version="0")
     try:
-        await asyncio.sleep(0.2)
+        await registered(storage, r, 2)
         await create(stub, f"/registry/{r}/ns1/ab", make("ab", "ns1"))
         await create(stub, f"/registry/{r}/ns2/b", make("b", "ns2"))
         await create(stub, f"/registry/{r}/ns1/a", make("a", "ns1"))
@@ -517,13 +530,11 @@ async def test_watch_bad_input(stub):
 
 
 async def test_many_watchers_share_one_cache(stub, storage):
-    import httpx
-
     r = new_resource()
     prefix = f"/registry/{r}/"
     ws = [watch(stub, prefix=prefix, resource_version="0") for _ in range(5)]
     try:
-        await asyncio.sleep(0.3)
+        await registered(storage, r, 5)
         await create(stub, f"{prefix}default/a", make("a"))
         for w in ws:
             assert (await next_event(w)).object.metadata.name == "a"
@@ -600,7 +611,7 @@ async def test_list_as_json_from_the_cache_and_from_etcd(stub):
     assert [o["metadata"]["name"] for o in items(one)] == ["o1"]
 
 
-async def test_watches_multiplexed_on_one_stream(stub):
+async def test_watches_multiplexed_on_one_stream(stub, storage):
     """Storage.Watches: many watches on one stream, as the registry holds them; each sees its own
     events (selectors, transitions) in order, an event shared by several crosses once."""
     from services.common.watchmux import WatchMuxClient
@@ -643,7 +654,7 @@ async def test_watches_multiplexed_on_one_stream(stub):
 
     everything = asyncio.create_task(collect(3))
     webs = [asyncio.create_task(collect(2, label_selector="app=web")) for _ in range(5)]
-    await asyncio.sleep(0.5)
+    await registered(storage, r, 6)  # every watch attached before the events: each crosses once
     await create(stub, f"{prefix}ns/a", make("a", "ns", labels={"app": "web"}))
     a = await call(stub.Get(spb.GetRequest(key=f"{prefix}ns/a")))
     a.metadata.labels["app"] = "db"
