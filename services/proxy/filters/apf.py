@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
@@ -26,6 +25,7 @@ from prometheus_client import Counter, Gauge
 from apiary_pb import apf_pb2 as fpb
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import envelope_pb2 as pb
+from services.common import grpcutil
 from services.common.background import cancel_and_wait
 from services.common.backoff import Backoff
 from services.common.errors import ServiceUnavailable, TooManyRequests
@@ -112,6 +112,10 @@ class MaxInFlight:
         self.inflight[seat.kind] -= 1
 
 
+def _requests(requests: list[fpb.SeatRequest]) -> fpb.SeatRequests:
+    return fpb.SeatRequests(requests=requests)
+
+
 class SeatClient:
     def __init__(self, stub: fgrpc.FlowControlStub, channel: grpc.aio.Channel | None = None,
                  acquire_timeout: float = ACQUIRE_TIMEOUT, max_requests_inflight: int = MAX_REQUESTS_INFLIGHT,
@@ -137,20 +141,6 @@ class SeatClient:
         """The proxy can serve: with the apf service, or (the fallback) without it."""
         return self._task is not None and not self._task.done()
 
-    @staticmethod
-    async def _requests(queue: asyncio.Queue[fpb.SeatRequest | None]) -> AsyncIterator[fpb.SeatRequests]:
-        """One stream message per wake-up, carrying every acquire and release queued meanwhile; None
-        ends it (so that gRPC's task reading it ends with the stream instead of being left pending)."""
-        while (first := await queue.get()) is not None:
-            batch = [first]
-            while not queue.empty():
-                more = queue.get_nowait()
-                if more is None:
-                    yield fpb.SeatRequests(requests=batch)
-                    return
-                batch.append(more)
-            yield fpb.SeatRequests(requests=batch)
-
     def _fall_back(self, why: str) -> None:
         if not self.falling_back:
             self.falling_back = True
@@ -169,7 +159,8 @@ class SeatClient:
         backoff = Backoff()
         while True:
             queue: asyncio.Queue[fpb.SeatRequest | None] = asyncio.Queue()
-            call = self.stub.Seats(self._requests(queue))
+            # one stream message per wake-up, with every acquire and release queued meanwhile
+            call = self.stub.Seats(grpcutil.batches(queue, _requests))
             self._generation += 1
             self._queue = queue
             why = "the seat stream ended"
