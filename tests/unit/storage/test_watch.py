@@ -1,0 +1,92 @@
+"""The one watch loop (services/storage/watch.py) behind both the Watch and the Watches RPCs."""
+from __future__ import annotations
+
+import asyncio
+
+from aetcd import rpc
+
+from apiary_pb import envelope_pb2 as pb
+from apiary_pb import storage_pb2 as spb
+from services.common.selectors import SelectionPredicate
+from services.storage import codec
+from services.storage.cacher import Cacher
+from services.storage.watch import INITIAL_EVENTS_END, Watches
+
+PREFIX = "/registry/pods/"
+
+
+def obj(name: str) -> pb.Object:
+    o = pb.Object(api_version="v1", kind="Pod")
+    o.metadata.name, o.metadata.namespace = name, "ns"
+    return o
+
+
+def put(rev: int, name: str) -> rpc.WatchResponse:
+    kv = rpc.KeyValue(key=f"{PREFIX}ns/{name}".encode(), value=codec.encode(obj(name)), mod_revision=rev)
+    return rpc.WatchResponse(header=rpc.ResponseHeader(revision=rev), events=[rpc.Event(type=rpc.Event.PUT, kv=kv)])
+
+
+def cache() -> Cacher:
+    c = Cacher(etcd=None, prefix=PREFIX)  # type: ignore[arg-type]
+    c.rev = c.complete_since = 10
+    return c
+
+
+def decoded(raw: bytes) -> tuple[str, str, str]:
+    ev = pb.WatchEvent.FromString(raw)
+    return ev.type, ev.object.metadata.name, ev.object.metadata.resource_version
+
+
+async def test_initial_events_then_live_events_then_bookmarks() -> None:
+    c = cache()
+    c._apply(put(11, "a"))
+    w = c.watch(PREFIX, SelectionPredicate(), c.rev)
+    watches = Watches(None, None, None, bookmark_interval=0.01)  # type: ignore[arg-type]
+    request = spb.WatchRequest(prefix=PREFIX, send_initial_events=True, allow_bookmarks=True)
+    events = watches.events(request, (c, w, c.snapshot(PREFIX, SelectionPredicate())))
+    first, initial = await anext(events)
+    assert decoded(first) == ("ADDED", "a", "11") and initial
+    end, initial = await anext(events)
+    assert pb.WatchEvent.FromString(end).object.metadata.annotations[INITIAL_EVENTS_END] == "true" and initial
+    c._apply(put(12, "b"))
+    live, initial = await anext(events)
+    assert decoded(live) == ("ADDED", "b", "12") and not initial
+    mark, initial = await anext(events)  # nothing more happens: a bookmark at the cache's revision
+    assert decoded(mark) == ("BOOKMARK", "", "12") and not initial
+    w.close()
+    assert [e async for e in events] == []
+
+
+async def test_with_deliver_live_events_bypass_the_loop() -> None:
+    c = cache()
+    w = c.watch(PREFIX, SelectionPredicate(), c.rev)
+    c._apply(put(11, "a"))  # buffered before the watch is attached: handed over by attach
+    delivered: list[bytes] = []
+    watches = Watches(None, None, None, bookmark_interval=3600)  # type: ignore[arg-type]
+    events = watches.events(spb.WatchRequest(prefix=PREFIX, allow_bookmarks=True), (c, w, []),
+                            lambda e: delivered.append(e) is None)
+    waiting = asyncio.ensure_future(anext(events))
+    await asyncio.sleep(0)
+    c._apply(put(12, "b"))  # delivered by the cache's dispatch, not through the loop
+    assert [decoded(e) for e in delivered] == [("ADDED", "a", "11"), ("ADDED", "b", "12")]
+    assert not waiting.done()
+    w.close()
+    try:
+        await waiting
+        raise AssertionError("the loop yielded after the watch was closed")
+    except StopAsyncIteration:
+        pass
+
+
+async def test_a_watch_without_bookmarks_gets_none() -> None:
+    c = cache()
+    w = c.watch(PREFIX, SelectionPredicate(), c.rev)
+    watches = Watches(None, None, None, bookmark_interval=0.001)  # type: ignore[arg-type]
+    events = watches.events(spb.WatchRequest(prefix=PREFIX), (c, w, [obj("x")]))
+    assert decoded((await anext(events))[0])[0] == "ADDED"
+    waiting = asyncio.ensure_future(anext(events))
+    await asyncio.sleep(0.05)  # not a synchronisation: fifty bookmark intervals pass, and no bookmark comes
+    assert not waiting.done()
+    c._apply(put(11, "a"))
+    assert decoded((await waiting)[0]) == ("ADDED", "a", "11")
+    w.close()
