@@ -199,7 +199,9 @@ class StorageServicer(sgrpc.StorageServicer):
             return
         cacher, w, _ = begun
         try:
-            async for event, _initial in self.watches.events(request, begun):
+            for event in self.watches.initial(request, begun):
+                yield event
+            async for event in self.watches.live(request, begun):
                 yield event
         finally:
             cacher.remove(w)
@@ -220,7 +222,9 @@ class StorageServicer(sgrpc.StorageServicer):
             return
         cacher, w, _ = begun
         try:
-            async for event, initial in self.watches.events(request, begun, lambda event: sink.send(wid, event)):
-                sink.send(wid, event, force=initial)
+            for event in self.watches.initial(request, begun):
+                sink.send(wid, event, force=True)
+            async for event in self.watches.live(request, begun, lambda event: sink.send(wid, event)):
+                sink.send(wid, event)
         finally:
             cacher.remove(w)

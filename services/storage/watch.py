@@ -1,7 +1,7 @@
 """Client watches fed by the watch cache (kube's Cacher.Watch and cacheWatcher.processInterval).
 
 One loop serves every watch, whether it is a Storage.Watch server stream of its own or one of the
-watches of a multiplexed Watches stream: the initial events, then the live events, then a bookmark
+watches of a multiplexed Watches stream: after the initial events, the live events, and a bookmark
 whenever the watch allows them and its interval passes. On a Watch stream the live events are
 taken from the cache watcher's buffer by the loop; on a Watches stream they are handed to the
 stream's sink by the cache as it applies them (no task switch per event), and the loop only adds
@@ -94,22 +94,26 @@ class Watches:
                 return pb.WatchEvent(type=ERROR, status=e.to_pb())
         return cacher, w, initial
 
-    async def events(self, request: spb.WatchRequest, begun: Begun,
-                     deliver: Callable[[bytes], bool] | None = None) -> AsyncIterator[tuple[bytes, bool]]:
-        """The watch's serialized WatchEvents, each with whether it is one of its initial events,
-        until the cache ends the watch. With deliver, the live events go to it from the cache
-        instead (CacheWatcher.attach) and only bookmarks come from here after the initial events.
-        The caller removes the watcher from its cache when it is done (finally: cacher.remove)."""
-        cacher, w, initial = begun
-        for obj in initial:
-            yield (watch_event(ADDED, obj) if type(obj) is bytes
-                   else pb.WatchEvent(type=ADDED, object=obj).SerializeToString()), True
+    def initial(self, request: spb.WatchRequest, begun: Begun) -> list[bytes]:
+        """The watch's first serialized WatchEvents: ADDED for each initial object, then the
+        bookmark that ends them when the watch asked for initial events and allows bookmarks."""
+        cacher, w, objects = begun
+        out = [watch_event(ADDED, o) if type(o) is bytes else pb.WatchEvent(type=ADDED, object=o).SerializeToString()
+               for o in objects]
         if request.send_initial_events and request.allow_bookmarks:
-            yield bookmark(w.since, initial_events_end=True).SerializeToString(), True
-        sent = len(initial)
-        if deliver is not None:
-            sent += w.attach(deliver)
-        if sent:
+            out.append(bookmark(w.since, initial_events_end=True).SerializeToString())
+        if objects:
+            metrics.WATCH_EVENTS.labels(cacher.kind).inc(len(objects))
+        return out
+
+    async def live(self, request: spb.WatchRequest, begun: Begun,
+                   deliver: Callable[[bytes], bool] | None = None) -> AsyncIterator[bytes]:
+        """The watch's serialized WatchEvents after its initial ones, until the cache ends the
+        watch: the loop every client watch runs. With deliver, the events go to it from the cache
+        instead (CacheWatcher.attach) and only bookmarks come from here. The caller removes the
+        watcher from its cache when it is done (finally: cacher.remove)."""
+        cacher, w, _ = begun
+        if deliver is not None and (sent := w.attach(deliver)):
             metrics.WATCH_EVENTS.labels(cacher.kind).inc(sent)
         interval = self.bookmark_interval
         next_bookmark = time.monotonic() + interval
@@ -118,7 +122,7 @@ class Watches:
             sent = 0
             while buf:
                 sent += 1
-                yield buf.popleft()[1], False
+                yield buf.popleft()[1]
             if sent:
                 metrics.WATCH_EVENTS.labels(w.kind).inc(sent)
             if w.closed:
@@ -137,5 +141,5 @@ class Watches:
             if buf:
                 continue
             # Every event up to the cache's revision has been sent or handed over (the buffer is empty).
-            yield bookmark(max(w.since, cacher.rev)).SerializeToString(), False
+            yield bookmark(max(w.since, cacher.rev)).SerializeToString()
             next_bookmark = time.monotonic() + interval

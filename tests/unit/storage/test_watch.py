@@ -43,16 +43,15 @@ async def test_initial_events_then_live_events_then_bookmarks() -> None:
     w = c.watch(PREFIX, SelectionPredicate(), c.rev)
     watches = Watches(None, None, None, bookmark_interval=0.01)  # type: ignore[arg-type]
     request = spb.WatchRequest(prefix=PREFIX, send_initial_events=True, allow_bookmarks=True)
-    events = watches.events(request, (c, w, c.snapshot(PREFIX, SelectionPredicate())))
-    first, initial = await anext(events)
-    assert decoded(first) == ("ADDED", "a", "11") and initial
-    end, initial = await anext(events)
-    assert pb.WatchEvent.FromString(end).object.metadata.annotations[INITIAL_EVENTS_END] == "true" and initial
+    begun = (c, w, c.snapshot(PREFIX, SelectionPredicate()))
+    first, end = watches.initial(request, begun)
+    assert decoded(first) == ("ADDED", "a", "11")
+    assert pb.WatchEvent.FromString(end).object.metadata.annotations[INITIAL_EVENTS_END] == "true"
+    events = watches.live(request, begun)
     c._apply(put(12, "b"))
-    live, initial = await anext(events)
-    assert decoded(live) == ("ADDED", "b", "12") and not initial
-    mark, initial = await anext(events)  # nothing more happens: a bookmark at the cache's revision
-    assert decoded(mark) == ("BOOKMARK", "", "12") and not initial
+    assert decoded(await anext(events)) == ("ADDED", "b", "12")
+    mark = await anext(events)  # nothing more happens: a bookmark at the cache's revision
+    assert decoded(mark) == ("BOOKMARK", "", "12")
     w.close()
     assert [e async for e in events] == []
 
@@ -63,8 +62,8 @@ async def test_with_deliver_live_events_bypass_the_loop() -> None:
     c._apply(put(11, "a"))  # buffered before the watch is attached: handed over by attach
     delivered: list[bytes] = []
     watches = Watches(None, None, None, bookmark_interval=3600)  # type: ignore[arg-type]
-    events = watches.events(spb.WatchRequest(prefix=PREFIX, allow_bookmarks=True), (c, w, []),
-                            lambda e: delivered.append(e) is None)
+    events = watches.live(spb.WatchRequest(prefix=PREFIX, allow_bookmarks=True), (c, w, []),
+                          lambda e: delivered.append(e) is None)
     waiting = asyncio.ensure_future(anext(events))
     await asyncio.sleep(0)
     c._apply(put(12, "b"))  # delivered by the cache's dispatch, not through the loop
@@ -82,11 +81,12 @@ async def test_a_watch_without_bookmarks_gets_none() -> None:
     c = cache()
     w = c.watch(PREFIX, SelectionPredicate(), c.rev)
     watches = Watches(None, None, None, bookmark_interval=0.001)  # type: ignore[arg-type]
-    events = watches.events(spb.WatchRequest(prefix=PREFIX), (c, w, [obj("x")]))
-    assert decoded((await anext(events))[0])[0] == "ADDED"
+    request = spb.WatchRequest(prefix=PREFIX)
+    assert [decoded(e)[:2] for e in watches.initial(request, (c, w, [obj("x")]))] == [("ADDED", "x")]
+    events = watches.live(request, (c, w, []))
     waiting = asyncio.ensure_future(anext(events))
     await asyncio.sleep(0.05)  # not a synchronisation: fifty bookmark intervals pass, and no bookmark comes
     assert not waiting.done()
     c._apply(put(11, "a"))
-    assert decoded((await waiting)[0]) == ("ADDED", "a", "11")
+    assert decoded(await waiting) == ("ADDED", "a", "11")
     w.close()
