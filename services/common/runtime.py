@@ -16,12 +16,13 @@ import inspect
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 import grpc
 
 from . import config, grpcutil
+from .background import cancel_and_wait
 from .health import HealthServer, ReadyCheck
 
 log = logging.getLogger(__name__)
@@ -168,7 +169,6 @@ class Service:
         self._clients: list[Step] = []
         self._components: list[tuple[Step | None, Step | None]] = []
         self._listeners: list[Listener] = []
-        self._tasks: list[asyncio.Task[Any]] = []
         self.stopping = False
 
     def client(self, close: Step) -> None:
@@ -186,19 +186,16 @@ class Service:
         declaration order before the listeners, stopped in the reverse order after they drained."""
         self._components.append((start, stop))
 
-    def task(self, make: Callable[[], Awaitable[Any]], name: str) -> None:
+    def task(self, make: Callable[[], Coroutine[Any, Any, Any]], name: str) -> None:
         """A background coroutine started with the components and cancelled with them."""
-        async def start() -> None:
-            self._tasks.append(asyncio.create_task(make(), name=name))  # type: ignore[arg-type]
+        running: list[asyncio.Task[Any]] = []
+
+        def start() -> None:
+            running.append(asyncio.create_task(make(), name=name))
 
         async def stop() -> None:
-            for t in [t for t in self._tasks if t.get_name() == name]:
-                self._tasks.remove(t)
-                t.cancel()
-                try:
-                    await t
-                except (asyncio.CancelledError, Exception):  # noqa: BLE001 - it is being torn down
-                    pass
+            while running:
+                await cancel_and_wait(running.pop())
 
         self.component(start, stop)
 
