@@ -53,7 +53,6 @@ DELETE_RETRIES = 16
 UPDATE_RETRIES = 16
 # etcd's default --max-request-bytes; kube-apiserver's objects cannot be larger either.
 MAX_OBJECT_BYTES = 1536 * 1024
-MATCH_VALUES = ("Exact", "NotOlderThan", "")
 
 
 def check_size(value: bytes) -> None:
@@ -63,30 +62,6 @@ def check_size(value: bytes) -> None:
             f"etcdserver: request is too large: the object is {len(value)} bytes encoded, "
             f"the limit is {MAX_OBJECT_BYTES} bytes"
         )
-
-
-def check_list_options(rv: str, match: str) -> None:
-    """kube's ValidateListOptions for resourceVersionMatch (a 422 on ListOptions)."""
-    cause = None
-    if match not in MATCH_VALUES:
-        cause = {
-            "reason": "FieldValueNotSupported",
-            "message": f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan", ""',
-        }
-    elif match and not rv:
-        cause = {
-            "reason": "FieldValueForbidden",
-            "message": "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
-        }
-    elif match == "Exact" and rv == "0":
-        cause = {
-            "reason": "FieldValueForbidden",
-            "message": 'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
-        }
-    if cause:
-        cause["field"] = "resourceVersionMatch"
-        cause["message"] = f"resourceVersionMatch: {cause['message']}"
-        raise errors.invalid("ListOptions", "meta.k8s.io", "", [cause])
 
 
 def parse_rv(value: str, what: str = "resourceVersion") -> int:
@@ -100,6 +75,7 @@ def parse_rv(value: str, what: str = "resourceVersion") -> int:
 
 
 def storage_key(key: str) -> bytes:
+    """The etcd key of a storage key (every key is absolute: /registry/...)."""
     if not key.startswith("/"):
         raise BadRequest(f"invalid storage key {key!r}")
     return key.encode()

@@ -24,10 +24,36 @@ from . import metrics
 from .cacher import Cacher, Cachers
 from .codec import Codec
 from .etcd import Etcd
-from .etcd3 import Store, check_list_options, parse_rv, storage_key
+from .etcd3 import Store, parse_rv, storage_key
 from .keys import decode_continue, key_info, resource_label, resource_prefix
 from .watch import CONSISTENT_READ_WAIT, Watches
 from .wire import field, json_parts, serialize
+
+MATCH_VALUES = ("Exact", "NotOlderThan", "")
+
+
+def check_list_options(rv: str, match: str) -> None:
+    """kube's ValidateListOptions for resourceVersionMatch (a 422 on ListOptions)."""
+    cause = None
+    if match not in MATCH_VALUES:
+        cause = {
+            "reason": "FieldValueNotSupported",
+            "message": f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan", ""',
+        }
+    elif match and not rv:
+        cause = {
+            "reason": "FieldValueForbidden",
+            "message": "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+        }
+    elif match == "Exact" and rv == "0":
+        cause = {
+            "reason": "FieldValueForbidden",
+            "message": 'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+        }
+    if cause:
+        cause["field"] = "resourceVersionMatch"
+        cause["message"] = f"resourceVersionMatch: {cause['message']}"
+        raise errors.invalid("ListOptions", "meta.k8s.io", "", [cause])
 
 
 def add_to_server(servicer: StorageServicer, server: grpc.aio.Server) -> None:
