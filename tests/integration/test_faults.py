@@ -264,7 +264,7 @@ class Writer:
 
     def _failed(self) -> None:
         self.failures += 1
-        time.sleep(0.05)
+        time.sleep(0.05)  # the writer's retry pause (its loop tries again), not a synchronisation
         return None
 
 
@@ -293,6 +293,7 @@ class Watcher:
                 time.sleep(0.05)
 
     def _relist(self, c: httpx.Client) -> None:
+        """One try (the watcher's loop tries again after a pause while the API is down)."""
         try:
             r = c.get(CM, timeout=10)
         except httpx.HTTPError:
