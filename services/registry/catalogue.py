@@ -5,8 +5,8 @@ from __future__ import annotations
 from .resources import (STANDARD_VERBS, STATUS_VERBS, GroupVersion, ResourceInfo, SubresourceInfo,
                         group_versions)
 
-__all__ = ["STANDARD_VERBS", "STATUS_VERBS", "Catalogue", "DEFAULT_CATALOGUE", "GROUP_PRIORITIES", "GroupVersion",
-           "ResourceInfo", "SubresourceInfo"]
+__all__ = ["STANDARD_VERBS", "STATUS_VERBS", "Catalogue", "DEFAULT_CATALOGUE", "GROUP_PRIORITIES",
+           "GroupVersion", "ResourceInfo", "SubresourceInfo"]
 
 GROUP_VERSIONS = group_versions()
 

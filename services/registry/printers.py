@@ -105,7 +105,8 @@ class TableConvertor:
     name_age: bool = False
 
 
-def name_age(extra: list[Obj] | None = None, cells: Callable[[Obj], list[Any]] = lambda o: []) -> TableConvertor:
+def name_age(extra: list[Obj] | None = None,
+             cells: Callable[[Obj], list[Any]] = lambda o: []) -> TableConvertor:
     """Name, the extra columns, Age."""
     return TableConvertor((NAME, *(extra or ()), AGE),
                           lambda o: [(o.get("metadata") or {}).get("name", ""), *cells(o), age(o)], True)

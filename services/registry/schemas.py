@@ -154,7 +154,7 @@ def check(obj: dict[str, Any], schema_name: str, kind: str) -> tuple[list[str], 
         if value is None:
             return
         want = schema.get("type")
-        if schema.get("x-kubernetes-int-or-string") and isinstance(value, int) and not isinstance(value, bool):
+        if schema.get("x-kubernetes-int-or-string") and type(value) is int:
             return
         got = _JSON_TYPES.get(type(value), "value")
         ok = {

@@ -31,9 +31,10 @@ V1 = GroupVersion(GROUP, "v1", 17400, 15, (
         categories=("api-extensions",),
         subresources=(SubresourceInfo("status", "APIService", STATUS_VERBS),),
         strategy=APIServiceStrategy, protobuf="k8s.io.kube_aggregator.pkg.apis.apiregistration.v1.APIService",
-        table=name_age([column("Service", "string", "The reference to the service that hosts this API endpoint."),
-                        column("Available", "string", "Whether this service is available.")],
-                       lambda o: [_service(o), _available(o)]),
+        table=name_age(
+            [column("Service", "string", "The reference to the service that hosts this API endpoint."),
+             column("Available", "string", "Whether this service is available.")],
+            lambda o: [_service(o), _available(o)]),
     ),
 ))
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..printers import AGE, AGE_DESC, NAME, TableConvertor, age, column
-from ..strategies.rbac import ClusterRoleBindingStrategy, ClusterRoleStrategy, RoleBindingStrategy, RoleStrategy
+from ..strategies.rbac import (ClusterRoleBindingStrategy, ClusterRoleStrategy, RoleBindingStrategy,
+                               RoleStrategy)
 from . import GroupVersion, ResourceInfo
 
 Obj = dict[str, Any]
@@ -36,9 +37,9 @@ ROLE_TABLE = TableConvertor((NAME, column("Created At", "date", AGE_DESC)), lamb
     (o.get("metadata") or {}).get("name", ""), (o.get("metadata") or {}).get("creationTimestamp") or ""])
 BINDING_TABLE = TableConvertor((
     NAME,
-    column("Role", "string", "RoleRef can reference a Role in the current namespace or a ClusterRole in the "
-           "global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error. This field "
-           "is immutable."),
+    column("Role", "string", "RoleRef can reference a Role in the current namespace or a ClusterRole in "
+           "the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error. This "
+           "field is immutable."),
     AGE,
     column("Users", "string", "Users in the roleBinding", priority=1),
     column("Groups", "string", "Groups in the roleBinding", priority=1),
@@ -53,13 +54,13 @@ V1 = GroupVersion(GROUP, "v1", 17000, 15, (
     ),
     ResourceInfo(
         group=GROUP, version="v1", kind="ClusterRole", plural="clusterroles", singular="clusterrole",
-        namespaced=False, key_prefix="/registry/clusterroles/", strategy=ClusterRoleStrategy, table=ROLE_TABLE,
-        protobuf=_PB + "ClusterRole",
+        namespaced=False, key_prefix="/registry/clusterroles/", strategy=ClusterRoleStrategy,
+        table=ROLE_TABLE, protobuf=_PB + "ClusterRole",
     ),
     ResourceInfo(
         group=GROUP, version="v1", kind="RoleBinding", plural="rolebindings", singular="rolebinding",
-        namespaced=True, key_prefix="/registry/rolebindings/", strategy=RoleBindingStrategy, table=BINDING_TABLE,
-        protobuf=_PB + "RoleBinding",
+        namespaced=True, key_prefix="/registry/rolebindings/", strategy=RoleBindingStrategy,
+        table=BINDING_TABLE, protobuf=_PB + "RoleBinding",
     ),
     ResourceInfo(
         group=GROUP, version="v1", kind="Role", plural="roles", singular="role", namespaced=True,

@@ -61,16 +61,16 @@ def test_published_definitions_are_kubes_shape():
     assert sar["properties"]["apiVersion"]["type"] == "string" and "enum" not in sar["properties"]["kind"]
     subject = published()[schemas.RBAC + "Subject"]
     assert subject["properties"]["apiGroup"]["description"].startswith("APIGroup holds the API group")
-    assert published()[schemas.META + "ObjectMeta"]["properties"]["finalizers"]["x-kubernetes-list-type"] == "set"
+    finalizers = published()[schemas.META + "ObjectMeta"]["properties"]["finalizers"]
+    assert finalizers["x-kubernetes-list-type"] == "set"
 
 
 def test_definitions_name_everything_each_kind_needs():
     kinds = all_kinds()
-    assert {r.kind for r in kinds} >= {"ConfigMap", "Event", "Namespace", "Secret", "ServiceAccount", "APIService",
-                                       "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "TokenReview",
-                                       "SelfSubjectReview", "TokenRequest", "SubjectAccessReview",
-                                       "LocalSubjectAccessReview", "SelfSubjectAccessReview",
-                                       "SelfSubjectRulesReview"}
+    assert {r.kind for r in kinds} >= {
+        "ConfigMap", "Event", "Namespace", "Secret", "ServiceAccount", "APIService", "Role", "ClusterRole",
+        "RoleBinding", "ClusterRoleBinding", "TokenReview", "SelfSubjectReview", "TokenRequest",
+        "SubjectAccessReview", "LocalSubjectAccessReview", "SelfSubjectAccessReview", "SelfSubjectRulesReview"}
     for r in kinds:
         assert r.strategy is not None and issubclass(r.strategy, Strategy), r.kind
         assert isinstance(strategy_for(r), r.strategy)
@@ -111,7 +111,8 @@ async def test_strategic_merge_patch_merges_by_the_definitions_keys(api):
                           content_type="application/strategic-merge-patch+json")
     assert code == 200 and out["secrets"] == [{"name": "a"}, {"name": "b"}]
     # NamespaceStatus.conditions merge by type (patchMergeKey), through /status
-    await api("create", "namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n1"}})
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n1"}}
+    assert (await api("create", "namespaces", body=ns))[0] == 201
     cond = {"type": "NamespaceDeletionDiscoveryFailure", "status": "False", "reason": "Ok"}
     for c in (cond, {"type": "NamespaceContentRemaining", "status": "False", "reason": "Ok"},
               {**cond, "status": "True", "reason": "Bad"}):
