@@ -13,12 +13,14 @@ K8S_PROTOS := $(wildcard proto/k8s/k8s_pb/*.proto)
 # A subset of gnostic's OpenAPI v2 messages, to serve /openapi/v2 as protobuf (kubectl's validation reads it).
 GNOSTIC_GEN := gnostic_pb/.gen-stamp
 GNOSTIC_PROTOS := $(wildcard proto/gnostic/gnostic_pb/*.proto)
+# Kubernetes 1.33's OpenAPI definitions (from the kubernetes-validate package), as the registry publishes them.
+SCHEMAS := services/registry/schemas.json
 
 .PHONY: all setup run observe dashboards images stop status test unit integration e2e bench lint clean
 
 all: setup
 
-setup: $(DEPS) $(GEN) $(K8S_GEN) $(GNOSTIC_GEN)
+setup: $(DEPS) $(GEN) $(K8S_GEN) $(GNOSTIC_GEN) $(SCHEMAS)
 
 $(PYTHON):
 	$(PY) -m venv $(VENV)
@@ -42,6 +44,9 @@ $(GNOSTIC_GEN): $(GNOSTIC_PROTOS) $(DEPS)
 	mkdir -p gnostic_pb
 	$(PYTHON) -m grpc_tools.protoc -Iproto/gnostic --python_out=. --pyi_out=. $(GNOSTIC_PROTOS)
 	touch $@
+
+$(SCHEMAS): tools/kube_definitions.py $(DEPS)
+	$(PYTHON) -m tools.kube_definitions
 
 run: setup
 	$(PYTHON) -m tools.run start
@@ -80,4 +85,4 @@ bench: setup
 	$(PYTHON) -m tools.bench
 
 clean: stop
-	rm -rf $(VENV) apiary_pb k8s_pb gnostic_pb .apiary
+	rm -rf $(VENV) apiary_pb k8s_pb gnostic_pb $(SCHEMAS) .apiary

@@ -1,162 +1,18 @@
-"""The resource catalogue: what the registry serves, as discovery and storage see it."""
+"""The resource catalogue: kube's RESTMapper role. It looks served resources up by group, version and
+resource; their definitions live in resources/, one module per API group."""
 from __future__ import annotations
 
-import base64
-import hashlib
-from dataclasses import dataclass, field
+from .resources import (STANDARD_VERBS, STATUS_VERBS, GroupVersion, ResourceInfo, SubresourceInfo,
+                        group_versions)
 
-STANDARD_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+__all__ = ["STANDARD_VERBS", "STATUS_VERBS", "Catalogue", "DEFAULT_CATALOGUE", "GROUP_PRIORITIES",
+           "GroupVersion", "ResourceInfo", "SubresourceInfo"]
 
-
-@dataclass(frozen=True)
-class SubresourceInfo:
-    name: str
-    kind: str
-    verbs: tuple[str, ...]
-    # The response kind's group and version when they are not the parent's (serviceaccounts/token answers
-    # an authentication.k8s.io/v1 TokenRequest).
-    group: str | None = None
-    version: str | None = None
-
-
-@dataclass(frozen=True)
-class ResourceInfo:
-    group: str
-    version: str
-    kind: str
-    plural: str
-    singular: str
-    namespaced: bool
-    key_prefix: str  # etcd key prefix ending in "/"
-    short_names: tuple[str, ...] = ()
-    verbs: tuple[str, ...] = STANDARD_VERBS
-    categories: tuple[str, ...] = ()
-    subresources: tuple[SubresourceInfo, ...] = ()
-    # Create-only and never stored: the answer is computed by the auth service (TokenReview, the
-    # access reviews), as kube's registry/authentication and registry/authorization REST objects do.
-    virtual: bool = False
-    _sub: dict[str, SubresourceInfo] = field(default_factory=dict, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self._sub.update({s.name: s for s in self.subresources})
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def list_kind(self) -> str:
-        return self.kind + "List"
-
-    @property
-    def group_resource(self) -> str:
-        """configmaps, apiservices.apiregistration.k8s.io: how kube names a resource in messages."""
-        return f"{self.plural}.{self.group}" if self.group else self.plural
-
-    def subresource(self, name: str) -> SubresourceInfo | None:
-        return self._sub.get(name)
-
-    def key(self, namespace: str, name: str) -> str:
-        if self.namespaced:
-            return f"{self.key_prefix}{namespace}/{name}"
-        return f"{self.key_prefix}{name}"
-
-    def collection_prefix(self, namespace: str) -> str:
-        """The key prefix of a list or watch; always ends in "/" so that "a" never matches "ab"."""
-        if self.namespaced and namespace:
-            return f"{self.key_prefix}{namespace}/"
-        return self.key_prefix
-
-    def storage_version_hash(self) -> str:
-        digest = hashlib.sha256(f"{self.group}/{self.version}/{self.kind}".encode()).digest()
-        return base64.b64encode(digest[:8]).decode()
-
-
-_STATUS_VERBS = ("get", "patch", "update")
-
-CORE_V1: tuple[ResourceInfo, ...] = (
-    ResourceInfo(
-        group="", version="v1", kind="ConfigMap", plural="configmaps", singular="configmap", namespaced=True,
-        key_prefix="/registry/configmaps/", short_names=("cm",),
-    ),
-    ResourceInfo(
-        group="", version="v1", kind="Event", plural="events", singular="event", namespaced=True,
-        key_prefix="/registry/events/", short_names=("ev",),
-    ),
-    ResourceInfo(
-        group="", version="v1", kind="Namespace", plural="namespaces", singular="namespace", namespaced=False,
-        key_prefix="/registry/namespaces/", short_names=("ns",),
-        verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
-        subresources=(
-            SubresourceInfo("finalize", "Namespace", ("update",)),
-            SubresourceInfo("status", "Namespace", _STATUS_VERBS),
-        ),
-    ),
-    ResourceInfo(
-        group="", version="v1", kind="Secret", plural="secrets", singular="secret", namespaced=True,
-        key_prefix="/registry/secrets/",
-    ),
-    ResourceInfo(
-        group="", version="v1", kind="ServiceAccount", plural="serviceaccounts", singular="serviceaccount",
-        namespaced=True, key_prefix="/registry/serviceaccounts/", short_names=("sa",),
-        subresources=(SubresourceInfo("token", "TokenRequest", ("create",), "authentication.k8s.io", "v1"),),
-    ),
-)
-
-APIREGISTRATION_V1: tuple[ResourceInfo, ...] = (
-    ResourceInfo(
-        group="apiregistration.k8s.io", version="v1", kind="APIService", plural="apiservices",
-        singular="apiservice", namespaced=False, key_prefix="/registry/apiregistration.k8s.io/apiservices/",
-        categories=("api-extensions",),
-        subresources=(SubresourceInfo("status", "APIService", _STATUS_VERBS),),
-    ),
-)
-
-_RBAC = "rbac.authorization.k8s.io"
-RBAC_V1: tuple[ResourceInfo, ...] = (
-    ResourceInfo(
-        group=_RBAC, version="v1", kind="ClusterRoleBinding", plural="clusterrolebindings",
-        singular="clusterrolebinding", namespaced=False, key_prefix="/registry/clusterrolebindings/",
-    ),
-    ResourceInfo(
-        group=_RBAC, version="v1", kind="ClusterRole", plural="clusterroles", singular="clusterrole",
-        namespaced=False, key_prefix="/registry/clusterroles/",
-    ),
-    ResourceInfo(
-        group=_RBAC, version="v1", kind="RoleBinding", plural="rolebindings", singular="rolebinding",
-        namespaced=True, key_prefix="/registry/rolebindings/",
-    ),
-    ResourceInfo(
-        group=_RBAC, version="v1", kind="Role", plural="roles", singular="role", namespaced=True,
-        key_prefix="/registry/roles/",
-    ),
-)
-
-
-def _review(group: str, kind: str, plural: str, namespaced: bool = False) -> ResourceInfo:
-    return ResourceInfo(group=group, version="v1", kind=kind, plural=plural, singular=plural[:-1],
-                        namespaced=namespaced, key_prefix="", verbs=("create",), virtual=True)
-
-
-AUTHENTICATION_V1: tuple[ResourceInfo, ...] = (
-    _review("authentication.k8s.io", "SelfSubjectReview", "selfsubjectreviews"),
-    _review("authentication.k8s.io", "TokenReview", "tokenreviews"),
-)
-
-AUTHORIZATION_V1: tuple[ResourceInfo, ...] = (
-    _review("authorization.k8s.io", "LocalSubjectAccessReview", "localsubjectaccessreviews", namespaced=True),
-    _review("authorization.k8s.io", "SelfSubjectAccessReview", "selfsubjectaccessreviews"),
-    _review("authorization.k8s.io", "SelfSubjectRulesReview", "selfsubjectrulesreviews"),
-    _review("authorization.k8s.io", "SubjectAccessReview", "subjectaccessreviews"),
-)
+GROUP_VERSIONS = group_versions()
 
 # Priorities kube-aggregator gives the local APIServices it registers (apiVersionPriorities).
 GROUP_PRIORITIES: dict[tuple[str, str], tuple[int, int]] = {
-    ("", "v1"): (18000, 1),
-    ("apiregistration.k8s.io", "v1"): (17400, 15),
-    ("authentication.k8s.io", "v1"): (17700, 15),
-    ("authorization.k8s.io", "v1"): (17600, 15),
-    ("rbac.authorization.k8s.io", "v1"): (17000, 15),
+    (gv.group, gv.version): (gv.group_priority, gv.version_priority) for gv in GROUP_VERSIONS
 }
 
 
@@ -187,4 +43,4 @@ class Catalogue:
         return [r for r in self.resources if r.namespaced and not r.virtual]
 
 
-DEFAULT_CATALOGUE = Catalogue(CORE_V1 + APIREGISTRATION_V1 + AUTHENTICATION_V1 + AUTHORIZATION_V1 + RBAC_V1)
+DEFAULT_CATALOGUE = Catalogue(tuple(r for gv in GROUP_VERSIONS for r in gv.resources))

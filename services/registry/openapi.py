@@ -1,4 +1,5 @@
-"""OpenAPI v3 documents, one per group-version, as kube-apiserver serves /openapi/v3/<path>."""
+"""OpenAPI v3 documents, one per group-version, as kube-apiserver serves /openapi/v3/<path>: paths from the
+resource definitions (resources/), schemas from Kubernetes' own definitions (schemas.py)."""
 from __future__ import annotations
 
 from typing import Any
@@ -106,7 +107,7 @@ def resource_paths(r: ResourceInfo, schema: str) -> dict[str, Obj]:
     op = _op_name(r)
     ns_word = "Namespaced" if r.namespaced else ""
     kind = r.kind
-    list_schema = schema + "List"
+    list_schema = "" if r.virtual else schemas.definition_for(r.group, r.version, r.list_kind)
     coll = f"{base}/namespaces/{{namespace}}/{r.plural}" if r.namespaced else f"{base}/{r.plural}"
     item = f"{coll}/{{name}}"
     watch_coll = (f"{base}/watch/namespaces/{{namespace}}/{r.plural}" if r.namespaced
@@ -189,7 +190,8 @@ def resource_paths(r: ResourceInfo, schema: str) -> dict[str, Obj]:
         title = s.name
         if "create" in s.verbs:
             # serviceaccounts/token: the request and answer are another group's kind (TokenRequest).
-            sub_schema = schemas.KIND_SCHEMA[(s.group if s.group is not None else r.group, s.kind)]
+            sub_schema = schemas.definition_for(s.group if s.group is not None else r.group,
+                                                s.version or r.version, s.kind)
             post = operation("post", f"create{op}{ns_word}{kind}{title.capitalize()}",
                              f"create {title} of a {kind}", write_params,
                              _responses(sub_schema, ("200", "201", "202")),
@@ -219,13 +221,14 @@ def document(catalogue: Catalogue, group: str, version: str) -> Obj:
     paths: dict[str, Obj] = {}
     names = [schemas.META + n for n in ("DeleteOptions", "Status", "WatchEvent", "Patch")]
     for r in catalogue.in_group_version(group, version):
-        schema = schemas.KIND_SCHEMA[(r.group, r.kind)]
-        names += [schema] if r.virtual else [schema, schema + "List"]
-        names += [schemas.KIND_SCHEMA[(s.group, s.kind)] for s in r.subresources if s.group is not None]
+        schema = schemas.definition_for(r.group, r.version, r.kind)
+        names += [schema] if r.virtual else [schema, schemas.definition_for(r.group, r.version, r.list_kind)]
+        names += [schemas.definition_for(s.group, s.version or r.version, s.kind)
+                  for s in r.subresources if s.group is not None]
         paths.update(resource_paths(r, schema))
     return {
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": "v1.33.0"},
+        "info": {"title": "Kubernetes", "version": schemas.KUBERNETES_VERSION},
         "paths": dict(sorted(paths.items())),
         "components": {"schemas": schemas.refs_of(names),
                        "securitySchemes": {"BearerToken": {"type": "apiKey", "description": "Bearer Token "

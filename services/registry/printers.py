@@ -1,8 +1,11 @@
-"""meta.k8s.io/v1 Table output, with the columns kube-apiserver prints for each kind."""
+"""meta.k8s.io/v1 Table output (kube's TableConvertor): the shared columns and helpers; each kind's columns
+are part of its definition (resources/)."""
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from services.common import envelope
@@ -73,93 +76,7 @@ def age(obj: Obj, now: datetime.datetime | None = None) -> str:
     return human_duration((now - created).total_seconds())
 
 
-def _apiservice_service(obj: Obj) -> str:
-    svc = (obj.get("spec") or {}).get("service")
-    return f"{svc.get('namespace', '')}/{svc.get('name', '')}" if svc else "Local"
-
-
-def _apiservice_available(obj: Obj) -> str:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Available":
-            status = c.get("status") or ""
-            return status if status == "True" else f"{status} ({c.get('reason', '')})"
-    return "Unknown"
-
-
-Printer = tuple[list[Obj], Callable[[Obj], list[Any]]]
-
-PRINTERS: dict[tuple[str, str], Printer] = {
-    ("", "namespaces"): (
-        [column("Status", "string", "The status of the namespace")],
-        lambda o: [(o.get("status") or {}).get("phase", "")],
-    ),
-    ("", "configmaps"): (
-        [column("Data", "string", "Data contains the configuration data. Each key must consist of alphanumeric "
-                "characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must use the BinaryData field. "
-                "The keys stored in Data must not overlap with the keys in the BinaryData field, this is enforced "
-                "during validation process.")],
-        lambda o: [len(o.get("data") or {}) + len(o.get("binaryData") or {})],
-    ),
-    ("", "secrets"): (
-        [column("Type", "string", "Used to facilitate programmatic handling of secret data. More info: "
-                "https://kubernetes.io/docs/concepts/configuration/secret/#secret-types"),
-         column("Data", "string", "Data contains the secret data. Each key must consist of alphanumeric "
-                "characters, '-', '_' or '.'. The serialized form of the secret data is a base64 encoded string, "
-                "representing the arbitrary (possibly non-string) data value here. Described in "
-                "https://tools.ietf.org/html/rfc4648#section-4")],
-        lambda o: [o.get("type") or "", len(o.get("data") or {})],
-    ),
-    ("", "serviceaccounts"): (
-        [column("Secrets", "string", "Secrets is a list of the secrets in the same namespace that pods running "
-                "using this ServiceAccount are allowed to use. More info: "
-                "https://kubernetes.io/docs/concepts/configuration/secret")],
-        lambda o: [len(o.get("secrets") or [])],
-    ),
-    ("apiregistration.k8s.io", "apiservices"): (
-        [column("Service", "string", "The reference to the service that hosts this API endpoint."),
-         column("Available", "string", "Whether this service is available.")],
-        lambda o: [_apiservice_service(o), _apiservice_available(o)],
-    ),
-}
-
-
-def _created_at(obj: Obj) -> str:
-    return (obj.get("metadata") or {}).get("creationTimestamp") or ""
-
-
-def _subjects(obj: Obj) -> list[str]:
-    """rbac.SubjectsStrings: users, groups and namespace/name service accounts, each joined by ", "."""
-    users, groups, sas = [], [], []
-    for s in obj.get("subjects") or []:
-        kind, name = s.get("kind"), s.get("name") or ""
-        if kind == "User":
-            users.append(name)
-        elif kind == "Group":
-            groups.append(name)
-        elif kind == "ServiceAccount":
-            sas.append(f"{s.get('namespace') or ''}/{name}")
-    return [", ".join(users), ", ".join(groups), ", ".join(sas)]
-
-
-def _binding_row(o: Obj) -> list[Any]:
-    ref = o.get("roleRef") or {}
-    return [(o.get("metadata") or {}).get("name", ""), f"{ref.get('kind', '')}/{ref.get('name', '')}", age(o),
-            *_subjects(o)]
-
-
-_ROLE_COLUMNS = [NAME, column("Created At", "date", AGE_DESC)]
-_BINDING_COLUMNS = [
-    NAME,
-    column("Role", "string", "RoleRef can reference a Role in the current namespace or a ClusterRole in the "
-           "global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error. This field "
-           "is immutable."),
-    AGE,
-    column("Users", "string", "Users in the roleBinding", priority=1),
-    column("Groups", "string", "Groups in the roleBinding", priority=1),
-    column("ServiceAccounts", "string", "ServiceAccounts in the roleBinding", priority=1),
-]
-
-def _parse_time(ts: Any) -> datetime.datetime | None:
+def parse_time(ts: Any) -> datetime.datetime | None:
     """A metav1.Time or MicroTime as stored (UTC, "Z"); None when unset or unreadable (Go's zero time)."""
     if not ts or not isinstance(ts, str):
         return None
@@ -170,92 +87,58 @@ def _parse_time(ts: Any) -> datetime.datetime | None:
     return t if t.tzinfo is not None else t.replace(tzinfo=datetime.timezone.utc)
 
 
-def _since(ts: Any, now: datetime.datetime | None = None) -> str:
+def since(ts: Any, now: datetime.datetime | None = None) -> str:
     """translateTimestampSince / translateMicroTimestampSince."""
-    t = _parse_time(ts)
+    t = parse_time(ts)
     if t is None:
         return "<unknown>"
     now = now or datetime.datetime.now(datetime.timezone.utc)
     return human_duration((now - t).total_seconds())
 
 
-def _event_source(o: Obj) -> str:
-    """formatEventSource: component (else reportingComponent), then ", host" (else reportingInstance)."""
-    src = o.get("source") or {}
-    component = src.get("component") or o.get("reportingComponent") or ""
-    instance = src.get("host") or o.get("reportingInstance") or ""
-    return f"{component}, {instance}" if instance else component
+@dataclass(frozen=True)
+class TableConvertor:
+    """A kind's Table: every column definition, and the function giving every cell of a row."""
+    columns: tuple[Obj, ...]
+    cells: Callable[[Obj], list[Any]]
+    # Name, <extra columns>, Age: the shape most kinds print
+    name_age: bool = False
 
 
-def event_row(o: Obj, now: datetime.datetime | None = None) -> list[Any]:
-    """printEvent with Wide set, as the server's TableConvertor always generates it."""
-    first = _since(o.get("firstTimestamp"), now) if _parse_time(o.get("firstTimestamp")) \
-        else _since(o.get("eventTime"), now)
-    last = _since(o.get("lastTimestamp"), now) if _parse_time(o.get("lastTimestamp")) else first
-    count = o.get("count") or 0
-    series = o.get("series")
-    if series is not None:
-        last = _since(series.get("lastObservedTime"), now)
-        count = series.get("count") or 0
-    elif count == 0:
-        count = 1  # singleton events have no count in the new API
-    ref = o.get("involvedObject") or {}
-    kind = (ref.get("kind") or "").lower()
-    target = f"{kind}/{ref['name']}" if ref.get("name") else kind
-    return [last, o.get("type") or "", o.get("reason") or "", target, ref.get("fieldPath") or "",
-            _event_source(o), (o.get("message") or "").strip(), first, count,
-            (o.get("metadata") or {}).get("name", "")]
+def name_age(extra: list[Obj] | None = None,
+             cells: Callable[[Obj], list[Any]] = lambda o: []) -> TableConvertor:
+    """Name, the extra columns, Age."""
+    return TableConvertor((NAME, *(extra or ()), AGE),
+                          lambda o: [(o.get("metadata") or {}).get("name", ""), *cells(o), age(o)], True)
 
 
-_EVENT_COLUMNS = [
-    column("Last Seen", "string", "The time at which the most recent occurrence of this event was recorded."),
-    column("Type", "string", "Type of this event (Normal, Warning), new types could be added in the future"),
-    column("Reason", "string", "This should be a short, machine understandable string that gives the reason for "
-           "the transition into the object's current status."),
-    column("Object", "string", "The object that this event is about."),
-    column("Subobject", "string", "If referring to a piece of an object instead of an entire object, this string "
-           "should contain a valid JSON/Go field access statement, such as desiredState.manifest.containers[2]. "
-           "For example, if the object reference is to a container within a pod, this would take on a value like: "
-           "\"spec.containers{name}\" (where \"name\" refers to the name of the container that triggered the "
-           "event) or if no container name is specified \"spec.containers[2]\" (container with index 2 in this "
-           "pod). This syntax is chosen only to have some well-defined way of referencing a part of an object.",
-           priority=1),
-    column("Source", "string", "The component reporting this event. Should be a short machine understandable "
-           "string.", priority=1),
-    column("Message", "string", "A human-readable description of the status of this operation."),
-    column("First Seen", "string", "The time at which the event was first recorded. (Time of server receipt is "
-           "in TypeMeta.)", priority=1),
-    column("Count", "string", "The number of times this event has occurred.", priority=1),
-    column("Name", "string", NAME_DESC, "name", priority=1),
-]
+DEFAULT_TABLE = name_age()
 
-# Kinds whose columns are not Name, <extra>, Age: every column and every cell, in order.
-FULL_PRINTERS: dict[tuple[str, str], Printer] = {
-    ("", "events"): (_EVENT_COLUMNS, event_row),
-    ("rbac.authorization.k8s.io", "roles"): (_ROLE_COLUMNS, lambda o: [(o.get("metadata") or {}).get("name", ""),
-                                                                       _created_at(o)]),
-    ("rbac.authorization.k8s.io", "clusterroles"): (_ROLE_COLUMNS, lambda o: [
-        (o.get("metadata") or {}).get("name", ""), _created_at(o)]),
-    ("rbac.authorization.k8s.io", "rolebindings"): (_BINDING_COLUMNS, _binding_row),
-    ("rbac.authorization.k8s.io", "clusterrolebindings"): (_BINDING_COLUMNS, _binding_row),
-}
+
+@functools.cache
+def _convertors() -> dict[tuple[str, str], TableConvertor]:
+    from .resources import all_kinds
+
+    return {(r.group, r.plural): r.table for r in all_kinds() if r.table is not None}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PRINTERS":
+        # The kinds printed as Name, <extra>, Age, by (group, resource).
+        return {k: c for k, c in _convertors().items() if c.name_age and len(c.columns) > 2}
+    raise AttributeError(name)
+
+
+def convertor(group: str, resource: str) -> TableConvertor:
+    return _convertors().get((group, resource), DEFAULT_TABLE)
 
 
 def column_definitions(group: str, resource: str) -> list[Obj]:
-    if (group, resource) in FULL_PRINTERS:
-        return list(FULL_PRINTERS[(group, resource)][0])
-    extra, _ = PRINTERS.get((group, resource), ([], None))
-    return [NAME, *extra, AGE]
+    return list(convertor(group, resource).columns)
 
 
 def row(group: str, resource: str, obj: Obj, env: pb.Object, include_object: str) -> Obj:
-    full = FULL_PRINTERS.get((group, resource))
-    if full is not None:
-        cells = full[1](obj)
-    else:
-        _, cells_of = PRINTERS.get((group, resource), ([], lambda o: []))
-        cells = [(obj.get("metadata") or {}).get("name", ""), *cells_of(obj), age(obj)]
-    out: Obj = {"cells": cells}
+    out: Obj = {"cells": convertor(group, resource).cells(obj)}
     if include_object == "Object":
         out["object"] = obj
     elif include_object != "None":

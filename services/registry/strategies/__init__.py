@@ -12,7 +12,7 @@ from typing import Any
 from services.common.errors import BadRequest
 
 from .. import validation as v
-from ..catalogue import ResourceInfo
+from ..resources import ResourceInfo
 
 Obj = dict[str, Any]
 
@@ -42,9 +42,6 @@ def base64_error(value: str) -> str | None:
 class Strategy:
     """Rules shared by every kind; subclasses add their own."""
 
-    schema_name = ""
-    # Strategic-merge-patch list semantics: path -> merge key ("" = a set of primitives merged by value).
-    merge_keys: dict[str, str] = {"metadata.ownerReferences": "uid", "metadata.finalizers": ""}
     # Top-level fields an update of the main resource must keep from the old object (status, for kinds with one).
     status_fields: tuple[str, ...] = ()
     # RBAC kinds: a write must not grant what the caller does not hold (the auth service decides).
@@ -52,6 +49,21 @@ class Strategy:
 
     def __init__(self, info: ResourceInfo) -> None:
         self.info = info
+
+    @functools.cached_property
+    def schema_name(self) -> str:
+        """The kind's definition among Kubernetes' own (schemas.json), by group, version and kind."""
+        from .. import schemas  # on first use: the proxy reads the definitions without the schemas
+
+        return schemas.definition_for(self.info.group, self.info.version, self.info.kind)
+
+    @functools.cached_property
+    def merge_keys(self) -> dict[str, str]:
+        """Strategic-merge-patch list semantics, from the definition: path -> merge key ("" = a set of
+        primitives merged by value)."""
+        from .. import schemas
+
+        return schemas.merge_keys(self.schema_name)
 
     # Decoding ----------------------------------------------------------------
 
@@ -108,8 +120,6 @@ class SubresourceStrategy(Strategy):
         super().__init__(parent.info)
         self.parent = parent
         self.keep_new = keep_new
-        self.schema_name = parent.schema_name
-        self.merge_keys = parent.merge_keys
 
     def canonicalize(self, obj: Obj) -> None:
         self.parent.canonicalize(obj)
@@ -139,24 +149,7 @@ class SubresourceStrategy(Strategy):
 
 
 def strategy_for(info: ResourceInfo) -> Strategy:
-    from .apiregistration import APIServiceStrategy
-    from .core import (ConfigMapStrategy, EventStrategy, NamespaceStrategy, SecretStrategy,
-                       ServiceAccountStrategy)
-    from .rbac import ClusterRoleBindingStrategy, ClusterRoleStrategy, RoleBindingStrategy, RoleStrategy
-    from .reviews import ReviewStrategy
-
-    if info.virtual:
-        return ReviewStrategy(info)
-    table: dict[tuple[str, str], type[Strategy]] = {
-        ("", "ConfigMap"): ConfigMapStrategy,
-        ("", "Secret"): SecretStrategy,
-        ("", "Namespace"): NamespaceStrategy,
-        ("", "ServiceAccount"): ServiceAccountStrategy,
-        ("", "Event"): EventStrategy,
-        ("apiregistration.k8s.io", "APIService"): APIServiceStrategy,
-        ("rbac.authorization.k8s.io", "Role"): RoleStrategy,
-        ("rbac.authorization.k8s.io", "ClusterRole"): ClusterRoleStrategy,
-        ("rbac.authorization.k8s.io", "RoleBinding"): RoleBindingStrategy,
-        ("rbac.authorization.k8s.io", "ClusterRoleBinding"): ClusterRoleBindingStrategy,
-    }
-    return table[(info.group, info.kind)](info)
+    """The kind's Strategy, as its definition names it (resources/)."""
+    if info.strategy is None:
+        raise LookupError(f"{info.api_version} {info.kind} has no strategy in its definition")
+    return info.strategy(info)

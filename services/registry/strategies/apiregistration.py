@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from .. import validation as v
-from ..schemas import AGG
 from . import Obj, Strategy, SubresourceStrategy, now_rfc3339
 
 
@@ -12,9 +11,7 @@ def local_available_condition() -> dict[str, str]:
 
 
 class APIServiceStrategy(Strategy):
-    schema_name = AGG + "APIService"
     status_fields = ("status",)
-    merge_keys = {**Strategy.merge_keys, "status.conditions": "type"}
 
     def canonicalize(self, obj: Obj) -> None:
         service = (obj.get("spec") or {}).get("service")

@@ -6,7 +6,6 @@ import datetime
 from typing import Any
 
 from .. import validation as v
-from ..schemas import CORE
 from . import Obj, Strategy, SubresourceStrategy, base64_error
 
 MAX_SECRET_SIZE = 1024 * 1024
@@ -30,8 +29,6 @@ def _immutable_update(obj: Obj, old: Obj, fields: tuple[str, ...]) -> list[v.Cau
 
 
 class ConfigMapStrategy(Strategy):
-    schema_name = CORE + "ConfigMap"
-
     def canonicalize(self, obj: Obj) -> None:
         for value in (obj.get("binaryData") or {}).values():
             if isinstance(value, str) and (err := base64_error(value)):
@@ -63,8 +60,6 @@ SECRET_TYPES_REQUIRED_KEYS = {
 
 
 class SecretStrategy(Strategy):
-    schema_name = CORE + "Secret"
-
     def canonicalize(self, obj: Obj) -> None:
         if not obj.get("type"):
             obj["type"] = "Opaque"
@@ -113,7 +108,6 @@ class SecretStrategy(Strategy):
 
 
 class NamespaceStrategy(Strategy):
-    schema_name = CORE + "Namespace"
     status_fields = ("status",)
 
     def canonicalize(self, obj: Obj) -> None:
@@ -166,8 +160,7 @@ class NamespaceStrategy(Strategy):
 
 
 class ServiceAccountStrategy(Strategy):
-    schema_name = CORE + "ServiceAccount"
-    merge_keys = {**Strategy.merge_keys, "secrets": "name"}
+    """Nothing beyond ObjectMeta; secrets merge by name in a strategic merge patch (its definition)."""
 
 
 # Events ------------------------------------------------------------------------
@@ -197,7 +190,6 @@ class EventStrategy(Strategy):
     """pkg/registry/core/event: v1 Events get kube's legacy validation only (ValidateEventCreate/Update with
     requestVersion v1); ObjectMeta is validated afterwards by rest.BeforeCreate with path-segment names."""
 
-    schema_name = CORE + "Event"
 
     def canonicalize(self, obj: Obj) -> None:
         try:

@@ -6,7 +6,6 @@ from typing import Any
 import orjson
 
 from .. import validation as v
-from ..schemas import RBAC
 from . import Obj, Strategy
 
 GROUP = "rbac.authorization.k8s.io"
@@ -110,8 +109,6 @@ class _RBACStrategy(Strategy):
 
 
 class RoleStrategy(_RBACStrategy):
-    schema_name = RBAC + "Role"
-
     def validate(self, obj: Obj) -> list[v.Cause]:
         causes = super().validate(obj)
         for i, rule in enumerate(obj.get("rules") or []):
@@ -120,8 +117,6 @@ class RoleStrategy(_RBACStrategy):
 
 
 class ClusterRoleStrategy(_RBACStrategy):
-    schema_name = RBAC + "ClusterRole"
-
     def validate(self, obj: Obj) -> list[v.Cause]:
         causes = super().validate(obj)
         for i, rule in enumerate(obj.get("rules") or []):
@@ -138,7 +133,6 @@ class ClusterRoleStrategy(_RBACStrategy):
 
 
 class RoleBindingStrategy(_RBACStrategy):
-    schema_name = RBAC + "RoleBinding"
     role_kinds: tuple[str, ...] = ("Role", "ClusterRole")
 
     def canonicalize(self, obj: Obj) -> None:
@@ -175,5 +169,4 @@ class RoleBindingStrategy(_RBACStrategy):
 
 
 class ClusterRoleBindingStrategy(RoleBindingStrategy):
-    schema_name = RBAC + "ClusterRoleBinding"
     role_kinds = ("ClusterRole",)

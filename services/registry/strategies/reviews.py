@@ -2,28 +2,35 @@
 TokenRequest. The registry decodes them (GVK, schema, fieldValidation); it never stores them."""
 from __future__ import annotations
 
+from typing import Any
+
 from .. import validation as v
-from ..catalogue import ResourceInfo
-from ..schemas import KIND_SCHEMA
+from ..resources import ResourceInfo
 from . import Obj, Strategy
 
-TOKEN_REQUEST = ResourceInfo(group="authentication.k8s.io", version="v1", kind="TokenRequest",
-                             plural="tokenrequests", singular="tokenrequest", namespaced=True, key_prefix="",
-                             verbs=("create",), virtual=True)
 DEFAULT_TOKEN_SECONDS = 60 * 60
 MIN_TOKEN_SECONDS = 10 * 60
 MAX_TOKEN_SECONDS = 1 << 32
 
 
+def __getattr__(name: str) -> Any:
+    # TOKEN_REQUEST is defined with its group (resources/authentication.py), which imports this module.
+    if name == "TOKEN_REQUEST":
+        from ..resources.authentication import TOKEN_REQUEST
+
+        return TOKEN_REQUEST
+    raise AttributeError(name)
+
+
 class ReviewStrategy(Strategy):
-    def __init__(self, info: ResourceInfo) -> None:
-        super().__init__(info)
-        self.schema_name = KIND_SCHEMA[(info.group, info.kind)]
+    """Decoding only: the answer is the auth service's."""
 
 
 class TokenRequestStrategy(ReviewStrategy):
-    def __init__(self) -> None:
-        super().__init__(TOKEN_REQUEST)
+    def __init__(self, info: ResourceInfo | None = None) -> None:
+        if info is None:
+            from ..resources.authentication import TOKEN_REQUEST as info
+        super().__init__(info)
 
     def canonicalize(self, obj: Obj) -> None:
         """SetDefaults_TokenRequestSpec: an hour unless the client asks otherwise."""

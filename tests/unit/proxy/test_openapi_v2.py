@@ -77,7 +77,9 @@ def test_schema_keywords_and_gvk_extensions_are_kept(swagger):
     assert cm_list["properties"]["items"]["items"]["$ref"] == "#/definitions/" + CM
     owner = swagger["definitions"][META + "ObjectMeta"]["properties"]["ownerReferences"]
     assert owner["x-kubernetes-list-type"] == "map" and owner["x-kubernetes-patch-merge-key"] == "uid"
-    assert any("enum" in n for n in _walk(swagger["definitions"]))
+    # kubernetes-validate's 1.33 definitions carry no enums, so the keyword is checked on its own
+    phase = {"type": "string", "enum": ["Active", "Terminating"]}
+    assert openapi_v2.convert_schema({"properties": {"phase": phase}})["properties"]["phase"] == phase
 
 
 def test_kube_openapi_parser_rules(swagger):

@@ -8,6 +8,7 @@ import pytest
 from services.common import errors
 from services.registry import openapi, printers, schemas
 from services.registry.catalogue import DEFAULT_CATALOGUE
+from services.registry.resources.core import event_row
 from services.registry.strategies import strategy_for
 
 INFO = DEFAULT_CATALOGUE.lookup("", "v1", "events")
@@ -118,7 +119,7 @@ def test_printer_columns_and_row():
         ("Last Seen", 0), ("Type", 0), ("Reason", 0), ("Object", 0), ("Subobject", 1), ("Source", 1),
         ("Message", 0), ("First Seen", 1), ("Count", 1), ("Name", 1)]
     assert cols[-1]["format"] == "name"
-    row = printers.event_row(event(message="  hi \n", source={"component": "tester", "host": "node-1"}), NOW)
+    row = event_row(event(message="  hi \n", source={"component": "tester", "host": "node-1"}), NOW)
     assert row == ["5m", "Normal", "Tested", "configmap/c", "", "tester, node-1", "hi", "60m", 3, "c.1"]
 
 
@@ -127,12 +128,12 @@ def test_printer_fallbacks():
     o = event(firstTimestamp=None, lastTimestamp=None, count=None, eventTime="2024-01-01T00:59:30.000000Z",
               source={}, reportingComponent="ctl", reportingInstance="i-1",
               involvedObject={"kind": "Node", "name": ""})
-    assert printers.event_row(o, NOW) == ["30s", "Normal", "Tested", "node", "", "ctl, i-1", "hello", "30s", 1,
+    assert event_row(o, NOW) == ["30s", "Normal", "Tested", "node", "", "ctl, i-1", "hello", "30s", 1,
                                           "c.1"]
     series = event(series={"count": 5, "lastObservedTime": "2024-01-01T00:58:00.000000Z"})
-    row = printers.event_row(series, NOW)
+    row = event_row(series, NOW)
     assert row[0] == "2m" and row[8] == 5
-    assert printers.event_row({"metadata": {"name": "x"}}, NOW)[:4] == ["<unknown>", "", "", ""]
+    assert event_row({"metadata": {"name": "x"}}, NOW)[:4] == ["<unknown>", "", "", ""]
 
 
 def test_openapi_schema():

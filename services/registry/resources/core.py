@@ -1,0 +1,119 @@
+"""The core group (""), v1: ConfigMap, Event, Namespace, Secret, ServiceAccount."""
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from ..printers import NAME_DESC, TableConvertor, column, name_age, parse_time, since
+from ..strategies.core import (ConfigMapStrategy, EventStrategy, NamespaceStrategy, SecretStrategy,
+                               ServiceAccountStrategy)
+from . import STATUS_VERBS, GroupVersion, ResourceInfo, SubresourceInfo
+
+Obj = dict[str, Any]
+_PB = "k8s.io.api.core.v1."
+
+
+def _event_source(o: Obj) -> str:
+    """formatEventSource: component (else reportingComponent), then ", host" (else reportingInstance)."""
+    src = o.get("source") or {}
+    component = src.get("component") or o.get("reportingComponent") or ""
+    instance = src.get("host") or o.get("reportingInstance") or ""
+    return f"{component}, {instance}" if instance else component
+
+
+def event_row(o: Obj, now: datetime.datetime | None = None) -> list[Any]:
+    """printEvent with Wide set, as the server's TableConvertor always generates it."""
+    first = since(o.get("firstTimestamp"), now) if parse_time(o.get("firstTimestamp")) \
+        else since(o.get("eventTime"), now)
+    last = since(o.get("lastTimestamp"), now) if parse_time(o.get("lastTimestamp")) else first
+    count = o.get("count") or 0
+    series = o.get("series")
+    if series is not None:
+        last = since(series.get("lastObservedTime"), now)
+        count = series.get("count") or 0
+    elif count == 0:
+        count = 1  # singleton events have no count in the new API
+    ref = o.get("involvedObject") or {}
+    kind = (ref.get("kind") or "").lower()
+    target = f"{kind}/{ref['name']}" if ref.get("name") else kind
+    return [last, o.get("type") or "", o.get("reason") or "", target, ref.get("fieldPath") or "",
+            _event_source(o), (o.get("message") or "").strip(), first, count,
+            (o.get("metadata") or {}).get("name", "")]
+
+
+EVENT_TABLE = TableConvertor((
+    column("Last Seen", "string", "The time at which the most recent occurrence of this event was recorded."),
+    column("Type", "string", "Type of this event (Normal, Warning), new types could be added in the future"),
+    column("Reason", "string", "This should be a short, machine understandable string that gives the reason for "
+           "the transition into the object's current status."),
+    column("Object", "string", "The object that this event is about."),
+    column("Subobject", "string", "If referring to a piece of an object instead of an entire object, this string "
+           "should contain a valid JSON/Go field access statement, such as desiredState.manifest.containers[2]. "
+           "For example, if the object reference is to a container within a pod, this would take on a value like: "
+           "\"spec.containers{name}\" (where \"name\" refers to the name of the container that triggered the "
+           "event) or if no container name is specified \"spec.containers[2]\" (container with index 2 in this "
+           "pod). This syntax is chosen only to have some well-defined way of referencing a part of an object.",
+           priority=1),
+    column("Source", "string", "The component reporting this event. Should be a short machine understandable "
+           "string.", priority=1),
+    column("Message", "string", "A human-readable description of the status of this operation."),
+    column("First Seen", "string", "The time at which the event was first recorded. (Time of server receipt is "
+           "in TypeMeta.)", priority=1),
+    column("Count", "string", "The number of times this event has occurred.", priority=1),
+    column("Name", "string", NAME_DESC, "name", priority=1),
+), event_row)
+
+V1 = GroupVersion("", "v1", 18000, 1, (
+    ResourceInfo(
+        group="", version="v1", kind="ConfigMap", plural="configmaps", singular="configmap", namespaced=True,
+        key_prefix="/registry/configmaps/", short_names=("cm",), strategy=ConfigMapStrategy,
+        protobuf=_PB + "ConfigMap",
+        table=name_age(
+            [column("Data", "string", "Data contains the configuration data. Each key must consist of "
+                    "alphanumeric characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must use the "
+                    "BinaryData field. The keys stored in Data must not overlap with the keys in the BinaryData "
+                    "field, this is enforced during validation process.")],
+            lambda o: [len(o.get("data") or {}) + len(o.get("binaryData") or {})]),
+    ),
+    ResourceInfo(
+        group="", version="v1", kind="Event", plural="events", singular="event", namespaced=True,
+        key_prefix="/registry/events/", short_names=("ev",), strategy=EventStrategy, table=EVENT_TABLE,
+    ),
+    ResourceInfo(
+        group="", version="v1", kind="Namespace", plural="namespaces", singular="namespace", namespaced=False,
+        key_prefix="/registry/namespaces/", short_names=("ns",),
+        verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
+        subresources=(
+            SubresourceInfo("finalize", "Namespace", ("update",)),
+            SubresourceInfo("status", "Namespace", STATUS_VERBS),
+        ),
+        strategy=NamespaceStrategy, protobuf=_PB + "Namespace",
+        table=name_age([column("Status", "string", "The status of the namespace")],
+                       lambda o: [(o.get("status") or {}).get("phase", "")]),
+    ),
+    ResourceInfo(
+        group="", version="v1", kind="Secret", plural="secrets", singular="secret", namespaced=True,
+        key_prefix="/registry/secrets/", strategy=SecretStrategy, protobuf=_PB + "Secret",
+        table=name_age(
+            [column("Type", "string", "Used to facilitate programmatic handling of secret data. More info: "
+                    "https://kubernetes.io/docs/concepts/configuration/secret/#secret-types"),
+             column("Data", "string", "Data contains the secret data. Each key must consist of alphanumeric "
+                    "characters, '-', '_' or '.'. The serialized form of the secret data is a base64 encoded "
+                    "string, representing the arbitrary (possibly non-string) data value here. Described in "
+                    "https://tools.ietf.org/html/rfc4648#section-4")],
+            lambda o: [o.get("type") or "", len(o.get("data") or {})]),
+    ),
+    ResourceInfo(
+        group="", version="v1", kind="ServiceAccount", plural="serviceaccounts", singular="serviceaccount",
+        namespaced=True, key_prefix="/registry/serviceaccounts/", short_names=("sa",),
+        subresources=(SubresourceInfo("token", "TokenRequest", ("create",), "authentication.k8s.io", "v1"),),
+        strategy=ServiceAccountStrategy, protobuf=_PB + "ServiceAccount",
+        table=name_age(
+            [column("Secrets", "string", "Secrets is a list of the secrets in the same namespace that pods "
+                    "running using this ServiceAccount are allowed to use. More info: "
+                    "https://kubernetes.io/docs/concepts/configuration/secret")],
+            lambda o: [len(o.get("secrets") or [])]),
+    ),
+))
+
+GROUP_VERSIONS = (V1,)
