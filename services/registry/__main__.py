@@ -18,10 +18,10 @@ from .admission import AdmissionClient
 from .auth import AuthClient
 from .bootstrap import bootstrap
 from .catalogue import DEFAULT_CATALOGUE
-from .handlers import Handlers
+from .endpoints.handlers import Handlers
 from .namespace_finalizer import NamespaceFinalizer
 from .server import RegistryServicer
-from .store import Store
+from .storage_client import StorageClient
 
 log = logging.getLogger("services.registry")
 
@@ -57,7 +57,7 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
     admission_channel = grpcutil.make_channel(tls, args.admission_address)
     # --auth-address: RBAC escalation checks, the access and token reviews, TokenRequest.
     auth_channel = grpcutil.make_channel(tls, args.auth_address)
-    store = Store(sgrpc.StorageStub(storage_channel), args.storage_timeout)
+    store = StorageClient(sgrpc.StorageStub(storage_channel), args.storage_timeout)
     handlers = Handlers(DEFAULT_CATALOGUE, store,
                         AdmissionClient(agrpc.AdmissionStub(admission_channel), args.admission_timeout),
                         AuthClient(augrpc.AuthStub(auth_channel), args.auth_timeout))
