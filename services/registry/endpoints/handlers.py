@@ -24,13 +24,13 @@ from .. import printers
 from .. import validation as v
 from ..admission import Admission, AdmissionClient, options_json
 from ..auth import AuthClient
-from ..catalogue import Catalogue, ResourceInfo
+from ..catalogue import Catalogue
 from ..escalation import check_escalation
 from ..generic.store import Store
 from ..rest import Obj, Scope, ValidateFunc, ensure_namespace, options_invalid
 from ..reviews import Reviews
 from ..storage_client import StorageClient
-from ..strategies import Strategy, strategy_for
+from ..strategies import strategy_for
 from . import lists
 from .request import (INLINE_DECODE_BYTES, NOT_FOUND_MESSAGE, Decoder, Request, Response, check_options,
                       delete_options, resolve)
@@ -47,9 +47,6 @@ class Handlers:
         self.decoder = Decoder(catalogue)
         self.reviews = Reviews(auth, self.rest)
         self._strategies = {r: strategy_for(r) for r in catalogue.resources}
-
-    def strategy(self, info: ResourceInfo) -> Strategy:
-        return self._strategies[info]
 
     # Entry point ---------------------------------------------------------------
 
