@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import jsonpatch
+import orjson
+
 from apiary_pb import admission_pb2 as adpb
 from apiary_pb import envelope_pb2 as pb
 from services.common.envelope import from_envelope, to_envelope
@@ -79,6 +82,15 @@ class Attributes:
         """A mutating plugin's new version of the object; the chain answers with it."""
         self._object = obj
         self._replaced = True
+
+    def patch(self) -> bytes:
+        """The mutating plugins' changes as a JSON Patch against the request's object (b"" for none).
+        Only a replaced object costs a diff (and a second decode of the original, which a plugin may have
+        changed in place)."""
+        if not self._replaced or self._object is None or not self.request.HasField("object"):
+            return b""
+        ops = jsonpatch.make_patch(from_envelope(self.request.object), self._object).patch
+        return orjson.dumps(ops) if ops else b""
 
     def object_pb(self) -> pb.Object | None:
         """The object to answer with: the request's own envelope unless a plugin replaced it."""

@@ -1,8 +1,10 @@
 """The apiary.Admission servicer.
 
-Admit runs the mutating phase and answers with the object (mutated or not);
-Validate runs the validating phase and answers with the object unchanged. A
-denial is the plugin's APIError, carried as a Status in the gRPC status details.
+Admit runs the mutating phase and answers with the plugins' changes as a JSON
+Patch (none when nothing changed), never the object again: the registry holds it
+and does not decode it a second time. Validate runs the validating phase and
+answers warnings only. A denial is the plugin's APIError, carried as a Status in
+the gRPC status details.
 """
 from __future__ import annotations
 
@@ -36,21 +38,12 @@ class AdmissionServicer(adgrpc.AdmissionServicer):
                     context: grpc.aio.ServicerContext) -> adpb.AdmissionResponse:
         a = Attributes(request)
         await self.chain.admit(a)
-        resp = self._answer(a)
-        resp.no_validators = not self.chain.has_validators(a)
-        return resp
+        return adpb.AdmissionResponse(warnings=a.warnings, patch=a.patch(),
+                                      no_validators=not self.chain.has_validators(a))
 
     @grpcutil.api_method
     async def Validate(self, request: adpb.AdmissionRequest,
                        context: grpc.aio.ServicerContext) -> adpb.AdmissionResponse:
         a = Attributes(request)
         await self.chain.validate(a)
-        return self._answer(a)
-
-    @staticmethod
-    def _answer(a: Attributes) -> adpb.AdmissionResponse:
-        resp = adpb.AdmissionResponse(warnings=a.warnings)
-        obj = a.object_pb()
-        if obj is not None:
-            resp.object.CopyFrom(obj)
-        return resp
+        return adpb.AdmissionResponse(warnings=a.warnings)

@@ -38,7 +38,7 @@ from .filters.timeout import (MIN_REQUEST_TIMEOUT, REQUEST_TIMEOUT, TIMEOUT_BODY
 from .handlers.resource import ResourceHandler, api_request
 from .handlers.watch import WatchHandler, watch_timeout
 from .negotiation import APPLY_PATCH, negotiate_output
-from .rbac import RBACWatch
+from .authz_invalidation import AuthzCacheInvalidator
 from .requestinfo import RequestInfo
 
 log = logging.getLogger("services.proxy")
@@ -84,7 +84,7 @@ class ProxyApp:
         self.authz = Authorizer(auth)
         self.impersonator = Impersonator(self.authz)
         # Not a readiness check: until the registry serves RBAC, decisions just keep a short TTL.
-        self.rbac = RBACWatch(registry, self.authz)
+        self.authz_invalidation = AuthzCacheInvalidator(registry, self.authz)
         self.discovery = Discovery(registry)
         self.apiservices = Informer(registry, "apiregistration.k8s.io", "v1", "apiservices")
         self.apiservices.add_handler(lambda *_: self.discovery.invalidate())
@@ -119,7 +119,7 @@ class ProxyApp:
         self.apf.start()
         self.discovery.start()
         self.apiservices.start()
-        self.rbac.start()
+        self.authz_invalidation.start()
 
     def begin_shutdown(self) -> None:
         """End every open watch; called when the stop signal arrives, before the server drains."""
@@ -128,7 +128,7 @@ class ProxyApp:
     async def stop(self) -> None:
         self.watches.close_all()
         await self.deadlines.stop()
-        await self.rbac.stop()
+        await self.authz_invalidation.stop()
         await self.apiservices.stop()
         await self.discovery.stop()
         await self.apf.stop()

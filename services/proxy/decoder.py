@@ -18,7 +18,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from services.common.errors import ServiceUnavailable
 
-from .negotiation import decode_body
+from .negotiation import JSON, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, decode_body
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 # 20-50x more per byte than JSON, so it goes to the worker sooner.
 INLINE_BYTES = 64 * 1024
 INLINE_YAML_BYTES = 4 * 1024
+# Passed on to the registry as they came (negotiation.decode_body): nothing to do in a worker. A body
+# without a content type is JSON too.
+PASSED_ON = frozenset({"", JSON, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH})
 
 
 def _worker_init(parent: int) -> None:
@@ -59,7 +62,11 @@ class BodyDecoder:
 
     @staticmethod
     def inline(content_type: str, body: bytes) -> bool:
-        limit = INLINE_YAML_BYTES if "yaml" in content_type.lower() else INLINE_BYTES
+        """Whether to decode here: small bodies, and JSON of any size (passed on, not parsed)."""
+        media = content_type.split(";", 1)[0].strip().lower()
+        if media in PASSED_ON:
+            return True
+        limit = INLINE_YAML_BYTES if "yaml" in media else INLINE_BYTES
         return len(body) <= limit
 
     async def decode(self, verb: str, content_type: str, body: bytes, into: str = "") -> tuple[bytes, str]:

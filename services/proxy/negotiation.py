@@ -8,7 +8,7 @@ import orjson
 import yaml
 
 from services.common.decoding import loads_json, yaml_to_json
-from services.common.errors import BadRequest, NotAcceptable, UnsupportedMediaType
+from services.common.errors import NotAcceptable, UnsupportedMediaType
 
 from .protobuf import decode_k8s_protobuf
 
@@ -166,9 +166,10 @@ def decode_body(verb: str, content_type: str, body: bytes, into: str = "") -> tu
 
     Object bodies (create, update, delete options) come as JSON, YAML or Kubernetes protobuf (the
     kinds typed clients send); patches name their type. `into` is the kind the URL expects (for
-    kube's error messages). JSON is checked for syntax and nesting depth only; decoding into objects
-    is the registry's job. CPU-bound: call it through BodyDecoder, which keeps large bodies off the
-    event loop.
+    kube's error messages). A JSON body is passed on as it came, not parsed: the registry decodes it,
+    once, with the same limits and messages. Only what is not JSON is converted here (YAML, protobuf,
+    and an apply patch, which must be parsed to tell JSON from YAML). CPU-bound: call it through
+    BodyDecoder, which keeps large bodies off the event loop.
     """
     media = content_type.split(";", 1)[0].strip().lower() if content_type else ""
     if verb == "patch":
@@ -182,20 +183,12 @@ def decode_body(verb: str, content_type: str, body: bytes, into: str = "") -> tu
                 except ValueError:
                     pass
             return yaml_to_json(body), media
-        try:
-            loads_json(body or b"null")
-        except ValueError as e:
-            raise BadRequest(f"error decoding patch: {e}") from None
         return body, media
     if not body:
         return body, media or JSON
     if not media:
         media = JSON
     if media == JSON:
-        try:
-            loads_json(body)
-        except ValueError as e:
-            raise BadRequest(f"couldn't get version/kind; json parse error: {e}") from None
         return body, JSON
     if media == YAML:
         return yaml_to_json(body), JSON

@@ -16,10 +16,10 @@ from .admission import AdmissionClient
 from .auth import AuthClient
 from .bootstrap import bootstrap
 from .catalogue import DEFAULT_CATALOGUE
-from .handlers import Handlers
+from .endpoints.handlers import Handlers
 from .namespace_finalizer import NamespaceFinalizer
 from .server import RegistryServicer
-from .store import Store
+from .storage_client import StorageClient
 
 log = logging.getLogger("services.registry")
 
@@ -51,7 +51,7 @@ async def _bootstrap_until_done(handlers: Handlers, done: asyncio.Event) -> None
 
 async def assemble(service: runtime.Service) -> str:
     args = service.args
-    store = Store(sgrpc.StorageStub(service.channel(args.storage_address)), args.storage_timeout)
+    store = StorageClient(sgrpc.StorageStub(service.channel(args.storage_address)), args.storage_timeout)
     # --auth-address: RBAC escalation checks, the access and token reviews, TokenRequest.
     handlers = Handlers(DEFAULT_CATALOGUE, store,
                         AdmissionClient(agrpc.AdmissionStub(service.channel(args.admission_address)),

@@ -1,10 +1,15 @@
-"""The registry's side of admission: the mutating (Admit) and validating (Validate) phases."""
+"""The registry's side of admission: the admission service's client, and the mutating (Admit) and
+validating (Validate) phases as a handler passes them down to the generic store (rest.AdmitFunc,
+rest.ValidateFunc).
+
+Admit sends the object once and gets back a JSON Patch (or nothing), not the object again; the old
+object and the validating phase's object are the envelopes the store already holds (storage's answer,
+and the one it writes), so admission costs no extra serialization of them.
+"""
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
-
 import orjson
 from prometheus_client import Histogram
 
@@ -13,14 +18,14 @@ from apiary_pb import admission_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
 from services.common import envelope, mux
 
+from . import patch as patches
 from .catalogue import ResourceInfo
+from .rest import Obj, Scope
 
 ADMISSION_DURATION = Histogram(
     "apiary_registry_admission_call_duration_seconds", "Time the registry waits on the admission service.",
     ["phase", "operation"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
-
-Obj = dict[str, Any]
 
 
 class AdmissionClient:
@@ -31,20 +36,16 @@ class AdmissionClient:
                                    {"Admit": apb.AdmissionResponse, "Validate": apb.AdmissionResponse})
 
     async def _run(self, phase: str, info: ResourceInfo, subresource: str, operation: str, namespace: str,
-                   name: str, obj: Obj | None, old: Obj | None, user: pb.UserInfo, dry_run: bool,
-                   options: Obj, timing: dict[str, float], warnings: list[str]) -> tuple[Obj | None, bool]:
+                   name: str, obj: pb.Object | None, old: pb.Object | None, user: pb.UserInfo, dry_run: bool,
+                   options: Obj, timing: dict[str, float], warnings: list[str]) -> apb.AdmissionResponse:
         req = apb.AdmissionRequest(
             uid=str(uuid.uuid4()), operation=operation,
             kind=info.kind if not subresource else (info.subresource(subresource) or info).kind,
             attributes=pb.RequestAttributes(user=user, resource_request=True, api_group=info.group,
                                             api_version=info.version, resource=info.plural,
                                             subresource=subresource, namespace=namespace, name=name),
-            dry_run=dry_run, options=orjson.dumps(options),
+            dry_run=dry_run, options=orjson.dumps(options), object=obj, old_object=old,
         )
-        if obj is not None:
-            req.object.CopyFrom(envelope.to_envelope(obj))
-        if old is not None:
-            req.old_object.CopyFrom(envelope.to_envelope(old))
         method = "Admit" if phase == "mutating" else "Validate"
         t0 = time.perf_counter()
         try:
@@ -54,13 +55,60 @@ class AdmissionClient:
             ADMISSION_DURATION.labels(phase, operation).observe(dt)
             timing["admission"] = timing.get("admission", 0.0) + dt * 1000
         warnings.extend(resp.warnings)
-        if obj is not None and resp.HasField("object") and resp.object.kind:
-            return envelope.from_envelope(resp.object), resp.no_validators
+        return resp
+
+    async def admit(self, info: ResourceInfo, subresource: str, operation: str, namespace: str, name: str,
+                    obj: Obj | None, old: pb.Object | None, user: pb.UserInfo, dry_run: bool, options: Obj,
+                    timing: dict[str, float], warnings: list[str]) -> tuple[Obj | None, bool]:
+        """The mutated object (the mutating plugins' patch applied to obj), and whether the validating
+        phase has nothing to run."""
+        env = envelope.to_envelope(obj) if obj is not None else None
+        resp = await self._run("mutating", info, subresource, operation, namespace, name, env, old, user,
+                               dry_run, options, timing, warnings)
+        if obj is not None and resp.patch:
+            obj = patches.apply_json_patch(obj, orjson.loads(resp.patch))
         return obj, resp.no_validators
 
-    async def admit(self, *args: Any, **kwargs: Any) -> tuple[Obj | None, bool]:
-        """The mutated object, and whether the validating phase has nothing to run."""
-        return await self._run("mutating", *args, **kwargs)
+    async def validate(self, info: ResourceInfo, subresource: str, operation: str, namespace: str, name: str,
+                       obj: pb.Object | None, old: pb.Object | None, user: pb.UserInfo, dry_run: bool,
+                       options: Obj, timing: dict[str, float], warnings: list[str]) -> None:
+        await self._run("validating", info, subresource, operation, namespace, name, obj, old, user, dry_run,
+                        options, timing, warnings)
 
-    async def validate(self, *args: Any, **kwargs: Any) -> None:
-        await self._run("validating", *args, **kwargs)
+
+class Admission:
+    """Admission orchestration for one write: which operation, with which options, and whether to run at
+    all (the server's own bootstrap writes skip it; Admit may say that no validating plugin applies)."""
+
+    def __init__(self, client: AdmissionClient | None, operation: str, options: Obj) -> None:
+        self.client = client
+        self.operation = operation
+        self.options = options
+
+    async def admit(self, r: Scope, name: str, obj: Obj | None, old: pb.Object | None) -> Obj | None:
+        if not r.admit or self.client is None:
+            return obj
+        obj, no_validators = await self.client.admit(
+            r.info, r.req.subresource, self.operation, r.namespace, name, obj, old, r.req.user, r.dry_run,
+            self.options, r.timing, r.warnings)
+        r.no_validators = no_validators
+        return obj
+
+    async def validate(self, r: Scope, name: str, obj: pb.Object | None, old: pb.Object | None) -> None:
+        if not r.admit or self.client is None or r.no_validators:
+            return
+        await self.client.validate(r.info, r.req.subresource, self.operation, r.namespace, name, obj, old,
+                                   r.req.user, r.dry_run, self.options, r.timing, r.warnings)
+
+
+def options_json(r: Scope, kind: str) -> Obj:
+    """CreateOptions/UpdateOptions/PatchOptions as admission plugins see them."""
+    out: Obj = {"kind": kind, "apiVersion": "meta.k8s.io/v1"}
+    if r.dry_run:
+        out["dryRun"] = ["All"]
+    if r.field_manager:
+        out["fieldManager"] = r.field_manager
+    fv = r.req.query.get("fieldValidation")
+    if fv:
+        out["fieldValidation"] = fv
+    return out

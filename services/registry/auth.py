@@ -36,11 +36,12 @@ class AuthClient:
             AUTH_DURATION.labels(method).observe(dt)
             timing["auth"] = timing.get("auth", 0.0) + dt * 1000
 
-    async def check_escalation(self, user: pb.UserInfo, namespace: str, kind: str, obj: Obj,
+    async def check_escalation(self, user: pb.UserInfo, namespace: str, kind: str, obj: bytes,
                                timing: dict[str, float]) -> bool:
-        """True when allowed; a refusal normally arrives as the auth service's Forbidden APIError."""
+        """True when allowed (obj: the object's JSON); a refusal normally arrives as the auth service's
+        Forbidden APIError."""
         resp = await self._call("CheckEscalation", aupb.EscalationRequest(
-            user=user, namespace=namespace, kind=kind, object=orjson.dumps(obj)), timing)
+            user=user, namespace=namespace, kind=kind, object=obj), timing)
         return bool(resp.allowed)
 
     async def review(self, info: ResourceInfo, namespace: str, obj: Obj, user: pb.UserInfo,

@@ -8,7 +8,8 @@ from apiary_pb import registry_pb2 as rpb
 from services.common import errors, identity
 
 from .catalogue import GROUP_PRIORITIES, Catalogue
-from .handlers import Handlers, Request
+from .endpoints.handlers import Handlers
+from .endpoints.request import Request
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ async def _ensure(handlers: Handlers, group: str, version: str, resource: str, o
     # Created on the server's own behalf, as kube's bootstrap controllers do before admission is up.
     r.admit = False
     try:
-        await handlers.create_object(r, handlers.check_object(r, obj))
+        await handlers.create_object(r, handlers.decoder.check_object(r, obj))
         log.info("created %s %s", resource, obj["metadata"]["name"])
     except errors.AlreadyExists:
         pass

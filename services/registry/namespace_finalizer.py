@@ -15,7 +15,7 @@ from apiary_pb import storage_pb2 as spb
 from services.common import envelope, errors
 
 from .catalogue import Catalogue, ResourceInfo
-from .store import Store
+from .storage_client import StorageClient
 from .strategies import now_rfc3339
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ RECHECK_SECONDS = 2.0
 
 
 class NamespaceFinalizer:
-    def __init__(self, store: Store, catalogue: Catalogue) -> None:
+    def __init__(self, store: StorageClient, catalogue: Catalogue) -> None:
         self.store = store
         self.catalogue = catalogue
         info = catalogue.lookup("", "v1", "namespaces")

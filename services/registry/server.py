@@ -17,7 +17,7 @@ from services.common.protowire import bytes_field
 
 from . import discovery, openapi, watch
 from .catalogue import Catalogue
-from .handlers import Handlers
+from .endpoints.handlers import Handlers
 
 REQUEST_DURATION = Histogram(
     "apiserver_registry_request_duration_seconds", "Time the registry spends on a request, by verb and resource.",

@@ -11,7 +11,7 @@ from apiary_pb import storage_pb2 as spb
 from services.common import envelope, errors
 
 from . import printers
-from .handlers import Handlers
+from .endpoints.handlers import Handlers
 
 _TYPES = {t: f'{{"type":"{t}","object":'.encode() for t in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")}
 

@@ -1,8 +1,9 @@
 """Authorization through the auth service, with kube's Forbidden messages and a decision cache
 (system:masters is allowed in the proxy, as kube-apiserver's privileged-group authorizer does).
 
-The cache is invalidated by events: the proxy watches RBAC objects (rbac.RBACWatch) and calls
-invalidate() on every change. Two details keep a cached answer from outliving the RBAC state it came from:
+The cache is invalidated by events: the proxy watches RBAC objects
+(authz_invalidation.AuthzCacheInvalidator) and calls invalidate() on every change. Two details keep
+a cached answer from outliving the RBAC state it came from:
 
 - the auth service updates its RBAC index from its own watch, a little after the proxy sees the
   same event; an answer computed in between would be stale. So for SETTLE seconds after an event

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import jsonpatch
+import orjson
 import pytest
 
 from apiary_pb import admission_pb2 as adpb
@@ -10,6 +12,7 @@ from services.admission.chain import Chain
 from services.admission.configfile import ConfigError, load_admission_configuration
 from services.admission.plugin import Plugin
 from services.admission.plugins import enabled_plugins
+from services.admission.server import AdmissionServicer
 from services.common.envelope import from_envelope, to_envelope
 from services.common.errors import Forbidden
 
@@ -64,6 +67,19 @@ async def test_mutating_then_validating() -> None:
     await chain.admit(u)
     assert calls == ["admit", "validate"]
     assert u.object_pb() is u.request.object
+
+
+async def test_admit_answers_a_patch_not_the_object() -> None:
+    """The servicer answers a mutation as a JSON Patch against the request's object."""
+    servicer = AdmissionServicer(Chain([AddLabel([])]))
+    req = cm_request().request
+    resp = await servicer.Admit(req, None)
+    assert orjson.loads(resp.patch) == [{"op": "add", "path": "/metadata/labels", "value": {"added": "yes"}}]
+    assert resp.warnings == ["labelled"] and resp.no_validators
+    assert jsonpatch.apply_patch(from_envelope(req.object), orjson.loads(resp.patch))["metadata"]["labels"] == {
+        "added": "yes"}
+    untouched = await servicer.Admit(cm_request("UPDATE").request, None)
+    assert untouched.patch == b""
 
 
 def test_enabled_plugins() -> None:

@@ -160,10 +160,11 @@ async def test_not_synced_and_live_lookup_failure() -> None:
         await NamespaceLifecycle(lister).admit(request("CREATE", obj=configmap()))
 
 
-async def test_servicer_answers_with_the_object_and_status() -> None:
+async def test_servicer_does_not_echo_the_object() -> None:
+    """NamespaceLifecycle never mutates: Admit answers no patch, and neither phase sends the object back."""
     servicer = AdmissionServicer(Chain([NamespaceLifecycle(FakeLister({"team": ns("team")}))]))
     req = request("CREATE", obj=configmap()).request
     resp = await servicer.Admit(req, None)
-    assert resp.object == req.object
+    assert resp == adpb.AdmissionResponse(no_validators=True)
     resp = await servicer.Validate(req, None)
-    assert resp.object == req.object
+    assert resp == adpb.AdmissionResponse()

@@ -171,6 +171,10 @@ class FakeRegistry(rgrpc.RegistryServicer):
                     {"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {"resourceVersion": "9"},
                      "items": [configmap("a")]}))
             if request.verb in ("create", "update", "patch"):
+                try:  # as the registry: the proxy passes JSON on, the registry decodes it
+                    orjson.loads(request.body)
+                except orjson.JSONDecodeError as e:
+                    raise errors.BadRequest(f"couldn't get version/kind; json parse error: {e}") from None
                 return rpb.APIResponse(code=201 if request.verb == "create" else 200, body=request.body)
         if request.resource == "deployments":
             return rpb.APIResponse(code=200, body=b'{"kind":"DeploymentList","apiVersion":"apps/v1","items":[]}')

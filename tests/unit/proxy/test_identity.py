@@ -15,7 +15,7 @@ from services.proxy.app import ProxyApp
 from services.proxy.filters.authz import Authorizer
 from services.proxy.filters.impersonation import impersonation_requests, split_service_account
 from services.proxy.filters.requestheader import RequestHeaderConfig, unescape_extra_key
-from services.proxy.rbac import RepeatFilter
+from services.proxy.authz_invalidation import RepeatFilter
 from services.proxy.requestinfo import RequestInfo
 
 from .fakes import start_fakes, with_cert
@@ -48,7 +48,7 @@ async def stack():
         await asyncio.wait_for(proxy.apiservices.synced.wait(), 5)
         await asyncio.wait_for(proxy.discovery.loaded.wait(), 5)
         if serve_rbac:
-            for inf in proxy.rbac.informers:
+            for inf in proxy.authz_invalidation.informers:
                 await asyncio.wait_for(inf.synced.wait(), 5)
     s.start = start
     yield s
@@ -255,7 +255,7 @@ async def _wait(cond, timeout=5.0):
 async def test_rbac_event_invalidates_cached_decisions(stack):
     await stack.start(serve_rbac=True)
     stack.proxy.authz.settle = 0.2
-    assert stack.proxy.rbac.synced()
+    assert stack.proxy.authz_invalidation.synced()
     for _ in range(3):
         assert (await stack.client.get(CM, headers=ALICE)).status_code == 200
     assert stack.auth.authz_calls == 1
@@ -293,7 +293,7 @@ async def test_without_rbac_watches_decisions_expire_quickly_and_readiness_holds
     assert (await stack.client.get(CM, headers=ALICE)).status_code == 200
     await asyncio.sleep(0.25)
     assert (await stack.client.get(CM, headers=ALICE)).status_code == 403
-    assert not stack.proxy.rbac.synced()
+    assert not stack.proxy.authz_invalidation.synced()
     ok, text = await stack.proxy.readiness()
     assert ok, text
 

@@ -10,8 +10,8 @@ from services.common import identity
 from services.registry.admission import AdmissionClient
 from services.registry.auth import AuthClient
 from services.registry.catalogue import DEFAULT_CATALOGUE
-from services.registry.handlers import Handlers
-from services.registry.store import Store
+from services.registry.endpoints.handlers import Handlers
+from services.registry.storage_client import StorageClient
 
 from .fakes import FakeAdmission, FakeAuth, FakeStorage
 
@@ -41,7 +41,7 @@ def auth() -> FakeAuth:
 
 @pytest.fixture
 def handlers(storage: FakeStorage, admission: FakeAdmission, auth: FakeAuth) -> Handlers:
-    return Handlers(DEFAULT_CATALOGUE, Store(storage), AdmissionClient(admission),  # type: ignore[arg-type]
+    return Handlers(DEFAULT_CATALOGUE, StorageClient(storage), AdmissionClient(admission),  # type: ignore[arg-type]
                     AuthClient(auth))  # type: ignore[arg-type]
 
 

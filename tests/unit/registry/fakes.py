@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
+import jsonpatch
 import orjson
 
 from apiary_pb import admission_pb2 as apb
@@ -216,9 +217,9 @@ class FakeAdmission:
         self.requests.append(("admit", req))
         out = apb.AdmissionResponse()
         if self.mutate and (mutated := self.mutate(req)) is not None:
-            out.object.CopyFrom(mutated)
-        elif req.HasField("object"):
-            out.object.CopyFrom(req.object)
+            # as the admission service answers: the change as a JSON Patch, not the object
+            ops = jsonpatch.make_patch(envelope.from_envelope(req.object), envelope.from_envelope(mutated)).patch
+            out.patch = orjson.dumps(ops)
         return out
 
     async def Validate(self, req: apb.AdmissionRequest, timeout: float | None = None) -> apb.AdmissionResponse:

@@ -1,4 +1,5 @@
-"""Watches of the RBAC objects, so cached authorization decisions go as soon as RBAC changes.
+"""Authorization cache invalidation: watches of the RBAC objects, so cached decisions go as soon as
+RBAC changes.
 
 Four informers (roles, clusterroles, rolebindings, clusterrolebindings) call Authorizer.invalidate
 on every event. They are not part of readiness: until the registry serves these resources they
@@ -53,7 +54,7 @@ _informer_log = logging.getLogger("services.common.informer")
 _repeat_filter = RepeatFilter()
 
 
-class RBACWatch:
+class AuthzCacheInvalidator:
     def __init__(self, registry: rgrpc.RegistryStub, authz: Authorizer) -> None:
         self.authz = authz
         self.informers = [Informer(registry, RBAC_GROUP, "v1", r) for r in RBAC_RESOURCES]

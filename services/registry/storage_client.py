@@ -1,4 +1,4 @@
-"""The generic Store's storage side: the storage service behind kube's resource-specific errors."""
+"""The storage service's client: its calls behind kube's resource-specific errors, timed per request."""
 from __future__ import annotations
 
 import contextlib
@@ -23,7 +23,7 @@ STORAGE_DURATION = Histogram(
 Timing = dict[str, float]
 
 
-class Store:
+class StorageClient:
     """Create/Get/List/Update/Delete/Watch for one catalogue of resources, timed per request."""
 
     def __init__(self, stub: sgrpc.StorageStub, timeout: float = 30.0) -> None:

@@ -1,0 +1,254 @@
+"""The verbs (k8s.io/apiserver endpoints/handlers): one request in, JSON out.
+
+Each verb decodes what it needs once (request.Decoder), hands the generic store its admission and
+validation as functions, and renders the answer: objects by splicing their envelope's JSON, lists
+through lists.py, Tables through printers.
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Awaitable, Callable
+
+import orjson
+
+from apiary_pb import envelope_pb2 as pb
+from apiary_pb import registry_pb2 as rpb
+from apiary_pb import storage_pb2 as spb
+from services.common import envelope, errors
+from services.common.decoding import parse_int64
+from services.common.errors import BadRequest
+
+from .. import patch as patches
+from .. import printers
+from .. import validation as v
+from ..admission import Admission, AdmissionClient, options_json
+from ..auth import AuthClient
+from ..catalogue import Catalogue
+from ..escalation import check_escalation
+from ..generic.store import Store
+from ..rest import Obj, Scope, ValidateFunc, ensure_namespace, options_invalid
+from ..reviews import Reviews
+from ..storage_client import StorageClient
+from ..strategies import strategy_for
+from . import lists
+from .request import (INLINE_DECODE_BYTES, NOT_FOUND_MESSAGE, Decoder, Request, Response, check_options,
+                      delete_options, resolve)
+
+
+class Handlers:
+    def __init__(self, catalogue: Catalogue, store: StorageClient, admission: AdmissionClient | None,
+                 auth: AuthClient | None = None) -> None:
+        self.catalogue = catalogue
+        self.store = store               # the storage client: lists and watches read it directly
+        self.rest = Store(store)         # kube's generic Store: the writes
+        self.admission = admission
+        self.auth = auth
+        self.decoder = Decoder(catalogue)
+        self.reviews = Reviews(auth, self.rest)
+        self._strategies = {r: strategy_for(r) for r in catalogue.resources}
+
+    # Entry point ---------------------------------------------------------------
+
+    def request(self, req: rpb.APIRequest, verb: str) -> Request:
+        return resolve(self.catalogue, self._strategies, req, verb)
+
+    async def handle(self, req: rpb.APIRequest) -> tuple[Response, dict[str, float]]:
+        verb = req.verb
+        r = self.request(req, verb)
+        fn: Callable[[Request], Awaitable[Response]] | None = {
+            "get": self.get, "list": self.list, "create": self.create, "update": self.update,
+            "patch": self.patch, "delete": self.delete, "deletecollection": self.delete_collection,
+        }.get(verb)
+        if r.info.virtual:
+            fn = self.review if verb == "create" else None
+        elif req.subresource == "token" and r.info.kind == "ServiceAccount" and not r.info.group:
+            fn = self.token_request if verb == "create" else None
+        if fn is None:
+            raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
+        check_options(r, verb)
+        resp = await fn(r)
+        resp.warnings = r.warnings + resp.warnings
+        return resp, r.timing
+
+    # Admission and the checks after the strategy's validation, passed down to the store ----------
+
+    def _admission(self, operation: str, options: Obj) -> Admission:
+        return Admission(self.admission, operation, options)
+
+    def _validation(self, admission: Admission) -> ValidateFunc:
+        """RBAC escalation (registry/rbac's policybased storage), then validating admission."""
+        async def validate(r: Scope, name: str, obj: Obj | None, old: Obj | None, env: pb.Object | None,
+                           old_env: pb.Object | None) -> None:
+            if obj is not None and env is not None:
+                await check_escalation(self.auth, r, obj, old, env)
+            await admission.validate(r, name, env, old_env)
+        return validate
+
+    # Reads -----------------------------------------------------------------------
+
+    async def get(self, r: Request) -> Response:
+        env = await self.rest.get(r, r.req.name, r.query.get("resourceVersion", ""))
+        if r.req.table:
+            t = printers.table(r.info.group, r.info.plural, [env],
+                               {"resourceVersion": env.metadata.resource_version},
+                               r.query.get("includeObject", "Metadata"))
+            return Response(200, orjson.dumps(t))
+        return Response(200, envelope.to_json(env))
+
+    def list_request(self, r: Request) -> spb.ListRequest:
+        q = r.query
+        limit_n = parse_int64(q.get("limit", "") or "0")
+        return spb.ListRequest(
+            prefix=r.info.collection_prefix(r.namespace), resource_version=q.get("resourceVersion", ""),
+            resource_version_match=q.get("resourceVersionMatch", ""), limit=max(limit_n, 0),
+            label_selector=q.get("labelSelector", ""), field_selector=r.field_selector,
+            **{"continue": q.get("continue", "")},
+        )
+
+    async def list(self, r: Request) -> Response:
+        info = r.info
+        if r.req.table:
+            resp = await self.store.list(info, self.list_request(r), r.timing)
+            items = [self.rest.fill_kind(info, e) for e in resp.items]
+            t = printers.table(info.group, info.plural, items, lists.list_meta(resp),
+                               r.query.get("includeObject", "Metadata"))
+            return Response(200, orjson.dumps(t))
+        # Storage answers with the items' JSON, rendered once per object version in its watch cache.
+        req = self.list_request(r)
+        req.json, req.kind, req.api_version = True, info.kind, info.api_version
+        if not r.req.chunked:
+            raw = await self.store.list_raw(info, req, r.timing)
+            return Response(200, lists.from_json_items(info, lists.list_meta(raw), raw.json_items))
+        # In parts, passed on as they arrive: the next process starts on the first while the rest
+        # is still on its way (mux.Streamed).
+        req.chunked = True
+        parts = self.store.list_parts(info, req, r.timing)
+        first = await anext(parts)
+        head = lists.head(info, lists.list_meta(first))
+        return Response(200, head + first.json_items, more=lists.rest_of(parts, bool(first.json_items)))
+
+    # Create ----------------------------------------------------------------------
+
+    async def create(self, r: Request) -> Response:
+        obj = await self.decoder.decode(r, r.req.body)
+        env = await self.create_object(r, obj)
+        return Response(201, envelope.to_json(env))
+
+    async def create_object(self, r: Request, obj: Obj, operation: str = "Update",
+                            applied: Obj | None = None) -> pb.Object:
+        """Mutating admission (here, as kube's create handler runs it), then the store's create with
+        validating admission passed down."""
+        ensure_namespace(r, obj)
+        admission = self._admission("CREATE", options_json(r, "CreateOptions"))
+        obj = await admission.admit(r, obj["metadata"].get("name") or "", obj, None) or obj
+        return await self.rest.create(r, obj, self._validation(admission), operation, applied)
+
+    # Update and patch ------------------------------------------------------------------
+
+    async def _update(self, r: Request, transform: Callable[[Obj], Obj], operation: str = "Update",
+                      applied: Obj | None = None) -> tuple[int, pb.Object]:
+        options = options_json(r, "PatchOptions" if r.req.verb == "patch" else "UpdateOptions")
+        admission = self._admission("UPDATE", options)
+        return await self.rest.update(r, transform, admission.admit, self._validation(admission), operation,
+                                      applied)
+
+    async def update(self, r: Request) -> Response:
+        obj = await self.decoder.decode(r, r.req.body)
+        ensure_namespace(r, obj)
+        body_name = obj["metadata"].get("name") or ""
+        if body_name != r.req.name:
+            raise BadRequest(f"the name of the object ({body_name}) does not match the name on the URL "
+                             f"({r.req.name})")
+
+        def transform(current: Obj) -> Obj:
+            return copy.deepcopy(obj)
+
+        code, env = await self._update(r, transform)
+        return Response(code, envelope.to_json(env))
+
+    async def patch(self, r: Request) -> Response:
+        ptype = patches.patch_type(r.req.content_type)
+        causes: list[v.Cause] = []
+        if ptype == patches.APPLY_PATCH and not r.field_manager:
+            causes.append(v.required("fieldManager", "is required for apply patch"))
+        if ptype != patches.APPLY_PATCH and r.query.get("force"):
+            causes.append(v.forbidden("force", "may not be specified for non-apply patch"))
+        if causes:
+            raise options_invalid("PatchOptions", causes)
+        body = r.req.body
+        if len(body) <= INLINE_DECODE_BYTES:
+            doc = patches.decode_patch(body, ptype)
+        else:
+            doc = await asyncio.to_thread(patches.decode_patch, body, ptype)
+        merge_keys = r.strategy.merge_keys
+        applied: Obj | None = None
+        if ptype == patches.APPLY_PATCH:
+            if not isinstance(doc, dict):
+                raise BadRequest("error decoding YAML: the applied configuration must be an object")
+            applied = self.decoder.check_object(r, copy.deepcopy(doc))
+            applied_name = applied["metadata"].get("name") or ""
+            if applied_name and applied_name != r.req.name:
+                raise BadRequest(f"the name of the object ({applied_name}) does not match the name on the URL "
+                                 f"({r.req.name})")
+            applied["metadata"]["name"] = r.req.name
+            ensure_namespace(r, applied)
+            applied_rv = applied["metadata"].get("resourceVersion")
+
+        def transform(current: Obj) -> Obj:
+            if ptype == patches.JSON_PATCH:
+                new = patches.apply_json_patch(current, doc)
+            elif ptype == patches.MERGE_PATCH:
+                new = patches.apply_merge_patch(current, doc)
+            elif ptype == patches.STRATEGIC_MERGE_PATCH:
+                new = patches.apply_strategic_merge_patch(current, doc, merge_keys)
+            else:
+                assert applied is not None
+                new = patches.apply_configuration(current, applied, merge_keys)
+            if not isinstance(new, dict):
+                raise BadRequest("the patched object is not a JSON object")
+            return self.decoder.check_object(r, new)
+
+        if applied is not None:
+            try:
+                code, env = await self._update(r, transform, operation="Apply", applied=applied)
+            except errors.NotFound:
+                if applied_rv:
+                    raise errors.conflict(r.info.plural, r.info.group, r.req.name, errors.MODIFIED) from None
+                env = await self.create_object(r, copy.deepcopy(applied), "Apply", applied)
+                code = 201
+        else:
+            code, env = await self._update(r, transform)
+        return Response(code, envelope.to_json(env))
+
+    # Delete ----------------------------------------------------------------------------
+
+    def _delete_admission(self, r: Request) -> tuple[Obj, Admission]:
+        opts = delete_options(r)
+        if "All" in (opts.get("dryRun") or []):
+            r.req.query["dryRun"] = "All"
+        return opts, self._admission("DELETE", opts)
+
+    async def delete(self, r: Request) -> Response:
+        opts, admission = self._delete_admission(r)
+        env = await self.rest.delete(r, r.req.name, opts, admission.admit, self._validation(admission))
+        return Response(200, envelope.to_json(env))
+
+    async def delete_collection(self, r: Request) -> Response:
+        opts, admission = self._delete_admission(r)
+        deleted = await self.rest.delete_collection(r, opts, r.query.get("labelSelector", ""), r.field_selector,
+                                                    admission.admit, self._validation(admission))
+        return Response(200, lists.from_envelopes(r.info, {"resourceVersion": ""}, deleted))
+
+    # Reviews and TokenRequest (decoded here, answered by reviews.Reviews) --------------------
+
+    async def review(self, r: Request) -> Response:
+        if r.info.namespaced and not r.namespace:
+            # LocalSubjectAccessReview is only served under /namespaces/<ns>/.
+            raise errors.NotFound(NOT_FOUND_MESSAGE)
+        obj = await self.decoder.decode(r, r.req.body)
+        return Response(201, await self.reviews.review(r, obj))
+
+    async def token_request(self, r: Request) -> Response:
+        obj = await self.decoder.decode(r.as_token_request(), r.req.body)
+        return Response(201, await self.reviews.token_request(r, obj))

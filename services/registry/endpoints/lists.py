@@ -1,0 +1,60 @@
+"""The one owner of list JSON: the list object (kind, apiVersion, metadata) around its items, whole or in
+parts as they arrive, and the list of objects a deletecollection answers with.
+
+Items are never decoded here: storage hands their JSON (rendered once per object version in its watch
+cache, comma-separated, as spb.RawListResponse.json_items carries it) or the registry has their
+envelopes, whose JSON is spliced (envelope.to_json). Table lists are printers' documents, not lists.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from apiary_pb import envelope_pb2 as pb
+from apiary_pb import storage_pb2 as spb
+from services.common import envelope
+
+from ..catalogue import ResourceInfo
+
+Obj = dict[str, Any]
+_END = b"]}"
+
+
+def list_meta(resp: spb.ListResponse | spb.RawListResponse) -> Obj:
+    """ListMeta from storage's answer: resourceVersion, continue, remainingItemCount."""
+    meta: Obj = {"resourceVersion": resp.resource_version}
+    token = getattr(resp, "continue")
+    if token:
+        meta["continue"] = token
+    if resp.HasField("remaining_item_count"):
+        meta["remainingItemCount"] = resp.remaining_item_count
+    return meta
+
+
+def head(info: ResourceInfo, meta: Obj) -> bytes:
+    """The list object up to its first item: `{"kind":...,"metadata":{...},"items":[`."""
+    return orjson.dumps({"kind": info.list_kind, "apiVersion": info.api_version, "metadata": meta})[:-1] \
+        + b',"items":['
+
+
+def from_json_items(info: ResourceInfo, meta: Obj, items: bytes) -> bytes:
+    """The list around its items' JSON (comma-separated)."""
+    return b"".join((head(info, meta), items, _END))
+
+
+def from_envelopes(info: ResourceInfo, meta: Obj, items: list[pb.Object]) -> bytes:
+    """The list of these objects, their bodies spliced, not decoded."""
+    return from_json_items(info, meta, b",".join(envelope.to_json(e) for e in items))
+
+
+async def rest_of(parts: AsyncIterator[spb.RawListResponse], started: bool) -> AsyncIterator[bytes]:
+    """The items after the first part (started: whether that part had any), then the end of the list."""
+    async with contextlib.aclosing(parts):
+        async for part in parts:
+            if part.json_items:
+                yield b"," + part.json_items if started else part.json_items
+                started = True
+    yield _END

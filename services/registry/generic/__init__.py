@@ -1,0 +1,1 @@
+"""kube's registry/generic: the Store every kind is served by."""

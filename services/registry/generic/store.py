@@ -1,0 +1,251 @@
+"""kube's registry/generic Store: create, guaranteed update, delete and delete collection of any kind, with
+name generation, system fields, the strategy's rules and managedFields, over the storage client.
+
+Admission and the checks after the strategy's validation arrive as function arguments (rest.AdmitFunc,
+rest.ValidateFunc), as kube's handlers pass rest.ValidateObjectFunc: this module imports nothing from
+the endpoints. Each write serializes its object once: the envelope that validation sees is the one
+storage writes and the answer is rendered from.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import random
+import uuid
+from collections.abc import Callable
+
+from apiary_pb import envelope_pb2 as pb
+from services.common import envelope, errors
+
+from ..catalogue import ResourceInfo
+from ..fieldmanager import update_managed_fields
+from ..rest import AdmitFunc, Obj, Scope, ValidateFunc, ensure_namespace, invalid
+from ..storage_client import StorageClient
+from ..strategies import now_rfc3339
+
+log = logging.getLogger(__name__)
+
+GUARANTEED_UPDATE_ATTEMPTS = 16
+GENERATE_NAME_ATTEMPTS = 8
+NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+MAX_GENERATED_NAME_LENGTH = 63 - 5
+NAMESPACE_TERMINATING = ("The system is ensuring all content is removed from this namespace.  Upon completion, "
+                         "this namespace will automatically be purged by the system.")
+# Storage marks a value encrypted by an older provider or key: kube rewrites it even unchanged.
+STALE_ENCRYPTION = "apiary.storage/stale-encryption"
+
+
+def generate_name(base: str) -> str:
+    """names.SimpleNameGenerator: base (cut to 58) + 5 random characters."""
+    return base[:MAX_GENERATED_NAME_LENGTH] + "".join(random.choice(NAME_ALPHABET) for _ in range(5))
+
+
+class Store:
+    def __init__(self, storage: StorageClient) -> None:
+        self.storage = storage
+
+    # Envelopes ---------------------------------------------------------------------------
+
+    @staticmethod
+    def to_envelope(r: Scope, obj: Obj) -> pb.Object:
+        """The object serialized for storage, with the selectable fields storage filters on."""
+        env = envelope.to_envelope(obj)
+        env.fields.update(r.strategy.selectable_fields(obj))
+        return env
+
+    @staticmethod
+    def fill_kind(info: ResourceInfo, env: pb.Object) -> pb.Object:
+        if not env.kind:
+            env.kind, env.api_version = info.kind, info.api_version
+        return env
+
+    # Reads -------------------------------------------------------------------------------
+
+    async def get(self, r: Scope, name: str, resource_version: str = "") -> pb.Object:
+        return self.fill_kind(r.info, await self.storage.get(r.info, r.namespace, name, resource_version,
+                                                             r.timing))
+
+    # Create ------------------------------------------------------------------------------
+
+    async def create(self, r: Scope, obj: Obj, validate: ValidateFunc, operation: str = "Update",
+                     applied: Obj | None = None) -> pb.Object:
+        """(after mutating admission) PrepareForCreate, name, system fields -> Validate -> validate -> write."""
+        meta = obj.setdefault("metadata", {})
+        for k in ("uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink",
+                  "generation"):
+            meta.pop(k, None)
+        r.strategy.prepare_for_create(obj)
+        generated = bool(meta.get("generateName")) and not meta.get("name")
+        if generated:
+            meta["name"] = generate_name(meta["generateName"])
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        self._manage_fields(r, obj, None, operation, applied)
+        causes = r.strategy.validate(obj)
+        if causes:
+            raise invalid(r, obj, causes)
+        env = self.to_envelope(r, obj)
+        await validate(r, meta["name"], obj, None, env, None)
+        if r.dry_run:
+            return env
+        for attempt in range(GENERATE_NAME_ATTEMPTS):
+            try:
+                return await self.storage.create(r.info, env, r.timing)
+            except errors.AlreadyExists:
+                if not generated or attempt == GENERATE_NAME_ATTEMPTS - 1:
+                    raise
+                env.metadata.name = generate_name(meta["generateName"])
+                env.fields["metadata.name"] = env.metadata.name
+        raise AssertionError("unreachable")
+
+    def _manage_fields(self, r: Scope, obj: Obj, old: Obj | None, operation: str, applied: Obj | None) -> None:
+        update_managed_fields(obj, old, manager=r.field_manager, operation=operation,
+                              subresource=r.req.subresource, api_version=r.info.api_version,
+                              merge_keys=r.strategy.merge_keys, applied=applied)
+
+    # Update --------------------------------------------------------------------------------
+
+    async def update(self, r: Scope, transform: Callable[[Obj], Obj], admit: AdmitFunc, validate: ValidateFunc,
+                     operation: str = "Update", applied: Obj | None = None) -> tuple[int, pb.Object]:
+        """GuaranteedUpdate: read, transform, admit, validate, CAS write; retry on a storage conflict unless
+        the caller pinned the resourceVersion."""
+        info, name = r.info, r.req.name
+        for attempt in range(GUARANTEED_UPDATE_ATTEMPTS):
+            current_env = await self.get(r, name)
+            current = envelope.from_envelope(current_env)
+            cur_meta = current["metadata"]
+            new = transform(copy.deepcopy(current))
+            meta = new.setdefault("metadata", {})
+            pinned = meta.get("resourceVersion") or ""
+            if pinned and pinned != cur_meta.get("resourceVersion"):
+                raise errors.conflict(info.plural, info.group, name, errors.MODIFIED)
+            uid = meta.get("uid") or ""
+            if uid and uid != cur_meta.get("uid"):
+                raise errors.conflict(info.plural, info.group, name,
+                                      f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                                      f"{cur_meta.get('uid', '')}")
+            new = await admit(r, name, new, current_env) or new
+            meta = new.setdefault("metadata", {})
+            self._before_update(r, new, current)
+            self._manage_fields(r, new, current, operation, applied)
+            causes = r.strategy.validate_update(new, current)
+            if causes:
+                raise invalid(r, new, causes)
+            # an unconditional update takes the current resourceVersion, as kube's Store.Update does
+            meta["resourceVersion"] = cur_meta.get("resourceVersion", "")
+            same = _same(new, current)
+            env = current_env if same else self.to_envelope(r, new)
+            await validate(r, name, new, current, env, current_env)
+            if same and STALE_ENCRYPTION not in current_env.fields:
+                return 200, current_env
+            if r.dry_run:
+                return 200, env
+            try:
+                if self._should_delete(info, new):
+                    deleted = await self.storage.delete(info, r.namespace, name, cur_meta.get("uid", ""),
+                                                        cur_meta.get("resourceVersion", ""), r.timing)
+                    return 200, self.fill_kind(info, deleted)
+                env.metadata.resource_version = ""
+                return 200, await self.storage.update(info, env, cur_meta.get("resourceVersion", ""), r.timing)
+            except errors.Conflict:
+                if pinned or attempt == GUARANTEED_UPDATE_ATTEMPTS - 1:
+                    raise
+                log.debug("conflict updating %s %s; retrying", info.plural, name)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _before_update(r: Scope, new: Obj, old: Obj) -> None:
+        """rest.BeforeUpdate: system fields come from the old object; the strategy prepares the rest."""
+        meta, old_meta = new["metadata"], old["metadata"]
+        ensure_namespace(r, new)
+        for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
+            if k in old_meta:
+                meta[k] = old_meta[k]
+            else:
+                meta.pop(k, None)
+        meta.pop("selfLink", None)
+        r.strategy.prepare_for_update(new, old)
+
+    @staticmethod
+    def _should_delete(info: ResourceInfo, obj: Obj) -> bool:
+        """An object being deleted goes once its last finalizer is gone (namespaces: spec ones too)."""
+        meta = obj["metadata"]
+        if not meta.get("deletionTimestamp") or meta.get("finalizers"):
+            return False
+        if info.plural == "namespaces" and not info.group:
+            return not (obj.get("spec") or {}).get("finalizers")
+        return True
+
+    # Delete --------------------------------------------------------------------------------
+
+    async def delete(self, r: Scope, name: str, opts: Obj, admit: AdmitFunc, validate: ValidateFunc) -> pb.Object:
+        """Preconditions, admission, then either mark the object (finalizers pending) or delete it."""
+        info = r.info
+        pre = opts.get("preconditions") or {}
+        for attempt in range(GUARANTEED_UPDATE_ATTEMPTS):
+            current_env = await self.get(r, name)
+            current = envelope.from_envelope(current_env)
+            meta = current["metadata"]
+            if pre.get("uid") and pre["uid"] != meta.get("uid"):
+                raise errors.conflict(info.plural, info.group, name,
+                                      f"Precondition failed: UID in precondition: {pre['uid']}, UID in object "
+                                      f"meta: {meta.get('uid', '')}")
+            if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
+                raise errors.conflict(info.plural, info.group, name,
+                                      f"Precondition failed: ResourceVersion in precondition: "
+                                      f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+                                      f"{meta.get('resourceVersion', '')}")
+            is_namespace = info.plural == "namespaces" and not info.group
+            if is_namespace and meta.get("deletionTimestamp") and (current.get("spec") or {}).get("finalizers"):
+                raise errors.conflict(info.plural, info.group, name, NAMESPACE_TERMINATING)
+            await admit(r, name, None, current_env)
+            await validate(r, name, None, current, None, current_env)
+            rv = meta.get("resourceVersion", "")
+            pending = bool(meta.get("finalizers")) or (is_namespace and (current.get("spec") or {})
+                                                       .get("finalizers"))
+            try:
+                if pending:
+                    if meta.get("deletionTimestamp") and not is_namespace:
+                        return current_env
+                    marked = copy.deepcopy(current)
+                    mm = marked["metadata"]
+                    mm.setdefault("deletionTimestamp", now_rfc3339())
+                    mm["deletionGracePeriodSeconds"] = 0
+                    if is_namespace:
+                        status = marked.get("status") or {}
+                        status["phase"] = "Terminating"
+                        marked["status"] = status
+                    env = self.to_envelope(r, marked)
+                    if r.dry_run:
+                        return env
+                    env.metadata.resource_version = ""
+                    return await self.storage.update(info, env, rv, r.timing)
+                if r.dry_run:
+                    return current_env
+                return self.fill_kind(info, await self.storage.delete(info, r.namespace, name, meta.get("uid", ""),
+                                                                      rv, r.timing))
+            except errors.Conflict:
+                if attempt == GUARANTEED_UPDATE_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def delete_collection(self, r: Scope, opts: Obj, label_selector: str, field_selector: str,
+                                admit: AdmitFunc, validate: ValidateFunc) -> list[pb.Object]:
+        """Every object the selectors match, deleted one by one (one gone meanwhile is skipped)."""
+        listed = await self.storage.list_all(r.info, r.info.collection_prefix(r.namespace), label_selector,
+                                             field_selector)
+        deleted: list[pb.Object] = []
+        for item in listed:
+            sub = r.for_item(item.metadata.namespace)
+            try:
+                deleted.append(await self.delete(sub, item.metadata.name, opts, admit, validate))
+            except errors.NotFound:
+                continue
+        return deleted
+
+
+def _same(new: Obj, old: Obj) -> bool:
+    """A no-op update is not written (kube skips the etcd write when the bytes are equal)."""
+    a = dict(new, metadata={k: val for k, val in new["metadata"].items() if k != "managedFields"})
+    b = dict(old, metadata={k: val for k, val in old["metadata"].items() if k != "managedFields"})
+    return a == b
