@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import queue
 import ssl
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -20,8 +18,8 @@ import orjson
 import pytest
 
 from tests.integration.procs import free_port
-from tools import certs
-from tools.run import ROOT, Stack
+from tools import certs, pizza_server
+from tools.run import Stack
 
 GROUP = "restaurant.programming-kubernetes.info"
 V1ALPHA1, V1BETA1 = f"/apis/{GROUP}/v1alpha1", f"/apis/{GROUP}/v1beta1"
@@ -41,40 +39,12 @@ def wait_for(fn: Callable[[], Any], timeout: float = 20.0) -> Any:
 @pytest.fixture(scope="module")
 def pizza(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A pizza server process; its base URL."""
-    pki = stack.state / "pki"
-    port = free_port()
-    logdir = tmp_path_factory.mktemp("pizza")
-    log = open(logdir / "pizza.log", "wb")
-    cmd = [sys.executable, "-m", "services.pizza", "--secure-port", str(port), "--bind-address", "127.0.0.1",
-           "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
-           "--etcd-servers", stack.etcd_url, "--etcd-prefix", f"/pizza-{uuid.uuid4().hex[:8]}",
-           "--kubeconfig", str(stack.kubeconfig),
-           "--requestheader-client-ca-file", str(pki / "front-proxy-ca.crt"),
-           "--requestheader-allowed-names", "front-proxy-client",
-           "--client-ca-file", str(pki / "ca.crt"),
-           "--authorization-webhook-cache-unauthorized-ttl", f"{UNAUTHORIZED_TTL}s"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = pizza_server.start(stack, free_port(), tmp_path_factory.mktemp("pizza") / "pizza.log",
+                                ["--authorization-webhook-cache-unauthorized-ttl", f"{UNAUTHORIZED_TTL}s"])
     try:
-        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, (logdir / "pizza.log").read_text()
-            try:
-                if httpx.get(f"https://127.0.0.1:{port}/readyz", verify=ctx, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, (logdir / "pizza.log").read_text()
-            time.sleep(0.2)
-        yield f"https://127.0.0.1:{port}"
+        yield server.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        server.stop()
 
 
 def _client(stack: Stack, base: str, cert: tuple[Path, Path] | None, headers: dict[str, str] | None = None
@@ -306,7 +276,7 @@ def test_discovery_openapi_and_health(stack: Stack, pizza: str, chef: httpx.Clie
     assert toppings["namespaced"] is False
     index = chef.get("/openapi/v3").json()["paths"]
     doc = chef.get(index[f"apis/{GROUP}/v1beta1"]["serverRelativeURL"]).json()
-    spec = doc["components"]["schemas"][f"info.programming-kubernetes.restaurant.v1beta1.Pizza"]
+    spec = doc["components"]["schemas"]["info.programming-kubernetes.restaurant.v1beta1.Pizza"]
     assert spec["properties"]["spec"]["properties"]["toppings"]["items"]["properties"]["quantity"]["type"] == "integer"
     assert "definitions" in chef.get("/openapi/v2").json()
     # health needs no credentials; metrics do

@@ -1,0 +1,72 @@
+"""A pizza server (python -m services.pizza) as a process beside a Stack: its own etcd prefix on the
+stack's etcd, delegated authentication and authorization against the stack's apiary, the stack's
+serving certificate and the front-proxy CA. Used by the tests and the bench until the local runner
+runs aggregated servers itself."""
+from __future__ import annotations
+
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from tools.run import ROOT, Stack
+
+
+@dataclass
+class PizzaServer:
+    proc: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+    log: BinaryIO
+    prefix: str
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def command(stack: Stack, port: int, prefix: str, extra: list[str] | None = None) -> list[str]:
+    pki = stack.state / "pki"
+    return [sys.executable, "-m", "services.pizza", "--secure-port", str(port), "--bind-address", "127.0.0.1",
+            "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
+            "--etcd-servers", stack.etcd_url, "--etcd-prefix", prefix, "--kubeconfig", str(stack.kubeconfig),
+            "--requestheader-client-ca-file", str(pki / "front-proxy-ca.crt"),
+            "--requestheader-allowed-names", "front-proxy-client", "--client-ca-file", str(pki / "ca.crt"),
+            *(extra or [])]
+
+
+def start(stack: Stack, port: int, log_path: Path, extra: list[str] | None = None, timeout: float = 30.0,
+          prefix: str = "") -> PizzaServer:
+    """Start it and wait until /readyz answers 200 (its informers synced, etcd reachable)."""
+    prefix = prefix or f"/pizza-{uuid.uuid4().hex[:8]}"
+    log = open(log_path, "ab")
+    proc = subprocess.Popen(command(stack, port, prefix, extra), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    server = PizzaServer(proc, f"https://127.0.0.1:{port}", log_path, log, prefix)
+    ctx = ssl.create_default_context(cafile=str(stack.state / "pki" / "ca.crt"))
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            server.log.close()
+            raise RuntimeError(f"the pizza server exited ({proc.returncode}):\n{log_path.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{server.url}/readyz", timeout=2, context=ctx) as r:
+                if r.status == 200:
+                    return server
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(f"the pizza server is not ready after {timeout} s:\n{log_path.read_text()}")
+        time.sleep(0.2)
