@@ -36,10 +36,13 @@ class PizzaServer:
         self.log.close()
 
 
-def command(stack: Stack, port: int, prefix: str, extra: list[str] | None = None) -> list[str]:
+def command(stack: Stack, port: int, prefix: str, extra: list[str] | None = None,
+            tls: tuple[Path, Path] | None = None) -> list[str]:
+    """tls: the serving certificate and key (default: the stack's apiserver certificate)."""
     pki = stack.state / "pki"
+    cert, key = tls or (pki / "apiserver.crt", pki / "apiserver.key")
     return [sys.executable, "-m", "services.pizza", "--secure-port", str(port), "--bind-address", "127.0.0.1",
-            "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
+            "--tls-cert-file", str(cert), "--tls-private-key-file", str(key),
             "--etcd-servers", stack.etcd_url, "--etcd-prefix", prefix, "--kubeconfig", str(stack.kubeconfig),
             "--requestheader-client-ca-file", str(pki / "front-proxy-ca.crt"),
             "--requestheader-allowed-names", "front-proxy-client", "--client-ca-file", str(pki / "ca.crt"),
@@ -47,11 +50,11 @@ def command(stack: Stack, port: int, prefix: str, extra: list[str] | None = None
 
 
 def start(stack: Stack, port: int, log_path: Path, extra: list[str] | None = None, timeout: float = 30.0,
-          prefix: str = "") -> PizzaServer:
+          prefix: str = "", tls: tuple[Path, Path] | None = None) -> PizzaServer:
     """Start it and wait until /readyz answers 200 (its informers synced, etcd reachable)."""
     prefix = prefix or f"/pizza-{uuid.uuid4().hex[:8]}"
     log = open(log_path, "ab")
-    proc = subprocess.Popen(command(stack, port, prefix, extra), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(command(stack, port, prefix, extra, tls), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     server = PizzaServer(proc, f"https://127.0.0.1:{port}", log_path, log, prefix)
     ctx = ssl.create_default_context(cafile=str(stack.state / "pki" / "ca.crt"))
