@@ -37,24 +37,26 @@ class PizzaServer:
 
 
 def command(stack: Stack, port: int, prefix: str, extra: list[str] | None = None,
-            tls: tuple[Path, Path] | None = None) -> list[str]:
-    """tls: the serving certificate and key (default: the stack's apiserver certificate)."""
+            tls: tuple[Path, Path] | None = None, ca_flags: bool = True) -> list[str]:
+    """tls: the serving certificate and key (default: the stack's apiserver certificate); without
+    ca_flags the server reads its CAs from kube-system/extension-apiserver-authentication."""
     pki = stack.state / "pki"
     cert, key = tls or (pki / "apiserver.crt", pki / "apiserver.key")
     return [sys.executable, "-m", "services.pizza", "--secure-port", str(port), "--bind-address", "127.0.0.1",
             "--tls-cert-file", str(cert), "--tls-private-key-file", str(key),
             "--etcd-servers", stack.etcd_url, "--etcd-prefix", prefix, "--kubeconfig", str(stack.kubeconfig),
-            "--requestheader-client-ca-file", str(pki / "front-proxy-ca.crt"),
-            "--requestheader-allowed-names", "front-proxy-client", "--client-ca-file", str(pki / "ca.crt"),
+            *(["--requestheader-client-ca-file", str(pki / "front-proxy-ca.crt"),
+                "--requestheader-allowed-names", "front-proxy-client", "--client-ca-file", str(pki / "ca.crt")]
+              if ca_flags else []),
             *(extra or [])]
 
 
 def start(stack: Stack, port: int, log_path: Path, extra: list[str] | None = None, timeout: float = 30.0,
-          prefix: str = "", tls: tuple[Path, Path] | None = None) -> PizzaServer:
+          prefix: str = "", tls: tuple[Path, Path] | None = None, ca_flags: bool = True) -> PizzaServer:
     """Start it and wait until /readyz answers 200 (its informers synced, etcd reachable)."""
     prefix = prefix or f"/pizza-{uuid.uuid4().hex[:8]}"
     log = open(log_path, "ab")
-    proc = subprocess.Popen(command(stack, port, prefix, extra, tls), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(command(stack, port, prefix, extra, tls, ca_flags), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     server = PizzaServer(proc, f"https://127.0.0.1:{port}", log_path, log, prefix)
     ctx = ssl.create_default_context(cafile=str(stack.state / "pki" / "ca.crt"))

@@ -284,3 +284,31 @@ def test_discovery_openapi_and_health(stack: Stack, pizza: str, chef: httpx.Clie
         assert anonymous.get("/healthz").text == "ok" and anonymous.get("/readyz").status_code == 200
         assert anonymous.get("/metrics").status_code == 401
     assert "apiserver_request_total" in chef.get("/metrics").text
+
+
+def test_requestheader_configuration_from_the_extension_configmap(
+        stack: Stack, admin: httpx.Client, tmp_path: Path) -> None:
+    """Without CA flags the server reads kube-system/extension-apiserver-authentication, as kube's do."""
+    pki = stack.state / "pki"
+    url = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
+    if admin.get(url).status_code == 404:  # published by apiary itself once it does
+        cm = {"metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"}, "data": {
+            "client-ca-file": (pki / "ca.crt").read_text(),
+            "requestheader-client-ca-file": (pki / "front-proxy-ca.crt").read_text(),
+            "requestheader-allowed-names": '["front-proxy-client"]',
+            "requestheader-username-headers": '["X-Remote-User"]',
+            "requestheader-group-headers": '["X-Remote-Group"]',
+            "requestheader-extra-headers-prefix": '["X-Remote-Extra-"]'}}
+        assert admin.post("/api/v1/namespaces/kube-system/configmaps", json=cm).status_code == 201
+    server = pizza_server.start(stack, free_port(), tmp_path / "pizza.log", ca_flags=False)
+    try:
+        with front_proxy(stack, server.url, ADMIN) as chef:
+            assert chef.get(f"{V1BETA1}/toppings").status_code == 200
+        ca = certs.make_ca(pki / "front-proxy-ca", "front-proxy-ca")
+        certs.make_cert(tmp_path / "impostor", ca, "not-the-front-proxy", client=True)
+        with _client(stack, server.url, (tmp_path / "impostor.crt", tmp_path / "impostor.key"), ADMIN) as impostor:
+            assert impostor.get(f"{V1BETA1}/toppings").status_code == 401
+        with _client(stack, server.url, (pki / "admin.crt", pki / "admin.key")) as x509_admin:
+            assert x509_admin.get(f"{V1BETA1}/toppings").status_code == 200
+    finally:
+        server.stop()
