@@ -23,6 +23,8 @@ from services.common.errors import Unauthorized
 from services.common.identity import user_pb
 from services.proxy.filters.requestheader import RequestHeaderConfig, with_authenticated_group
 
+from .metrics import AUTHN
+
 UNAUTHORIZED = "Unauthorized"
 TOKEN_REVIEW = "/apis/authentication.k8s.io/v1/tokenreviews"
 
@@ -91,7 +93,12 @@ class Authenticator:
         if self.apiary is None:
             return None
         review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
-        r = await self.apiary.post(TOKEN_REVIEW, json=review)
+        try:
+            r = await self.apiary.post(TOKEN_REVIEW, json=review)
+        except httpx.HTTPError:
+            AUTHN.labels("error").inc()
+            raise
+        AUTHN.labels(str(r.status_code)).inc()
         r.raise_for_status()
         status = r.json().get("status") or {}
         if not status.get("authenticated"):

@@ -17,6 +17,8 @@ from services.common.identity import SYSTEM_MASTERS, user_dict
 from services.proxy.filters.authz import forbidden_error
 from services.proxy.requestinfo import RequestInfo
 
+from .metrics import AUTHZ, AUTHZ_CACHE
+
 SUBJECT_ACCESS_REVIEW = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 CACHE_SIZE = 1024
 
@@ -39,7 +41,6 @@ class Authorizer:
         self.authorized_ttl, self.unauthorized_ttl = authorized_ttl, unauthorized_ttl
         self.exact, self.prefixes = _always_allowed(always_allow_paths)
         self._cache: OrderedDict[tuple[Any, ...], tuple[float, bool, str]] = OrderedDict()
-        self.hits = self.misses = 0
 
     def always_allowed(self, path: str) -> bool:
         return path in self.exact or any(path.startswith(p) for p in self.prefixes)
@@ -61,9 +62,9 @@ class Authorizer:
         now = time.monotonic()
         if hit is not None and hit[0] > now:
             self._cache.move_to_end(key)
-            self.hits += 1
+            AUTHZ_CACHE.labels("hit").inc()
             return hit[1], hit[2]
-        self.misses += 1
+        AUTHZ_CACHE.labels("miss").inc()
         allowed, reason = await self._review(user, info)
         self._cache[key] = (now + (self.authorized_ttl if allowed else self.unauthorized_ttl), allowed, reason)
         self._cache.move_to_end(key)
@@ -92,7 +93,9 @@ class Authorizer:
         try:
             r = await self.apiary.post(SUBJECT_ACCESS_REVIEW, json=review)
         except httpx.HTTPError as e:
+            AUTHZ.labels("error").inc()
             raise InternalError(f"error contacting the authorizer: {e}") from None
+        AUTHZ.labels(str(r.status_code)).inc()
         if r.status_code != 201 and r.status_code != 200:
             raise InternalError(f"the authorizer answered {r.status_code}: {r.text[:200]}")
         status = r.json().get("status") or {}

@@ -24,15 +24,7 @@ import httpx
 import orjson
 from fastapi import FastAPI
 from fastapi.responses import Response
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    PlatformCollector,
-    ProcessCollector,
-    generate_latest,
-)
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
@@ -54,6 +46,7 @@ from .api import AdmissionPlugin, Kind
 from .authn import Authenticator
 from .authz import Authorizer
 from .informer import Informer
+from .metrics import LATENCY, REGISTRY, REQUESTS
 from .options import parser
 from .rest import Call, Resources, first_or_timeout
 from .scheme import Scheme
@@ -62,18 +55,6 @@ from .storage import Storage
 log = logging.getLogger("services.kit")
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per delegated review is noise
 
-# The kit's own registry: modules it borrows from the proxy register the proxy's metrics in the default one.
-REGISTRY = CollectorRegistry()
-ProcessCollector(registry=REGISTRY)
-PlatformCollector(registry=REGISTRY)
-REQUESTS = Counter("apiserver_request_total", "Requests by verb, group, version, resource and HTTP code.",
-                   ["verb", "group", "version", "resource", "code"], registry=REGISTRY)
-LATENCY = Histogram("apiserver_request_duration_seconds", "Response latency by verb, group, version and resource.",
-                    ["verb", "group", "version", "resource"],
-                    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0),
-                    registry=REGISTRY)
-AUTHZ = Counter("apiserver_delegated_authz_request_total", "SubjectAccessReviews sent to the core API server.",
-                ["code"], registry=REGISTRY)
 EXTENSION_CONFIGMAP = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
 JSON = "application/json"
 
@@ -254,10 +235,7 @@ class APIServer:
             if not self.authz.always_allowed(path):
                 if user is None:
                     raise Unauthorized("Unauthorized")
-                misses = self.authz.misses
                 await self.authz.authorize(user, info)
-                if self.authz.misses != misses:
-                    AUTHZ.labels("201").inc()
             scope["user"] = user
             code = await self._route(scope, receive, send, info, query, headers, user)
         except APIError as e:
