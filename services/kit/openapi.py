@@ -1,14 +1,16 @@
 """OpenAPI of the server's kinds: v3 (an index and one document per group-version, what `kubectl
-explain` and `kubectl create --validate=strict` read) and v2 (one document, for aggregators that
-merge v2). Kinds are named as kube names Go types: the reversed group, the version, the kind."""
+explain` and `kubectl create --validate=strict` read) and v2 (one document, JSON or gnostic
+protobuf, converted from the v3 documents by the proxy's converter, as kube-openapi does). Kinds
+are named as kube names Go types: the reversed group, the version, the kind."""
 from __future__ import annotations
 
 import copy
 import hashlib
 from collections.abc import Sequence
-from typing import Any
 
 import orjson
+
+from services.proxy import openapi_v2
 
 from .api import Kind, Obj
 
@@ -185,45 +187,6 @@ def v3_document(group: str, version: str, kinds: Sequence[Kind]) -> Obj:
             "components": {"schemas": schemas}}
 
 
-def _to_v2(node: Any) -> Any:
-    """A v3 schema tree with v2's $refs."""
-    if isinstance(node, dict):
-        return {k: (v.replace("#/components/schemas/", "#/definitions/") if k == "$ref" else _to_v2(v))
-                for k, v in node.items()}
-    if isinstance(node, list):
-        return [_to_v2(v) for v in node]
-    return node
-
-
-def v2_document(group: str, versions: Sequence[str], kinds: Sequence[Kind]) -> Obj:
-    definitions: dict[str, Obj] = {}
-    paths: dict[str, Obj] = {}
-    for v in versions:
-        doc = v3_document(group, v, kinds)
-        definitions.update(_to_v2(doc["components"]["schemas"]))
-        for path, item in doc["paths"].items():
-            out: Obj = {}
-            for method, op in item.items():
-                if method == "parameters":
-                    out[method] = [{"name": p["name"], "in": p["in"], "type": "string", "uniqueItems": True,
-                                    **({"required": True} if p.get("required") else {})} for p in op]
-                    continue
-                ref = next(iter(next(iter(op["responses"].values()))["content"].values()))["schema"]["$ref"]
-                out[method] = {
-                    "tags": op["tags"], "operationId": op["operationId"], "consumes": ["*/*"],
-                    "produces": list(_MEDIA), "schemes": ["https"],
-                    "parameters": [{"name": p["name"], "in": p["in"], "type": p["schema"]["type"],
-                                    "uniqueItems": True} for p in op["parameters"]],
-                    "responses": {c: {"description": "OK", "schema": {"$ref": _to_v2({"$ref": ref})["$ref"]}}
-                                  for c in op["responses"]},
-                    "x-kubernetes-action": op["x-kubernetes-action"],
-                    "x-kubernetes-group-version-kind": op["x-kubernetes-group-version-kind"],
-                }
-            paths[path] = out
-    return {"swagger": "2.0", "info": {"title": "Kubernetes", "version": "v1.32.0"}, "paths": paths,
-            "definitions": definitions}
-
-
 class Documents:
     """The OpenAPI documents, serialized once; v3 documents are addressed with their hash."""
 
@@ -237,4 +200,4 @@ class Documents:
             self.hashes[path] = hashlib.sha512(body).hexdigest()[:128].upper()
         self.index = orjson.dumps({"paths": {p: {"serverRelativeURL": f"/openapi/v3/{p}?hash={h}"}
                                              for p, h in self.hashes.items()}})
-        self.v2 = orjson.dumps(v2_document(group, versions, kinds))
+        self.v2 = openapi_v2.build(self.v3)

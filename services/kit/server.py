@@ -30,7 +30,7 @@ from starlette.requests import Request
 
 from services.common import runtime
 from services.common.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
-from services.proxy import negotiation
+from services.proxy import negotiation, openapi_v2
 from services.proxy import server as https
 from services.proxy.filters.requestheader import (
     DEFAULT_EXTRA_PREFIXES,
@@ -294,7 +294,11 @@ class APIServer:
         if path.startswith("/openapi/v3/") and path[len("/openapi/v3/"):] in self.openapi.v3:
             return self.openapi.v3[path[len("/openapi/v3/"):]], JSON
         if path == "/openapi/v2":
-            return self.openapi.v2, JSON
+            form = openapi_v2.negotiate(accept)
+            if form is None:
+                raise APIError("only application/json and protobuf are served", code=406, reason="NotAcceptable")
+            return (self.openapi.v2.json, JSON) if form == openapi_v2.JSON else \
+                (self.openapi.v2.protobuf, openapi_v2.PROTOBUF)
         if path in ("/healthz", "/livez"):
             return b"ok", "text/plain; charset=utf-8"
         if path == "/readyz":

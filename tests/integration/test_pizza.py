@@ -279,6 +279,8 @@ def test_discovery_openapi_and_health(stack: Stack, pizza: str, chef: httpx.Clie
     spec = doc["components"]["schemas"]["info.programming-kubernetes.restaurant.v1beta1.Pizza"]
     assert spec["properties"]["spec"]["properties"]["toppings"]["items"]["properties"]["quantity"]["type"] == "integer"
     assert "definitions" in chef.get("/openapi/v2").json()
+    v2pb = chef.get("/openapi/v2", headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"})
+    assert v2pb.status_code == 200 and "protobuf" in v2pb.headers["content-type"] and v2pb.content
     # health needs no credentials; metrics do
     with _client(stack, pizza, None) as anonymous:
         assert anonymous.get("/healthz").text == "ok" and anonymous.get("/readyz").status_code == 200
