@@ -19,7 +19,6 @@ from services.common.errors import Conflict
 from services.kit.options import parser
 from services.kit.rest import Call
 
-pytestmark = pytest.mark.asyncio
 GROUP = "widgets.example.com"
 
 
