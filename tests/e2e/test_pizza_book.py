@@ -5,7 +5,9 @@ every command goes to apiary, which forwards the restaurant group to it."""
 from __future__ import annotations
 
 import base64
+import queue
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,6 +139,8 @@ def test_the_books_session(kubectl, restaurant: None, tmp_path: Path) -> None:  
     assert out.split() == ["salami", "mozzarella", "tomato"]
 
     watch = kubectl.popen("get", "pizza", "-w", "--output-watch-events", "-o", "name")
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line.decode()) for line in watch.stdout], daemon=True).start()
     try:
         kubectl.run("create", "-f", "-", input=f"apiVersion: {GROUP}/v1beta1\nkind: Pizza\nmetadata:\n"
                     "  name: watched\nspec:\n  toppings:\n  - name: salami\n")
@@ -144,11 +148,9 @@ def test_the_books_session(kubectl, restaurant: None, tmp_path: Path) -> None:  
                     "-p", '{"spec":{"toppings":[{"name":"salami","quantity":2}]}}')
         kubectl.run("delete", "pizza", "watched")
         seen: list[str] = []
-        assert watch.stdout is not None
         while not {"ADDED", "MODIFIED", "DELETED"} <= set(seen):
-            line = watch.stdout.readline().decode()
-            assert line, seen
-            if "watched" in line:
+            line = lines.get(timeout=60)
+            if line.rstrip().endswith("/watched"):
                 seen.append(line.split()[0])
     finally:
         watch.kill()
