@@ -138,7 +138,7 @@ def test_the_books_session(kubectl, restaurant: None, tmp_path: Path) -> None:  
     out = kubectl.run("get", "pizza", "plain", "-o", "jsonpath={.spec.toppings[*].name}").stdout
     assert out.split() == ["salami", "mozzarella", "tomato"]
 
-    watch = kubectl.popen("get", "pizza", "-w", "--output-watch-events", "-o", "name")
+    watch = kubectl.popen("get", "pizza", "-w", "--output-watch-events")
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line.decode()) for line in watch.stdout], daemon=True).start()
     try:
@@ -148,10 +148,16 @@ def test_the_books_session(kubectl, restaurant: None, tmp_path: Path) -> None:  
                     "-p", '{"spec":{"toppings":[{"name":"salami","quantity":2}]}}')
         kubectl.run("delete", "pizza", "watched")
         seen: list[str] = []
+        printed: list[str] = []
         while not {"ADDED", "MODIFIED", "DELETED"} <= set(seen):
-            line = lines.get(timeout=60)
-            if line.rstrip().endswith("/watched"):
-                seen.append(line.split()[0])
+            try:
+                line = lines.get(timeout=60)
+            except queue.Empty:
+                raise AssertionError(f"kubectl get pizza -w printed {printed}") from None
+            printed.append(line)
+            words = line.split()
+            if len(words) > 1 and words[1] == "watched":
+                seen.append(words[0])
     finally:
         watch.kill()
         watch.wait()
