@@ -4,7 +4,6 @@ Service and its Endpoints, both APIServices with the serving certificate's CA as
 every command goes to apiary, which forwards the restaurant group to it."""
 from __future__ import annotations
 
-import base64
 import queue
 import socket
 import threading
@@ -15,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from tools import pizza_server
-from tools.certs import make_ca, make_cert
 from tools.run import Stack
 
 pytestmark = [pytest.mark.stack, pytest.mark.skip(reason="needs aggregation forwarding")]
@@ -62,52 +60,10 @@ def wait_until(fn, timeout: float = 60.0):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def restaurant(stack: Stack, kubectl, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("pizza")
-    ca = make_ca(tmp / "pizza-ca", "pizza-ca")
-    make_cert(tmp / "pizza", ca, f"api.{NS}.svc", server=True, dns_names=(f"api.{NS}.svc",))
+    cert, key, ca = pizza_server.serving_certificate(tmp)
     port = _free_port()
-    server = pizza_server.start(stack, port, tmp / "pizza.log", tls=(tmp / "pizza.crt", tmp / "pizza.key"))
-    ca_bundle = base64.b64encode((tmp / "pizza-ca.crt").read_bytes()).decode()
-    registration = f"""apiVersion: v1
-kind: Namespace
-metadata:
-  name: {NS}
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: api
-  namespace: {NS}
-spec:
-  ports:
-  - port: 443
-    targetPort: {port}
----
-apiVersion: v1
-kind: Endpoints
-metadata:
-  name: api
-  namespace: {NS}
-subsets:
-- addresses:
-  - ip: 127.0.0.1
-  ports:
-  - port: {port}
-""" + "".join(f"""---
-apiVersion: apiregistration.k8s.io/v1
-kind: APIService
-metadata:
-  name: {version}.{GROUP}
-spec:
-  group: {GROUP}
-  version: {version}
-  groupPriorityMinimum: 1000
-  versionPriority: {priority}
-  caBundle: {ca_bundle}
-  service:
-    name: api
-    namespace: {NS}
-    port: 443
-""" for version, priority in (("v1alpha1", 15), ("v1beta1", 20)))
+    server = pizza_server.start(stack, port, tmp / "pizza.log", tls=(cert, key))
+    registration = pizza_server.registration_yaml(port, ca)
     kubectl.run("apply", "-f", "-", input=registration)
     try:
         yield
