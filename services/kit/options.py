@@ -65,5 +65,7 @@ def parser(prog: str, description: str, etcd_prefix: str) -> argparse.ArgumentPa
                    help="how long a denied SubjectAccessReview answer is cached")
     a.add_argument("--authorization-always-allow-paths", type=_list, default=["/healthz", "/readyz", "/livez"],
                    help="paths served without authentication or authorization (a trailing * matches a prefix)")
+    p.add_argument("--disable-admission-plugins", type=_list, default=[],
+                   help="built-in admission plug-ins to turn off (NamespaceLifecycle)")
     p.add_argument("-v", type=int, default=0, help="log verbosity")
     return p

@@ -46,6 +46,7 @@ from .api import AdmissionPlugin, Kind
 from .authn import Authenticator
 from .authz import Authorizer
 from .informer import Informer
+from .lifecycle import NamespaceLifecycle
 from .metrics import LATENCY, REGISTRY, REQUESTS
 from .options import parser
 from .rest import Call, Resources, first_or_timeout
@@ -87,6 +88,7 @@ class APIServer:
         self.authz = Authorizer(None)
         self.min_request_timeout = 1800
         self._clients: list[httpx.AsyncClient] = []
+        self.lifecycle: NamespaceLifecycle | None = None
 
     # what plug-ins and routes use --------------------------------------------------------------------
 
@@ -159,6 +161,10 @@ class APIServer:
                 listed(args.requestheader_allowed_names, "requestheader-allowed-names", ()),
             )
         self.authn = Authenticator(requestheader, authn_client, args.authentication_token_webhook_cache_ttl)
+        core = self._client(args.kubeconfig) if args.kubeconfig else authn_client
+        if core is not None and "NamespaceLifecycle" not in args.disable_admission_plugins:
+            self.lifecycle = NamespaceLifecycle(core)
+            self.admission.insert(0, self.lifecycle)
         self.authz = Authorizer(authz_client, args.authorization_webhook_cache_authorized_ttl,
                                 args.authorization_webhook_cache_unauthorized_ttl,
                                 args.authorization_always_allow_paths)
@@ -192,6 +198,8 @@ class APIServer:
         await self.storage.start()
         for inf in self.informers.values():
             inf.start()
+        if self.lifecycle is not None:
+            self.lifecycle.namespaces.start()
         server = https.make_server(self, args.bind_address, args.secure_port, args.tls_cert_file,
                                    args.tls_private_key_file, client_ca_file=client_ca, requestheader_ca_file=rh_ca)
         log.info("%s serving %s on https://%s:%d (etcd %s, prefix %s)", self.name, self.group, args.bind_address,
@@ -201,6 +209,8 @@ class APIServer:
         finally:
             for inf in self.informers.values():
                 await inf.stop()
+            if self.lifecycle is not None:
+                await self.lifecycle.namespaces.stop()
             await self.storage.stop()
             for c in self._clients:
                 await c.aclose()

@@ -161,9 +161,10 @@ def test_quantity_minus_one_is_invalid_with_its_field_path(chef: httpx.Client) -
     assert r.status_code == 422 and r.json()["details"]["causes"][0]["field"] == "spec.toppings[1].name"
 
 
-def test_watch_sees_added_modified_deleted(chef: httpx.Client) -> None:
+def test_watch_sees_added_modified_deleted(chef: httpx.Client, admin: httpx.Client) -> None:
     make_toppings(chef)
     ns = f"watch-{uuid.uuid4().hex[:6]}"
+    assert admin.post("/api/v1/namespaces", json={"metadata": {"name": ns}}).status_code == 201
     rv = chef.get(f"{V1BETA1}/namespaces/{ns}/pizzas").json()["metadata"]["resourceVersion"]
     events: queue.Queue[dict[str, Any]] = queue.Queue()
 
@@ -191,6 +192,18 @@ def test_watch_sees_added_modified_deleted(chef: httpx.Client) -> None:
     assert got[0]["object"]["apiVersion"] == f"{GROUP}/v1alpha1"
     assert got[1]["object"]["spec"]["toppings"] == ["tomato", "tomato"]
     t.join(10)
+
+
+def test_pizzas_only_in_namespaces_that_exist(chef: httpx.Client, admin: httpx.Client) -> None:
+    """NamespaceLifecycle: the namespaces are apiary's."""
+    ns = f"later-{uuid.uuid4().hex[:6]}"
+    pizza = {"metadata": {"name": "p"}, "spec": {"toppings": [{"name": "tomato"}]}}
+    r = chef.post(f"{V1BETA1}/namespaces/{ns}/pizzas", json=pizza)
+    assert r.status_code == 404, r.text
+    assert r.json()["message"] == f'namespaces "{ns}" not found'
+    # made just now: found by a GET when the informer has not seen it yet
+    assert admin.post("/api/v1/namespaces", json={"metadata": {"name": ns}}).status_code == 201
+    assert chef.post(f"{V1BETA1}/namespaces/{ns}/pizzas", json=pizza).status_code == 201
 
 
 def test_unknown_topping_is_forbidden_by_admission(chef: httpx.Client) -> None:

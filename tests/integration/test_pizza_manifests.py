@@ -46,6 +46,8 @@ def test_delegation_rbac_service_and_apiservices() -> None:
     assert reader["metadata"]["namespace"] == "kube-system"
     assert reader["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                  "name": "extension-apiserver-authentication-reader"}
+    namespaces = by_kind(objs, "ClusterRole")["pizza-apiserver:namespaces"]["rules"]
+    assert namespaces == [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]
     (port,) = by_kind(objs, "Service")["api"]["spec"]["ports"]
     assert port["port"] == 443 and port["targetPort"] == 8443
     apiservices = by_kind(objs, "APIService")
