@@ -305,7 +305,7 @@ class Resources:
         raise MethodNotAllowed(f"the server does not allow this method on the requested resource ({verb})")
 
 
-async def first_or_timeout(it: AsyncIterator[bytes], timeout: float) -> AsyncIterator[bytes]:
+async def until_timeout(it: AsyncIterator[bytes], timeout: float) -> AsyncIterator[bytes]:
     """The items of `it` until `timeout` seconds have passed (a watch's timeoutSeconds)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

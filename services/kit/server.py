@@ -49,7 +49,7 @@ from .informer import Informer
 from .lifecycle import NamespaceLifecycle
 from .metrics import LATENCY, REGISTRY, REQUESTS
 from .options import parser
-from .rest import Call, Resources, first_or_timeout
+from .rest import Call, Resources, until_timeout
 from .scheme import Scheme
 from .storage import Storage
 
@@ -356,7 +356,7 @@ class APIServer:
                 self.min_request_timeout * (1 + random.random())
         except ValueError:
             raise BadRequest(f'timeoutSeconds: Invalid value: "{call.query["timeoutSeconds"]}"') from None
-        events = first_or_timeout(self.resources.watch(call), timeout)
+        events = until_timeout(self.resources.watch(call), timeout)
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", JSON.encode()), (b"cache-control", b"no-cache, private")]})
 
