@@ -20,12 +20,12 @@ import orjson
 
 from apiary_pb import envelope_pb2 as pb
 from services.common import errors
-from services.common.decoding import loads_json
+from services.common.decoding import loads_json, loads_json_fields
 from services.common.errors import APIError, BadRequest, MethodNotAllowed, UnsupportedMediaType
 from services.registry import patch as patches
 
 from .api import CREATE, DELETE, UPDATE, AdmissionPlugin, Attributes, FieldError, Kind, Obj, invalid, required
-from .scheme import Scheme
+from .scheme import Scheme, drop, unknown_fields
 from .storage import Storage
 from .table import row, table
 
@@ -60,7 +60,7 @@ class Call:
     body: bytes = b""
     content_type: str = ""
     table: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def dry_run(self) -> bool:
@@ -153,6 +153,29 @@ class Resources:
         except ValueError as e:
             raise BadRequest(f"couldn't get version/kind; json parse error: {e}") from None
 
+    def _object(self, c: Call) -> Obj:
+        """The request's object, checked for unknown and duplicate fields per fieldValidation
+        (Strict: 400; Warn, the default: Warning headers; Ignore), unknown ones dropped."""
+        try:
+            obj, duplicates = loads_json_fields(c.body or b"{}")
+        except ValueError as e:
+            raise BadRequest(f"couldn't get version/kind; json parse error: {e}") from None
+        return self._checked(c, obj, duplicates)
+
+    def _checked(self, c: Call, obj: Any, duplicates: list[str]) -> Obj:
+        if not isinstance(obj, dict):
+            raise BadRequest("the body of the request must be an object")
+        unknown = unknown_fields(c.kind, c.version, obj)
+        if unknown or duplicates:
+            problems = [f'duplicate field "{d}"' for d in duplicates] + [f'unknown field "{u}"' for u in unknown]
+            mode = c.query.get("fieldValidation") or "Warn"
+            if mode == "Strict":
+                raise BadRequest("strict decoding error: " + ", ".join(problems))
+            if mode == "Warn":
+                c.warnings.extend(problems)
+            drop(obj, unknown)
+        return obj
+
     def _invalid(self, c: Call, name: str, errs: list[FieldError]) -> None:
         if errs:
             raise errors.invalid(c.kind.kind, self.scheme.group, name, [e.cause() for e in errs])
@@ -181,7 +204,7 @@ class Resources:
                 await (plugin.admit(a) if mutate else plugin.validate(a))
 
     async def create(self, c: Call) -> Obj:
-        hub = self.scheme.decode(c.kind, c.version, self._body(c))
+        hub = self.scheme.decode(c.kind, c.version, self._object(c))
         meta = hub["metadata"]
         self._namespace(c, meta)
         if not meta.get("name") and meta.get("generateName"):
@@ -200,7 +223,7 @@ class Resources:
         return self.scheme.render(c.kind, c.version, obj)
 
     async def update(self, c: Call) -> Obj:
-        hub = self.scheme.decode(c.kind, c.version, self._body(c))
+        hub = self.scheme.decode(c.kind, c.version, self._object(c))
         meta = hub["metadata"]
         if meta.get("name") and meta["name"] != c.name:
             raise BadRequest(f"the name of the object ({meta['name']}) does not match the name on the URL ({c.name})")
@@ -222,9 +245,7 @@ class Resources:
                 out = patches.apply_merge_patch(doc, ops)
             else:
                 out = patches.apply_strategic_merge_patch(doc, ops, {})
-            if not isinstance(out, dict):
-                raise BadRequest("the patched object is not an object")
-            return self.scheme.decode(c.kind, c.version, out)
+            return self.scheme.decode(c.kind, c.version, self._checked(c, out, []))
 
         return await self._update(c, patched, from_current=True)
 

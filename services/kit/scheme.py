@@ -3,7 +3,9 @@ version, in apiary's envelope), with defaulting on every decode, as kube's codec
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 
@@ -19,6 +21,51 @@ TYPE_META = ("apiVersion", "kind", "metadata")
 def _split(obj: Obj) -> tuple[Obj, Obj]:
     """(metadata, the rest below it)."""
     return dict(obj.get("metadata") or {}), {k: v for k, v in obj.items() if k not in TYPE_META}
+
+
+def _unknown(value: Any, schema: Obj, path: str, out: list[str]) -> None:
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        if props is None:
+            return  # a free-form object (or a map, additionalProperties) keeps every key
+        for k, v in value.items():
+            p = f"{path}.{k}" if path else k
+            if k in props:
+                _unknown(v, props[k], p, out)
+            else:
+                out.append(p)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, v in enumerate(value):
+            _unknown(v, schema["items"], f"{path}[{i}]", out)
+
+
+def unknown_fields(kind: Kind, version: str, obj: Obj) -> list[str]:
+    """Paths of the fields neither the version's schema nor ObjectMeta declares (kube's strict decoding)."""
+    out = [f"metadata.{k}" for k in (obj.get("metadata") or {}) if k not in envelope.KNOWN_META]
+    schema = kind.versions[version].schema
+    props = schema.get("properties") or {}
+    for k, v in obj.items():
+        if k in TYPE_META:
+            continue
+        if k not in props:
+            out.append(k)
+        else:
+            _unknown(v, props[k], k, out)
+    return out
+
+
+def drop(obj: Obj, paths: list[str]) -> None:
+    """Remove unknown fields, as kube's decoder does not keep them (paths of unknown_fields)."""
+    for path in paths:
+        node: Any = obj
+        steps = re.findall(r"[^.\[\]]+|\[\d+\]", path)
+        for step in steps[:-1]:
+            node = node[int(step[1:-1])] if step.startswith("[") else node.get(step)
+            if node is None:
+                break
+        else:
+            if isinstance(node, dict):
+                node.pop(steps[-1], None)
 
 
 class Scheme:

@@ -346,7 +346,7 @@ class APIServer:
         data = orjson.dumps(obj)
         if out.format == "yaml":
             data = negotiation.json_to_yaml(data)
-        await _respond(send, code, data, out.content_type)
+        await _respond(send, code, data, out.content_type, warnings=call.warnings)
         return code
 
     async def _watch(self, receive: Any, send: Send, call: Call, out: Any) -> int:
@@ -421,9 +421,13 @@ async def _read_body(receive: Any, limit: int = 3 << 20) -> bytes:
             return b"".join(chunks)
 
 
-async def _respond(send: Send, code: int, body: bytes, content_type: str, extra: dict[str, str] | None = None) -> None:
+async def _respond(send: Send, code: int, body: bytes, content_type: str, extra: dict[str, str] | None = None,
+                   warnings: Sequence[str] = ()) -> None:
     headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in (extra or {}).items()]
+    # RFC 7234 warnings, as kube sends them: 299 - "<text>" with the text's quotes escaped
+    headers += [(b"warning", ('299 - "' + w.replace("\\", "\\\\").replace('"', '\\"') + '"').encode())
+                for w in warnings]
     await send({"type": "http.response.start", "status": code, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

@@ -327,3 +327,26 @@ def test_requestheader_configuration_from_the_extension_configmap(
             assert x509_admin.get(f"{V1BETA1}/toppings").status_code == 200
     finally:
         server.stop()
+
+
+def test_unknown_and_duplicate_fields_per_field_validation(chef: httpx.Client) -> None:
+    make_toppings(chef)
+    url = f"{V1BETA1}/namespaces/default/pizzas"
+    body = (b'{"metadata":{"name":"typo","labelz":{}},"spec":{"toppings":[{"name":"tomato","quantty":2}],'
+            b'"crust":"thin"},"spec":{"toppings":[{"name":"tomato"}]}}')
+    r = chef.post(url, params={"fieldValidation": "Strict"}, content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["message"] == ('strict decoding error: duplicate field "spec", unknown field "metadata.labelz"')
+    body = b'{"metadata":{"name":"typo"},"spec":{"toppings":[{"name":"tomato","quantty":2}],"crust":"thin"}}'
+    r = chef.post(url, params={"fieldValidation": "Strict"}, content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400
+    assert r.json()["message"] == ('strict decoding error: unknown field "spec.toppings[0].quantty", '
+                                   'unknown field "spec.crust"')
+    r = chef.post(url, content=body, headers={"Content-Type": "application/json"})  # Warn, the default
+    assert r.status_code == 201, r.text
+    assert r.headers.get_list("warning") == ['299 - "unknown field \\"spec.toppings[0].quantty\\""',
+                                             '299 - "unknown field \\"spec.crust\\""']
+    assert "crust" not in r.json()["spec"]  # dropped, as kube's decoder does
+    r = chef.patch(f"{url}/typo", params={"fieldValidation": "Ignore"}, content=b'{"spec":{"sauce":"bbq"}}',
+                   headers={"Content-Type": "application/merge-patch+json"})
+    assert r.status_code == 200 and "warning" not in r.headers and "sauce" not in r.json()["spec"]
