@@ -116,3 +116,16 @@ def registration(port: int, ca_file: Path) -> list[dict[str, Any]]:
 
 def registration_yaml(port: int, ca_file: Path) -> str:
     return yaml.safe_dump_all(registration(port, ca_file), sort_keys=False)
+
+
+def namespace_reader_rbac(namespace: str, service_account: str) -> list[dict[str, Any]]:
+    """What the server's identity needs besides system:auth-delegator and the auth-reader binding: its
+    NamespaceLifecycle admission lists and watches namespaces (k8s/pizza/rbac.yaml grants the same)."""
+    name = f"{service_account}:namespaces"
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+         "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]},
+    ]
