@@ -39,7 +39,6 @@ from fastapi.responses import Response
 from services.kit.options import parser
 from services.kit.rest import Call
 from services.pizza import server as pizza
-
 from tools import pizza_server
 from tools.bench import Conn, client_ctx, drive
 from tools.run import ROOT, Stack

@@ -25,8 +25,10 @@ def serving_secret(state: Path, namespace: str) -> dict[str, str]:
     ca = make_ca(state / "pizza-ca", "pizza-ca")
     names = (SERVICE, f"{SERVICE}.{namespace}", f"{SERVICE}.{namespace}.svc", f"{SERVICE}.{namespace}.svc.cluster.local")
     make_cert(state / "pizza", ca, f"{SERVICE}.{namespace}.svc", server=True, dns_names=names)
-    b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
-    return {"tls.crt": b64(state / "pizza.crt"), "tls.key": b64(state / "pizza.key"), "ca.crt": b64(state / "pizza-ca.crt")}
+    def b64(name: str) -> str:
+        return base64.b64encode((state / name).read_bytes()).decode()
+
+    return {"tls.crt": b64("pizza.crt"), "tls.key": b64("pizza.key"), "ca.crt": b64("pizza-ca.crt")}
 
 
 def apply(client: httpx.Client, namespace: str, state: Path) -> str:

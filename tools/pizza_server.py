@@ -59,7 +59,7 @@ def start(stack: Stack, port: int, log_path: Path, extra: list[str] | None = Non
           prefix: str = "", tls: tuple[Path, Path] | None = None, ca_flags: bool = True) -> PizzaServer:
     """Start it and wait until /readyz answers 200 (its informers synced, etcd reachable)."""
     prefix = prefix or f"/pizza-{uuid.uuid4().hex[:8]}"
-    log = open(log_path, "ab")
+    log = open(log_path, "ab")  # noqa: SIM115 - held open by the process, closed by PizzaServer.stop
     proc = subprocess.Popen(command(stack, port, prefix, extra, tls, ca_flags), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     server = PizzaServer(proc, f"https://127.0.0.1:{port}", log_path, log, prefix)

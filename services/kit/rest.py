@@ -44,7 +44,7 @@ _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # kube's utilrand alphanums
 
 
 def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass

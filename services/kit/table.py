@@ -50,8 +50,8 @@ def age(meta: Obj) -> str:
     ts = meta.get("creationTimestamp")
     if not ts:
         return "<unknown>"
-    created = datetime.datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
-    return human_duration((datetime.datetime.now(datetime.timezone.utc) - created).total_seconds())
+    created = datetime.datetime.fromisoformat(str(ts))
+    return human_duration((datetime.datetime.now(datetime.UTC) - created).total_seconds())
 
 
 def column_definitions(kind: Kind) -> list[Obj]:

@@ -120,8 +120,12 @@ def test_the_books_session(kubectl, restaurant: None, tmp_path: Path) -> None:  
 
     for name in ("salami", "mozzarella", "tomato"):
         kubectl.run("delete", "topping", name)
-    refused = wait_until(lambda: (lambda p: p if p.returncode != 0 else None)(
-        kubectl.run("create", "-f", "-", input=MARGHERITA.replace("margherita", "margherita-2"), check=False)), 30)
+
+    def create_refused():  # type: ignore[no-untyped-def]
+        p = kubectl.run("create", "-f", "-", input=MARGHERITA.replace("margherita", "margherita-2"), check=False)
+        return p if p.returncode != 0 else None
+
+    refused = wait_until(create_refused, 30)  # the server's informer sees the deletions
     assert refused is not None
     assert "unknown topping: mozzarella" in refused.stderr and "Forbidden" in refused.stderr
 
