@@ -57,6 +57,9 @@ def parser(prog: str, description: str, etcd_prefix: str) -> argparse.ArgumentPa
     a.add_argument("--requestheader-uid-headers", type=_list, default=None)
     a.add_argument("--requestheader-group-headers", type=_list, default=None)
     a.add_argument("--requestheader-extra-headers-prefix", type=_list, default=None)
+    a.add_argument("--extension-authentication-resync", type=duration, default=30.0,
+                   help="how often kube-system/extension-apiserver-authentication is read again (when the CAs "
+                   "come from it)")
     a.add_argument("--authentication-token-webhook-cache-ttl", type=duration, default=10.0,
                    help="how long TokenReview answers are cached")
     a.add_argument("--authorization-webhook-cache-authorized-ttl", type=duration, default=10.0,

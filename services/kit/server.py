@@ -15,7 +15,6 @@ import contextlib
 import logging
 import os
 import random
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -32,16 +31,10 @@ from services.common import runtime
 from services.common.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
 from services.proxy import negotiation, openapi_v2
 from services.proxy import server as https
-from services.proxy.filters.requestheader import (
-    DEFAULT_EXTRA_PREFIXES,
-    DEFAULT_GROUP_HEADERS,
-    DEFAULT_UID_HEADERS,
-    DEFAULT_USERNAME_HEADERS,
-    RequestHeaderConfig,
-)
 from services.proxy.requestinfo import RequestInfo, parse, parse_query
 
-from . import discovery, kubeconfig, openapi
+from . import authconfig, discovery, kubeconfig, openapi
+from .authconfig import Trust
 from .api import AdmissionPlugin, Kind
 from .authn import Authenticator
 from .authz import Authorizer
@@ -56,7 +49,6 @@ from .storage import Storage
 log = logging.getLogger("services.kit")
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per delegated review is noise
 
-EXTENSION_CONFIGMAP = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
 JSON = "application/json"
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -89,6 +81,8 @@ class APIServer:
         self.min_request_timeout = 1800
         self._clients: list[httpx.AsyncClient] = []
         self.lifecycle: NamespaceLifecycle | None = None
+        self.reloader: authconfig.Reloader | None = None
+        self._https: https.Server | None = None
 
     # what plug-ins and routes use --------------------------------------------------------------------
 
@@ -128,39 +122,21 @@ class APIServer:
         self._clients.append(c)
         return c
 
-    async def _delegation(self, args: Any) -> tuple[str, str]:
-        """Authenticator and authorizer; the client and request-header CA files (from the flags, else
-        from the ConfigMap kube-system/extension-apiserver-authentication)."""
+    async def _delegation(self, args: Any) -> Trust:
+        """Authenticator and authorizer, and whom to trust: the CAs and request-header settings from
+        the flags, else from the ConfigMap kube-system/extension-apiserver-authentication (then
+        followed as it changes)."""
         authn_client = self._client(args.authentication_kubeconfig or args.kubeconfig)
         authz_client = self._client(args.authorization_kubeconfig or args.kubeconfig)
-        client_ca, rh_ca = args.client_ca_file, args.requestheader_client_ca_file
-        published: dict[str, str] = {}
-        if (not client_ca or not rh_ca) and authn_client is not None:
-            published = await self._published(authn_client)
-
-        def listed(flag: list[str] | None, key: str, default: Sequence[str]) -> Sequence[str]:
-            if flag is not None:
-                return flag
-            if key in published:
-                return orjson.loads(published[key]) or []
-            return default
-
-        if not client_ca and published.get("client-ca-file"):
-            client_ca = _pem_file(published["client-ca-file"])
-        requestheader = None
-        if not rh_ca and published.get("requestheader-client-ca-file"):
-            rh_ca = _pem_file(published["requestheader-client-ca-file"])
-        if rh_ca:
-            requestheader = RequestHeaderConfig.from_flags(
-                listed(args.requestheader_username_headers, "requestheader-username-headers",
-                       DEFAULT_USERNAME_HEADERS),
-                listed(args.requestheader_uid_headers, "requestheader-uid-headers", DEFAULT_UID_HEADERS),
-                listed(args.requestheader_group_headers, "requestheader-group-headers", DEFAULT_GROUP_HEADERS),
-                listed(args.requestheader_extra_headers_prefix, "requestheader-extra-headers-prefix",
-                       DEFAULT_EXTRA_PREFIXES),
-                listed(args.requestheader_allowed_names, "requestheader-allowed-names", ()),
-            )
-        self.authn = Authenticator(requestheader, authn_client, args.authentication_token_webhook_cache_ttl)
+        data: dict[str, str] | None = None
+        from_flags = bool(args.client_ca_file and args.requestheader_client_ca_file)
+        if not from_flags and authn_client is not None:
+            data = await authconfig.published(authn_client)
+        trust = authconfig.resolve(args, data or {})
+        if data is not None and authn_client is not None:
+            self.reloader = authconfig.Reloader(authn_client, args, data, self._trust,
+                                                args.extension_authentication_resync)
+        self.authn = Authenticator(trust.requestheader, authn_client, args.authentication_token_webhook_cache_ttl)
         core = self._client(args.kubeconfig) if args.kubeconfig else authn_client
         if core is not None and "NamespaceLifecycle" not in args.disable_admission_plugins:
             self.lifecycle = NamespaceLifecycle(core)
@@ -168,20 +144,15 @@ class APIServer:
         self.authz = Authorizer(authz_client, args.authorization_webhook_cache_authorized_ttl,
                                 args.authorization_webhook_cache_unauthorized_ttl,
                                 args.authorization_always_allow_paths)
-        return client_ca, rh_ca
+        return trust
 
-    @staticmethod
-    async def _published(client: httpx.AsyncClient) -> dict[str, str]:
-        try:
-            r = await client.get(EXTENSION_CONFIGMAP)
-        except httpx.HTTPError as e:
-            log.warning("unable to get configmap/extension-apiserver-authentication in kube-system: %s", e)
-            return {}
-        if r.status_code != 200:
-            log.warning("unable to get configmap/extension-apiserver-authentication in kube-system: %s %s",
-                        r.status_code, r.text[:200])
-            return {}
-        return r.json().get("data") or {}
+    def _trust(self, trust: Trust) -> None:
+        """A changed ConfigMap: the request-header settings, and the CAs the TLS layer verifies with."""
+        self.authn.requestheader = trust.requestheader
+        if self._https is not None:
+            client_trust = https.ClientTrust.from_files(client=trust.client_ca_file,
+                                                        requestheader=trust.requestheader_ca_file)
+            self._https.config.client_trust = client_trust if client_trust.names else None
 
     # running -------------------------------------------------------------------------------------------
 
@@ -194,14 +165,18 @@ class APIServer:
     async def serve(self, args: Any, stop: asyncio.Event) -> None:
         self.configure(args)
         assert self.storage is not None
-        client_ca, rh_ca = await self._delegation(args)
+        trust = await self._delegation(args)
         await self.storage.start()
         for inf in self.informers.values():
             inf.start()
         if self.lifecycle is not None:
             self.lifecycle.namespaces.start()
         server = https.make_server(self, args.bind_address, args.secure_port, args.tls_cert_file,
-                                   args.tls_private_key_file, client_ca_file=client_ca, requestheader_ca_file=rh_ca)
+                                   args.tls_private_key_file, client_ca_file=trust.client_ca_file,
+                                   requestheader_ca_file=trust.requestheader_ca_file)
+        self._https = server
+        if self.reloader is not None:
+            self.reloader.start()
         log.info("%s serving %s on https://%s:%d (etcd %s, prefix %s)", self.name, self.group, args.bind_address,
                  args.secure_port, args.etcd_servers, args.etcd_prefix)
         try:
@@ -211,6 +186,8 @@ class APIServer:
                 await inf.stop()
             if self.lifecycle is not None:
                 await self.lifecycle.namespaces.stop()
+            if self.reloader is not None:
+                await self.reloader.stop()
             await self.storage.stop()
             for c in self._clients:
                 await c.aclose()
@@ -430,10 +407,3 @@ async def _respond(send: Send, code: int, body: bytes, content_type: str, extra:
                 for w in warnings]
     await send({"type": "http.response.start", "status": code, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-def _pem_file(pem: str) -> str:
-    fd, path = tempfile.mkstemp(prefix="kit-ca-", suffix=".crt")
-    with os.fdopen(fd, "w") as f:
-        f.write(pem)
-    return path
