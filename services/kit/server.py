@@ -34,8 +34,8 @@ from services.proxy import server as https
 from services.proxy.requestinfo import RequestInfo, parse, parse_query
 
 from . import authconfig, discovery, kubeconfig, openapi
-from .authconfig import Trust
 from .api import AdmissionPlugin, Kind
+from .authconfig import Trust
 from .authn import Authenticator
 from .authz import Authorizer
 from .informer import Informer
