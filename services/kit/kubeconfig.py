@@ -1,0 +1,66 @@
+"""An HTTPS client of the core API server (apiary) from a kubeconfig, as client-go's loader reads it:
+the current context's cluster (server, certificate-authority[-data], insecure-skip-tls-verify) and
+user (client-certificate[-data]/client-key[-data], token, tokenFile)."""
+from __future__ import annotations
+
+import base64
+import os
+import ssl
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+
+def _named(items: list[dict[str, Any]] | None, name: str, what: str) -> dict[str, Any]:
+    for item in items or []:
+        if item.get("name") == name:
+            return item.get(what) or {}
+    raise ValueError(f"kubeconfig: no {what} named {name!r}")
+
+
+def _file(section: dict[str, Any], key: str, base: Path) -> str:
+    """The path of `key` or of its `key-data` written to a private temporary file."""
+    if section.get(f"{key}-data"):
+        fd, path = tempfile.mkstemp(prefix="kit-", suffix=".pem")
+        with os.fdopen(fd, "wb") as f:
+            f.write(base64.b64decode(section[f"{key}-data"]))
+        return path
+    value = section.get(key) or ""
+    return str(base / value) if value and not os.path.isabs(value) else value
+
+
+def client(path: str, timeout: float = 10.0) -> httpx.AsyncClient:
+    """An httpx client with the kubeconfig's server as base URL and its credentials."""
+    base = Path(path).resolve().parent
+    cfg = yaml.safe_load(Path(path).read_text()) or {}
+    ctx_name = cfg.get("current-context") or (cfg.get("contexts") or [{}])[0].get("name", "")
+    context = _named(cfg.get("contexts"), ctx_name, "context")
+    cluster = _named(cfg.get("clusters"), context.get("cluster", ""), "cluster")
+    user = _named(cfg.get("users"), context.get("user", ""), "user") if context.get("user") else {}
+    ssl_ctx = ssl.create_default_context()
+    if cluster.get("insecure-skip-tls-verify"):
+        ssl_ctx.check_hostname = False
+        ssl_ctx.verify_mode = ssl.CERT_NONE
+    elif ca := _file(cluster, "certificate-authority", base):
+        ssl_ctx.load_verify_locations(ca)
+    cert, key = _file(user, "client-certificate", base), _file(user, "client-key", base)
+    if cert and key:
+        ssl_ctx.load_cert_chain(cert, key)
+    headers = {}
+    token = user.get("token") or (Path(user["tokenFile"]).read_text().strip() if user.get("tokenFile") else "")
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return httpx.AsyncClient(base_url=cluster["server"], verify=ssl_ctx, headers=headers, timeout=timeout)
+
+
+def in_cluster(timeout: float = 10.0) -> httpx.AsyncClient:
+    """The ServiceAccount's credentials of a pod (rest.InClusterConfig)."""
+    sa = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+    host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+    ssl_ctx = ssl.create_default_context(cafile=str(sa / "ca.crt"))
+    token = (sa / "token").read_text().strip()
+    return httpx.AsyncClient(base_url=f"https://{host}:{port}", verify=ssl_ctx,
+                             headers={"Authorization": f"Bearer {token}"}, timeout=timeout)

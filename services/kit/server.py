@@ -1,0 +1,409 @@
+"""APIServer: the kit's HTTPS server for one API group, as a FastAPI application.
+
+Every request passes the kit's ASGI front (`APIServer.__call__`): authentication, then
+authorization (except --authorization-always-allow-paths), then either the lean resource path
+(the kinds' get/list/watch/create/update/patch/delete, discovery, OpenAPI, health, metrics: no
+routing table, no framework objects) or the FastAPI application `server.app`, where a server
+adds custom subresources and non-resource routes in FastAPI's idiom. Those routes find the
+caller in `request.scope["user"]` (an apiary UserInfo) and may raise APIErrors, which become
+Kubernetes Status answers like everywhere else.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import httpx
+import orjson
+from fastapi import FastAPI
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+
+from services.common import runtime
+from services.common.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
+from services.proxy import negotiation, openapi_v2
+from services.proxy import server as https
+from services.proxy.requestinfo import RequestInfo, parse, parse_query
+
+from . import authconfig, discovery, kubeconfig, openapi
+from .api import AdmissionPlugin, Kind
+from .authconfig import Trust
+from .authn import Authenticator
+from .authz import Authorizer
+from .informer import Informer
+from .lifecycle import NamespaceLifecycle
+from .metrics import LATENCY, REGISTRY, REQUESTS
+from .options import parser
+from .rest import Call, Resources, until_timeout
+from .scheme import Scheme
+from .storage import Storage
+
+log = logging.getLogger("services.kit")
+logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per delegated review is noise
+
+JSON = "application/json"
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def _status(e: APIError) -> tuple[int, bytes]:
+    return e.code, e.body()
+
+
+class APIServer:
+    """An aggregated API server of one group: kinds, versions in preference order, admission plug-ins."""
+
+    def __init__(self, group: str, kinds: Sequence[Kind], versions: Sequence[str],
+                 admission: Sequence[AdmissionPlugin] = (), name: str = "apiserver",
+                 etcd_prefix: str = "/apiserver") -> None:
+        self.group, self.kinds, self.versions = group, list(kinds), list(versions)
+        self.admission = list(admission)
+        self.name, self.default_etcd_prefix = name, etcd_prefix
+        self.scheme = Scheme(group, self.kinds)
+        self.app = FastAPI(title=name, openapi_url=None, docs_url=None, redoc_url=None)
+        self.app.add_exception_handler(APIError, self._fastapi_api_error)  # type: ignore[arg-type]
+        self.app.add_exception_handler(StarletteHTTPException, self._fastapi_http_error)  # type: ignore[arg-type]
+        self.discovery = discovery.Documents(group, self.versions, self.kinds)
+        self.openapi = openapi.Documents(group, self.versions, self.kinds)
+        self.informers: dict[str, Informer] = {}
+        self.storage: Storage | None = None
+        self.resources: Resources | None = None
+        self.authn = Authenticator(None, None)
+        self.authz = Authorizer(None)
+        self.min_request_timeout = 1800
+        self._clients: list[httpx.AsyncClient] = []
+        self.lifecycle: NamespaceLifecycle | None = None
+        self.reloader: authconfig.Reloader | None = None
+        self._https: https.Server | None = None
+
+    # what plug-ins and routes use --------------------------------------------------------------------
+
+    def informer(self, plural: str) -> Informer:
+        """The in-process informer of a kind (hub objects); made before the server starts."""
+        if plural not in self.informers:
+            if self.storage is None or self.resources is None:
+                raise RuntimeError("informers exist once the server is configured (in AdmissionPlugin.initialize)")
+            kind = self.scheme.kinds[plural]
+            self.informers[plural] = Informer(self.storage, self.resources.collection(kind, ""),
+                                              lambda o, k=kind: self.scheme.from_storage(k, o))
+        return self.informers[plural]
+
+    # configuration -------------------------------------------------------------------------------------
+
+    def configure(self, args: Any) -> None:
+        prefix = args.etcd_prefix.rstrip("/")
+        if not prefix.startswith("/") or "/" in prefix[1:] or "." in prefix:
+            raise SystemExit(f"--etcd-prefix {args.etcd_prefix!r}: one path segment without dots, e.g. /{self.name}")
+        self.storage = Storage(args.etcd_servers, request_timeout=args.etcd_request_timeout,
+                               bookmark_interval=args.watch_bookmark_interval,
+                               compaction_interval=args.etcd_compaction_interval)
+        self.resources = Resources(self.scheme, self.storage, prefix, self.admission)
+        self.min_request_timeout = args.min_request_timeout
+        for kind in self.kinds:
+            kind.strategy.initialize(self)
+        for plugin in self.admission:
+            plugin.initialize(self)
+
+    def _client(self, path: str) -> httpx.AsyncClient | None:
+        if path:
+            c = kubeconfig.client(path)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            c = kubeconfig.in_cluster()
+        else:
+            return None
+        self._clients.append(c)
+        return c
+
+    async def _delegation(self, args: Any) -> Trust:
+        """Authenticator and authorizer, and whom to trust: the CAs and request-header settings from
+        the flags, else from the ConfigMap kube-system/extension-apiserver-authentication (then
+        followed as it changes)."""
+        authn_client = self._client(args.authentication_kubeconfig or args.kubeconfig)
+        authz_client = self._client(args.authorization_kubeconfig or args.kubeconfig)
+        data: dict[str, str] | None = None
+        from_flags = bool(args.client_ca_file and args.requestheader_client_ca_file)
+        if not from_flags and authn_client is not None:
+            data = await authconfig.published(authn_client)
+        trust = authconfig.resolve(args, data or {})
+        if data is not None and authn_client is not None:
+            self.reloader = authconfig.Reloader(authn_client, args, data, self._trust,
+                                                args.extension_authentication_resync)
+        self.authn = Authenticator(trust.requestheader, authn_client, args.authentication_token_webhook_cache_ttl)
+        core = self._client(args.kubeconfig) if args.kubeconfig else authn_client
+        if core is not None and "NamespaceLifecycle" not in args.disable_admission_plugins:
+            self.lifecycle = NamespaceLifecycle(core)
+            self.admission.insert(0, self.lifecycle)
+        self.authz = Authorizer(authz_client, args.authorization_webhook_cache_authorized_ttl,
+                                args.authorization_webhook_cache_unauthorized_ttl,
+                                args.authorization_always_allow_paths)
+        return trust
+
+    def _trust(self, trust: Trust) -> None:
+        """A changed ConfigMap: the request-header settings, and the CAs the TLS layer verifies with."""
+        self.authn.requestheader = trust.requestheader
+        if self._https is not None:
+            client_trust = https.ClientTrust.from_files(client=trust.client_ca_file,
+                                                        requestheader=trust.requestheader_ca_file)
+            self._https.config.client_trust = client_trust if client_trust.names else None
+
+    # running -------------------------------------------------------------------------------------------
+
+    def main(self, argv: Sequence[str] | None = None) -> None:
+        """Parse kube-style flags and serve until SIGTERM/SIGINT."""
+        args = parser(f"python -m services.{self.name}", self.__doc__ or "", self.default_etcd_prefix).parse_args(argv)
+        runtime.setup_logging(self.name, args.v)
+        runtime.run(lambda stop: self.serve(args, stop))
+
+    async def serve(self, args: Any, stop: asyncio.Event) -> None:
+        self.configure(args)
+        assert self.storage is not None
+        trust = await self._delegation(args)
+        await self.storage.start()
+        for inf in self.informers.values():
+            inf.start()
+        if self.lifecycle is not None:
+            self.lifecycle.namespaces.start()
+        server = https.make_server(self, args.bind_address, args.secure_port, args.tls_cert_file,
+                                   args.tls_private_key_file, client_ca_file=trust.client_ca_file,
+                                   requestheader_ca_file=trust.requestheader_ca_file)
+        self._https = server
+        if self.reloader is not None:
+            self.reloader.start()
+        log.info("%s serving %s on https://%s:%d (etcd %s, prefix %s)", self.name, self.group, args.bind_address,
+                 args.secure_port, args.etcd_servers, args.etcd_prefix)
+        try:
+            await https.serve_until(server, stop)
+        finally:
+            for inf in self.informers.values():
+                await inf.stop()
+            if self.lifecycle is not None:
+                await self.lifecycle.namespaces.stop()
+            if self.reloader is not None:
+                await self.reloader.stop()
+            await self.storage.stop()
+            for c in self._clients:
+                await c.aclose()
+
+    async def ready(self) -> tuple[bool, list[str]]:
+        failed = []
+        if self.storage is None or not await self.storage.ping():
+            failed.append("etcd")
+        failed += [f"informer-sync:{p}" for p, inf in self.informers.items() if not inf.has_synced()]
+        failed += [f"admission:{p.name}" for p in self.admission if not p.ready()]
+        return not failed, failed
+
+    # the ASGI front ------------------------------------------------------------------------------------
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        method, path = scope["method"], scope["path"]
+        query = parse_query(scope.get("query_string", b""))
+        headers = scope["headers"]
+        labels = ("", "", "", "")
+        code = 500
+        try:
+            try:
+                info = parse(method, path, query)
+            except ValueError as e:
+                raise NotFound(str(e)) from None
+            labels = (info.verb.upper(), info.api_group, info.api_version, info.resource)
+            user = await self.authn.authenticate(scope)
+            if not self.authz.always_allowed(path):
+                if user is None:
+                    raise Unauthorized("Unauthorized")
+                await self.authz.authorize(user, info)
+            scope["user"] = user
+            code = await self._route(scope, receive, send, info, query, headers, user)
+        except APIError as e:
+            code, body = _status(e)
+            await _respond(send, code, body, JSON, e.headers)
+        except Exception as e:  # noqa: BLE001 - anything else is a 500 Status, never a dropped connection
+            log.exception("%s %s failed", method, path)
+            code, body = _status(InternalError(f"{type(e).__name__}: {e}"))
+            await _respond(send, code, body, JSON)
+        finally:
+            verb, group, version, resource = labels
+            REQUESTS.labels(verb, group, version, resource, str(code)).inc()
+            LATENCY.labels(verb, group, version, resource).observe(time.perf_counter() - start)
+
+    async def _route(self, scope: dict[str, Any], receive: Any, send: Send, info: RequestInfo,
+                     query: dict[str, str], headers: list[tuple[bytes, bytes]], user: Any) -> int:
+        accept = _header(headers, b"accept")
+        if info.is_resource_request and info.api_group == self.group and not info.subresource:
+            kind = self.scheme.kinds.get(info.resource)
+            if kind is not None and info.api_version in kind.versions and info.api_version in self.versions:
+                return await self._resource(scope, receive, send, info, kind, query, headers, accept, user)
+        static = self._static(scope["path"], accept)
+        if static is not None:
+            if scope["method"] not in ("GET", "HEAD"):
+                raise APIError("the server does not allow this method on the requested resource",
+                               code=405, reason="MethodNotAllowed")
+            body, ctype = static if not callable(static) else await static()
+            await _respond(send, 200, body, ctype)
+            return 200
+        codes: list[int] = []
+
+        async def recording_send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                codes.append(message["status"])
+            await send(message)
+
+        await self.app(scope, receive, recording_send)
+        return codes[0] if codes else 500
+
+    def _static(self, path: str, accept: str) -> Any:
+        """(body, content type) of the server's own non-resource documents, or a coroutine making it."""
+        group_path = f"/apis/{self.group}"
+        if path == "/apis":
+            v = negotiation.negotiate_discovery(accept)
+            if v == "v2":
+                return self.discovery.aggregated["v2"], negotiation.DISCOVERY_V2
+            if v == "v2beta1":
+                return self.discovery.aggregated["v2beta1"], negotiation.DISCOVERY_V2BETA1
+            return self.discovery.group_list, JSON
+        if path == group_path:
+            return self.discovery.group, JSON
+        if path.startswith(group_path + "/") and path[len(group_path) + 1:] in self.discovery.versions:
+            return self.discovery.versions[path[len(group_path) + 1:]], JSON
+        if path == "/openapi/v3":
+            return self.openapi.index, JSON
+        if path.startswith("/openapi/v3/") and path[len("/openapi/v3/"):] in self.openapi.v3:
+            return self.openapi.v3[path[len("/openapi/v3/"):]], JSON
+        if path == "/openapi/v2":
+            form = openapi_v2.negotiate(accept)
+            if form is None:
+                raise APIError("only application/json and protobuf are served", code=406, reason="NotAcceptable")
+            return (self.openapi.v2.json, JSON) if form == openapi_v2.JSON else \
+                (self.openapi.v2.protobuf, openapi_v2.PROTOBUF)
+        if path in ("/healthz", "/livez"):
+            return b"ok", "text/plain; charset=utf-8"
+        if path == "/readyz":
+            return self._readyz
+        if path == "/metrics":
+            return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+        return None
+
+    async def _readyz(self) -> tuple[bytes, str]:
+        ok, failed = await self.ready()
+        if not ok:
+            raise APIError("readyz check failed: " + ", ".join(failed), code=500, reason="InternalError")
+        return b"ok", "text/plain; charset=utf-8"
+
+    async def _resource(self, scope: dict[str, Any], receive: Any, send: Send, info: RequestInfo, kind: Kind,
+                        query: dict[str, str], headers: list[tuple[bytes, bytes]], accept: str, user: Any) -> int:
+        assert self.resources is not None
+        if kind.namespaced != bool(info.namespace) and info.verb not in ("list", "watch"):
+            raise NotFound("the server could not find the requested resource")
+        out = negotiation.negotiate_output(accept)
+        body, ctype = b"", ""
+        if info.verb in ("create", "update", "patch", "delete"):
+            body = await _read_body(receive)
+            ctype = _header(headers, b"content-type")
+            if body and info.verb != "patch":
+                body, _ = negotiation.decode_body(info.verb, ctype, body)
+        call = Call(kind, info.api_version, info.namespace, info.path_name, query, user, body, ctype,
+                    table=out.table and info.verb in ("get", "list", "watch"))
+        if info.verb == "watch":
+            return await self._watch(receive, send, call, out)
+        if info.verb == "deletecollection":
+            raise APIError("the server does not allow this method on the requested resource",
+                           code=405, reason="MethodNotAllowed")
+        code, obj = await self.resources.dispatch(info.verb, call)
+        data = orjson.dumps(obj)
+        if out.format == "yaml":
+            data = negotiation.json_to_yaml(data)
+        await _respond(send, code, data, out.content_type, warnings=call.warnings)
+        return code
+
+    async def _watch(self, receive: Any, send: Send, call: Call, out: Any) -> int:
+        assert self.resources is not None
+        try:
+            timeout = float(call.query["timeoutSeconds"]) if call.query.get("timeoutSeconds") else \
+                self.min_request_timeout * (1 + random.random())
+        except ValueError:
+            raise BadRequest(f'timeoutSeconds: Invalid value: "{call.query["timeoutSeconds"]}"') from None
+        events = until_timeout(self.resources.watch(call), timeout)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", JSON.encode()), (b"cache-control", b"no-cache, private")]})
+
+        async def pump() -> None:
+            async for line in events:
+                await send({"type": "http.response.body", "body": line, "more_body": True})
+
+        async def disconnected() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        tasks = [asyncio.ensure_future(pump()), asyncio.ensure_future(disconnected())]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await events.aclose()
+        with contextlib.suppress(Exception):
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return 200
+
+    # FastAPI's errors as Status --------------------------------------------------------------------
+
+    @staticmethod
+    async def _fastapi_api_error(request: Request, exc: APIError) -> Response:
+        return Response(exc.body(), status_code=exc.code, media_type=JSON, headers=exc.headers)
+
+    @staticmethod
+    async def _fastapi_http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404:
+            e: APIError = NotFound("the server could not find the requested resource")
+        elif exc.status_code == 405:
+            e = APIError("the server does not allow this method on the requested resource", code=405,
+                         reason="MethodNotAllowed")
+        else:
+            e = APIError(str(exc.detail), code=exc.status_code, reason="")
+        return Response(e.body(), status_code=e.code, media_type=JSON)
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str:
+    for k, v in headers:
+        if k == name:
+            return v.decode("latin-1")
+    return ""
+
+
+async def _read_body(receive: Any, limit: int = 3 << 20) -> bytes:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise BadRequest("the client went away")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise APIError("Request entity too large: limit is 3145728", code=413, reason="RequestEntityTooLarge")
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _respond(send: Send, code: int, body: bytes, content_type: str, extra: dict[str, str] | None = None,
+                   warnings: Sequence[str] = ()) -> None:
+    headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in (extra or {}).items()]
+    # RFC 7234 warnings, as kube sends them: 299 - "<text>" with the text's quotes escaped
+    headers += [(b"warning", ('299 - "' + w.replace("\\", "\\\\").replace('"', '\\"') + '"').encode())
+                for w in warnings]
+    await send({"type": "http.response.start", "status": code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,111 @@
+"""The kit's ASGI front in process on a real etcd: FastAPI routes beside the lean resource path.
+
+Requests are handed to the application as the HTTPS layer hands them (the verified client
+certificate in scope["extensions"]["tls"], services.proxy.server.TLSHttpToolsProtocol), so these
+tests cover the front, the routes and the storage, not TLS (test_pizza.py does, over real HTTPS).
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import Request
+
+from services import kit
+from services.common.errors import Conflict
+from services.kit.options import parser
+from services.kit.rest import Call
+
+GROUP = "widgets.example.com"
+
+
+class WithCertificate:
+    """The application, called as if a client certificate of `user` (groups `orgs`) had verified."""
+
+    def __init__(self, app: Any, user: str, orgs: list[str]) -> None:
+        self.app, self.tls = app, {"cn": user, "o": orgs, "ca": ["client"]}
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        scope["extensions"] = {**(scope.get("extensions") or {}), "tls": self.tls}
+        await self.app(scope, receive, send)
+
+
+def widget_server() -> kit.APIServer:
+    widget = kit.Kind(kind="Widget", plural="widgets", namespaced=True,
+                      versions={"v1": kit.Version({"type": "object", "properties": {"spec": {"type": "object"}}})})
+    server = kit.APIServer(GROUP, [widget], versions=["v1"], name="widgets")
+
+    @server.app.post(f"/apis/{GROUP}/v1/namespaces/{{namespace}}/widgets/{{name}}/polish")
+    async def polish(namespace: str, name: str, request: Request) -> dict[str, Any]:
+        """A custom subresource: reads the widget through the kit and answers who asked."""
+        assert server.resources is not None
+        obj = await server.resources.get(kit_call(server, namespace, name, request.scope["user"]))
+        return {"polished": obj["metadata"]["name"], "by": request.scope["user"].name}
+
+    @server.app.get("/hello")
+    async def hello() -> dict[str, str]:
+        raise Conflict("not now")
+
+    return server
+
+
+def kit_call(server: kit.APIServer, namespace: str, name: str, user: Any) -> Call:
+    return Call(server.scheme.kinds["widgets"], "v1", namespace, name, {}, user)
+
+
+@pytest.fixture
+async def widgets(etcd: str) -> AsyncIterator[httpx.AsyncClient]:
+    server = widget_server()
+    args = parser("widgets", "", "/widgets").parse_args([
+        "--tls-cert-file", "unused", "--tls-private-key-file", "unused", "--etcd-servers", etcd,
+        "--etcd-prefix", f"/widgets-{uuid.uuid4().hex[:8]}"])
+    server.configure(args)
+    assert server.storage is not None
+    await server.storage.start()
+    app = WithCertificate(server, "admin", ["system:masters"])
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://kit") as c:
+            yield c
+    finally:
+        await server.storage.stop()
+
+
+async def test_fastapi_routes_beside_resources(widgets: httpx.AsyncClient) -> None:
+    base = f"/apis/{GROUP}/v1/namespaces/default/widgets"
+    r = await widgets.post(base, json={"apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": {"name": "w"},
+                                       "spec": {"size": 3}})
+    assert r.status_code == 201, r.text
+    r = await widgets.post(f"{base}/w/polish")
+    assert r.status_code == 200 and r.json() == {"polished": "w", "by": "admin"}
+    r = await widgets.post(f"{base}/missing/polish")
+    assert r.status_code == 404 and r.json()["message"] == f'widgets.{GROUP} "missing" not found'
+
+
+async def test_fastapi_errors_are_statuses(widgets: httpx.AsyncClient) -> None:
+    r = await widgets.get("/hello")
+    assert r.status_code == 409 and r.json()["kind"] == "Status" and r.json()["message"] == "not now"
+    r = await widgets.get("/nothing/here")
+    assert r.status_code == 404 and r.json()["reason"] == "NotFound"
+    r = await widgets.get(f"/apis/{GROUP}/v1/namespaces/default/gadgets")
+    assert r.status_code == 404 and r.json()["kind"] == "Status"
+
+
+async def test_resource_path_statuses(widgets: httpx.AsyncClient) -> None:
+    base = f"/apis/{GROUP}/v1/namespaces/default/widgets"
+    r = await widgets.post(base, content=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["reason"] == "BadRequest"
+    r = await widgets.post(base, json={"metadata": {"name": "Not_A_Name"}})
+    assert r.status_code == 422 and r.json()["details"]["causes"][0]["field"] == "metadata.name"
+    r = await widgets.post(base, json={"metadata": {"generateName": "w-"}})
+    assert r.status_code == 201 and r.json()["metadata"]["name"].startswith("w-")
+    r = await widgets.post(base, json={"metadata": {"name": "other", "namespace": "elsewhere"}})
+    assert r.status_code == 400
+    r = await widgets.get(base, params={"limit": "1"})
+    assert r.status_code == 200 and len(r.json()["items"]) == 1
+    r = await widgets.patch(f"{base}/nope", content=b"{}", headers={"Content-Type": "application/apply-patch+yaml"})
+    assert r.status_code == 415
+    r = await widgets.get(base, headers={"Accept": "application/xml"})
+    assert r.status_code == 406

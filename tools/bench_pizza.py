@@ -1,0 +1,236 @@
+"""The pizza server's figures, against baselines measured in the same run.
+
+  get_direct      GET of one pizza straight to the pizza server, front-proxy certificate and
+                  X-Remote-User of a user allowed by RBAC (not system:masters): the
+                  SubjectAccessReview answer is cached (warm)
+  get_cold_authz  the same GET, each request by another user of the same group, so every request
+                  costs a SubjectAccessReview against apiary (cold cache); ratio = cold / warm
+  fastapi_cost    in process, no HTTP: the same GET through the kit's lean resource path and
+                  through a FastAPI route calling the same handler; the difference per request is
+                  what FastAPI's routing and Request/Response objects cost
+  get_proxy       (--through-proxy, once the proxy forwards to aggregated servers) the same GET
+                  through apiary's proxy with the admin certificate; ratio = its rate / the rate of
+                  get_direct_admin (straight, with the identity the proxy forwards for that
+                  certificate): the aggregation overhead, see get_through_proxy
+
+`python -m tools.bench_pizza [--through-proxy]` runs them on a stack of its own; `run(stack)` is
+what tools/bench.py calls on its stack.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import ssl
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from fastapi import Request
+from fastapi.responses import Response
+
+from services.kit.options import parser
+from services.kit.rest import Call
+from services.pizza import server as pizza
+from tools import pizza_server
+from tools.bench import Conn, client_ctx, drive
+from tools.run import ROOT, Stack
+
+GROUP = "restaurant.programming-kubernetes.info"
+PIZZA = f"/apis/{GROUP}/v1beta1/namespaces/default/pizzas/margherita"
+BENCH_GROUP = "pizza-benchers"
+
+
+def front_proxy_ctx(stack: Stack, ca: Path) -> ssl.SSLContext:
+    """The front-proxy client certificate; the pizza server verified with its CA (its certificate names
+    the Service, api.pizza-apiserver.svc, not the loopback address dialled)."""
+    pki = stack.state / "pki"
+    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx.check_hostname = False
+    ctx.load_cert_chain(str(pki / "front-proxy-client.crt"), str(pki / "front-proxy-client.key"))
+    return ctx
+
+
+def _setup(stack: Stack, url: str, ca: Path) -> None:
+    """Toppings and the margherita (as system:masters), and read access to pizzas for BENCH_GROUP."""
+    fp = httpx.Client(base_url=url, verify=front_proxy_ctx(stack, ca), timeout=30, headers={"X-Remote-User": "kubernetes-admin", "X-Remote-Group": "system:masters"})
+    with fp:
+        for name, cost in (("mozzarella", 0.75), ("tomato", 0.25)):
+            fp.post(f"/apis/{GROUP}/v1alpha1/toppings", json={"metadata": {"name": name}, "spec": {"cost": cost}})
+        r = fp.post(f"/apis/{GROUP}/v1alpha1/namespaces/default/pizzas",
+                    json={"metadata": {"name": "margherita"}, "spec": {"toppings": ["mozzarella", "tomato"]}})
+        assert r.status_code in (201, 409), r.text
+    admin = httpx.Client(base_url=stack.server, verify=client_ctx(stack, "admin"), timeout=30)
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    with admin:
+        admin.post(f"{rbac}/clusterroles", json={"metadata": {"name": "pizza-reader"}, "rules": [
+            {"apiGroups": [GROUP], "resources": ["pizzas"], "verbs": ["get", "list", "watch"]}]})
+        admin.post(f"{rbac}/clusterrolebindings", json={
+            "metadata": {"name": "pizza-benchers"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "pizza-reader"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": BENCH_GROUP}]})
+
+
+async def _get(stack: Stack, port: int, ca: Path, user: Any, concurrency: int, n: int,
+               group: str = BENCH_GROUP) -> dict[str, float]:
+    """GETs of the margherita straight to the pizza server; user(i) names the i-th request's user."""
+    ctx = front_proxy_ctx(stack, ca)
+
+    async def one(i: int, conn: Conn) -> None:
+        status, body = await conn.request("GET", PIZZA, headers={"X-Remote-User": user(i),
+                                                                 "X-Remote-Group": group})
+        assert status == 200, body[:300]
+
+    return await drive(n, concurrency, one, lambda: Conn("127.0.0.1", port, ctx))
+
+
+async def get_through_proxy(stack: Stack, concurrency: int, n: int) -> dict[str, float]:
+    """The same GET through apiary's proxy with the admin certificate: the aggregation path (the pizza
+    server registered by _register). It needs the proxy's forwarding to aggregated servers (branch
+    h-aggregator); run(through_proxy=True) reports ratio = this rate / get_direct's rate."""
+    ctx = client_ctx(stack, "admin")
+    port = int(stack.server.rsplit(":", 1)[1])
+
+    async def one(i: int, conn: Conn) -> None:
+        status, body = await conn.request("GET", PIZZA)
+        assert status == 200, body[:300]
+
+    return await drive(n, concurrency, one, lambda: Conn("127.0.0.1", port, ctx))
+
+
+async def fastapi_cost(stack: Stack, n: int = 3000) -> dict[str, float]:
+    """µs per GET in process through the lean path and through an equivalent FastAPI route."""
+    s = pizza()
+
+    @s.app.get("/bench/namespaces/{namespace}/pizzas/{name}")
+    async def get(namespace: str, name: str, request: Request) -> Response:
+        assert s.resources is not None
+        obj = await s.resources.get(Call(s.scheme.kinds["pizzas"], "v1beta1", namespace, name, {},
+                                         request.scope["user"]))
+        return Response(orjson.dumps(obj), media_type="application/json")
+
+    args = parser("bench", "", "/pizza").parse_args([
+        "--tls-cert-file", "-", "--tls-private-key-file", "-", "--etcd-servers", stack.etcd_url,
+        "--etcd-prefix", f"/pizza-{uuid.uuid4().hex[:8]}"])
+    s.configure(args)
+    assert s.storage is not None and s.resources is not None
+    await s.storage.start()
+    tls = {"cn": "admin", "o": ["system:masters"], "ca": ["client"]}
+    try:
+        await s.storage.create(s.resources.key(s.scheme.kinds["pizzas"], "default", "margherita"),
+                               s.scheme.to_storage(s.scheme.kinds["pizzas"], {
+                                   "metadata": {"name": "margherita", "namespace": "default", "uid": "u"},
+                                   "spec": {"toppings": [{"name": "tomato", "quantity": 1}]}}))
+
+        async def one(path: str) -> float:
+            scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
+                     "headers": [(b"host", b"pizza")], "extensions": {"tls": tls}, "scheme": "https",
+                     "server": ("127.0.0.1", 443), "client": ("127.0.0.1", 1), "root_path": "",
+                     "http_version": "1.1"}
+            status: list[int] = []
+
+            async def receive() -> dict[str, Any]:
+                return {"type": "http.request", "body": b"", "more_body": False}
+
+            async def send(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.start":
+                    status.append(message["status"])
+
+            t = time.perf_counter()
+            await s(scope, receive, send)
+            assert status == [200], status
+            return time.perf_counter() - t
+
+        lean_path = PIZZA
+        fastapi_path = "/bench/namespaces/default/pizzas/margherita"
+        for p in (lean_path, fastapi_path):  # warm up: caches, FastAPI's route compilation
+            for _ in range(200):
+                await one(p)
+        lean, routed = [], []
+        for _ in range(n):
+            lean.append(await one(lean_path))
+            routed.append(await one(fastapi_path))
+        lean_us, routed_us = statistics.median(lean) * 1e6, statistics.median(routed) * 1e6
+        return {"lean_us": round(lean_us, 1), "fastapi_us": round(routed_us, 1),
+                "fastapi_cost_us": round(routed_us - lean_us, 1), "ratio": round(routed_us / lean_us, 3)}
+    finally:
+        await s.storage.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _register(stack: Stack, port: int, ca: Path) -> None:
+    """Register the pizza server with apiary and wait until the proxy serves the margherita."""
+    with httpx.Client(base_url=stack.server, verify=client_ctx(stack, "admin"), timeout=30) as admin:
+        for obj in pizza_server.registration(port, ca):
+            kind = obj["kind"]
+            path = {"Namespace": "/api/v1/namespaces",
+                    "Service": f"/api/v1/namespaces/{pizza_server.NAMESPACE}/services",
+                    "Endpoints": f"/api/v1/namespaces/{pizza_server.NAMESPACE}/endpoints",
+                    "APIService": "/apis/apiregistration.k8s.io/v1/apiservices"}[kind]
+            r = admin.post(path, json=obj)
+            assert r.status_code in (201, 409), r.text
+        deadline = time.monotonic() + 90
+        while admin.get(PIZZA).status_code != 200:
+            assert time.monotonic() < deadline, admin.get(PIZZA).text
+            time.sleep(0.5)
+
+
+def run(stack: Stack, concurrency: int = 16, n: int = 1500, through_proxy: bool = False) -> dict[str, Any]:
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        cert, key, ca = pizza_server.serving_certificate(Path(tmp))
+        server = pizza_server.start(stack, port, stack.logs / "pizza-bench.log", tls=(cert, key),
+                                    prefix="/pizza-bench")
+        try:
+            _setup(stack, server.url, ca)
+            out: dict[str, Any] = {}
+            asyncio.run(_get(stack, port, ca, lambda i: "warm-up", concurrency, 200))
+            out["get_direct"] = asyncio.run(_get(stack, port, ca, lambda i: "pizza-bench", concurrency, n))
+            out["get_cold_authz"] = asyncio.run(_get(stack, port, ca, lambda i: f"pizza-bench-{uuid.uuid4().hex}",
+                                                     concurrency, n))
+            out["get_cold_authz"]["ratio"] = round(out["get_cold_authz"]["rate"] / out["get_direct"]["rate"], 4)
+            if through_proxy:
+                _register(stack, port, ca)
+                # the identity the proxy forwards for the admin certificate, sent straight
+                out["get_direct_admin"] = asyncio.run(_get(stack, port, ca, lambda i: "kubernetes-admin", concurrency,
+                                                           n, "system:masters"))
+                out["get_proxy"] = asyncio.run(get_through_proxy(stack, concurrency, n))
+                out["get_proxy"]["ratio"] = round(out["get_proxy"]["rate"] / out["get_direct_admin"]["rate"], 4)
+            out["fastapi_cost"] = asyncio.run(fastapi_cost(stack))
+            return out
+        finally:
+            server.stop()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m tools.bench_pizza", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("-n", type=int, default=1500)
+    p.add_argument("--through-proxy", action="store_true", help="also GET through apiary's proxy")
+    p.add_argument("--port-offset", type=int, default=int(os.environ.get("APIARY_TEST_PORT_OFFSET", "1000")) + 300)
+    args = p.parse_args()
+    stack = Stack(ROOT / ".apiary" / "bench-pizza", args.port_offset)
+    stack.start(fresh=True)
+    try:
+        out = run(stack, args.concurrency, args.n, args.through_proxy)
+    finally:
+        stack.stop(quiet=True)
+    print(json.dumps(out, indent=2))
+    (ROOT / ".apiary" / "bench-pizza.json").write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
