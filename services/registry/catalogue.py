@@ -97,6 +97,15 @@ CORE_V1: tuple[ResourceInfo, ...] = (
         key_prefix="/registry/secrets/",
     ),
     ResourceInfo(
+        group="", version="v1", kind="Endpoints", plural="endpoints", singular="endpoints", namespaced=True,
+        key_prefix="/registry/services/endpoints/", short_names=("ep",),
+    ),
+    ResourceInfo(
+        group="", version="v1", kind="Service", plural="services", singular="service", namespaced=True,
+        key_prefix="/registry/services/specs/", short_names=("svc",), categories=("all",),
+        subresources=(SubresourceInfo("status", "Service", _STATUS_VERBS),),
+    ),
+    ResourceInfo(
         group="", version="v1", kind="ServiceAccount", plural="serviceaccounts", singular="serviceaccount",
         namespaced=True, key_prefix="/registry/serviceaccounts/", short_names=("sa",),
         subresources=(SubresourceInfo("token", "TokenRequest", ("create",), "authentication.k8s.io", "v1"),),
@@ -109,6 +118,13 @@ APIREGISTRATION_V1: tuple[ResourceInfo, ...] = (
         singular="apiservice", namespaced=False, key_prefix="/registry/apiregistration.k8s.io/apiservices/",
         categories=("api-extensions",),
         subresources=(SubresourceInfo("status", "APIService", _STATUS_VERBS),),
+    ),
+)
+
+DISCOVERY_V1: tuple[ResourceInfo, ...] = (
+    ResourceInfo(
+        group="discovery.k8s.io", version="v1", kind="EndpointSlice", plural="endpointslices",
+        singular="endpointslice", namespaced=True, key_prefix="/registry/endpointslices/",
     ),
 )
 
@@ -157,6 +173,7 @@ GROUP_PRIORITIES: dict[tuple[str, str], tuple[int, int]] = {
     ("authentication.k8s.io", "v1"): (17700, 15),
     ("authorization.k8s.io", "v1"): (17600, 15),
     ("rbac.authorization.k8s.io", "v1"): (17000, 15),
+    ("discovery.k8s.io", "v1"): (16200, 15),
 }
 
 
@@ -187,4 +204,5 @@ class Catalogue:
         return [r for r in self.resources if r.namespaced and not r.virtual]
 
 
-DEFAULT_CATALOGUE = Catalogue(CORE_V1 + APIREGISTRATION_V1 + AUTHENTICATION_V1 + AUTHORIZATION_V1 + RBAC_V1)
+DEFAULT_CATALOGUE = Catalogue(CORE_V1 + APIREGISTRATION_V1 + AUTHENTICATION_V1 + AUTHORIZATION_V1 + RBAC_V1
+                              + DISCOVERY_V1)

@@ -426,18 +426,26 @@ class Handlers:
             raise self._invalid(r, obj, causes)
         await self._check_escalation(r, obj, None)
         await self._validate_admission(r, "CREATE", obj, None, meta["name"], options)
-        env = self.to_envelope(r, obj)
-        if r.dry_run:
-            return env
-        for attempt in range(GENERATE_NAME_ATTEMPTS):
-            try:
-                return await self.store.create(r.info, env, r.timing)
-            except errors.AlreadyExists:
-                if not generated or attempt == GENERATE_NAME_ATTEMPTS - 1:
-                    raise
-                env.metadata.name = generate_name(meta["generateName"])
-                env.fields["metadata.name"] = env.metadata.name
-        raise AssertionError("unreachable")
+        finish = await r.strategy.begin_create(self.store, obj, r.dry_run)
+        created = False
+        try:
+            env = self.to_envelope(r, obj)
+            if r.dry_run:
+                return env
+            for attempt in range(GENERATE_NAME_ATTEMPTS):
+                try:
+                    env = await self.store.create(r.info, env, r.timing)
+                    created = True
+                    return env
+                except errors.AlreadyExists:
+                    if not generated or attempt == GENERATE_NAME_ATTEMPTS - 1:
+                        raise
+                    env.metadata.name = generate_name(meta["generateName"])
+                    env.fields["metadata.name"] = env.metadata.name
+            raise AssertionError("unreachable")
+        finally:
+            if finish is not None:
+                await finish(created)
 
     def _record_manager(self, r: Request, obj: Obj, old: Obj | None, operation: str,
                         applied: Obj | None) -> None:
@@ -583,6 +591,7 @@ class Handlers:
                 if self._should_delete(r.info, new):
                     deleted = await self.store.delete(info, r.namespace, r.req.name, cur_meta.get("uid", ""),
                                                       cur_meta.get("resourceVersion", ""), r.timing)
+                    await r.strategy.after_delete(self.store, current)
                     return 200, self._fill_kind(info, deleted)
                 env.metadata.resource_version = ""
                 return 200, await self.store.update(info, env, cur_meta.get("resourceVersion", ""), r.timing)
@@ -704,8 +713,10 @@ class Handlers:
                     return await self.store.update(info, env, rv, r.timing)
                 if r.dry_run:
                     return current_env
-                return self._fill_kind(info, await self.store.delete(info, r.namespace, name, meta.get("uid", ""),
-                                                                     rv, r.timing))
+                deleted = self._fill_kind(info, await self.store.delete(info, r.namespace, name,
+                                                                        meta.get("uid", ""), rv, r.timing))
+                await r.strategy.after_delete(self.store, current)
+                return deleted
             except errors.Conflict:
                 if attempt == GUARANTEED_UPDATE_ATTEMPTS - 1:
                     raise

@@ -229,9 +229,96 @@ _EVENT_COLUMNS = [
     column("Name", "string", NAME_DESC, "name", priority=1),
 ]
 
+def _service_external_ip(spec: Obj, status: Obj) -> str:
+    """kube's getServiceExternalIP (printers.go)."""
+    typ = spec.get("type") or "ClusterIP"
+    external = list(spec.get("externalIPs") or [])
+    if typ == "ExternalName":
+        return spec.get("externalName") or "<none>"
+    if typ == "LoadBalancer":
+        ingress = [i.get("ip") or i.get("hostname") or "" for i in (status.get("loadBalancer") or {})
+                   .get("ingress") or []]
+        ips = [i for i in ingress if i] + external
+        return ",".join(ips) if ips else "<pending>"
+    return ",".join(external) if external else "<none>"
+
+
+def _service_ports(ports: list[Obj]) -> str:
+    out = []
+    for p in ports:
+        port = f"{p.get('port')}/{p.get('protocol') or 'TCP'}"
+        if p.get("nodePort"):
+            port = f"{p.get('port')}:{p['nodePort']}/{p.get('protocol') or 'TCP'}"
+        out.append(port)
+    return ",".join(out) if out else "<none>"
+
+
+def _selector(selector: Obj | None) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted((selector or {}).items())) or "<none>"
+
+
+def service_row(o: Obj) -> list[Any]:
+    spec, status = o.get("spec") or {}, o.get("status") or {}
+    ip = spec.get("clusterIP") or ""
+    return [(o.get("metadata") or {}).get("name", ""), spec.get("type") or "ClusterIP",
+            ip or "<none>", _service_external_ip(spec, status), _service_ports(spec.get("ports") or []),
+            age(o), _selector(spec.get("selector"))]
+
+
+def _first_three(addresses: list[str]) -> str:
+    """kube's formatEndpoints and formatEndpointSlice: three at most, then "+ N more..."."""
+    if not addresses:
+        return "<none>"
+    text = ",".join(addresses[:3])
+    return text + f" + {len(addresses) - 3} more..." if len(addresses) > 3 else text
+
+
+def endpoints_row(o: Obj) -> list[Any]:
+    out: list[str] = []
+    for subset in o.get("subsets") or []:
+        ports = subset.get("ports") or []
+        for a in subset.get("addresses") or []:
+            ip = a.get("ip") or ""
+            if not ports:
+                out.append(ip)
+            out += [f"{ip}:{p.get('port')}" for p in ports]
+    return [(o.get("metadata") or {}).get("name", ""), _first_three(out), age(o)]
+
+
+def endpointslice_row(o: Obj) -> list[Any]:
+    ports = ",".join(str(p.get("port")) if p.get("port") is not None else "<unset>"
+                     for p in o.get("ports") or []) or "<unset>"
+    addresses = [a for ep in o.get("endpoints") or [] for a in ep.get("addresses") or []]
+    return [(o.get("metadata") or {}).get("name", ""), o.get("addressType") or "", ports,
+            "<unset>" if not addresses else _first_three(addresses), age(o)]
+
+
+_SERVICE_COLUMNS = [
+    NAME,
+    column("Type", "string", "type determines how the Service is exposed."),
+    column("Cluster-IP", "string", "clusterIP is the IP address of the service and is usually assigned randomly."),
+    column("External-IP", "string", "externalIPs is a list of IP addresses for which nodes in the cluster will "
+           "also accept traffic for this service."),
+    column("Port(s)", "string", "The list of ports that are exposed by this service."),
+    AGE,
+    column("Selector", "string", "Route service traffic to pods with label keys and values matching this "
+           "selector.", priority=1),
+]
+_ENDPOINTS_COLUMNS = [NAME, column("Endpoints", "string", "Endpoints of the service"), AGE]
+_ENDPOINTSLICE_COLUMNS = [
+    NAME,
+    column("AddressType", "string", "addressType specifies the type of address carried by this EndpointSlice."),
+    column("Ports", "string", "ports specifies the list of network ports exposed by each endpoint in this slice."),
+    column("Endpoints", "string", "endpoints is a list of unique endpoints in this slice."),
+    AGE,
+]
+
 # Kinds whose columns are not Name, <extra>, Age: every column and every cell, in order.
 FULL_PRINTERS: dict[tuple[str, str], Printer] = {
     ("", "events"): (_EVENT_COLUMNS, event_row),
+    ("", "services"): (_SERVICE_COLUMNS, service_row),
+    ("", "endpoints"): (_ENDPOINTS_COLUMNS, endpoints_row),
+    ("discovery.k8s.io", "endpointslices"): (_ENDPOINTSLICE_COLUMNS, endpointslice_row),
     ("rbac.authorization.k8s.io", "roles"): (_ROLE_COLUMNS, lambda o: [(o.get("metadata") or {}).get("name", ""),
                                                                        _created_at(o)]),
     ("rbac.authorization.k8s.io", "clusterroles"): (_ROLE_COLUMNS, lambda o: [

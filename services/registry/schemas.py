@@ -16,6 +16,7 @@ AGG = "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1."
 RBAC = "io.k8s.api.rbac.v1."
 AUTHN = "io.k8s.api.authentication.v1."
 AUTHZ = "io.k8s.api.authorization.v1."
+DISCOVERY = "io.k8s.api.discovery.v1."
 REF_PREFIX = "#/components/schemas/"
 
 
@@ -690,8 +691,34 @@ _AUTHZ_SCHEMAS: dict[str, Schema] = {
     }, (*_AUTHZ_GV, "SelfSubjectRulesReview")) | {"required": ["spec"]},
 }
 
+# Service, Endpoints, EndpointSlice: only their top-level fields until the schemas are generated from
+# kube's OpenAPI definitions; the strategies validate what is inside.
+_OPEN = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+_OPEN_LIST = {"type": "array", "items": _OPEN}
+_NET_SCHEMAS: dict[str, Schema] = {
+    CORE + "Service": _kind("Service is a named abstraction of software service (for example, mysql) "
+                            "consisting of local port (for example 3306) that the proxy listens on, and the "
+                            "selector that determines which pods will answer requests sent through the proxy.",
+                            {"spec": _OPEN | {"description": "Spec defines the behavior of a service."},
+                             "status": _OPEN | {"description": "Most recently observed status of the service."}},
+                            ("", "v1", "Service")),
+    CORE + "Endpoints": _kind("Endpoints is a collection of endpoints that implement the actual service.",
+                              {"subsets": _OPEN_LIST | {"description": "The set of all endpoints is the union "
+                                                        "of all subsets."}}, ("", "v1", "Endpoints")),
+    DISCOVERY + "EndpointSlice": _kind("EndpointSlice represents a set of service endpoints.", {
+        "addressType": _s("addressType specifies the type of address carried by this EndpointSlice."),
+        "endpoints": _OPEN_LIST | {"description": "endpoints is a list of unique endpoints in this slice."},
+        "ports": _OPEN_LIST | {"description": "ports specifies the list of network ports exposed by each "
+                               "endpoint in this slice."},
+    }, ("discovery.k8s.io", "v1", "EndpointSlice")),
+}
+_NET_SCHEMAS[CORE + "ServiceList"] = _list_kind(CORE + "Service", "Service", ("", "v1", "ServiceList"))
+_NET_SCHEMAS[CORE + "EndpointsList"] = _list_kind(CORE + "Endpoints", "Endpoints", ("", "v1", "EndpointsList"))
+_NET_SCHEMAS[DISCOVERY + "EndpointSliceList"] = _list_kind(DISCOVERY + "EndpointSlice", "EndpointSlice",
+                                                           ("discovery.k8s.io", "v1", "EndpointSliceList"))
+
 ALL: dict[str, Schema] = {**_META_SCHEMAS, **_CORE_SCHEMAS, **_AGG_SCHEMAS, **_RBAC_SCHEMAS, **_AUTHN_SCHEMAS,
-                          **_AUTHZ_SCHEMAS}
+                          **_AUTHZ_SCHEMAS, **_NET_SCHEMAS}
 
 KIND_SCHEMA: dict[tuple[str, str], str] = {
     ("", "ConfigMap"): CORE + "ConfigMap",
@@ -699,6 +726,9 @@ KIND_SCHEMA: dict[tuple[str, str], str] = {
     ("", "Namespace"): CORE + "Namespace",
     ("", "ServiceAccount"): CORE + "ServiceAccount",
     ("", "Event"): CORE + "Event",
+    ("", "Service"): CORE + "Service",
+    ("", "Endpoints"): CORE + "Endpoints",
+    ("discovery.k8s.io", "EndpointSlice"): DISCOVERY + "EndpointSlice",
     ("apiregistration.k8s.io", "APIService"): AGG + "APIService",
     **{("rbac.authorization.k8s.io", k): RBAC + k for k in ("Role", "ClusterRole", "RoleBinding",
                                                             "ClusterRoleBinding")},

@@ -7,6 +7,7 @@ import copy
 import datetime
 import functools
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from services.common.errors import BadRequest
@@ -100,6 +101,17 @@ class Strategy:
     def for_subresource(self, subresource: str) -> "Strategy":
         return self
 
+    # Storage hooks (genericregistry.Store's BeginCreate and AfterDelete) -------
+
+    async def begin_create(self, store: Any, obj: Obj,
+                           dry_run: bool) -> Callable[[bool], Awaitable[None]] | None:
+        """Called after validation, before the write; may claim resources (a Service's ClusterIP) and
+        return a finish(success) that the store calls once the write succeeded or failed."""
+        return None
+
+    async def after_delete(self, store: Any, obj: Obj) -> None:
+        """Called once the object is gone from storage (releases what begin_create claimed)."""
+
 
 class SubresourceStrategy(Strategy):
     """/status and /finalize: only `keep_new` fields change; everything else comes from the old object."""
@@ -144,6 +156,7 @@ def strategy_for(info: ResourceInfo) -> Strategy:
                        ServiceAccountStrategy)
     from .rbac import ClusterRoleBindingStrategy, ClusterRoleStrategy, RoleBindingStrategy, RoleStrategy
     from .reviews import ReviewStrategy
+    from .services import EndpointSliceStrategy, EndpointsStrategy, ServiceStrategy
 
     if info.virtual:
         return ReviewStrategy(info)
@@ -153,6 +166,9 @@ def strategy_for(info: ResourceInfo) -> Strategy:
         ("", "Namespace"): NamespaceStrategy,
         ("", "ServiceAccount"): ServiceAccountStrategy,
         ("", "Event"): EventStrategy,
+        ("", "Service"): ServiceStrategy,
+        ("", "Endpoints"): EndpointsStrategy,
+        ("discovery.k8s.io", "EndpointSlice"): EndpointSliceStrategy,
         ("apiregistration.k8s.io", "APIService"): APIServiceStrategy,
         ("rbac.authorization.k8s.io", "Role"): RoleStrategy,
         ("rbac.authorization.k8s.io", "ClusterRole"): ClusterRoleStrategy,
