@@ -124,6 +124,8 @@ class Stack:
                 "--requestheader-uid-headers", "X-Remote-Uid",
                 "--requestheader-group-headers", "X-Remote-Group",
                 "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+                "--proxy-client-cert-file", str(pki / "front-proxy-client.crt"),
+                "--proxy-client-key-file", str(pki / "front-proxy-client.key"),
                 "--audit-policy-file", str(self.state / "audit-policy.yaml"),
                 "--audit-log-path", str(self.logs / "audit.log"),
                 "--audit-log-maxsize", "100", "--audit-log-maxbackup", "3",

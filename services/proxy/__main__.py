@@ -89,6 +89,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-mutating-requests-inflight", type=int, default=MAX_MUTATING_REQUESTS_INFLIGHT,
                    help="mutating requests in flight at most while the apf service is unreachable "
                         "(0: no limit)")
+    p.add_argument("--proxy-client-cert-file", default="",
+                   help="client certificate the proxy presents to aggregated API servers (the front-proxy "
+                        "client; they trust X-Remote-* headers only from it)")
+    p.add_argument("--proxy-client-key-file", default="", help="key of --proxy-client-cert-file")
     p.add_argument("--audit-policy-file", default="",
                    help="audit.k8s.io/v1 Policy; without it nothing is audited")
     p.add_argument("--audit-log-path", default="", help='where audit events go, one JSON line each ("-": stdout)')
@@ -135,7 +139,8 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
         request_header=request_header_config(args), max_requests_inflight=args.max_requests_inflight,
         max_mutating_requests_inflight=args.max_mutating_requests_inflight,
         request_timeout=args.request_timeout, min_request_timeout=args.min_request_timeout,
-        auditor=auditor(args),
+        auditor=auditor(args), proxy_client_cert_file=args.proxy_client_cert_file,
+        proxy_client_key_file=args.proxy_client_key_file,
     )
     proxy.start()
     health = HealthServer(args.bind_address, args.health_port, proxy.checks)

@@ -2,7 +2,8 @@
 
 request deadline (not for long-running requests) -> body limit -> RequestInfo -> authentication
 -> impersonation -> priority and fairness -> authorization
--> routing (registry for locally served group-versions; aggregated APIServices are not yet proxied).
+-> routing (registry for locally served group-versions; a remote APIService's server otherwise,
+   through aggregator/proxy.py).
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from services.common.errors import APIError, BadRequest, InternalError, NotFound
 from services.common.informer import Informer
 
 from . import metrics, requestinfo
+from .aggregator.proxy import Backends, RemoteProxy
+from .aggregator.resolver import ServiceResolver, service_ref
 from .context import ClientDisconnected, Context
 from .decoder import BodyDecoder
 from .discovery import VERSION_INFO, Discovery
@@ -73,7 +76,8 @@ class ProxyApp:
                  max_requests_inflight: int = MAX_REQUESTS_INFLIGHT,
                  max_mutating_requests_inflight: int = MAX_MUTATING_REQUESTS_INFLIGHT,
                  request_timeout: float = REQUEST_TIMEOUT, min_request_timeout: float = MIN_REQUEST_TIMEOUT,
-                 auditor: Auditor | None = None) -> None:
+                 auditor: Auditor | None = None, proxy_client_cert_file: str = "",
+                 proxy_client_key_file: str = "") -> None:
         channels = channels or {}
         self.auditor = auditor
         self.verbosity = verbosity
@@ -89,6 +93,13 @@ class ProxyApp:
         self.discovery = Discovery(registry)
         self.apiservices = Informer(registry, "apiregistration.k8s.io", "v1", "apiservices")
         self.apiservices.add_handler(lambda *_: self.discovery.invalidate())
+        # what remote APIServices resolve through (kube-aggregator's service and endpoints listers)
+        self.services = Informer(registry, "", "v1", "services")
+        self.endpoints = Informer(registry, "", "v1", "endpoints")
+        self.endpoint_slices = Informer(registry, "discovery.k8s.io", "v1", "endpointslices")
+        self.resolver = ServiceResolver(self.services, self.endpoints, self.endpoint_slices)
+        self.backends = Backends(proxy_client_cert_file, proxy_client_key_file)
+        self.remote = RemoteProxy(self.resolver, self.backends)
         # The registry call's own timeout is a backstop: the request's deadline (checked every
         # Deadlines.tick) comes first and answers with kube's Status.
         self.resources = ResourceHandler(registry, request_timeout + 1.0)
@@ -120,6 +131,8 @@ class ProxyApp:
         self.apf.start()
         self.discovery.start()
         self.apiservices.start()
+        for informer in (self.services, self.endpoints, self.endpoint_slices):
+            informer.start()
         self.rbac.start()
 
     def begin_shutdown(self) -> None:
@@ -131,6 +144,9 @@ class ProxyApp:
         await self.deadlines.stop()
         await self.rbac.stop()
         await self.apiservices.stop()
+        for informer in (self.services, self.endpoints, self.endpoint_slices):
+            await informer.stop()
+        await self.backends.aclose()
         await self.discovery.stop()
         await self.apf.stop()
         self.decoder.stop()
@@ -171,15 +187,20 @@ class ProxyApp:
                 if ctx.path.startswith(_HEALTH_PREFIXES):
                     await self._health(ctx)
                     return
-                # 1. body limit (the declared size first, then what actually arrives)
-                body = await ctx.read_body() if method in _BODY_METHODS else b""
-                ctx.watch_disconnect()
-                # 2. RequestInfo, then the deadline it implies (none for a watch)
+                # 1. RequestInfo, and who serves it
                 query = requestinfo.parse_query(ctx.query_string)
                 try:
                     info = requestinfo.parse(method, ctx.path, query)
                 except ValueError as e:
                     raise BadRequest(str(e)) from None
+                remote = self._remote_apiservice(info)
+                # 2. body limit (the declared size first, then what actually arrives); a remote
+                # APIService's body streams to its server instead, which sets its own limits
+                body = b""
+                if remote is None:
+                    body = await ctx.read_body() if method in _BODY_METHODS else b""
+                    ctx.watch_disconnect()
+                # the deadline the request implies (none for a watch)
                 if long_running(info):
                     self.deadlines.set(task, None)
                 elif "timeout" in query:
@@ -215,7 +236,13 @@ class ProxyApp:
                     raise forbidden_error(user.name, info, reason)
                 ctx.timing("authz", t)
                 # 6. routing
-                if info.is_resource_request:
+                if remote is not None:
+                    if long_running(info):
+                        # a watch's seat goes as it starts, as for the registry's watches
+                        self.apf.release(seat)
+                        seat = None
+                    await self.remote.forward(ctx, remote, user, method in _BODY_METHODS)
+                elif info.is_resource_request:
                     apply = await self._resource(ctx, info, user, query, body, seat)
                 else:
                     await self._non_resource(ctx, query)
@@ -326,23 +353,31 @@ class ProxyApp:
         await ctx.respond(404, _NOT_FOUND_TEXT, "text/plain; charset=utf-8",
                           [(b"x-content-type-options", b"nosniff")])
 
+    def _remote_apiservice(self, info: RequestInfo) -> dict[str, Any] | None:
+        """The APIService whose server answers this request, when that is not apiary itself: every
+        resource path of its group-version and /apis/<group>/<version> (its discovery)."""
+        if info.api_prefix != "apis":
+            return None
+        group, version = info.api_group, info.api_version
+        if not info.is_resource_request:
+            parts = info.path.strip("/").split("/")
+            if len(parts) != 3:
+                return None
+            group, version = parts[1], parts[2]
+        if not group:
+            return None
+        apiservice = self.apiservices.store.get(f"{version}.{group}")
+        if apiservice is None or service_ref(apiservice) is None:
+            return None
+        return apiservice
+
     def _check_served(self, info: RequestInfo) -> None:
-        """Which server answers this group-version: the registry, or (not yet supported) an aggregated one."""
+        """Whether the registry serves this group-version (remote APIServices never come here)."""
         if info.api_prefix == "api":
             if info.api_version != "v1":
                 raise NotFound("the server could not find the requested resource")
             return
-        name = f"{info.api_version}.{info.api_group}"
-        apiservice = self.apiservices.store.get(name)
-        if apiservice is not None:
-            service = (apiservice.get("spec") or {}).get("service")
-            if service:
-                ref = f'{service.get("namespace", "")}/{service.get("name", "")}'
-                raise ServiceUnavailable(
-                    "the server is currently unable to handle the request: "
-                    f"{info.api_group}/{info.api_version} is served by the aggregated API server {ref} "
-                    f'(APIService "{name}"), and apiary does not proxy to aggregated API servers yet',
-                    headers={"Retry-After": "10"}, details={"retryAfterSeconds": 10})
+        if self.apiservices.store.get(f"{info.api_version}.{info.api_group}") is not None:
             return
         # Group-versions the registry serves route there even before their APIService object exists.
         if not self.discovery.serves(info.api_group, info.api_version):

@@ -1,0 +1,201 @@
+"""The aggregation proxy against a real HTTPS aggregated server (tools.fakeservers.AggregatedBackend)
+registered with a Service, Endpoints and an APIService on the shared stack."""
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tools.fakeservers import AggregatedBackend, SilentServer
+from tools.run import Stack
+
+GROUP, VERSION = "wardle.example.com", "v1alpha1"
+GV = f"{GROUP}/{VERSION}"
+APISERVICE = f"{VERSION}.{GROUP}"
+NS = "wardle"
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def apply(admin: httpx.Client, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """Create, or replace what is there."""
+    r = admin.post(path, json=obj)
+    if r.status_code == 409:
+        current = admin.get(f"{path}/{obj['metadata']['name']}").json()
+        obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        r = admin.put(f"{path}/{obj['metadata']['name']}", json=obj)
+    assert r.status_code in (200, 201), r.text
+    return r.json()
+
+
+def register(admin: httpx.Client, backend: AggregatedBackend | SilentServer, service: str, group: str,
+             ca_pem: bytes, version: str = VERSION) -> None:
+    """What the local runner (or a cluster's endpoints controller) writes for an aggregated server."""
+    apply(admin, f"/api/v1/namespaces/{NS}/services", {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": service, "namespace": NS},
+        "spec": {"ports": [{"port": 443, "targetPort": backend.port}]}})
+    apply(admin, f"/api/v1/namespaces/{NS}/endpoints", {
+        "apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": service, "namespace": NS},
+        "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"port": backend.port}]}]})
+    apply(admin, "/apis/apiregistration.k8s.io/v1/apiservices", {
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": f"{version}.{group}"},
+        "spec": {"group": group, "version": version, "groupPriorityMinimum": 1000, "versionPriority": 15,
+                 "service": {"namespace": NS, "name": service}, "caBundle": base64.b64encode(ca_pem).decode()}})
+
+
+@pytest.fixture(scope="module")
+def backend(stack: Stack, admin: httpx.Client, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AggregatedBackend]:
+    b = AggregatedBackend(tmp_path_factory.mktemp("backend"), stack.state / "pki" / "front-proxy-ca.crt",
+                          group=GROUP, version=VERSION, service="api", namespace=NS).start()
+    r = admin.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    assert r.status_code in (201, 409), r.text
+    register(admin, b, "api", GROUP, b.ca_pem)
+    wait_for(lambda: admin.get(f"/apis/{GV}/whoamis").status_code == 200, what="forwarding to start")
+    try:
+        yield b
+    finally:
+        b.stop()
+        admin.delete(f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE}")
+
+
+def test_identity_headers_replace_what_the_client_sent(admin: httpx.Client, backend: AggregatedBackend) -> None:
+    r = admin.get(f"/apis/{GV}/whoamis", headers={"X-Remote-User": "evil", "X-Remote-Group": "system:masters",
+                                                    "X-Remote-Extra-Scopes": "all"})
+    assert r.status_code == 200, r.text
+    seen = r.json()["headers"]
+    assert seen["x-remote-user"] == ["kubernetes-admin"]
+    assert sorted(seen["x-remote-group"]) == ["system:authenticated", "system:masters"]
+    assert "x-remote-extra-scopes" not in seen and "authorization" not in seen
+    # impersonation runs in the proxy: the server sees the impersonated user, no Impersonate-* header
+    r = admin.get(f"/apis/{GV}/whoamis", headers=[("Impersonate-User", "bob"),
+                                                    ("Impersonate-Group", "system:masters"),
+                                                    ("Impersonate-Extra-Reason", "a%20test")])
+    assert r.status_code == 200, r.text
+    seen = r.json()["headers"]
+    assert seen["x-remote-user"] == ["bob"]
+    assert sorted(seen["x-remote-group"]) == ["system:authenticated", "system:masters"]
+    assert seen["x-remote-extra-reason"] == ["a%20test"]
+    assert not [k for k in seen if k.startswith("impersonate-")]
+
+
+def test_authorization_runs_before_forwarding(stack: Stack, backend: AggregatedBackend,
+                                              tokens: dict[str, str]) -> None:
+    before = len(backend.requests)
+    ctx = ssl.create_default_context(cafile=str(stack.state / "pki" / "ca.crt"))
+    with httpx.Client(base_url=stack.server, verify=ctx, timeout=30) as alice:
+        r = alice.get(f"/apis/{GV}/whoamis", headers={"Authorization": f"Bearer {tokens['alice']}"})
+    assert r.status_code == 403, r.text
+    assert r.json()["reason"] == "Forbidden"
+    assert len(backend.requests) == before
+
+
+def test_large_create_list_and_streaming_watch(admin: httpx.Client, backend: AggregatedBackend) -> None:
+    big = {"apiVersion": GV, "kind": "Flunder", "metadata": {"name": "big"}, "spec": {"data": "x" * (3 << 20)}}
+    r = admin.post(f"/apis/{GV}/namespaces/{NS}/flunders", content=json.dumps(big).encode(),
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code == 201, r.text[:300]
+    assert r.json()["receivedBytes"] > 3 << 20
+    listed = admin.get(f"/apis/{GV}/namespaces/{NS}/flunders").json()
+    assert [o["metadata"]["name"] for o in listed["items"]] == ["big"]
+    lines: list[dict[str, Any]] = []
+    got_one = threading.Event()
+
+    def watch() -> None:
+        with admin.stream("GET", f"/apis/{GV}/namespaces/{NS}/flunders?watch=true",
+                          timeout=httpx.Timeout(30, read=60)) as resp:
+            assert resp.status_code == 200
+            for line in resp.iter_lines():
+                lines.append(json.loads(line))
+                if any(e["object"]["metadata"]["name"] == "small" for e in lines):
+                    got_one.set()
+                    return
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    wait_for(lambda: len(lines) >= 1, what="the watch's first event")  # the big one, replayed
+    small = {"apiVersion": GV, "kind": "Flunder", "metadata": {"name": "small"}}
+    assert admin.post(f"/apis/{GV}/namespaces/{NS}/flunders", json=small).status_code == 201
+    # the event arrives while the watch is held open: it was flushed through the proxy as it came
+    assert got_one.wait(60)
+    t.join(10)
+
+
+def test_upgrade_requests_are_refused(admin: httpx.Client, backend: AggregatedBackend) -> None:
+    r = admin.get(f"/apis/{GV}/namespaces/{NS}/flunders",
+                  headers={"Connection": "Upgrade", "Upgrade": "SPDY/3.1"})
+    assert r.status_code == 400, r.text
+    assert r.json()["kind"] == "Status"
+
+
+def test_wrong_ca_bundle_is_refused(admin: httpx.Client, backend: AggregatedBackend,
+                                    tmp_path: Path) -> None:
+    other = AggregatedBackend(tmp_path, backend.front_proxy_ca, name="other")  # only for its CA
+    path = f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE}"
+    obj = admin.get(path).json()
+    obj["spec"]["caBundle"] = base64.b64encode(other.ca_pem).decode()
+    assert admin.put(path, json=obj).status_code == 200
+    try:
+        r = wait_for(lambda: (x := admin.get(f"/apis/{GV}/whoamis")).status_code == 503 and x,
+                     what="the APIService's new caBundle to take effect")
+        assert APISERVICE in r.json()["message"]
+        assert "certificate" in r.json()["message"].lower()
+    finally:
+        obj = admin.get(path).json()
+        obj["spec"]["caBundle"] = base64.b64encode(backend.ca_pem).decode()
+        assert admin.put(path, json=obj).status_code == 200
+    wait_for(lambda: admin.get(f"/apis/{GV}/whoamis").status_code == 200, what="the right caBundle again")
+
+
+def test_garbage_and_silence_from_the_backend(admin: httpx.Client, backend: AggregatedBackend) -> None:
+    r = admin.get(f"/apis/{GV}/garbages")
+    assert r.status_code == 503, r.text
+    assert APISERVICE in r.json()["message"]
+    # a request that is never answered ends at its deadline, the rest of the API is unaffected
+    r = admin.get(f"/apis/{GV}/slows?timeout=2s")
+    assert r.status_code == 504, r.text
+    assert admin.get("/api/v1/namespaces/default/configmaps").status_code == 200
+
+
+def test_silent_server_gives_504_within_the_timeout(admin: httpx.Client, backend: AggregatedBackend) -> None:
+    silent = SilentServer().start()
+    try:
+        register(admin, silent, "silent", "silent.example.com", backend.ca_pem)
+        # 503 until the proxy has seen the Service and Endpoints, then the request's deadline: 504
+        r = wait_for(lambda: (x := admin.get("/apis/silent.example.com/v1alpha1/things?timeout=2s"))
+                     .status_code == 504 and x, what="the silent server's request to time out")
+        assert r.json()["reason"] == "Timeout"
+    finally:
+        silent.stop()
+        admin.delete(f"/apis/apiregistration.k8s.io/v1/apiservices/{VERSION}.silent.example.com")
+
+
+def test_backend_down_then_up(admin: httpx.Client, backend: AggregatedBackend, kubectl: Any) -> None:
+    backend.stop()
+    try:
+        r = admin.get(f"/apis/{GV}/whoamis")
+        assert r.status_code == 503, r.text
+        status = r.json()
+        assert status["kind"] == "Status" and status["reason"] == "ServiceUnavailable"
+        assert APISERVICE in status["message"]
+        kubectl.run("get", "configmaps", "-n", "default")
+    finally:
+        backend.start()
+    wait_for(lambda: admin.get(f"/apis/{GV}/whoamis").status_code == 200, what="the backend back")
