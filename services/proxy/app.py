@@ -25,6 +25,7 @@ from services.common.errors import APIError, BadRequest, InternalError, NotFound
 from services.common.informer import Informer
 
 from . import metrics, requestinfo
+from .aggregator.availability import AvailabilityController
 from .aggregator.proxy import Backends, RemoteProxy
 from .aggregator.resolver import ServiceResolver, service_ref
 from .context import ClientDisconnected, Context
@@ -99,7 +100,9 @@ class ProxyApp:
         self.endpoint_slices = Informer(registry, "discovery.k8s.io", "v1", "endpointslices")
         self.resolver = ServiceResolver(self.services, self.endpoints, self.endpoint_slices)
         self.backends = Backends(proxy_client_cert_file, proxy_client_key_file)
-        self.remote = RemoteProxy(self.resolver, self.backends)
+        self.availability = AvailabilityController(registry, self.apiservices, self.services, self.endpoints,
+                                                   self.endpoint_slices, self.resolver, self.backends)
+        self.remote = RemoteProxy(self.resolver, self.backends, self.availability.enqueue)
         # The registry call's own timeout is a backstop: the request's deadline (checked every
         # Deadlines.tick) comes first and answers with kube's Status.
         self.resources = ResourceHandler(registry, request_timeout + 1.0)
@@ -133,6 +136,7 @@ class ProxyApp:
         self.apiservices.start()
         for informer in (self.services, self.endpoints, self.endpoint_slices):
             informer.start()
+        self.availability.start()
         self.rbac.start()
 
     def begin_shutdown(self) -> None:
@@ -143,6 +147,7 @@ class ProxyApp:
         self.watches.close_all()
         await self.deadlines.stop()
         await self.rbac.stop()
+        await self.availability.stop()
         await self.apiservices.stop()
         for informer in (self.services, self.endpoints, self.endpoint_slices):
             await informer.stop()

@@ -187,7 +187,42 @@ def test_silent_server_gives_504_within_the_timeout(admin: httpx.Client, backend
         admin.delete(f"/apis/apiregistration.k8s.io/v1/apiservices/{VERSION}.silent.example.com")
 
 
+def condition(admin: httpx.Client, name: str = APISERVICE) -> dict[str, Any]:
+    obj = admin.get(f"/apis/apiregistration.k8s.io/v1/apiservices/{name}").json()
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == "Available"), {})
+
+
+def apiservice_row(kubectl: Any) -> list[str]:
+    out = kubectl.run("get", "apiservices", APISERVICE, "--no-headers").stdout.split()
+    return out[:2] + [" ".join(out[2:-1])]
+
+
+def test_availability(admin: httpx.Client, backend: AggregatedBackend, kubectl: Any) -> None:
+    ok = wait_for(lambda: (c := condition(admin)).get("status") == "True" and c, what="Available=True")
+    assert (ok["reason"], ok["message"]) == ("Passed", "all checks passed")
+    assert apiservice_row(kubectl) == [APISERVICE, f"{NS}/api", "True"]
+    local = condition(admin, "v1.apiregistration.k8s.io")
+    assert (local["status"], local["reason"], local["message"]) == ("True", "Local",
+                                                                    "Local APIServices are always available")
+    # a Service port the APIService does not name
+    path = f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE}"
+    obj = admin.get(path).json()
+    obj["spec"]["service"]["port"] = 8443
+    assert admin.put(path, json=obj).status_code == 200
+    try:
+        bad = wait_for(lambda: (c := condition(admin)).get("reason") == "ServicePortError" and c,
+                       what="ServicePortError")
+        assert bad["status"] == "False"
+        assert bad["message"] == f'service/api in "{NS}" is not listening on port 8443'
+    finally:
+        obj = admin.get(path).json()
+        obj["spec"]["service"]["port"] = 443
+        assert admin.put(path, json=obj).status_code == 200
+    wait_for(lambda: condition(admin).get("status") == "True", what="Available=True again")
+
+
 def test_backend_down_then_up(admin: httpx.Client, backend: AggregatedBackend, kubectl: Any) -> None:
+    wait_for(lambda: condition(admin).get("status") == "True", what="Available=True")
     backend.stop()
     try:
         r = admin.get(f"/apis/{GV}/whoamis")
@@ -195,7 +230,50 @@ def test_backend_down_then_up(admin: httpx.Client, backend: AggregatedBackend, k
         status = r.json()
         assert status["kind"] == "Status" and status["reason"] == "ServiceUnavailable"
         assert APISERVICE in status["message"]
+        down = wait_for(lambda: (c := condition(admin)).get("status") == "False" and c, 60,
+                        "Available=False")
+        assert down["reason"] == "FailedDiscoveryCheck"
+        assert f"/apis/{GV}" in down["message"]
+        assert apiservice_row(kubectl) == [APISERVICE, f"{NS}/api", "False (FailedDiscoveryCheck)"]
         kubectl.run("get", "configmaps", "-n", "default")
+        metrics = admin.get("/metrics").text
+        assert f'aggregator_unavailable_apiservice{{name="{APISERVICE}"}} 1.0' in metrics
+        assert f'aggregator_unavailable_apiservice_total{{name="{APISERVICE}",reason="FailedDiscoveryCheck"}}' \
+            in metrics
     finally:
         backend.start()
     wait_for(lambda: admin.get(f"/apis/{GV}/whoamis").status_code == 200, what="the backend back")
+    wait_for(lambda: condition(admin).get("status") == "True", 60, "Available=True after the restart")
+
+
+@pytest.mark.parametrize("name,spec,message", [
+    ("v1.both.example.com", {"caBundle": base64.b64encode(b"x").decode(), "insecureSkipTLSVerify": True},
+     'spec.insecureSkipTLSVerify: Invalid value: true: may not be true if caBundle is present'),
+    ("v1.zero.example.com", {"versionPriority": 0},
+     "spec.versionPriority: Invalid value: 0: must be positive and less than 1000"),
+    ("v1.wrong.example.com", {"group": "other.example.com"},
+     'metadata.name: Invalid value: "v1.wrong.example.com": must be `spec.version+"."+spec.group`: '
+     '"v1.other.example.com"'),
+    ("v1.gpm.example.com", {"groupPriorityMinimum": 20001},
+     "spec.groupPriorityMinimum: Invalid value: 20001: must be positive and less than 20000"),
+])
+def test_apiservice_bad_input(admin: httpx.Client, name: str, spec: dict[str, Any], message: str) -> None:
+    group = name.split(".", 1)[1]
+    body = {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": name},
+            "spec": {"group": group, "version": "v1", "groupPriorityMinimum": 1000, "versionPriority": 15,
+                     "service": {"namespace": NS, "name": "api"}, **spec}}
+    r = admin.post("/apis/apiregistration.k8s.io/v1/apiservices", json=body)
+    assert r.status_code == 422, r.text
+    status = r.json()
+    assert status["reason"] == "Invalid"
+    assert status["message"] == f'APIService.apiregistration.k8s.io "{name}" is invalid: {message}'
+
+
+def test_service_port_defaults_to_443(admin: httpx.Client) -> None:
+    body = {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": "v1.port.example.com"},
+            "spec": {"group": "port.example.com", "version": "v1", "groupPriorityMinimum": 1000, "versionPriority": 15,
+                     "service": {"namespace": NS, "name": "api"}, "insecureSkipTLSVerify": True}}
+    r = admin.post("/apis/apiregistration.k8s.io/v1/apiservices", json=body)
+    assert r.status_code == 201, r.text
+    assert r.json()["spec"]["service"]["port"] == 443
+    admin.delete("/apis/apiregistration.k8s.io/v1/apiservices/v1.port.example.com")

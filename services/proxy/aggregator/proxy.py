@@ -17,7 +17,7 @@ import binascii
 import logging
 import ssl
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -132,9 +132,12 @@ async def _request_body(ctx: Context) -> AsyncIterator[bytes]:
 
 
 class RemoteProxy:
-    def __init__(self, resolver: ServiceResolver, backends: Backends) -> None:
+    def __init__(self, resolver: ServiceResolver, backends: Backends,
+                 on_unreachable: Callable[[str], None] | None = None) -> None:
         self.resolver = resolver
         self.backends = backends
+        # told the APIService's name when its server cannot be reached (the availability check reruns)
+        self.on_unreachable = on_unreachable
 
     async def forward(self, ctx: Context, apiservice: dict[str, Any], user: pb.UserInfo,
                       has_body: bool) -> None:
@@ -163,6 +166,8 @@ class RemoteProxy:
         except (httpx.HTTPError, ssl.SSLError, OSError) as e:
             log.info("APIService %s: %s %s to %s:%d failed: %s", name, ctx.method, ctx.path, target.host,
                      target.port, e)
+            if self.on_unreachable is not None:
+                self.on_unreachable(name)
             raise unavailable(name, f"error trying to reach service: {_why(e)}") from None
         try:
             await ctx.race(self._pump(ctx, response))
