@@ -26,6 +26,7 @@ from services.common.informer import Informer
 
 from . import metrics, requestinfo
 from .aggregator.availability import AvailabilityController
+from .aggregator.discovery import RemoteDiscovery
 from .aggregator.proxy import Backends, RemoteProxy
 from .aggregator.resolver import ServiceResolver, service_ref
 from .context import ClientDisconnected, Context
@@ -102,7 +103,11 @@ class ProxyApp:
         self.backends = Backends(proxy_client_cert_file, proxy_client_key_file)
         self.availability = AvailabilityController(registry, self.apiservices, self.services, self.endpoints,
                                                    self.endpoint_slices, self.resolver, self.backends)
-        self.remote = RemoteProxy(self.resolver, self.backends, self.availability.enqueue)
+        self.discovery.apiservices = lambda: self.apiservices.store
+        self.remote_discovery = RemoteDiscovery(self.apiservices, self.resolver, self.backends,
+                                                self._remote_discovery_changed)
+        self.remote = RemoteProxy(self.resolver, self.backends, self._remote_unreachable)
+        self.discovery.remote_entries = self.remote_discovery.entries
         # The registry call's own timeout is a backstop: the request's deadline (checked every
         # Deadlines.tick) comes first and answers with kube's Status.
         self.resources = ResourceHandler(registry, request_timeout + 1.0)
@@ -119,6 +124,15 @@ class ProxyApp:
         # Served as it is: every path goes through the same handler chain, which answers every
         # error itself, so a framework's router and error middleware would only add a hop per send.
         self.app = self
+
+    def _remote_unreachable(self, name: str) -> None:
+        """A forwarded request found the APIService's server gone: check it and its discovery now."""
+        self.availability.enqueue(name)
+        self.remote_discovery.enqueue(name)
+
+    def _remote_discovery_changed(self) -> None:
+        if self.discovery.loaded.is_set():
+            self.discovery.merge()
 
     async def _apf_ready(self) -> bool:
         return self.apf.ready()
@@ -137,6 +151,7 @@ class ProxyApp:
         for informer in (self.services, self.endpoints, self.endpoint_slices):
             informer.start()
         self.availability.start()
+        self.remote_discovery.start()
         self.rbac.start()
 
     def begin_shutdown(self) -> None:
@@ -148,6 +163,7 @@ class ProxyApp:
         await self.deadlines.stop()
         await self.rbac.stop()
         await self.availability.stop()
+        await self.remote_discovery.stop()
         await self.apiservices.stop()
         for informer in (self.services, self.endpoints, self.endpoint_slices):
             await informer.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from services.common.backoff import Backoff
 from services.common.errors import APIError, NotFound
 
 from . import openapi_v2
+from .aggregator.discovery import merge_aggregated, merge_group_list
 from .negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1, JSON, negotiate_discovery
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,12 @@ class Discovery:
         self.openapi: dict[str, tuple[bytes, str]] = {}
         self.openapi_index = b'{"paths":{}}'
         self.openapi_v2: openapi_v2.Built | None = None
+        # the registry's /apis documents, before the remote APIServices are merged in
+        self._local_groups: dict[str, Any] = dict(_EMPTY_AGGREGATED)
+        self._local_group_list: dict[str, Any] = {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
+        # set by the proxy: the APIServices by name, and the remote ones' cached version entries
+        self.apiservices: Callable[[], dict[str, dict[str, Any]]] = dict
+        self.remote_entries: dict[str, dict[str, Any]] = {}
 
     # lifecycle ----------------------------------------------------------------
 
@@ -120,11 +128,10 @@ class Discovery:
 
     def load(self, resp: rpb.DiscoveryResponse) -> None:
         core_v2, core_v2b1 = _aggregated_variants(resp.aggregated_core)
-        groups_v2, groups_v2b1 = _aggregated_variants(resp.aggregated_groups)
-        group_docs: dict[str, bytes] = {}
-        if resp.api_group_list:
-            for g in orjson.loads(resp.api_group_list).get("groups") or []:
-                group_docs[g["name"]] = orjson.dumps({"kind": "APIGroup", "apiVersion": "v1", **g})
+        self._local_groups = orjson.loads(resp.aggregated_groups) if resp.aggregated_groups \
+            else dict(_EMPTY_AGGREGATED)
+        self._local_group_list = orjson.loads(resp.api_group_list) if resp.api_group_list \
+            else {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
         openapi = {path: (doc, openapi_hash(doc)) for path, doc in resp.openapi.items()}
         try:
             v2 = openapi_v2.build(resp.openapi, self.openapi_v2)
@@ -134,10 +141,8 @@ class Discovery:
         index = {"paths": {path: {"serverRelativeURL": f"/openapi/v3/{path}?hash={h}"}
                            for path, (_, h) in sorted(openapi.items())}}
         self.core = {"v2": core_v2, "v2beta1": core_v2b1}
-        self.groups = {"v2": groups_v2, "v2beta1": groups_v2b1}
         self.api_versions = resp.api_versions or b'{"kind":"APIVersions","versions":["v1"]}'
-        self.api_group_list = resp.api_group_list or b'{"kind":"APIGroupList","apiVersion":"v1","groups":[]}'
-        self.group_docs = group_docs
+        self.merge()
         self.resource_lists = dict(resp.resource_lists)
         self.kinds = {(gv, r.get("name", "")): r.get("kind", "")
                       for gv, doc in self.resource_lists.items()
@@ -146,6 +151,17 @@ class Discovery:
         self.openapi_index = orjson.dumps(index)
         self.openapi_v2 = v2
         self.loaded.set()
+
+    def merge(self) -> None:
+        """Rebuild /apis (both forms) and /apis/<group> from the registry's documents, the APIServices
+        and the remote servers' entries (aggregator/discovery.py): on every change, not per request."""
+        aggregated = orjson.dumps(merge_aggregated(self._local_groups, self.remote_entries, self.apiservices()))
+        groups_v2, groups_v2b1 = _aggregated_variants(aggregated)
+        group_list = merge_group_list(self._local_group_list, self.apiservices())
+        self.groups = {"v2": groups_v2, "v2beta1": groups_v2b1}
+        self.api_group_list = orjson.dumps(group_list)
+        self.group_docs = {g["name"]: orjson.dumps({"kind": "APIGroup", "apiVersion": "v1", **g})
+                           for g in group_list.get("groups") or []}
 
     # serving ------------------------------------------------------------------
 

@@ -45,6 +45,18 @@ def apply(admin: httpx.Client, path: str, obj: dict[str, Any]) -> dict[str, Any]
     return r.json()
 
 
+def modify(admin: httpx.Client, path: str, change: Callable[[dict[str, Any]], None]) -> None:
+    """GET, change, PUT; again on a conflict (the availability controller writes status meanwhile)."""
+    for _ in range(10):
+        obj = admin.get(path).json()
+        change(obj)
+        r = admin.put(path, json=obj)
+        if r.status_code != 409:
+            assert r.status_code == 200, r.text
+            return
+    raise AssertionError(f"PUT {path} kept conflicting")
+
+
 def register(admin: httpx.Client, backend: AggregatedBackend | SilentServer, service: str, group: str,
              ca_pem: bytes, version: str = VERSION) -> None:
     """What the local runner (or a cluster's endpoints controller) writes for an aggregated server."""
@@ -138,6 +150,33 @@ def test_large_create_list_and_streaming_watch(admin: httpx.Client, backend: Agg
     t.join(10)
 
 
+AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+
+
+def remote_group(admin: httpx.Client) -> tuple[list[str], dict[str, Any]]:
+    r = admin.get("/apis", headers={"Accept": AGGREGATED})
+    assert r.headers["content-type"] == AGGREGATED
+    items = r.json()["items"]
+    names = [i["metadata"]["name"] for i in items]
+    return names, next((i for i in items if i["metadata"]["name"] == GROUP), {})
+
+
+def test_discovery_merges_the_remote_group(admin: httpx.Client, backend: AggregatedBackend, kubectl: Any) -> None:
+    names, group = wait_for(lambda: (x := remote_group(admin))[1] and x, what="the remote group in /apis")
+    # groupPriorityMinimum 1000: after every group apiary serves itself (all above 16000)
+    assert names.index(GROUP) > names.index("discovery.k8s.io")
+    version = group["versions"][0]
+    assert (version["version"], version["freshness"]) == (VERSION, "Current")
+    assert [r["resource"] for r in version["resources"]] == ["flunders"]
+    legacy = admin.get("/apis").json()
+    assert {"groupVersion": GV, "version": VERSION} in next(g for g in legacy["groups"] if g["name"] == GROUP)["versions"]
+    r = admin.get(f"/apis/{GROUP}")
+    assert r.status_code == 200 and r.json()["preferredVersion"]["groupVersion"] == GV
+    assert admin.get(f"/apis/{GV}").json()["resources"][0]["name"] == "flunders"
+    out = kubectl.run("get", "flunders", "-n", NS, "-o", "name").stdout
+    assert "big" in out or out == ""
+
+
 def test_upgrade_requests_are_refused(admin: httpx.Client, backend: AggregatedBackend) -> None:
     r = admin.get(f"/apis/{GV}/namespaces/{NS}/flunders",
                   headers={"Connection": "Upgrade", "Upgrade": "SPDY/3.1"})
@@ -149,18 +188,14 @@ def test_wrong_ca_bundle_is_refused(admin: httpx.Client, backend: AggregatedBack
                                     tmp_path: Path) -> None:
     other = AggregatedBackend(tmp_path, backend.front_proxy_ca, name="other")  # only for its CA
     path = f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE}"
-    obj = admin.get(path).json()
-    obj["spec"]["caBundle"] = base64.b64encode(other.ca_pem).decode()
-    assert admin.put(path, json=obj).status_code == 200
+    modify(admin, path, lambda o: o["spec"].update(caBundle=base64.b64encode(other.ca_pem).decode()))
     try:
         r = wait_for(lambda: (x := admin.get(f"/apis/{GV}/whoamis")).status_code == 503 and x,
                      what="the APIService's new caBundle to take effect")
         assert APISERVICE in r.json()["message"]
         assert "certificate" in r.json()["message"].lower()
     finally:
-        obj = admin.get(path).json()
-        obj["spec"]["caBundle"] = base64.b64encode(backend.ca_pem).decode()
-        assert admin.put(path, json=obj).status_code == 200
+        modify(admin, path, lambda o: o["spec"].update(caBundle=base64.b64encode(backend.ca_pem).decode()))
     wait_for(lambda: admin.get(f"/apis/{GV}/whoamis").status_code == 200, what="the right caBundle again")
 
 
@@ -206,18 +241,14 @@ def test_availability(admin: httpx.Client, backend: AggregatedBackend, kubectl: 
                                                                     "Local APIServices are always available")
     # a Service port the APIService does not name
     path = f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE}"
-    obj = admin.get(path).json()
-    obj["spec"]["service"]["port"] = 8443
-    assert admin.put(path, json=obj).status_code == 200
+    modify(admin, path, lambda o: o["spec"]["service"].update(port=8443))
     try:
         bad = wait_for(lambda: (c := condition(admin)).get("reason") == "ServicePortError" and c,
                        what="ServicePortError")
         assert bad["status"] == "False"
         assert bad["message"] == f'service/api in "{NS}" is not listening on port 8443'
     finally:
-        obj = admin.get(path).json()
-        obj["spec"]["service"]["port"] = 443
-        assert admin.put(path, json=obj).status_code == 200
+        modify(admin, path, lambda o: o["spec"]["service"].update(port=443))
     wait_for(lambda: condition(admin).get("status") == "True", what="Available=True again")
 
 
@@ -236,6 +267,11 @@ def test_backend_down_then_up(admin: httpx.Client, backend: AggregatedBackend, k
         assert f"/apis/{GV}" in down["message"]
         assert apiservice_row(kubectl) == [APISERVICE, f"{NS}/api", "False (FailedDiscoveryCheck)"]
         kubectl.run("get", "configmaps", "-n", "default")
+        wait_for(lambda: remote_group(admin)[1].get("versions", [{}])[0].get("freshness") == "Stale", 60,
+                 "the remote group marked Stale")
+        resources = kubectl.run("api-resources", check=False)
+        assert resources.returncode == 0, resources.stderr
+        assert "configmaps" in resources.stdout
         metrics = admin.get("/metrics").text
         assert f'aggregator_unavailable_apiservice{{name="{APISERVICE}"}} 1.0' in metrics
         assert f'aggregator_unavailable_apiservice_total{{name="{APISERVICE}",reason="FailedDiscoveryCheck"}}' \
