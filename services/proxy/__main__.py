@@ -11,6 +11,7 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import config, grpcutil, runtime
 from services.common.health import HealthServer
 
+from .aggregator.authentication_trust import AuthenticationTrust
 from .app import ProxyApp
 from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
 from .filters import audit
@@ -143,6 +144,14 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
         proxy_client_key_file=args.proxy_client_key_file,
     )
     proxy.start()
+    # the front-proxy trust that aggregated servers read (kube-system/extension-apiserver-authentication)
+    trust = AuthenticationTrust(
+        rgrpc.RegistryStub(channels["registry"]), client_ca_file=args.client_ca_file,
+        requestheader_client_ca_file=args.requestheader_client_ca_file,
+        allowed_names=args.requestheader_allowed_names, username_headers=args.requestheader_username_headers,
+        uid_headers=args.requestheader_uid_headers, group_headers=args.requestheader_group_headers,
+        extra_headers_prefix=args.requestheader_extra_headers_prefix)
+    trust.start()
     health = HealthServer(args.bind_address, args.health_port, proxy.checks)
     await health.start()
     server = make_server(proxy.app, args.bind_address, args.secure_port, args.tls_cert_file,
@@ -156,6 +165,7 @@ async def main(args: argparse.Namespace, stop: asyncio.Event) -> None:
         await serve_until(server, stop, proxy.begin_shutdown)
     finally:
         await health.stop()
+        await trust.stop()
         await proxy.stop()
         for ch in channels.values():
             await ch.close()

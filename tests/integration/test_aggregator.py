@@ -313,3 +313,22 @@ def test_service_port_defaults_to_443(admin: httpx.Client) -> None:
     assert r.status_code == 201, r.text
     assert r.json()["spec"]["service"]["port"] == 443
     admin.delete("/apis/apiregistration.k8s.io/v1/apiservices/v1.port.example.com")
+
+
+def test_extension_apiserver_authentication_is_published_and_kept(stack: Stack, admin: httpx.Client) -> None:
+    path = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
+    pki = stack.state / "pki"
+    cm = wait_for(lambda: (r := admin.get(path)).status_code == 200 and r.json(), what="the ConfigMap")
+    data = cm["data"]
+    assert data["client-ca-file"] == (pki / "ca.crt").read_text()
+    assert data["requestheader-client-ca-file"] == (pki / "front-proxy-ca.crt").read_text()
+    assert json.loads(data["requestheader-allowed-names"]) == ["front-proxy-client"]
+    assert json.loads(data["requestheader-username-headers"]) == ["X-Remote-User"]
+    assert json.loads(data["requestheader-group-headers"]) == ["X-Remote-Group"]
+    assert json.loads(data["requestheader-extra-headers-prefix"]) == ["X-Remote-Extra-"]
+    # an edit is put right, and so is a deletion
+    modify(admin, path, lambda o: o["data"].update({"requestheader-allowed-names": '["mallory"]'}))
+    wait_for(lambda: admin.get(path).json()["data"] == data, what="the edit reverted")
+    assert admin.delete(path).status_code == 200
+    wait_for(lambda: (r := admin.get(path)).status_code == 200 and r.json()["data"] == data,
+             what="the ConfigMap recreated")
