@@ -180,13 +180,15 @@ class AggregatedBackend:
     def __init__(self, directory: Path, front_proxy_ca: Path, *, group: str = "wardle.example.com",
                  version: str = "v1alpha1", service: str = "api", namespace: str = "wardle",
                  allowed_names: tuple[str, ...] = ("front-proxy-client",), port: int = 0,
-                 name: str = "backend") -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        ca = certs.make_ca(directory / f"{name}-ca", f"{name}-ca")
-        certs.make_cert(directory / name, ca, f"{service}.{namespace}.svc", server=True,
-                        dns_names=(f"{service}.{namespace}.svc",))
-        self.ca_pem = (directory / f"{name}-ca.crt").read_bytes()
-        self.cert, self.key = directory / f"{name}.crt", directory / f"{name}.key"
+                 name: str = "backend", tls: tuple[Path, Path] | None = None) -> None:
+        if tls is None:
+            directory.mkdir(parents=True, exist_ok=True)
+            ca = certs.make_ca(directory / f"{name}-ca", f"{name}-ca")
+            certs.make_cert(directory / name, ca, f"{service}.{namespace}.svc", server=True,
+                            dns_names=(f"{service}.{namespace}.svc",))
+            self.ca_pem = (directory / f"{name}-ca.crt").read_bytes()
+            tls = (directory / f"{name}.crt", directory / f"{name}.key")
+        self.cert, self.key = tls
         self.front_proxy_ca, self.allowed = front_proxy_ca, allowed_names
         self.group, self.version = group, version
         self.port = port
@@ -267,6 +269,14 @@ class AggregatedBackend:
                 body = self.rfile.read(n) if n else b""
                 path, _, query = self.path.partition("?")
                 outer.requests.append((self.command, self.path))
+                if path in ("/healthz", "/readyz", "/livez"):  # kube's always-allowed paths
+                    data = b"ok"
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 if not self._trusted():
                     self._json(401, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 401,
                                      "reason": "Unauthorized", "message": "Unauthorized"})
@@ -378,3 +388,34 @@ class SilentServer:
         self.sock.close()
         for c in self.conns:
             c.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """python -m tools.fakeservers --secure-port N ...: an AggregatedBackend as a process,
+    taking the kube-style flags the local runner gives aggregated servers (others are ignored)."""
+    import argparse
+    import signal
+
+    p = argparse.ArgumentParser(prog="python -m tools.fakeservers")
+    p.add_argument("--secure-port", type=int, required=True)
+    p.add_argument("--tls-cert-file", required=True)
+    p.add_argument("--tls-private-key-file", required=True)
+    p.add_argument("--requestheader-client-ca-file", required=True)
+    p.add_argument("--requestheader-allowed-names", default="front-proxy-client")
+    p.add_argument("--group", default="wardle.example.com")
+    p.add_argument("--version", default="v1alpha1")
+    args, _ = p.parse_known_args(argv)
+    backend = AggregatedBackend(Path("."), Path(args.requestheader_client_ca_file), group=args.group,
+                                version=args.version, port=args.secure_port,
+                                allowed_names=tuple(n for n in args.requestheader_allowed_names.split(",") if n),
+                                tls=(Path(args.tls_cert_file), Path(args.tls_private_key_file)))
+    backend.start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
+    backend.stop()
+
+
+if __name__ == "__main__":
+    main()
