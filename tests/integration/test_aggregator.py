@@ -332,3 +332,10 @@ def test_extension_apiserver_authentication_is_published_and_kept(stack: Stack, 
     assert admin.delete(path).status_code == 200
     wait_for(lambda: (r := admin.get(path)).status_code == 200 and r.json()["data"] == data,
              what="the ConfigMap recreated")
+
+
+def test_kubectl_create_of_a_remote_kind(kubectl: Any, backend: AggregatedBackend) -> None:
+    out = kubectl.run("create", "-f", "-", input=(
+        f"apiVersion: {GV}\nkind: Flunder\nmetadata:\n  name: from-kubectl\n  namespace: {NS}\n"), check=False)
+    assert out.returncode == 0, out.stderr
+    assert any(o["metadata"]["name"] == "from-kubectl" for o in backend.objects)

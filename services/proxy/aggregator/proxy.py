@@ -75,7 +75,8 @@ def identity_headers(user: pb.UserInfo) -> list[tuple[bytes, bytes]]:
         out.append((b"x-remote-uid", user.uid.encode()))
     out += [(b"x-remote-group", g.encode()) for g in user.groups]
     for key, values in user.extra.items():
-        header = b"x-remote-extra-" + quote(key, safe="").encode()
+        # Go's url.PathEscape, as kube's SetAuthProxyHeaders escapes the key
+        header = b"x-remote-extra-" + quote(key, safe="$&+:=@").encode()
         out += [(header, v.encode()) for v in values.values]
     return out
 
