@@ -584,9 +584,11 @@ class Handlers:
             # Storage marks a value encrypted by an older provider or key: kube rewrites it even unchanged.
             if _same(new, current) and "apiary.storage/stale-encryption" not in current_env.fields:
                 return 200, current_env
-            env = current_env if _same(new, current) else self.to_envelope(r, new)
             if r.dry_run:
-                return 200, env
+                return 200, current_env if _same(new, current) else self.to_envelope(r, new)
+            finish = None if _same(new, current) else await r.strategy.begin_update(self.store, new, current)
+            env = current_env if _same(new, current) else self.to_envelope(r, new)
+            written = False
             try:
                 if self._should_delete(r.info, new):
                     deleted = await self.store.delete(info, r.namespace, r.req.name, cur_meta.get("uid", ""),
@@ -594,11 +596,16 @@ class Handlers:
                     await r.strategy.after_delete(self.store, current)
                     return 200, self._fill_kind(info, deleted)
                 env.metadata.resource_version = ""
-                return 200, await self.store.update(info, env, cur_meta.get("resourceVersion", ""), r.timing)
+                updated = await self.store.update(info, env, cur_meta.get("resourceVersion", ""), r.timing)
+                written = True
+                return 200, updated
             except errors.Conflict:
                 if pinned or attempt == GUARANTEED_UPDATE_ATTEMPTS - 1:
                     raise
                 log.debug("conflict updating %s %s; retrying", info.plural, r.req.name)
+            finally:
+                if finish is not None:
+                    await finish(written)
         raise AssertionError("unreachable")
 
     def _before_update(self, r: Request, new: Obj, old: Obj) -> None:

@@ -109,6 +109,12 @@ class Strategy:
         return a finish(success) that the store calls once the write succeeded or failed."""
         return None
 
+    async def begin_update(self, store: Any, obj: Obj,
+                           old: Obj) -> Callable[[bool], Awaitable[None]] | None:
+        """Called before an update's write (not for a dry run): as begin_create, for what an update
+        claims or gives back (a Service turned from or into an ExternalName one)."""
+        return None
+
     async def after_delete(self, store: Any, obj: Obj) -> None:
         """Called once the object is gone from storage (releases what begin_create claimed)."""
 

@@ -180,10 +180,38 @@ class ServiceStrategy(Strategy):
     def prepare_for_update(self, obj: Obj, old: Obj) -> None:
         super().prepare_for_update(obj, old)
         spec, old_spec = obj.setdefault("spec", {}), old.get("spec") or {}
-        # an update that leaves clusterIP out keeps it (kube's PatchAllocatedValues)
-        if spec.get("type") != "ExternalName" and not spec.get("clusterIP") and old_spec.get("clusterIP"):
+        if spec.get("type") == "ExternalName":
+            # kube's dropTypeDependentFields: turned into an ExternalName Service, the allocated
+            # addresses go (after the write, in begin_update's finish)
+            if spec.get("clusterIP") == old_spec.get("clusterIP"):
+                for k in ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"):
+                    spec.pop(k, None)
+        elif not spec.get("clusterIP") and old_spec.get("clusterIP"):
+            # an update that leaves clusterIP out keeps it (kube's PatchAllocatedValues)
             spec["clusterIP"] = old_spec["clusterIP"]
             spec["clusterIPs"] = list(old_spec.get("clusterIPs") or [old_spec["clusterIP"]])
+
+    @staticmethod
+    def _allocated(spec: Obj) -> str:
+        ip = spec.get("clusterIP") or ""
+        return ip if spec.get("type") != "ExternalName" and ip != "None" else ""
+
+    async def begin_update(self, store: Store, obj: Obj,
+                           old: Obj) -> Callable[[bool], Awaitable[None]] | None:
+        spec, old_spec = obj.setdefault("spec", {}), old.get("spec") or {}
+        had = self._allocated(old_spec)
+        if spec.get("type") == "ExternalName":
+            if not had:
+                return None
+
+            async def release(success: bool) -> None:
+                if success:
+                    await self.allocator(store).release(had)
+            return release
+        if had or spec.get("clusterIP") == "None":
+            return None
+        # from ExternalName to a type with a ClusterIP: allocated as at create
+        return await self.begin_create(store, obj, False)
 
     async def begin_create(self, store: Store, obj: Obj,
                            dry_run: bool) -> Callable[[bool], Awaitable[None]] | None:

@@ -117,3 +117,19 @@ async def test_endpointslice(api):
     with pytest.raises(errors.Invalid) as e:
         await api("create", "endpointslices", "default", body=es)
     assert e.value.details["causes"][0]["field"] == "endpoints[0].addresses[0]"
+
+
+async def test_type_changes_release_and_allocate(api):
+    _, s = await api("create", "services", "default", body=svc("flip", clusterIP="10.96.0.50"))
+    s["spec"]["type"] = "ExternalName"
+    s["spec"]["externalName"] = "example.com"
+    _, x = await api("update", "services", "default", "flip", body=s)
+    assert "clusterIP" not in x["spec"] and "clusterIPs" not in x["spec"]
+    # the address is free again
+    _, other = await api("create", "services", "default", body=svc("other", clusterIP="10.96.0.50"))
+    assert other["spec"]["clusterIP"] == "10.96.0.50"
+    x["spec"]["type"] = "ClusterIP"
+    del x["spec"]["externalName"]
+    _, back = await api("update", "services", "default", "flip", body=x)
+    ip = back["spec"]["clusterIP"]
+    assert ip and ip != "10.96.0.50" and back["spec"]["clusterIPs"] == [ip]
