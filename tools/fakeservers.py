@@ -197,6 +197,7 @@ class AggregatedBackend:
         self.cond = threading.Condition()
         self.httpd: ThreadingHTTPServer | None = None
         self.open_sockets: set[Any] = set()
+        self.connections = 0  # accepted so far: pooled clients reuse theirs
         self.stopping = threading.Event()
 
     @property
@@ -236,6 +237,7 @@ class AggregatedBackend:
             def setup(self) -> None:
                 super().setup()
                 outer.open_sockets.add(self.connection)
+                outer.connections += 1
 
             def finish(self) -> None:
                 outer.open_sockets.discard(self.connection)

@@ -108,6 +108,15 @@ def test_identity_headers_replace_what_the_client_sent(admin: httpx.Client, back
     assert not [k for k in seen if k.startswith("impersonate-")]
 
 
+def test_backend_connections_are_pooled(admin: httpx.Client, backend: AggregatedBackend) -> None:
+    assert admin.get(f"/apis/{GV}/whoamis").status_code == 200
+    before = backend.connections
+    for _ in range(20):
+        assert admin.get(f"/apis/{GV}/whoamis").status_code == 200
+    # sequential requests share a kept-alive connection (the controllers may open one of their own)
+    assert backend.connections - before <= 2
+
+
 def test_authorization_runs_before_forwarding(stack: Stack, backend: AggregatedBackend,
                                               tokens: dict[str, str]) -> None:
     before = len(backend.requests)
@@ -280,6 +289,8 @@ def test_backend_down_then_up(admin: httpx.Client, backend: AggregatedBackend, k
         backend.start()
     wait_for(lambda: admin.get(f"/apis/{GV}/whoamis").status_code == 200, what="the backend back")
     wait_for(lambda: condition(admin).get("status") == "True", 60, "Available=True after the restart")
+    wait_for(lambda: remote_group(admin)[1]["versions"][0]["freshness"] == "Current", 60,
+             "the remote group Current again")
 
 
 @pytest.mark.parametrize("name,spec,message", [

@@ -24,7 +24,7 @@ from services.common.background import cancel_and_wait
 from services.common.informer import Informer
 
 from ..negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1
-from .availability import AGGREGATOR
+from .availability import AGGREGATOR, available
 from .proxy import Backends, identity_headers
 from .resolver import ResolveError, ServiceResolver, service_ref
 
@@ -111,7 +111,11 @@ class RemoteDiscovery:
             if self.entries.pop(name, None) is not None:
                 self.on_change()
             return
-        if old is None or obj.get("spec") != old.get("spec") or name not in self.entries:
+        entry = self.entries.get(name)
+        # a server found available again (the availability controller's write) is asked at once
+        recovered = entry is not None and entry.get("freshness") == "Stale" and \
+            (available(obj) or {}).get("status") == "True"
+        if old is None or obj.get("spec") != old.get("spec") or entry is None or recovered:
             self.enqueue(name)
 
     def enqueue(self, name: str) -> None:
