@@ -165,6 +165,7 @@ class AggregatedBackend:
     It trusts a request only on a connection whose client certificate the front-proxy CA issued to
     an allowed name (as a real aggregated server does) and answers, for group/version:
       GET  /apis, /apis/<g>, /apis/<g>/<v>             discovery (aggregated v2 by Accept, or legacy)
+      GET  /openapi/v3, /openapi/v3/apis/<g>/<v>       OpenAPI v3 of Flunder (for kubectl explain)
       GET  /apis/<g>/<v>/whoamis                        the X-Remote-* and Impersonate-* headers it got
       GET  /apis/<g>/<v>/namespaces/<ns>/flunders       a FlunderList (?watch=true: a watch whose
                                                         events are flushed as objects are created)
@@ -225,6 +226,36 @@ class AggregatedBackend:
             return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]}
         return None
 
+    def openapi(self, path: str) -> dict[str, Any] | None:
+        gv_path = f"apis/{self.gv}"
+        if path == "/openapi/v3":
+            return {"paths": {gv_path: {"serverRelativeURL": f"/openapi/v3/{gv_path}?hash=1"}}}
+        if path != f"/openapi/v3/{gv_path}":
+            return None
+        gvk = {"group": self.group, "kind": "Flunder", "version": self.version}
+        ref = {"$ref": f"#/components/schemas/com.example.wardle.{self.version}.Flunder"}
+        ok = {"200": {"description": "OK", "content": {"application/json": {"schema": ref}}}}
+        validation = [{"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}}]
+
+        def op(action: str, params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+            return {"x-kubernetes-action": action, "x-kubernetes-group-version-kind": gvk, "responses": ok,
+                    "parameters": params or []}
+        base = f"/apis/{self.gv}/namespaces/{{namespace}}/flunders"
+        paths = {base: {"get": op("list"), "post": op("post", validation)},
+                 base + "/{name}": {"get": op("get"), "patch": op("patch", validation)}}
+        return {"openapi": "3.0.0", "info": {"title": "wardle", "version": self.version}, "paths": paths,
+                "components": {"schemas": {f"com.example.wardle.{self.version}.Flunder": {
+                    "description": "A Flunder is the example kind of the aggregation tests.", "type": "object",
+                    "properties": {
+                        "apiVersion": {"type": "string", "description": "APIVersion of the object."},
+                        "kind": {"type": "string", "description": "Kind of the object."},
+                        "metadata": {"type": "object", "description": "Standard object's metadata."},
+                        "spec": {"type": "object", "description": "FlunderSpec is what a Flunder wants.",
+                                 "properties": {"reference": {"type": "string",
+                                                              "description": "The name of another flunder."}}}},
+                    "x-kubernetes-group-version-kind": [{"group": self.group, "kind": "Flunder",
+                                                         "version": self.version}]}}}}
+
     def start(self) -> "AggregatedBackend":
         outer = self
 
@@ -282,6 +313,10 @@ class AggregatedBackend:
                 if not self._trusted():
                     self._json(401, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 401,
                                      "reason": "Unauthorized", "message": "Unauthorized"})
+                    return
+                spec = outer.openapi(path)
+                if spec is not None:
+                    self._json(200, spec)
                     return
                 doc = outer.discovery(path.rstrip("/"), self.headers.get("Accept") or "")
                 if doc is not None:

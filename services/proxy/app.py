@@ -108,6 +108,7 @@ class ProxyApp:
                                                 self._remote_discovery_changed)
         self.remote = RemoteProxy(self.resolver, self.backends, self._remote_unreachable)
         self.discovery.remote_entries = self.remote_discovery.entries
+        self.discovery.remote_openapi = self.remote_discovery.openapi
         # The registry call's own timeout is a backstop: the request's deadline (checked every
         # Deadlines.tick) comes first and answers with kube's Status.
         self.resources = ResourceHandler(registry, request_timeout + 1.0)

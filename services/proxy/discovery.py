@@ -1,6 +1,7 @@
 """Discovery and OpenAPI documents, fetched from the registry and served as-is.
 
-Documents are refreshed at start, whenever the APIService informer reports a change, and every
+Remote APIServices' groups, discovery entries and OpenAPI v3 documents are merged in
+(aggregator/discovery.py) on every change. Documents are refreshed at start, whenever the APIService informer reports a change, and every
 REFRESH_PERIOD as a backstop. Everything that can be precomputed (v2beta1 variants, the OpenAPI
 index and hashes, per-group APIGroup documents) is built once per refresh, not per request; the
 Swagger 2.0 document of /openapi/v2 (JSON and protobuf) is rebuilt only when the v3 documents change.
@@ -86,6 +87,9 @@ class Discovery:
         # set by the proxy: the APIServices by name, and the remote ones' cached version entries
         self.apiservices: Callable[[], dict[str, dict[str, Any]]] = dict
         self.remote_entries: dict[str, dict[str, Any]] = {}
+        # OpenAPI v3 documents: the registry's, and the remote servers' ("apis/<g>/<v>" -> document)
+        self._local_openapi: dict[str, tuple[bytes, str]] = {}
+        self.remote_openapi: dict[str, tuple[str, bytes]] = {}
 
     # lifecycle ----------------------------------------------------------------
 
@@ -132,14 +136,12 @@ class Discovery:
             else dict(_EMPTY_AGGREGATED)
         self._local_group_list = orjson.loads(resp.api_group_list) if resp.api_group_list \
             else {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
-        openapi = {path: (doc, openapi_hash(doc)) for path, doc in resp.openapi.items()}
+        self._local_openapi = {path: (doc, openapi_hash(doc)) for path, doc in resp.openapi.items()}
         try:
             v2 = openapi_v2.build(resp.openapi, self.openapi_v2)
         except Exception:  # noqa: BLE001 - a conversion bug must not take discovery and /openapi/v3 down
             log.exception("building /openapi/v2 failed; keeping the previous document")
             v2 = self.openapi_v2
-        index = {"paths": {path: {"serverRelativeURL": f"/openapi/v3/{path}?hash={h}"}
-                           for path, (_, h) in sorted(openapi.items())}}
         self.core = {"v2": core_v2, "v2beta1": core_v2b1}
         self.api_versions = resp.api_versions or b'{"kind":"APIVersions","versions":["v1"]}'
         self.merge()
@@ -147,8 +149,6 @@ class Discovery:
         self.kinds = {(gv, r.get("name", "")): r.get("kind", "")
                       for gv, doc in self.resource_lists.items()
                       for r in orjson.loads(doc).get("resources") or []}
-        self.openapi = openapi
-        self.openapi_index = orjson.dumps(index)
         self.openapi_v2 = v2
         self.loaded.set()
 
@@ -162,6 +162,15 @@ class Discovery:
         self.api_group_list = orjson.dumps(group_list)
         self.group_docs = {g["name"]: orjson.dumps({"kind": "APIGroup", "apiVersion": "v1", **g})
                            for g in group_list.get("groups") or []}
+        # /openapi/v3: a remote group-version's document as its server serves it (kube-aggregator's
+        # v3 proxying, cached here), never in place of one the registry serves
+        openapi = dict(self._local_openapi)
+        for path, doc in self.remote_openapi.values():
+            if path not in openapi:
+                openapi[path] = (doc, openapi_hash(doc))
+        self.openapi = openapi
+        self.openapi_index = orjson.dumps({"paths": {
+            path: {"serverRelativeURL": f"/openapi/v3/{path}?hash={h}"} for path, (_, h) in sorted(openapi.items())}})
 
     # serving ------------------------------------------------------------------
 

@@ -186,6 +186,17 @@ def test_discovery_merges_the_remote_group(admin: httpx.Client, backend: Aggrega
     assert "big" in out or out == ""
 
 
+def test_openapi_v3_of_the_remote_group_version(admin: httpx.Client, backend: AggregatedBackend,
+                                                kubectl: Any) -> None:
+    index = wait_for(lambda: (i := admin.get("/openapi/v3").json()["paths"]).get(f"apis/{GV}") and i,
+                     what="the remote group-version in the OpenAPI v3 index")
+    assert "api/v1" in index
+    doc = admin.get(index[f"apis/{GV}"]["serverRelativeURL"]).json()
+    assert f"com.example.wardle.{VERSION}.Flunder" in doc["components"]["schemas"]
+    out = kubectl.run("explain", "flunders.spec", f"--api-version={GV}").stdout
+    assert "FlunderSpec is what a Flunder wants." in out and "reference" in out
+
+
 def test_upgrade_requests_are_refused(admin: httpx.Client, backend: AggregatedBackend) -> None:
     r = admin.get(f"/apis/{GV}/namespaces/{NS}/flunders",
                   headers={"Connection": "Upgrade", "Upgrade": "SPDY/3.1"})

@@ -99,6 +99,8 @@ class RemoteDiscovery:
         self.backends = backends
         self.on_change = on_change
         self.entries: dict[str, Obj] = {}
+        # name -> ("apis/<g>/<v>", its OpenAPI v3 document), for `kubectl explain` and validation
+        self.openapi: dict[str, tuple[str, bytes]] = {}
         self._pending: set[str] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -108,7 +110,8 @@ class RemoteDiscovery:
     def _changed(self, kind: str, obj: Obj, old: Obj | None) -> None:
         name = obj["metadata"]["name"]
         if kind == "DELETED" or service_ref(obj) is None:
-            if self.entries.pop(name, None) is not None:
+            dropped = self.openapi.pop(name, None) is not None
+            if self.entries.pop(name, None) is not None or dropped:
                 self.on_change()
             return
         entry = self.entries.get(name)
@@ -150,7 +153,8 @@ class RemoteDiscovery:
         """Fetch one APIService's entry; whether what is served changed."""
         api = self.apiservices.store.get(name)
         if api is None or service_ref(api) is None:
-            return self.entries.pop(name, None) is not None
+            dropped = self.openapi.pop(name, None) is not None
+            return self.entries.pop(name, None) is not None or dropped
         before = self.entries.get(name)
         try:
             entry = await self.fetch(api)
@@ -165,20 +169,52 @@ class RemoteDiscovery:
             self.entries[name] = stale
             return True
         self.entries[name] = entry
-        return entry != before
+        openapi_before = self.openapi.get(name)
+        try:
+            doc = await self.fetch_openapi(api)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - discovery stands without it; the last document stays
+            log.info("OpenAPI v3 of APIService %s not fetched: %s", name, e)
+            doc = openapi_before
+        if doc is None:
+            self.openapi.pop(name, None)
+        else:
+            self.openapi[name] = doc
+        return entry != before or doc != openapi_before
 
-    async def fetch(self, api: Obj) -> Obj:
-        spec = api.get("spec") or {}
-        group, version = spec.get("group") or "", spec.get("version") or ""
+    def _target(self, api: Obj) -> tuple[str, httpx.AsyncClient, dict[str, Any]]:
         try:
             target = self.resolver.resolve(api)
         except ResolveError as e:
             raise RuntimeError(e.message) from None
         host = f"[{target.host}]" if ":" in target.host else target.host
-        base = f"https://{host}:{target.port}"
-        client = self.backends.client(api)
+        return f"https://{host}:{target.port}", self.backends.client(api), {"sni_hostname": target.server_name}
+
+    async def fetch_openapi(self, api: Obj) -> tuple[str, bytes] | None:
+        """The server's OpenAPI v3 document of the APIService's group-version (None: it has none)."""
+        spec = api.get("spec") or {}
+        path = f"apis/{spec.get('group', '')}/{spec.get('version', '')}"
+        base, client, ext = self._target(api)
+        headers = [(b"accept", b"application/json"), *identity_headers(AGGREGATOR)]
+        timeout = httpx.Timeout(FETCH_TIMEOUT)
+        resp = await client.get(f"{base}/openapi/v3", headers=headers, extensions=ext, timeout=timeout)
+        if resp.status_code == 404:
+            return None
+        resp.raise_for_status()
+        url = ((orjson.loads(resp.content).get("paths") or {}).get(path) or {}).get("serverRelativeURL")
+        if not url:
+            return None
+        resp = await client.get(f"{base}{url}", headers=headers, extensions=ext, timeout=timeout)
+        resp.raise_for_status()
+        orjson.loads(resp.content)  # a document that does not parse is not served
+        return path, resp.content
+
+    async def fetch(self, api: Obj) -> Obj:
+        spec = api.get("spec") or {}
+        group, version = spec.get("group") or "", spec.get("version") or ""
+        base, client, ext = self._target(api)
         headers = identity_headers(AGGREGATOR)
-        ext = {"sni_hostname": target.server_name}
         timeout = httpx.Timeout(FETCH_TIMEOUT)
         resp = await client.get(f"{base}/apis", headers=[(b"accept", _ACCEPT), *headers], extensions=ext,
                                 timeout=timeout)
