@@ -25,7 +25,7 @@ from .store import Store
 log = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_CIDR = "10.96.0.0/12"
-ATTEMPTS = 20
+ATTEMPTS = 64
 # Not served: only the allocator reads and writes it (kube's RangeAllocation is internal too).
 RANGE_INFO = ResourceInfo(group="", version="v1", kind="RangeAllocation", plural="rangeallocations",
                           singular="rangeallocation", namespaced=False, key_prefix="/registry/ranges/")

@@ -29,6 +29,15 @@ def test_create_service_and_columns(kubectl: Any) -> None:
     out = kubectl.run("-n", ns, "get", "endpoints").stdout.splitlines()
     assert out[0].split() == ["NAME", "ENDPOINTS", "AGE"]
     assert out[1].split()[:2] == ["web", "127.0.0.1:8080,127.0.0.2:8080"]
+    kubectl.run("-n", ns, "apply", "-f", "-", input=(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-1\n"
+        "  labels:\n    kubernetes.io/service-name: web\naddressType: IPv4\n"
+        "endpoints:\n- addresses: [127.0.0.1]\nports:\n- port: 8080\n  name: 80-8080\n"))
+    out = kubectl.run("-n", ns, "get", "endpointslices").stdout.splitlines()
+    assert out[0].split() == ["NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"]
+    assert out[1].split()[:4] == ["web-1", "IPv4", "8080", "127.0.0.1"]
+    described = kubectl.run("-n", ns, "describe", "svc", "web").stdout
+    assert "ClusterIP" in described and "127.0.0.1:8080" in described
     kubectl.run("delete", "namespace", ns, "--wait=false")
 
 

@@ -282,8 +282,10 @@ class EndpointSliceStrategy(Strategy):
     schema_name = DISCOVERY + "EndpointSlice"
 
     def canonicalize(self, obj: Obj) -> None:
+        # discovery/v1 SetDefaults_EndpointPort: both are pointers that clients dereference
         for p in obj.get("ports") or []:
             if isinstance(p, dict):
+                p.setdefault("name", "")
                 p.setdefault("protocol", "TCP")
 
     def validate(self, obj: Obj) -> list[v.Cause]:
