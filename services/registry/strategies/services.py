@@ -101,13 +101,17 @@ class ServiceStrategy(Strategy):
         spec = obj.get("spec")
         if not isinstance(spec, dict):
             spec = obj["spec"] = {}
+        # core/v1 SetDefaults_Service
         spec.setdefault("type", "ClusterIP")
-        external = spec["type"] == "ExternalName"
-        if not external:
-            spec.setdefault("sessionAffinity", "None")
+        spec.setdefault("sessionAffinity", "None")
+        if spec["sessionAffinity"] == "None":
+            spec.pop("sessionAffinityConfig", None)
+        if spec["type"] in ("ClusterIP", "NodePort", "LoadBalancer"):
             spec.setdefault("internalTrafficPolicy", "Cluster")
-        if spec.get("type") in ("NodePort", "LoadBalancer"):
+        if spec["type"] in ("NodePort", "LoadBalancer"):
             spec.setdefault("externalTrafficPolicy", "Cluster")
+        if spec["type"] == "LoadBalancer":
+            spec.setdefault("allocateLoadBalancerNodePorts", True)
         for p in spec.get("ports") or []:
             if isinstance(p, dict):
                 p.setdefault("protocol", "TCP")
@@ -160,7 +164,7 @@ class ServiceStrategy(Strategy):
             elif tp is not None:
                 causes += _port_number(f"{base}.targetPort", tp)
         affinity = spec.get("sessionAffinity")
-        if typ != "ExternalName" and affinity not in ("ClientIP", "None"):
+        if affinity not in ("ClientIP", "None"):
             causes.append(v.not_supported("spec.sessionAffinity", affinity, ["ClientIP", "None"]))
         for k, val in (spec.get("selector") or {}).items():
             causes += [v.invalid("spec.selector", k, m) for m in v.is_qualified_name(k)]
