@@ -27,6 +27,61 @@ _IANA_SVC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 _HAS_LETTER = re.compile(r"[a-z]")
 
 
+# The shapes of the fields these strategies read (their schemas are open until they are generated
+# from kube's definitions), checked at decoding as encoding/json would: a wrong type is a 400.
+Shape = Any
+_PORT = {"name": "string", "protocol": "string", "appProtocol": "string", "port": "int32",
+         "targetPort": "intstr", "nodePort": "int32"}
+SERVICE_SHAPE: Shape = {"spec": {
+    "ports": ("array", _PORT), "selector": ("map", "string"), "clusterIP": "string",
+    "clusterIPs": ("array", "string"), "type": "string", "externalIPs": ("array", "string"),
+    "sessionAffinity": "string", "externalName": "string", "ipFamilies": ("array", "string"),
+    "ipFamilyPolicy": "string", "internalTrafficPolicy": "string", "externalTrafficPolicy": "string"},
+    "status": {"loadBalancer": {"ingress": ("array", {"ip": "string", "hostname": "string"})}}}
+_ADDRESS = {"ip": "string", "hostname": "string", "nodeName": "string"}
+ENDPOINTS_SHAPE: Shape = {"subsets": ("array", {
+    "addresses": ("array", _ADDRESS), "notReadyAddresses": ("array", _ADDRESS),
+    "ports": ("array", {"name": "string", "port": "int32", "protocol": "string", "appProtocol": "string"})})}
+ENDPOINTSLICE_SHAPE: Shape = {
+    "addressType": "string",
+    "endpoints": ("array", {"addresses": ("array", "string"),
+                            "conditions": {"ready": "boolean", "serving": "boolean", "terminating": "boolean"},
+                            "hostname": "string", "nodeName": "string", "zone": "string"}),
+    "ports": ("array", {"name": "string", "port": "int32", "protocol": "string", "appProtocol": "string"})}
+_JSON_KIND = {dict: "object", list: "array", str: "string", bool: "bool", int: "number", float: "number"}
+_GO_TYPE = {"string": "string", "int32": "int32", "boolean": "bool", "intstr": "intstr.IntOrString"}
+
+
+def shape_error(value: Any, shape: Shape, path: str, kind: str) -> str | None:
+    """encoding/json's first "cannot unmarshal" error for value against shape, or None."""
+    if value is None:
+        return None
+    if isinstance(shape, dict) or isinstance(shape, tuple):
+        want = "object" if isinstance(shape, dict) or shape[0] == "map" else "array"
+        go = {"object": "map" if isinstance(shape, tuple) else "struct", "array": "[]"}[want]
+    else:
+        want, go = shape, _GO_TYPE[shape]
+    ok = {
+        "object": isinstance(value, dict), "array": isinstance(value, list), "string": isinstance(value, str),
+        "boolean": isinstance(value, bool),
+        "int32": isinstance(value, int) and not isinstance(value, bool) and -2**31 <= value < 2**31,
+        "intstr": isinstance(value, str) or isinstance(value, int) and not isinstance(value, bool),
+    }[want]
+    if not ok:
+        got = _JSON_KIND.get(type(value), "value")
+        return f"json: cannot unmarshal {got} into Go struct field {kind}.{path} of type {go}"
+    if isinstance(shape, dict):
+        for k, sub in shape.items():
+            if (err := shape_error(value.get(k), sub, f"{path}.{k}" if path else k, kind)) is not None:
+                return err
+    elif isinstance(shape, tuple):
+        items = value.values() if shape[0] == "map" else value
+        for item in items:
+            if (err := shape_error(item, shape[1], path, kind)) is not None:
+                return err
+    return None
+
+
 def _port_number(field: str, port: Any) -> list[v.Cause]:
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
         return [v.invalid(field, port, "must be between 1 and 65535, inclusive")]
@@ -98,8 +153,10 @@ class ServiceStrategy(Strategy):
         return a
 
     def canonicalize(self, obj: Obj) -> None:
+        if (err := shape_error(obj, SERVICE_SHAPE, "", self.info.kind)) is not None:
+            raise self.cannot_handle(err)
         spec = obj.get("spec")
-        if not isinstance(spec, dict):
+        if spec is None:
             spec = obj["spec"] = {}
         # core/v1 SetDefaults_Service
         spec.setdefault("type", "ClusterIP")
@@ -113,15 +170,14 @@ class ServiceStrategy(Strategy):
         if spec["type"] == "LoadBalancer":
             spec.setdefault("allocateLoadBalancerNodePorts", True)
         for p in spec.get("ports") or []:
-            if isinstance(p, dict):
-                p.setdefault("protocol", "TCP")
-                if p.get("targetPort") in (None, 0, ""):
-                    p["targetPort"] = p.get("port")
+            p.setdefault("protocol", "TCP")
+            if p.get("targetPort") in (None, 0, ""):
+                p["targetPort"] = p.get("port")
         # clusterIP and clusterIPs are one field in two shapes (kube keeps them in step)
         ip, ips = spec.get("clusterIP"), spec.get("clusterIPs")
         if ip and not ips:
             spec["clusterIPs"] = [ip]
-        elif ips and not ip and isinstance(ips, list):
+        elif ips and not ip:
             spec["clusterIP"] = ips[0]
 
     def prepare_for_create(self, obj: Obj) -> None:
@@ -254,10 +310,11 @@ class EndpointsStrategy(Strategy):
     schema_name = CORE + "Endpoints"
 
     def canonicalize(self, obj: Obj) -> None:
+        if (err := shape_error(obj, ENDPOINTS_SHAPE, "", self.info.kind)) is not None:
+            raise self.cannot_handle(err)
         for subset in obj.get("subsets") or []:
-            for p in (subset.get("ports") or []) if isinstance(subset, dict) else []:
-                if isinstance(p, dict):
-                    p.setdefault("protocol", "TCP")
+            for p in subset.get("ports") or []:
+                p.setdefault("protocol", "TCP")
 
     def validate(self, obj: Obj) -> list[v.Cause]:
         causes = super().validate(obj)
@@ -286,11 +343,12 @@ class EndpointSliceStrategy(Strategy):
     schema_name = DISCOVERY + "EndpointSlice"
 
     def canonicalize(self, obj: Obj) -> None:
+        if (err := shape_error(obj, ENDPOINTSLICE_SHAPE, "", self.info.kind)) is not None:
+            raise self.cannot_handle(err)
         # discovery/v1 SetDefaults_EndpointPort: both are pointers that clients dereference
         for p in obj.get("ports") or []:
-            if isinstance(p, dict):
-                p.setdefault("name", "")
-                p.setdefault("protocol", "TCP")
+            p.setdefault("name", "")
+            p.setdefault("protocol", "TCP")
 
     def validate(self, obj: Obj) -> list[v.Cause]:
         causes = super().validate(obj)

@@ -133,3 +133,21 @@ async def test_type_changes_release_and_allocate(api):
     _, back = await api("update", "services", "default", "flip", body=x)
     ip = back["spec"]["clusterIP"]
     assert ip and ip != "10.96.0.50" and back["spec"]["clusterIPs"] == [ip]
+
+
+@pytest.mark.parametrize("resource,body,message", [
+    ("services", svc("a", ports=5), "json: cannot unmarshal number into Go struct field Service.spec.ports of type []"),
+    ("services", svc("a", ports=[{"port": "80"}]),
+     "json: cannot unmarshal string into Go struct field Service.spec.ports.port of type int32"),
+    ("services", {"kind": "Service", "metadata": {"name": "a"}, "spec": []},
+     "json: cannot unmarshal array into Go struct field Service.spec of type"),
+    ("endpoints", {"kind": "Endpoints", "metadata": {"name": "a"}, "subsets": [{"addresses": ["1.2.3.4"]}]},
+     "json: cannot unmarshal string into Go struct field Endpoints.subsets.addresses of type struct"),
+    ("endpointslices", {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": "a"},
+                        "addressType": "IPv4", "endpoints": [{"addresses": [1]}]},
+     "json: cannot unmarshal number into Go struct field EndpointSlice.endpoints.addresses of type string"),
+])
+async def test_wrong_types_are_bad_requests(api, resource, body, message):
+    with pytest.raises(errors.BadRequest) as e:
+        await api("create", resource, "default", body=body)
+    assert message in e.value.message
