@@ -1,6 +1,6 @@
 """The proxy's ASGI application: the handler chain of k8s.io/apiserver's endpoints/filters.
 
-request deadline (not for long-running requests) -> body limit -> RequestInfo -> authentication
+request deadline (not for long-running requests) -> RequestInfo -> body limit -> authentication
 -> impersonation -> priority and fairness -> authorization
 -> routing (registry for locally served group-versions; a remote APIService's server otherwise,
    through aggregator/proxy.py).
@@ -25,10 +25,7 @@ from services.common.errors import APIError, BadRequest, InternalError, NotFound
 from services.common.informer import Informer
 
 from . import metrics, requestinfo
-from .aggregator.availability import AvailabilityController
-from .aggregator.discovery import RemoteDiscovery
-from .aggregator.proxy import Backends, RemoteProxy
-from .aggregator.resolver import ServiceResolver, service_ref
+from .aggregator import Aggregator
 from .context import ClientDisconnected, Context
 from .decoder import BodyDecoder
 from .discovery import VERSION_INFO, Discovery
@@ -95,20 +92,9 @@ class ProxyApp:
         self.discovery = Discovery(registry)
         self.apiservices = Informer(registry, "apiregistration.k8s.io", "v1", "apiservices")
         self.apiservices.add_handler(lambda *_: self.discovery.invalidate())
-        # what remote APIServices resolve through (kube-aggregator's service and endpoints listers)
-        self.services = Informer(registry, "", "v1", "services")
-        self.endpoints = Informer(registry, "", "v1", "endpoints")
-        self.endpoint_slices = Informer(registry, "discovery.k8s.io", "v1", "endpointslices")
-        self.resolver = ServiceResolver(self.services, self.endpoints, self.endpoint_slices)
-        self.backends = Backends(proxy_client_cert_file, proxy_client_key_file)
-        self.availability = AvailabilityController(registry, self.apiservices, self.services, self.endpoints,
-                                                   self.endpoint_slices, self.resolver, self.backends)
-        self.discovery.apiservices = lambda: self.apiservices.store
-        self.remote_discovery = RemoteDiscovery(self.apiservices, self.resolver, self.backends,
-                                                self._remote_discovery_changed)
-        self.remote = RemoteProxy(self.resolver, self.backends, self._remote_unreachable)
-        self.discovery.remote_entries = self.remote_discovery.entries
-        self.discovery.remote_openapi = self.remote_discovery.openapi
+        # remote APIServices: forwarding, availability, their discovery (kube-aggregator)
+        self.aggregator = Aggregator(registry, self.apiservices, self.discovery, proxy_client_cert_file,
+                                     proxy_client_key_file)
         # The registry call's own timeout is a backstop: the request's deadline (checked every
         # Deadlines.tick) comes first and answers with kube's Status.
         self.resources = ResourceHandler(registry, request_timeout + 1.0)
@@ -126,15 +112,6 @@ class ProxyApp:
         # error itself, so a framework's router and error middleware would only add a hop per send.
         self.app = self
 
-    def _remote_unreachable(self, name: str) -> None:
-        """A forwarded request found the APIService's server gone: check it and its discovery now."""
-        self.availability.enqueue(name)
-        self.remote_discovery.enqueue(name)
-
-    def _remote_discovery_changed(self) -> None:
-        if self.discovery.loaded.is_set():
-            self.discovery.merge()
-
     async def _apf_ready(self) -> bool:
         return self.apf.ready()
 
@@ -149,10 +126,7 @@ class ProxyApp:
         self.apf.start()
         self.discovery.start()
         self.apiservices.start()
-        for informer in (self.services, self.endpoints, self.endpoint_slices):
-            informer.start()
-        self.availability.start()
-        self.remote_discovery.start()
+        self.aggregator.start()
         self.rbac.start()
 
     def begin_shutdown(self) -> None:
@@ -163,12 +137,8 @@ class ProxyApp:
         self.watches.close_all()
         await self.deadlines.stop()
         await self.rbac.stop()
-        await self.availability.stop()
-        await self.remote_discovery.stop()
+        await self.aggregator.stop()
         await self.apiservices.stop()
-        for informer in (self.services, self.endpoints, self.endpoint_slices):
-            await informer.stop()
-        await self.backends.aclose()
         await self.discovery.stop()
         await self.apf.stop()
         self.decoder.stop()
@@ -215,7 +185,7 @@ class ProxyApp:
                     info = requestinfo.parse(method, ctx.path, query)
                 except ValueError as e:
                     raise BadRequest(str(e)) from None
-                remote = self._remote_apiservice(info)
+                remote = self.aggregator.remote_apiservice(info)
                 # 2. body limit (the declared size first, then what actually arrives); a remote
                 # APIService's body streams to its server instead, which sets its own limits
                 body = b""
@@ -263,7 +233,7 @@ class ProxyApp:
                         # a watch's seat goes as it starts, as for the registry's watches
                         self.apf.release(seat)
                         seat = None
-                    await self.remote.forward(ctx, remote, user, method in _BODY_METHODS)
+                    await self.aggregator.forward(ctx, remote, user, method in _BODY_METHODS)
                 elif info.is_resource_request:
                     apply = await self._resource(ctx, info, user, query, body, seat)
                 else:
@@ -374,24 +344,6 @@ class ProxyApp:
                 return
         await ctx.respond(404, _NOT_FOUND_TEXT, "text/plain; charset=utf-8",
                           [(b"x-content-type-options", b"nosniff")])
-
-    def _remote_apiservice(self, info: RequestInfo) -> dict[str, Any] | None:
-        """The APIService whose server answers this request, when that is not apiary itself: every
-        resource path of its group-version and /apis/<group>/<version> (its discovery)."""
-        if info.api_prefix != "apis":
-            return None
-        group, version = info.api_group, info.api_version
-        if not info.is_resource_request:
-            parts = info.path.strip("/").split("/")
-            if len(parts) != 3:
-                return None
-            group, version = parts[1], parts[2]
-        if not group:
-            return None
-        apiservice = self.apiservices.store.get(f"{version}.{group}")
-        if apiservice is None or service_ref(apiservice) is None:
-            return None
-        return apiservice
 
     def _check_served(self, info: RequestInfo) -> None:
         """Whether the registry serves this group-version (remote APIServices never come here)."""
