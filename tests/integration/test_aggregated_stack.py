@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import TEST_OFFSET
 from tools.run import ROOT, AggregatedServer, APIServiceSpec, Stack
 
-OFFSET = TEST_OFFSET + 300
+OFFSET = TEST_OFFSET + 600
 GROUP, VERSION = "stacked.example.com", "v1beta1"
 SERVER = AggregatedServer(name="stacked-apiserver", namespace="stacked", port=8443, module="tools.fakeservers",
                           apiservices=(APIServiceSpec(GROUP, VERSION, 1000, 15),),
