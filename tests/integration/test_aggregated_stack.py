@@ -53,6 +53,18 @@ def test_stack_runs_and_registers_the_aggregated_server(stacked: Stack) -> None:
                             "stacked-apiserver:system:auth-delegator").json()
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "stacked-apiserver",
                                         "namespace": "stacked"}]
+    # its own identity may do what an aggregated server needs: read the front-proxy trust, review
+    # tokens and access (the auth-delegator and auth-reader bindings), and no more
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    ctx.load_cert_chain(str(pki / "stacked-apiserver-client.crt"), str(pki / "stacked-apiserver-client.key"))
+    with httpx.Client(base_url=stacked.server, verify=ctx, timeout=30) as own:
+        r = own.get("/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication")
+        assert r.status_code == 200, r.text
+        r = own.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", json={
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": "alice", "resourceAttributes": {"verb": "get", "resource": "pods"}}})
+        assert r.status_code == 201, r.text
+        assert own.get("/api/v1/namespaces/kube-system/secrets").status_code == 403
     assert stacked.status()
     # start is idempotent: everything healthy is left alone
     pid = stacked.pid("stacked-apiserver")
