@@ -44,6 +44,26 @@ class ServiceResolver:
         self.endpoints = endpoints
         self.slices = slices
         self._turns = itertools.count()
+        # EndpointSlices by (namespace, service), rebuilt after a change: not a scan per request
+        self._by_service: dict[tuple[str, str], list[Obj]] | None = None
+        if slices is not None:
+            slices.add_handler(self._slices_changed)
+
+    def _slices_changed(self, *_: Any) -> None:
+        self._by_service = None
+
+    def _slices_of(self, namespace: str, name: str) -> list[Obj]:
+        if self.slices is None:
+            return []
+        if self._by_service is None:
+            index: dict[tuple[str, str], list[Obj]] = {}
+            for sl in self.slices.store.values():
+                meta = sl.get("metadata") or {}
+                service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+                if service:
+                    index.setdefault((meta.get("namespace") or "", service), []).append(sl)
+            self._by_service = index
+        return self._by_service.get((namespace, name), [])
 
     def addresses(self, namespace: str, name: str, port: int) -> tuple[Target, ...]:
         """Every address the Service port `port` of namespace/name reaches (raises ResolveError)."""
@@ -68,22 +88,18 @@ class ServiceResolver:
                 continue
             found += [Target(a.get("ip") or "", int(ep_port.get("port") or 0), server_name)
                       for a in subset.get("addresses") or [] if a.get("ip")]
-        if self.slices is not None:
-            for sl in self.slices.store.values():
-                meta = sl.get("metadata") or {}
-                if meta.get("namespace") != namespace or (meta.get("labels") or {}).get(SERVICE_NAME_LABEL) != name:
+        for sl in self._slices_of(namespace, name):
+            listed = True
+            sl_port = next((p for p in sl.get("ports") or [] if (p.get("name") or "") == port_name), None)
+            if sl_port is None or not sl_port.get("port"):
+                continue
+            for e in sl.get("endpoints") or []:
+                if (e.get("conditions") or {}).get("ready") is False:
                     continue
-                listed = True
-                sl_port = next((p for p in sl.get("ports") or [] if (p.get("name") or "") == port_name), None)
-                if sl_port is None or not sl_port.get("port"):
-                    continue
-                for e in sl.get("endpoints") or []:
-                    if (e.get("conditions") or {}).get("ready") is False:
-                        continue
-                    for a in e.get("addresses") or []:
-                        t = Target(a, int(sl_port["port"]), server_name)
-                        if t not in found:
-                            found.append(t)
+                for a in e.get("addresses") or []:
+                    t = Target(a, int(sl_port["port"]), server_name)
+                    if t not in found:
+                        found.append(t)
         if not found:
             if not listed:
                 raise ResolveError("EndpointsNotFound", f"cannot find endpoints for service/{name} in \"{namespace}\"")

@@ -15,6 +15,9 @@ class _Store:
     def __init__(self, items: dict[str, Any]) -> None:
         self.store = items
 
+    def add_handler(self, handler: Any) -> None:
+        pass
+
 
 def apiservice(group: str, version: str, gpm: int, vp: int, service: bool = True) -> dict[str, Any]:
     spec: dict[str, Any] = {"group": group, "version": version, "groupPriorityMinimum": gpm, "versionPriority": vp}
