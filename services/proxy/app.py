@@ -106,6 +106,8 @@ class ProxyApp:
             # not the apf channel: without it the proxy serves under max-in-flight limits
             "apf": self._apf_ready,
             "apiservice-informer": self._informer_synced,
+            # the Services, Endpoints and EndpointSlices that remote APIServices resolve through
+            "aggregator-informers": self._aggregator_synced,
             "discovery": self._discovery_loaded,
         }
         # Served as it is: every path goes through the same handler chain, which answers every
@@ -117,6 +119,9 @@ class ProxyApp:
 
     async def _informer_synced(self) -> bool:
         return self.apiservices.synced.is_set()
+
+    async def _aggregator_synced(self) -> bool:
+        return self.aggregator.synced()
 
     async def _discovery_loaded(self) -> bool:
         return self.discovery.loaded.is_set()

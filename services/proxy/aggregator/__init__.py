@@ -39,6 +39,9 @@ class Aggregator:
         discovery.remote_entries = self.remote_discovery.entries
         discovery.remote_openapi = self.remote_discovery.openapi
 
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in (self.services, self.endpoints, self.endpoint_slices))
+
     def start(self) -> None:
         for informer in (self.services, self.endpoints, self.endpoint_slices):
             informer.start()

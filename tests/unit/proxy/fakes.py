@@ -144,6 +144,9 @@ class FakeRegistry(rgrpc.RegistryServicer):
 
     @grpcutil.api_method
     async def Handle(self, request, context):
+        if request.resource in AGGREGATOR_RESOURCES and request.verb == "list":
+            return rpb.APIResponse(code=200, body=b'{"kind":"List","apiVersion":"v1","metadata":'
+                                                  b'{"resourceVersion":"1"},"items":[]}')
         if self._aggregator_background(request):
             raise errors.NotFound("the server could not find the requested resource")
         if request.resource in RBAC_RESOURCES:  # the proxy's RBAC informers (not recorded)
@@ -190,6 +193,8 @@ class FakeRegistry(rgrpc.RegistryServicer):
 
     @grpcutil.api_stream
     async def Watch(self, request, context):
+        if request.resource in AGGREGATOR_RESOURCES:
+            await asyncio.sleep(3600)
         if self._aggregator_background(request):
             raise errors.NotFound("the server could not find the requested resource")
         if request.resource in RBAC_RESOURCES:
