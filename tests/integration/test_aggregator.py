@@ -361,3 +361,25 @@ def test_kubectl_create_of_a_remote_kind(kubectl: Any, backend: AggregatedBacken
         f"apiVersion: {GV}\nkind: Flunder\nmetadata:\n  name: from-kubectl\n  namespace: {NS}\n"), check=False)
     assert out.returncode == 0, out.stderr
     assert any(o["metadata"]["name"] == "from-kubectl" for o in backend.objects)
+
+
+def test_external_name_service(admin: httpx.Client, backend: AggregatedBackend, tmp_path: Path) -> None:
+    """An ExternalName Service resolves to its DNS name, with the APIService's port."""
+    ext = AggregatedBackend(tmp_path, backend.front_proxy_ca, group="ext.example.com", version="v1",
+                            service="extapi", namespace=NS, name="ext").start()
+    try:
+        apply(admin, f"/api/v1/namespaces/{NS}/services", {
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "extapi", "namespace": NS},
+            "spec": {"type": "ExternalName", "externalName": "localhost"}})
+        apply(admin, "/apis/apiregistration.k8s.io/v1/apiservices", {
+            "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": "v1.ext.example.com"},
+            "spec": {"group": "ext.example.com", "version": "v1", "groupPriorityMinimum": 1000, "versionPriority": 15,
+                     "service": {"namespace": NS, "name": "extapi", "port": ext.port},
+                     "caBundle": base64.b64encode(ext.ca_pem).decode()}})
+        r = wait_for(lambda: (x := admin.get("/apis/ext.example.com/v1/whoamis")).status_code == 200 and x,
+                     what="forwarding through the ExternalName Service")
+        assert r.json()["headers"]["x-remote-user"] == ["kubernetes-admin"]
+        wait_for(lambda: condition(admin, "v1.ext.example.com").get("reason") == "Passed", what="Available")
+    finally:
+        ext.stop()
+        admin.delete("/apis/apiregistration.k8s.io/v1/apiservices/v1.ext.example.com")
