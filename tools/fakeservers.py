@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import json
+import socket
 import ssl
 import threading
 import time
@@ -156,3 +157,302 @@ class AuthzWebhook(TLSServer):
         self.calls.append(review)
         return 200, {"apiVersion": review["apiVersion"], "kind": "SubjectAccessReview",
                      "status": self.decide(review)}
+
+
+class AggregatedBackend:
+    """A small aggregated API server for the aggregation tests, on loopback over HTTPS.
+
+    It trusts a request only on a connection whose client certificate the front-proxy CA issued to
+    an allowed name (as a real aggregated server does) and answers, for group/version:
+      GET  /apis, /apis/<g>, /apis/<g>/<v>             discovery (aggregated v2 by Accept, or legacy)
+      GET  /openapi/v3, /openapi/v3/apis/<g>/<v>       OpenAPI v3 of Flunder (for kubectl explain)
+      GET  /apis/<g>/<v>/whoamis                        the X-Remote-* and Impersonate-* headers it got
+      GET  /apis/<g>/<v>/namespaces/<ns>/flunders       a FlunderList (?watch=true: a watch whose
+                                                        events are flushed as objects are created)
+      POST /apis/<g>/<v>/namespaces/<ns>/flunders       stores the object (any size); 201
+      GET  /apis/<g>/<v>/slows                          never answers
+      GET  /apis/<g>/<v>/garbages                       answers bytes that are not HTTP
+    Its serving certificate names <service>.<namespace>.svc, signed by its own CA (ca_pem).
+    stop() closes every open connection too, so a pooled connection does not outlive it.
+    """
+
+    RESOURCES = ("flunders", "whoamis", "slows", "garbages")
+
+    def __init__(self, directory: Path, front_proxy_ca: Path, *, group: str = "wardle.example.com",
+                 version: str = "v1alpha1", service: str = "api", namespace: str = "wardle",
+                 allowed_names: tuple[str, ...] = ("front-proxy-client",), port: int = 0,
+                 name: str = "backend", tls: tuple[Path, Path] | None = None) -> None:
+        if tls is None:
+            directory.mkdir(parents=True, exist_ok=True)
+            ca = certs.make_ca(directory / f"{name}-ca", f"{name}-ca")
+            certs.make_cert(directory / name, ca, f"{service}.{namespace}.svc", server=True,
+                            dns_names=(f"{service}.{namespace}.svc",))
+            self.ca_pem = (directory / f"{name}-ca.crt").read_bytes()
+            tls = (directory / f"{name}.crt", directory / f"{name}.key")
+        self.cert, self.key = tls
+        self.front_proxy_ca, self.allowed = front_proxy_ca, allowed_names
+        self.group, self.version = group, version
+        self.port = port
+        self.objects: list[dict[str, Any]] = []
+        self.requests: list[tuple[str, str]] = []
+        self.cond = threading.Condition()
+        self.httpd: ThreadingHTTPServer | None = None
+        self.open_sockets: set[Any] = set()
+        self.connections = 0  # accepted so far: pooled clients reuse theirs
+        self.stopping = threading.Event()
+
+    @property
+    def gv(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    def discovery(self, path: str, accept: str) -> dict[str, Any] | None:
+        gv = self.gv
+        if path == f"/apis/{gv}":
+            return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": [
+                {"name": "flunders", "singularName": "flunder", "namespaced": True, "kind": "Flunder",
+                 "verbs": ["create", "get", "list", "watch"]}]}
+        group = {"name": self.group, "versions": [{"groupVersion": gv, "version": self.version}],
+                 "preferredVersion": {"groupVersion": gv, "version": self.version}}
+        if path == f"/apis/{self.group}":
+            return {"kind": "APIGroup", "apiVersion": "v1", **group}
+        if path == "/apis":
+            if "as=APIGroupDiscoveryList" in accept:
+                return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},
+                        "items": [{"metadata": {"name": self.group}, "versions": [{
+                            "version": self.version, "freshness": "Current", "resources": [{
+                                "resource": "flunders", "singularResource": "flunder", "scope": "Namespaced",
+                                "responseKind": {"group": self.group, "version": self.version, "kind": "Flunder"},
+                                "verbs": ["create", "get", "list", "watch"]}]}]}]}
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]}
+        return None
+
+    def openapi(self, path: str) -> dict[str, Any] | None:
+        gv_path = f"apis/{self.gv}"
+        if path == "/openapi/v3":
+            return {"paths": {gv_path: {"serverRelativeURL": f"/openapi/v3/{gv_path}?hash=1"}}}
+        if path != f"/openapi/v3/{gv_path}":
+            return None
+        gvk = {"group": self.group, "kind": "Flunder", "version": self.version}
+        ref = {"$ref": f"#/components/schemas/com.example.wardle.{self.version}.Flunder"}
+        ok = {"200": {"description": "OK", "content": {"application/json": {"schema": ref}}}}
+        validation = [{"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}}]
+
+        def op(action: str, params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+            return {"x-kubernetes-action": action, "x-kubernetes-group-version-kind": gvk, "responses": ok,
+                    "parameters": params or []}
+        base = f"/apis/{self.gv}/namespaces/{{namespace}}/flunders"
+        paths = {base: {"get": op("list"), "post": op("post", validation)},
+                 base + "/{name}": {"get": op("get"), "patch": op("patch", validation)}}
+        return {"openapi": "3.0.0", "info": {"title": "wardle", "version": self.version}, "paths": paths,
+                "components": {"schemas": {f"com.example.wardle.{self.version}.Flunder": {
+                    "description": "A Flunder is the example kind of the aggregation tests.", "type": "object",
+                    "properties": {
+                        "apiVersion": {"type": "string", "description": "APIVersion of the object."},
+                        "kind": {"type": "string", "description": "Kind of the object."},
+                        "metadata": {"type": "object", "description": "Standard object's metadata."},
+                        "spec": {"type": "object", "description": "FlunderSpec is what a Flunder wants.",
+                                 "properties": {"reference": {"type": "string",
+                                                              "description": "The name of another flunder."}}}},
+                    "x-kubernetes-group-version-kind": [{"group": self.group, "kind": "Flunder",
+                                                         "version": self.version}]}}}}
+
+    def start(self) -> "AggregatedBackend":
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def setup(self) -> None:
+                super().setup()
+                outer.open_sockets.add(self.connection)
+                outer.connections += 1
+
+            def finish(self) -> None:
+                outer.open_sockets.discard(self.connection)
+                super().finish()
+
+            def _json(self, code: int, obj: Any, ctype: str = "application/json") -> None:
+                data = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _trusted(self) -> bool:
+                cert = self.connection.getpeercert()
+                cn = dict(x[0] for x in (cert or {}).get("subject", ())).get("commonName")
+                return bool(cert) and (not outer.allowed or cn in outer.allowed)
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                self._do()
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._do()
+
+            def _do(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                path, _, query = self.path.partition("?")
+                outer.requests.append((self.command, self.path))
+                if path in ("/healthz", "/readyz", "/livez"):  # kube's always-allowed paths
+                    data = b"ok"
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                if not self._trusted():
+                    self._json(401, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 401,
+                                     "reason": "Unauthorized", "message": "Unauthorized"})
+                    return
+                spec = outer.openapi(path)
+                if spec is not None:
+                    self._json(200, spec)
+                    return
+                doc = outer.discovery(path.rstrip("/"), self.headers.get("Accept") or "")
+                if doc is not None:
+                    agg = doc["kind"] == "APIGroupDiscoveryList"
+                    self._json(200, doc, "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+                               if agg else "application/json")
+                    return
+                base = f"/apis/{outer.gv}/"
+                rest = path[len(base):].split("/") if path.startswith(base) else []
+                if rest == ["whoamis"]:
+                    seen: dict[str, list[str]] = {}
+                    for k, v in self.headers.items():
+                        if k.lower().startswith(("x-remote-", "impersonate-", "authorization")):
+                            seen.setdefault(k.lower(), []).append(v)
+                    self._json(200, {"kind": "WhoAmI", "headers": seen})
+                elif rest == ["slows"]:
+                    outer.stopping.wait()
+                elif rest == ["garbages"]:
+                    self.wfile.write(b"\x00\x01 this is not HTTP\r\n\r\n")
+                    self.close_connection = True
+                elif len(rest) == 3 and rest[0] == "namespaces" and rest[2] == "flunders":
+                    if self.command == "POST":
+                        obj = json.loads(body)
+                        obj.setdefault("metadata", {})["namespace"] = rest[1]
+                        with outer.cond:
+                            outer.objects.append(obj)
+                            outer.cond.notify_all()
+                        self._json(201, {**obj, "receivedBytes": len(body)})
+                    elif "watch=true" in query or "watch=1" in query:
+                        self._watch()
+                    else:
+                        self._json(200, {"kind": "FlunderList", "apiVersion": outer.gv,
+                                         "metadata": {"resourceVersion": str(len(outer.objects))},
+                                         "items": list(outer.objects)})
+                else:
+                    self._json(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
+                                     "reason": "NotFound", "message": "not found"})
+
+            def _watch(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.flush()
+                sent = 0
+                while not outer.stopping.is_set():
+                    with outer.cond:
+                        outer.cond.wait_for(lambda: len(outer.objects) > sent or outer.stopping.is_set(), 0.5)
+                        new = outer.objects[sent:]
+                    for obj in new:
+                        self._chunk(json.dumps({"type": "ADDED", "object": obj}).encode() + b"\n")
+                    sent += len(new)
+                self.close_connection = True
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(self.cert), str(self.key))
+        ctx.load_verify_locations(str(self.front_proxy_ca))
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+        self.stopping.clear()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self.cond:
+            self.cond.notify_all()
+        if self.httpd is not None:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+            self.httpd = None
+        for s in list(self.open_sockets):
+            try:
+                s.shutdown(2)
+            except OSError:
+                pass
+
+
+class SilentServer:
+    """Accepts TCP connections on loopback and never says anything (a hung backend)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list[Any] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+
+    def start(self) -> "SilentServer":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """python -m tools.fakeservers --secure-port N ...: an AggregatedBackend as a process,
+    taking the kube-style flags the local runner gives aggregated servers (others are ignored)."""
+    import argparse
+    import signal
+
+    p = argparse.ArgumentParser(prog="python -m tools.fakeservers")
+    p.add_argument("--secure-port", type=int, required=True)
+    p.add_argument("--tls-cert-file", required=True)
+    p.add_argument("--tls-private-key-file", required=True)
+    p.add_argument("--requestheader-client-ca-file", required=True)
+    p.add_argument("--requestheader-allowed-names", default="front-proxy-client")
+    p.add_argument("--group", default="wardle.example.com")
+    p.add_argument("--version", default="v1alpha1")
+    args, _ = p.parse_known_args(argv)
+    backend = AggregatedBackend(Path("."), Path(args.requestheader_client_ca_file), group=args.group,
+                                version=args.version, port=args.secure_port,
+                                allowed_names=tuple(n for n in args.requestheader_allowed_names.split(",") if n),
+                                tls=(Path(args.tls_cert_file), Path(args.tls_private_key_file)))
+    backend.start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
+    backend.stop()
+
+
+if __name__ == "__main__":
+    main()

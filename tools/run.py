@@ -4,10 +4,19 @@
     python -m tools.run stop | status
 
 `start` is idempotent: what is already running and healthy is left alone.
+
+Aggregated API servers (AGGREGATED_SERVERS, or a Stack's `aggregated`) run as more processes of
+the stack: once the core services are ready the runner writes what a cluster would hold for each
+(its namespace and ServiceAccount, the RBAC an aggregated server needs, a Service, Endpoints
+127.0.0.1:<port> as a cluster's endpoints controller would, and its APIServices with the cluster
+CA as caBundle), then starts it with kube-style flags and a serving certificate for
+<name>.<namespace>.svc.
 """
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import os
 import shutil
 import signal
@@ -17,8 +26,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from services.common.config import GRPC_PORTS, HEALTH_PORTS, PEERS
 
@@ -31,12 +42,74 @@ DEFAULT_AUDIT_POLICY = ROOT / "k8s" / "base" / "audit-policy.yaml"
 ORDER = ("etcd", "storage", "registry", "admission", "auth", "apf", "proxy")
 
 
+@dataclass(frozen=True)
+class APIServiceSpec:
+    group: str
+    version: str
+    group_priority_minimum: int = 1000
+    version_priority: int = 15
+
+
+@dataclass(frozen=True)
+class AggregatedServer:
+    """An aggregated API server of the local stack.
+
+    `name` is its process name (pid and log files), its Service's and its ServiceAccount's; the
+    process runs `python -m <module>` with kube_style_flags() (or what `flags` returns instead)
+    plus `args`; it must serve HTTPS on --secure-port, and `ready_path` answering 200 means ready.
+    `objects` are more API objects written before it starts (its own RBAC, for instance).
+    """
+
+    name: str
+    namespace: str
+    port: int
+    module: str
+    apiservices: tuple[APIServiceSpec, ...]
+    args: tuple[str, ...] = ()
+    flags: Callable[["Stack", "AggregatedServer"], list[str]] | None = None
+    ready_path: str = "/readyz"
+    etcd_prefix: str = ""
+    objects: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def service_name(self) -> str:
+        return f"{self.name}.{self.namespace}.svc"
+
+    @property
+    def user(self) -> str:
+        """The identity it talks to apiary with: its ServiceAccount's, as in a cluster."""
+        return f"system:serviceaccount:{self.namespace}:{self.name}"
+
+
+# What `make run` (and the tests' shared stack) runs besides the core services.
+AGGREGATED_SERVERS: tuple[AggregatedServer, ...] = ()
+
+
+def kube_style_flags(stack: "Stack", server: AggregatedServer) -> list[str]:
+    """The flags of k8s.io/apiserver's recommended options, as a cluster's Deployment would pass them."""
+    pki = stack.state / "pki"
+    kubeconfig = str(stack.aggregated_kubeconfig(server))
+    return [
+        "--secure-port", str(server.port + stack.offset),
+        "--tls-cert-file", str(pki / f"{server.name}-serving.crt"),
+        "--tls-private-key-file", str(pki / f"{server.name}-serving.key"),
+        "--etcd-servers", stack.etcd_url,
+        "--etcd-prefix", server.etcd_prefix or f"/registry/{server.name}",
+        "--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig,
+        "--kubeconfig", kubeconfig,
+        "--requestheader-client-ca-file", str(pki / "front-proxy-ca.crt"),
+        "--requestheader-allowed-names", "front-proxy-client",
+        "--client-ca-file", str(pki / "ca.crt"),
+    ]
+
+
 @dataclass
 class Stack:
     state: Path
     offset: int = 0
     # more flags per service, appended to its command (tests that need special configuration)
     extra: dict[str, list[str]] = field(default_factory=dict)
+    aggregated: list[AggregatedServer] = field(default_factory=lambda: list(AGGREGATED_SERVERS))
 
     @property
     def pids(self) -> Path:
@@ -57,6 +130,16 @@ class Stack:
     @property
     def kubeconfig(self) -> Path:
         return self.state / "kubeconfig"
+
+    def names(self) -> tuple[str, ...]:
+        """Every process of the stack, in start order."""
+        return ORDER + tuple(a.name for a in self.aggregated)
+
+    def aggregated_server(self, name: str) -> AggregatedServer | None:
+        return next((a for a in self.aggregated if a.name == name), None)
+
+    def aggregated_kubeconfig(self, server: AggregatedServer) -> Path:
+        return self.state / f"{server.name}.kubeconfig"
 
     def health_port(self, name: str) -> int:
         return HEALTH_PORTS[name] + self.offset
@@ -91,6 +174,10 @@ class Stack:
                 "--initial-cluster", f"apiary={peer}", "--log-level", "warn",
                 "--experimental-watch-progress-notify-interval", "5s",
             ]
+        agg = self.aggregated_server(name)
+        if agg is not None:
+            flags = agg.flags(self, agg) if agg.flags is not None else kube_style_flags(self, agg)
+            return [sys.executable, "-m", agg.module, *flags, *agg.args]
         pki = self.state / "pki"
         cmd = [
             sys.executable, "-m", f"services.{name}",
@@ -124,6 +211,8 @@ class Stack:
                 "--requestheader-uid-headers", "X-Remote-Uid",
                 "--requestheader-group-headers", "X-Remote-Group",
                 "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+                "--proxy-client-cert-file", str(pki / "front-proxy-client.crt"),
+                "--proxy-client-key-file", str(pki / "front-proxy-client.key"),
                 "--audit-policy-file", str(self.state / "audit-policy.yaml"),
                 "--audit-log-path", str(self.logs / "audit.log"),
                 "--audit-log-maxsize", "100", "--audit-log-maxbackup", "3",
@@ -142,6 +231,16 @@ class Stack:
     # health -----------------------------------------------------------------
 
     def healthy(self, name: str) -> bool:
+        agg = self.aggregated_server(name)
+        if agg is not None:
+            ctx = ssl.create_default_context(cafile=str(self.state / "pki" / "ca.crt"))
+            ctx.check_hostname = False  # its certificate names <name>.<namespace>.svc
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{agg.port + self.offset}{agg.ready_path}",
+                                            timeout=2, context=ctx) as r:
+                    return r.status == 200
+            except (urllib.error.URLError, OSError, ValueError):
+                return False
         if name == "etcd":
             url, ctx = f"{self.etcd_url}/health", None
         else:
@@ -181,7 +280,15 @@ class Stack:
     def init(self) -> None:
         """What every service reads, made once: certificates, tokens, encryption and audit configuration."""
         self.state.mkdir(parents=True, exist_ok=True)
-        certs.ensure_pki(self.state)
+        pki = certs.ensure_pki(self.state)
+        ca = certs.make_ca(pki / "ca", "apiary-ca")
+        for agg in self.aggregated:
+            certs.make_cert(pki / f"{agg.name}-serving", ca, agg.service_name, server=True,
+                            dns_names=(agg.service_name,))
+            # a client certificate in its ServiceAccount's name (and groups), for its kubeconfig
+            certs.make_cert(pki / f"{agg.name}-client", ca, agg.user,
+                            orgs=("system:serviceaccounts", f"system:serviceaccounts:{agg.namespace}"),
+                            client=True)
         certs.ensure_tokens(self.state)
         certs.ensure_encryption_config(self.state)
         policy = self.state / "audit-policy.yaml"
@@ -208,6 +315,95 @@ class Stack:
                 self.fail(["proxy"])
             time.sleep(0.2)
         certs.write_kubeconfig(self.state, self.server)
+        if self.aggregated:
+            self.start_aggregated(timeout)
+
+    # aggregated API servers -------------------------------------------------
+
+    def _api(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+        pki = self.state / "pki"
+        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{self.server}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30, context=ctx) as r:
+                return r.status, json.loads(r.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def ensure(self, collection: str, obj: dict[str, Any]) -> None:
+        """Create obj under collection, or make what is there say the same (kubectl apply's outcome)."""
+        for _ in range(5):
+            code, answer = self._api("POST", collection, obj)
+            if code in (200, 201):
+                return
+            if code != 409:
+                raise SystemExit(f"POST {collection} {obj['metadata']['name']}: {code} {answer.get('message')}")
+            path = f"{collection}/{obj['metadata']['name']}"
+            code, current = self._api("GET", path)
+            if code == 200:
+                merged = {**current, **{k: v for k, v in obj.items() if k != "metadata"}}
+                code, answer = self._api("PUT", path, merged)
+                if code == 200:
+                    return
+        raise SystemExit(f"could not write {collection}/{obj['metadata']['name']}: {code} {answer.get('message')}")
+
+    def register(self, agg: AggregatedServer) -> None:
+        """What a cluster holds for an aggregated server: namespace, ServiceAccount, RBAC, Service,
+        Endpoints and APIServices."""
+        ns = agg.namespace
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        sa = {"kind": "ServiceAccount", "name": agg.name, "namespace": ns}
+        ca_bundle = base64.b64encode((self.state / "pki" / "ca.crt").read_bytes()).decode()
+        self.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        self.ensure(f"/api/v1/namespaces/{ns}/serviceaccounts", {
+            "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": agg.name, "namespace": ns}})
+        self.ensure(f"{rbac}/clusterrolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{agg.name}:system:auth-delegator"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "system:auth-delegator"}, "subjects": [sa]})
+        self.ensure(f"{rbac}/namespaces/kube-system/rolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": f"{agg.name}-auth-reader", "namespace": "kube-system"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": "extension-apiserver-authentication-reader"}, "subjects": [sa]})
+        for obj in agg.objects:
+            self.ensure(_collection(obj), obj)
+        port = agg.port + self.offset
+        self.ensure(f"/api/v1/namespaces/{ns}/services", {
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": agg.name, "namespace": ns},
+            "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]}})
+        self.ensure(f"/api/v1/namespaces/{ns}/endpoints", {
+            "apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": agg.name, "namespace": ns},
+            "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "https", "port": port}]}]})
+        for api in agg.apiservices:
+            self.ensure("/apis/apiregistration.k8s.io/v1/apiservices", {
+                "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+                "metadata": {"name": f"{api.version}.{api.group}"},
+                "spec": {"group": api.group, "version": api.version, "caBundle": ca_bundle,
+                         "groupPriorityMinimum": api.group_priority_minimum,
+                         "versionPriority": api.version_priority,
+                         "service": {"namespace": ns, "name": agg.name, "port": 443}}})
+
+    def start_aggregated(self, timeout: float) -> None:
+        pki = self.state / "pki"
+        for agg in self.aggregated:
+            self.aggregated_kubeconfig(agg).write_text(
+                "apiVersion: v1\nkind: Config\n"
+                f"clusters:\n- name: apiary\n  cluster:\n    server: {self.server}\n"
+                f"    certificate-authority: {pki / 'ca.crt'}\n"
+                f"users:\n- name: {agg.name}\n  user:\n    client-certificate: {pki / f'{agg.name}-client.crt'}\n"
+                f"    client-key: {pki / f'{agg.name}-client.key'}\n"
+                f"contexts:\n- name: apiary\n  context:\n    cluster: apiary\n    user: {agg.name}\n"
+                "current-context: apiary\n")
+            self.register(agg)
+            if self.pid(agg.name) is None:
+                self.spawn(agg.name)
+        if bad := self.wait([a.name for a in self.aggregated], timeout):
+            self.fail(bad)
 
     def fail(self, names: list[str]) -> None:
         for n in names:
@@ -219,7 +415,7 @@ class Stack:
         raise SystemExit(f"not ready: {', '.join(names)}")
 
     def stop(self, quiet: bool = False) -> None:
-        for name in reversed(ORDER):
+        for name in reversed(self.names()):
             pid = self.pid(name)
             if pid is not None:
                 try:
@@ -242,12 +438,21 @@ class Stack:
 
     def status(self) -> bool:
         ok = True
-        for name in ORDER:
+        for name in self.names():
             pid = self.pid(name)
             good = pid is not None and self.healthy(name)
             ok = ok and good
             print(f"{name:10} {'running' if pid else 'stopped':8} pid={pid or '-':<8} {'ready' if good else 'not ready'}")
         return ok
+
+
+def _collection(obj: dict[str, Any]) -> str:
+    """The URL path an object of a built-in kind is created under (for AggregatedServer.objects)."""
+    group, _, version = obj["apiVersion"].rpartition("/")
+    base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    plural = obj["kind"].lower() + ("es" if obj["kind"].endswith("s") else "s")
+    ns = (obj.get("metadata") or {}).get("namespace")
+    return f"{base}/namespaces/{ns}/{plural}" if ns else f"{base}/{plural}"
 
 
 def _reap(pid: int) -> None:
@@ -263,7 +468,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="init: only make the state (certificates, tokens, configuration, a kubeconfig with "
                         "the certificates in it), as compose's init service does; exec NAME: become service "
                         "NAME with the command line `start` gives it (how compose runs each service)")
-    p.add_argument("name", nargs="?", choices=ORDER[1:], help="the service, with exec")
+    p.add_argument("name", nargs="?", choices=ORDER[1:] + tuple(a.name for a in AGGREGATED_SERVERS),
+                   help="the service, with exec")
     p.add_argument("--state", default=str(ROOT / ".apiary"), help="state directory (certs, etcd data, logs, pids)")
     p.add_argument("--port-offset", type=int, default=0, help="added to every port (the test stack uses 1000)")
     p.add_argument("--fresh", action="store_true", help="start with an empty etcd")

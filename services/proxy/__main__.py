@@ -10,6 +10,7 @@ from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import config, runtime
 
+from .aggregator.authentication_trust import AuthenticationTrust
 from .app import ProxyApp
 from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
 from .filters import audit
@@ -86,6 +87,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-mutating-requests-inflight", type=int, default=MAX_MUTATING_REQUESTS_INFLIGHT,
                    help="mutating requests in flight at most while the apf service is unreachable "
                         "(0: no limit)")
+    p.add_argument("--proxy-client-cert-file", default="",
+                   help="client certificate the proxy presents to aggregated API servers (the front-proxy "
+                        "client; they trust X-Remote-* headers only from it)")
+    p.add_argument("--proxy-client-key-file", default="", help="key of --proxy-client-cert-file")
     p.add_argument("--audit-policy-file", default="",
                    help="audit.k8s.io/v1 Policy; without it nothing is audited")
     p.add_argument("--audit-log-path", default="", help='where audit events go, one JSON line each ("-": stdout)')
@@ -150,10 +155,19 @@ async def assemble(service: runtime.Service) -> str:
         request_header=request_header_config(args), max_requests_inflight=args.max_requests_inflight,
         max_mutating_requests_inflight=args.max_mutating_requests_inflight,
         request_timeout=args.request_timeout, min_request_timeout=args.min_request_timeout,
-        auditor=auditor(args),
+        auditor=auditor(args), proxy_client_cert_file=args.proxy_client_cert_file,
+        proxy_client_key_file=args.proxy_client_key_file,
     )
     service.component(proxy.start, proxy.stop)
     service.checks = proxy.checks
+    # the front-proxy trust that aggregated servers read (kube-system/extension-apiserver-authentication)
+    trust = AuthenticationTrust(
+        rgrpc.RegistryStub(channels["registry"]), client_ca_file=args.client_ca_file,
+        requestheader_client_ca_file=args.requestheader_client_ca_file,
+        allowed_names=args.requestheader_allowed_names, username_headers=args.requestheader_username_headers,
+        uid_headers=args.requestheader_uid_headers, group_headers=args.requestheader_group_headers,
+        extra_headers_prefix=args.requestheader_extra_headers_prefix)
+    service.component(trust.start, trust.stop)
     server = make_server(proxy.app, args.bind_address, args.secure_port, args.tls_cert_file,
                          args.tls_private_key_file, args.client_ca_file,
                          log_level="info" if args.v >= 4 else "warning",

@@ -1,8 +1,9 @@
 """The proxy's ASGI application: the handler chain of k8s.io/apiserver's endpoints/filters.
 
-request deadline (not for long-running requests) -> body limit -> RequestInfo -> authentication
+request deadline (not for long-running requests) -> RequestInfo -> body limit -> authentication
 -> impersonation -> priority and fairness -> authorization
--> routing (registry for locally served group-versions; aggregated APIServices are not yet proxied).
+-> routing (registry for locally served group-versions; a remote APIService's server otherwise,
+   through aggregator/proxy.py).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from services.common.errors import APIError, BadRequest, InternalError, NotFound
 from services.common.informer import Informer
 
 from . import metrics, requestinfo
+from .aggregator import Aggregator
 from .context import ClientDisconnected, Context
 from .decoder import BodyDecoder
 from .discovery import VERSION_INFO, Discovery
@@ -72,7 +74,8 @@ class ProxyApp:
                  max_requests_inflight: int = MAX_REQUESTS_INFLIGHT,
                  max_mutating_requests_inflight: int = MAX_MUTATING_REQUESTS_INFLIGHT,
                  request_timeout: float = REQUEST_TIMEOUT, min_request_timeout: float = MIN_REQUEST_TIMEOUT,
-                 auditor: Auditor | None = None) -> None:
+                 auditor: Auditor | None = None, proxy_client_cert_file: str = "",
+                 proxy_client_key_file: str = "") -> None:
         channels = channels or {}
         self.auditor = auditor
         self.verbosity = verbosity
@@ -88,6 +91,9 @@ class ProxyApp:
         self.discovery = Discovery(registry)
         self.apiservices = Informer(registry, "apiregistration.k8s.io", "v1", "apiservices")
         self.apiservices.add_handler(lambda *_: self.discovery.invalidate())
+        # remote APIServices: forwarding, availability, their discovery (kube-aggregator)
+        self.aggregator = Aggregator(registry, self.apiservices, self.discovery, proxy_client_cert_file,
+                                     proxy_client_key_file)
         # The registry call's own timeout is a backstop: the request's deadline (checked every
         # Deadlines.tick) comes first and answers with kube's Status.
         self.resources = ResourceHandler(registry, request_timeout + 1.0)
@@ -99,6 +105,8 @@ class ProxyApp:
             # not the apf channel: without it the proxy serves under max-in-flight limits
             "apf": self._apf_ready,
             "apiservice-informer": self._informer_synced,
+            # the Services, Endpoints and EndpointSlices that remote APIServices resolve through
+            "aggregator-informers": self._aggregator_synced,
             "discovery": self._discovery_loaded,
         }
         # Served as it is: every path goes through the same handler chain, which answers every
@@ -111,6 +119,9 @@ class ProxyApp:
     async def _informer_synced(self) -> bool:
         return self.apiservices.synced.is_set()
 
+    async def _aggregator_synced(self) -> bool:
+        return self.aggregator.synced()
+
     async def _discovery_loaded(self) -> bool:
         return self.discovery.loaded.is_set()
 
@@ -119,6 +130,7 @@ class ProxyApp:
         self.apf.start()
         self.discovery.start()
         self.apiservices.start()
+        self.aggregator.start()
         self.authz_invalidation.start()
 
     def begin_shutdown(self) -> None:
@@ -129,6 +141,7 @@ class ProxyApp:
         self.watches.close_all()
         await self.deadlines.stop()
         await self.authz_invalidation.stop()
+        await self.aggregator.stop()
         await self.apiservices.stop()
         await self.discovery.stop()
         await self.apf.stop()
@@ -170,15 +183,20 @@ class ProxyApp:
                 if ctx.path.startswith(_HEALTH_PREFIXES):
                     await self._health(ctx)
                     return
-                # 1. body limit (the declared size first, then what actually arrives)
-                body = await ctx.read_body() if method in _BODY_METHODS else b""
-                ctx.watch_disconnect()
-                # 2. RequestInfo, then the deadline it implies (none for a watch)
+                # 1. RequestInfo, and who serves it
                 query = requestinfo.parse_query(ctx.query_string)
                 try:
                     info = requestinfo.parse(method, ctx.path, query)
                 except ValueError as e:
                     raise BadRequest(str(e)) from None
+                remote = self.aggregator.remote_apiservice(info)
+                # 2. body limit (the declared size first, then what actually arrives); a remote
+                # APIService's body streams to its server instead, which sets its own limits
+                body = b""
+                if remote is None:
+                    body = await ctx.read_body() if method in _BODY_METHODS else b""
+                    ctx.watch_disconnect()
+                # the deadline the request implies (none for a watch)
                 if long_running(info):
                     self.deadlines.set(task, None)
                 elif "timeout" in query:
@@ -214,7 +232,13 @@ class ProxyApp:
                     raise forbidden_error(user.name, info, reason)
                 ctx.timing("authz", t)
                 # 6. routing
-                if info.is_resource_request:
+                if remote is not None:
+                    if long_running(info):
+                        # a watch's seat goes as it starts, as for the registry's watches
+                        self.apf.release(seat)
+                        seat = None
+                    await self.aggregator.forward(ctx, remote, user, method in _BODY_METHODS)
+                elif info.is_resource_request:
                     apply = await self._resource(ctx, info, user, query, body, seat)
                 else:
                     await self._non_resource(ctx, query)
@@ -326,22 +350,12 @@ class ProxyApp:
                           [(b"x-content-type-options", b"nosniff")])
 
     def _check_served(self, info: RequestInfo) -> None:
-        """Which server answers this group-version: the registry, or (not yet supported) an aggregated one."""
+        """Whether the registry serves this group-version (remote APIServices never come here)."""
         if info.api_prefix == "api":
             if info.api_version != "v1":
                 raise NotFound("the server could not find the requested resource")
             return
-        name = f"{info.api_version}.{info.api_group}"
-        apiservice = self.apiservices.store.get(name)
-        if apiservice is not None:
-            service = (apiservice.get("spec") or {}).get("service")
-            if service:
-                ref = f'{service.get("namespace", "")}/{service.get("name", "")}'
-                raise ServiceUnavailable(
-                    "the server is currently unable to handle the request: "
-                    f"{info.api_group}/{info.api_version} is served by the aggregated API server {ref} "
-                    f'(APIService "{name}"), and apiary does not proxy to aggregated API servers yet',
-                    headers={"Retry-After": "10"}, details={"retryAfterSeconds": 10})
+        if self.apiservices.store.get(f"{info.api_version}.{info.api_group}") is not None:
             return
         # Group-versions the registry serves route there even before their APIService object exists.
         if not self.discovery.serves(info.api_group, info.api_version):

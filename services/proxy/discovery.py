@@ -1,6 +1,7 @@
 """Discovery and OpenAPI documents, fetched from the registry and served as-is.
 
-Documents are refreshed at start, whenever the APIService informer reports a change, and every
+Remote APIServices' groups, discovery entries and OpenAPI v3 documents are merged in
+(aggregator/discovery.py) on every change. Documents are refreshed at start, whenever the APIService informer reports a change, and every
 REFRESH_PERIOD as a backstop. Everything that can be precomputed (v2beta1 variants, the OpenAPI
 index and hashes, per-group APIGroup documents) is built once per refresh, not per request; the
 Swagger 2.0 document of /openapi/v2 (JSON and protobuf) is rebuilt only when the v3 documents change.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +25,7 @@ from services.common.backoff import Backoff
 from services.common.errors import APIError, NotFound
 
 from . import openapi_v2
+from .aggregator.discovery import merge_aggregated, merge_group_list
 from .negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1, JSON, negotiate_discovery
 
 log = logging.getLogger(__name__)
@@ -78,6 +81,15 @@ class Discovery:
         self.openapi: dict[str, tuple[bytes, str]] = {}
         self.openapi_index = b'{"paths":{}}'
         self.openapi_v2: openapi_v2.Built | None = None
+        # the registry's /apis documents, before the remote APIServices are merged in
+        self._local_groups: dict[str, Any] = dict(_EMPTY_AGGREGATED)
+        self._local_group_list: dict[str, Any] = {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
+        # set by the proxy: the APIServices by name, and the remote ones' cached version entries
+        self.apiservices: Callable[[], dict[str, dict[str, Any]]] = dict
+        self.remote_entries: dict[str, dict[str, Any]] = {}
+        # OpenAPI v3 documents: the registry's, and the remote servers' ("apis/<g>/<v>" -> document)
+        self._local_openapi: dict[str, tuple[bytes, str]] = {}
+        self.remote_openapi: dict[str, tuple[str, bytes]] = {}
 
     # lifecycle ----------------------------------------------------------------
 
@@ -120,32 +132,45 @@ class Discovery:
 
     def load(self, resp: rpb.DiscoveryResponse) -> None:
         core_v2, core_v2b1 = _aggregated_variants(resp.aggregated_core)
-        groups_v2, groups_v2b1 = _aggregated_variants(resp.aggregated_groups)
-        group_docs: dict[str, bytes] = {}
-        if resp.api_group_list:
-            for g in orjson.loads(resp.api_group_list).get("groups") or []:
-                group_docs[g["name"]] = orjson.dumps({"kind": "APIGroup", "apiVersion": "v1", **g})
-        openapi = {path: (doc, openapi_hash(doc)) for path, doc in resp.openapi.items()}
+        self._local_groups = orjson.loads(resp.aggregated_groups) if resp.aggregated_groups \
+            else dict(_EMPTY_AGGREGATED)
+        self._local_group_list = orjson.loads(resp.api_group_list) if resp.api_group_list \
+            else {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
+        self._local_openapi = {path: (doc, openapi_hash(doc)) for path, doc in resp.openapi.items()}
         try:
             v2 = openapi_v2.build(resp.openapi, self.openapi_v2)
         except Exception:  # noqa: BLE001 - a conversion bug must not take discovery and /openapi/v3 down
             log.exception("building /openapi/v2 failed; keeping the previous document")
             v2 = self.openapi_v2
-        index = {"paths": {path: {"serverRelativeURL": f"/openapi/v3/{path}?hash={h}"}
-                           for path, (_, h) in sorted(openapi.items())}}
         self.core = {"v2": core_v2, "v2beta1": core_v2b1}
-        self.groups = {"v2": groups_v2, "v2beta1": groups_v2b1}
         self.api_versions = resp.api_versions or b'{"kind":"APIVersions","versions":["v1"]}'
-        self.api_group_list = resp.api_group_list or b'{"kind":"APIGroupList","apiVersion":"v1","groups":[]}'
-        self.group_docs = group_docs
+        self.merge()
         self.resource_lists = dict(resp.resource_lists)
         self.kinds = {(gv, r.get("name", "")): r.get("kind", "")
                       for gv, doc in self.resource_lists.items()
                       for r in orjson.loads(doc).get("resources") or []}
-        self.openapi = openapi
-        self.openapi_index = orjson.dumps(index)
         self.openapi_v2 = v2
         self.loaded.set()
+
+    def merge(self) -> None:
+        """Rebuild /apis (both forms) and /apis/<group> from the registry's documents, the APIServices
+        and the remote servers' entries (aggregator/discovery.py): on every change, not per request."""
+        aggregated = orjson.dumps(merge_aggregated(self._local_groups, self.remote_entries, self.apiservices()))
+        groups_v2, groups_v2b1 = _aggregated_variants(aggregated)
+        group_list = merge_group_list(self._local_group_list, self.apiservices())
+        self.groups = {"v2": groups_v2, "v2beta1": groups_v2b1}
+        self.api_group_list = orjson.dumps(group_list)
+        self.group_docs = {g["name"]: orjson.dumps({"kind": "APIGroup", "apiVersion": "v1", **g})
+                           for g in group_list.get("groups") or []}
+        # /openapi/v3: a remote group-version's document as its server serves it (kube-aggregator's
+        # v3 proxying, cached here), never in place of one the registry serves
+        openapi = dict(self._local_openapi)
+        for path, doc in self.remote_openapi.values():
+            if path not in openapi:
+                openapi[path] = (doc, openapi_hash(doc))
+        self.openapi = openapi
+        self.openapi_index = orjson.dumps({"paths": {
+            path: {"serverRelativeURL": f"/openapi/v3/{path}?hash={h}"} for path, (_, h) in sorted(openapi.items())}})
 
     # serving ------------------------------------------------------------------
 

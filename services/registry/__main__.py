@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 
 from apiary_pb import admission_pb2_grpc as agrpc
@@ -17,9 +18,11 @@ from .auth import AuthClient
 from .bootstrap import bootstrap
 from .catalogue import DEFAULT_CATALOGUE
 from .endpoints.handlers import Handlers
+from .ipallocator import DEFAULT_SERVICE_CIDR
 from .namespace_finalizer import NamespaceFinalizer
 from .server import RegistryServicer
 from .storage_client import StorageClient
+from .strategies.services import ServiceStrategy
 
 log = logging.getLogger("services.registry")
 
@@ -33,7 +36,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="deadline in seconds of each admission call")
     p.add_argument("--auth-timeout", type=float, default=30.0,
                    help="deadline in seconds of each auth call (RBAC escalation checks, reviews, TokenRequest)")
-    return p.parse_args(argv)
+    p.add_argument("--service-cluster-ip-range", default=DEFAULT_SERVICE_CIDR,
+                   help="CIDR from which Services get their ClusterIP (data only: nothing routes to it)")
+    args = p.parse_args(argv)
+    try:
+        ipaddress.ip_network(args.service_cluster_ip_range)
+    except ValueError as e:
+        p.error(f"--service-cluster-ip-range: {e}")
+    return args
 
 
 async def _bootstrap_until_done(handlers: Handlers, done: asyncio.Event) -> None:
@@ -53,6 +63,7 @@ async def assemble(service: runtime.Service) -> str:
     args = service.args
     store = StorageClient(sgrpc.StorageStub(service.channel(args.storage_address)), args.storage_timeout)
     # --auth-address: RBAC escalation checks, the access and token reviews, TokenRequest.
+    ServiceStrategy.cluster_ip_range = args.service_cluster_ip_range
     handlers = Handlers(DEFAULT_CATALOGUE, store,
                         AdmissionClient(agrpc.AdmissionStub(service.channel(args.admission_address)),
                                         args.admission_timeout),

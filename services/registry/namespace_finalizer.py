@@ -16,7 +16,7 @@ from services.common import envelope, errors
 
 from .catalogue import Catalogue, ResourceInfo
 from .storage_client import StorageClient
-from .strategies import now_rfc3339
+from .strategies import now_rfc3339, strategy_for
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,8 @@ class NamespaceFinalizer:
     def __init__(self, store: StorageClient, catalogue: Catalogue) -> None:
         self.store = store
         self.catalogue = catalogue
+        # what a deletion releases (a Service's ClusterIP) goes back as on a client's delete
+        self.strategies = {info: strategy_for(info) for info in catalogue.namespaced()}
         info = catalogue.lookup("", "v1", "namespaces")
         assert info is not None
         self.namespaces: ResourceInfo = info
@@ -122,6 +124,7 @@ class NamespaceFinalizer:
                             await self.store.update(info, marked, m.resource_version)
                     else:
                         await self.store.delete(info, namespace, m.name, m.uid, m.resource_version)
+                        await self.strategies[info].after_delete(self.store, envelope.from_envelope(item))
                 except errors.NotFound:
                     continue
                 except errors.Conflict:

@@ -96,6 +96,14 @@ def since(ts: Any, now: datetime.datetime | None = None) -> str:
     return human_duration((now - t).total_seconds())
 
 
+def first_three(addresses: list[str]) -> str:
+    """kube's formatEndpoints and formatEndpointSlice: three at most, then "+ N more..."."""
+    if not addresses:
+        return "<none>"
+    text = ",".join(addresses[:3])
+    return text + f" + {len(addresses) - 3} more..." if len(addresses) > 3 else text
+
+
 @dataclass(frozen=True)
 class TableConvertor:
     """A kind's Table: every column definition, and the function giving every cell of a row."""

@@ -13,7 +13,7 @@ from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
 from services.common import errors, mux, watchmux
 
-from .catalogue import ResourceInfo
+from .resources import ResourceInfo
 
 STORAGE_DURATION = Histogram(
     "apiary_registry_storage_call_duration_seconds", "Time the registry waits on the storage service.",

@@ -84,19 +84,28 @@ class Store:
         causes = r.strategy.validate(obj)
         if causes:
             raise invalid(r, obj, causes)
-        env = self.to_envelope(r, obj)
-        await validate(r, meta["name"], obj, None, env, None)
-        if r.dry_run:
-            return env
-        for attempt in range(GENERATE_NAME_ATTEMPTS):
-            try:
-                return await self.storage.create(r.info, env, r.timing)
-            except errors.AlreadyExists:
-                if not generated or attempt == GENERATE_NAME_ATTEMPTS - 1:
-                    raise
-                env.metadata.name = generate_name(meta["generateName"])
-                env.fields["metadata.name"] = env.metadata.name
-        raise AssertionError("unreachable")
+        # BeginCreate: what the object claims (a Service's ClusterIP), given back if the write fails
+        finish = await r.strategy.begin_create(self.storage, obj, r.dry_run)
+        created = False
+        try:
+            env = self.to_envelope(r, obj)
+            await validate(r, meta["name"], obj, None, env, None)
+            if r.dry_run:
+                return env
+            for attempt in range(GENERATE_NAME_ATTEMPTS):
+                try:
+                    env = await self.storage.create(r.info, env, r.timing)
+                    created = True
+                    return env
+                except errors.AlreadyExists:
+                    if not generated or attempt == GENERATE_NAME_ATTEMPTS - 1:
+                        raise
+                    env.metadata.name = generate_name(meta["generateName"])
+                    env.fields["metadata.name"] = env.metadata.name
+            raise AssertionError("unreachable")
+        finally:
+            if finish is not None:
+                await finish(created)
 
     def _manage_fields(self, r: Scope, obj: Obj, old: Obj | None, operation: str, applied: Obj | None) -> None:
         update_managed_fields(obj, old, manager=r.field_manager, operation=operation,
@@ -134,23 +143,32 @@ class Store:
             # an unconditional update takes the current resourceVersion, as kube's Store.Update does
             meta["resourceVersion"] = cur_meta.get("resourceVersion", "")
             same = _same(new, current)
-            env = current_env if same else self.to_envelope(r, new)
-            await validate(r, name, new, current, env, current_env)
-            if same and STALE_ENCRYPTION not in current_env.fields:
-                return 200, current_env
-            if r.dry_run:
-                return 200, env
+            # BeginUpdate: what the change claims or gives back (a Service turned from or into ExternalName)
+            finish = None if same or r.dry_run else await r.strategy.begin_update(self.storage, new, current)
+            written = False
             try:
+                env = current_env if same else self.to_envelope(r, new)
+                await validate(r, name, new, current, env, current_env)
+                if same and STALE_ENCRYPTION not in current_env.fields:
+                    return 200, current_env
+                if r.dry_run:
+                    return 200, env
                 if self._should_delete(info, new):
                     deleted = await self.storage.delete(info, r.namespace, name, cur_meta.get("uid", ""),
                                                         cur_meta.get("resourceVersion", ""), r.timing)
+                    await r.strategy.after_delete(self.storage, current)
                     return 200, self.fill_kind(info, deleted)
                 env.metadata.resource_version = ""
-                return 200, await self.storage.update(info, env, cur_meta.get("resourceVersion", ""), r.timing)
+                updated = await self.storage.update(info, env, cur_meta.get("resourceVersion", ""), r.timing)
+                written = True
+                return 200, updated
             except errors.Conflict:
                 if pinned or attempt == GUARANTEED_UPDATE_ATTEMPTS - 1:
                     raise
                 log.debug("conflict updating %s %s; retrying", info.plural, name)
+            finally:
+                if finish is not None:
+                    await finish(written)
         raise AssertionError("unreachable")
 
     @staticmethod
@@ -222,8 +240,10 @@ class Store:
                     return await self.storage.update(info, env, rv, r.timing)
                 if r.dry_run:
                     return current_env
-                return self.fill_kind(info, await self.storage.delete(info, r.namespace, name, meta.get("uid", ""),
-                                                                      rv, r.timing))
+                deleted = self.fill_kind(info, await self.storage.delete(info, r.namespace, name,
+                                                                         meta.get("uid", ""), rv, r.timing))
+                await r.strategy.after_delete(self.storage, current)  # AfterDelete: release what it held
+                return deleted
             except errors.Conflict:
                 if attempt == GUARANTEED_UPDATE_ATTEMPTS - 1:
                     raise

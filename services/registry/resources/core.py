@@ -1,12 +1,14 @@
-"""The core group (""), v1: ConfigMap, Event, Namespace, Secret, ServiceAccount."""
+"""The core group (""), v1: ConfigMap, Endpoints, Event, Namespace, Secret, Service, ServiceAccount."""
 from __future__ import annotations
 
 import datetime
 from typing import Any
 
-from ..printers import NAME_DESC, TableConvertor, column, name_age, parse_time, since
+from ..printers import (AGE, NAME, NAME_DESC, TableConvertor, age, column, first_three, name_age,
+                        parse_time, since)
 from ..strategies.core import (ConfigMapStrategy, EventStrategy, NamespaceStrategy, SecretStrategy,
                                ServiceAccountStrategy)
+from ..strategies.services import EndpointsStrategy, ServiceStrategy
 from . import STATUS_VERBS, GroupVersion, ResourceInfo, SubresourceInfo
 
 Obj = dict[str, Any]
@@ -63,6 +65,69 @@ EVENT_TABLE = TableConvertor((
     column("Name", "string", NAME_DESC, "name", priority=1),
 ), event_row)
 
+def _service_external_ip(spec: Obj, status: Obj) -> str:
+    """kube's getServiceExternalIP (printers.go)."""
+    typ = spec.get("type") or "ClusterIP"
+    external = list(spec.get("externalIPs") or [])
+    if typ == "ExternalName":
+        return spec.get("externalName") or "<none>"
+    if typ == "LoadBalancer":
+        ingress = [i.get("ip") or i.get("hostname") or "" for i in (status.get("loadBalancer") or {})
+                   .get("ingress") or []]
+        ips = [i for i in ingress if i] + external
+        return ",".join(ips) if ips else "<pending>"
+    return ",".join(external) if external else "<none>"
+
+
+def _service_ports(ports: list[Obj]) -> str:
+    out = []
+    for p in ports:
+        port = f"{p.get('port')}/{p.get('protocol') or 'TCP'}"
+        if p.get("nodePort"):
+            port = f"{p.get('port')}:{p['nodePort']}/{p.get('protocol') or 'TCP'}"
+        out.append(port)
+    return ",".join(out) if out else "<none>"
+
+
+def _selector(selector: Obj | None) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted((selector or {}).items())) or "<none>"
+
+
+def service_row(o: Obj) -> list[Any]:
+    spec, status = o.get("spec") or {}, o.get("status") or {}
+    ip = spec.get("clusterIP") or ""
+    return [(o.get("metadata") or {}).get("name", ""), spec.get("type") or "ClusterIP",
+            ip or "<none>", _service_external_ip(spec, status), _service_ports(spec.get("ports") or []),
+            age(o), _selector(spec.get("selector"))]
+
+
+def endpoints_row(o: Obj) -> list[Any]:
+    out: list[str] = []
+    for subset in o.get("subsets") or []:
+        ports = subset.get("ports") or []
+        for a in subset.get("addresses") or []:
+            ip = a.get("ip") or ""
+            if not ports:
+                out.append(ip)
+            out += [f"{ip}:{p.get('port')}" for p in ports]
+    return [(o.get("metadata") or {}).get("name", ""), first_three(out), age(o)]
+
+
+SERVICE_TABLE = TableConvertor((
+    NAME,
+    column("Type", "string", "type determines how the Service is exposed."),
+    column("Cluster-IP", "string", "clusterIP is the IP address of the service and is usually assigned randomly."),
+    column("External-IP", "string", "externalIPs is a list of IP addresses for which nodes in the cluster will "
+           "also accept traffic for this service."),
+    column("Port(s)", "string", "The list of ports that are exposed by this service."),
+    AGE,
+    column("Selector", "string", "Route service traffic to pods with label keys and values matching this "
+           "selector.", priority=1),
+), service_row)
+ENDPOINTS_TABLE = TableConvertor((NAME, column("Endpoints", "string", "Endpoints of the service"), AGE),
+                                 endpoints_row)
+
+
 V1 = GroupVersion("", "v1", 18000, 1, (
     ResourceInfo(
         group="", version="v1", kind="ConfigMap", plural="configmaps", singular="configmap", namespaced=True,
@@ -102,6 +167,17 @@ V1 = GroupVersion("", "v1", 18000, 1, (
                     "string, representing the arbitrary (possibly non-string) data value here. Described in "
                     "https://tools.ietf.org/html/rfc4648#section-4")],
             lambda o: [o.get("type") or "", len(o.get("data") or {})]),
+    ),
+    ResourceInfo(
+        group="", version="v1", kind="Endpoints", plural="endpoints", singular="endpoints", namespaced=True,
+        key_prefix="/registry/services/endpoints/", short_names=("ep",), strategy=EndpointsStrategy,
+        table=ENDPOINTS_TABLE,
+    ),
+    ResourceInfo(
+        group="", version="v1", kind="Service", plural="services", singular="service", namespaced=True,
+        key_prefix="/registry/services/specs/", short_names=("svc",), categories=("all",),
+        subresources=(SubresourceInfo("status", "Service", STATUS_VERBS),),
+        strategy=ServiceStrategy, protobuf=_PB + "Service", table=SERVICE_TABLE,
     ),
     ResourceInfo(
         group="", version="v1", kind="ServiceAccount", plural="serviceaccounts", singular="serviceaccount",

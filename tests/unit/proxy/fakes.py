@@ -122,6 +122,9 @@ def configmap(name: str, ns: str = "demo") -> dict:
             "metadata": {"name": name, "namespace": ns, "resourceVersion": "7"}, "data": {"k": "v"}}
 
 
+AGGREGATOR_RESOURCES = ("services", "endpoints", "endpointslices")
+
+
 class FakeRegistry(rgrpc.RegistryServicer):
     def __init__(self) -> None:
         self.requests: list[rpb.APIRequest] = []
@@ -134,8 +137,19 @@ class FakeRegistry(rgrpc.RegistryServicer):
         async for frame in mux.serve_mux(request_iterator, context, mux.unary_methods(self, {"Handle": rpb.APIRequest})):
             yield frame
 
+    @staticmethod
+    def _aggregator_background(request: rpb.APIRequest) -> bool:
+        """The aggregator's informers and its availability writes (not recorded, not served)."""
+        return request.resource in AGGREGATOR_RESOURCES or (
+            request.resource == "apiservices" and request.subresource == "status")
+
     @grpcutil.api_method
     async def Handle(self, request, context):
+        if request.resource in AGGREGATOR_RESOURCES and request.verb == "list":
+            return rpb.APIResponse(code=200, body=b'{"kind":"List","apiVersion":"v1","metadata":'
+                                                  b'{"resourceVersion":"1"},"items":[]}')
+        if self._aggregator_background(request):
+            raise errors.NotFound("the server could not find the requested resource")
         if request.resource in RBAC_RESOURCES:  # the proxy's RBAC informers (not recorded)
             if not self.serve_rbac:
                 raise errors.NotFound("the server could not find the requested resource")
@@ -184,6 +198,10 @@ class FakeRegistry(rgrpc.RegistryServicer):
 
     @grpcutil.api_stream
     async def Watch(self, request, context):
+        if request.resource in AGGREGATOR_RESOURCES:
+            await asyncio.sleep(3600)
+        if self._aggregator_background(request):
+            raise errors.NotFound("the server could not find the requested resource")
         if request.resource in RBAC_RESOURCES:
             if not self.serve_rbac:
                 raise errors.NotFound("the server could not find the requested resource")

@@ -264,7 +264,7 @@ async def test_routing(stack):
     r = await stack.client.get("/apis/apps/v1/deployments", headers=ADMIN)
     assert r.status_code == 200
     r = await stack.client.get("/apis/restaurant.example.com/v1alpha1/pizzas", headers=ADMIN)
-    assert r.status_code == 503 and "aggregated API server pizza/api" in r.json()["message"]
+    assert r.status_code == 503 and 'APIService "v1alpha1.restaurant.example.com" is unavailable: service/api in "pizza" is not present' in r.json()["message"]
     r = await stack.client.get("/apis/nope.example.com/v1/things", headers=ADMIN)
     assert r.status_code == 404 and r.json()["reason"] == "NotFound"
     r = await stack.client.get("/api/v2/pods", headers=ADMIN)

@@ -11,7 +11,7 @@ def test_aggregated_core():
     (core,) = doc["items"]
     assert core["metadata"]["name"] == "" and core["versions"][0]["freshness"] == "Current"
     res = {r["resource"]: r for r in core["versions"][0]["resources"]}
-    assert set(res) == {"configmaps", "events", "namespaces", "secrets", "serviceaccounts"}
+    assert set(res) == {"configmaps", "endpoints", "events", "namespaces", "secrets", "serviceaccounts", "services"}
     ev = res["events"]
     assert ev["scope"] == "Namespaced" and ev["shortNames"] == ["ev"] and ev["singularResource"] == "event"
     assert ev["verbs"] == ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
@@ -27,7 +27,8 @@ def test_aggregated_groups_and_legacy():
     # kube-aggregator's group priorities: authentication 17700, authorization 17600, apiregistration 17400,
     # rbac 17000.
     assert [i["metadata"]["name"] for i in doc["items"]] == ["authentication.k8s.io", "authorization.k8s.io",
-                                                             "apiregistration.k8s.io", "rbac.authorization.k8s.io"]
+                                                             "apiregistration.k8s.io", "rbac.authorization.k8s.io",
+                                                                 "discovery.k8s.io"]
     assert discovery.api_versions() == {
         "kind": "APIVersions", "versions": ["v1"],
         "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]}
@@ -42,7 +43,8 @@ def test_aggregated_groups_and_legacy():
 def test_openapi_patch_ops_declare_field_validation_and_gvk():
     docs = openapi.documents(DEFAULT_CATALOGUE)
     assert set(docs) == {"api/v1", "apis/apiregistration.k8s.io/v1", "apis/rbac.authorization.k8s.io/v1",
-                         "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1"}
+                         "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1",
+                         "apis/discovery.k8s.io/v1"}
     for key, raw in docs.items():
         doc = orjson.loads(raw)
         patches = [(path, item["patch"]) for path, item in doc["paths"].items() if "patch" in item]
@@ -66,7 +68,9 @@ def test_openapi_patch_ops_declare_field_validation_and_gvk():
 def test_discovery_response():
     resp = discovery_response(DEFAULT_CATALOGUE)
     assert set(resp.resource_lists) == {"v1", "apiregistration.k8s.io/v1", "rbac.authorization.k8s.io/v1",
-                                        "authentication.k8s.io/v1", "authorization.k8s.io/v1"}
+                                        "authentication.k8s.io/v1", "authorization.k8s.io/v1",
+                                        "discovery.k8s.io/v1"}
     assert set(resp.openapi) == {"api/v1", "apis/apiregistration.k8s.io/v1", "apis/rbac.authorization.k8s.io/v1",
-                                 "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1"}
+                                 "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1",
+                         "apis/discovery.k8s.io/v1"}
     assert orjson.loads(resp.api_group_list)["groups"][0]["name"] == "authentication.k8s.io"

@@ -431,6 +431,7 @@ async def test_bootstrap_idempotent(handlers, storage, api):
                                                   ["v1.apiregistration.k8s.io", "Local", "True"],
                                                   ["v1.authentication.k8s.io", "Local", "True"],
                                                   ["v1.authorization.k8s.io", "Local", "True"],
+                                                  ["v1.discovery.k8s.io", "Local", "True"],
                                                   ["v1.rbac.authorization.k8s.io", "Local", "True"]]
 
 
