@@ -1,4 +1,4 @@
-"""The four patch types: JSON patch, JSON merge patch, strategic merge patch, and (minimal) apply."""
+"""The patch types: JSON patch, JSON merge patch, strategic merge patch (apply is fieldmanager's)."""
 from __future__ import annotations
 
 import copy
@@ -194,45 +194,4 @@ def _smp_list(original: list[Any], patch: list[Any], key: str, path: str, merge_
             out.append({k: copy.deepcopy(v) for k, v in item.items() if v is not None})
         else:
             out[idx] = _smp_map(out[idx], item, path, merge_keys)
-    return out
-
-
-# Server-side apply (minimal) ---------------------------------------------------
-
-
-def apply_configuration(live: Obj | None, applied: Obj, merge_keys: dict[str, str]) -> Obj:
-    """Merge the applied configuration onto the live object.
-
-    A deliberately small stand-in for structured-merge-diff: fields the applier
-    sets win, lists with a merge key merge by key, others are replaced; fields it
-    leaves out stay as they are (no ownership-based removal, no conflicts).
-    """
-    if live is None:
-        return copy.deepcopy(applied)
-    return _smp_map(live, applied, "", merge_keys)
-
-
-def fields_v1(obj: Any, merge_keys: dict[str, str] | None = None, path: str = "") -> Obj:
-    """The FieldsV1 set of an object: {"f:data": {"f:key": {}}, ...}; lists with a merge key by "k:"."""
-    out: Obj = {}
-    if not isinstance(obj, dict):
-        return out
-    for k, v in obj.items():
-        if not path and k in ("apiVersion", "kind"):
-            continue
-        if path == "metadata" and k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp",
-                                        "generation", "managedFields", "deletionTimestamp", "selfLink"):
-            continue
-        sub = f"{path}.{k}" if path else k
-        node: Obj = {}
-        if isinstance(v, dict) and v:
-            node = {".": {}, **fields_v1(v, merge_keys, sub)}
-        elif isinstance(v, list) and merge_keys and sub in merge_keys:
-            key = merge_keys[sub]
-            for item in v:
-                if key and isinstance(item, dict) and key in item:
-                    node["k:" + orjson.dumps({key: item[key]}).decode()] = {".": {}, **fields_v1(item, None, sub + "[]")}
-                elif not key:
-                    node["v:" + orjson.dumps(item).decode()] = {}
-        out["f:" + k] = node
     return out

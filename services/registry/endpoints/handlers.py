@@ -19,8 +19,8 @@ from services.common import envelope, errors
 from services.common.decoding import parse_int64
 from services.common.errors import BadRequest
 
+from .. import fieldmanager, printers
 from .. import patch as patches
-from .. import printers
 from .. import validation as v
 from ..admission import Admission, AdmissionClient, options_json
 from ..auth import AuthClient
@@ -32,8 +32,16 @@ from ..reviews import Reviews
 from ..storage_client import StorageClient
 from ..strategies import strategy_for
 from . import lists
-from .request import (INLINE_DECODE_BYTES, NOT_FOUND_MESSAGE, Decoder, Request, Response, check_options,
-                      delete_options, resolve)
+from .request import (
+    INLINE_DECODE_BYTES,
+    NOT_FOUND_MESSAGE,
+    Decoder,
+    Request,
+    Response,
+    check_options,
+    delete_options,
+    resolve,
+)
 
 
 class Handlers:
@@ -135,23 +143,21 @@ class Handlers:
         env = await self.create_object(r, obj)
         return Response(201, envelope.to_json(env))
 
-    async def create_object(self, r: Request, obj: Obj, operation: str = "Update",
-                            applied: Obj | None = None) -> pb.Object:
+    async def create_object(self, r: Request, obj: Obj, operation: str = fieldmanager.UPDATE) -> pb.Object:
         """Mutating admission (here, as kube's create handler runs it), then the store's create with
         validating admission passed down."""
         ensure_namespace(r, obj)
         admission = self._admission("CREATE", options_json(r, "CreateOptions"))
         obj = await admission.admit(r, obj["metadata"].get("name") or "", obj, None) or obj
-        return await self.rest.create(r, obj, self._validation(admission), operation, applied)
+        return await self.rest.create(r, obj, self._validation(admission), operation)
 
     # Update and patch ------------------------------------------------------------------
 
-    async def _update(self, r: Request, transform: Callable[[Obj], Obj], operation: str = "Update",
-                      applied: Obj | None = None) -> tuple[int, pb.Object]:
+    async def _update(self, r: Request, transform: Callable[[Obj], Obj],
+                      operation: str = fieldmanager.UPDATE) -> tuple[int, pb.Object]:
         options = options_json(r, "PatchOptions" if r.req.verb == "patch" else "UpdateOptions")
         admission = self._admission("UPDATE", options)
-        return await self.rest.update(r, transform, admission.admit, self._validation(admission), operation,
-                                      applied)
+        return await self.rest.update(r, transform, admission.admit, self._validation(admission), operation)
 
     async def update(self, r: Request) -> Response:
         obj = await self.decoder.decode(r, r.req.body)
@@ -182,6 +188,8 @@ class Handlers:
         else:
             doc = await asyncio.to_thread(patches.decode_patch, body, ptype)
         merge_keys = r.strategy.merge_keys
+        manager = fieldmanager.for_kind(r.strategy.schema_name, r.info.api_version)
+        force = r.query.get("force") == "true"
         applied: Obj | None = None
         if ptype == patches.APPLY_PATCH:
             if not isinstance(doc, dict):
@@ -204,18 +212,19 @@ class Handlers:
                 new = patches.apply_strategic_merge_patch(current, doc, merge_keys)
             else:
                 assert applied is not None
-                new = patches.apply_configuration(current, applied, merge_keys)
+                new = manager.apply(current, applied, r.field_manager, r.req.subresource, force)
             if not isinstance(new, dict):
                 raise BadRequest("the patched object is not a JSON object")
             return self.decoder.check_object(r, new)
 
         if applied is not None:
             try:
-                code, env = await self._update(r, transform, operation="Apply", applied=applied)
+                code, env = await self._update(r, transform, operation=fieldmanager.APPLY)
             except errors.NotFound:
                 if applied_rv:
                     raise errors.conflict(r.info.plural, r.info.group, r.req.name, errors.MODIFIED) from None
-                env = await self.create_object(r, copy.deepcopy(applied), "Apply", applied)
+                created = manager.apply(None, applied, r.field_manager, r.req.subresource, force)
+                env = await self.create_object(r, created, fieldmanager.APPLY)
                 code = 201
         else:
             code, env = await self._update(r, transform)

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from apiary_pb import envelope_pb2 as pb
 from services.common import envelope, errors
 
+from .. import fieldmanager
 from ..catalogue import ResourceInfo
-from ..fieldmanager import update_managed_fields
 from ..rest import AdmitFunc, Obj, Scope, ValidateFunc, ensure_namespace, invalid
 from ..storage_client import StorageClient
 from ..strategies import now_rfc3339
@@ -67,8 +67,8 @@ class Store:
 
     # Create ------------------------------------------------------------------------------
 
-    async def create(self, r: Scope, obj: Obj, validate: ValidateFunc, operation: str = "Update",
-                     applied: Obj | None = None) -> pb.Object:
+    async def create(self, r: Scope, obj: Obj, validate: ValidateFunc, operation: str = fieldmanager.UPDATE
+                     ) -> pb.Object:
         """(after mutating admission) PrepareForCreate, name, system fields -> Validate -> validate -> write."""
         meta = obj.setdefault("metadata", {})
         for k in ("uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink",
@@ -80,7 +80,7 @@ class Store:
             meta["name"] = generate_name(meta["generateName"])
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()
-        self._manage_fields(r, obj, None, operation, applied)
+        self._manage_fields(r, obj, None, operation)
         causes = r.strategy.validate(obj)
         if causes:
             raise invalid(r, obj, causes)
@@ -107,15 +107,17 @@ class Store:
             if finish is not None:
                 await finish(created)
 
-    def _manage_fields(self, r: Scope, obj: Obj, old: Obj | None, operation: str, applied: Obj | None) -> None:
-        update_managed_fields(obj, old, manager=r.field_manager, operation=operation,
-                              subresource=r.req.subresource, api_version=r.info.api_version,
-                              merge_keys=r.strategy.merge_keys, applied=applied)
+    @staticmethod
+    def _manage_fields(r: Scope, obj: Obj, old: Obj | None, operation: str) -> None:
+        """An Update records what it changed; an Apply's fields were settled when it merged (patch)."""
+        if operation == fieldmanager.UPDATE:
+            fieldmanager.for_kind(r.strategy.schema_name, r.info.api_version).update(
+                old, obj, r.field_manager, r.req.subresource)
 
     # Update --------------------------------------------------------------------------------
 
     async def update(self, r: Scope, transform: Callable[[Obj], Obj], admit: AdmitFunc, validate: ValidateFunc,
-                     operation: str = "Update", applied: Obj | None = None) -> tuple[int, pb.Object]:
+                     operation: str = fieldmanager.UPDATE) -> tuple[int, pb.Object]:
         """GuaranteedUpdate: read, transform, admit, validate, CAS write; retry on a storage conflict unless
         the caller pinned the resourceVersion."""
         info, name = r.info, r.req.name
@@ -136,7 +138,7 @@ class Store:
             new = await admit(r, name, new, current_env) or new
             meta = new.setdefault("metadata", {})
             self._before_update(r, new, current)
-            self._manage_fields(r, new, current, operation, applied)
+            self._manage_fields(r, new, current, operation)
             causes = r.strategy.validate_update(new, current)
             if causes:
                 raise invalid(r, new, causes)
@@ -265,7 +267,6 @@ class Store:
 
 
 def _same(new: Obj, old: Obj) -> bool:
-    """A no-op update is not written (kube skips the etcd write when the bytes are equal)."""
-    a = dict(new, metadata={k: val for k, val in new["metadata"].items() if k != "managedFields"})
-    b = dict(old, metadata={k: val for k, val in old["metadata"].items() if k != "managedFields"})
-    return a == b
+    """A no-op update is not written (kube skips the etcd write when the bytes are equal); managedFields
+    count: an apply that only shares ownership is a change."""
+    return new == old

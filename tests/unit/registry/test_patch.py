@@ -67,11 +67,6 @@ def test_patch_type():
     assert e.value.code == 415
 
 
-def test_fields_v1():
-    f = p.fields_v1({"apiVersion": "v1", "metadata": {"name": "x", "labels": {"a": "b"}}, "data": {"k": "v"}})
-    assert f == {"f:metadata": {".": {}, "f:labels": {".": {}, "f:a": {}}}, "f:data": {".": {}, "f:k": {}}}
-
-
 def test_too_many_json_patch_operations_is_413():
     ops = [{"op": "test", "path": "/a", "value": 1}] * (p.MAX_JSON_PATCH_OPERATIONS + 1)
     with pytest.raises(errors.RequestEntityTooLarge) as e:
