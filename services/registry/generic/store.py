@@ -31,6 +31,7 @@ NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 MAX_GENERATED_NAME_LENGTH = 63 - 5
 NAMESPACE_TERMINATING = ("The system is ensuring all content is removed from this namespace.  Upon completion, "
                          "this namespace will automatically be purged by the system.")
+RESOURCE_VERSION_ON_CREATE = "resourceVersion should not be set on objects to be created"
 # Storage marks a value encrypted by an older provider or key: kube rewrites it even unchanged.
 STALE_ENCRYPTION = "apiary.storage/stale-encryption"
 
@@ -71,6 +72,7 @@ class Store:
                      ) -> pb.Object:
         """(after mutating admission) PrepareForCreate, name, system fields -> Validate -> validate -> write."""
         meta = obj.setdefault("metadata", {})
+        claimed_version = meta.get("resourceVersion")
         for k in ("uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink",
                   "generation"):
             meta.pop(k, None)
@@ -91,7 +93,15 @@ class Store:
             env = self.to_envelope(r, obj)
             await validate(r, meta["name"], obj, None, env, None)
             if r.dry_run:
-                return env
+                # DryRunnableStorage: a name taken answers as the real create would
+                try:
+                    await self.storage.get(r.info, r.namespace, meta["name"], "", r.timing)
+                except errors.NotFound:
+                    return env
+                raise errors.already_exists(r.info.plural, r.info.group, meta["name"])
+            if claimed_version:
+                # etcd3's store refuses it with a plain error, which kube answers 500 without a reason
+                raise errors.APIError(RESOURCE_VERSION_ON_CREATE, code=500, reason="")
             for attempt in range(GENERATE_NAME_ATTEMPTS):
                 try:
                     env = await self.storage.create(r.info, env, r.timing)
