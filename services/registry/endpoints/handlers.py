@@ -38,6 +38,7 @@ from .request import (
     Decoder,
     Request,
     Response,
+    check_list_options,
     check_options,
     delete_options,
     resolve,
@@ -116,6 +117,7 @@ class Handlers:
 
     async def list(self, r: Request) -> Response:
         info = r.info
+        check_list_options(r, watch=False)
         if r.req.table:
             resp = await self.store.list(info, self.list_request(r), r.timing)
             items = [self.rest.fill_kind(info, e) for e in resp.items]

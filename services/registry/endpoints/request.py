@@ -130,6 +130,35 @@ def check_options(r: Request, verb: str) -> None:
         raise options_invalid(kind, causes)
 
 
+NOT_OLDER_THAN = "NotOlderThan"
+
+
+def check_list_options(r: Request, watch: bool) -> None:
+    """What kube's ValidateListOptions and its storage answer before reading: a continue token with a
+    resourceVersion is a 400; sendInitialEvents only on a watch, with resourceVersionMatch=NotOlderThan (422)."""
+    q = r.query
+    rv, token, match = q.get("resourceVersion", ""), q.get("continue", ""), q.get("resourceVersionMatch", "")
+    initial = q.get("sendInitialEvents")
+    causes: list[v.Cause] = []
+    if watch:
+        if initial is not None and match != NOT_OLDER_THAN:
+            causes.append(v.forbidden("resourceVersionMatch",
+                                      f"sendInitialEvents requires setting resourceVersionMatch to {NOT_OLDER_THAN}"))
+        if match:
+            if initial is None:
+                causes.append(v.forbidden("resourceVersionMatch",
+                                          "resourceVersionMatch is forbidden for watch unless sendInitialEvents is "
+                                          "provided"))
+            if match != NOT_OLDER_THAN:
+                causes.append(v.not_supported("resourceVersionMatch", match, [NOT_OLDER_THAN]))
+    elif initial is not None:
+        causes.append(v.forbidden("sendInitialEvents", "sendInitialEvents is forbidden for list"))
+    if causes:
+        raise options_invalid("ListOptions", causes)
+    if token and rv and rv != "0":
+        raise BadRequest("specifying resource version is not allowed when using continue")
+
+
 def delete_options(r: Request) -> Obj:
     """DeleteOptions from the body and the query (the query wins), validated."""
     opts: Obj = {}
