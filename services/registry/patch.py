@@ -126,10 +126,10 @@ class _SMPError(Exception):
 def _smp_map(original: Any, patch: Obj, path: str, merge_keys: dict[str, str]) -> Any:
     directive = patch.get(_DIRECTIVE)
     if directive == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != _DIRECTIVE}
+        return _clean({k: v for k, v in patch.items() if k != _DIRECTIVE})
     if directive == "delete":
         return None
-    if directive is not None:
+    if directive not in (None, "merge"):
         raise _SMPError(f"Unknown patch type: {directive} in map: {patch}")
     out = dict(original) if isinstance(original, dict) else {}
     if _RETAIN_KEYS in patch:
@@ -139,12 +139,14 @@ def _smp_map(original: Any, patch: Obj, path: str, merge_keys: dict[str, str]) -
                 k not in retain for k, v in patch.items() if v is not None and not k.startswith("$")):
             raise BadRequest(BAD_RETAIN_KEYS)
         out = {k: val for k, val in out.items() if k in retain}
+    orders: dict[str, list[Any]] = {}
     for k, v in patch.items():
         if k in (_DIRECTIVE, _RETAIN_KEYS):
             continue
         if k.startswith(_SET_ORDER):
             if not isinstance(v, list):
                 raise BadRequest(BAD_SET_ELEMENT_ORDER)
+            orders[k[len(_SET_ORDER):]] = v
             continue
         if k.startswith(_DELETE_PRIMITIVE):
             if not isinstance(v, list):
@@ -162,11 +164,47 @@ def _smp_map(original: Any, patch: Obj, path: str, merge_keys: dict[str, str]) -
                 out.pop(k, None)
             else:
                 out[k] = merged
-        elif isinstance(v, list) and sub in merge_keys and isinstance(out.get(k), list):
-            out[k] = _smp_list(out[k], v, merge_keys[sub], sub, merge_keys)
+        elif isinstance(v, list) and sub in merge_keys:
+            current = out.get(k) if isinstance(out.get(k), list) else []
+            out[k] = _smp_list(current, v, merge_keys[sub], sub, merge_keys)
         else:
-            out[k] = copy.deepcopy(v)
+            out[k] = _clean(v)
+    for field, order in orders.items():
+        sub = f"{path}.{field}" if path else field
+        if isinstance(out.get(field), list) and sub in merge_keys:
+            out[field] = _set_element_order(out[field], order, merge_keys[sub], original, field)
     return out
+
+
+def _clean(value: Any) -> Any:
+    """A patch's value as it lands when nothing is there to merge with: no directives, no nulls."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()
+                if v is not None and not k.startswith("$") and not k.startswith(_SET_ORDER)}
+    if isinstance(value, list):
+        return [_clean(x) for x in value if not (isinstance(x, dict) and x.get(_DIRECTIVE) == "delete")]
+    return value
+
+
+def _set_element_order(items: list[Any], order: list[Any], key: str, original: Any, field: str) -> list[Any]:
+    """$setElementOrder: the items the order names in that order, the server's others kept where they were
+    relative to them (normalizeElementOrder)."""
+    def ident(x: Any) -> Any:
+        return x.get(key) if key and isinstance(x, dict) else orjson.dumps(x)
+    wanted = [ident(x) for x in order]
+    rank = {k: i for i, k in enumerate(wanted)}
+    server = (original or {}).get(field) if isinstance(original, dict) else None
+    server_rank = {ident(x): i for i, x in enumerate(server or [])}
+    ordered = sorted((x for x in items if ident(x) in rank), key=lambda x: rank[ident(x)])
+    others = [x for x in items if ident(x) not in rank]
+    out: list[Any] = []
+    while ordered and others:
+        head = server_rank.get(ident(ordered[0]))
+        if head is not None and server_rank.get(ident(others[0]), len(server_rank)) > head or head is None:
+            out.append(ordered.pop(0))
+        else:
+            out.append(others.pop(0))
+    return out + ordered + others
 
 
 def _smp_list(original: list[Any], patch: list[Any], key: str, path: str, merge_keys: dict[str, str]) -> list[Any]:
@@ -176,11 +214,11 @@ def _smp_list(original: list[Any], patch: list[Any], key: str, path: str, merge_
             if isinstance(item, dict) and item.get(_DIRECTIVE) == "replace":
                 return [x for x in patch if not isinstance(x, dict)]
         out = list(original)
-        out.extend(x for x in patch if x not in out)
+        out.extend(x for x in patch if x not in out and not isinstance(x, dict))
         return out
     for item in patch:
         if isinstance(item, dict) and item.get(_DIRECTIVE) == "replace":
-            return [copy.deepcopy(x) for x in patch if not (isinstance(x, dict) and _DIRECTIVE in x)]
+            return [_clean(x) for x in patch if not (isinstance(x, dict) and _DIRECTIVE in x)]
     out = [copy.deepcopy(x) for x in original]
     for item in patch:
         if not isinstance(item, dict) or key not in item:
@@ -191,7 +229,7 @@ def _smp_list(original: list[Any], patch: list[Any], key: str, path: str, merge_
                 out.pop(idx)
             continue
         if idx is None:
-            out.append({k: copy.deepcopy(v) for k, v in item.items() if v is not None})
+            out.append(_smp_map({}, item, path, merge_keys))
         else:
             out[idx] = _smp_map(out[idx], item, path, merge_keys)
     return out
