@@ -203,6 +203,10 @@ class Handlers:
                                  f"({r.req.name})")
             applied["metadata"]["name"] = r.req.name
             ensure_namespace(r, applied)
+            if not r.req.subresource:
+                # the reset fields (status) of the main resource are nobody's to apply (IgnoredFields)
+                for f in r.strategy.status_fields:
+                    applied.pop(f, None)
             applied_rv = applied["metadata"].get("resourceVersion")
 
         def transform(current: Obj) -> Obj:

@@ -109,3 +109,10 @@ async def test_list_options(api, handlers):
                                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")
     watch.Plan(handlers, request("watch", "configmaps", "default",
                                  query={"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}))
+
+
+async def test_apply_never_owns_the_status_of_the_main_resource(api):
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}, "status": {"phase": "Terminating"}}
+    _, o = await api("patch", "namespaces", "", "n", body=body, content_type=APPLY, query={"fieldManager": "m"})
+    assert o["status"]["phase"] == "Active"
+    assert "f:status" not in o["metadata"]["managedFields"][0]["fieldsV1"]
