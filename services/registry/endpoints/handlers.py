@@ -41,6 +41,7 @@ from .request import (
     check_list_options,
     check_options,
     delete_options,
+    go_value,
     resolve,
 )
 
@@ -221,6 +222,10 @@ class Handlers:
                 new = manager.apply(current, applied, r.field_manager, r.req.subresource, force)
             if not isinstance(new, dict):
                 raise BadRequest("the patched object is not a JSON object")
+            if ptype == patches.STRATEGIC_MERGE_PATCH:
+                return self.decoder.check_object(r, new, patch=lambda: go_value(doc))
+            if ptype in (patches.MERGE_PATCH, patches.JSON_PATCH):
+                return self.decoder.check_object(r, new, patch=lambda: orjson.dumps(new).decode())
             return self.decoder.check_object(r, new)
 
         if applied is not None:

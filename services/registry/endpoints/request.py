@@ -3,8 +3,9 @@ decoding): the resource and strategy it resolves to, its options, and the body d
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from apiary_pb import registry_pb2 as rpb
@@ -229,9 +230,11 @@ class Decoder:
                              '"json:\\"apiVersion,omitempty\\""; Kind string "json:\\"kind,omitempty\\"" }')
         return self.check_object(r, obj, duplicates)
 
-    def check_object(self, r: Request, obj: Obj, duplicates: list[str] | None = None) -> Obj:
+    def check_object(self, r: Request, obj: Obj, duplicates: list[str] | None = None,
+                     patch: Callable[[], str] | None = None) -> Obj:
         """GVK against the URL, schema (types, unknown and duplicate fields per fieldValidation), then
-        canonicalize."""
+        canonicalize. A patched object (patch: how kube shows the patch) fails strict validation with a
+        422 on the field "patch", as kube's patch handler answers."""
         info = r.info
         av, kind = obj.get("apiVersion") or "", obj.get("kind") or ""
         if av and av != info.api_version:
@@ -257,12 +260,43 @@ class Decoder:
             problems = [f'duplicate field "{d}"' for d in duplicates or ()]
             problems += [f'unknown field "{u}"' for u in unknown]
             if mode == "Strict":
-                raise BadRequest("strict decoding error: " + ", ".join(problems))
+                why = "strict decoding error: " + ", ".join(problems)
+                if patch is not None:
+                    raise errors.invalid("", "", "", [v.invalid("patch", patch(), why)])
+                raise BadRequest(why)
             if mode == "Warn":
                 r.warnings.extend(problems)
             _drop_paths(obj, unknown)
         r.strategy.canonicalize(obj)
         return obj
+
+
+def go_value(value: Any) -> str:
+    """A decoded JSON value as Go prints an interface{} with %+v: map[a:1 b:[x y]]."""
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{go_value(value[k])}" for k in sorted(value)) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(go_value(x) for x in value) + "]"
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return _go_float(float(value))
+    return str(value)
+
+
+def _go_float(f: float) -> str:
+    """strconv.FormatFloat(f, 'g', -1, 64): shortest digits, exponent form from 1e+06 or below 1e-04."""
+    if f == 0:
+        return "0"
+    d = Decimal(repr(f)).normalize()
+    exp = d.adjusted()
+    if exp < -4 or exp >= 6:
+        digits = "".join(map(str, d.as_tuple().digits))
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{'-' if f < 0 else ''}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
+    return format(d, "f")
 
 
 def _drop_paths(obj: Obj, paths: list[str]) -> None:

@@ -116,3 +116,26 @@ async def test_apply_never_owns_the_status_of_the_main_resource(api):
     _, o = await api("patch", "namespaces", "", "n", body=body, content_type=APPLY, query={"fieldManager": "m"})
     assert o["status"]["phase"] == "Active"
     assert "f:status" not in o["metadata"]["managedFields"][0]["fieldsV1"]
+
+
+async def test_field_validation_of_patches(api):
+    await api("create", "configmaps", "default", body=cm())
+    smp = {"data": {"b": "2"}, "bogus": {"n": 80}}
+    with pytest.raises(errors.Invalid) as e:
+        await api("patch", "configmaps", "default", "c", body=smp, query={"fieldValidation": "Strict"},
+                  content_type="application/strategic-merge-patch+json")
+    assert e.value.message == (' "" is invalid: patch: Invalid value: "map[bogus:map[n:80] data:map[b:2]]": '
+                               'strict decoding error: unknown field "bogus"')
+    with pytest.raises(errors.Invalid) as e:
+        await api("patch", "configmaps", "default", "c", body={"bogus": 1}, query={"fieldValidation": "Strict"},
+                  content_type="application/merge-patch+json")
+    assert e.value.message.endswith('strict decoding error: unknown field "bogus"')
+    code, o = await api("patch", "configmaps", "default", "c", body={"bogus": 1},
+                        content_type="application/merge-patch+json")
+    assert code == 200 and "bogus" not in o and api.last_warnings == ['unknown field "bogus"']
+    await api("patch", "configmaps", "default", "c", body={"bogus": 1}, query={"fieldValidation": "Ignore"},
+              content_type="application/merge-patch+json")
+    assert api.last_warnings == []
+    with pytest.raises(errors.BadRequest) as e:
+        await api("create", "configmaps", "default", body=cm("d", bogus="x"), query={"fieldValidation": "Strict"})
+    assert e.value.message == 'strict decoding error: unknown field "metadata.bogus"'
