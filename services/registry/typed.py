@@ -54,6 +54,10 @@ def shape(raw: Schema | None) -> tuple[str, Schema | None, Any, bool]:
 _SHAPES: dict[int, tuple[Schema, tuple[str, Any, Any, bool]]] = {}
 
 
+# Key fields kube's published schemas default (protocol: TCP) though the definitions here carry no default.
+_KEY_DEFAULTS = {"protocol": "TCP"}
+
+
 def root(schema_name: str) -> Schema:
     return schemas.ALL[schema_name]
 
@@ -74,7 +78,7 @@ def item_element(item: Any, details: tuple[str, tuple[str, ...]], item_schema: S
             if k in item:
                 key[k] = item[k]
             else:
-                default = schemas.resolve(props.get(k) or {}).get("default", (props.get(k) or {}).get("default"))
+                default = (props.get(k) or {}).get("default", _KEY_DEFAULTS.get(k))
                 if default is not None:
                     key[k] = default
         return "k:" + _json(key)

@@ -197,7 +197,7 @@ class Handlers:
         if ptype == patches.APPLY_PATCH:
             if not isinstance(doc, dict):
                 raise BadRequest("error decoding YAML: the applied configuration must be an object")
-            applied = self.decoder.check_object(r, copy.deepcopy(doc))
+            applied = self.decoder.check_object(r, copy.deepcopy(doc), canonical=False)
             applied_name = applied["metadata"].get("name") or ""
             if applied_name and applied_name != r.req.name:
                 raise BadRequest(f"the name of the object ({applied_name}) does not match the name on the URL "
@@ -234,7 +234,8 @@ class Handlers:
             except errors.NotFound:
                 if applied_rv:
                     raise errors.conflict(r.info.plural, r.info.group, r.req.name, errors.MODIFIED) from None
-                created = manager.apply(None, applied, r.field_manager, r.req.subresource, force)
+                created = self.decoder.check_object(
+                    r, manager.apply(None, applied, r.field_manager, r.req.subresource, force))
                 env = await self.create_object(r, created, fieldmanager.APPLY)
                 code = 201
         else:

@@ -231,9 +231,10 @@ class Decoder:
         return self.check_object(r, obj, duplicates)
 
     def check_object(self, r: Request, obj: Obj, duplicates: list[str] | None = None,
-                     patch: Callable[[], str] | None = None) -> Obj:
+                     patch: Callable[[], str] | None = None, canonical: bool = True) -> Obj:
         """GVK against the URL, schema (types, unknown and duplicate fields per fieldValidation), then
-        canonicalize. A patched object (patch: how kube shows the patch) fails strict validation with a
+        canonicalize (unless not canonical: an applied configuration owns what it says, not its defaults).
+        A patched object (patch: how kube shows the patch) fails strict validation with a
         422 on the field "patch", as kube's patch handler answers."""
         info = r.info
         av, kind = obj.get("apiVersion") or "", obj.get("kind") or ""
@@ -267,7 +268,8 @@ class Decoder:
             if mode == "Warn":
                 r.warnings.extend(problems)
             _drop_paths(obj, unknown)
-        r.strategy.canonicalize(obj)
+        if canonical:
+            r.strategy.canonicalize(obj)
         return obj
 
 

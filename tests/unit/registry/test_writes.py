@@ -112,10 +112,11 @@ async def test_list_options(api, handlers):
 
 
 async def test_apply_never_owns_the_status_of_the_main_resource(api):
-    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}, "status": {"phase": "Terminating"}}
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n", "labels": {"a": "b"}},
+            "status": {"phase": "Terminating"}}
     _, o = await api("patch", "namespaces", "", "n", body=body, content_type=APPLY, query={"fieldManager": "m"})
     assert o["status"]["phase"] == "Active"
-    assert "f:status" not in o["metadata"]["managedFields"][0]["fieldsV1"]
+    assert o["metadata"]["managedFields"][0]["fieldsV1"] == {"f:metadata": {"f:labels": {"f:a": {}}}}
 
 
 async def test_field_validation_of_patches(api):
@@ -139,3 +140,15 @@ async def test_field_validation_of_patches(api):
     with pytest.raises(errors.BadRequest) as e:
         await api("create", "configmaps", "default", body=cm("d", bogus="x"), query={"fieldValidation": "Strict"})
     assert e.value.message == 'strict decoding error: unknown field "metadata.bogus"'
+
+
+async def test_applier_owns_what_it_applies_not_the_defaults(api):
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "default"},
+           "spec": {"ports": [{"port": 80}]}}
+    _, o = await api("patch", "services", "default", "s", body=svc, content_type=APPLY, query={"fieldManager": "a"})
+    assert o["spec"]["ports"] == [{"port": 80, "protocol": "TCP", "targetPort": 80}]
+    fields = o["metadata"]["managedFields"][0]["fieldsV1"]
+    assert fields == {"f:spec": {"f:ports": {'k:{"port":80,"protocol":"TCP"}': {".": {}, "f:port": {}}}}}
+    svc["spec"]["ports"][0]["targetPort"] = 8080     # nobody owned the default: no conflict
+    _, o = await api("patch", "services", "default", "s", body=svc, content_type=APPLY, query={"fieldManager": "b"})
+    assert o["spec"]["ports"][0]["targetPort"] == 8080 and o["spec"]["type"] == "ClusterIP"
