@@ -116,3 +116,52 @@ def test_patch_types_and_server_dry_run(kubectl, ns):
     assert gone.returncode != 0 and "not found" in gone.stderr
     again = kubectl.run("-n", NS, "create", "configmap", "p", "--dry-run=server", check=False)
     assert again.returncode != 0 and "already exists" in again.stderr
+
+
+def test_delete_with_a_finalizer_pending_then_removed(kubectl, ns):
+    kubectl.run("apply", "-f", "-", input=CM.format(name="fin", value="a").replace(
+        "  namespace: ssa\n", "  namespace: ssa\n  finalizers: [example.com/hold]\n"))
+    kubectl.run("-n", NS, "delete", "cm", "fin", "--wait=false")
+    obj = get(kubectl, "fin")
+    assert obj["metadata"]["deletionTimestamp"] and obj["metadata"]["deletionGracePeriodSeconds"] == 0
+    more = kubectl.run("-n", NS, "patch", "cm", "fin", "--type=merge", "-p",
+                       '{"metadata":{"finalizers":["example.com/hold","example.com/more"]}}', check=False)
+    assert more.returncode != 0 and "no new finalizers can be added if the object is being deleted" in more.stderr
+    kubectl.run("-n", NS, "patch", "cm", "fin", "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
+    gone = kubectl.run("-n", NS, "get", "cm", "fin", check=False)
+    assert gone.returncode != 0 and "not found" in gone.stderr
+
+
+def test_delete_collection_by_label(kubectl, ns):
+    for name, tier in (("l1", "web"), ("l2", "db"), ("l3", "web")):
+        kubectl.run("-n", NS, "create", "configmap", name)
+        kubectl.run("-n", NS, "label", "cm", name, f"tier={tier}")
+    kubectl.run("-n", NS, "delete", "cm", "-l", "tier=web")
+    left = kubectl.run("-n", NS, "get", "cm", "-l", "tier", "-o", "name").stdout.split()
+    assert left == ["configmap/l2"]
+
+
+SERVICE = """apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: ssa
+spec:
+  selector: {{app: web}}
+  ports:
+  - name: http
+    port: 80
+    targetPort: {target}
+"""
+
+
+def test_server_side_apply_of_a_service(kubectl, ns):
+    kubectl.run("apply", "--server-side", "--field-manager=team-a", "-f", "-", input=SERVICE.format(target=8080))
+    clash = kubectl.run("apply", "--server-side", "--field-manager=team-b", "-f", "-",
+                        input=SERVICE.format(target=9090), check=False)
+    assert clash.returncode != 0
+    assert 'conflict with "team-a": .spec.ports[port=80,protocol="TCP"].targetPort' in clash.stderr
+    kubectl.run("apply", "--server-side", "--field-manager=team-b", "--force-conflicts", "-f", "-",
+                input=SERVICE.format(target=9090))
+    svc = json.loads(kubectl.run("-n", NS, "get", "svc", "web", "-o", "json").stdout)
+    assert svc["spec"]["ports"][0]["targetPort"] == 9090 and svc["spec"]["clusterIP"]
