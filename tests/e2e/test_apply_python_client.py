@@ -63,6 +63,8 @@ def test_strategic_merge_patch_of_service_ports(core):
 def test_stale_update_is_409_and_dry_run_writes_nothing(core):
     obj = core.create_namespaced_config_map(NS, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="u"),
                                                                   data={"k": "1"}))
+    # no field_manager: kube names the Update's manager after the User-Agent
+    assert [m.manager for m in obj.metadata.managed_fields] == ["OpenAPI-Generator"]
     obj.data = {"k": "2"}
     core.replace_namespaced_config_map("u", NS, obj)
     obj.data = {"k": "3"}

@@ -24,6 +24,7 @@ from ..strategies.reviews import TOKEN_REQUEST, TokenRequestStrategy
 # Larger bodies are decoded in a thread (see Decoder.decode).
 INLINE_DECODE_BYTES = 64 * 1024
 NOT_FOUND_MESSAGE = "the server could not find the requested resource"
+MAX_MANAGER_LENGTH = 128
 _OPTIONS_KINDS = {"create": "CreateOptions", "update": "UpdateOptions", "patch": "PatchOptions",
                   "delete": "DeleteOptions", "deletecollection": "DeleteOptions"}
 
@@ -64,6 +65,12 @@ class Request:
     @property
     def field_manager(self) -> str:
         return self.req.query.get("fieldManager", "")
+
+    @property
+    def update_manager(self) -> str:
+        """The manager an Update is recorded under: fieldManager, else the User-Agent up to its first "/"
+        (kube's prefixFromUserAgent, at most 128 characters)."""
+        return self.field_manager or self.req.user_agent.split("/", 1)[0][:MAX_MANAGER_LENGTH]
 
     @property
     def field_selector(self) -> str:

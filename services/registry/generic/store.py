@@ -122,7 +122,7 @@ class Store:
         """An Update records what it changed; an Apply's fields were settled when it merged (patch)."""
         if operation == fieldmanager.UPDATE:
             fieldmanager.for_kind(r.strategy.schema_name, r.info.api_version).update(
-                old, obj, r.field_manager, r.req.subresource)
+                old, obj, r.update_manager, r.req.subresource)
 
     # Update --------------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 create rules, finalizers and deletion options, list options."""
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from services.common import errors
@@ -152,3 +153,15 @@ async def test_applier_owns_what_it_applies_not_the_defaults(api):
     svc["spec"]["ports"][0]["targetPort"] = 8080     # nobody owned the default: no conflict
     _, o = await api("patch", "services", "default", "s", body=svc, content_type=APPLY, query={"fieldManager": "b"})
     assert o["spec"]["ports"][0]["targetPort"] == 8080 and o["spec"]["type"] == "ClusterIP"
+
+
+async def test_update_manager_defaults_to_the_user_agent(handlers, api):
+    req = request("create", "configmaps", "default", body=cm())
+    req.user_agent = "OpenAPI-Generator/37.0.2/python"
+    resp, _ = await handlers.handle(req)
+    o = orjson.loads(resp.body)
+    assert [e["manager"] for e in o["metadata"]["managedFields"]] == ["OpenAPI-Generator"]
+    req = request("patch", "configmaps", "default", "c", body=cm(data={"z": "1"}), content_type=APPLY)
+    req.user_agent = "kubectl/v1.32.0"
+    with pytest.raises(errors.Invalid):   # apply names its manager itself
+        await handlers.handle(req)
