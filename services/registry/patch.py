@@ -109,12 +109,14 @@ BAD_SET_ELEMENT_ORDER = "invalid patch format of setElementOrder list"
 BAD_PRIMITIVE_LIST = "invalid patch format of primitive list"
 
 
-def apply_strategic_merge_patch(doc: Obj, patch: Any, merge_keys: dict[str, str]) -> Obj:
-    """Strategic merge: maps merge, lists replace unless merge_keys names them (by path)."""
+def apply_strategic_merge_patch(doc: Obj, patch: Any, merge_keys: dict[str, str],
+                                replaced: frozenset[str] = frozenset()) -> Obj:
+    """Strategic merge: maps merge unless replaced names them, lists replace unless merge_keys names them
+    (both by path, from the kind's schema)."""
     if not isinstance(patch, dict):
         raise BadRequest("unable to find api field in struct for the patch: expected a JSON object")
     try:
-        return _smp_map(doc, patch, "", merge_keys)
+        return _smp_map(doc, patch, "", _Keys(merge_keys, replaced))
     except _SMPError as e:
         raise rejected(str(e)) from None
 
@@ -123,7 +125,15 @@ class _SMPError(Exception):
     pass
 
 
-def _smp_map(original: Any, patch: Obj, path: str, merge_keys: dict[str, str]) -> Any:
+class _Keys(dict[str, str]):
+    """merge_keys with the replaced maps beside them."""
+
+    def __init__(self, merge_keys: dict[str, str], replaced: frozenset[str]) -> None:
+        super().__init__(merge_keys)
+        self.replaced = replaced
+
+
+def _smp_map(original: Any, patch: Obj, path: str, merge_keys: _Keys) -> Any:
     directive = patch.get(_DIRECTIVE)
     if directive == "replace":
         return _clean({k: v for k, v in patch.items() if k != _DIRECTIVE})
@@ -158,6 +168,8 @@ def _smp_map(original: Any, patch: Obj, path: str, merge_keys: dict[str, str]) -
         sub = f"{path}.{k}" if path else k
         if v is None:
             out.pop(k, None)
+        elif isinstance(v, dict) and sub in merge_keys.replaced and _DIRECTIVE not in v:
+            out[k] = _clean(v)
         elif isinstance(v, dict):
             merged = _smp_map(out.get(k), v, sub, merge_keys)
             if merged is None:
@@ -207,7 +219,7 @@ def _set_element_order(items: list[Any], order: list[Any], key: str, original: A
     return out + ordered + others
 
 
-def _smp_list(original: list[Any], patch: list[Any], key: str, path: str, merge_keys: dict[str, str]) -> list[Any]:
+def _smp_list(original: list[Any], patch: list[Any], key: str, path: str, merge_keys: _Keys) -> list[Any]:
     if not key:
         # A set of primitives: union, keeping the original order first.
         for item in patch:

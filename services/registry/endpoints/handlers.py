@@ -216,7 +216,7 @@ class Handlers:
             elif ptype == patches.MERGE_PATCH:
                 new = patches.apply_merge_patch(current, doc)
             elif ptype == patches.STRATEGIC_MERGE_PATCH:
-                new = patches.apply_strategic_merge_patch(current, doc, merge_keys)
+                new = patches.apply_strategic_merge_patch(current, doc, merge_keys, r.strategy.replaced_fields)
             else:
                 assert applied is not None
                 new = manager.apply(current, applied, r.field_manager, r.req.subresource, force)

@@ -93,3 +93,13 @@ def test_strategic_directives_from_the_schema():
         p.apply_strategic_merge_patch(svc, {"spec": {"$retainKeys": ["selector"], "ports": []}}, keys)
     with pytest.raises(errors.Invalid):
         p.apply_strategic_merge_patch(svc, {"spec": {"$patch": "sideways"}}, keys)
+
+
+def test_patch_strategy_replace_from_the_schema():
+    from services.registry.schemas import definition_for, merge_keys, replaced_fields
+    name = definition_for("policy", "v1", "PodDisruptionBudget")
+    assert replaced_fields(name) == {"spec.selector"}
+    doc = {"spec": {"selector": {"matchLabels": {"a": "1"}}, "minAvailable": 1}}
+    out = p.apply_strategic_merge_patch(doc, {"spec": {"selector": {"matchLabels": {"b": "2"}}}},
+                                        merge_keys(name), replaced_fields(name))
+    assert out["spec"] == {"selector": {"matchLabels": {"b": "2"}}, "minAvailable": 1}
