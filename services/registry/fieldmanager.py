@@ -31,6 +31,8 @@ APPLY, UPDATE = "Apply", "Update"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 KUBECTL = "kubectl"
 MAX_LAST_APPLIED = 256 * 1024
+MAX_UPDATE_MANAGERS = 10
+ANCIENT_CHANGES = "ancient-changes"
 
 # Fields no manager owns (fieldmanager's stripMeta).
 _STRIPPED: frozenset[Path] = frozenset({("f:apiVersion",), ("f:kind",), ("f:metadata",)} | {
@@ -152,6 +154,7 @@ class FieldManager:
 
     @staticmethod
     def _store(meta: Obj, managers: Managers) -> None:
+        _cap_updaters(managers)
         entries = encode(managers)
         if entries:
             meta["managedFields"] = entries
@@ -236,6 +239,32 @@ class FieldManager:
         if len(text) > MAX_LAST_APPLIED:
             return
         new["metadata"].setdefault("annotations", {})[LAST_APPLIED] = text
+
+
+def _cap_updaters(managers: Managers) -> None:
+    """capManagers: beyond MAX_UPDATE_MANAGERS Update entries, the oldest merge, per version, into one
+    "ancient-changes" entry carrying the time of the latest one merged."""
+    updaters = sorted((e for e in managers.values() if e.operation == UPDATE and e.fields),
+                      key=lambda e: (e.time, e.key))
+    count = len(updaters)
+    first: dict[str, Entry] = {}
+    for e in updaters:
+        if count <= MAX_UPDATE_MANAGERS:
+            return
+        if e.api_version not in first:
+            first[e.api_version] = e
+            continue
+        bucket = Entry(ANCIENT_CHANGES, UPDATE, e.api_version)
+        if bucket.key not in managers:
+            seed = first[e.api_version]
+            managers.pop(seed.key, None)
+            bucket.fields = set(seed.fields)
+            managers[bucket.key] = bucket
+        bucket = managers[bucket.key]
+        bucket.fields |= e.fields
+        bucket.time = e.time
+        del managers[e.key]
+        count -= 1
 
 
 @functools.cache

@@ -130,3 +130,20 @@ def test_path_strings():
     assert typed.path_string(("f:spec", "f:ports", 'k:{"port":80,"protocol":"TCP"}', "f:name")) == \
         '.spec.ports[port=80,protocol="TCP"].name'
     assert typed.path_string(("f:metadata", "f:finalizers", 'v:"x"')) == '.metadata.finalizers[="x"]'
+
+
+def test_update_managers_are_capped_into_ancient_changes():
+    live = cm({})
+    CM.update(None, live, "creator")
+    for i in range(12):
+        new = copy.deepcopy(live)
+        new["data"][f"k{i}"] = "v"
+        new["metadata"]["managedFields"] = [dict(e, time=f"2026-01-01T00:00:{i:02d}Z") if e["manager"] != "creator"
+                                            else dict(e, time="2025-01-01T00:00:00Z")
+                                            for e in live["metadata"].get("managedFields", [])]
+        CM.update(live, new, f"m{i:02d}")
+        live = new
+    managers = [e["manager"] for e in live["metadata"]["managedFields"]]
+    assert len(managers) == fm.MAX_UPDATE_MANAGERS and "ancient-changes" in managers
+    ancient = entry(live, "ancient-changes")["fieldsV1"]["f:data"]
+    assert {"f:k0", "f:k1"} <= set(ancient)
