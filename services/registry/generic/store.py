@@ -100,8 +100,9 @@ class Store:
                     return env
                 raise errors.already_exists(r.info.plural, r.info.group, meta["name"])
             if claimed_version:
-                # etcd3's store refuses it with a plain error, which kube answers 500 without a reason
-                raise errors.APIError(RESOURCE_VERSION_ON_CREATE, code=500, reason="")
+                # kube's etcd3 store refuses it with a plain error (a 500 without a reason); bad input is a
+                # 400 here, with kube's words
+                raise errors.BadRequest(RESOURCE_VERSION_ON_CREATE)
             for attempt in range(GENERATE_NAME_ATTEMPTS):
                 try:
                     env = await self.storage.create(r.info, env, r.timing)

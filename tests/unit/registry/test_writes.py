@@ -54,7 +54,7 @@ async def test_dry_run_create_of_a_taken_name_is_409(api, storage):
 async def test_create_with_resource_version_is_refused(api, storage):
     with pytest.raises(errors.APIError) as e:
         await api("create", "configmaps", "default", body=cm(resourceVersion="5"))
-    assert e.value.code == 500 and e.value.message == "resourceVersion should not be set on objects to be created"
+    assert e.value.code == 400 and e.value.message == "resourceVersion should not be set on objects to be created"
     assert not storage.data
 
 
