@@ -10,14 +10,15 @@ from collections.abc import Callable
 from apiary_pb import registry_pb2_grpc as rgrpc
 
 from ..plugin import Plugin, PluginConfig
-from . import namespace_lifecycle
+from . import namespace_lifecycle, validating_admission_policy
 
 Factory = Callable[[PluginConfig, "rgrpc.RegistryStub | None"], Plugin]
 
-ORDER: tuple[str, ...] = ("NamespaceLifecycle",)
-DEFAULT_ON: frozenset[str] = frozenset({"NamespaceLifecycle"})
+ORDER: tuple[str, ...] = ("NamespaceLifecycle", "ValidatingAdmissionPolicy")
+DEFAULT_ON: frozenset[str] = frozenset({"NamespaceLifecycle", "ValidatingAdmissionPolicy"})
 FACTORIES: dict[str, Factory] = {
     "NamespaceLifecycle": namespace_lifecycle.factory,
+    "ValidatingAdmissionPolicy": validating_admission_policy.factory,
 }
 
 

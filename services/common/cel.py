@@ -1,4 +1,5 @@
-"""CEL for authentication and authorization configuration (common-expression-language: cel-rust).
+"""CEL for apiary (common-expression-language: cel-rust): authentication and authorization
+configuration (the auth service) and admission policies and match conditions (the admission service).
 
 Each expression is compiled once per configuration (and the compiled program is shared between
 configurations that repeat it); requests only evaluate. A missing field is an evaluation error, as
@@ -65,7 +66,64 @@ class Program:
             raise CELEvalError(" ".join(str(e).split())) from None
 
 
-def activation(**values: Any) -> Any:
+def activation(values: dict[str, Any] | None = None, functions: dict[str, Any] | None = None,
+               **kw: Any) -> Any:
     """Variables for evaluate(), from JSON-like Python values: converted once, shared by every
-    expression evaluated against them."""
-    return celrs.Context(values)
+    expression evaluated against them. functions: extra CEL functions (name -> Python callable; a
+    member function `x.f(a)` gets x first), e.g. KUBE_LIBRARY."""
+    ctx = celrs.Context({**(values or {}), **kw})
+    for name, fn in (functions or {}).items():
+        ctx.add_function(name, fn)
+    return ctx
+
+
+def _find(s: str, pattern: str) -> str:
+    m = re.search(pattern, s)
+    return m.group(0) if m else ""
+
+
+def _index_of(x: Any, item: Any) -> int:
+    if isinstance(x, str):
+        return x.find(item)
+    return x.index(item) if item in x else -1
+
+
+def _last_index_of(x: Any, item: Any) -> int:
+    if isinstance(x, str):
+        return x.rfind(item)
+    return len(x) - 1 - x[::-1].index(item) if item in x else -1
+
+
+def _substring(s: str, start: int, end: int | None = None) -> str:
+    if start < 0 or start > len(s) or (end is not None and (end < start or end > len(s))):
+        raise ValueError(f"index out of range: {start if end is None or start > len(s) else end}")
+    return s[start:end]
+
+
+# What kube's CEL environment adds (k8s.io/apiserver/pkg/cel/library and cel-go's strings extension)
+# and cel-rust lacks, as far as a Python function can give it. cel-rust has no type checker and no
+# optional types (`.?field`, `orValue`), and these are missing altogether: quantity(), url(), ip()/cidr(),
+# format(), semver(), strings.quote(), two-variable comprehensions and the `format` library's named
+# formats. Kept as member functions on the values kube puts them on.
+KUBE_LIBRARY: dict[str, Any] = {
+    # strings extension (cel-go ext.Strings)
+    "lowerAscii": lambda s: s.lower(),
+    "upperAscii": lambda s: s.upper(),
+    "split": lambda s, sep, n=-1: s.split(sep) if n < 0 else s.split(sep, n - 1) if n else [],
+    "join": lambda items, sep="": sep.join(items),
+    "trim": lambda s: s.strip(),
+    "replace": lambda s, old, new, n=-1: s.replace(old, new, n),
+    "substring": _substring,
+    "indexOf": _index_of,
+    "lastIndexOf": _last_index_of,
+    "charAt": lambda s, i: s[i] if i < len(s) else "",
+    "reverse": lambda s: s[::-1],
+    # kube's lists library
+    "sum": lambda xs: sum(xs),
+    "min": lambda xs: min(xs),
+    "max": lambda xs: max(xs),
+    "isSorted": lambda xs: all(a <= b for a, b in zip(xs, xs[1:])),
+    # kube's regex library
+    "find": _find,
+    "findAll": lambda s, pattern, n=-1: re.findall(pattern, s)[: None if n < 0 else n],
+}

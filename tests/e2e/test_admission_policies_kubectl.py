@@ -1,0 +1,205 @@
+"""ValidatingAdmissionPolicy and MutatingAdmissionPolicy with kubectl, on the real stack."""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import httpx
+
+RULES = """    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE", "UPDATE"]
+      resources: ["configmaps"]
+"""
+
+
+def wait_for(check: Any, timeout: float = 30, what: str = "condition") -> Any:
+    """Poll until check() returns a truthy value (policies reach the admission service through a watch)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def max_keys_policy(name: str, ns: str, actions: str, extra: str = "") -> str:
+    """A policy limiting configmaps' data keys to params.data.maxKeys, bound to namespace ns with actions."""
+    return f"""apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {name}
+spec:
+  failurePolicy: Fail
+  paramKind:
+    apiVersion: v1
+    kind: ConfigMap
+  matchConstraints:
+{RULES}  validations:
+  - expression: "!has(object.data) || size(object.data) <= int(params.data.maxKeys)"
+    messageExpression: "'configmap ' + object.metadata.name + ' has ' + string(size(object.data)) + ' keys, at most ' + params.data.maxKeys + ' allowed'"
+    reason: Forbidden
+{extra}---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {name}-binding
+spec:
+  policyName: {name}
+  validationActions: [{actions}]
+  paramRef:
+    name: limits
+    namespace: {ns}
+    parameterNotFoundAction: Deny
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {ns}
+    objectSelector:
+      matchExpressions:
+      - {{key: exempt, operator: DoesNotExist}}
+"""
+
+
+def new_namespace(kubectl: Any, prefix: str) -> str:
+    ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    kubectl.run("create", "namespace", ns)
+    kubectl.run("label", "namespace", ns, f"kubernetes.io/metadata.name={ns}", "--overwrite")
+    kubectl.run("-n", ns, "create", "configmap", "limits", "--from-literal=maxKeys=2")
+    return ns
+
+
+def create_until_refused(kubectl: Any, ns: str, name: str, *args: str) -> Any:
+    """Create a configmap (deleting it again) until the policy, which arrives by watch, refuses it."""
+    def attempt() -> Any:
+        proc = kubectl.run("-n", ns, "create", "configmap", name, *args, check=False)
+        if proc.returncode == 0:
+            kubectl.run("-n", ns, "delete", "configmap", name)
+            return None
+        return proc
+    return wait_for(attempt, what="the policy to take effect")
+
+
+def test_deny_with_params_message_expression_and_selectors(kubectl: Any, admin: httpx.Client) -> None:
+    ns = new_namespace(kubectl, "vap-deny")
+    name = f"max-keys-{ns}"
+    kubectl.run("apply", "-f", "-", input=max_keys_policy(name, ns, "Deny"))
+    three = ("--from-literal=a=1", "--from-literal=b=2", "--from-literal=c=3")
+    refused = create_until_refused(kubectl, ns, "big", *three)
+    assert (f'configmaps "big" is forbidden: ValidatingAdmissionPolicy \'{name}\' with binding \'{name}-binding\' '
+            "denied request: configmap big has 3 keys, at most 2 allowed") in refused.stderr
+    # the reason sets the code; the Status is kube's
+    r = admin.post(f"/api/v1/namespaces/{ns}/configmaps", json={
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"a": "1", "b": "2", "c": "3"}})
+    assert r.status_code == 403, r.text
+    body = r.json()
+    assert body["reason"] == "Forbidden" and body["details"]["causes"][0]["message"].startswith(
+        f"ValidatingAdmissionPolicy '{name}'")
+    # within the limit: created; the object selector exempts; the namespace selector limits to ns
+    kubectl.run("-n", ns, "create", "configmap", "small", "--from-literal=a=1", "--from-literal=b=2")
+    kubectl.run("-n", ns, "apply", "-f", "-", input=(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: exempted\n  labels: {exempt: 'yes'}\n"
+        "data: {a: '1', b: '2', c: '3'}\n"))
+    other = f"vap-other-{uuid.uuid4().hex[:6]}"
+    kubectl.run("create", "namespace", other)
+    kubectl.run("-n", other, "create", "configmap", "big", *three)
+    # the limit comes from the params: raised to 3, the create goes through
+    kubectl.run("-n", ns, "patch", "configmap", "limits", "-p", '{"data":{"maxKeys":"3"}}')
+    wait_for(lambda: kubectl.run("-n", ns, "create", "configmap", "big", *three, check=False).returncode == 0,
+             what="the new limit")
+    # params gone and parameterNotFoundAction Deny: refused
+    kubectl.run("-n", ns, "delete", "configmap", "limits")
+    refused = create_until_refused(kubectl, ns, "any")
+    assert "no params found for policy binding with `Deny` parameterNotFoundAction" in refused.stderr
+    kubectl.run("delete", "validatingadmissionpolicybinding", f"{name}-binding")
+    kubectl.run("delete", "validatingadmissionpolicy", name)
+    kubectl.run("delete", "namespace", ns, other, "--wait=false")
+
+
+def test_warn_and_audit(kubectl: Any) -> None:
+    ns = new_namespace(kubectl, "vap-warn")
+    name = f"max-keys-{ns}"
+    kubectl.run("apply", "-f", "-", input=max_keys_policy(name, ns, "Warn, Audit"))
+    three = ("--from-literal=a=1", "--from-literal=b=2", "--from-literal=c=3")
+
+    def warned() -> Any:
+        proc = kubectl.run("-n", ns, "create", "configmap", "big", *three)
+        kubectl.run("-n", ns, "delete", "configmap", "big")
+        return proc if "Validation failed" in proc.stderr else None
+    proc = wait_for(warned, what="the warning")
+    assert (f"Warning: Validation failed for ValidatingAdmissionPolicy '{name}' with binding '{name}-binding': "
+            "configmap big has 3 keys, at most 2 allowed") in proc.stderr
+    kubectl.run("delete", "validatingadmissionpolicybinding", f"{name}-binding")
+    kubectl.run("delete", "validatingadmissionpolicy", name)
+    kubectl.run("delete", "namespace", ns, "--wait=false")
+
+
+def test_policy_validation_and_failure_policy(kubectl: Any) -> None:
+    ns = new_namespace(kubectl, "vap-fail")
+    # a syntax error is refused at create, with kube's field path
+    bad = kubectl.run("apply", "-f", "-", check=False, input=f"""apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: broken-{ns}
+spec:
+  matchConstraints:
+{RULES}  validations:
+  - expression: "size(object.data) <"
+""")
+    assert bad.returncode != 0
+    assert "spec.validations[0].expression: Invalid value: \"size(object.data) <\": compilation failed:" in bad.stderr
+    bad = kubectl.run("apply", "-f", "-", check=False, input=f"""apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: broken-{ns}
+spec:
+  policyName: p
+  validationActions: [Deny, Warn]
+""")
+    assert bad.returncode != 0 and "must not contain both Deny and Warn" in bad.stderr
+
+    def policy(name: str, failure_policy: str) -> str:
+        return f"""apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {name}
+spec:
+  failurePolicy: {failure_policy}
+  matchConstraints:
+{RULES}  validations:
+  - expression: "object.nonexistent == 'x'"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {name}
+spec:
+  policyName: {name}
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {ns}
+"""
+    fail, ignore = f"fail-{ns}", f"ignore-{ns}"
+    kubectl.run("apply", "-f", "-", input=policy(ignore, "Ignore"))
+    kubectl.run("apply", "-f", "-", input=policy(fail, "Fail"))
+    # the type checker reports the unknown field in status, as kube's does where the schema is known
+    status = wait_for(lambda: kubectl.run("get", "validatingadmissionpolicy", fail, "-o",
+                                          "jsonpath={.status.typeChecking.expressionWarnings[0].warning}").stdout,
+                      what="status.typeChecking")
+    assert "v1, Kind=ConfigMap: ERROR: <input>:1:7: undefined field 'nonexistent'" in status
+    refused = create_until_refused(kubectl, ns, "c1")
+    assert (f"ValidatingAdmissionPolicy '{fail}' with binding '{fail}' denied request: "
+            "expression 'object.nonexistent == 'x'' resulted in error: no such key: nonexistent") in refused.stderr
+    assert ignore not in refused.stderr
+    kubectl.run("delete", "validatingadmissionpolicybinding", fail)
+    wait_for(lambda: kubectl.run("-n", ns, "create", "configmap", "c2", check=False).returncode == 0,
+             what="the Ignore policy alone to let the create through")
+    kubectl.run("delete", "validatingadmissionpolicybinding", ignore)
+    kubectl.run("delete", "validatingadmissionpolicy", fail, ignore)
+    kubectl.run("delete", "namespace", ns, "--wait=false")
