@@ -127,3 +127,63 @@ KUBE_LIBRARY: dict[str, Any] = {
     "find": _find,
     "findAll": lambda s, pattern, n=-1: re.findall(pattern, s)[: None if n < 0 else n],
 }
+
+
+# Typed object construction (`JSONPatch{op: "add", ...}`, `Object{metadata: Object.metadata{...}}`) is
+# parsed by cel-rust but not evaluated ("feature not enabled"): mutating admission policies' expressions
+# are rewritten into map literals with the same fields before compiling.
+_STRUCT = re.compile(r"(?<![\w.])(?:JSONPatch|Object(?:\.[A-Za-z_]\w*)*)\s*\{")
+_FIELD = re.compile(r"\s*([A-Za-z_]\w*)\s*:")
+
+
+def struct_literals_as_maps(expression: str) -> str:
+    """The expression with each JSONPatch{...} / Object...{...} literal as a map literal ({"field": ...}), and
+    jsonpatch.escapeKey(k) as a function call; string literals are left alone."""
+    out: list[str] = []
+    stack: list[str] = []  # "s" struct brace, "m" map brace, "(" / "[" other nesting
+    i, n = 0, len(expression)
+    expect_field = False
+    while i < n:
+        ch = expression[i]
+        if ch in "\"'":
+            quote = expression[i:i + 3] if expression[i:i + 3] in ('"""', "'''") else ch
+            j = i + len(quote)
+            while j < n and not expression.startswith(quote, j):
+                j += 2 if expression[j] == "\\" else 1
+            j = min(n, j + len(quote))
+            out.append(expression[i:j])
+            i = j
+            expect_field = False
+            continue
+        if expect_field:
+            m = _FIELD.match(expression, i)
+            if m:
+                out.append(f'"{m.group(1)}":')
+                i = m.end()
+                expect_field = False
+                continue
+            expect_field = False
+        m = _STRUCT.match(expression, i)
+        if m:
+            out.append("{")
+            stack.append("s")
+            i = m.end()
+            expect_field = True
+            continue
+        if expression.startswith("jsonpatch.escapeKey(", i):
+            out.append("jsonpatchEscapeKey(")
+            i += len("jsonpatch.escapeKey(")
+            stack.append("(")
+            continue
+        if ch in "{([":
+            stack.append("m" if ch == "{" else ch)
+        elif ch in "})]" and stack:
+            stack.pop()
+        elif ch == "," and stack and stack[-1] == "s":
+            expect_field = True
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+KUBE_LIBRARY["jsonpatchEscapeKey"] = lambda k: k.replace("~", "~0").replace("/", "~1")

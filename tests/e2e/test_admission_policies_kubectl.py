@@ -203,3 +203,53 @@ spec:
     kubectl.run("delete", "validatingadmissionpolicybinding", ignore)
     kubectl.run("delete", "validatingadmissionpolicy", fail, ignore)
     kubectl.run("delete", "namespace", ns, "--wait=false")
+
+
+def test_mutating_policies_json_patch_and_apply_configuration(kubectl: Any) -> None:
+    ns = new_namespace(kubectl, "map")
+    name = f"stamp-{ns}"
+    kubectl.run("apply", "-f", "-", input=f"""apiVersion: admissionregistration.k8s.io/v1alpha1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: {name}
+spec:
+  matchConstraints:
+{RULES}  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >
+        (has(object.metadata.annotations) ? [] :
+          [JSONPatch{{op: "add", path: "/metadata/annotations", value: {{}}}}]) +
+        [JSONPatch{{op: "add", path: "/metadata/annotations/" + jsonpatch.escapeKey("example.com/keys"),
+                   value: string(has(object.data) ? size(object.data) : 0)}}]
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >
+        Object{{metadata: Object.metadata{{labels: {{"stamped-on": request.operation.lowerAscii() + "-" + "a.b".split(".")[1]}}}}}}
+---
+apiVersion: admissionregistration.k8s.io/v1alpha1
+kind: MutatingAdmissionPolicyBinding
+metadata:
+  name: {name}
+spec:
+  policyName: {name}
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {ns}
+""")
+
+    def stamped() -> Any:
+        kubectl.run("-n", ns, "delete", "configmap", "cm", "--ignore-not-found")
+        out = kubectl.run("-n", ns, "create", "configmap", "cm", "--from-literal=a=1", "--from-literal=b=2",
+                          "-o", "jsonpath={.metadata.annotations}|{.metadata.labels}").stdout
+        return out if "example.com/keys" in out else None
+    annotations, labels = wait_for(stamped, what="the mutating policy").split("|")
+    assert '"example.com/keys":"2"' in annotations
+    assert '"stamped-on":"create-b"' in labels
+    got = kubectl.run("-n", ns, "get", "configmap", "cm", "-o",
+                      "jsonpath={.metadata.annotations.example\\.com/keys}").stdout
+    assert got == "2"
+    kubectl.run("delete", "mutatingadmissionpolicybinding", name)
+    kubectl.run("delete", "mutatingadmissionpolicy", name)
+    kubectl.run("delete", "namespace", ns, "--wait=false")

@@ -10,14 +10,16 @@ from collections.abc import Callable
 from apiary_pb import registry_pb2_grpc as rgrpc
 
 from ..plugin import Plugin, PluginConfig
-from . import namespace_lifecycle, validating_admission_policy
+from . import mutating_admission_policy, namespace_lifecycle, validating_admission_policy
 
 Factory = Callable[[PluginConfig, "rgrpc.RegistryStub | None"], Plugin]
 
-ORDER: tuple[str, ...] = ("NamespaceLifecycle", "ValidatingAdmissionPolicy")
-DEFAULT_ON: frozenset[str] = frozenset({"NamespaceLifecycle", "ValidatingAdmissionPolicy"})
+# kube's order: ... mutating policies, mutating webhooks, validating policies, validating webhooks, quota.
+ORDER: tuple[str, ...] = ("NamespaceLifecycle", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy")
+DEFAULT_ON: frozenset[str] = frozenset({"NamespaceLifecycle", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"})
 FACTORIES: dict[str, Factory] = {
     "NamespaceLifecycle": namespace_lifecycle.factory,
+    "MutatingAdmissionPolicy": mutating_admission_policy.factory,
     "ValidatingAdmissionPolicy": validating_admission_policy.factory,
 }
 

@@ -118,7 +118,7 @@ class ValidatingAdmissionPolicy(Plugin):
         return self.source.synced()
 
     def handles(self, operation: str) -> bool:
-        return bool(self.source.bindings.store)  # no binding: nothing to run, the registry skips Validate
+        return operation in self.operations and bool(self.source.bindings.store)  # no binding: nothing to run, the registry skips Validate
 
     async def validate(self, a: Attributes) -> None:
         denied: tuple[CompiledPolicy, str, Decision] | None = None

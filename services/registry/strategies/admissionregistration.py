@@ -25,23 +25,25 @@ PATCH_TYPES = ("ApplyConfiguration", "JSONPatch")
 REINVOCATION_POLICIES = ("IfNeeded", "Never")
 
 
-def compile_error(expression: str) -> str | None:
-    """kube's "compilation failed: ..." detail for an expression that does not compile, else None."""
+def compile_error(expression: str, mutation: bool = False) -> str | None:
+    """kube's "compilation failed: ..." detail for an expression that does not compile, else None. A mutation
+    is compiled as the admission service runs it (typed literals as maps)."""
     try:
-        cel.compile_expression(expression, POLICY_VARIABLES)
+        cel.compile_expression(cel.struct_literals_as_maps(expression) if mutation else expression,
+                               POLICY_VARIABLES)
     except cel.CELCompileError as e:
         return f"compilation failed: {e}"
     return None
 
 
-def _expression(e: Any, path: str, causes: list[v.Cause]) -> None:
+def _expression(e: Any, path: str, causes: list[v.Cause], mutation: bool = False) -> None:
     if not isinstance(e, str) or not e.strip():
         causes.append(v.required(path))
         return
     if len(e) > 5 * 1024:
         causes.append(v.too_long(path, 5 * 1024))
         return
-    if err := compile_error(e):
+    if err := compile_error(e, mutation):
         causes.append(v.invalid(path, e, err))
 
 
@@ -131,10 +133,10 @@ def validate_policy_spec(spec: Obj, causes: list[v.Cause], mutating: bool) -> No
             if pt not in PATCH_TYPES:
                 causes.append(v.not_supported(f"{p}.patchType", pt, list(PATCH_TYPES)))
             elif pt == "JSONPatch":
-                _expression(((m or {}).get("jsonPatch") or {}).get("expression"), f"{p}.jsonPatch.expression", causes)
+                _expression(((m or {}).get("jsonPatch") or {}).get("expression"), f"{p}.jsonPatch.expression", causes, True)
             else:
                 _expression(((m or {}).get("applyConfiguration") or {}).get("expression"),
-                            f"{p}.applyConfiguration.expression", causes)
+                            f"{p}.applyConfiguration.expression", causes, True)
         rp = spec.get("reinvocationPolicy")
         if rp not in REINVOCATION_POLICIES:
             causes.append(v.not_supported("spec.reinvocationPolicy", rp, list(REINVOCATION_POLICIES)))
