@@ -19,17 +19,19 @@ from importlib.metadata import entry_points
 from apiary_pb import registry_pb2_grpc as rgrpc
 
 from ..plugin import Plugin, PluginConfig
-from . import mutating_admission_policy, namespace_lifecycle, validating_admission_policy
+from . import mutating_admission_policy, namespace_lifecycle, resource_quota, validating_admission_policy
 
 Factory = Callable[[PluginConfig, "rgrpc.RegistryStub | None"], Plugin]
 
 # kube's order: ... mutating policies, mutating webhooks, validating policies, validating webhooks, quota.
-ORDER: tuple[str, ...] = ("NamespaceLifecycle", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy")
-DEFAULT_ON: frozenset[str] = frozenset({"NamespaceLifecycle", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"})
+ORDER: tuple[str, ...] = ("NamespaceLifecycle", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy",
+                          "ResourceQuota")
+DEFAULT_ON: frozenset[str] = frozenset(ORDER)
 FACTORIES: dict[str, Factory] = {
     "NamespaceLifecycle": namespace_lifecycle.factory,
     "MutatingAdmissionPolicy": mutating_admission_policy.factory,
     "ValidatingAdmissionPolicy": validating_admission_policy.factory,
+    "ResourceQuota": resource_quota.factory,
 }
 
 

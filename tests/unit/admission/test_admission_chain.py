@@ -83,7 +83,7 @@ async def test_admit_answers_a_patch_not_the_object() -> None:
 
 
 def test_enabled_plugins() -> None:
-    default = ["NamespaceLifecycle", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"]
+    default = ["NamespaceLifecycle", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ResourceQuota"]
     assert enabled_plugins("", "") == default
     assert enabled_plugins("NamespaceLifecycle", "") == default
     assert enabled_plugins("", "NamespaceLifecycle") == default[1:]
@@ -96,7 +96,7 @@ def test_enabled_plugins() -> None:
 
 def test_flags_and_chain_build() -> None:
     names, configs = resolve_plugins(parse_args(["--disable-admission-plugins",
-                                                "MutatingAdmissionPolicy,ValidatingAdmissionPolicy"]))
+                                                "MutatingAdmissionPolicy,ValidatingAdmissionPolicy,ResourceQuota"]))
     assert names == ["NamespaceLifecycle"] and configs == {}
     chain = build_chain(names, configs, registry=object())  # the informer is created, not started
     assert [p.name for p in chain.mutating] == ["NamespaceLifecycle"]
@@ -126,7 +126,7 @@ plugins:
     assert cfg["PodSecurity"]["kind"] == "PodSecurityConfiguration"
     assert cfg["NamespaceLifecycle"] is None
     names, configs = resolve_plugins(parse_args(["--admission-control-config-file", str(f)]))
-    assert names == ["NamespaceLifecycle", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"] and "PodSecurity" in configs
+    assert names == ["NamespaceLifecycle", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ResourceQuota"] and "PodSecurity" in configs
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: v1\nkind: ConfigMap\n")

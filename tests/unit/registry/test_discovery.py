@@ -11,7 +11,8 @@ def test_aggregated_core():
     (core,) = doc["items"]
     assert core["metadata"]["name"] == "" and core["versions"][0]["freshness"] == "Current"
     res = {r["resource"]: r for r in core["versions"][0]["resources"]}
-    assert set(res) == {"configmaps", "endpoints", "events", "namespaces", "secrets", "serviceaccounts", "services"}
+    assert set(res) == {"configmaps", "endpoints", "events", "namespaces", "secrets", "serviceaccounts", "services",
+                        "resourcequotas"}
     ev = res["events"]
     assert ev["scope"] == "Namespaced" and ev["shortNames"] == ["ev"] and ev["singularResource"] == "event"
     assert ev["verbs"] == ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
