@@ -1,6 +1,7 @@
 """ValidatingAdmissionPolicy and MutatingAdmissionPolicy with kubectl, on the real stack."""
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any
@@ -120,7 +121,12 @@ def test_deny_with_params_message_expression_and_selectors(kubectl: Any, admin: 
     kubectl.run("delete", "namespace", ns, other, "--wait=false")
 
 
-def test_warn_and_audit(kubectl: Any) -> None:
+def audit_events(stack: Any) -> list[dict[str, Any]]:
+    path = stack.logs / "audit.log"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def test_warn_and_audit(kubectl: Any, stack: Any) -> None:
     ns = new_namespace(kubectl, "vap-warn")
     name = f"max-keys-{ns}"
     kubectl.run("apply", "-f", "-", input=max_keys_policy(name, ns, "Warn, Audit"))
@@ -133,6 +139,19 @@ def test_warn_and_audit(kubectl: Any) -> None:
     proc = wait_for(warned, what="the warning")
     assert (f"Warning: Validation failed for ValidatingAdmissionPolicy '{name}' with binding '{name}-binding': "
             "configmap big has 3 keys, at most 2 allowed") in proc.stderr
+    # Audit: the failure is in the create's audit event, as kube's validation_failure annotation
+
+    def audited() -> Any:
+        for ev in audit_events(stack):
+            ref = ev.get("objectRef") or {}
+            value = (ev.get("annotations") or {}).get("validation.policy.admission.k8s.io/validation_failure")
+            if value and ref.get("namespace") == ns and ev.get("stage") == "ResponseComplete":
+                return json.loads(value)
+        return None
+    failures = wait_for(audited, what="the audit event")
+    assert failures[0] == {"message": "configmap big has 3 keys, at most 2 allowed", "policy": name,
+                           "binding": f"{name}-binding", "expressionIndex": 0,
+                           "validationActions": ["Warn", "Audit"]}
     kubectl.run("delete", "validatingadmissionpolicybinding", f"{name}-binding")
     kubectl.run("delete", "validatingadmissionpolicy", name)
     kubectl.run("delete", "namespace", ns, "--wait=false")
