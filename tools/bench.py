@@ -201,6 +201,90 @@ async def bench_apiary(stack: Stack, concurrency: int, n: int) -> dict[str, dict
     return results
 
 
+POLICY_NS = "bench-policy"
+BENCH_POLICY = {
+    "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+    "metadata": {"name": "bench-three-expressions"},
+    "spec": {"failurePolicy": "Fail",
+             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                     "operations": ["CREATE", "UPDATE"],
+                                                     "resources": ["configmaps"]}]},
+             "validations": [
+                 {"expression": "!has(object.data) || size(object.data) <= 16"},
+                 {"expression": "object.metadata.name.startsWith('cm-') || object.metadata.name == 'refused'",
+                  "message": "names start with cm-"},
+                 {"expression": "!has(object.data) || object.data.all(k, size(object.data[k]) < 1024)",
+                  "messageExpression": "'value too long in ' + object.metadata.name"}]}}
+BENCH_BINDING = {
+    "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+    "metadata": {"name": "bench-three-expressions"},
+    "spec": {"policyName": "bench-three-expressions", "validationActions": ["Deny"],
+             "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": POLICY_NS}}}}}
+
+
+async def bench_policy(stack: Stack, concurrency: int, n: int) -> dict[str, dict]:
+    """CREATE of a configmap without any admission extension, then with one matching ValidatingAdmissionPolicy
+    of three expressions (binding by namespaceSelector), alternated twice in the same run; the figures sum
+    both rounds of each."""
+    ctx = client_ctx(stack)
+    port = int(stack.server.rsplit(":", 1)[1])
+
+    def mk() -> Conn:
+        return Conn("127.0.0.1", port, ctx)
+
+    json_hdr = {"Content-Type": "application/json", "Accept": "application/json"}
+    setup = mk()
+    for ns in ("bench-plain", POLICY_NS):
+        body = {"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}}
+        await setup.request("POST", "/api/v1/namespaces", json.dumps(body).encode(), json_hdr)
+    await setup.request("POST", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+                        json.dumps(BENCH_POLICY).encode(), json_hdr)
+    bindings = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+    seq = iter(range(10**9))
+
+    def creator(ns: str) -> Callable[[int, Conn], Awaitable[None]]:
+        async def create(i: int, c: Conn) -> None:
+            body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{next(seq)}"},
+                               "data": {"key": "value-" * 20, "other": "x"}}).encode()
+            s, data = await c.request("POST", f"/api/v1/namespaces/{ns}/configmaps", body, json_hdr)
+            if s != 201:
+                raise RuntimeError(f"create: {s} {data[:200]!r}")
+        return create
+
+    async def policy_effective(on: bool) -> None:
+        """Until a violating create is refused (on) or accepted (off): the binding arrives by watch."""
+        while True:
+            body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "x-"}})
+            s, _ = await setup.request("POST", f"/api/v1/namespaces/{POLICY_NS}/configmaps", body.encode(),
+                                       json_hdr)
+            if (s == 422) == on:
+                return
+            await asyncio.sleep(0.1)
+
+    totals: dict[str, list[dict]] = {"plain": [], "policy": []}
+    for _ in range(2):
+        totals["plain"].append(await drive(n, concurrency, creator("bench-plain"), mk))
+        await setup.request("POST", bindings, json.dumps(BENCH_BINDING).encode(), json_hdr)
+        await policy_effective(True)
+        totals["policy"].append(await drive(n, concurrency, creator(POLICY_NS), mk))
+        await setup.request("DELETE", f"{bindings}/bench-three-expressions", b"", json_hdr)
+        await policy_effective(False)
+    out = {}
+    for name, runs in totals.items():
+        out[name] = {"rate": round(sum(r["rate"] for r in runs) / len(runs), 1),
+                     "p50_ms": round(statistics.median(r["p50_ms"] for r in runs), 2),
+                     "p99_ms": max(r["p99_ms"] for r in runs), "rounds": runs}
+    return out
+
+
+def policy_figures(raw: dict) -> dict[str, dict]:
+    p, plain = raw["policy"]["policy"], raw["policy"]["plain"]
+    return {"create_vap": {"rate": p["rate"], "p50_ms": p["p50_ms"], "p99_ms": p["p99_ms"],
+                           "baseline": "create_plain", "baseline_rate": plain["rate"],
+                           "ratio": round(p["rate"] / plain["rate"], 4)}}
+
+
 def oidc_config(issuer: Issuer) -> str:
     ca = "\n".join("      " + line for line in issuer.ca_pem.strip().splitlines())
     return ("apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\njwt:\n"
@@ -433,7 +517,8 @@ def main() -> None:
     # The load generator reads multi-MB answers like the services do (services/common/runtime.py).
     tune_malloc()
     p = argparse.ArgumentParser(prog="python -m tools.bench")
-    p.add_argument("mode", nargs="?", default="run", choices=["run", "hello-server"])
+    p.add_argument("mode", nargs="?", default="run", choices=["run", "hello-server", "policy"],
+                   help="run: every figure; policy: only CREATE with and without a ValidatingAdmissionPolicy")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("-n", type=int, default=1500, help="requests per figure (GET runs 2n)")
     p.add_argument("--record", action="store_true", help="append the figures to docs/benchmarks.md")
@@ -444,6 +529,19 @@ def main() -> None:
     args = p.parse_args()
     if args.mode == "hello-server":
         hello_server(args.port, args.cert, args.key, args.ca)
+        return
+    if args.mode == "policy":
+        stack = Stack(BENCH_STATE, BENCH_OFFSET)
+        stack.start(fresh=True)
+        try:
+            raw = {"policy": asyncio.run(bench_policy(stack, args.concurrency, args.n))}
+        finally:
+            stack.stop(quiet=True)
+        r = policy_figures(raw)["create_vap"]
+        print(f"create, no admission extension: {r['baseline_rate']}/s; with one matching "
+              f"ValidatingAdmissionPolicy of three expressions: {r['rate']}/s (p50 {r['p50_ms']} ms, "
+              f"p99 {r['p99_ms']} ms); ratio {r['ratio']} (cost {round((1 - r['ratio']) * 100, 1)} %)")
+        print(json.dumps(raw["policy"], indent=1))
         return
     issuer = Issuer(BENCH_STATE / "oidc", "bench-issuer").start()
     authn_config = BENCH_STATE / "oidc" / "authentication-config.yaml"
@@ -456,6 +554,7 @@ def main() -> None:
             "etcd": asyncio.run(bench_etcd(stack, args.concurrency, args.n)),
             "apiary": asyncio.run(bench_apiary(stack, args.concurrency, args.n)),
             "oidc": asyncio.run(bench_oidc(stack, issuer, args.concurrency, args.n)),
+            "policy": asyncio.run(bench_policy(stack, args.concurrency, args.n)),
         }
         from tools import bench_storage
 
@@ -486,6 +585,7 @@ def main() -> None:
     results["etcd_get"] = {**{k: raw["etcd"]["get"][k] for k in ("rate", "p50_ms", "p99_ms")},
                            "baseline": "etcd_get", "baseline_rate": raw["etcd"]["get"]["rate"], "ratio": 1.0}
     results.update(storage_figures(raw))
+    results.update(policy_figures(raw))
     out = ROOT / ".apiary" / "bench.json"
     out.write_text(json.dumps(results, indent=2))
     (ROOT / ".apiary" / "bench-raw.json").write_text(json.dumps(raw, indent=2))
