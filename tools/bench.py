@@ -263,18 +263,29 @@ async def bench_policy(stack: Stack, concurrency: int, n: int) -> dict[str, dict
             await asyncio.sleep(0.1)
 
     totals: dict[str, list[dict]] = {"plain": [], "policy": []}
+    probe = Probe(stack)
+
+    async def measure(name: str, ns: str) -> None:
+        before = probe.snapshot()
+        r = await drive(n, concurrency, creator(ns), mk)
+        cpu, _ = Probe.per_request(before, probe.snapshot(), r["requests"])
+        r["cpu_ms_per_request"] = round(sum(cpu.values()), 3)
+        totals[name].append(r)
+
     for _ in range(2):
-        totals["plain"].append(await drive(n, concurrency, creator("bench-plain"), mk))
+        await measure("plain", "bench-plain")
         await setup.request("POST", bindings, json.dumps(BENCH_BINDING).encode(), json_hdr)
         await policy_effective(True)
-        totals["policy"].append(await drive(n, concurrency, creator(POLICY_NS), mk))
+        await measure("policy", POLICY_NS)
         await setup.request("DELETE", f"{bindings}/bench-three-expressions", b"", json_hdr)
         await policy_effective(False)
     out = {}
     for name, runs in totals.items():
         out[name] = {"rate": round(sum(r["rate"] for r in runs) / len(runs), 1),
                      "p50_ms": round(statistics.median(r["p50_ms"] for r in runs), 2),
-                     "p99_ms": max(r["p99_ms"] for r in runs), "rounds": runs}
+                     "p99_ms": max(r["p99_ms"] for r in runs),
+                     "cpu_ms_per_request": round(sum(r["cpu_ms_per_request"] for r in runs) / len(runs), 3),
+                     "rounds": runs}
     return out
 
 
@@ -282,7 +293,9 @@ def policy_figures(raw: dict) -> dict[str, dict]:
     p, plain = raw["policy"]["policy"], raw["policy"]["plain"]
     return {"create_vap": {"rate": p["rate"], "p50_ms": p["p50_ms"], "p99_ms": p["p99_ms"],
                            "baseline": "create_plain", "baseline_rate": plain["rate"],
-                           "ratio": round(p["rate"] / plain["rate"], 4)}}
+                           "ratio": round(p["rate"] / plain["rate"], 4),
+                           "cpu_ms_per_request": p["cpu_ms_per_request"],
+                           "baseline_cpu_ms_per_request": plain["cpu_ms_per_request"]}}
 
 
 def oidc_config(issuer: Issuer) -> str:
@@ -540,7 +553,8 @@ def main() -> None:
         r = policy_figures(raw)["create_vap"]
         print(f"create, no admission extension: {r['baseline_rate']}/s; with one matching "
               f"ValidatingAdmissionPolicy of three expressions: {r['rate']}/s (p50 {r['p50_ms']} ms, "
-              f"p99 {r['p99_ms']} ms); ratio {r['ratio']} (cost {round((1 - r['ratio']) * 100, 1)} %)")
+              f"p99 {r['p99_ms']} ms); ratio {r['ratio']} (cost {round((1 - r['ratio']) * 100, 1)} %); CPU of "
+              f"the apiary processes per create {r['baseline_cpu_ms_per_request']} ms -> {r['cpu_ms_per_request']} ms")
         print(json.dumps(raw["policy"], indent=1))
         return
     issuer = Issuer(BENCH_STATE / "oidc", "bench-issuer").start()

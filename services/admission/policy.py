@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +81,7 @@ class CompiledPolicy:
         self.variables = tuple((vr.get("name", ""), Expression(vr.get("expression", "")))
                                for vr in spec.get("variables") or ())
         self.body = body_expressions(spec)
+        self.needs = Needs([e.text for e in self.all_expressions()])
 
     def all_expressions(self) -> Iterator[Expression]:
         yield from (e for _, e in self.match_conditions)
@@ -91,6 +93,9 @@ class CompiledPolicy:
             for x in item if isinstance(item, tuple) else (item,):
                 if isinstance(x, Expression):
                     yield x
+                for attr in ("expression", "message_expression"):  # validations, mutations
+                    if isinstance(e := getattr(x, attr, None), Expression):
+                        yield e
 
 
 @dataclass
@@ -242,12 +247,89 @@ def request_variable(a: Attributes) -> Obj:
     return out
 
 
-def context(a: Attributes, namespace: Obj | None, params: Obj | None) -> Any:
+_NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\b")
+_SEGMENT = re.compile(r"\s*\.\s*([A-Za-z_]\w*)")
+_CALL = re.compile(r"([A-Za-z_]\w*)\s*\(")
+PRUNED = ("object", "oldObject", "params", "namespaceObject")
+
+
+class Needs:
+    """What a policy's expressions read, found once at compile time so that a request converts only that into
+    CEL values (cel-rust converts a Python dict at some 10 µs per entry: a whole object with its managedFields
+    would cost more than the rest of the request): the variables named, and for object, oldObject, params and
+    namespaceObject the field paths (two levels deep) read from them, or None when one is used whole."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.variables: set[str] = set()
+        self.paths: dict[str, set[tuple[str, ...]] | None] = {}
+        self.functions = {name: fn for t in texts for name in _CALL.findall(t)
+                          if (fn := cel.KUBE_LIBRARY.get(name)) is not None}
+        for text in texts:
+            for m in _NAME.finditer(text):
+                name = m.group(1)
+                if name not in VARIABLES:
+                    continue
+                self.variables.add(name)
+                if name not in PRUNED:
+                    continue
+                path: list[str] = []
+                pos = m.end()
+                while len(path) < 2 and (seg := _SEGMENT.match(text, pos)):
+                    if text[seg.end():].lstrip().startswith("("):
+                        break  # a method call on what came before
+                    path.append(seg.group(1))
+                    pos = seg.end()
+                if not path:
+                    self.paths[name] = None
+                elif self.paths.get(name, set()) is not None:
+                    self.paths.setdefault(name, set()).add(tuple(path))  # type: ignore[union-attr]
+        if "jsonpatchEscapeKey" in " ".join(texts):
+            self.functions["jsonpatchEscapeKey"] = cel.KUBE_LIBRARY["jsonpatchEscapeKey"]
+
+    def prune(self, name: str, value: Any) -> Any:
+        """The parts of value the expressions read (value itself when used whole)."""
+        paths = self.paths.get(name)
+        if paths is None or not isinstance(value, dict):
+            return value
+        out: Obj = {}
+        for path in sorted(paths, key=len):
+            head = path[0]
+            if head not in value:
+                continue
+            if len(path) == 1 or not isinstance(value[head], dict):
+                out[head] = value[head]
+                continue
+            sub = out.get(head)
+            if sub is value[head]:
+                continue  # already whole
+            if sub is None:
+                sub = out[head] = {}
+            if path[1] in value[head]:
+                sub[path[1]] = value[head][path[1]]
+        return out
+
+
+def context(a: Attributes, namespace: Obj | None, params: Obj | None, needs: Needs | None = None) -> Any:
     """The CEL activation of one evaluation: object, oldObject, request, params, namespaceObject, and kube's
-    libraries; `variables` is added as the policy's variables are evaluated."""
-    return cel.activation({"object": a.object, "oldObject": a.old_object, "request": request_variable(a),
-                           "params": params, "namespaceObject": namespace, "variables": {}},
-                          cel.KUBE_LIBRARY)
+    libraries; `variables` is added as the policy's variables are evaluated. With needs, only what the
+    policy's expressions read is converted."""
+    if needs is None:
+        return cel.activation({"object": a.object, "oldObject": a.old_object, "request": request_variable(a),
+                               "params": params, "namespaceObject": namespace, "variables": {}},
+                              cel.KUBE_LIBRARY)
+    values: Obj = {"variables": {}}
+    for name in needs.variables:
+        if name == "object":
+            values[name] = needs.prune(name, a.object)
+        elif name == "oldObject":
+            values[name] = needs.prune(name, a.old_object)
+        elif name == "params":
+            values[name] = needs.prune(name, params)
+        elif name == "namespaceObject":
+            values[name] = needs.prune(name, namespace)
+        elif name == "request":
+            values[name] = request_variable(a)
+    return cel.activation(values, needs.functions)
 
 
 def evaluate_variables(cp: CompiledPolicy, ctx: Any) -> None:

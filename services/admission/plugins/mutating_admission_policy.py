@@ -90,7 +90,7 @@ class MutatingAdmissionPolicy(Plugin):
 
     @staticmethod
     def _mutate(cp: CompiledPolicy, a: Attributes, namespace: Any, params: Any) -> None:
-        ctx = context(a, namespace, params)
+        ctx = context(a, namespace, params, cp.needs)
         if not match_conditions(cp, ctx):
             return
         evaluate_variables(cp, ctx)
@@ -98,7 +98,7 @@ class MutatingAdmissionPolicy(Plugin):
         for m in cp.body:
             assert obj is not None
             obj = m.apply(obj, ctx)
-            ctx.update({"object": obj})
+            ctx.update({"object": cp.needs.prune("object", obj)})
         if obj is not a.object and obj is not None:
             a.set_object(obj)
 

@@ -134,7 +134,7 @@ class ValidatingAdmissionPolicy(Plugin):
             else:
                 failures = []
                 for params in all_params:
-                    ctx = context(a, namespace, params)
+                    ctx = context(a, namespace, params, cp.needs)
                     try:
                         if not match_conditions(cp, ctx):
                             continue
