@@ -4,9 +4,11 @@ from __future__ import annotations
 import argparse
 
 from apiary_pb import admission_pb2_grpc as adgrpc
+from apiary_pb import auth_pb2_grpc as authgrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import config, runtime
 
+from . import authz
 from .chain import Chain
 from .configfile import ConfigError, load_admission_configuration
 from .plugins import enabled_plugins, factory_for
@@ -48,6 +50,7 @@ def build_chain(names: list[str], configs: dict, registry: rgrpc.RegistryStub | 
 async def assemble(service: runtime.Service) -> str:
     args = service.args
     names, configs = resolve_plugins(args)
+    authz.configure(authgrpc.AuthStub(service.channel(args.auth_address)))
     chain = build_chain(names, configs, rgrpc.RegistryStub(service.channel(args.registry_address)))
     service.component(chain.start, chain.stop)
     adgrpc.add_AdmissionServicer_to_server(AdmissionServicer(chain), service.grpc_server())

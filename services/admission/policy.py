@@ -17,6 +17,7 @@ from services.common import cel
 from services.common.informer import Informer
 from services.common.selectors import label_selector_from_dict
 
+from . import authz
 from .attributes import Attributes
 from .informers import InformerFactory
 from .matching import MatchResources
@@ -309,7 +310,8 @@ class Needs:
         return out
 
 
-def context(a: Attributes, namespace: Obj | None, params: Obj | None, needs: Needs | None = None) -> Any:
+def context(a: Attributes, namespace: Obj | None, params: Obj | None, needs: Needs | None = None,
+            checks: authz.Checks | None = None) -> Any:
     """The CEL activation of one evaluation: object, oldObject, request, params, namespaceObject, and kube's
     libraries; `variables` is added as the policy's variables are evaluated. With needs, only what the
     policy's expressions read is converted."""
@@ -329,6 +331,10 @@ def context(a: Attributes, namespace: Obj | None, params: Obj | None, needs: Nee
             values[name] = needs.prune(name, namespace)
         elif name == "request":
             values[name] = request_variable(a)
+        elif name == "authorizer" and checks is not None:
+            values[name] = authz.variable(a.group, a.version, a.resource, a.subresource, a.namespace, a.name)
+    if checks is not None and "authorizer" in needs.variables:
+        return cel.activation(values, {**needs.functions, **checks.functions()})
     return cel.activation(values, needs.functions)
 
 

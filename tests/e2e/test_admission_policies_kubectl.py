@@ -272,3 +272,48 @@ spec:
     kubectl.run("delete", "mutatingadmissionpolicybinding", name)
     kubectl.run("delete", "mutatingadmissionpolicy", name)
     kubectl.run("delete", "namespace", ns, "--wait=false")
+
+
+def test_authorizer_checks_the_requesting_user(kubectl: Any, tokens: dict[str, str]) -> None:
+    ns = new_namespace(kubectl, "vap-authz")
+    name = f"authz-{ns}"
+    kubectl.run("-n", ns, "create", "role", "cm-writer", "--verb=create,get", "--resource=configmaps")
+    kubectl.run("-n", ns, "create", "rolebinding", "alice-cm", "--role=cm-writer", "--user=alice")
+    kubectl.run("apply", "-f", "-", input=f"""apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {name}
+spec:
+  matchConstraints:
+{RULES}  validations:
+  - expression: >
+      authorizer.group("").resource("secrets").namespace(object.metadata.namespace).check("list").allowed()
+    messageExpression: "request.userInfo.username + ' may not list secrets here'"
+  - expression: "authorizer.requestResource.check('get').allowed()"
+    message: "creators must be able to read what they create"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {name}
+spec:
+  policyName: {name}
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {ns}
+""")
+    alice = kubectl.with_token(tokens["alice"], "alice")
+    refused = create_until_refused(alice, ns, "by-alice")
+    assert f"ValidatingAdmissionPolicy '{name}' with binding '{name}' denied request: " \
+           "alice may not list secrets here" in refused.stderr
+    kubectl.run("-n", ns, "create", "configmap", "by-admin")  # system:masters may list secrets
+    # granted the right, alice's create passes both checks
+    kubectl.run("-n", ns, "create", "role", "secret-lister", "--verb=list", "--resource=secrets")
+    kubectl.run("-n", ns, "create", "rolebinding", "alice-secrets", "--role=secret-lister", "--user=alice")
+    wait_for(lambda: alice.run("-n", ns, "create", "configmap", "by-alice", check=False).returncode == 0,
+             what="the new role to be seen by the authorizer")
+    kubectl.run("delete", "validatingadmissionpolicybinding", name)
+    kubectl.run("delete", "validatingadmissionpolicy", name)
+    kubectl.run("delete", "namespace", ns, "--wait=false")

@@ -16,6 +16,7 @@ import orjson
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common.errors import APIError, forbidden
 
+from .. import authz
 from ..attributes import Attributes
 from ..informers import InformerFactory, shared_informers
 from ..plugin import ALL_OPERATIONS, Plugin, PluginConfig
@@ -134,16 +135,7 @@ class ValidatingAdmissionPolicy(Plugin):
             else:
                 failures = []
                 for params in all_params:
-                    ctx = context(a, namespace, params, cp.needs)
-                    try:
-                        if not match_conditions(cp, ctx):
-                            continue
-                    except EvalError as e:
-                        if cp.failure_policy == "Fail":
-                            failures.append((params, [Decision(str(e))]))
-                        continue
-                    evaluate_variables(cp, ctx)
-                    failed, audit = evaluate(cp, ctx)
+                    failed, audit = await self._evaluate(cp, a, namespace, params)
                     a.audit_annotations.update(audit)
                     if failed:
                         failures.append((params, failed))
@@ -161,6 +153,31 @@ class ValidatingAdmissionPolicy(Plugin):
             a.audit_annotations[VALIDATION_FAILURE] = orjson.dumps(audit_failures).decode()
         if denied is not None:
             raise denial(a, *denied)
+
+
+    @staticmethod
+    async def _evaluate(cp: CompiledPolicy, a: Attributes, namespace: Any,
+                        params: Any) -> tuple[list[Decision], dict[str, str]]:
+        """One (policy, binding, params): its failed validations and audit annotations. Expressions that
+        use the authorizer are evaluated again once the checks they made are answered."""
+        checks = authz.Checks(a.user) if "authorizer" in cp.needs.variables else None
+        result: tuple[list[Decision], dict[str, str]] = ([], {})
+        for _ in range(authz.MAX_PASSES):
+            ctx = context(a, namespace, params, cp.needs, checks)
+            try:
+                matched = match_conditions(cp, ctx)
+            except EvalError as e:
+                matched = None
+                result = ([Decision(str(e))] if cp.failure_policy == "Fail" else [], {})
+            if matched is False:
+                result = ([], {})
+            elif matched:
+                evaluate_variables(cp, ctx)
+                result = evaluate(cp, ctx)
+            if checks is None or not checks.pending:
+                return result
+            await checks.resolve()
+        return result
 
 
 def denial(a: Attributes, cp: CompiledPolicy, binding: str, d: Decision) -> APIError:
