@@ -16,7 +16,7 @@ Obj = dict[str, Any]
 class Rule:
     """A RuleWithOperations or NamedRuleWithOperations."""
 
-    __slots__ = ("operations", "groups", "versions", "resources", "scope", "names")
+    __slots__ = ("groups", "names", "operations", "resources", "scope", "versions")
 
     def __init__(self, r: Obj) -> None:
         self.operations = frozenset(r.get("operations") or ())

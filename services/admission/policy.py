@@ -31,7 +31,7 @@ VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject", "var
 class Expression:
     """One compiled expression, or its compile error (kube keeps both and fails at evaluation)."""
 
-    __slots__ = ("text", "program", "error")
+    __slots__ = ("error", "program", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -205,7 +205,7 @@ class PolicySource:
         if not inf.synced.is_set():
             try:
                 await asyncio.wait_for(inf.synced.wait(), PARAMS_SYNC_WAIT)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         ns = ref.get("namespace") or a.namespace
         found: list[Obj | None] = []

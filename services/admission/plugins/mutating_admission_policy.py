@@ -19,11 +19,19 @@ from services.common.errors import APIError, forbidden
 from ..attributes import Attributes
 from ..informers import InformerFactory, shared_informers
 from ..plugin import ALL_OPERATIONS, Plugin, PluginConfig
-from ..policy import CompiledPolicy, EvalError, Expression, PolicySource, context, evaluate_variables, match_conditions
+from ..policy import (
+    CompiledPolicy,
+    EvalError,
+    Expression,
+    PolicySource,
+    context,
+    evaluate_variables,
+    match_conditions,
+)
 
 
 class Mutation:
-    __slots__ = ("patch_type", "expression")
+    __slots__ = ("expression", "patch_type")
 
     def __init__(self, m: dict[str, Any]) -> None:
         self.patch_type = m.get("patchType") or ""

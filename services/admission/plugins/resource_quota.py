@@ -206,7 +206,7 @@ class ResourceQuota(Plugin):
         while True:
             try:
                 await asyncio.wait_for(self._wake.wait(), RESYNC)
-            except asyncio.TimeoutError:  # the full resync: a charge whose create failed is given back
+            except TimeoutError:  # the full resync: a charge whose create failed is given back
                 self._dirty.update(k.partition("/")[0] for k in self.quotas.store)
             self._wake.clear()
             while self._dirty:
@@ -215,7 +215,7 @@ class ResourceQuota(Plugin):
                     await self._recalculate(ns)
                 except asyncio.CancelledError:
                     raise
-                except Exception:  # noqa: BLE001 - the next event or start retries
+                except Exception:
                     log.exception("resource quota: recalculating namespace %s failed", ns)
 
     async def _recalculate(self, namespace: str) -> None:

@@ -20,9 +20,16 @@ from .. import authz
 from ..attributes import Attributes
 from ..informers import InformerFactory, shared_informers
 from ..plugin import ALL_OPERATIONS, Plugin, PluginConfig
+from ..policy import (
+    CompiledPolicy,
+    EvalError,
+    Expression,
+    PolicySource,
+    context,
+    evaluate_variables,
+    match_conditions,
+)
 from ..typechecking import TypeChecker
-from ..policy import (CompiledPolicy, EvalError, Expression, PolicySource, context, evaluate_variables,
-                      match_conditions)
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +38,7 @@ VALIDATION_FAILURE = "validation.policy.admission.k8s.io/validation_failure"
 
 
 class Validation:
-    __slots__ = ("index", "expression", "message", "message_expression", "reason")
+    __slots__ = ("expression", "index", "message", "message_expression", "reason")
 
     def __init__(self, index: int, v: dict[str, Any]) -> None:
         self.index = index
@@ -61,7 +68,7 @@ def body_expressions(spec: dict[str, Any]) -> tuple[Any, ...]:
 
 
 class Decision:
-    __slots__ = ("message", "reason", "index")
+    __slots__ = ("index", "message", "reason")
 
     def __init__(self, message: str, reason: str = "", index: int = 0) -> None:
         self.message, self.reason, self.index = message, reason, index

@@ -16,10 +16,12 @@ GROUP = "admissionregistration.k8s.io"
 # ---------------------------------------------------------------------------------------------------------
 # Admission policies: ValidatingAdmissionPolicy(+Binding) v1, MutatingAdmissionPolicy(+Binding) v1alpha1
 # ---------------------------------------------------------------------------------------------------------
-from ..strategies.admissionregistration import (AdmissionPolicyBindingStrategy,  # noqa: E402
-                                                AdmissionPolicyStrategy,
-                                                MutatingAdmissionPolicyBindingStrategy,
-                                                MutatingAdmissionPolicyStrategy)
+from ..strategies.admissionregistration import (
+    AdmissionPolicyBindingStrategy,
+    AdmissionPolicyStrategy,
+    MutatingAdmissionPolicyBindingStrategy,
+    MutatingAdmissionPolicyStrategy,
+)
 
 
 def _param_kind(o: Obj) -> str:
