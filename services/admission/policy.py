@@ -238,7 +238,8 @@ def request_variable(a: Attributes) -> Obj:
     resource = {"group": a.group, "version": a.version, "resource": a.resource}
     out: Obj = {
         "uid": a.request.uid, "kind": kind, "resource": resource, "requestKind": kind,
-        "requestResource": resource, "name": a.name or a.name_for_errors(), "namespace": a.namespace,
+        "requestResource": resource, "name": a.name or ((a.object or {}).get("metadata") or {}).get("name", ""),
+        "namespace": a.namespace,
         "operation": a.operation, "userInfo": {"username": u.name, "uid": u.uid, "groups": list(u.groups),
                                                "extra": {k: list(v.values) for k, v in u.extra.items()}},
         "dryRun": a.dry_run,
