@@ -262,6 +262,103 @@ def write_figures(raw: dict) -> dict[str, dict]:
             for name in ("apply", "patch")}
 
 
+POLICY_NS = "bench-policy"
+BENCH_POLICY = {
+    "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+    "metadata": {"name": "bench-three-expressions"},
+    "spec": {"failurePolicy": "Fail",
+             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                     "operations": ["CREATE", "UPDATE"],
+                                                     "resources": ["configmaps"]}]},
+             "validations": [
+                 {"expression": "!has(object.data) || size(object.data) <= 16"},
+                 {"expression": "object.metadata.name.startsWith('cm-') || object.metadata.name == 'refused'",
+                  "message": "names start with cm-"},
+                 {"expression": "!has(object.data) || object.data.all(k, size(object.data[k]) < 1024)",
+                  "messageExpression": "'value too long in ' + object.metadata.name"}]}}
+BENCH_BINDING = {
+    "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+    "metadata": {"name": "bench-three-expressions"},
+    "spec": {"policyName": "bench-three-expressions", "validationActions": ["Deny"],
+             "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": POLICY_NS}}}}}
+
+
+async def bench_policy(stack: Stack, concurrency: int, n: int) -> dict[str, dict]:
+    """CREATE of a configmap without any admission extension, then with one matching ValidatingAdmissionPolicy
+    of three expressions (binding by namespaceSelector), alternated twice in the same run; the figures sum
+    both rounds of each."""
+    ctx = client_ctx(stack)
+    port = int(stack.server.rsplit(":", 1)[1])
+
+    def mk() -> Conn:
+        return Conn("127.0.0.1", port, ctx)
+
+    json_hdr = {"Content-Type": "application/json", "Accept": "application/json"}
+    setup = mk()
+    for ns in ("bench-plain", POLICY_NS):
+        body = {"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}}
+        await setup.request("POST", "/api/v1/namespaces", json.dumps(body).encode(), json_hdr)
+    await setup.request("POST", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+                        json.dumps(BENCH_POLICY).encode(), json_hdr)
+    bindings = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+    seq = iter(range(10**9))
+
+    def creator(ns: str) -> Callable[[int, Conn], Awaitable[None]]:
+        async def create(i: int, c: Conn) -> None:
+            body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{next(seq)}"},
+                               "data": {"key": "value-" * 20, "other": "x"}}).encode()
+            s, data = await c.request("POST", f"/api/v1/namespaces/{ns}/configmaps", body, json_hdr)
+            if s != 201:
+                raise RuntimeError(f"create: {s} {data[:200]!r}")
+        return create
+
+    async def policy_effective(on: bool) -> None:
+        """Until a violating create is refused (on) or accepted (off): the binding arrives by watch."""
+        while True:
+            body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "x-"}})
+            s, _ = await setup.request("POST", f"/api/v1/namespaces/{POLICY_NS}/configmaps", body.encode(),
+                                       json_hdr)
+            if (s == 422) == on:
+                return
+            await asyncio.sleep(0.1)
+
+    totals: dict[str, list[dict]] = {"plain": [], "policy": []}
+    probe = Probe(stack)
+
+    async def measure(name: str, ns: str) -> None:
+        before = probe.snapshot()
+        r = await drive(n, concurrency, creator(ns), mk)
+        cpu, _ = Probe.per_request(before, probe.snapshot(), r["requests"])
+        r["cpu_ms_per_request"] = round(sum(cpu.values()), 3)
+        totals[name].append(r)
+
+    for _ in range(2):
+        await measure("plain", "bench-plain")
+        await setup.request("POST", bindings, json.dumps(BENCH_BINDING).encode(), json_hdr)
+        await policy_effective(True)
+        await measure("policy", POLICY_NS)
+        await setup.request("DELETE", f"{bindings}/bench-three-expressions", b"", json_hdr)
+        await policy_effective(False)
+    out = {}
+    for name, runs in totals.items():
+        out[name] = {"rate": round(sum(r["rate"] for r in runs) / len(runs), 1),
+                     "p50_ms": round(statistics.median(r["p50_ms"] for r in runs), 2),
+                     "p99_ms": max(r["p99_ms"] for r in runs),
+                     "cpu_ms_per_request": round(sum(r["cpu_ms_per_request"] for r in runs) / len(runs), 3),
+                     "rounds": runs}
+    return out
+
+
+def policy_figures(raw: dict) -> dict[str, dict]:
+    p, plain = raw["policy"]["policy"], raw["policy"]["plain"]
+    return {"create_vap": {"rate": p["rate"], "p50_ms": p["p50_ms"], "p99_ms": p["p99_ms"],
+                           "baseline": "create_plain", "baseline_rate": plain["rate"],
+                           "ratio": round(p["rate"] / plain["rate"], 4),
+                           "cpu_ms_per_request": p["cpu_ms_per_request"],
+                           "baseline_cpu_ms_per_request": plain["cpu_ms_per_request"]}}
+
+
 def oidc_config(issuer: Issuer) -> str:
     ca = "\n".join("      " + line for line in issuer.ca_pem.strip().splitlines())
     return ("apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\njwt:\n"
@@ -494,8 +591,9 @@ def main() -> None:
     # The load generator reads multi-MB answers like the services do (services/common/runtime.py).
     tune_malloc()
     p = argparse.ArgumentParser(prog="python -m tools.bench")
-    p.add_argument("mode", nargs="?", default="run", choices=["run", "writes", "hello-server"],
-                   help="writes: only the apply and patch figures")
+    p.add_argument("mode", nargs="?", default="run", choices=["run", "writes", "policy", "hello-server"],
+                   help="run: every figure; writes: only the apply and patch figures; policy: only CREATE with "
+                   "and without a ValidatingAdmissionPolicy")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("-n", type=int, default=1500, help="requests per figure (GET runs 2n)")
     p.add_argument("--record", action="store_true", help="append the figures to docs/benchmarks.md")
@@ -518,6 +616,20 @@ def main() -> None:
             print(f"{name:8} {r['rate']:>9} {r['p50_ms']:>8} {r['p99_ms']:>8}  {r['baseline']:11} "
                   f"{r['baseline_rate']:>9} {r['ratio']:>7}")
         return
+    if args.mode == "policy":
+        stack = Stack(BENCH_STATE, BENCH_OFFSET)
+        stack.start(fresh=True)
+        try:
+            raw = {"policy": asyncio.run(bench_policy(stack, args.concurrency, args.n))}
+        finally:
+            stack.stop(quiet=True)
+        r = policy_figures(raw)["create_vap"]
+        print(f"create, no admission extension: {r['baseline_rate']}/s; with one matching "
+              f"ValidatingAdmissionPolicy of three expressions: {r['rate']}/s (p50 {r['p50_ms']} ms, "
+              f"p99 {r['p99_ms']} ms); ratio {r['ratio']} (cost {round((1 - r['ratio']) * 100, 1)} %); CPU of "
+              f"the apiary processes per create {r['baseline_cpu_ms_per_request']} ms -> {r['cpu_ms_per_request']} ms")
+        print(json.dumps(raw["policy"], indent=1))
+        return
     issuer = Issuer(BENCH_STATE / "oidc", "bench-issuer").start()
     authn_config = BENCH_STATE / "oidc" / "authentication-config.yaml"
     authn_config.write_text(oidc_config(issuer))
@@ -530,6 +642,7 @@ def main() -> None:
             "apiary": asyncio.run(bench_apiary(stack, args.concurrency, args.n)),
             "oidc": asyncio.run(bench_oidc(stack, issuer, args.concurrency, args.n)),
             "writes": asyncio.run(bench_writes(stack, args.concurrency, args.n)),
+            "policy": asyncio.run(bench_policy(stack, args.concurrency, args.n)),
         }
         from tools import bench_storage
 
@@ -561,6 +674,7 @@ def main() -> None:
                            "baseline": "etcd_get", "baseline_rate": raw["etcd"]["get"]["rate"], "ratio": 1.0}
     results.update(write_figures(raw))
     results.update(storage_figures(raw))
+    results.update(policy_figures(raw))
     out = ROOT / ".apiary" / "bench.json"
     out.write_text(json.dumps(results, indent=2))
     (ROOT / ".apiary" / "bench-raw.json").write_text(json.dumps(raw, indent=2))

@@ -4,12 +4,14 @@ from __future__ import annotations
 import argparse
 
 from apiary_pb import admission_pb2_grpc as adgrpc
+from apiary_pb import auth_pb2_grpc as authgrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import config, runtime
 
+from . import authz
 from .chain import Chain
 from .configfile import ConfigError, load_admission_configuration
-from .plugins import FACTORIES, enabled_plugins
+from .plugins import enabled_plugins, factory_for
 from .server import AdmissionServicer
 
 
@@ -17,8 +19,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m services.admission", description=__doc__)
     config.add_common_flags(p, "admission")
     p.add_argument("--enable-admission-plugins", default="",
-                   help="admission plugins to enable besides the default ones (NamespaceLifecycle); "
-                        "they run in the server's fixed order, whatever the order here")
+                   help="admission plugins to enable besides the default ones (NamespaceLifecycle, "
+                        "MutatingAdmissionPolicy, ValidatingAdmissionPolicy); built-in ones run in the server's "
+                        "fixed order, whatever the order here, then plugins from the apiary.admission_plugins "
+                        "entry point group in the order named here")
     p.add_argument("--disable-admission-plugins", default="",
                    help="admission plugins to disable, default ones included")
     p.add_argument("--admission-control-config-file", default="",
@@ -32,18 +36,21 @@ def resolve_plugins(args: argparse.Namespace) -> tuple[list[str], dict]:
         names = enabled_plugins(args.enable_admission_plugins, args.disable_admission_plugins)
         configs = (load_admission_configuration(args.admission_control_config_file)
                    if args.admission_control_config_file else {})
+        for n in names:
+            factory_for(n)  # an entry point that does not load fails here, before anything starts
     except (ValueError, ConfigError) as e:
         raise SystemExit(str(e)) from None
     return names, configs
 
 
 def build_chain(names: list[str], configs: dict, registry: rgrpc.RegistryStub | None) -> Chain:
-    return Chain([FACTORIES[n](configs.get(n), registry) for n in names])
+    return Chain([factory_for(n)(configs.get(n), registry) for n in names])
 
 
 async def assemble(service: runtime.Service) -> str:
     args = service.args
     names, configs = resolve_plugins(args)
+    authz.configure(authgrpc.AuthStub(service.channel(args.auth_address)))
     chain = build_chain(names, configs, rgrpc.RegistryStub(service.channel(args.registry_address)))
     service.component(chain.start, chain.stop)
     adgrpc.add_AdmissionServicer_to_server(AdmissionServicer(chain), service.grpc_server())

@@ -69,6 +69,8 @@ class ResourceHandler:
     def _headers(ctx: Context, resp: rpb.APIResponse) -> list[tuple[bytes, bytes]]:
         for stage, ms in resp.timing.items():
             ctx.timings.append((stage, ms))
+        if resp.audit_annotations and ctx.audit is not None:
+            ctx.audit.annotations.update(resp.audit_annotations)
         headers = warning_headers(resp.warnings) if resp.warnings else []
         headers.append((b"cache-control", b"no-cache, private"))
         return headers

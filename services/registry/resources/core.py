@@ -6,8 +6,8 @@ from typing import Any
 
 from ..printers import (AGE, NAME, NAME_DESC, TableConvertor, age, column, first_three, name_age,
                         parse_time, since)
-from ..strategies.core import (ConfigMapStrategy, EventStrategy, NamespaceStrategy, SecretStrategy,
-                               ServiceAccountStrategy)
+from ..strategies.core import (ConfigMapStrategy, EventStrategy, NamespaceStrategy, ResourceQuotaStrategy,
+                               SecretStrategy, ServiceAccountStrategy)
 from ..strategies.services import EndpointsStrategy, ServiceStrategy
 from . import STATUS_VERBS, GroupVersion, ResourceInfo, SubresourceInfo
 
@@ -128,6 +128,22 @@ ENDPOINTS_TABLE = TableConvertor((NAME, column("Endpoints", "string", "Endpoints
                                  endpoints_row)
 
 
+def _quota_usage(o: Obj, limits: bool) -> str:
+    """printResourceQuota: "name: used/hard" of each hard resource, requests and limits apart, sorted."""
+    status = o.get("status") or {}
+    hard, used = status.get("hard") or {}, status.get("used") or {}
+    parts = [f"{k}: {used.get(k, '0')}/{hard[k]}" for k in sorted(hard) if k.startswith("limits.") == limits]
+    return ", ".join(parts)
+
+
+RESOURCE_QUOTA_TABLE = TableConvertor((
+    NAME, AGE,
+    column("Request", "string", "Request represents a minimum amount of cpu/memory that a container may consume."),
+    column("Limit", "string", "Limits control the maximum amount of cpu/memory that a container may use "
+           "independent of contention on the node."),
+), lambda o: [(o.get("metadata") or {}).get("name", ""), age(o), _quota_usage(o, False), _quota_usage(o, True)])
+
+
 V1 = GroupVersion("", "v1", 18000, 1, (
     ResourceInfo(
         group="", version="v1", kind="ConfigMap", plural="configmaps", singular="configmap", namespaced=True,
@@ -155,6 +171,12 @@ V1 = GroupVersion("", "v1", 18000, 1, (
         strategy=NamespaceStrategy, protobuf=_PB + "Namespace",
         table=name_age([column("Status", "string", "The status of the namespace")],
                        lambda o: [(o.get("status") or {}).get("phase", "")]),
+    ),
+    ResourceInfo(
+        group="", version="v1", kind="ResourceQuota", plural="resourcequotas", singular="resourcequota",
+        namespaced=True, key_prefix="/registry/resourcequotas/", short_names=("quota",),
+        subresources=(SubresourceInfo("status", "ResourceQuota", STATUS_VERBS),),
+        strategy=ResourceQuotaStrategy, protobuf=_PB + "ResourceQuota", table=RESOURCE_QUOTA_TABLE,
     ),
     ResourceInfo(
         group="", version="v1", kind="Secret", plural="secrets", singular="secret", namespaced=True,

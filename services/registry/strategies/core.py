@@ -260,3 +260,38 @@ class EventStrategy(Strategy):
 
     def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
         return self.validate_event(obj) or super().validate_update(obj, old)
+
+
+class ResourceQuotaStrategy(Strategy):
+    """core/v1 ResourceQuota (kube's registry/core/resourcequota): status is the quota controller's."""
+    status_fields = ("status",)
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        obj.pop("status", None)
+
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        from services.common import quantity
+
+        causes = super().validate(obj)
+        spec = obj.get("spec") or {}
+        for field in ("spec.hard", "status.hard", "status.used"):
+            top, _, key = field.partition(".")
+            for name, value in ((obj.get(top) or {}).get(key) or {}).items():
+                causes += [v.invalid(f"{field}[{name}]", name, m) for m in v.is_qualified_name(name)]
+                try:
+                    if quantity.parse(value) < 0:
+                        causes.append(v.invalid(f"{field}[{name}]", value, "must be greater than or equal to 0"))
+                except ValueError as e:
+                    causes.append(v.invalid(f"{field}[{name}]", value, str(e)))
+        scopes = spec.get("scopes") or []
+        allowed = ["Terminating", "NotTerminating", "BestEffort", "NotBestEffort", "PriorityClass",
+                   "CrossNamespacePodAffinity", "VolumeAttributesClass"]
+        for i, sc in enumerate(scopes):
+            if sc not in allowed:
+                causes.append(v.not_supported(f"spec.scopes[{i}]", sc, allowed))
+        return causes
+
+    def for_subresource(self, subresource: str) -> Strategy:
+        if subresource == "status":
+            return SubresourceStrategy(self, ("status",))
+        return self

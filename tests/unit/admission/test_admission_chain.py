@@ -83,9 +83,11 @@ async def test_admit_answers_a_patch_not_the_object() -> None:
 
 
 def test_enabled_plugins() -> None:
-    assert enabled_plugins("", "") == ["NamespaceLifecycle"]
-    assert enabled_plugins("NamespaceLifecycle", "") == ["NamespaceLifecycle"]
-    assert enabled_plugins("", "NamespaceLifecycle") == []
+    default = ["NamespaceLifecycle", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ResourceQuota"]
+    assert enabled_plugins("", "") == default
+    assert enabled_plugins("NamespaceLifecycle", "") == default
+    assert enabled_plugins("", "NamespaceLifecycle") == default[1:]
+    assert enabled_plugins("", ",".join(default)) == []
     with pytest.raises(ValueError, match="is unknown"):
         enabled_plugins("Bogus", "")
     with pytest.raises(ValueError, match="overlapped"):
@@ -93,7 +95,8 @@ def test_enabled_plugins() -> None:
 
 
 def test_flags_and_chain_build() -> None:
-    names, configs = resolve_plugins(parse_args([]))
+    names, configs = resolve_plugins(parse_args(["--disable-admission-plugins",
+                                                "MutatingAdmissionPolicy,ValidatingAdmissionPolicy,ResourceQuota"]))
     assert names == ["NamespaceLifecycle"] and configs == {}
     chain = build_chain(names, configs, registry=object())  # the informer is created, not started
     assert [p.name for p in chain.mutating] == ["NamespaceLifecycle"]
@@ -123,7 +126,7 @@ plugins:
     assert cfg["PodSecurity"]["kind"] == "PodSecurityConfiguration"
     assert cfg["NamespaceLifecycle"] is None
     names, configs = resolve_plugins(parse_args(["--admission-control-config-file", str(f)]))
-    assert names == ["NamespaceLifecycle"] and "PodSecurity" in configs
+    assert names == ["NamespaceLifecycle", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ResourceQuota"] and "PodSecurity" in configs
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: v1\nkind: ConfigMap\n")

@@ -11,7 +11,8 @@ def test_aggregated_core():
     (core,) = doc["items"]
     assert core["metadata"]["name"] == "" and core["versions"][0]["freshness"] == "Current"
     res = {r["resource"]: r for r in core["versions"][0]["resources"]}
-    assert set(res) == {"configmaps", "endpoints", "events", "namespaces", "secrets", "serviceaccounts", "services"}
+    assert set(res) == {"configmaps", "endpoints", "events", "namespaces", "secrets", "serviceaccounts", "services",
+                        "resourcequotas"}
     ev = res["events"]
     assert ev["scope"] == "Namespaced" and ev["shortNames"] == ["ev"] and ev["singularResource"] == "event"
     assert ev["verbs"] == ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
@@ -28,7 +29,7 @@ def test_aggregated_groups_and_legacy():
     # rbac 17000.
     assert [i["metadata"]["name"] for i in doc["items"]] == ["authentication.k8s.io", "authorization.k8s.io",
                                                              "apiregistration.k8s.io", "rbac.authorization.k8s.io",
-                                                                 "discovery.k8s.io"]
+                                                             "admissionregistration.k8s.io", "discovery.k8s.io"]
     assert discovery.api_versions() == {
         "kind": "APIVersions", "versions": ["v1"],
         "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]}
@@ -44,7 +45,8 @@ def test_openapi_patch_ops_declare_field_validation_and_gvk():
     docs = openapi.documents(DEFAULT_CATALOGUE)
     assert set(docs) == {"api/v1", "apis/apiregistration.k8s.io/v1", "apis/rbac.authorization.k8s.io/v1",
                          "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1",
-                         "apis/discovery.k8s.io/v1"}
+                         "apis/discovery.k8s.io/v1", "apis/admissionregistration.k8s.io/v1",
+                         "apis/admissionregistration.k8s.io/v1alpha1"}
     for key, raw in docs.items():
         doc = orjson.loads(raw)
         patches = [(path, item["patch"]) for path, item in doc["paths"].items() if "patch" in item]
@@ -69,8 +71,10 @@ def test_discovery_response():
     resp = discovery_response(DEFAULT_CATALOGUE)
     assert set(resp.resource_lists) == {"v1", "apiregistration.k8s.io/v1", "rbac.authorization.k8s.io/v1",
                                         "authentication.k8s.io/v1", "authorization.k8s.io/v1",
-                                        "discovery.k8s.io/v1"}
+                                        "discovery.k8s.io/v1", "admissionregistration.k8s.io/v1",
+                                        "admissionregistration.k8s.io/v1alpha1"}
     assert set(resp.openapi) == {"api/v1", "apis/apiregistration.k8s.io/v1", "apis/rbac.authorization.k8s.io/v1",
                                  "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1",
-                         "apis/discovery.k8s.io/v1"}
+                         "apis/discovery.k8s.io/v1", "apis/admissionregistration.k8s.io/v1",
+                         "apis/admissionregistration.k8s.io/v1alpha1"}
     assert orjson.loads(resp.api_group_list)["groups"][0]["name"] == "authentication.k8s.io"

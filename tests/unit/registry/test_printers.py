@@ -22,5 +22,9 @@ def test_age_and_columns():
     names = {r: [c["name"] for c in printers.column_definitions(g, r)] for g, r in printers.PRINTERS}
     assert names == {"namespaces": ["Name", "Status", "Age"], "configmaps": ["Name", "Data", "Age"],
                      "secrets": ["Name", "Type", "Data", "Age"], "serviceaccounts": ["Name", "Secrets", "Age"],
-                     "apiservices": ["Name", "Service", "Available", "Age"]}
+                     "apiservices": ["Name", "Service", "Available", "Age"],
+                     "validatingadmissionpolicies": ["Name", "Validations", "ParamKind", "Age"],
+                     "mutatingadmissionpolicies": ["Name", "Mutations", "ParamKind", "Age"],
+                     "validatingadmissionpolicybindings": ["Name", "PolicyName", "ParamRef", "Age"],
+                     "mutatingadmissionpolicybindings": ["Name", "PolicyName", "ParamRef", "Age"]}
     assert all(c["priority"] == 0 for c in printers.column_definitions("", "secrets"))
