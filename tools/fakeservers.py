@@ -1,4 +1,5 @@
-"""Servers the auth tests and benchmarks talk to: an OIDC issuer, a token webhook and an authorization webhook.
+"""Servers the tests and benchmarks talk to: an OIDC issuer, a token webhook, an authorization webhook,
+admission webhooks and aggregated API servers.
 
 Each is a threading HTTPS server on loopback with a serving certificate from a CA made here
 (tools.certs), so the auth service reaches them over verified TLS exactly as it would a real one.
@@ -157,6 +158,27 @@ class AuthzWebhook(TLSServer):
         self.calls.append(review)
         return 200, {"apiVersion": review["apiVersion"], "kind": "SubjectAccessReview",
                      "status": self.decide(review)}
+
+
+class AdmissionWebhook(TLSServer):
+    """An admission webhook: `decide(request) -> response fields` (allowed, patch, warnings, status, ...)
+    answers each AdmissionReview (uid and the review's apiVersion filled in); `delay` seconds of sleep
+    first make a slow one. Every review received is kept in `calls`."""
+
+    def __init__(self, directory: Path, name: str, decide: Callable[[dict[str, Any]], dict[str, Any]],
+                 delay: float = 0.0) -> None:
+        super().__init__(directory, name)
+        self.decide = decide
+        self.delay = delay
+        self.calls: list[dict[str, Any]] = []
+
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        review = json.loads(body)
+        self.calls.append(review)
+        if self.delay:
+            time.sleep(self.delay)
+        response = {"uid": review["request"]["uid"], **self.decide(review["request"])}
+        return 200, {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
 
 
 class AggregatedBackend:

@@ -21,6 +21,8 @@ class Attributes:
     def __init__(self, request: adpb.AdmissionRequest) -> None:
         self.request = request
         self.warnings: list[str] = []
+        # audit.k8s.io annotations for this request's audit event (webhooks' auditAnnotations, as kube)
+        self.audit_annotations: dict[str, str] = {}
         self._object: dict[str, Any] | None = None
         self._old_object: dict[str, Any] | None = None
         self._replaced = False

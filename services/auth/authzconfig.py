@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from . import cel
+from services.common import cel
 from .authorizers import Authorizer
 from .authorizers.modes import AlwaysAllow, AlwaysDeny, RBACAuthorizer
 from .authorizers.privileged import PrivilegedGroupAuthorizer

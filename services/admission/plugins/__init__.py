@@ -10,14 +10,18 @@ from collections.abc import Callable
 from apiary_pb import registry_pb2_grpc as rgrpc
 
 from ..plugin import Plugin, PluginConfig
+from ..webhook import dispatcher as webhooks
 from . import namespace_lifecycle
 
 Factory = Callable[[PluginConfig, "rgrpc.RegistryStub | None"], Plugin]
 
-ORDER: tuple[str, ...] = ("NamespaceLifecycle",)
-DEFAULT_ON: frozenset[str] = frozenset({"NamespaceLifecycle"})
+ORDER: tuple[str, ...] = ("NamespaceLifecycle", "MutatingAdmissionWebhook", "ValidatingAdmissionWebhook")
+DEFAULT_ON: frozenset[str] = frozenset({"NamespaceLifecycle", "MutatingAdmissionWebhook",
+                                        "ValidatingAdmissionWebhook"})
 FACTORIES: dict[str, Factory] = {
     "NamespaceLifecycle": namespace_lifecycle.factory,
+    "MutatingAdmissionWebhook": webhooks.mutating_factory,
+    "ValidatingAdmissionWebhook": webhooks.validating_factory,
 }
 
 

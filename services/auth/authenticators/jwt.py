@@ -35,7 +35,7 @@ from apiary_pb import auth_pb2 as apb
 from apiary_pb import envelope_pb2 as pb
 from services.common.identity import user_pb
 
-from .. import cel
+from services.common import cel
 from ..fielderrors import FieldErrors
 from . import AuthenticationFailed
 

@@ -19,7 +19,7 @@ from prometheus_client import Counter, Histogram
 
 from apiary_pb import envelope_pb2 as pb
 
-from .. import cel
+from services.common import cel
 from ..webhookclient import WebhookClient, WebhookError
 from . import ALLOW, DENY, NO_OPINION
 

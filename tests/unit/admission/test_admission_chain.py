@@ -82,10 +82,14 @@ async def test_admit_answers_a_patch_not_the_object() -> None:
     assert untouched.patch == b""
 
 
+WEBHOOKS = ["MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"]
+
+
 def test_enabled_plugins() -> None:
-    assert enabled_plugins("", "") == ["NamespaceLifecycle"]
-    assert enabled_plugins("NamespaceLifecycle", "") == ["NamespaceLifecycle"]
-    assert enabled_plugins("", "NamespaceLifecycle") == []
+    assert enabled_plugins("", "") == ["NamespaceLifecycle", *WEBHOOKS]
+    assert enabled_plugins("NamespaceLifecycle", "") == ["NamespaceLifecycle", *WEBHOOKS]
+    assert enabled_plugins("", "NamespaceLifecycle") == WEBHOOKS
+    assert enabled_plugins("", ",".join(WEBHOOKS)) == ["NamespaceLifecycle"]
     with pytest.raises(ValueError, match="is unknown"):
         enabled_plugins("Bogus", "")
     with pytest.raises(ValueError, match="overlapped"):
@@ -94,10 +98,11 @@ def test_enabled_plugins() -> None:
 
 def test_flags_and_chain_build() -> None:
     names, configs = resolve_plugins(parse_args([]))
-    assert names == ["NamespaceLifecycle"] and configs == {}
-    chain = build_chain(names, configs, registry=object())  # the informer is created, not started
-    assert [p.name for p in chain.mutating] == ["NamespaceLifecycle"]
-    assert chain.not_ready() == ["NamespaceLifecycle"]
+    assert names == ["NamespaceLifecycle", *WEBHOOKS] and configs == {}
+    chain = build_chain(names, configs, registry=object())  # the informers are created, not started
+    assert [p.name for p in chain.mutating] == ["NamespaceLifecycle", "MutatingAdmissionWebhook"]
+    assert [p.name for p in chain.validating] == ["ValidatingAdmissionWebhook"]
+    assert chain.not_ready() == ["NamespaceLifecycle", *WEBHOOKS]
     with pytest.raises(SystemExit):
         resolve_plugins(parse_args(["--enable-admission-plugins", "AlwaysPullImages"]))
 
@@ -123,7 +128,7 @@ plugins:
     assert cfg["PodSecurity"]["kind"] == "PodSecurityConfiguration"
     assert cfg["NamespaceLifecycle"] is None
     names, configs = resolve_plugins(parse_args(["--admission-control-config-file", str(f)]))
-    assert names == ["NamespaceLifecycle"] and "PodSecurity" in configs
+    assert names == ["NamespaceLifecycle", *WEBHOOKS] and "PodSecurity" in configs
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: v1\nkind: ConfigMap\n")

@@ -1,4 +1,5 @@
-"""CEL for authentication and authorization configuration (common-expression-language: cel-rust).
+"""CEL for authentication and authorization configuration and for admission webhooks' match conditions
+(common-expression-language: cel-rust).
 
 Each expression is compiled once per configuration (and the compiled program is shared between
 configurations that repeat it); requests only evaluate. A missing field is an evaluation error, as
