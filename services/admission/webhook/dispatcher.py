@@ -30,8 +30,8 @@ from services.common.informer import Informer
 from services.common.serviceresolver import ServiceResolver
 
 from ..attributes import Attributes
+from ..namespaces import InformerNamespaceLister
 from ..plugin import Plugin, PluginConfig
-from ..plugins.namespace_lifecycle import InformerNamespaceLister
 from .client import CallError, WebhookCaller
 from .matching import Webhook
 

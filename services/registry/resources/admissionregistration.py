@@ -4,8 +4,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..printers import column, name_age
-from ..strategies.admissionregistration import (MutatingWebhookConfigurationStrategy,
-                                                ValidatingWebhookConfigurationStrategy)
+from ..strategies.admissionregistration import (
+    MutatingWebhookConfigurationStrategy,
+    ValidatingWebhookConfigurationStrategy,
+)
 from . import GroupVersion, ResourceInfo
 
 Obj = dict[str, Any]

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from services.auth import authnconfig, cel
+from services.auth import authnconfig
+from services.common import cel
 from services.auth.__main__ import build, parse_args
 from apiary_pb import auth_pb2 as apb
 from services.auth.authenticators import AuthenticationFailed

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from apiary_pb import envelope_pb2 as pb
-from services.auth import authzconfig, cel
+from services.auth import authzconfig
+from services.common import cel
 from services.auth.__main__ import build, parse_args
 from services.auth.authorizers import ALLOW, DENY, NO_OPINION, Union
 from services.auth.authorizers.modes import RBACAuthorizer
