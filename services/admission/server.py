@@ -39,11 +39,12 @@ class AdmissionServicer(adgrpc.AdmissionServicer):
         a = Attributes(request)
         await self.chain.admit(a)
         return adpb.AdmissionResponse(warnings=a.warnings, patch=a.patch(),
-                                      no_validators=not self.chain.has_validators(a))
+                                      no_validators=not self.chain.has_validators(a),
+                                      audit_annotations=a.audit_annotations)
 
     @grpcutil.api_method
     async def Validate(self, request: adpb.AdmissionRequest,
                        context: grpc.aio.ServicerContext) -> adpb.AdmissionResponse:
         a = Attributes(request)
         await self.chain.validate(a)
-        return adpb.AdmissionResponse(warnings=a.warnings)
+        return adpb.AdmissionResponse(warnings=a.warnings, audit_annotations=a.audit_annotations)

@@ -37,7 +37,8 @@ class AdmissionClient:
 
     async def _run(self, phase: str, info: ResourceInfo, subresource: str, operation: str, namespace: str,
                    name: str, obj: pb.Object | None, old: pb.Object | None, user: pb.UserInfo, dry_run: bool,
-                   options: Obj, timing: dict[str, float], warnings: list[str]) -> apb.AdmissionResponse:
+                   options: Obj, timing: dict[str, float], warnings: list[str],
+                   annotations: dict[str, str]) -> apb.AdmissionResponse:
         req = apb.AdmissionRequest(
             uid=str(uuid.uuid4()), operation=operation,
             kind=info.kind if not subresource else (info.subresource(subresource) or info).kind,
@@ -55,25 +56,28 @@ class AdmissionClient:
             ADMISSION_DURATION.labels(phase, operation).observe(dt)
             timing["admission"] = timing.get("admission", 0.0) + dt * 1000
         warnings.extend(resp.warnings)
+        annotations.update(resp.audit_annotations)
         return resp
 
     async def admit(self, info: ResourceInfo, subresource: str, operation: str, namespace: str, name: str,
                     obj: Obj | None, old: pb.Object | None, user: pb.UserInfo, dry_run: bool, options: Obj,
-                    timing: dict[str, float], warnings: list[str]) -> tuple[Obj | None, bool]:
+                    timing: dict[str, float], warnings: list[str],
+                    annotations: dict[str, str]) -> tuple[Obj | None, bool]:
         """The mutated object (the mutating plugins' patch applied to obj), and whether the validating
         phase has nothing to run."""
         env = envelope.to_envelope(obj) if obj is not None else None
         resp = await self._run("mutating", info, subresource, operation, namespace, name, env, old, user,
-                               dry_run, options, timing, warnings)
+                               dry_run, options, timing, warnings, annotations)
         if obj is not None and resp.patch:
             obj = patches.apply_json_patch(obj, orjson.loads(resp.patch))
         return obj, resp.no_validators
 
     async def validate(self, info: ResourceInfo, subresource: str, operation: str, namespace: str, name: str,
                        obj: pb.Object | None, old: pb.Object | None, user: pb.UserInfo, dry_run: bool,
-                       options: Obj, timing: dict[str, float], warnings: list[str]) -> None:
+                       options: Obj, timing: dict[str, float], warnings: list[str],
+                       annotations: dict[str, str]) -> None:
         await self._run("validating", info, subresource, operation, namespace, name, obj, old, user, dry_run,
-                        options, timing, warnings)
+                        options, timing, warnings, annotations)
 
 
 class Admission:
@@ -90,7 +94,7 @@ class Admission:
             return obj
         obj, no_validators = await self.client.admit(
             r.info, r.req.subresource, self.operation, r.namespace, name, obj, old, r.req.user, r.dry_run,
-            self.options, r.timing, r.warnings)
+            self.options, r.timing, r.warnings, r.audit_annotations)
         r.no_validators = no_validators
         return obj
 
@@ -98,7 +102,8 @@ class Admission:
         if not r.admit or self.client is None or r.no_validators:
             return
         await self.client.validate(r.info, r.req.subresource, self.operation, r.namespace, name, obj, old,
-                                   r.req.user, r.dry_run, self.options, r.timing, r.warnings)
+                                   r.req.user, r.dry_run, self.options, r.timing, r.warnings,
+                                   r.audit_annotations)
 
 
 def options_json(r: Scope, kind: str) -> Obj:

@@ -30,6 +30,7 @@ class Scope(Protocol):
     strategy: Strategy
     timing: dict[str, float]
     warnings: list[str]
+    audit_annotations: dict[str, str]   # for the request's audit event (admission webhooks')
     admit: bool            # False: the server's own writes (bootstrap), which skip admission
     no_validators: bool    # the mutating phase said no validating plugin applies
 

@@ -64,7 +64,8 @@ class RegistryServicer(rgrpc.RegistryServicer):
         try:
             resp, timing = await self.handlers.handle(request)
             code = resp.code
-            out = rpb.APIResponse(code=resp.code, body=resp.body, warnings=resp.warnings, timing=timing)
+            out = rpb.APIResponse(code=resp.code, body=resp.body, warnings=resp.warnings, timing=timing,
+                                  audit_annotations=resp.audit_annotations)
             if resp.more is None:
                 return out
             return mux.Streamed(_parts(out, resp.more))

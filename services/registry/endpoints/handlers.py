@@ -69,6 +69,7 @@ class Handlers:
         check_options(r, verb)
         resp = await fn(r)
         resp.warnings = r.warnings + resp.warnings
+        resp.audit_annotations = r.audit_annotations
         return resp, r.timing
 
     # Admission and the checks after the strategy's validation, passed down to the store ----------

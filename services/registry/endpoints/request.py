@@ -32,6 +32,7 @@ class Response:
     code: int
     body: bytes
     warnings: list[str] = field(default_factory=list)
+    audit_annotations: dict[str, str] = field(default_factory=dict)
     # The body's continuation after `body`, in parts as they come (APIRequest.chunked lists).
     more: AsyncIterator[bytes] | None = None
 
@@ -46,6 +47,7 @@ class Request:
     timing: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     admit: bool = True
+    audit_annotations: dict[str, str] = field(default_factory=dict)
     no_validators: bool = False   # the mutating phase said no validating plugin applies
 
     @property
@@ -81,7 +83,8 @@ class Request:
             req = rpb.APIRequest()
             req.CopyFrom(self.req)
             req.namespace = namespace
-        return Request(req, self.info, self.strategy, self.timing, self.warnings, self.admit)
+        return Request(req, self.info, self.strategy, self.timing, self.warnings, self.admit,
+                       audit_annotations=self.audit_annotations)
 
     def as_token_request(self) -> Request:
         """serviceaccounts/<name>/token: the body is a TokenRequest, never admitted."""

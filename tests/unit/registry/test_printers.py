@@ -22,5 +22,7 @@ def test_age_and_columns():
     names = {r: [c["name"] for c in printers.column_definitions(g, r)] for g, r in printers.PRINTERS}
     assert names == {"namespaces": ["Name", "Status", "Age"], "configmaps": ["Name", "Data", "Age"],
                      "secrets": ["Name", "Type", "Data", "Age"], "serviceaccounts": ["Name", "Secrets", "Age"],
-                     "apiservices": ["Name", "Service", "Available", "Age"]}
+                     "apiservices": ["Name", "Service", "Available", "Age"],
+                     "mutatingwebhookconfigurations": ["Name", "Webhooks", "Age"],
+                     "validatingwebhookconfigurations": ["Name", "Webhooks", "Age"]}
     assert all(c["priority"] == 0 for c in printers.column_definitions("", "secrets"))
