@@ -143,9 +143,9 @@ def test_configuration_validation_defaults_and_table(env: Env, kubectl: Any) -> 
     assert r.status_code == 422 and "must have at most 64 items" in r.text, r.text
 
 
-def test_mutating_label_validating_prefix_warning_and_review(env: Env, kubectl: Any) -> None:
+def test_mutating_label_validating_prefix_warning_and_review(env: Env, kubectl: Any, stack: Any) -> None:
     def mutate(req: dict[str, Any]) -> dict[str, Any]:
-        return {"allowed": True, "warnings": ["label added by webhook"],
+        return {"allowed": True, "warnings": ["label added by webhook"], "auditAnnotations": {"did": "label"},
                 **patch_of(add_label(req["object"], "added-by", "webhook"))}
 
     def refuse_prefix(req: dict[str, Any]) -> dict[str, Any]:
@@ -170,6 +170,21 @@ def test_mutating_label_validating_prefix_warning_and_review(env: Env, kubectl: 
     assert (f'admission webhook "validate.{env.id}.webhooks.apiary.test" denied the request: '
             "names starting with bad- are refused") in refused.stderr
     assert env.create_cm("bad-two").status_code == 400
+
+    # the webhook's audit annotations and kube's mutation annotation reach the audit event
+    def audited() -> dict[str, str] | None:
+        for line in (stack.logs / "audit.log").read_text().splitlines():
+            ev = json.loads(line)
+            ref = ev.get("objectRef") or {}
+            # the create of "good" is this namespace's first by kubectl (the probes use httpx)
+            if (ev["verb"], ref.get("namespace"), ev["stage"], ev["responseStatus"]["code"]) == \
+                    ("create", env.ns, "ResponseComplete", 201) and ev.get("userAgent", "").startswith("kubectl"):
+                return ev.get("annotations")
+        return None
+    annotations = until(audited, "the audit event of the create")
+    assert annotations[f"mutate.{env.id}.webhooks.apiary.test/did"] == "label"
+    assert json.loads(annotations["mutation.webhook.admission.k8s.io/round_0_index_0"]) == {
+        "configuration": env.configs[0][1], "webhook": f"mutate.{env.id}.webhooks.apiary.test", "mutated": True}
 
     # the review carries what kube sends
     review = next(c for c in m.calls if c["request"]["name"] == "good")

@@ -287,19 +287,28 @@ class MutatingAdmissionWebhook(WebhookPlugin):
         hooks = await self.matching(a, inv)
         changed_after: dict[int, bool] = {}
         for i, h in enumerate(hooks):
-            if await self._mutate(h, a, inv):
+            if await self._mutate(h, a, inv, 0, i):
                 for j in changed_after:
                     changed_after[j] = True
             if h.spec.get("reinvocationPolicy") == "IfNeeded":
                 changed_after[i] = False
         for i, h in enumerate(hooks):   # reinvocation: once, for those whose object changed after them
             if changed_after.get(i):
-                await self._mutate(h, a, inv)
+                await self._mutate(h, a, inv, 1, i)
 
-    async def _mutate(self, h: Webhook, a: Attributes, inv: Invocation) -> bool:
-        """Call one mutating webhook and apply its patch; whether the object changed."""
+    async def _mutate(self, h: Webhook, a: Attributes, inv: Invocation, round_: int, index: int) -> bool:
+        """Call one mutating webhook and apply its patch; whether the object changed (recorded for the audit
+        event as kube's mutation.webhook.admission.k8s.io/round_<round>_index_<index> annotation)."""
         response = await self.call(h, a, inv)
-        if response is None or not response.get("patch"):
+        if response is None:
+            return False
+        changed = await self._apply(h, a, inv, response)
+        a.audit_annotations[f"mutation.webhook.admission.k8s.io/round_{round_}_index_{index}"] = orjson.dumps(
+            {"configuration": h.configuration, "webhook": h.name, "mutated": changed}).decode()
+        return changed
+
+    async def _apply(self, h: Webhook, a: Attributes, inv: Invocation, response: dict[str, Any]) -> bool:
+        if not response.get("patch"):
             return False
         if response.get("patchType") != "JSONPatch":
             pt = response.get("patchType")
@@ -322,8 +331,6 @@ class MutatingAdmissionWebhook(WebhookPlugin):
             return False
         a.set_object(patched)
         inv.object_changed()
-        a.audit_annotations[f"mutation.webhook.admission.k8s.io/round_0_index_{len(a.audit_annotations)}"] = \
-            orjson.dumps({"configuration": h.configuration, "webhook": h.name, "mutated": True}).decode()
         return True
 
 
