@@ -27,10 +27,10 @@ from tools import certs
 class TLSServer(abc.ABC):
     """A loopback HTTPS server whose handler is `self.handle(method, path, body) -> (code, json)`."""
 
-    def __init__(self, directory: Path, name: str) -> None:
+    def __init__(self, directory: Path, name: str, dns_names: tuple[str, ...] = ()) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         ca = certs.make_ca(directory / f"{name}-ca", f"{name}-ca")
-        certs.make_cert(directory / name, ca, "localhost", server=True)
+        certs.make_cert(directory / name, ca, "localhost", server=True, dns_names=dns_names)
         self.ca_file = directory / f"{name}-ca.crt"
         self.ca_pem = self.ca_file.read_text()
         outer = self
@@ -163,18 +163,21 @@ class AuthzWebhook(TLSServer):
 class AdmissionWebhook(TLSServer):
     """An admission webhook: `decide(request) -> response fields` (allowed, patch, warnings, status, ...)
     answers each AdmissionReview (uid and the review's apiVersion filled in); `delay` seconds of sleep
-    first make a slow one. Every review received is kept in `calls`."""
+    first make a slow one; `dns_names` for its serving certificate (a Service's <name>.<namespace>.svc).
+    Every review received is kept in `calls`, and the path it came to in `paths`."""
 
     def __init__(self, directory: Path, name: str, decide: Callable[[dict[str, Any]], dict[str, Any]],
-                 delay: float = 0.0) -> None:
-        super().__init__(directory, name)
+                 delay: float = 0.0, dns_names: tuple[str, ...] = ()) -> None:
+        super().__init__(directory, name, dns_names)
         self.decide = decide
         self.delay = delay
         self.calls: list[dict[str, Any]] = []
+        self.paths: list[str] = []
 
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         review = json.loads(body)
         self.calls.append(review)
+        self.paths.append(path)
         if self.delay:
             time.sleep(self.delay)
         response = {"uid": review["request"]["uid"], **self.decide(review["request"])}

@@ -57,8 +57,8 @@ class Env:
         assert r.status_code == 201, r.text
 
     def server(self, name: str, decide: Callable[[dict[str, Any]], dict[str, Any]],
-               delay: float = 0.0) -> AdmissionWebhook:
-        s = AdmissionWebhook(self.tmp, name, decide, delay).start()
+               delay: float = 0.0, dns_names: tuple[str, ...] = ()) -> AdmissionWebhook:
+        s = AdmissionWebhook(self.tmp, name, decide, delay, dns_names).start()
         self.servers.append(s)
         return s
 
@@ -312,3 +312,25 @@ def test_timeout(env: Env) -> None:
     assert "context deadline exceeded" in r.json()["message"], r.text
     # the answer came while the webhook still slept: the timeout cut the call, not the webhook's answer
     assert len(answered) == calls_before, elapsed
+
+
+def test_client_config_service(env: Env) -> None:
+    """clientConfig.service: the call goes to an endpoint of the Service, verified as <name>.<namespace>.svc."""
+    srv = env.server("svc", lambda req: {"allowed": False, "status": {"message": "through the service"}},
+                     dns_names=(f"hooks.{env.ns}.svc",))
+    r = env.admin.post(f"/api/v1/namespaces/{env.ns}/services", json={
+        "metadata": {"name": "hooks"}, "spec": {"ports": [{"port": 8443, "targetPort": srv.port}]}})
+    assert r.status_code == 201, r.text
+    r = env.admin.post(f"/api/v1/namespaces/{env.ns}/endpoints", json={
+        "metadata": {"name": "hooks"}, "subsets": [{"addresses": [{"ip": "127.0.0.1"}],
+                                                    "ports": [{"port": srv.port}]}]})
+    assert r.status_code == 201, r.text
+    hook = env.hook("svc", srv)
+    hook["clientConfig"] = {"service": {"namespace": env.ns, "name": "hooks", "port": 8443, "path": "/validate"},
+                            "caBundle": hook["clientConfig"]["caBundle"]}
+    env.configure("validatingwebhookconfigurations", hook)
+    probe(env, lambda r: r.status_code == 400)
+    r = env.create_cm("via-service")
+    assert r.json()["message"] == (f'admission webhook "svc.{env.id}.webhooks.apiary.test" denied the request: '
+                                   "through the service"), r.text
+    assert srv.paths[-1] == "/validate?timeout=10s"
