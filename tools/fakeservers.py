@@ -27,6 +27,8 @@ from tools import certs
 class TLSServer(abc.ABC):
     """A loopback HTTPS server whose handler is `self.handle(method, path, body) -> (code, json)`."""
 
+    keep_alive = False
+
     def __init__(self, directory: Path, name: str, dns_names: tuple[str, ...] = ()) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         ca = certs.make_ca(directory / f"{name}-ca", f"{name}-ca")
@@ -52,6 +54,12 @@ class TLSServer(abc.ABC):
 
             do_GET = do_POST = _do
 
+        # HTTP/1.1 keeps connections open between requests (a benchmark's steady state); 1.0 closes each,
+        # so that a stopped server is gone for its clients at once
+        Handler.protocol_version = "HTTP/1.1" if self.keep_alive else "HTTP/1.0"
+        # headers and body go out as two writes: without TCP_NODELAY a kept-alive connection waits for
+        # the peer's delayed ACK (40 ms) before the body
+        Handler.disable_nagle_algorithm = True
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
