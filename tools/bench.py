@@ -9,7 +9,8 @@ and the gRPC calls each service served per request (from its /metrics).
 get_oidc is the same GET with an OIDC bearer token from a local issuer (tools.fakeservers) trusted
 by --authentication-config, against the GET with a client certificate of a user with the same rights
 measured just before it (both warm, neither in system:masters).
-Then the storage-scale figures of tools/bench_storage.py (LIST of 10,000, watch-cache memory for
+Then the admission webhooks' figures of tools/bench_webhooks.py (CREATE with one validating and with
+one mutating webhook over the plain CREATE of the same run), the storage-scale figures of tools/bench_storage.py (LIST of 10,000, watch-cache memory for
 100,000 objects, 1,000-watcher fan-out) and the RBAC decision rates of tools/bench_rbac.py.
 Writes .apiary/bench.json; `--record` appends the run to docs/benchmarks.md.
 """
@@ -457,8 +458,9 @@ def main() -> None:
             "apiary": asyncio.run(bench_apiary(stack, args.concurrency, args.n)),
             "oidc": asyncio.run(bench_oidc(stack, issuer, args.concurrency, args.n)),
         }
-        from tools import bench_storage
+        from tools import bench_storage, bench_webhooks
 
+        raw["webhooks"] = bench_webhooks.run(stack, args.concurrency, args.n)
         raw["storage"] = bench_storage.run(stack)
     finally:
         stack.stop(quiet=True)
@@ -485,6 +487,7 @@ def main() -> None:
                            "ratio": round(oidc["get_oidc"]["rate"] / oidc["get_cert"]["rate"], 4)}
     results["etcd_get"] = {**{k: raw["etcd"]["get"][k] for k in ("rate", "p50_ms", "p99_ms")},
                            "baseline": "etcd_get", "baseline_rate": raw["etcd"]["get"]["rate"], "ratio": 1.0}
+    results.update(bench_webhooks.figures(raw["webhooks"]))
     results.update(storage_figures(raw))
     out = ROOT / ".apiary" / "bench.json"
     out.write_text(json.dumps(results, indent=2))
