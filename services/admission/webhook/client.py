@@ -116,7 +116,7 @@ class WebhookCaller:
                                     headers={"Content-Type": "application/json",
                                              "Accept": "application/json"}) as resp:
                 status, content = resp.status, await resp.read()
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+        except (TimeoutError, aiohttp.ServerTimeoutError):
             raise CallError(name, f'failed to call webhook: Post "{url}": context deadline exceeded') from None
         except (aiohttp.ClientError, ssl.SSLError, OSError) as e:
             raise CallError(name, f'failed to call webhook: Post "{url}": {_reason(e)}') from None
@@ -147,7 +147,7 @@ class WebhookCaller:
 def _reason(e: BaseException) -> str:
     """Go's words for the common network failures (kube's messages come from net/http), else the error."""
     text = " ".join((str(e) or type(e).__name__).split())
-    if isinstance(e, aiohttp.ClientConnectorCertificateError) or isinstance(e, ssl.SSLCertVerificationError):
+    if isinstance(e, (aiohttp.ClientConnectorCertificateError, ssl.SSLCertVerificationError)):
         return f"tls: failed to verify certificate: {text}"
     if isinstance(e, aiohttp.ClientConnectorError) and isinstance(e.os_error, ConnectionRefusedError):
         return f"dial tcp {e.host}:{e.port}: connect: connection refused"
