@@ -187,3 +187,26 @@ def test_rejection_status() -> None:
     err = rejection("w.hooks.test", {"code": 409, "reason": "AlreadyExists"})
     assert (err.code, err.reason, err.message) == (
         409, "AlreadyExists", 'admission webhook "w.hooks.test" denied the request: AlreadyExists')
+
+
+async def test_namespace_selector(setup: Setup) -> None:
+    """A namespace's labels decide; a request on a namespace is matched on its own labels; other
+    cluster-scoped requests are never skipped by the selector."""
+    srv = setup.server(lambda req: {"allowed": False})
+    plugin = ValidatingAdmissionWebhook(setup.sources)
+    setup.sources.namespaces.informer.store = {"prod": {"metadata": {"name": "prod", "labels": {"env": "prod"}}},
+                                              "dev": {"metadata": {"name": "dev", "labels": {"env": "dev"}}}}
+    rule = {**RULE, "operations": ["*"], "resources": ["*"]}
+    setup.hooks(False, setup.hook("ns.hooks.test", srv, rules=[rule],
+                                  namespaceSelector={"matchLabels": {"env": "prod"}}))
+    with pytest.raises(APIError):
+        await plugin.validate(attrs(namespace="prod"))
+    await plugin.validate(attrs(namespace="dev"))
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "new", "labels": {"env": "prod"}}}
+    with pytest.raises(APIError):
+        await plugin.validate(attrs(resource="namespaces", namespace="", name="new", obj=ns))
+    ns["metadata"]["labels"] = {"env": "dev"}
+    await plugin.validate(attrs(resource="namespaces", namespace="", name="new", obj=ns))
+    with pytest.raises(APIError):   # cluster-scoped, not a namespace: the selector does not skip it
+        await plugin.validate(attrs(resource="clusterthings", namespace="", name="x"))
+    assert [c["request"]["namespace"] for c in srv.calls] == ["prod", "", ""]
