@@ -11,7 +11,8 @@ by --authentication-config, against the GET with a client certificate of a user 
 measured just before it (both warm, neither in system:masters).
 apply and patch are a server-side apply and a strategic merge patch of a ConfigMap against a plain
 update (PUT) of the same objects, in the same run (`python -m tools.bench writes` runs only those).
-Then the storage-scale figures of tools/bench_storage.py (LIST of 10,000, watch-cache memory for
+Then the admission webhooks' figures of tools/bench_webhooks.py (CREATE with one validating and with
+one mutating webhook over the plain CREATE of the same run), the storage-scale figures of tools/bench_storage.py (LIST of 10,000, watch-cache memory for
 100,000 objects, 1,000-watcher fan-out) and the RBAC decision rates of tools/bench_rbac.py.
 Writes .apiary/bench.json; `--record` appends the run to docs/benchmarks.md.
 """
@@ -644,8 +645,9 @@ def main() -> None:
             "writes": asyncio.run(bench_writes(stack, args.concurrency, args.n)),
             "policy": asyncio.run(bench_policy(stack, args.concurrency, args.n)),
         }
-        from tools import bench_storage
+        from tools import bench_storage, bench_webhooks
 
+        raw["webhooks"] = bench_webhooks.run(stack, args.concurrency, args.n)
         raw["storage"] = bench_storage.run(stack)
     finally:
         stack.stop(quiet=True)
@@ -673,6 +675,7 @@ def main() -> None:
     results["etcd_get"] = {**{k: raw["etcd"]["get"][k] for k in ("rate", "p50_ms", "p99_ms")},
                            "baseline": "etcd_get", "baseline_rate": raw["etcd"]["get"]["rate"], "ratio": 1.0}
     results.update(write_figures(raw))
+    results.update(bench_webhooks.figures(raw["webhooks"]))
     results.update(storage_figures(raw))
     results.update(policy_figures(raw))
     out = ROOT / ".apiary" / "bench.json"

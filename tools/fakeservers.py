@@ -1,4 +1,5 @@
-"""Servers the auth tests and benchmarks talk to: an OIDC issuer, a token webhook and an authorization webhook.
+"""Servers the tests and benchmarks talk to: an OIDC issuer, a token webhook, an authorization webhook,
+admission webhooks and aggregated API servers.
 
 Each is a threading HTTPS server on loopback with a serving certificate from a CA made here
 (tools.certs), so the auth service reaches them over verified TLS exactly as it would a real one.
@@ -26,10 +27,12 @@ from tools import certs
 class TLSServer(abc.ABC):
     """A loopback HTTPS server whose handler is `self.handle(method, path, body) -> (code, json)`."""
 
-    def __init__(self, directory: Path, name: str) -> None:
+    keep_alive = False
+
+    def __init__(self, directory: Path, name: str, dns_names: tuple[str, ...] = ()) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         ca = certs.make_ca(directory / f"{name}-ca", f"{name}-ca")
-        certs.make_cert(directory / name, ca, "localhost", server=True)
+        certs.make_cert(directory / name, ca, "localhost", server=True, dns_names=dns_names)
         self.ca_file = directory / f"{name}-ca.crt"
         self.ca_pem = self.ca_file.read_text()
         outer = self
@@ -51,6 +54,12 @@ class TLSServer(abc.ABC):
 
             do_GET = do_POST = _do
 
+        # HTTP/1.1 keeps connections open between requests (a benchmark's steady state); 1.0 closes each,
+        # so that a stopped server is gone for its clients at once
+        Handler.protocol_version = "HTTP/1.1" if self.keep_alive else "HTTP/1.0"
+        # headers and body go out as two writes: without TCP_NODELAY a kept-alive connection waits for
+        # the peer's delayed ACK (40 ms) before the body
+        Handler.disable_nagle_algorithm = True
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -157,6 +166,30 @@ class AuthzWebhook(TLSServer):
         self.calls.append(review)
         return 200, {"apiVersion": review["apiVersion"], "kind": "SubjectAccessReview",
                      "status": self.decide(review)}
+
+
+class AdmissionWebhook(TLSServer):
+    """An admission webhook: `decide(request) -> response fields` (allowed, patch, warnings, status, ...)
+    answers each AdmissionReview (uid and the review's apiVersion filled in); `delay` seconds of sleep
+    first make a slow one; `dns_names` for its serving certificate (a Service's <name>.<namespace>.svc).
+    Every review received is kept in `calls`, and the path it came to in `paths`."""
+
+    def __init__(self, directory: Path, name: str, decide: Callable[[dict[str, Any]], dict[str, Any]],
+                 delay: float = 0.0, dns_names: tuple[str, ...] = ()) -> None:
+        super().__init__(directory, name, dns_names)
+        self.decide = decide
+        self.delay = delay
+        self.calls: list[dict[str, Any]] = []
+        self.paths: list[str] = []
+
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        review = json.loads(body)
+        self.calls.append(review)
+        self.paths.append(path)
+        if self.delay:
+            time.sleep(self.delay)
+        response = {"uid": review["request"]["uid"], **self.decide(review["request"])}
+        return 200, {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
 
 
 class AggregatedBackend:

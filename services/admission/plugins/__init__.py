@@ -19,18 +19,21 @@ from importlib.metadata import entry_points
 from apiary_pb import registry_pb2_grpc as rgrpc
 
 from ..plugin import Plugin, PluginConfig
+from ..webhook import dispatcher as webhooks
 from . import mutating_admission_policy, namespace_lifecycle, resource_quota, validating_admission_policy
 
 Factory = Callable[[PluginConfig, "rgrpc.RegistryStub | None"], Plugin]
 
 # kube's order: ... mutating policies, mutating webhooks, validating policies, validating webhooks, quota.
-ORDER: tuple[str, ...] = ("NamespaceLifecycle", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy",
-                          "ResourceQuota")
+ORDER: tuple[str, ...] = ("NamespaceLifecycle", "MutatingAdmissionPolicy", "MutatingAdmissionWebhook",
+                          "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota")
 DEFAULT_ON: frozenset[str] = frozenset(ORDER)
 FACTORIES: dict[str, Factory] = {
     "NamespaceLifecycle": namespace_lifecycle.factory,
     "MutatingAdmissionPolicy": mutating_admission_policy.factory,
+    "MutatingAdmissionWebhook": webhooks.mutating_factory,
     "ValidatingAdmissionPolicy": validating_admission_policy.factory,
+    "ValidatingAdmissionWebhook": webhooks.validating_factory,
     "ResourceQuota": resource_quota.factory,
 }
 

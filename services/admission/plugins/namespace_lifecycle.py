@@ -8,20 +8,14 @@ namespace created a moment ago is not refused because the watch is behind.
 """
 from __future__ import annotations
 
-import asyncio
 import time
-from typing import Any, Protocol
+from typing import Any
 
-import orjson
-
-from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import grpcutil
-from services.common.errors import APIError, InternalError, NotFound, forbidden, not_found
-from services.common.identity import APISERVER
-from services.common.informer import Informer
+from services.common.errors import APIError, InternalError, forbidden, not_found
 
 from ..attributes import CREATE, DELETE, UPDATE, Attributes
+from ..namespaces import InformerNamespaceLister, NamespaceLister
 from ..plugin import Plugin, PluginConfig
 
 IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
@@ -29,60 +23,6 @@ FORCE_LIVE_LOOKUP_TTL = 30.0   # seconds, as kube
 READY_WAIT = 10.0              # kube's admission.Handler waits this long for caches
 # authorization.k8s.io localsubjectaccessreviews: answering "namespace not found" would leak names
 ACCESS_REVIEWS = frozenset({("authorization.k8s.io", "localsubjectaccessreviews")})
-
-
-class NamespaceLister(Protocol):
-    def get(self, name: str) -> dict[str, Any] | None:
-        """The namespace from the local cache, None if it is not there."""
-        ...
-
-    async def live_get(self, name: str) -> dict[str, Any] | None:
-        """The namespace from the registry; None if it does not exist."""
-        ...
-
-    async def wait_synced(self, timeout: float) -> bool: ...
-
-    def synced(self) -> bool: ...
-
-
-class InformerNamespaceLister:
-    """Namespaces through the registry: an informer for the cache, Registry.Handle for live reads."""
-
-    def __init__(self, registry: rgrpc.RegistryStub) -> None:
-        self.registry = registry
-        self.informer = Informer(registry, "", "v1", "namespaces")
-
-    def get(self, name: str) -> dict[str, Any] | None:
-        return self.informer.store.get(name)
-
-    async def live_get(self, name: str) -> dict[str, Any] | None:
-        req = rpb.APIRequest(verb="get", version="v1", resource="namespaces", name=name, user=APISERVER)
-        try:
-            resp = await grpcutil.call(self.registry.Handle(req, timeout=10), "registry")
-        except NotFound:
-            return None
-        if resp.code >= 400:
-            err = APIError.from_status_dict(orjson.loads(resp.body))
-            if err.code == 404:
-                return None
-            raise err
-        return orjson.loads(resp.body)
-
-    async def wait_synced(self, timeout: float) -> bool:
-        try:
-            await asyncio.wait_for(self.informer.synced.wait(), timeout)
-        except asyncio.TimeoutError:
-            return False
-        return True
-
-    def synced(self) -> bool:
-        return self.informer.synced.is_set()
-
-    async def start(self) -> None:
-        self.informer.start()
-
-    async def stop(self) -> None:
-        await self.informer.stop()
 
 
 def terminating(ns: dict[str, Any]) -> bool:

@@ -72,6 +72,8 @@ class ResourceHandler:
         if resp.audit_annotations and ctx.audit is not None:
             ctx.audit.annotations.update(resp.audit_annotations)
         headers = warning_headers(resp.warnings) if resp.warnings else []
+        if resp.audit_annotations and ctx.audit is not None:
+            ctx.audit.annotations.update(resp.audit_annotations)
         headers.append((b"cache-control", b"no-cache, private"))
         return headers
 

@@ -159,7 +159,8 @@ class Handlers:
 
     async def _update(self, r: Request, transform: Callable[[Obj], Obj],
                       operation: str = fieldmanager.UPDATE) -> tuple[int, pb.Object]:
-        options = options_json(r, "PatchOptions" if r.req.verb == "patch" else "UpdateOptions")
+        # a patch is admitted with UpdateOptions, as kube's patchToUpdateOptions gives its admission attributes
+        options = options_json(r, "UpdateOptions")
         admission = self._admission("UPDATE", options)
         return await self.rest.update(r, transform, admission.admit, self._validation(admission), operation)
 

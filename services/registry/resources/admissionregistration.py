@@ -76,10 +76,42 @@ POLICY_KINDS_V1 = _policy_kinds("v1", mutating=False)
 POLICY_KINDS_V1ALPHA1 = _policy_kinds("v1alpha1", mutating=True)
 
 # ---------------------------------------------------------------------------------------------------------
+# Webhooks: MutatingWebhookConfiguration, ValidatingWebhookConfiguration (v1)
+# ---------------------------------------------------------------------------------------------------------
+from ..strategies.admissionregistration import (
+    MutatingWebhookConfigurationStrategy,
+    ValidatingWebhookConfigurationStrategy,
+)
+
+
+def _webhook_count(obj: Obj) -> list[Any]:
+    return [len(obj.get("webhooks") or [])]
+
+
+_WEBHOOKS_TABLE = name_age([column("Webhooks", "integer", "Webhooks indicates the number of webhooks.")],
+                           _webhook_count)
+
+WEBHOOK_KINDS = (
+    ResourceInfo(
+        group=GROUP, version="v1", kind="MutatingWebhookConfiguration",
+        plural="mutatingwebhookconfigurations", singular="mutatingwebhookconfiguration",
+        namespaced=False, key_prefix="/registry/mutatingwebhookconfigurations/",
+        categories=("api-extensions",), strategy=MutatingWebhookConfigurationStrategy, table=_WEBHOOKS_TABLE,
+    ),
+    ResourceInfo(
+        group=GROUP, version="v1", kind="ValidatingWebhookConfiguration",
+        plural="validatingwebhookconfigurations", singular="validatingwebhookconfiguration",
+        namespaced=False, key_prefix="/registry/validatingwebhookconfigurations/",
+        categories=("api-extensions",), strategy=ValidatingWebhookConfigurationStrategy, table=_WEBHOOKS_TABLE,
+    ),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # The group's versions (kube-aggregator's priorities: group 16700; v1 15, v1beta1 12, v1alpha1 9)
 # ---------------------------------------------------------------------------------------------------------
 
 GROUP_VERSIONS = (
-    GroupVersion(GROUP, "v1", 16700, 15, POLICY_KINDS_V1),
+    GroupVersion(GROUP, "v1", 16700, 15, POLICY_KINDS_V1 + WEBHOOK_KINDS),
     GroupVersion(GROUP, "v1alpha1", 16700, 9, POLICY_KINDS_V1ALPHA1),
 )

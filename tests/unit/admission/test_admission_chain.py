@@ -82,12 +82,16 @@ async def test_admit_answers_a_patch_not_the_object() -> None:
     assert untouched.patch == b""
 
 
+WEBHOOKS = ["MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"]
+
+
 def test_enabled_plugins() -> None:
-    default = ["NamespaceLifecycle", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ResourceQuota"]
+    default = ["NamespaceLifecycle", "MutatingAdmissionPolicy", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota"]
     assert enabled_plugins("", "") == default
     assert enabled_plugins("NamespaceLifecycle", "") == default
     assert enabled_plugins("", "NamespaceLifecycle") == default[1:]
     assert enabled_plugins("", ",".join(default)) == []
+    assert enabled_plugins("", ",".join(WEBHOOKS)) == [p for p in default if p not in WEBHOOKS]
     with pytest.raises(ValueError, match="is unknown"):
         enabled_plugins("Bogus", "")
     with pytest.raises(ValueError, match="overlapped"):
@@ -96,7 +100,8 @@ def test_enabled_plugins() -> None:
 
 def test_flags_and_chain_build() -> None:
     names, configs = resolve_plugins(parse_args(["--disable-admission-plugins",
-                                                "MutatingAdmissionPolicy,ValidatingAdmissionPolicy,ResourceQuota"]))
+                                                "MutatingAdmissionPolicy,ValidatingAdmissionPolicy,ResourceQuota,"
+                                                "MutatingAdmissionWebhook,ValidatingAdmissionWebhook"]))
     assert names == ["NamespaceLifecycle"] and configs == {}
     chain = build_chain(names, configs, registry=object())  # the informer is created, not started
     assert [p.name for p in chain.mutating] == ["NamespaceLifecycle"]
@@ -126,7 +131,7 @@ plugins:
     assert cfg["PodSecurity"]["kind"] == "PodSecurityConfiguration"
     assert cfg["NamespaceLifecycle"] is None
     names, configs = resolve_plugins(parse_args(["--admission-control-config-file", str(f)]))
-    assert names == ["NamespaceLifecycle", "MutatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ResourceQuota"] and "PodSecurity" in configs
+    assert names == ["NamespaceLifecycle", "MutatingAdmissionPolicy", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota"] and "PodSecurity" in configs
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: v1\nkind: ConfigMap\n")

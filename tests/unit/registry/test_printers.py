@@ -26,5 +26,7 @@ def test_age_and_columns():
                      "validatingadmissionpolicies": ["Name", "Validations", "ParamKind", "Age"],
                      "mutatingadmissionpolicies": ["Name", "Mutations", "ParamKind", "Age"],
                      "validatingadmissionpolicybindings": ["Name", "PolicyName", "ParamRef", "Age"],
-                     "mutatingadmissionpolicybindings": ["Name", "PolicyName", "ParamRef", "Age"]}
+                     "mutatingadmissionpolicybindings": ["Name", "PolicyName", "ParamRef", "Age"],
+                     "mutatingwebhookconfigurations": ["Name", "Webhooks", "Age"],
+                     "validatingwebhookconfigurations": ["Name", "Webhooks", "Age"]}
     assert all(c["priority"] == 0 for c in printers.column_definitions("", "secrets"))

@@ -1,0 +1,212 @@
+"""The webhook plug-ins against real HTTPS webhook servers on loopback (tools/fakeservers.py): matching,
+what is sent, how answers and failures become kube's errors."""
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apiary_pb import admission_pb2 as adpb
+from apiary_pb import envelope_pb2 as pb
+from services.admission.attributes import Attributes
+from services.admission.webhook.dispatcher import (
+    MutatingAdmissionWebhook,
+    Sources,
+    ValidatingAdmissionWebhook,
+    rejection,
+)
+from services.admission.webhook.matching import rule_matches
+from services.common.envelope import to_envelope
+from services.common.errors import APIError
+from tools.fakeservers import AdmissionWebhook
+
+
+def attrs(op: str = "CREATE", group: str = "", version: str = "v1", resource: str = "configmaps",
+          subresource: str = "", namespace: str = "a", name: str = "cm", dry_run: bool = False,
+          obj: dict[str, Any] | None = None) -> Attributes:
+    r = adpb.AdmissionRequest(operation=op, kind="ConfigMap", dry_run=dry_run, attributes=pb.RequestAttributes(
+        api_group=group, api_version=version, resource=resource, subresource=subresource, namespace=namespace,
+        name=name, user=pb.UserInfo(name="alice", groups=["team"])))
+    if op != "DELETE":
+        r.object.CopyFrom(to_envelope(obj or {"apiVersion": "v1", "kind": "ConfigMap",
+                                              "metadata": {"name": name, "namespace": namespace}}))
+    return Attributes(r)
+
+
+RULE = {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"],
+        "scope": "*"}
+
+
+@pytest.mark.parametrize("rule,a,want", [
+    (RULE, attrs(), True),
+    (RULE, attrs("UPDATE"), False),
+    ({**RULE, "operations": ["*"]}, attrs("CONNECT"), True),
+    ({**RULE, "operations": ["CONNECT"]}, attrs("CONNECT", resource="pods", subresource="exec"), False),
+    ({**RULE, "operations": ["CONNECT"], "resources": ["pods/exec"]}, attrs("CONNECT", resource="pods",
+                                                                          subresource="exec"), True),
+    ({**RULE, "resources": ["*"]}, attrs(resource="pods", subresource="status"), False),
+    ({**RULE, "resources": ["*/*"]}, attrs(resource="pods", subresource="status"), True),
+    ({**RULE, "resources": ["pods/status"]}, attrs(resource="pods", subresource="status"), True),
+    ({**RULE, "resources": ["pods/*"]}, attrs(resource="pods"), True),
+    ({**RULE, "resources": ["*/status"]}, attrs(resource="pods", subresource="status"), True),
+    ({**RULE, "apiGroups": ["*"], "apiVersions": ["*"]}, attrs(group="apps", version="v1"), True),
+    ({**RULE, "apiGroups": ["apps"]}, attrs(), False),
+    ({**RULE, "apiVersions": ["v1beta1"]}, attrs(), False),
+    ({**RULE, "scope": "Cluster"}, attrs(), False),
+    ({**RULE, "scope": "Namespaced"}, attrs(), True),
+    ({**RULE, "scope": "Cluster", "resources": ["namespaces"]}, attrs(resource="namespaces", namespace="x"), True),
+    ({**RULE, "scope": "Namespaced", "resources": ["namespaces"]}, attrs(resource="namespaces", namespace="x"),
+     False),
+])
+def test_rules(rule: dict[str, Any], a: Attributes, want: bool) -> None:
+    assert rule_matches(rule, a) is want
+
+
+def patch_of(ops: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"patchType": "JSONPatch", "patch": base64.b64encode(json.dumps(ops).encode()).decode()}
+
+
+class Setup:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.sources = Sources(object())  # type: ignore[arg-type]  # informers filled by hand, never started
+        self.servers: list[AdmissionWebhook] = []
+
+    def server(self, decide: Callable[[dict[str, Any]], dict[str, Any]]) -> AdmissionWebhook:
+        s = AdmissionWebhook(self.tmp, f"hook{len(self.servers)}", decide).start()
+        self.servers.append(s)
+        return s
+
+    def hooks(self, mutating: bool, *hooks: dict[str, Any]) -> None:
+        informer = self.sources.mutating if mutating else self.sources.validating
+        informer.store = {"cfg": {"metadata": {"name": "cfg"}, "webhooks": list(hooks)}}
+        self.sources._hooks[mutating] = None
+
+    @staticmethod
+    def hook(name: str, server: AdmissionWebhook | None, **more: Any) -> dict[str, Any]:
+        cc: dict[str, Any] = {"url": "https://127.0.0.1:1/"}
+        if server is not None:
+            cc = {"url": f"{server.url}/", "caBundle": base64.b64encode(server.ca_pem.encode()).decode()}
+        return {"name": name, "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail",
+                "timeoutSeconds": 5, "rules": [RULE], "clientConfig": cc, **more}
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[Setup]:
+    s = Setup(tmp_path)
+    yield s
+    for srv in s.servers:
+        srv.stop()
+
+
+async def test_dry_run_refused_for_side_effects(setup: Setup) -> None:
+    srv = setup.server(lambda req: {"allowed": True})
+    plugin = ValidatingAdmissionWebhook(setup.sources)
+    setup.hooks(False, setup.hook("some.hooks.test", srv, sideEffects="Some"))
+    with pytest.raises(APIError) as e:
+        await plugin.validate(attrs(dry_run=True))
+    assert (e.value.code, e.value.message) == (400, 'admission webhook "some.hooks.test" does not support dry run')
+    assert srv.calls == []
+    setup.hooks(False, setup.hook("dry.hooks.test", srv, sideEffects="NoneOnDryRun"))
+    await plugin.validate(attrs(dry_run=True))
+    assert srv.calls[0]["request"]["dryRun"] is True
+
+
+async def test_v1beta1_when_only_version(setup: Setup) -> None:
+    srv = setup.server(lambda req: {"allowed": True})
+    setup.hooks(False, setup.hook("old.hooks.test", srv, admissionReviewVersions=["v9", "v1beta1"]))
+    await ValidatingAdmissionWebhook(setup.sources).validate(attrs())
+    assert srv.calls[0]["apiVersion"] == "admission.k8s.io/v1beta1"
+
+
+async def test_patch_errors_are_internal_errors(setup: Setup) -> None:
+    plugin = MutatingAdmissionWebhook(setup.sources)
+    bad = setup.server(lambda req: {"allowed": True, **patch_of([{"op": "remove", "path": "/nope"}])})
+    setup.hooks(True, setup.hook("bad.hooks.test", bad))
+    with pytest.raises(APIError) as e:
+        await plugin.admit(attrs())
+    assert e.value.code == 500 and e.value.message.startswith("Internal error occurred: ")
+    kind = setup.server(lambda req: {"allowed": True, **patch_of([{"op": "replace", "path": "/kind",
+                                                                   "value": "Secret"}])})
+    setup.hooks(True, setup.hook("kind.hooks.test", kind))
+    with pytest.raises(APIError) as e:
+        await plugin.admit(attrs())
+    assert e.value.code == 500 and "kind" in e.value.message
+    no_type = setup.server(lambda req: {"allowed": True, "patch": patch_of([])["patch"]})
+    setup.hooks(True, setup.hook("notype.hooks.test", no_type))
+    with pytest.raises(APIError, match="response.patch but not response.patchType"):
+        await plugin.admit(attrs())
+
+
+async def test_garbage_and_failure_policy(setup: Setup) -> None:
+    garbage = setup.server(lambda req: {"allowed": True, "uid": "someone-else"})
+    plugin = ValidatingAdmissionWebhook(setup.sources)
+    setup.hooks(False, setup.hook("garbage.hooks.test", garbage))
+    with pytest.raises(APIError) as e:
+        await plugin.validate(attrs())
+    assert e.value.code == 500
+    assert e.value.message.startswith('Internal error occurred: failed calling webhook "garbage.hooks.test": '
+                                      "received invalid webhook response: expected response.uid=")
+    setup.hooks(False, setup.hook("garbage.hooks.test", garbage, failurePolicy="Ignore"),
+                setup.hook("down.hooks.test", None, failurePolicy="Ignore"))
+    await plugin.validate(attrs())
+
+
+async def test_match_condition_errors_follow_failure_policy(setup: Setup) -> None:
+    srv = setup.server(lambda req: {"allowed": False})
+    plugin = ValidatingAdmissionWebhook(setup.sources)
+    broken = [{"name": "broken", "expression": "object.data.missing == 'x'"}]
+    setup.hooks(False, setup.hook("mc.hooks.test", srv, matchConditions=broken))
+    with pytest.raises(APIError) as e:
+        await plugin.validate(attrs())
+    assert e.value.code == 500 and 'failed calling webhook "mc.hooks.test": failed to evaluate match condition' \
+        in e.value.message
+    setup.hooks(False, setup.hook("mc.hooks.test", srv, matchConditions=broken, failurePolicy="Ignore"))
+    await plugin.validate(attrs())
+    # a false condition wins over an error
+    setup.hooks(False, setup.hook("mc.hooks.test", srv, matchConditions=[*broken, {"name": "no",
+                                                                                  "expression": "false"}]))
+    await plugin.validate(attrs())
+    assert srv.calls == []
+    # conditions see the request and the user
+    setup.hooks(False, setup.hook("mc.hooks.test", srv, matchConditions=[
+        {"name": "alice", "expression": "request.userInfo.username == 'alice' && oldObject == null"}]))
+    with pytest.raises(APIError, match="without explanation"):
+        await plugin.validate(attrs())
+
+
+def test_rejection_status() -> None:
+    err = rejection("w.hooks.test", None)
+    assert (err.code, err.message) == (400, 'admission webhook "w.hooks.test" denied the request without explanation')
+    err = rejection("w.hooks.test", {"code": 200, "message": "no"})
+    assert (err.code, err.message) == (400, 'admission webhook "w.hooks.test" denied the request: no')
+    err = rejection("w.hooks.test", {"code": 409, "reason": "AlreadyExists"})
+    assert (err.code, err.reason, err.message) == (
+        409, "AlreadyExists", 'admission webhook "w.hooks.test" denied the request: AlreadyExists')
+
+
+async def test_namespace_selector(setup: Setup) -> None:
+    """A namespace's labels decide; a request on a namespace is matched on its own labels; other
+    cluster-scoped requests are never skipped by the selector."""
+    srv = setup.server(lambda req: {"allowed": False})
+    plugin = ValidatingAdmissionWebhook(setup.sources)
+    setup.sources.namespaces.informer.store = {"prod": {"metadata": {"name": "prod", "labels": {"env": "prod"}}},
+                                              "dev": {"metadata": {"name": "dev", "labels": {"env": "dev"}}}}
+    rule = {**RULE, "operations": ["*"], "resources": ["*"]}
+    setup.hooks(False, setup.hook("ns.hooks.test", srv, rules=[rule],
+                                  namespaceSelector={"matchLabels": {"env": "prod"}}))
+    with pytest.raises(APIError):
+        await plugin.validate(attrs(namespace="prod"))
+    await plugin.validate(attrs(namespace="dev"))
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "new", "labels": {"env": "prod"}}}
+    with pytest.raises(APIError):
+        await plugin.validate(attrs(resource="namespaces", namespace="", name="new", obj=ns))
+    ns["metadata"]["labels"] = {"env": "dev"}
+    await plugin.validate(attrs(resource="namespaces", namespace="", name="new", obj=ns))
+    with pytest.raises(APIError):   # cluster-scoped, not a namespace: the selector does not skip it
+        await plugin.validate(attrs(resource="clusterthings", namespace="", name="x"))
+    assert [c["request"]["namespace"] for c in srv.calls] == ["prod", "", ""]
