@@ -445,25 +445,30 @@ class Stack:
 
     def stop(self, quiet: bool = False) -> None:
         for name in reversed(self.names()):
-            pid = self.pid(name)
-            if pid is not None:
+            self.stop_one(name, quiet)
+
+    def stop_one(self, name: str, quiet: bool = True) -> None:
+        """Stop one process of the stack (SIGTERM to its process group, SIGKILL after 10 s); `start`
+        starts it again and leaves the others alone."""
+        pid = self.pid(name)
+        if pid is not None:
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+            deadline = time.monotonic() + 10
+            while self.pid(name) is not None and time.monotonic() < deadline:
+                _reap(pid)
+                time.sleep(0.05)
+            if self.pid(name) is not None:
                 try:
-                    os.killpg(pid, signal.SIGTERM)
-                except (ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
                     pass
-                deadline = time.monotonic() + 10
-                while self.pid(name) is not None and time.monotonic() < deadline:
-                    _reap(pid)
-                    time.sleep(0.05)
-                if self.pid(name) is not None:
-                    try:
-                        os.killpg(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                    _reap(pid)
-                if not quiet:
-                    print(f"stopped {name} (pid {pid})")
-            (self.pids / f"{name}.pid").unlink(missing_ok=True)
+                _reap(pid)
+            if not quiet:
+                print(f"stopped {name} (pid {pid})")
+        (self.pids / f"{name}.pid").unlink(missing_ok=True)
 
     def status(self) -> bool:
         ok = True
