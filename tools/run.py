@@ -318,6 +318,7 @@ class Stack:
             certs.make_cert(pki / f"{agg.name}-client", ca, agg.user,
                             orgs=("system:serviceaccounts", f"system:serviceaccounts:{agg.namespace}"),
                             client=True)
+            self.write_aggregated_kubeconfig(agg)
         certs.ensure_tokens(self.state)
         certs.ensure_encryption_config(self.state)
         policy = self.state / "audit-policy.yaml"
@@ -338,11 +339,10 @@ class Stack:
                 self.spawn(name)
         if bad := self.wait(list(ORDER[1:]), timeout):
             self.fail(bad)
-        deadline = time.monotonic() + timeout
-        while not self.proxy_ready():
-            if time.monotonic() > deadline:
-                self.fail(["proxy"])
-            time.sleep(0.2)
+        try:
+            self.wait_proxy(timeout)
+        except SystemExit:
+            self.fail(["proxy"])
         certs.write_kubeconfig(self.state, self.server)
         if self.aggregated:
             self.start_aggregated(timeout)
@@ -418,21 +418,31 @@ class Stack:
                          "service": {"namespace": ns, "name": agg.name, "port": 443}}})
 
     def start_aggregated(self, timeout: float) -> None:
-        pki = self.state / "pki"
         for agg in self.aggregated:
-            self.aggregated_kubeconfig(agg).write_text(
-                "apiVersion: v1\nkind: Config\n"
-                f"clusters:\n- name: apiary\n  cluster:\n    server: {self.server}\n"
-                f"    certificate-authority: {pki / 'ca.crt'}\n"
-                f"users:\n- name: {agg.name}\n  user:\n    client-certificate: {pki / f'{agg.name}-client.crt'}\n"
-                f"    client-key: {pki / f'{agg.name}-client.key'}\n"
-                f"contexts:\n- name: apiary\n  context:\n    cluster: apiary\n    user: {agg.name}\n"
-                "current-context: apiary\n")
             self.register(agg)
             if self.pid(agg.name) is None:
                 self.spawn(agg.name)
         if bad := self.wait([a.name for a in self.aggregated], timeout):
             self.fail(bad)
+
+    def write_aggregated_kubeconfig(self, agg: AggregatedServer) -> None:
+        """The kubeconfig it reaches apiary with: its client certificate (its ServiceAccount's name)."""
+        pki = self.state / "pki"
+        self.aggregated_kubeconfig(agg).write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: apiary\n  cluster:\n    server: {self.server}\n"
+            f"    certificate-authority: {pki / 'ca.crt'}\n"
+            f"users:\n- name: {agg.name}\n  user:\n    client-certificate: {pki / f'{agg.name}-client.crt'}\n"
+            f"    client-key: {pki / f'{agg.name}-client.key'}\n"
+            f"contexts:\n- name: apiary\n  context:\n    cluster: apiary\n    user: {agg.name}\n"
+            "current-context: apiary\n")
+
+    def wait_proxy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.proxy_ready():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the proxy at {self.server} is not ready after {timeout:.0f} s")
+            time.sleep(0.2)
 
     def fail(self, names: list[str]) -> None:
         for n in names:
@@ -501,7 +511,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("command", choices=["start", "stop", "status", "restart", "init", "exec"],
                    help="init: only make the state (certificates, tokens, configuration, a kubeconfig with "
                         "the certificates in it), as compose's init service does; exec NAME: become service "
-                        "NAME with the command line `start` gives it (how compose runs each service)")
+                        "NAME with the command line `start` gives it (how compose runs each service; an "
+                        "aggregated server first waits for the proxy and registers itself with apiary)")
     p.add_argument("name", nargs="?", choices=ORDER[1:] + tuple(a.name for a in AGGREGATED_SERVERS),
                    help="the service, with exec")
     p.add_argument("--state", default=str(ROOT / ".apiary"), help="state directory (certs, etcd data, logs, pids)")
@@ -512,6 +523,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "exec":
         if not args.name:
             p.error("exec needs the name of a service")
+        agg = stack.aggregated_server(args.name)
+        if agg is not None:
+            # registered first (its RBAC, Service, Endpoints, APIServices), as `start` does: in
+            # compose its container does it, once apiary answers
+            stack.wait_proxy(300)
+            stack.register(agg)
         cmd = stack.command(args.name)
         os.execvp(cmd[0], cmd)
     elif args.command == "init":
