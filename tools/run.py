@@ -7,10 +7,10 @@
 
 Aggregated API servers (AGGREGATED_SERVERS, or a Stack's `aggregated`) run as more processes of
 the stack: once the core services are ready the runner writes what a cluster would hold for each
-(its namespace and ServiceAccount, the RBAC an aggregated server needs, a Service, Endpoints
-127.0.0.1:<port> as a cluster's endpoints controller would, and its APIServices with the cluster
-CA as caBundle), then starts it with kube-style flags and a serving certificate for
-<name>.<namespace>.svc.
+(its namespace and ServiceAccount, the RBAC an aggregated server needs), starts it with kube-style
+flags and a serving certificate for <name>.<namespace>.svc, and once it is ready writes its
+Service, Endpoints 127.0.0.1:<port> (as a cluster's endpoints controller would, for a ready pod)
+and its APIServices with the cluster CA as caBundle.
 """
 from __future__ import annotations
 
@@ -382,10 +382,14 @@ class Stack:
     def register(self, agg: AggregatedServer) -> None:
         """What a cluster holds for an aggregated server: namespace, ServiceAccount, RBAC, Service,
         Endpoints and APIServices."""
+        self.register_identity(agg)
+        self.register_service(agg)
+
+    def register_identity(self, agg: AggregatedServer) -> None:
+        """What it needs before it can start: its namespace, ServiceAccount and RBAC (and `objects`)."""
         ns = agg.namespace
         rbac = "/apis/rbac.authorization.k8s.io/v1"
         sa = {"kind": "ServiceAccount", "name": agg.name, "namespace": ns}
-        ca_bundle = base64.b64encode((self.state / "pki" / "ca.crt").read_bytes()).decode()
         self.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         self.ensure(f"/api/v1/namespaces/{ns}/serviceaccounts", {
             "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": agg.name, "namespace": ns}})
@@ -401,6 +405,12 @@ class Stack:
                         "name": "extension-apiserver-authentication-reader"}, "subjects": [sa]})
         for obj in agg.objects:
             self.ensure(_collection(obj), obj)
+
+    def register_service(self, agg: AggregatedServer) -> None:
+        """Its Service, Endpoints (written once it is ready, as an endpoints controller lists only
+        ready addresses) and APIServices."""
+        ns = agg.namespace
+        ca_bundle = base64.b64encode((self.state / "pki" / "ca.crt").read_bytes()).decode()
         port = agg.port + self.offset
         self.ensure(f"/api/v1/namespaces/{ns}/services", {
             "apiVersion": "v1", "kind": "Service", "metadata": {"name": agg.name, "namespace": ns},
@@ -419,11 +429,14 @@ class Stack:
 
     def start_aggregated(self, timeout: float) -> None:
         for agg in self.aggregated:
-            self.register(agg)
+            self.register_identity(agg)
             if self.pid(agg.name) is None:
                 self.spawn(agg.name)
         if bad := self.wait([a.name for a in self.aggregated], timeout):
             self.fail(bad)
+        # once ready: the availability controller's first check (on the APIService's creation) passes
+        for agg in self.aggregated:
+            self.register_service(agg)
 
     def write_aggregated_kubeconfig(self, agg: AggregatedServer) -> None:
         """The kubeconfig it reaches apiary with: its client certificate (its ServiceAccount's name)."""
