@@ -22,10 +22,8 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import ssl
 import statistics
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -39,8 +37,8 @@ from fastapi.responses import Response
 from services.kit.options import parser
 from services.kit.rest import Call
 from services.pizza import server as pizza
-from tools import pizza_server
 from tools.bench import Conn, client_ctx, drive
+from tools.run import PIZZA as PIZZA_SERVER
 from tools.run import ROOT, Stack
 
 GROUP = "restaurant.programming-kubernetes.info"
@@ -50,7 +48,7 @@ BENCH_GROUP = "pizza-benchers"
 
 def front_proxy_ctx(stack: Stack, ca: Path) -> ssl.SSLContext:
     """The front-proxy client certificate; the pizza server verified with its CA (its certificate names
-    the Service, api.pizza-apiserver.svc, not the loopback address dialled)."""
+    the Service, pizza-apiserver.pizza-apiserver.svc, not the loopback address dialled)."""
     pki = stack.state / "pki"
     ctx = ssl.create_default_context(cafile=str(ca))
     ctx.check_hostname = False
@@ -93,8 +91,8 @@ async def _get(stack: Stack, port: int, ca: Path, user: Any, concurrency: int, n
 
 async def get_through_proxy(stack: Stack, concurrency: int, n: int) -> dict[str, float]:
     """The same GET through apiary's proxy with the admin certificate: the aggregation path (the pizza
-    server registered by _register). It needs the proxy's forwarding to aggregated servers (branch
-    h-aggregator); run(through_proxy=True) reports ratio = this rate / get_direct's rate."""
+    stack's own, registered by the runner); run(through_proxy=True) reports ratio = this rate /
+    get_direct_admin's rate."""
     ctx = client_ctx(stack, "admin")
     port = int(stack.server.rsplit(":", 1)[1])
 
@@ -164,23 +162,9 @@ async def fastapi_cost(stack: Stack, n: int = 3000) -> dict[str, float]:
         await s.storage.stop()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _register(stack: Stack, port: int, ca: Path) -> None:
-    """Register the pizza server with apiary and wait until the proxy serves the margherita."""
+def _wait_served(stack: Stack) -> None:
+    """Wait until the proxy serves the margherita (the APIServices available, discovery merged)."""
     with httpx.Client(base_url=stack.server, verify=client_ctx(stack, "admin"), timeout=30) as admin:
-        for obj in pizza_server.registration(port, ca):
-            kind = obj["kind"]
-            path = {"Namespace": "/api/v1/namespaces",
-                    "Service": f"/api/v1/namespaces/{pizza_server.NAMESPACE}/services",
-                    "Endpoints": f"/api/v1/namespaces/{pizza_server.NAMESPACE}/endpoints",
-                    "APIService": "/apis/apiregistration.k8s.io/v1/apiservices"}[kind]
-            r = admin.post(path, json=obj)
-            assert r.status_code in (201, 409), r.text
         deadline = time.monotonic() + 90
         while admin.get(PIZZA).status_code != 200:
             assert time.monotonic() < deadline, admin.get(PIZZA).text
@@ -188,30 +172,26 @@ def _register(stack: Stack, port: int, ca: Path) -> None:
 
 
 def run(stack: Stack, concurrency: int = 16, n: int = 1500, through_proxy: bool = False) -> dict[str, Any]:
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        cert, key, ca = pizza_server.serving_certificate(Path(tmp))
-        server = pizza_server.start(stack, port, stack.logs / "pizza-bench.log", tls=(cert, key),
-                                    prefix="/pizza-bench")
-        try:
-            _setup(stack, server.url, ca)
-            out: dict[str, Any] = {}
-            asyncio.run(_get(stack, port, ca, lambda i: "warm-up", concurrency, 200))
-            out["get_direct"] = asyncio.run(_get(stack, port, ca, lambda i: "pizza-bench", concurrency, n))
-            out["get_cold_authz"] = asyncio.run(_get(stack, port, ca, lambda i: f"pizza-bench-{uuid.uuid4().hex}",
-                                                     concurrency, n))
-            out["get_cold_authz"]["ratio"] = round(out["get_cold_authz"]["rate"] / out["get_direct"]["rate"], 4)
-            if through_proxy:
-                _register(stack, port, ca)
-                # the identity the proxy forwards for the admin certificate, sent straight
-                out["get_direct_admin"] = asyncio.run(_get(stack, port, ca, lambda i: "kubernetes-admin", concurrency,
-                                                           n, "system:masters"))
-                out["get_proxy"] = asyncio.run(get_through_proxy(stack, concurrency, n))
-                out["get_proxy"]["ratio"] = round(out["get_proxy"]["rate"] / out["get_direct_admin"]["rate"], 4)
-            out["fastapi_cost"] = asyncio.run(fastapi_cost(stack))
-            return out
-        finally:
-            server.stop()
+    """On the stack's own pizza server (tools.run.PIZZA, registered with apiary by the runner)."""
+    agg = stack.aggregated_server(PIZZA_SERVER.name)
+    assert agg is not None, "the stack runs no pizza server"
+    port, ca = agg.port + stack.offset, stack.state / "pki" / "ca.crt"
+    _setup(stack, f"https://127.0.0.1:{port}", ca)
+    out: dict[str, Any] = {}
+    asyncio.run(_get(stack, port, ca, lambda i: "warm-up", concurrency, 200))
+    out["get_direct"] = asyncio.run(_get(stack, port, ca, lambda i: "pizza-bench", concurrency, n))
+    out["get_cold_authz"] = asyncio.run(_get(stack, port, ca, lambda i: f"pizza-bench-{uuid.uuid4().hex}",
+                                             concurrency, n))
+    out["get_cold_authz"]["ratio"] = round(out["get_cold_authz"]["rate"] / out["get_direct"]["rate"], 4)
+    if through_proxy:
+        _wait_served(stack)
+        # the identity the proxy forwards for the admin certificate, sent straight
+        out["get_direct_admin"] = asyncio.run(_get(stack, port, ca, lambda i: "kubernetes-admin", concurrency,
+                                                   n, "system:masters"))
+        out["get_proxy"] = asyncio.run(get_through_proxy(stack, concurrency, n))
+        out["get_proxy"]["ratio"] = round(out["get_proxy"]["rate"] / out["get_direct_admin"]["rate"], 4)
+    out["fastapi_cost"] = asyncio.run(fastapi_cost(stack))
+    return out
 
 
 def main() -> None:

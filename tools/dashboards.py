@@ -1,4 +1,5 @@
-"""The Grafana dashboards: one per service and an overview of the request path (grafanalib).
+"""The Grafana dashboards: one per service, the pizza server's and an overview of the request path
+(grafanalib).
 
 Each panel is a PromQL query over the metrics the services serve (job="<service>" as
 observability/prometheus.yml names them). `python -m tools.observe dashboards` writes them as JSON
@@ -35,6 +36,9 @@ def process_panels(job: str) -> list[Panel]:
     """What every dashboard shows of its process: CPU, memory and the streams it holds open."""
     if job == "proxy":
         streams = Panel("Open watch streams (clients)", 'sum by (resource) (apiserver_longrunning_requests{job="proxy"})',
+                        legend="{{resource}}")
+    elif job == "pizza":
+        streams = Panel("Open watch streams", 'sum by (resource) (apiserver_longrunning_requests{job="pizza"})',
                         legend="{{resource}}")
     elif job == "auth":
         streams = Panel("Open informer watches", 'sum by (resource) (apiary_informer_watches_open{job="auth"})',
@@ -151,6 +155,25 @@ SERVICE_PANELS: dict[str, list[Panel]] = {
               'sum by (result) (increase(apiary_storage_compactions_total{job="storage"}[1h]))',
               legend="{{result}}"),
         Panel("etcd database size", 'etcd_mvcc_db_total_size_in_bytes{job="etcd"}', "bytes", "db"),
+    ],
+    # the aggregated pizza server (services/pizza on the kit): what it serves, and what it asks of apiary
+    "pizza": [
+        Panel("Requests by verb, resource and code",
+              'sum by (verb, resource, code) (rate(apiserver_request_total{job="pizza"}[1m]))', "reqps",
+              "{{verb}} {{resource}} {{code}}"),
+        Panel("Request latency p99 by verb and resource",
+              p99("apiserver_request_duration_seconds", "pizza", "verb, resource", 'verb!="WATCH"'), "s",
+              "{{verb}} {{resource}}"),
+        Panel("Errors (4xx and 5xx) by code",
+              'sum by (code, verb, resource) (rate(apiserver_request_total{job="pizza", code=~"[45].."}[5m]))',
+              "reqps", "{{code}} {{verb}} {{resource}}"),
+        Panel("Delegated authentication: TokenReviews by code",
+              'sum by (code) (rate(apiserver_delegated_authn_request_total{job="pizza"}[5m]))', "reqps", "{{code}}"),
+        Panel("Delegated authorization: SubjectAccessReviews by code",
+              'sum by (code) (rate(apiserver_delegated_authz_request_total{job="pizza"}[5m]))', "reqps", "{{code}}"),
+        Panel("Authorization cache hit ratio",
+              'sum(rate(apiserver_kit_authorization_cache_total{job="pizza", result="hit"}[5m]))'
+              ' / sum(rate(apiserver_kit_authorization_cache_total{job="pizza"}[5m]))', "percentunit", "hit ratio"),
     ],
 }
 

@@ -7,10 +7,10 @@
 
 Aggregated API servers (AGGREGATED_SERVERS, or a Stack's `aggregated`) run as more processes of
 the stack: once the core services are ready the runner writes what a cluster would hold for each
-(its namespace and ServiceAccount, the RBAC an aggregated server needs, a Service, Endpoints
-127.0.0.1:<port> as a cluster's endpoints controller would, and its APIServices with the cluster
-CA as caBundle), then starts it with kube-style flags and a serving certificate for
-<name>.<namespace>.svc.
+(its namespace and ServiceAccount, the RBAC an aggregated server needs), starts it with kube-style
+flags and a serving certificate for <name>.<namespace>.svc, and once it is ready writes its
+Service, Endpoints 127.0.0.1:<port> (as a cluster's endpoints controller would, for a ready pod)
+and its APIServices with the cluster CA as caBundle.
 """
 from __future__ import annotations
 
@@ -81,8 +81,37 @@ class AggregatedServer:
         return f"system:serviceaccount:{self.namespace}:{self.name}"
 
 
+def namespace_reader_rbac(namespace: str, service_account: str) -> tuple[dict[str, Any], ...]:
+    """What an aggregated server with kube's NamespaceLifecycle admission needs besides
+    system:auth-delegator and the auth-reader binding: it lists and watches namespaces
+    (k8s/pizza/rbac.yaml grants the same)."""
+    name = f"{service_account}:namespaces"
+    return (
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+         "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]},
+    )
+
+
+PIZZA_GROUP = "restaurant.programming-kubernetes.info"
+# The book's pizza server (services/pizza). Its port: 8444, not the kit's default 8443, whose last
+# two digits are the proxy's (6443) and would meet another test stack's proxy 2000 ports of offset
+# away. Its etcd prefix is one path segment (the storage keys read the group from the second).
+# /metrics is served without authorization, as every apiary service's health port serves it, so
+# that Prometheus scrapes it with no credentials.
+PIZZA = AggregatedServer(
+    name="pizza-apiserver", namespace="pizza-apiserver", port=8444, module="services.pizza",
+    apiservices=(APIServiceSpec(PIZZA_GROUP, "v1alpha1", 1000, 15), APIServiceSpec(PIZZA_GROUP, "v1beta1", 1000, 20)),
+    args=("--bind-address", "127.0.0.1",
+          "--authorization-always-allow-paths", "/healthz,/readyz,/livez,/metrics"),
+    etcd_prefix="/pizza-apiserver",
+    objects=namespace_reader_rbac("pizza-apiserver", "pizza-apiserver"),
+)
+
 # What `make run` (and the tests' shared stack) runs besides the core services.
-AGGREGATED_SERVERS: tuple[AggregatedServer, ...] = ()
+AGGREGATED_SERVERS: tuple[AggregatedServer, ...] = (PIZZA,)
 
 
 def kube_style_flags(stack: "Stack", server: AggregatedServer) -> list[str]:
@@ -289,6 +318,7 @@ class Stack:
             certs.make_cert(pki / f"{agg.name}-client", ca, agg.user,
                             orgs=("system:serviceaccounts", f"system:serviceaccounts:{agg.namespace}"),
                             client=True)
+            self.write_aggregated_kubeconfig(agg)
         certs.ensure_tokens(self.state)
         certs.ensure_encryption_config(self.state)
         policy = self.state / "audit-policy.yaml"
@@ -309,11 +339,10 @@ class Stack:
                 self.spawn(name)
         if bad := self.wait(list(ORDER[1:]), timeout):
             self.fail(bad)
-        deadline = time.monotonic() + timeout
-        while not self.proxy_ready():
-            if time.monotonic() > deadline:
-                self.fail(["proxy"])
-            time.sleep(0.2)
+        try:
+            self.wait_proxy(timeout)
+        except SystemExit:
+            self.fail(["proxy"])
         certs.write_kubeconfig(self.state, self.server)
         if self.aggregated:
             self.start_aggregated(timeout)
@@ -353,10 +382,14 @@ class Stack:
     def register(self, agg: AggregatedServer) -> None:
         """What a cluster holds for an aggregated server: namespace, ServiceAccount, RBAC, Service,
         Endpoints and APIServices."""
+        self.register_identity(agg)
+        self.register_service(agg)
+
+    def register_identity(self, agg: AggregatedServer) -> None:
+        """What it needs before it can start: its namespace, ServiceAccount and RBAC (and `objects`)."""
         ns = agg.namespace
         rbac = "/apis/rbac.authorization.k8s.io/v1"
         sa = {"kind": "ServiceAccount", "name": agg.name, "namespace": ns}
-        ca_bundle = base64.b64encode((self.state / "pki" / "ca.crt").read_bytes()).decode()
         self.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         self.ensure(f"/api/v1/namespaces/{ns}/serviceaccounts", {
             "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": agg.name, "namespace": ns}})
@@ -372,6 +405,12 @@ class Stack:
                         "name": "extension-apiserver-authentication-reader"}, "subjects": [sa]})
         for obj in agg.objects:
             self.ensure(_collection(obj), obj)
+
+    def register_service(self, agg: AggregatedServer) -> None:
+        """Its Service, Endpoints (written once it is ready, as an endpoints controller lists only
+        ready addresses) and APIServices."""
+        ns = agg.namespace
+        ca_bundle = base64.b64encode((self.state / "pki" / "ca.crt").read_bytes()).decode()
         port = agg.port + self.offset
         self.ensure(f"/api/v1/namespaces/{ns}/services", {
             "apiVersion": "v1", "kind": "Service", "metadata": {"name": agg.name, "namespace": ns},
@@ -389,21 +428,34 @@ class Stack:
                          "service": {"namespace": ns, "name": agg.name, "port": 443}}})
 
     def start_aggregated(self, timeout: float) -> None:
-        pki = self.state / "pki"
         for agg in self.aggregated:
-            self.aggregated_kubeconfig(agg).write_text(
-                "apiVersion: v1\nkind: Config\n"
-                f"clusters:\n- name: apiary\n  cluster:\n    server: {self.server}\n"
-                f"    certificate-authority: {pki / 'ca.crt'}\n"
-                f"users:\n- name: {agg.name}\n  user:\n    client-certificate: {pki / f'{agg.name}-client.crt'}\n"
-                f"    client-key: {pki / f'{agg.name}-client.key'}\n"
-                f"contexts:\n- name: apiary\n  context:\n    cluster: apiary\n    user: {agg.name}\n"
-                "current-context: apiary\n")
-            self.register(agg)
+            self.register_identity(agg)
             if self.pid(agg.name) is None:
                 self.spawn(agg.name)
         if bad := self.wait([a.name for a in self.aggregated], timeout):
             self.fail(bad)
+        # once ready: the availability controller's first check (on the APIService's creation) passes
+        for agg in self.aggregated:
+            self.register_service(agg)
+
+    def write_aggregated_kubeconfig(self, agg: AggregatedServer) -> None:
+        """The kubeconfig it reaches apiary with: its client certificate (its ServiceAccount's name)."""
+        pki = self.state / "pki"
+        self.aggregated_kubeconfig(agg).write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: apiary\n  cluster:\n    server: {self.server}\n"
+            f"    certificate-authority: {pki / 'ca.crt'}\n"
+            f"users:\n- name: {agg.name}\n  user:\n    client-certificate: {pki / f'{agg.name}-client.crt'}\n"
+            f"    client-key: {pki / f'{agg.name}-client.key'}\n"
+            f"contexts:\n- name: apiary\n  context:\n    cluster: apiary\n    user: {agg.name}\n"
+            "current-context: apiary\n")
+
+    def wait_proxy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.proxy_ready():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the proxy at {self.server} is not ready after {timeout:.0f} s")
+            time.sleep(0.2)
 
     def fail(self, names: list[str]) -> None:
         for n in names:
@@ -416,25 +468,30 @@ class Stack:
 
     def stop(self, quiet: bool = False) -> None:
         for name in reversed(self.names()):
-            pid = self.pid(name)
-            if pid is not None:
+            self.stop_one(name, quiet)
+
+    def stop_one(self, name: str, quiet: bool = True) -> None:
+        """Stop one process of the stack (SIGTERM to its process group, SIGKILL after 10 s); `start`
+        starts it again and leaves the others alone."""
+        pid = self.pid(name)
+        if pid is not None:
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+            deadline = time.monotonic() + 10
+            while self.pid(name) is not None and time.monotonic() < deadline:
+                _reap(pid)
+                time.sleep(0.05)
+            if self.pid(name) is not None:
                 try:
-                    os.killpg(pid, signal.SIGTERM)
-                except (ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
                     pass
-                deadline = time.monotonic() + 10
-                while self.pid(name) is not None and time.monotonic() < deadline:
-                    _reap(pid)
-                    time.sleep(0.05)
-                if self.pid(name) is not None:
-                    try:
-                        os.killpg(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                    _reap(pid)
-                if not quiet:
-                    print(f"stopped {name} (pid {pid})")
-            (self.pids / f"{name}.pid").unlink(missing_ok=True)
+                _reap(pid)
+            if not quiet:
+                print(f"stopped {name} (pid {pid})")
+        (self.pids / f"{name}.pid").unlink(missing_ok=True)
 
     def status(self) -> bool:
         ok = True
@@ -467,7 +524,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("command", choices=["start", "stop", "status", "restart", "init", "exec"],
                    help="init: only make the state (certificates, tokens, configuration, a kubeconfig with "
                         "the certificates in it), as compose's init service does; exec NAME: become service "
-                        "NAME with the command line `start` gives it (how compose runs each service)")
+                        "NAME with the command line `start` gives it (how compose runs each service; an "
+                        "aggregated server first waits for the proxy and registers itself with apiary)")
     p.add_argument("name", nargs="?", choices=ORDER[1:] + tuple(a.name for a in AGGREGATED_SERVERS),
                    help="the service, with exec")
     p.add_argument("--state", default=str(ROOT / ".apiary"), help="state directory (certs, etcd data, logs, pids)")
@@ -478,6 +536,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "exec":
         if not args.name:
             p.error("exec needs the name of a service")
+        agg = stack.aggregated_server(args.name)
+        if agg is not None:
+            # registered first (its RBAC, Service, Endpoints, APIServices), as `start` does: in
+            # compose its container does it, once apiary answers
+            stack.wait_proxy(300)
+            stack.register(agg)
         cmd = stack.command(args.name)
         os.execvp(cmd[0], cmd)
     elif args.command == "init":

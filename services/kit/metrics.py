@@ -2,7 +2,14 @@
 kit borrows from the proxy register the proxy's metrics in the default one)."""
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, PlatformCollector, ProcessCollector
+from prometheus_client import (
+                   CollectorRegistry,
+                   Counter,
+                   Gauge,
+                   Histogram,
+                   PlatformCollector,
+                   ProcessCollector,
+)
 
 REGISTRY = CollectorRegistry()
 ProcessCollector(registry=REGISTRY)
@@ -21,3 +28,7 @@ AUTHZ = Counter("apiserver_delegated_authz_request_total",
 AUTHZ_CACHE = Counter("apiserver_kit_authorization_cache_total",
                       "Authorization decisions by whether the cache answered (hit) or apiary did (miss).",
                       ["result"], registry=REGISTRY)
+LONGRUNNING = Gauge("apiserver_longrunning_requests",
+                    "Gauge of all active long-running apiserver requests broken out by verb, group, version, "
+                    "resource, scope and component.", ["verb", "group", "version", "resource", "scope", "component"],
+                    registry=REGISTRY)

@@ -40,7 +40,7 @@ from .authn import Authenticator
 from .authz import Authorizer
 from .informer import Informer
 from .lifecycle import NamespaceLifecycle
-from .metrics import LATENCY, REGISTRY, REQUESTS
+from .metrics import LATENCY, LONGRUNNING, REGISTRY, REQUESTS
 from .options import parser
 from .rest import Call, Resources, until_timeout
 from .scheme import Scheme
@@ -346,9 +346,13 @@ class APIServer:
                 pass
 
         tasks = [asyncio.ensure_future(pump()), asyncio.ensure_future(disconnected())]
+        streams = LONGRUNNING.labels("WATCH", self.group, call.version, call.kind.plural,
+                                     "namespace" if call.namespace else "cluster", "apiserver")
+        streams.inc()
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            streams.dec()
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

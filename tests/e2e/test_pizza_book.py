@@ -1,11 +1,10 @@
 """The kubectl session of "Programming Kubernetes", chapter 8, through apiary's aggregation proxy:
-the pizza server runs as a process beside the stack, registered as the book registers it (a
-Service and its Endpoints, both APIServices with the serving certificate's CA as caBundle), and
-every command goes to apiary, which forwards the restaurant group to it."""
+the pizza server is the stack's own (tools.run.PIZZA, one more process of it), registered as the
+book registers it (a Service and its Endpoints, both APIServices with the serving certificate's CA
+as caBundle), and every command goes to apiary, which forwards the restaurant group to it."""
 from __future__ import annotations
 
 import queue
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -13,10 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import pizza_server
-from tools.run import Stack
-
-pytestmark = [pytest.mark.stack, pytest.mark.skip(reason="needs aggregation forwarding")]
+pytestmark = pytest.mark.stack
 
 GROUP = "restaurant.programming-kubernetes.info"
 NS = "pizza-apiserver"
@@ -42,12 +38,6 @@ spec:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_until(fn, timeout: float = 60.0):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while True:
@@ -58,19 +48,13 @@ def wait_until(fn, timeout: float = 60.0):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def restaurant(stack: Stack, kubectl, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:  # type: ignore[no-untyped-def]
-    tmp = tmp_path_factory.mktemp("pizza")
-    cert, key, ca = pizza_server.serving_certificate(tmp)
-    port = _free_port()
-    server = pizza_server.start(stack, port, tmp / "pizza.log", tls=(cert, key))
-    registration = pizza_server.registration_yaml(port, ca)
-    kubectl.run("apply", "-f", "-", input=registration)
+def restaurant(kubectl) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """The stack's pizza server; what the session creates is deleted afterwards."""
     try:
         yield
     finally:
-        kubectl.run("delete", "apiservice", f"v1alpha1.{GROUP}", f"v1beta1.{GROUP}", check=False)
-        kubectl.run("delete", "namespace", NS, "--wait=false", check=False)
-        server.stop()
+        kubectl.run("delete", "pizzas", "--all", "--wait=false", check=False)
+        kubectl.run("delete", "toppings", "--all", "--wait=false", check=False)
 
 
 def test_the_books_session(kubectl, restaurant: None, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

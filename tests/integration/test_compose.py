@@ -1,6 +1,7 @@
 """`docker compose up` for real: the images built offline (tools/images.py), every service of
 compose.yaml but Grafana (no reachable registry ships it) started with Debian's docker-compose,
-a kubectl session through the proxy with the kubeconfig the init service wrote, Prometheus
+a kubectl session through the proxy with the kubeconfig the init service wrote (a pizza too, from
+the pizza server's container, through the aggregation proxy), Prometheus
 scraping every target, a killed container brought back by compose's restart policy, `down -v`.
 
 The stack uses the default ports on the host's loopback (as compose.yaml does), so it needs them
@@ -24,7 +25,8 @@ from tools import images
 from tools.run import ROOT
 
 PROJECT = "apiary-compose-test"
-STARTED = ["init", "etcd", "storage", "registry", "admission", "auth", "apf", "proxy", "prometheus"]
+STARTED = ["init", "etcd", "storage", "registry", "admission", "auth", "apf", "proxy", "pizza-apiserver", "prometheus"]
+GROUP = "restaurant.programming-kubernetes.info"
 
 
 def compose(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -42,9 +44,10 @@ def inspect(cid: str) -> dict:
     return json.loads(subprocess.run(["docker", "inspect", cid], capture_output=True, text=True, check=True).stdout)[0]
 
 
-def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def kubectl(kubeconfig: Path, *args: str, check: bool = True, input: str | None = None
+            ) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(["kubectl", f"--kubeconfig={kubeconfig}", f"--cache-dir={kubeconfig.parent / 'cache'}",
-                           *args], capture_output=True, text=True, timeout=60)
+                           *args], capture_output=True, text=True, timeout=60, input=input)
     if check:
         assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stdout}{proc.stderr}"
     return proc
@@ -64,7 +67,7 @@ def wait_ready(kubeconfig: Path, timeout: float = 120) -> None:
 def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     info = subprocess.run(["docker", "info"], capture_output=True, text=True)
     assert info.returncode == 0, "the Docker engine is not running (.ci/run starts dockerd)"
-    for port in (6443, 2379, 20055, 9090):
+    for port in (6443, 2379, 20055, 8444, 9090):
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} is taken: stop `make run` first"
     images.build()
@@ -105,6 +108,22 @@ def test_kubectl_session(kubeconfig: Path) -> None:
         watch.wait()
     assert kubectl(kubeconfig, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}").stdout == \
         "kubernetes-admin"
+    # the pizza server, registered by its own container, through the aggregation proxy
+    deadline = time.monotonic() + 120
+    while kubectl(kubeconfig, "get", "toppings", check=False).returncode != 0:
+        assert time.monotonic() < deadline, kubectl(kubeconfig, "get", "apiservices", check=False).stdout
+        time.sleep(1)
+    kubectl(kubeconfig, "create", "-f", "-", input=f"apiVersion: {GROUP}/v1alpha1\nkind: Topping\n"
+            "metadata:\n  name: tomato\nspec:\n  cost: 0.25\n")
+    pizza = (f"apiVersion: {GROUP}/v1alpha1\nkind: Pizza\nmetadata:\n  name: marinara\n  namespace: compose\n"
+             "spec:\n  toppings:\n  - tomato\n  - tomato\n")
+    deadline = time.monotonic() + 30  # the server's topping informer sees the topping
+    while (p := kubectl(kubeconfig, "create", "-f", "-", input=pizza, check=False)).returncode != 0:
+        assert time.monotonic() < deadline, p.stderr
+        time.sleep(1)
+    out = kubectl(kubeconfig, "-n", "compose", "get", "pizza", "marinara", "-o",
+                  "jsonpath={.spec.toppings[0].quantity} {.status.cost}").stdout
+    assert out == "2 0.5", out
 
 
 def test_prometheus_scrapes_every_target(kubeconfig: Path) -> None:
@@ -113,7 +132,7 @@ def test_prometheus_scrapes_every_target(kubeconfig: Path) -> None:
     while time.monotonic() < deadline:
         with urllib.request.urlopen("http://127.0.0.1:9090/api/v1/query?query=up", timeout=5) as r:
             up = {s["metric"]["job"]: s["value"][1] for s in json.loads(r.read())["data"]["result"]}
-        if len(up) == 7 and set(up.values()) == {"1"}:
+        if len(up) == 8 and set(up.values()) == {"1"}:
             return
         time.sleep(2)
     raise AssertionError(f"targets up: {up}")

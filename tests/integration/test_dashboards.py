@@ -1,6 +1,7 @@
 """The dashboards against a real Prometheus scraping a real stack: every panel's query returns data
 after traffic of every kind (reads, writes, a secret, watches, a 403, an admission rejection, 429s,
-an access review), and every metric a dashboard names is served by some service.
+an access review, pizzas through the aggregation proxy and a bearer token straight to the pizza
+server), and every metric a dashboard names is served by some service.
 
 The stack is the test's own: APF gets a tiny seat limit and queue wait so a flood is answered 429,
 and storage compacts every 2 s so compaction has something to show.
@@ -21,7 +22,7 @@ from tests.conftest import TEST_OFFSET
 from tools.certs import read_tokens
 from tools.dashboards import dashboards
 from tools.observe import COMMITTED_CONFIG, Prometheus, config
-from tools.run import ROOT, Stack
+from tools.run import PIZZA, PIZZA_GROUP, ROOT, Stack
 
 OFFSET = TEST_OFFSET + 700
 
@@ -98,6 +99,39 @@ def _traffic(stack: Stack) -> None:
     assert 429 in codes, f"no 429 from APF in {len(codes)} requests: {sorted(set(codes))}"
 
 
+def _pizza_traffic(stack: Stack) -> None:
+    """Through the proxy as admin (system:masters: no review needed): toppings, pizzas, a watch, a 404
+    and an admission rejection; straight to the pizza server with alice's bearer token: a TokenReview
+    and a SubjectAccessReview (denied), then the same request answered from the caches."""
+    v1alpha1, pizzas = f"/apis/{PIZZA_GROUP}/v1alpha1", f"/apis/{PIZZA_GROUP}/v1beta1/namespaces/default/pizzas"
+    with _client(stack) as admin:
+        deadline = time.monotonic() + 90
+        while (r := admin.get(pizzas)).status_code != 200:  # the APIServices available, discovery merged
+            assert time.monotonic() < deadline, r.text
+            time.sleep(0.5)
+        r = admin.post(f"{v1alpha1}/toppings", json={"metadata": {"name": "tomato"}, "spec": {"cost": 0.25}})
+        assert r.status_code == 201, r.text
+        with admin.stream("GET", f"{pizzas}?watch=true&timeoutSeconds=30") as watch:
+            deadline = time.monotonic() + 30  # the server's topping informer sees the new topping
+            while (r := admin.post(pizzas, json={"metadata": {"name": "margherita"},
+                                                 "spec": {"toppings": [{"name": "tomato"}]}})).status_code != 201:
+                assert r.status_code == 403 and time.monotonic() < deadline, r.text
+                time.sleep(0.3)
+            next(watch.iter_lines())
+        for _ in range(5):
+            assert admin.get(f"{pizzas}/margherita").status_code == 200
+        assert admin.get(f"{pizzas}/missing").status_code == 404
+        r = admin.post(pizzas, json={"metadata": {"name": "hawaii"}, "spec": {"toppings": [{"name": "pineapple"}]}})
+        assert r.status_code == 403 and "unknown topping: pineapple" in r.text, r.text
+    ctx = ssl.create_default_context(cafile=str(stack.state / "pki" / "ca.crt"))
+    ctx.check_hostname = False  # its certificate names its Service, pizza-apiserver.pizza-apiserver.svc
+    token = read_tokens(stack.state)["alice"]
+    with httpx.Client(base_url=f"https://127.0.0.1:{PIZZA.port + stack.offset}", verify=ctx, timeout=30,
+                      headers={"Authorization": f"Bearer {token}"}) as alice:
+        for _ in range(3):
+            assert alice.get(pizzas).status_code == 403
+
+
 def _metric_names(expr: str) -> set[str]:
     """The metric names in a PromQL expression: what is left without strings, label matchers,
     grouping clauses, ranges, numbers, functions and operators."""
@@ -114,6 +148,7 @@ def test_committed_prometheus_config_matches_the_generator() -> None:
 def test_every_panel_returns_data(observed: tuple[Stack, Prometheus]) -> None:
     stack, prom = observed
     _traffic(stack)
+    _pizza_traffic(stack)
     panels = [(uid, p) for uid, _, ps in dashboards() for p in ps]
     assert len(panels) >= 40
     # A metric is in every dashboard that names it: all of them must be served somewhere.
@@ -122,6 +157,11 @@ def test_every_panel_returns_data(observed: tuple[Stack, Prometheus]) -> None:
         with urllib.request.urlopen(f"http://127.0.0.1:{stack.health_port(name)}/metrics", timeout=5) as r:
             served += r.read().decode()
     with urllib.request.urlopen(f"{stack.etcd_url}/metrics", timeout=5) as r:
+        served += r.read().decode()
+    ctx = ssl.create_default_context(cafile=str(stack.state / "pki" / "ca.crt"))
+    ctx.check_hostname = False
+    with urllib.request.urlopen(f"https://127.0.0.1:{PIZZA.port + stack.offset}/metrics", timeout=5,
+                                context=ctx) as r:
         served += r.read().decode()
     exposed = set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", served, re.M))
     missing = {n for _, p in panels for n in _metric_names(p.expr)} - exposed - {"up"}
