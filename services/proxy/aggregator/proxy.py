@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 5.0
 MAX_CLIENTS = 64
+MAX_HEADER_BYTES = 1 << 20
 # hop-by-hop headers (RFC 9110 7.6.1) and what the proxy answers for itself
 _DROP_REQUEST = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te",
                            b"trailer", b"upgrade", b"host", b"authorization", b"proxy-authorization"))
@@ -149,6 +150,8 @@ class Backends:
                                                use_dns_cache=True),
                 timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT, sock_read=None),
                 cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False, trust_env=False,
+                # Go's http.DefaultMaxHeaderBytes, not aiohttp's 8 KiB
+                max_line_size=MAX_HEADER_BYTES, max_field_size=MAX_HEADER_BYTES,
                 skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"))
         return self._sessions.get_or_make(key, make)
 
