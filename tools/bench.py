@@ -384,7 +384,8 @@ def record(results: dict, raw: dict, path: Path) -> None:
         lines.append(f"- {name}: CPU {cpu}; gRPC {hops}")
     extra = [n for n in EXTRA_FIGURES if n in results]
     if extra:
-        lines += ["\nStorage scale (tools/bench_storage.py) and RBAC (tools/bench_rbac.py); "
+        lines += ["\nStorage scale (tools/bench_storage.py), the watch through the aggregation proxy "
+                  "(tools/bench_pizza.py) and RBAC (tools/bench_rbac.py); "
                   "p50/p99 empty: beyond the measurement window or not a latency figure:\n",
                   "| figure | measured | p50 ms | p99 ms | baseline | baseline value | ratio | notes |",
                   "|---|---|---|---|---|---|---|---|"]
