@@ -11,6 +11,12 @@ by --authentication-config, against the GET with a client certificate of a user 
 measured just before it (both warm, neither in system:masters).
 apply and patch are a server-side apply and a strategic merge patch of a ConfigMap against a plain
 update (PUT) of the same objects, in the same run (`python -m tools.bench writes` runs only those).
+The aggregation figures of tools/bench_pizza.py (the pizza server registered with apiary):
+aggregation_get, a GET of a pizza through the proxy against the same GET straight to the pizza
+server with the front-proxy certificate and the same identity (CPU per request of the proxy and of
+the pizza server beside it); pizza_get_cold_authz, that GET with the pizza server's authorization
+cache cold against warm; watch_pizzas_100, the delivery p99 of a watch of 100 pizzas' changes
+through the proxy at 100 writes/s against the same watch straight to the pizza server.
 Then the admission webhooks' figures of tools/bench_webhooks.py (CREATE with one validating and with
 one mutating webhook over the plain CREATE of the same run), the storage-scale figures of tools/bench_storage.py (LIST of 10,000, watch-cache memory for
 100,000 objects, 1,000-watcher fan-out) and the RBAC decision rates of tools/bench_rbac.py.
@@ -511,7 +517,7 @@ def hello_server(port: int, cert: str, key: str, ca: str) -> None:
                 access_log=False, lifespan="off")
 
 
-EXTRA_FIGURES = ("list_10k", "storage_memory", "watch_fanout", "watch_fanout_single_100", "watch_fanout_https", "rbac_inprocess", "auth_grpc")
+EXTRA_FIGURES = ("watch_pizzas_100", "list_10k", "storage_memory", "watch_fanout", "watch_fanout_single_100", "watch_fanout_https", "rbac_inprocess", "auth_grpc")
 
 
 def measured(r: dict) -> str:
@@ -537,7 +543,8 @@ def record(results: dict, raw: dict, path: Path) -> None:
         lines.append(f"- {name}: CPU {cpu}; gRPC {hops}")
     extra = [n for n in EXTRA_FIGURES if n in results]
     if extra:
-        lines += ["\nStorage scale (tools/bench_storage.py) and RBAC (tools/bench_rbac.py); "
+        lines += ["\nStorage scale (tools/bench_storage.py), the watch through the aggregation proxy "
+                  "(tools/bench_pizza.py) and RBAC (tools/bench_rbac.py); "
                   "p50/p99 empty: beyond the measurement window or not a latency figure:\n",
                   "| figure | measured | p50 ms | p99 ms | baseline | baseline value | ratio | notes |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -562,6 +569,11 @@ def extra_notes(name: str, r: dict) -> str:
     if name == "storage_memory":
         return (f"{r['objects']} objects, {r['bytes_per_object']} B RSS vs {r['json_bytes_per_object']} B JSON "
                 f"each; goal ratio <= {r['goal_ratio']}")
+    if name == "watch_pizzas_100":
+        return (f"through the proxy, {r['watchers']} watcher of {r['objects']} pizzas, {r['write_rate']} writes/s "
+                f"(straight to the pizza server), delivered {r['delivered']}/{r['expected']}, {r['write_errors']} "
+                f"write errors; baseline: the same watch straight to the pizza server (p50 {r['baseline_p50_ms']} ms, "
+                f"{r['baseline_write_rate']} writes/s)")
     if name.startswith("watch_fanout"):
         cpu = f"storage CPU {r['storage_cpu_s']} s"
         if r.get("proxy_cpu_s") is not None:
@@ -570,6 +582,26 @@ def extra_notes(name: str, r: dict) -> str:
                 f"{r['delivered']}/{r['expected']} within {r['window_s']} s, {cpu}, "
                 f"{r['write_errors']} write errors")
     return ""
+
+
+def aggregation_figures(pizza: dict) -> dict[str, dict]:
+    """bench.json entries of tools/bench_pizza.py's run (through_proxy)."""
+    def figure(r: dict, baseline: str, base: dict) -> dict:
+        return {**{k: r[k] for k in ("rate", "p50_ms", "p99_ms")}, "baseline": baseline,
+                "baseline_rate": base["rate"], "ratio": round(r["rate"] / base["rate"], 4)}
+
+    direct, proxied = pizza["get_direct_admin"], pizza["get_proxy"]
+    out = {"aggregation_get": {**figure(proxied, "pizza_get", direct),
+                               "cpu_ms_per_request": proxied.get("cpu_ms_per_request"),
+                               "baseline_cpu_ms_per_request": direct.get("cpu_ms_per_request")},
+           "pizza_get_cold_authz": figure(pizza["get_cold_authz"], "pizza_get_warm", pizza["get_direct"])}
+    wd, wp = pizza["watch_direct"], pizza["watch_proxy"]
+    out["watch_pizzas_100"] = {"p99_ms": wp["p99_ms"], "p50_ms": wp["p50_ms"], "baseline": "watch_direct_p99_ms",
+                               "baseline_rate": wd["p99_ms"], "ratio": wp.get("ratio"),
+                               "baseline_p50_ms": wd["p50_ms"], "baseline_write_rate": wd["write_rate"],
+                               **{k: wp[k] for k in ("write_rate", "delivered", "expected", "write_errors",
+                                                     "watchers", "objects")}}
+    return out
 
 
 def storage_figures(raw: dict) -> dict[str, dict]:
@@ -645,7 +677,9 @@ def main() -> None:
             "writes": asyncio.run(bench_writes(stack, args.concurrency, args.n)),
             "policy": asyncio.run(bench_policy(stack, args.concurrency, args.n)),
         }
-        from tools import bench_storage, bench_webhooks
+        from tools import bench_pizza, bench_storage, bench_webhooks
+
+        raw["pizza"] = bench_pizza.run(stack, args.concurrency // 2, args.n, through_proxy=True)
 
         raw["webhooks"] = bench_webhooks.run(stack, args.concurrency, args.n)
         raw["storage"] = bench_storage.run(stack)
@@ -676,6 +710,7 @@ def main() -> None:
                            "baseline": "etcd_get", "baseline_rate": raw["etcd"]["get"]["rate"], "ratio": 1.0}
     results.update(write_figures(raw))
     results.update(bench_webhooks.figures(raw["webhooks"]))
+    results.update(aggregation_figures(raw["pizza"]))
     results.update(storage_figures(raw))
     results.update(policy_figures(raw))
     out = ROOT / ".apiary" / "bench.json"
@@ -691,6 +726,9 @@ def main() -> None:
     for name in ("get", "list", "create"):
         print(f"{name}: CPU ms/request {raw['apiary'][name]['cpu_ms_per_request']}")
         print(f"{name}: gRPC calls/request {raw['apiary'][name]['grpc_calls_per_request']}")
+    agg = results["aggregation_get"]
+    print(f"aggregation_get: CPU ms/request {agg['cpu_ms_per_request']} (straight to the pizza server: "
+          f"{agg['baseline_cpu_ms_per_request']})")
     extra = [n for n in EXTRA_FIGURES if n in results]
     if extra:
         print(f"\n{'figure':16} {'measured':>26} {'p50 ms':>8} {'p99 ms':>8}  {'baseline':20} {'value':>9} "

@@ -37,9 +37,9 @@ from fastapi.responses import Response
 from services.kit.options import parser
 from services.kit.rest import Call
 from services.pizza import server as pizza
-from tools.bench import Conn, client_ctx, drive
+from tools.bench import Conn, client_ctx, cpu_seconds, drive
 from tools.run import PIZZA as PIZZA_SERVER
-from tools.run import ROOT, Stack
+from tools.run import ORDER, ROOT, Stack
 
 GROUP = "restaurant.programming-kubernetes.info"
 PIZZA = f"/apis/{GROUP}/v1beta1/namespaces/default/pizzas/margherita"
@@ -162,6 +162,159 @@ async def fastapi_cost(stack: Stack, n: int = 3000) -> dict[str, float]:
         await s.storage.stop()
 
 
+WATCH_PIZZAS = 100
+WATCH_LABEL = "apiary.bench/watch"
+
+
+async def _watch_events(port: int, ctx: ssl.SSLContext, path: str, headers: dict[str, str],
+                        on_event: Any) -> None:
+    """Read a watch's chunked JSON lines, calling on_event(event, arrival time) for each."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+    try:
+        head = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        writer.write(head.encode() + b"\r\n")
+        raw = await reader.readuntil(b"\r\n\r\n")
+        assert raw.split(b" ", 2)[1] == b"200", raw
+        assert b"chunked" in raw.lower(), raw
+        buf = b""
+        while True:
+            size = int((await reader.readline()).split(b";")[0].strip(), 16)
+            if size == 0:
+                return
+            buf += (await reader.readexactly(size + 2))[:-2]
+            *lines, buf = buf.split(b"\n")
+            now = time.time()
+            for line in lines:
+                if line.strip():
+                    on_event(orjson.loads(line), now)
+    finally:
+        writer.close()
+
+
+async def watch_delivery(write: Any, list_watch: tuple[int, ssl.SSLContext, dict[str, str]],
+                         rate: float = 100.0, seconds: float = 10.0, writers: int = 16) -> dict[str, Any]:
+    """Delivery latency of changes to one watch of the WATCH_PIZZAS pizzas: write(conn, i, body) patches
+    pizza i; list_watch is where the watch goes (port, TLS, headers). Writes are paced at `rate`."""
+    port, ctx, headers = list_watch
+    run = uuid.uuid4().hex[:8]
+    selector = f"labelSelector={WATCH_LABEL}%3Dtrue"
+    collection = f"/apis/{GROUP}/v1beta1/namespaces/default/pizzas"
+    status, body = await Conn("127.0.0.1", port, ctx).request("GET", f"{collection}?{selector}", headers=headers)
+    assert status == 200, body[:300]
+    rv = orjson.loads(body)["metadata"]["resourceVersion"]
+    lat: list[float] = []
+    seen: set[str] = set()
+    synced = asyncio.Event()
+
+    def on_event(ev: dict[str, Any], now: float) -> None:
+        notes = ((ev.get("object") or {}).get("metadata") or {}).get("annotations") or {}
+        if notes.get("apiary.bench/run") != run:
+            return
+        seq = notes.get("apiary.bench/seq", "")
+        if seq == "sync":
+            synced.set()
+        elif seq not in seen:
+            seen.add(seq)
+            lat.append(now - float(notes["apiary.bench/sent"]))
+
+    watcher = asyncio.create_task(_watch_events(
+        port, ctx, f"{collection}?watch=true&{selector}&resourceVersion={rv}", headers, on_event))
+    pool: asyncio.Queue[Conn] = asyncio.Queue()
+
+    def patch(seq: str) -> bytes:
+        return orjson.dumps({"metadata": {"annotations": {"apiary.bench/run": run, "apiary.bench/seq": seq,
+                                                          "apiary.bench/sent": repr(time.time())}}})
+
+    errors = 0
+
+    async def one(i: int) -> None:
+        nonlocal errors
+        conn = await pool.get()
+        try:
+            if await write(conn, i % WATCH_PIZZAS, patch(str(i))) != 200:
+                errors += 1
+        finally:
+            pool.put_nowait(conn)
+
+    try:
+        conns = [await write.conn() for _ in range(writers)]
+        for c in conns:
+            pool.put_nowait(c)
+        # the watch is live once a change made after it started arrives
+        deadline = time.monotonic() + 30
+        while not synced.is_set():
+            assert time.monotonic() < deadline, "the watch never delivered"
+            assert await write(conns[0], 0, patch("sync")) == 200
+            try:
+                await asyncio.wait_for(synced.wait(), 1.0)
+            except TimeoutError:
+                pass
+        count = int(rate * seconds)
+        start = time.perf_counter()
+        tasks = []
+        for i in range(count):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(i)))
+        await asyncio.gather(*tasks)
+        write_rate = count / (time.perf_counter() - start)
+        grace = time.monotonic() + 10
+        while len(seen) < count - errors and time.monotonic() < grace and not watcher.done():
+            await asyncio.sleep(0.05)
+    finally:
+        watcher.cancel()
+        ended = (await asyncio.gather(watcher, return_exceptions=True))[0]
+        if isinstance(ended, Exception):
+            raise ended
+    lat.sort()
+    return {"p99_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000, 2) if lat else None,
+            "p50_ms": round(statistics.median(lat) * 1000, 2) if lat else None,
+            "write_rate": round(write_rate, 1), "delivered": len(seen), "expected": count,
+            "write_errors": errors, "watchers": 1, "objects": WATCH_PIZZAS}
+
+
+class _PizzaWriter:
+    """Patches pizza i straight to the pizza server (front-proxy certificate, system:masters)."""
+
+    def __init__(self, stack: Stack, port: int, ca: Path) -> None:
+        self.port, self.ctx = port, front_proxy_ctx(stack, ca)
+        self.headers = {"X-Remote-User": "kubernetes-admin", "X-Remote-Group": "system:masters",
+                        "Content-Type": "application/merge-patch+json"}
+
+    async def conn(self) -> Conn:
+        return Conn("127.0.0.1", self.port, self.ctx)
+
+    async def __call__(self, conn: Conn, i: int, body: bytes) -> int:
+        status, _ = await conn.request("PATCH", f"/apis/{GROUP}/v1beta1/namespaces/default/pizzas/bench-watch-{i}",
+                                       body, self.headers)
+        return status
+
+
+def watch_figures(stack: Stack, port: int, ca: Path) -> dict[str, Any]:
+    """watch_direct and watch_proxy (the proxy must serve the pizza server's group already)."""
+    writer = _PizzaWriter(stack, port, ca)
+
+    async def create() -> None:
+        conn = await writer.conn()
+        for i in range(WATCH_PIZZAS):
+            status, body = await conn.request(
+                "POST", f"/apis/{GROUP}/v1alpha1/namespaces/default/pizzas", orjson.dumps({
+                    "metadata": {"name": f"bench-watch-{i}", "labels": {WATCH_LABEL: "true"}},
+                    "spec": {"toppings": ["tomato"]}}),
+                {**writer.headers, "Content-Type": "application/json"})
+            assert status in (201, 409), body[:300]
+
+    asyncio.run(create())
+    direct = (port, writer.ctx, {k: v for k, v in writer.headers.items() if k != "Content-Type"})
+    proxied = (int(stack.server.rsplit(":", 1)[1]), client_ctx(stack, "admin"), {})
+    out = {"watch_direct": asyncio.run(watch_delivery(writer, direct)),
+           "watch_proxy": asyncio.run(watch_delivery(writer, proxied))}
+    d, p = out["watch_direct"]["p99_ms"], out["watch_proxy"]["p99_ms"]
+    out["watch_proxy"]["ratio"] = round(p / d, 3) if d and p else None
+    return out
+
+
 def _wait_served(stack: Stack) -> None:
     """Wait until the proxy serves the margherita (the APIServices available, discovery merged)."""
     with httpx.Client(base_url=stack.server, verify=client_ctx(stack, "admin"), timeout=30) as admin:
@@ -169,6 +322,15 @@ def _wait_served(stack: Stack) -> None:
         while admin.get(PIZZA).status_code != 200:
             assert time.monotonic() < deadline, admin.get(PIZZA).text
             time.sleep(0.5)
+
+
+def with_cpu(pids: dict[str, int | None], phase: Any) -> dict[str, Any]:
+    """phase()'s figures plus the CPU ms per request each process in pids spent during it."""
+    before = {k: cpu_seconds(p) for k, p in pids.items() if p}
+    out = phase()
+    out["cpu_ms_per_request"] = {k: round((cpu_seconds(pids[k]) - v) / out["requests"] * 1000, 3)  # type: ignore[arg-type]
+                                 for k, v in before.items()}
+    return out
 
 
 def run(stack: Stack, concurrency: int = 16, n: int = 1500, through_proxy: bool = False) -> dict[str, Any]:
@@ -185,11 +347,14 @@ def run(stack: Stack, concurrency: int = 16, n: int = 1500, through_proxy: bool 
     out["get_cold_authz"]["ratio"] = round(out["get_cold_authz"]["rate"] / out["get_direct"]["rate"], 4)
     if through_proxy:
         _wait_served(stack)
+        pids = {**{name: stack.pid(name) for name in ORDER}, "pizza": stack.pid(PIZZA_SERVER.name)}
+        asyncio.run(get_through_proxy(stack, concurrency, 200))  # warm: pooled connections, caches
         # the identity the proxy forwards for the admin certificate, sent straight
-        out["get_direct_admin"] = asyncio.run(_get(stack, port, ca, lambda i: "kubernetes-admin", concurrency,
-                                                   n, "system:masters"))
-        out["get_proxy"] = asyncio.run(get_through_proxy(stack, concurrency, n))
+        out["get_direct_admin"] = with_cpu(pids, lambda: asyncio.run(_get(
+            stack, port, ca, lambda i: "kubernetes-admin", concurrency, n, "system:masters")))
+        out["get_proxy"] = with_cpu(pids, lambda: asyncio.run(get_through_proxy(stack, concurrency, n)))
         out["get_proxy"]["ratio"] = round(out["get_proxy"]["rate"] / out["get_direct_admin"]["rate"], 4)
+        out.update(watch_figures(stack, port, ca))
     out["fastapi_cost"] = asyncio.run(fastapi_cost(stack))
     return out
 
