@@ -35,6 +35,7 @@ import grpc
 
 from apiary_pb import envelope_pb2 as pb
 
+from . import auditid
 from .errors import APIError, InternalError, ServiceUnavailable, Timeout, error_from_rpc
 from .grpcutil import GRPC_STARTED, batches
 from .runtime import after_large_answer
@@ -195,6 +196,25 @@ async def read_stream(call: Any, on_message: Callable[[Any], None], peer: str, w
         return InternalError(f"{what} to {peer} failed: {type(e).__name__}")
 
 
+class Spread:
+    """Long-lived streams to a peer that runs as several replicas (grpcutil.Target): one per
+    replica, opened on a round_robin channel (so each lands on the next connected replica), taken
+    in turn by each call; one whose replica died is opened again on its next turn, on a live
+    replica. A client with one replica never uses it (its own single stream costs nothing more)."""
+
+    def __init__(self, open_: Callable[[], Any], streams: int) -> None:
+        self.open, self.pool = open_, [None] * streams
+        self.turn = itertools.count()
+
+    def pick(self) -> Any:
+        pool = self.pool
+        i = next(self.turn) % len(pool)
+        stream = pool[i]
+        if stream is None or not stream.alive:
+            stream = pool[i] = self.open()
+        return stream
+
+
 def _frames(frames: list[pb.Frame]) -> pb.Frames:
     return pb.Frames(frames=frames)
 
@@ -231,20 +251,28 @@ class _Parts:
 class MuxClient:
     """Calls `method` on the peer over one shared stream opened by `open_stream(requests)` (e.g. stub.Calls)."""
 
-    def __init__(self, open_stream: Callable[[Any], Any], peer: str, responses: dict[str, Any]) -> None:
+    def __init__(self, open_stream: Callable[[Any], Any], peer: str, responses: dict[str, Any],
+                 replicas: int = 1) -> None:
         self.open_stream = open_stream
         self.peer = peer
         self.responses = responses          # method name -> response message class
+        self.replicas = replicas
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[pb.Frame] | _Parts] = {}
         self._stream: _Stream | None = None
         self._parts_client: MuxClient | None = None  # answers in parts travel on a stream of their own
+        if replicas > 1:
+            self._ensure = Spread(self._open, replicas).pick  # type: ignore[method-assign]
+
+    def _open(self) -> _Stream:
+        stream = _Stream(self.open_stream)
+        asyncio.create_task(self._read(stream), name=f"mux-read-{self.peer}")
+        return stream
 
     def _ensure(self) -> _Stream:
         stream = self._stream
         if stream is None or not stream.alive:
-            stream = self._stream = _Stream(self.open_stream)
-            asyncio.create_task(self._read(stream), name=f"mux-read-{self.peer}")
+            stream = self._stream = self._open()
         return stream
 
     async def _read(self, stream: _Stream) -> None:
@@ -287,7 +315,8 @@ class MuxClient:
         fut: asyncio.Future[pb.Frame] = asyncio.get_running_loop().create_future()
         fut.stream = stream  # type: ignore[attr-defined] - failed with its stream
         self._pending[fid] = fut
-        stream.queue.put_nowait(pb.Frame(id=fid, method=method, payload=request.SerializeToString()))
+        stream.queue.put_nowait(pb.Frame(id=fid, method=method, payload=request.SerializeToString(),
+                                         audit_id=auditid.AUDIT_ID.get()))
         try:
             frame = await asyncio.wait_for(fut, timeout) if timeout else await fut
         except asyncio.TimeoutError:
@@ -308,7 +337,7 @@ class MuxClient:
         a whole answer never waits in the transport behind the parts of a large one."""
         parts = self._parts_client
         if parts is None:
-            parts = self._parts_client = MuxClient(self.open_stream, self.peer, self.responses)
+            parts = self._parts_client = MuxClient(self.open_stream, self.peer, self.responses, self.replicas)
         return parts._call_stream(method, request, timeout, window)
 
     async def _call_stream(self, method: str, request: Any, timeout: float | None,
@@ -318,7 +347,8 @@ class MuxClient:
         parts = _Parts(stream)
         self._pending[fid] = parts
         queue = stream.queue
-        queue.put_nowait(pb.Frame(id=fid, method=method, payload=request.SerializeToString(), window=window))
+        queue.put_nowait(pb.Frame(id=fid, method=method, payload=request.SerializeToString(), window=window,
+                                  audit_id=auditid.AUDIT_ID.get()))
         done = False
         try:
             while True:
@@ -403,6 +433,10 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
 
     async def run(frame: pb.Frame) -> None:
         GRPC_STARTED.labels(frame.method).inc()  # a call on the stream counts as a call
+        if frame.audit_id:  # this task's own context: log lines of the call carry it
+            auditid.AUDIT_ID.set(frame.audit_id)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("call %s", frame.method)
         try:
             entry = methods.get(frame.method)
             if entry is None:
