@@ -30,8 +30,8 @@ class AuthClient:
     async def _call(self, method: str, req: Any, timing: dict[str, float]) -> Any:
         t0 = time.perf_counter()
         try:
-            return await grpcutil.call(getattr(self.stub, method)(req, timeout=self.timeout,
-                                                                      metadata=auditid.metadata()), "auth")
+            call = getattr(self.stub, method)(req, timeout=self.timeout, metadata=auditid.metadata())
+            return await grpcutil.call(call, "auth")
         finally:
             dt = time.perf_counter() - t0
             AUTH_DURATION.labels(method).observe(dt)

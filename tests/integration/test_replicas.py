@@ -112,7 +112,8 @@ def calls_served(stack: Stack, name: str) -> float:
     """gRPC calls a replica served (its grpc_server_started_total, calls on streams included)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{stack.health_port(name)}/metrics", timeout=5) as r:
         text = r.read().decode()
-    return sum(float(m.group(1)) for m in re.finditer(r'^grpc_server_started_total\{[^}]*\} (\S+)$', text, re.MULTILINE))
+    calls = re.finditer(r"^grpc_server_started_total\{[^}]*\} (\S+)$", text, re.MULTILINE)
+    return sum(float(m.group(1)) for m in calls)
 
 
 def test_kubectl_through_each_proxy(private):

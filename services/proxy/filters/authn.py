@@ -79,8 +79,8 @@ class Authenticator:
         metrics.AUTHN_MISS.inc()
         req = apb.AuthenticateRequest(token=token, has_cert=x509, cert_common_name=cn,
                                       cert_organizations=list(orgs), path=path)
-        resp = await grpcutil.call(self.auth.Authenticate(req, timeout=AUTH_TIMEOUT,
-                                                                      metadata=auditid.metadata()), "auth")
+        call = self.auth.Authenticate(req, timeout=AUTH_TIMEOUT, metadata=auditid.metadata())
+        resp = await grpcutil.call(call, "auth")
         if not resp.authenticated:
             raise Unauthorized("Unauthorized")
         if len(self._cache) >= MAX_ENTRIES:

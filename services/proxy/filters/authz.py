@@ -122,8 +122,8 @@ class Authorizer:
             metrics.AUTHZ_MISS.inc()
             generation = self._generation
             req = apb.AuthorizeRequest(attributes=attributes(user, info))
-            resp = await grpcutil.call(self.auth.Authorize(req, timeout=AUTHZ_TIMEOUT,
-                                                                   metadata=auditid.metadata()), "auth")
+            call = self.auth.Authorize(req, timeout=AUTHZ_TIMEOUT, metadata=auditid.metadata())
+            resp = await grpcutil.call(call, "auth")
             allowed, reason = resp.decision == "Allow", resp.reason
             if not allowed and resp.error:
                 # kube's WithAuthorization: an authorizer error without an allow is a 500, never cached
