@@ -35,6 +35,9 @@ def setup_logging(service: str, verbosity: int = 0) -> None:
     handler.setFormatter(logging.Formatter(f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s%(audit)s"))
     logging.basicConfig(level=logging.DEBUG if verbosity >= 4 else logging.INFO, handlers=[handler])
     logging.getLogger("aetcd").setLevel(logging.WARNING)
+    # grpc's own debug lines (its event loop, a stream's writer finding its call ended by a peer that
+    # went away, with a traceback) say nothing about apiary's requests
+    logging.getLogger("grpc").setLevel(logging.INFO)
 
 
 # glibc mallopt parameters
