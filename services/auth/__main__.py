@@ -7,7 +7,7 @@ import logging
 
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import config, runtime
+from services.common import config, duration, runtime
 
 from .authenticators import Authenticator
 from .authenticators import Union as AuthenticatorUnion
@@ -27,7 +27,6 @@ from .authorizers.rbac import RBACIndex
 from .authnconfig import JWTAuthenticators
 from .authorizers.webhook import WebhookAuthorizer, WebhookSettings
 from .authzconfig import AuthorizationConfigWatcher, AuthorizerChain
-from .duration import parse_duration
 from .escalation import EscalationChecker
 from .fielderrors import ConfigError, FieldErrors
 from .policy import AggregationController, PolicyInformers, reconcile_bootstrap
@@ -52,13 +51,6 @@ def _bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"invalid boolean value {value!r}")
 
 
-def _duration(value: str) -> float:
-    try:
-        return parse_duration(value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m services.auth", description=__doc__)
     config.add_common_flags(p, "auth")
@@ -77,9 +69,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="kubeconfig file of the authorization webhook (mode Webhook)")
     p.add_argument("--authorization-webhook-version", default=None, choices=("v1", "v1beta1"),
                    help="authorization.k8s.io version of the SubjectAccessReview sent to the webhook (default v1beta1)")
-    p.add_argument("--authorization-webhook-cache-authorized-ttl", type=_duration, default=None,
+    p.add_argument("--authorization-webhook-cache-authorized-ttl", type=duration.flag, default=None,
                    help="how long allowed answers of the webhook are cached (default 5m0s)")
-    p.add_argument("--authorization-webhook-cache-unauthorized-ttl", type=_duration, default=None,
+    p.add_argument("--authorization-webhook-cache-unauthorized-ttl", type=duration.flag, default=None,
                    help="how long denied answers of the webhook are cached (default 30s)")
     p.add_argument("--service-account-signing-key-file", default="",
                    help="RSA private key (PEM) that signs ServiceAccount tokens (TokenRequest)")
@@ -98,7 +90,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="kubeconfig file of the token authentication webhook (TokenReview)")
     p.add_argument("--authentication-token-webhook-version", default="v1beta1", choices=("v1", "v1beta1"),
                    help="authentication.k8s.io version of the TokenReview sent to the webhook (default v1beta1)")
-    p.add_argument("--authentication-token-webhook-cache-ttl", type=_duration, default=120.0,
+    p.add_argument("--authentication-token-webhook-cache-ttl", type=duration.flag, default=120.0,
                    help="how long the webhook's answers are cached (default 2m0s)")
     p.add_argument("--oidc-issuer-url", default="", help="legacy: URL of the OpenID issuer (https)")
     p.add_argument("--oidc-client-id", default="", help="legacy: the client ID (audience) tokens must carry")

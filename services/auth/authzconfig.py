@@ -20,7 +20,7 @@ from .authorizers.privileged import PrivilegedGroupAuthorizer
 from .authorizers.rbac import RBACIndex
 from .authorizers.webhook import WebhookAuthorizer, WebhookSettings
 from .configfile import ReloadedFile
-from .duration import parse_duration
+from services.common.duration import parse_duration
 from .fielderrors import ConfigError, FieldErrors
 from .webhookclient import WebhookClient, load_kubeconfig
 

@@ -3,18 +3,8 @@ DelegatingAuthentication, DelegatingAuthorization)."""
 from __future__ import annotations
 
 import argparse
-import re
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-
-
-def duration(text: str) -> float:
-    """Seconds from "10", "10s", "500ms", "2m" (kube's flags take Go durations)."""
-    m = _DURATION.match(text.strip())
-    if not m:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}")
-    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
-
+from services.common.duration import flag
 
 def _list(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
@@ -33,10 +23,10 @@ def parser(prog: str, description: str, etcd_prefix: str) -> argparse.ArgumentPa
     e.add_argument("--etcd-servers", default="http://127.0.0.1:2379", help="comma-separated etcd client URLs")
     e.add_argument("--etcd-prefix", default=etcd_prefix,
                    help="the key prefix of every object (one path segment without dots, e.g. /pizza-apiserver)")
-    e.add_argument("--etcd-request-timeout", type=duration, default=10.0, help="deadline of each etcd request")
-    e.add_argument("--etcd-compaction-interval", type=duration, default=0.0,
+    e.add_argument("--etcd-request-timeout", type=flag, default=10.0, help="deadline of each etcd request")
+    e.add_argument("--etcd-compaction-interval", type=flag, default=0.0,
                    help="how often this server compacts etcd (0: never; leave it to the etcd's owner when shared)")
-    e.add_argument("--watch-bookmark-interval", type=duration, default=60.0, help="how often a watch gets a bookmark")
+    e.add_argument("--watch-bookmark-interval", type=flag, default=60.0, help="how often a watch gets a bookmark")
     a = p.add_argument_group("delegated authentication and authorization")
     a.add_argument("--kubeconfig", default="",
                    help="how to reach the core API server (default: the pod's ServiceAccount in a cluster)")
@@ -57,14 +47,14 @@ def parser(prog: str, description: str, etcd_prefix: str) -> argparse.ArgumentPa
     a.add_argument("--requestheader-uid-headers", type=_list, default=None)
     a.add_argument("--requestheader-group-headers", type=_list, default=None)
     a.add_argument("--requestheader-extra-headers-prefix", type=_list, default=None)
-    a.add_argument("--extension-authentication-resync", type=duration, default=30.0,
+    a.add_argument("--extension-authentication-resync", type=flag, default=30.0,
                    help="how often kube-system/extension-apiserver-authentication is read again (when the CAs "
                    "come from it)")
-    a.add_argument("--authentication-token-webhook-cache-ttl", type=duration, default=10.0,
+    a.add_argument("--authentication-token-webhook-cache-ttl", type=flag, default=10.0,
                    help="how long TokenReview answers are cached")
-    a.add_argument("--authorization-webhook-cache-authorized-ttl", type=duration, default=10.0,
+    a.add_argument("--authorization-webhook-cache-authorized-ttl", type=flag, default=10.0,
                    help="how long an allowed SubjectAccessReview answer is cached")
-    a.add_argument("--authorization-webhook-cache-unauthorized-ttl", type=duration, default=10.0,
+    a.add_argument("--authorization-webhook-cache-unauthorized-ttl", type=flag, default=10.0,
                    help="how long a denied SubjectAccessReview answer is cached")
     a.add_argument("--authorization-always-allow-paths", type=_list, default=["/healthz", "/readyz", "/livez"],
                    help="paths served without authentication or authorization (a trailing * matches a prefix)")

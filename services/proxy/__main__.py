@@ -8,7 +8,7 @@ from collections.abc import Callable
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import config, grpcutil, runtime
+from services.common import config, duration, grpcutil, runtime
 
 from .aggregator.authentication_trust import AuthenticationTrust
 from .app import ProxyApp
@@ -16,16 +16,8 @@ from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
 from .filters import audit
 from .filters.requestheader import (DEFAULT_EXTRA_PREFIXES, DEFAULT_GROUP_HEADERS, DEFAULT_UID_HEADERS,
                                     DEFAULT_USERNAME_HEADERS, RequestHeaderConfig)
-from .filters.timeout import MIN_REQUEST_TIMEOUT, REQUEST_TIMEOUT, parse_duration
+from .filters.timeout import MIN_REQUEST_TIMEOUT, REQUEST_TIMEOUT
 from .server import HTTPLimits, Server, make_server, serve_until
-
-
-def _duration(value: str) -> float:
-    """A Go duration (1m0s, 32s, 500ms), as kube's flags take them."""
-    try:
-        return parse_duration(value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _csv(value: str) -> list[str]:
@@ -62,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="headers holding the user's UID (comma-separated)")
     p.add_argument("--requestheader-group-headers", type=_csv, default=list(DEFAULT_GROUP_HEADERS),
                    help="headers holding the user's groups, every value counts (comma-separated)")
-    p.add_argument("--request-timeout", type=_duration, default=REQUEST_TIMEOUT,
+    p.add_argument("--request-timeout", type=duration.flag, default=REQUEST_TIMEOUT,
                    help="how long a request may take before it is answered 504, unless it asks for less "
                         "with ?timeout= (a Go duration such as 1m0s); watches are not bounded by it "
                         "(default 1m0s)")
@@ -70,11 +62,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds a watch without timeoutSeconds lasts at least; it ends at a random time "
                         "between this and twice this, so that clients do not all reconnect at once")
     # apiary's own: kube-apiserver has these limits as constants (secure_serving.go)
-    p.add_argument("--read-header-timeout", type=_duration, default=HTTPLimits.read_header_timeout,
+    p.add_argument("--read-header-timeout", type=duration.flag, default=HTTPLimits.read_header_timeout,
                    help="apiary-specific: a request's headers must arrive within this time of the "
                         "connection's start or the request's first byte, or the connection is closed "
                         "(kube's 32s)")
-    p.add_argument("--idle-timeout", type=_duration, default=HTTPLimits.idle_timeout,
+    p.add_argument("--idle-timeout", type=duration.flag, default=HTTPLimits.idle_timeout,
                    help="apiary-specific: a keep-alive connection with no request for this long is closed "
                         "(kube's 90s)")
     p.add_argument("--max-header-bytes", type=int, default=HTTPLimits.max_header_bytes,

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
-from services.common import config, runtime
+from services.common import config, duration, runtime
 
 from .cacher import Cachers
 from .codec import Codec
@@ -14,17 +13,6 @@ from .compactor import Compactor
 from .encryption import Encryption
 from .etcd import Etcd
 from .server import StorageServicer, add_to_server
-
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-
-
-def duration(text: str) -> float:
-    """Seconds from "10", "10s", "500ms", "2m" (kube's flags take Go durations)."""
-    m = _DURATION.match(text.strip())
-    if not m:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}")
-    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -37,20 +25,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--etcd-request-timeout",
-        type=duration,
+        type=duration.flag,
         default=10.0,
         help="deadline of each etcd request (seconds or a duration such as 10s); past it the "
         "request fails with 504 Timeout",
     )
     p.add_argument(
         "--watch-bookmark-interval",
-        type=duration,
+        type=duration.flag,
         default=60.0,
         help="how often a watch that allows bookmarks gets one",
     )
     p.add_argument(
         "--watch-cache-history",
-        type=duration,
+        type=duration.flag,
         default=75.0,
         help="how long the watch cache keeps events (at least 100 are always kept)",
     )
@@ -62,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--etcd-compaction-interval",
-        type=duration,
+        type=duration.flag,
         default=300.0,
         help="how often etcd is compacted (to the revision seen one interval earlier); 0 disables",
     )

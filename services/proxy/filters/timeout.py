@@ -10,10 +10,10 @@ a watch ends after its timeoutSeconds, or after --min-request-timeout to twice t
 from __future__ import annotations
 
 import asyncio
-import re
 
 import orjson
 
+from services.common.duration import parse_duration
 from services.common.errors import BadRequest
 
 from ..requestinfo import RequestInfo
@@ -39,8 +39,6 @@ TIMEOUT_BODY = orjson.dumps({
 TIMEOUT_CONTENT_TYPE = "text/plain; charset=utf-8"
 
 _INVALID_TIMEOUT = "invalid timeout specified in the request URL"
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_COMPONENT = re.compile(r"(\d*)(?:\.(\d*))?([^\d.]*)")
 
 
 def long_running(info: RequestInfo) -> bool:
@@ -49,38 +47,6 @@ def long_running(info: RequestInfo) -> bool:
     if info.is_resource_request and info.subresource in LONG_RUNNING_SUBRESOURCES:
         return True
     return not info.is_resource_request and info.path.startswith("/debug/pprof/")
-
-
-def _quote(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def parse_duration(value: str) -> float:
-    """Go's time.ParseDuration, in seconds; ValueError with Go's message."""
-    orig, s = value, value
-    sign = 1.0
-    if s[:1] in ("-", "+"):
-        sign = -1.0 if s[0] == "-" else 1.0
-        s = s[1:]
-    if s == "0":
-        return 0.0
-    if not s:
-        raise ValueError(f"time: invalid duration {_quote(orig)}")
-    total = 0.0
-    while s:
-        m = _COMPONENT.match(s)
-        whole, frac, unit = m.group(1), m.group(2), m.group(3)  # type: ignore[union-attr]
-        if not whole and not frac:
-            raise ValueError(f"time: invalid duration {_quote(orig)}")
-        if not unit:
-            raise ValueError(f"time: missing unit in duration {_quote(orig)}")
-        if unit not in _UNITS:
-            raise ValueError(f"time: unknown unit {_quote(unit)} in duration {_quote(orig)}")
-        total += float(f"{whole or 0}.{frac or 0}") * _UNITS[unit]
-        s = s[m.end():]  # type: ignore[union-attr]
-    if total > 9223372036.854775807:
-        raise ValueError(f"time: invalid duration {_quote(orig)}")
-    return sign * total
 
 
 def request_timeout(query: dict[str, str], maximum: float) -> float:
