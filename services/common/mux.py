@@ -27,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import random
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -52,6 +54,9 @@ PART_BYTES = 128 << 10
 # 0.25 MiB of one answer; a larger window makes a LIST faster and a GET beside it slower (4:
 # 3.7x the idle GET latency against 3x; tools/bench_fairness measures both).
 WINDOW = 2
+# Seconds after which a client of several replicas moves a stream (Spread), so that a replica that
+# was down gets calls again within about this long of being back.
+REBALANCE = 30.0
 # Parts of one answer a server queues for its writer beyond the one being written (without flow
 # control from the caller this alone bounds what the server holds).
 QUEUED_PARTS = 2
@@ -200,18 +205,28 @@ class Spread:
     """Long-lived streams to a peer that runs as several replicas (grpcutil.Target): one per
     replica, opened on a round_robin channel (so each lands on the next connected replica), taken
     in turn by each call; one whose replica died is opened again on its next turn, on a live
-    replica. A client with one replica never uses it (its own single stream costs nothing more)."""
+    replica. With `rebalance` (seconds), a stream that old is retired at its next turn (it takes
+    no new call and closes once those on it are answered) and a new one opened in its place, so
+    that a replica started again gets its share back (kube's --goaway-chance does this for
+    HTTP/2 clients). A client with one replica never uses it (its one stream costs nothing more)."""
 
-    def __init__(self, open_: Callable[[], Any], streams: int) -> None:
+    def __init__(self, open_: Callable[[], Any], streams: int, rebalance: float = 0.0) -> None:
         self.open, self.pool = open_, [None] * streams
         self.turn = itertools.count()
+        self.rebalance = rebalance
+        self.due = [0.0] * streams  # when each stream is retired (rebalance only)
 
     def pick(self) -> Any:
         pool = self.pool
         i = next(self.turn) % len(pool)
         stream = pool[i]
-        if stream is None or not stream.alive:
-            stream = pool[i] = self.open()
+        if stream is not None and stream.alive:
+            if not self.rebalance or time.monotonic() < self.due[i]:
+                return stream
+            stream.retire()
+        stream = pool[i] = self.open()
+        if self.rebalance:  # jittered, so that the streams of many clients do not move at once
+            self.due[i] = time.monotonic() + self.rebalance * random.uniform(0.8, 1.2)
         return stream
 
 
@@ -220,12 +235,28 @@ def _frames(frames: list[pb.Frame]) -> pb.Frames:
 
 
 class _Stream:
-    """One open Calls stream: its outgoing queue and the gRPC call reading its answers."""
+    """One open Calls stream: its outgoing queue, the gRPC call reading its answers, and the calls
+    on it (a retired stream ends its side once they are answered: Spread)."""
+
+    __slots__ = ("queue", "call", "alive", "inflight", "retired")
 
     def __init__(self, open_stream: Callable[[Any], Any]) -> None:
         self.queue: asyncio.Queue[pb.Frame | None] = asyncio.Queue()
         self.call = open_stream(batches(self.queue, _frames))
         self.alive = True
+        self.inflight = 0
+        self.retired = False
+
+    def retire(self) -> None:
+        self.retired = True
+        if not self.inflight:
+            self.queue.put_nowait(None)
+
+    def done(self) -> None:
+        """A call on it was answered (or given up on)."""
+        self.inflight -= 1
+        if self.retired and not self.inflight:
+            self.queue.put_nowait(None)
 
 
 class _Parts:
@@ -262,7 +293,7 @@ class MuxClient:
         self._stream: _Stream | None = None
         self._parts_client: MuxClient | None = None  # answers in parts travel on a stream of their own
         if replicas > 1:
-            self._ensure = Spread(self._open, replicas).pick  # type: ignore[method-assign]
+            self._ensure = Spread(self._open, replicas, REBALANCE).pick  # type: ignore[method-assign]
 
     def _open(self) -> _Stream:
         stream = _Stream(self.open_stream)
@@ -315,6 +346,7 @@ class MuxClient:
         fut: asyncio.Future[pb.Frame] = asyncio.get_running_loop().create_future()
         fut.stream = stream  # type: ignore[attr-defined] - failed with its stream
         self._pending[fid] = fut
+        stream.inflight += 1
         stream.queue.put_nowait(pb.Frame(id=fid, method=method, payload=request.SerializeToString(),
                                          audit_id=auditid.AUDIT_ID.get()))
         try:
@@ -324,6 +356,7 @@ class MuxClient:
                           headers={"Retry-After": "1"}) from None
         finally:
             self._pending.pop(fid, None)
+            stream.done()
         if frame.HasField("error"):
             raise APIError.from_pb(frame.error)
         return (response or self.responses[method]).FromString(frame.payload)
@@ -346,6 +379,7 @@ class MuxClient:
         fid = next(self._ids)
         parts = _Parts(stream)
         self._pending[fid] = parts
+        stream.inflight += 1
         queue = stream.queue
         queue.put_nowait(pb.Frame(id=fid, method=method, payload=request.SerializeToString(), window=window,
                                   audit_id=auditid.AUDIT_ID.get()))
@@ -375,6 +409,7 @@ class MuxClient:
             self._pending.pop(fid, None)
             if not done and parts.error is None and stream.alive:
                 queue.put_nowait(pb.Frame(id=fid, cancel=True))
+            stream.done()
 
 
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]

@@ -28,7 +28,10 @@ class Tagged(Echo):
 
 
 async def start(tag: str) -> tuple[object, int]:
-    port = free_port()
+    return await start_on(tag, free_port())
+
+
+async def start_on(tag: str, port: int) -> tuple[object, int]:
     server = grpcutil.make_server(None, f"127.0.0.1:{port}")
     rgrpc.add_RegistryServicer_to_server(Tagged(tag), server)
     await server.start()
@@ -75,6 +78,36 @@ async def test_calls_spread_over_replicas_and_fail_over():
         assert len(answered) >= 18 and set(answered) == {b"b"}
     finally:
         await channel.close()
+        await b.stop(None)
+
+
+async def test_a_replica_back_gets_calls_again(monkeypatch):
+    """Streams move every REBALANCE seconds (mux.Spread), the calls on them answered first: a
+    replica that was down gets its share again."""
+    monkeypatch.setattr(mux, "REBALANCE", 0.3)
+    a, pa = await start("a")
+    b, pb_ = await start("b")
+    address = f"127.0.0.1:{pa},127.0.0.1:{pb_}"
+    channel = grpcutil.make_channel(None, address)
+    client = mux.MuxClient(rgrpc.RegistryStub(channel).Calls, "registry", {"Handle": rpb.APIResponse}, 2)
+    try:
+        await a.stop(None)  # every stream opens on b
+        assert {(await client.call("Handle", rpb.APIRequest(name="x"))).body.split()[0] for _ in range(4)} == {b"b"}
+        a, _ = await start_on("a", pa)
+        stub, seen = rgrpc.RegistryStub(channel), set()
+        while b"a" not in seen:  # the channel is connected to a again
+            seen.add((await stub.Handle(rpb.APIRequest(name="warm"), wait_for_ready=True)).body.split()[0])
+        deadline = asyncio.get_running_loop().time() + 10
+        served: set[bytes] = set()
+        while b"a" not in served:
+            assert asyncio.get_running_loop().time() < deadline, "no call went to the replica back"
+            # calls in flight while streams move: every one is answered
+            answers = await asyncio.gather(*(client.call("Handle", rpb.APIRequest(name=str(i))) for i in range(8)))
+            served |= {r.body.split()[0] for r in answers}
+            await asyncio.sleep(0.05)
+    finally:
+        await channel.close()
+        await a.stop(None)
         await b.stop(None)
 
 
