@@ -9,6 +9,8 @@ and the gRPC calls each service served per request (from its /metrics).
 get_oidc is the same GET with an OIDC bearer token from a local issuer (tools.fakeservers) trusted
 by --authentication-config, against the GET with a client certificate of a user with the same rights
 measured just before it (both warm, neither in system:masters).
+apply and patch are a server-side apply and a strategic merge patch of a ConfigMap against a plain
+update (PUT) of the same objects, in the same run (`python -m tools.bench writes` runs only those).
 Then the storage-scale figures of tools/bench_storage.py (LIST of 10,000, watch-cache memory for
 100,000 objects, 1,000-watcher fan-out) and the RBAC decision rates of tools/bench_rbac.py.
 Writes .apiary/bench.json; `--record` appends the run to docs/benchmarks.md.
@@ -223,6 +225,65 @@ def bench_replicas(concurrency: int, n: int, replicas: int = 2) -> dict[str, dic
         return asyncio.run(bench_apiary(stack, concurrency, n, with_list=False))
     finally:
         stack.stop(quiet=True)
+
+
+WRITE_OBJECTS = 64
+
+
+async def bench_writes(stack: Stack, concurrency: int, n: int) -> dict[str, dict]:
+    """A plain update (PUT), a server-side apply and a strategic merge patch of the same ConfigMaps, each
+    changing one value, so each is a real write; ratios against the update."""
+    ctx = client_ctx(stack)
+    port = int(stack.server.rsplit(":", 1)[1])
+
+    def mk() -> Conn:
+        return Conn("127.0.0.1", port, ctx)
+
+    base = "/api/v1/namespaces/bench-writes/configmaps"
+    json_hdr = {"Content-Type": "application/json", "Accept": "application/json"}
+    setup = mk()
+    await setup.request("POST", "/api/v1/namespaces", json.dumps(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench-writes"}}).encode(), json_hdr)
+
+    def obj(i: int, value: str) -> bytes:
+        return json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": f"w-{i % WRITE_OBJECTS}", "labels": {"app": "bench", "tier": "x"}},
+                           "data": {**{f"k{j}": "value-" * 4 for j in range(8)}, "changing": value}}).encode()
+
+    for i in range(WRITE_OBJECTS):
+        s, data = await setup.request("PATCH", f"{base}/w-{i}?fieldManager=bench", obj(i, "start"),
+                                      {"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"})
+        if s not in (200, 201):
+            raise RuntimeError(f"apply setup: {s} {data[:200]!r}")
+
+    def checked(verb: str, method: str, query: str, ctype: str, body: Callable[[int], bytes]
+                ) -> Callable[[int, Conn], Awaitable[None]]:
+        async def one(i: int, c: Conn) -> None:
+            s, data = await c.request(method, f"{base}/w-{i % WRITE_OBJECTS}{query}", body(i),
+                                      {"Content-Type": ctype, "Accept": "application/json"})
+            if s != 200:
+                raise RuntimeError(f"{verb}: {s} {data[:200]!r}")
+        return one
+
+    runs = {
+        "update": checked("update", "PUT", "?fieldManager=bench-put", "application/json",
+                          lambda i: obj(i, f"u{i}")),
+        "apply": checked("apply", "PATCH", "?fieldManager=bench&force=true", "application/apply-patch+yaml",
+                         lambda i: obj(i, f"a{i}")),
+        "patch": checked("patch", "PATCH", "?fieldManager=bench-patch", "application/strategic-merge-patch+json",
+                         lambda i: json.dumps({"data": {"changing": f"p{i}"}}).encode()),
+    }
+    results: dict[str, dict] = {}
+    for name, fn in runs.items():
+        results[name] = await drive(n, concurrency, fn, mk)
+    return results
+
+
+def write_figures(raw: dict) -> dict[str, dict]:
+    w = raw["writes"]
+    return {name: {**{k: w[name][k] for k in ("rate", "p50_ms", "p99_ms")}, "baseline": "update",
+                   "baseline_rate": w["update"]["rate"], "ratio": round(w[name]["rate"] / w["update"]["rate"], 4)}
+            for name in ("apply", "patch")}
 
 
 def oidc_config(issuer: Issuer) -> str:
@@ -457,7 +518,9 @@ def main() -> None:
     # The load generator reads multi-MB answers like the services do (services/common/runtime.py).
     tune_malloc()
     p = argparse.ArgumentParser(prog="python -m tools.bench")
-    p.add_argument("mode", nargs="?", default="run", choices=["run", "hello-server"])
+    p.add_argument("mode", nargs="?", default="run", choices=["run", "writes", "replicas", "hello-server"],
+                   help="writes: only the apply and patch figures; replicas: only GET and CREATE with 2 "
+                        "replicas of every service against 1")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("-n", type=int, default=1500, help="requests per figure (GET runs 2n)")
     p.add_argument("--record", action="store_true", help="append the figures to docs/benchmarks.md")
@@ -468,6 +531,31 @@ def main() -> None:
     args = p.parse_args()
     if args.mode == "hello-server":
         hello_server(args.port, args.cert, args.key, args.ca)
+        return
+    if args.mode == "writes":
+        stack = Stack(BENCH_STATE, BENCH_OFFSET)
+        stack.start(fresh=True)
+        try:
+            raw_writes = {"writes": asyncio.run(bench_writes(stack, args.concurrency, args.n))}
+        finally:
+            stack.stop(quiet=True)
+        for name, r in write_figures(raw_writes).items():
+            print(f"{name:8} {r['rate']:>9} {r['p50_ms']:>8} {r['p99_ms']:>8}  {r['baseline']:11} "
+                  f"{r['baseline_rate']:>9} {r['ratio']:>7}")
+        return
+    if args.mode == "replicas":
+        stack = Stack(BENCH_STATE, BENCH_OFFSET)
+        stack.start(fresh=True)
+        try:
+            one = asyncio.run(bench_apiary(stack, args.concurrency, args.n, with_list=False))
+        finally:
+            stack.stop(quiet=True)
+        two = bench_replicas(args.concurrency, args.n)
+        for name in ("get", "create"):
+            print(f"{name}: 1 replica {one[name]['rate']}/s, 2 replicas {two[name]['rate']}/s, ratio "
+                  f"{round(two[name]['rate'] / one[name]['rate'], 4)}")
+            print(f"  CPU ms/request, 1 replica: {one[name]['cpu_ms_per_request']}")
+            print(f"  CPU ms/request, 2 replicas (both): {two[name]['cpu_ms_per_request']}")
         return
     issuer = Issuer(BENCH_STATE / "oidc", "bench-issuer").start()
     authn_config = BENCH_STATE / "oidc" / "authentication-config.yaml"
@@ -480,6 +568,7 @@ def main() -> None:
             "etcd": asyncio.run(bench_etcd(stack, args.concurrency, args.n)),
             "apiary": asyncio.run(bench_apiary(stack, args.concurrency, args.n)),
             "oidc": asyncio.run(bench_oidc(stack, issuer, args.concurrency, args.n)),
+            "writes": asyncio.run(bench_writes(stack, args.concurrency, args.n)),
         }
         from tools import bench_storage
 
@@ -510,6 +599,7 @@ def main() -> None:
                            "ratio": round(oidc["get_oidc"]["rate"] / oidc["get_cert"]["rate"], 4)}
     results["etcd_get"] = {**{k: raw["etcd"]["get"][k] for k in ("rate", "p50_ms", "p99_ms")},
                            "baseline": "etcd_get", "baseline_rate": raw["etcd"]["get"]["rate"], "ratio": 1.0}
+    results.update(write_figures(raw))
     results.update(storage_figures(raw))
     for name in ("get", "create"):
         two, one = raw["replicas"][name], raw["apiary"][name]

@@ -1,4 +1,4 @@
-"""The four patch types: JSON patch, JSON merge patch, strategic merge patch, and (minimal) apply."""
+"""The patch types: JSON patch, JSON merge patch, strategic merge patch (apply is fieldmanager's)."""
 from __future__ import annotations
 
 import copy
@@ -109,12 +109,14 @@ BAD_SET_ELEMENT_ORDER = "invalid patch format of setElementOrder list"
 BAD_PRIMITIVE_LIST = "invalid patch format of primitive list"
 
 
-def apply_strategic_merge_patch(doc: Obj, patch: Any, merge_keys: dict[str, str]) -> Obj:
-    """Strategic merge: maps merge, lists replace unless merge_keys names them (by path)."""
+def apply_strategic_merge_patch(doc: Obj, patch: Any, merge_keys: dict[str, str],
+                                replaced: frozenset[str] = frozenset()) -> Obj:
+    """Strategic merge: maps merge unless replaced names them, lists replace unless merge_keys names them
+    (both by path, from the kind's schema)."""
     if not isinstance(patch, dict):
         raise BadRequest("unable to find api field in struct for the patch: expected a JSON object")
     try:
-        return _smp_map(doc, patch, "", merge_keys)
+        return _smp_map(doc, patch, "", _Keys(merge_keys, replaced))
     except _SMPError as e:
         raise rejected(str(e)) from None
 
@@ -123,13 +125,21 @@ class _SMPError(Exception):
     pass
 
 
-def _smp_map(original: Any, patch: Obj, path: str, merge_keys: dict[str, str]) -> Any:
+class _Keys(dict[str, str]):
+    """merge_keys with the replaced maps beside them."""
+
+    def __init__(self, merge_keys: dict[str, str], replaced: frozenset[str]) -> None:
+        super().__init__(merge_keys)
+        self.replaced = replaced
+
+
+def _smp_map(original: Any, patch: Obj, path: str, merge_keys: _Keys) -> Any:
     directive = patch.get(_DIRECTIVE)
     if directive == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != _DIRECTIVE}
+        return _clean({k: v for k, v in patch.items() if k != _DIRECTIVE})
     if directive == "delete":
         return None
-    if directive is not None:
+    if directive not in (None, "merge"):
         raise _SMPError(f"Unknown patch type: {directive} in map: {patch}")
     out = dict(original) if isinstance(original, dict) else {}
     if _RETAIN_KEYS in patch:
@@ -139,12 +149,14 @@ def _smp_map(original: Any, patch: Obj, path: str, merge_keys: dict[str, str]) -
                 k not in retain for k, v in patch.items() if v is not None and not k.startswith("$")):
             raise BadRequest(BAD_RETAIN_KEYS)
         out = {k: val for k, val in out.items() if k in retain}
+    orders: dict[str, list[Any]] = {}
     for k, v in patch.items():
         if k in (_DIRECTIVE, _RETAIN_KEYS):
             continue
         if k.startswith(_SET_ORDER):
             if not isinstance(v, list):
                 raise BadRequest(BAD_SET_ELEMENT_ORDER)
+            orders[k[len(_SET_ORDER):]] = v
             continue
         if k.startswith(_DELETE_PRIMITIVE):
             if not isinstance(v, list):
@@ -156,31 +168,69 @@ def _smp_map(original: Any, patch: Obj, path: str, merge_keys: dict[str, str]) -
         sub = f"{path}.{k}" if path else k
         if v is None:
             out.pop(k, None)
+        elif isinstance(v, dict) and sub in merge_keys.replaced and _DIRECTIVE not in v:
+            out[k] = _clean(v)
         elif isinstance(v, dict):
             merged = _smp_map(out.get(k), v, sub, merge_keys)
             if merged is None:
                 out.pop(k, None)
             else:
                 out[k] = merged
-        elif isinstance(v, list) and sub in merge_keys and isinstance(out.get(k), list):
-            out[k] = _smp_list(out[k], v, merge_keys[sub], sub, merge_keys)
+        elif isinstance(v, list) and sub in merge_keys:
+            current = out.get(k) if isinstance(out.get(k), list) else []
+            out[k] = _smp_list(current, v, merge_keys[sub], sub, merge_keys)
         else:
-            out[k] = copy.deepcopy(v)
+            out[k] = _clean(v)
+    for field, order in orders.items():
+        sub = f"{path}.{field}" if path else field
+        if isinstance(out.get(field), list) and sub in merge_keys:
+            out[field] = _set_element_order(out[field], order, merge_keys[sub], original, field)
     return out
 
 
-def _smp_list(original: list[Any], patch: list[Any], key: str, path: str, merge_keys: dict[str, str]) -> list[Any]:
+def _clean(value: Any) -> Any:
+    """A patch's value as it lands when nothing is there to merge with: no directives, no nulls."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()
+                if v is not None and not k.startswith("$") and not k.startswith(_SET_ORDER)}
+    if isinstance(value, list):
+        return [_clean(x) for x in value if not (isinstance(x, dict) and x.get(_DIRECTIVE) == "delete")]
+    return value
+
+
+def _set_element_order(items: list[Any], order: list[Any], key: str, original: Any, field: str) -> list[Any]:
+    """$setElementOrder: the items the order names in that order, the server's others kept where they were
+    relative to them (normalizeElementOrder)."""
+    def ident(x: Any) -> Any:
+        return x.get(key) if key and isinstance(x, dict) else orjson.dumps(x)
+    wanted = [ident(x) for x in order]
+    rank = {k: i for i, k in enumerate(wanted)}
+    server = (original or {}).get(field) if isinstance(original, dict) else None
+    server_rank = {ident(x): i for i, x in enumerate(server or [])}
+    ordered = sorted((x for x in items if ident(x) in rank), key=lambda x: rank[ident(x)])
+    others = [x for x in items if ident(x) not in rank]
+    out: list[Any] = []
+    while ordered and others:
+        head = server_rank.get(ident(ordered[0]))
+        if head is not None and server_rank.get(ident(others[0]), len(server_rank)) > head or head is None:
+            out.append(ordered.pop(0))
+        else:
+            out.append(others.pop(0))
+    return out + ordered + others
+
+
+def _smp_list(original: list[Any], patch: list[Any], key: str, path: str, merge_keys: _Keys) -> list[Any]:
     if not key:
         # A set of primitives: union, keeping the original order first.
         for item in patch:
             if isinstance(item, dict) and item.get(_DIRECTIVE) == "replace":
                 return [x for x in patch if not isinstance(x, dict)]
         out = list(original)
-        out.extend(x for x in patch if x not in out)
+        out.extend(x for x in patch if x not in out and not isinstance(x, dict))
         return out
     for item in patch:
         if isinstance(item, dict) and item.get(_DIRECTIVE) == "replace":
-            return [copy.deepcopy(x) for x in patch if not (isinstance(x, dict) and _DIRECTIVE in x)]
+            return [_clean(x) for x in patch if not (isinstance(x, dict) and _DIRECTIVE in x)]
     out = [copy.deepcopy(x) for x in original]
     for item in patch:
         if not isinstance(item, dict) or key not in item:
@@ -191,48 +241,7 @@ def _smp_list(original: list[Any], patch: list[Any], key: str, path: str, merge_
                 out.pop(idx)
             continue
         if idx is None:
-            out.append({k: copy.deepcopy(v) for k, v in item.items() if v is not None})
+            out.append(_smp_map({}, item, path, merge_keys))
         else:
             out[idx] = _smp_map(out[idx], item, path, merge_keys)
-    return out
-
-
-# Server-side apply (minimal) ---------------------------------------------------
-
-
-def apply_configuration(live: Obj | None, applied: Obj, merge_keys: dict[str, str]) -> Obj:
-    """Merge the applied configuration onto the live object.
-
-    A deliberately small stand-in for structured-merge-diff: fields the applier
-    sets win, lists with a merge key merge by key, others are replaced; fields it
-    leaves out stay as they are (no ownership-based removal, no conflicts).
-    """
-    if live is None:
-        return copy.deepcopy(applied)
-    return _smp_map(live, applied, "", merge_keys)
-
-
-def fields_v1(obj: Any, merge_keys: dict[str, str] | None = None, path: str = "") -> Obj:
-    """The FieldsV1 set of an object: {"f:data": {"f:key": {}}, ...}; lists with a merge key by "k:"."""
-    out: Obj = {}
-    if not isinstance(obj, dict):
-        return out
-    for k, v in obj.items():
-        if not path and k in ("apiVersion", "kind"):
-            continue
-        if path == "metadata" and k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp",
-                                        "generation", "managedFields", "deletionTimestamp", "selfLink"):
-            continue
-        sub = f"{path}.{k}" if path else k
-        node: Obj = {}
-        if isinstance(v, dict) and v:
-            node = {".": {}, **fields_v1(v, merge_keys, sub)}
-        elif isinstance(v, list) and merge_keys and sub in merge_keys:
-            key = merge_keys[sub]
-            for item in v:
-                if key and isinstance(item, dict) and key in item:
-                    node["k:" + orjson.dumps({key: item[key]}).decode()] = {".": {}, **fields_v1(item, None, sub + "[]")}
-                elif not key:
-                    node["v:" + orjson.dumps(item).decode()] = {}
-        out["f:" + k] = node
     return out

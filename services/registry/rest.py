@@ -42,6 +42,9 @@ class Scope(Protocol):
     @property
     def field_manager(self) -> str: ...
 
+    @property
+    def update_manager(self) -> str: ...
+
     def for_item(self, namespace: str) -> Scope:
         """The scope for one object of a collection request (its own namespace when the request spans
         all of them), with fresh admission state."""

@@ -125,6 +125,29 @@ def merge_keys(schema_name: str) -> dict[str, str]:
     return out
 
 
+@functools.cache
+def replaced_fields(schema_name: str) -> frozenset[str]:
+    """The maps strategic merge patch replaces whole (x-kubernetes-patch-strategy: replace, as
+    PodDisruptionBudgetSpec.selector), by path as merge_keys names them."""
+    out: set[str] = set()
+
+    def walk(schema: Schema, path: str, seen: frozenset[str]) -> None:
+        for name, prop in (schema.get("properties") or {}).items():
+            sub = f"{path}.{name}" if path else name
+            if "replace" in (prop.get("x-kubernetes-patch-strategy") or "").split(","):
+                out.add(sub)
+            target, ref = _target(prop)
+            if target.get("type") == "array":
+                target, ref = _target(target.get("items") or {})
+            if ref in seen:
+                continue
+            if target.get("properties"):
+                walk(target, sub, seen | {ref} if ref else seen)
+
+    walk(ALL[schema_name], "", frozenset({schema_name}))
+    return frozenset(out)
+
+
 def _target(schema: Schema) -> tuple[Schema, str]:
     """A property's schema with $ref followed, and the definition it names ("" when inline)."""
     ref = ""

@@ -252,4 +252,11 @@ def validate_object_meta_update(meta: dict[str, Any], old: dict[str, Any]) -> li
     for key in ("name", "namespace", "uid", "creationTimestamp"):
         if (meta.get(key) or "") != (old.get(key) or ""):
             causes.append(immutable(f"metadata.{key}", meta.get(key) or ""))
+    if old.get("deletionTimestamp"):
+        # ValidateNoNewFinalizers: an object being deleted only loses finalizers
+        extra = sorted(set(meta.get("finalizers") or ()) - set(old.get("finalizers") or ()))
+        if extra:
+            found = "[]string{" + ", ".join(orjson.dumps(f).decode() for f in extra) + "}"
+            causes.append(forbidden("metadata.finalizers", "no new finalizers can be added if the object is being "
+                                                           f"deleted, found new finalizers {found}"))
     return causes

@@ -12,6 +12,7 @@ from services.common import envelope, errors
 
 from . import printers
 from .endpoints.handlers import Handlers
+from .endpoints.request import check_list_options
 
 _TYPES = {t: f'{{"type":"{t}","object":'.encode() for t in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")}
 
@@ -53,6 +54,7 @@ class Plan:
 
     def __init__(self, handlers: Handlers, req: rpb.APIRequest) -> None:
         r = handlers.request(req, "watch")
+        check_list_options(r, watch=True)
         info, q = r.info, req.query
         prefix = info.key(r.namespace, req.name) if req.name else info.collection_prefix(r.namespace)
         self.storage_request = spb.WatchRequest(

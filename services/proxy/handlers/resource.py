@@ -23,11 +23,17 @@ def api_request(info: RequestInfo, ctx: Context, query: dict[str, str], user: pb
     # A namespace's own name is parsed into RequestInfo.namespace (for authorization); to the
     # registry, namespaces are cluster-scoped objects.
     namespace = "" if info.parts and info.parts[0] == "namespaces" else info.namespace
+    agent = ""
+    if info.verb in WRITES:
+        agent = next((v.decode("latin-1") for k, v in ctx.raw_headers if k == b"user-agent"), "")
     return rpb.APIRequest(
         verb=info.verb, group=info.api_group, version=info.api_version, resource=info.resource,
         subresource=info.subresource, namespace=namespace, name=info.path_name, query=query, body=body,
-        content_type=content_type, table=table, user=user, audit_id=ctx.audit_id,
+        content_type=content_type, table=table, user=user, audit_id=ctx.audit_id, user_agent=agent,
     )
+
+
+WRITES = frozenset({"create", "update", "patch"})
 
 
 def warning_headers(warnings: list[str] | object) -> list[tuple[bytes, bytes]]:

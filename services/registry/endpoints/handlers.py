@@ -19,8 +19,8 @@ from services.common import envelope, errors
 from services.common.decoding import parse_int64
 from services.common.errors import BadRequest
 
+from .. import fieldmanager, printers
 from .. import patch as patches
-from .. import printers
 from .. import validation as v
 from ..admission import Admission, AdmissionClient, options_json
 from ..auth import AuthClient
@@ -32,8 +32,18 @@ from ..reviews import Reviews
 from ..storage_client import StorageClient
 from ..strategies import strategy_for
 from . import lists
-from .request import (INLINE_DECODE_BYTES, NOT_FOUND_MESSAGE, Decoder, Request, Response, check_options,
-                      delete_options, resolve)
+from .request import (
+    INLINE_DECODE_BYTES,
+    NOT_FOUND_MESSAGE,
+    Decoder,
+    Request,
+    Response,
+    check_list_options,
+    check_options,
+    delete_options,
+    go_value,
+    resolve,
+)
 
 
 class Handlers:
@@ -108,6 +118,7 @@ class Handlers:
 
     async def list(self, r: Request) -> Response:
         info = r.info
+        check_list_options(r, watch=False)
         if r.req.table:
             resp = await self.store.list(info, self.list_request(r), r.timing)
             items = [self.rest.fill_kind(info, e) for e in resp.items]
@@ -135,23 +146,21 @@ class Handlers:
         env = await self.create_object(r, obj)
         return Response(201, envelope.to_json(env))
 
-    async def create_object(self, r: Request, obj: Obj, operation: str = "Update",
-                            applied: Obj | None = None) -> pb.Object:
+    async def create_object(self, r: Request, obj: Obj, operation: str = fieldmanager.UPDATE) -> pb.Object:
         """Mutating admission (here, as kube's create handler runs it), then the store's create with
         validating admission passed down."""
         ensure_namespace(r, obj)
         admission = self._admission("CREATE", options_json(r, "CreateOptions"))
         obj = await admission.admit(r, obj["metadata"].get("name") or "", obj, None) or obj
-        return await self.rest.create(r, obj, self._validation(admission), operation, applied)
+        return await self.rest.create(r, obj, self._validation(admission), operation)
 
     # Update and patch ------------------------------------------------------------------
 
-    async def _update(self, r: Request, transform: Callable[[Obj], Obj], operation: str = "Update",
-                      applied: Obj | None = None) -> tuple[int, pb.Object]:
+    async def _update(self, r: Request, transform: Callable[[Obj], Obj],
+                      operation: str = fieldmanager.UPDATE) -> tuple[int, pb.Object]:
         options = options_json(r, "PatchOptions" if r.req.verb == "patch" else "UpdateOptions")
         admission = self._admission("UPDATE", options)
-        return await self.rest.update(r, transform, admission.admit, self._validation(admission), operation,
-                                      applied)
+        return await self.rest.update(r, transform, admission.admit, self._validation(admission), operation)
 
     async def update(self, r: Request) -> Response:
         obj = await self.decoder.decode(r, r.req.body)
@@ -182,17 +191,23 @@ class Handlers:
         else:
             doc = await asyncio.to_thread(patches.decode_patch, body, ptype)
         merge_keys = r.strategy.merge_keys
+        manager = fieldmanager.for_kind(r.strategy.schema_name, r.info.api_version)
+        force = r.query.get("force") == "true"
         applied: Obj | None = None
         if ptype == patches.APPLY_PATCH:
             if not isinstance(doc, dict):
                 raise BadRequest("error decoding YAML: the applied configuration must be an object")
-            applied = self.decoder.check_object(r, copy.deepcopy(doc))
+            applied = self.decoder.check_object(r, copy.deepcopy(doc), canonical=False)
             applied_name = applied["metadata"].get("name") or ""
             if applied_name and applied_name != r.req.name:
                 raise BadRequest(f"the name of the object ({applied_name}) does not match the name on the URL "
                                  f"({r.req.name})")
             applied["metadata"]["name"] = r.req.name
             ensure_namespace(r, applied)
+            if not r.req.subresource:
+                # the reset fields (status) of the main resource are nobody's to apply (IgnoredFields)
+                for f in r.strategy.status_fields:
+                    applied.pop(f, None)
             applied_rv = applied["metadata"].get("resourceVersion")
 
         def transform(current: Obj) -> Obj:
@@ -201,21 +216,27 @@ class Handlers:
             elif ptype == patches.MERGE_PATCH:
                 new = patches.apply_merge_patch(current, doc)
             elif ptype == patches.STRATEGIC_MERGE_PATCH:
-                new = patches.apply_strategic_merge_patch(current, doc, merge_keys)
+                new = patches.apply_strategic_merge_patch(current, doc, merge_keys, r.strategy.replaced_fields)
             else:
                 assert applied is not None
-                new = patches.apply_configuration(current, applied, merge_keys)
+                new = manager.apply(current, applied, r.field_manager, r.req.subresource, force)
             if not isinstance(new, dict):
                 raise BadRequest("the patched object is not a JSON object")
+            if ptype == patches.STRATEGIC_MERGE_PATCH:
+                return self.decoder.check_object(r, new, patch=lambda: go_value(doc))
+            if ptype in (patches.MERGE_PATCH, patches.JSON_PATCH):
+                return self.decoder.check_object(r, new, patch=lambda: orjson.dumps(new).decode())
             return self.decoder.check_object(r, new)
 
         if applied is not None:
             try:
-                code, env = await self._update(r, transform, operation="Apply", applied=applied)
+                code, env = await self._update(r, transform, operation=fieldmanager.APPLY)
             except errors.NotFound:
                 if applied_rv:
                     raise errors.conflict(r.info.plural, r.info.group, r.req.name, errors.MODIFIED) from None
-                env = await self.create_object(r, copy.deepcopy(applied), "Apply", applied)
+                created = self.decoder.check_object(
+                    r, manager.apply(None, applied, r.field_manager, r.req.subresource, force))
+                env = await self.create_object(r, created, fieldmanager.APPLY)
                 code = 201
         else:
             code, env = await self._update(r, transform)

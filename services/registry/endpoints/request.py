@@ -3,8 +3,9 @@ decoding): the resource and strategy it resolves to, its options, and the body d
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from apiary_pb import registry_pb2 as rpb
@@ -23,6 +24,7 @@ from ..strategies.reviews import TOKEN_REQUEST, TokenRequestStrategy
 # Larger bodies are decoded in a thread (see Decoder.decode).
 INLINE_DECODE_BYTES = 64 * 1024
 NOT_FOUND_MESSAGE = "the server could not find the requested resource"
+MAX_MANAGER_LENGTH = 128
 _OPTIONS_KINDS = {"create": "CreateOptions", "update": "UpdateOptions", "patch": "PatchOptions",
                   "delete": "DeleteOptions", "deletecollection": "DeleteOptions"}
 
@@ -63,6 +65,12 @@ class Request:
     @property
     def field_manager(self) -> str:
         return self.req.query.get("fieldManager", "")
+
+    @property
+    def update_manager(self) -> str:
+        """The manager an Update is recorded under: fieldManager, else the User-Agent up to its first "/"
+        (kube's prefixFromUserAgent, at most 128 characters)."""
+        return self.field_manager or self.req.user_agent.split("/", 1)[0][:MAX_MANAGER_LENGTH]
 
     @property
     def field_selector(self) -> str:
@@ -128,6 +136,35 @@ def check_options(r: Request, verb: str) -> None:
         causes.append(v.not_supported("fieldValidation", fv, ["Ignore", "Strict", "Warn"]))
     if causes:
         raise options_invalid(kind, causes)
+
+
+NOT_OLDER_THAN = "NotOlderThan"
+
+
+def check_list_options(r: Request, watch: bool) -> None:
+    """What kube's ValidateListOptions and its storage answer before reading: a continue token with a
+    resourceVersion is a 400; sendInitialEvents only on a watch, with resourceVersionMatch=NotOlderThan (422)."""
+    q = r.query
+    rv, token, match = q.get("resourceVersion", ""), q.get("continue", ""), q.get("resourceVersionMatch", "")
+    initial = q.get("sendInitialEvents")
+    causes: list[v.Cause] = []
+    if watch:
+        if initial is not None and match != NOT_OLDER_THAN:
+            causes.append(v.forbidden("resourceVersionMatch",
+                                      f"sendInitialEvents requires setting resourceVersionMatch to {NOT_OLDER_THAN}"))
+        if match:
+            if initial is None:
+                causes.append(v.forbidden("resourceVersionMatch",
+                                          "resourceVersionMatch is forbidden for watch unless sendInitialEvents is "
+                                          "provided"))
+            if match != NOT_OLDER_THAN:
+                causes.append(v.not_supported("resourceVersionMatch", match, [NOT_OLDER_THAN]))
+    elif initial is not None:
+        causes.append(v.forbidden("sendInitialEvents", "sendInitialEvents is forbidden for list"))
+    if causes:
+        raise options_invalid("ListOptions", causes)
+    if token and rv and rv != "0":
+        raise BadRequest("specifying resource version is not allowed when using continue")
 
 
 def delete_options(r: Request) -> Obj:
@@ -200,9 +237,12 @@ class Decoder:
                              '"json:\\"apiVersion,omitempty\\""; Kind string "json:\\"kind,omitempty\\"" }')
         return self.check_object(r, obj, duplicates)
 
-    def check_object(self, r: Request, obj: Obj, duplicates: list[str] | None = None) -> Obj:
+    def check_object(self, r: Request, obj: Obj, duplicates: list[str] | None = None,
+                     patch: Callable[[], str] | None = None, canonical: bool = True) -> Obj:
         """GVK against the URL, schema (types, unknown and duplicate fields per fieldValidation), then
-        canonicalize."""
+        canonicalize (unless not canonical: an applied configuration owns what it says, not its defaults).
+        A patched object (patch: how kube shows the patch) fails strict validation with a
+        422 on the field "patch", as kube's patch handler answers."""
         info = r.info
         av, kind = obj.get("apiVersion") or "", obj.get("kind") or ""
         if av and av != info.api_version:
@@ -228,12 +268,44 @@ class Decoder:
             problems = [f'duplicate field "{d}"' for d in duplicates or ()]
             problems += [f'unknown field "{u}"' for u in unknown]
             if mode == "Strict":
-                raise BadRequest("strict decoding error: " + ", ".join(problems))
+                why = "strict decoding error: " + ", ".join(problems)
+                if patch is not None:
+                    raise errors.invalid("", "", "", [v.invalid("patch", patch(), why)])
+                raise BadRequest(why)
             if mode == "Warn":
                 r.warnings.extend(problems)
             _drop_paths(obj, unknown)
-        r.strategy.canonicalize(obj)
+        if canonical:
+            r.strategy.canonicalize(obj)
         return obj
+
+
+def go_value(value: Any) -> str:
+    """A decoded JSON value as Go prints an interface{} with %+v: map[a:1 b:[x y]]."""
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{go_value(value[k])}" for k in sorted(value)) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(go_value(x) for x in value) + "]"
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return _go_float(float(value))
+    return str(value)
+
+
+def _go_float(f: float) -> str:
+    """strconv.FormatFloat(f, 'g', -1, 64): shortest digits, exponent form from 1e+06 or below 1e-04."""
+    if f == 0:
+        return "0"
+    d = Decimal(repr(f)).normalize()
+    exp = d.adjusted()
+    if exp < -4 or exp >= 6:
+        digits = "".join(map(str, d.as_tuple().digits))
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{'-' if f < 0 else ''}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
+    return format(d, "f")
 
 
 def _drop_paths(obj: Obj, paths: list[str]) -> None:

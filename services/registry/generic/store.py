@@ -17,8 +17,8 @@ from collections.abc import Callable
 from apiary_pb import envelope_pb2 as pb
 from services.common import envelope, errors
 
+from .. import fieldmanager
 from ..catalogue import ResourceInfo
-from ..fieldmanager import update_managed_fields
 from ..rest import AdmitFunc, Obj, Scope, ValidateFunc, ensure_namespace, invalid
 from ..storage_client import StorageClient
 from ..strategies import now_rfc3339
@@ -31,6 +31,7 @@ NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 MAX_GENERATED_NAME_LENGTH = 63 - 5
 NAMESPACE_TERMINATING = ("The system is ensuring all content is removed from this namespace.  Upon completion, "
                          "this namespace will automatically be purged by the system.")
+RESOURCE_VERSION_ON_CREATE = "resourceVersion should not be set on objects to be created"
 # Storage marks a value encrypted by an older provider or key: kube rewrites it even unchanged.
 STALE_ENCRYPTION = "apiary.storage/stale-encryption"
 
@@ -67,10 +68,11 @@ class Store:
 
     # Create ------------------------------------------------------------------------------
 
-    async def create(self, r: Scope, obj: Obj, validate: ValidateFunc, operation: str = "Update",
-                     applied: Obj | None = None) -> pb.Object:
+    async def create(self, r: Scope, obj: Obj, validate: ValidateFunc, operation: str = fieldmanager.UPDATE
+                     ) -> pb.Object:
         """(after mutating admission) PrepareForCreate, name, system fields -> Validate -> validate -> write."""
         meta = obj.setdefault("metadata", {})
+        claimed_version = meta.get("resourceVersion")
         for k in ("uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink",
                   "generation"):
             meta.pop(k, None)
@@ -80,7 +82,7 @@ class Store:
             meta["name"] = generate_name(meta["generateName"])
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()
-        self._manage_fields(r, obj, None, operation, applied)
+        self._manage_fields(r, obj, None, operation)
         causes = r.strategy.validate(obj)
         if causes:
             raise invalid(r, obj, causes)
@@ -91,7 +93,16 @@ class Store:
             env = self.to_envelope(r, obj)
             await validate(r, meta["name"], obj, None, env, None)
             if r.dry_run:
-                return env
+                # DryRunnableStorage: a name taken answers as the real create would
+                try:
+                    await self.storage.get(r.info, r.namespace, meta["name"], "", r.timing)
+                except errors.NotFound:
+                    return env
+                raise errors.already_exists(r.info.plural, r.info.group, meta["name"])
+            if claimed_version:
+                # kube's etcd3 store refuses it with a plain error (a 500 without a reason); bad input is a
+                # 400 here, with kube's words
+                raise errors.BadRequest(RESOURCE_VERSION_ON_CREATE)
             for attempt in range(GENERATE_NAME_ATTEMPTS):
                 try:
                     env = await self.storage.create(r.info, env, r.timing)
@@ -107,15 +118,17 @@ class Store:
             if finish is not None:
                 await finish(created)
 
-    def _manage_fields(self, r: Scope, obj: Obj, old: Obj | None, operation: str, applied: Obj | None) -> None:
-        update_managed_fields(obj, old, manager=r.field_manager, operation=operation,
-                              subresource=r.req.subresource, api_version=r.info.api_version,
-                              merge_keys=r.strategy.merge_keys, applied=applied)
+    @staticmethod
+    def _manage_fields(r: Scope, obj: Obj, old: Obj | None, operation: str) -> None:
+        """An Update records what it changed; an Apply's fields were settled when it merged (patch)."""
+        if operation == fieldmanager.UPDATE:
+            fieldmanager.for_kind(r.strategy.schema_name, r.info.api_version).update(
+                old, obj, r.update_manager, r.req.subresource)
 
     # Update --------------------------------------------------------------------------------
 
     async def update(self, r: Scope, transform: Callable[[Obj], Obj], admit: AdmitFunc, validate: ValidateFunc,
-                     operation: str = "Update", applied: Obj | None = None) -> tuple[int, pb.Object]:
+                     operation: str = fieldmanager.UPDATE) -> tuple[int, pb.Object]:
         """GuaranteedUpdate: read, transform, admit, validate, CAS write; retry on a storage conflict unless
         the caller pinned the resourceVersion."""
         info, name = r.info, r.req.name
@@ -136,7 +149,7 @@ class Store:
             new = await admit(r, name, new, current_env) or new
             meta = new.setdefault("metadata", {})
             self._before_update(r, new, current)
-            self._manage_fields(r, new, current, operation, applied)
+            self._manage_fields(r, new, current, operation)
             causes = r.strategy.validate_update(new, current)
             if causes:
                 raise invalid(r, new, causes)
@@ -265,7 +278,6 @@ class Store:
 
 
 def _same(new: Obj, old: Obj) -> bool:
-    """A no-op update is not written (kube skips the etcd write when the bytes are equal)."""
-    a = dict(new, metadata={k: val for k, val in new["metadata"].items() if k != "managedFields"})
-    b = dict(old, metadata={k: val for k, val in old["metadata"].items() if k != "managedFields"})
-    return a == b
+    """A no-op update is not written (kube skips the etcd write when the bytes are equal); managedFields
+    count: an apply that only shares ownership is a change."""
+    return new == old

@@ -66,6 +66,13 @@ class Strategy:
 
         return schemas.merge_keys(self.schema_name)
 
+    @functools.cached_property
+    def replaced_fields(self) -> frozenset[str]:
+        """Maps strategic merge patch replaces whole (patchStrategy replace), from the definition."""
+        from .. import schemas
+
+        return schemas.replaced_fields(self.schema_name)
+
     # Decoding ----------------------------------------------------------------
 
     def cannot_handle(self, why: str) -> BadRequest:

@@ -1,6 +1,6 @@
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-import pytest
 
 from services.common import errors
 from services.registry import patch as p
@@ -67,11 +67,6 @@ def test_patch_type():
     assert e.value.code == 415
 
 
-def test_fields_v1():
-    f = p.fields_v1({"apiVersion": "v1", "metadata": {"name": "x", "labels": {"a": "b"}}, "data": {"k": "v"}})
-    assert f == {"f:metadata": {".": {}, "f:labels": {".": {}, "f:a": {}}}, "f:data": {".": {}, "f:k": {}}}
-
-
 def test_too_many_json_patch_operations_is_413():
     ops = [{"op": "test", "path": "/a", "value": 1}] * (p.MAX_JSON_PATCH_OPERATIONS + 1)
     with pytest.raises(errors.RequestEntityTooLarge) as e:
@@ -79,3 +74,32 @@ def test_too_many_json_patch_operations_is_413():
     assert e.value.code == 413
     assert e.value.message == ("Request entity too large: The allowed maximum operations in a JSON patch is 10000, "
                                "got 10001")
+
+
+def test_strategic_directives_from_the_schema():
+    from services.registry.schemas import definition_for, merge_keys
+    keys = merge_keys(definition_for("", "v1", "Service"))
+    svc = {"spec": {"ports": [{"port": 80, "name": "a"}, {"port": 81, "name": "b"}], "selector": {"x": "1"}}}
+    out = p.apply_strategic_merge_patch(svc, {"spec": {
+        "$setElementOrder/ports": [{"port": 81}, {"port": 80}],
+        "ports": [{"port": 80, "name": "renamed"}], "selector": {"$patch": "merge", "y": "2"}}}, keys)
+    assert out["spec"]["ports"] == [{"port": 81, "name": "b"}, {"port": 80, "name": "renamed"}]
+    assert out["spec"]["selector"] == {"x": "1", "y": "2"}
+    out = p.apply_strategic_merge_patch({"spec": {}}, {"spec": {"ports": [{"port": 1, "$patch": "merge"}]}}, keys)
+    assert out["spec"]["ports"] == [{"port": 1}]
+    out = p.apply_strategic_merge_patch(svc, {"spec": {"$retainKeys": ["ports"], "ports": [{"port": 82}]}}, keys)
+    assert out["spec"] == {"ports": [{"port": 80, "name": "a"}, {"port": 81, "name": "b"}, {"port": 82}]}
+    with pytest.raises(errors.BadRequest):
+        p.apply_strategic_merge_patch(svc, {"spec": {"$retainKeys": ["selector"], "ports": []}}, keys)
+    with pytest.raises(errors.Invalid):
+        p.apply_strategic_merge_patch(svc, {"spec": {"$patch": "sideways"}}, keys)
+
+
+def test_patch_strategy_replace_from_the_schema():
+    from services.registry.schemas import definition_for, merge_keys, replaced_fields
+    name = definition_for("policy", "v1", "PodDisruptionBudget")
+    assert replaced_fields(name) == {"spec.selector"}
+    doc = {"spec": {"selector": {"matchLabels": {"a": "1"}}, "minAvailable": 1}}
+    out = p.apply_strategic_merge_patch(doc, {"spec": {"selector": {"matchLabels": {"b": "2"}}}},
+                                        merge_keys(name), replaced_fields(name))
+    assert out["spec"] == {"selector": {"matchLabels": {"b": "2"}}, "minAvailable": 1}
