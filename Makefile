@@ -49,7 +49,7 @@ $(SCHEMAS): tools/kube_definitions.py $(DEPS)
 	$(PYTHON) -m tools.kube_definitions
 
 run: setup
-	$(PYTHON) -m tools.run start
+	$(PYTHON) -m tools.run start $(if $(REPLICAS),--replicas $(REPLICAS))
 
 # Prometheus scraping the local stack (Debian's prometheus package), and the Grafana dashboards as JSON.
 observe: setup

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import itertools
 import json
 import os
 import re
@@ -42,13 +43,15 @@ from pathlib import Path
 from services.common.runtime import tune_malloc
 from tools import certs
 from tools.fakeservers import Issuer
-from tools.run import ORDER, ROOT, Stack
+from tools.run import ROOT, Stack, replica_of
 
 BENCH_STATE = ROOT / ".apiary" / "bench"
 # Ports of the bench stack: the default ports plus this offset (APIARY_BENCH_PORT_OFFSET, so that
 # benches of several checkouts, or a bench beside a test run, never share a port).
 BENCH_OFFSET = int(os.environ.get("APIARY_BENCH_PORT_OFFSET", "2000"))
 HELLO_PORT = 8443 + BENCH_OFFSET
+# The stack with two replicas of every service (replica 1 on its ports + 100: tools/run.py).
+REPLICAS_OFFSET = BENCH_OFFSET + 200
 CLK = os.sysconf("SC_CLK_TCK")
 
 
@@ -138,15 +141,21 @@ def grpc_calls(stack: Stack, name: str) -> dict[str, float]:
 
 
 class Probe:
-    """CPU seconds and gRPC calls per apiary process over one measured phase."""
+    """CPU seconds and gRPC calls per apiary service (all its replicas) over one measured phase."""
 
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
-        self.pids = {n: stack.pid(n) for n in ORDER}
+        self.pids = {n: stack.pid(n) for n in ("etcd", *stack.service_names())}
 
     def snapshot(self) -> dict[str, tuple[float, dict[str, float]]]:
-        return {n: (cpu_seconds(p) if p else 0.0, grpc_calls(self.stack, n) if n != "etcd" else {})
-                for n, p in self.pids.items()}
+        out: dict[str, tuple[float, dict[str, float]]] = {}
+        for n, p in self.pids.items():
+            service = replica_of(n)[0]
+            cpu, calls = out.get(service, (0.0, {}))
+            for method, v in (grpc_calls(self.stack, n) if n != "etcd" else {}).items():
+                calls[method] = calls.get(method, 0.0) + v
+            out[service] = (cpu + (cpu_seconds(p) if p else 0.0), calls)
+        return out
 
     @staticmethod
     def per_request(before: dict, after: dict, n: int) -> tuple[dict[str, float], dict[str, float]]:
@@ -160,12 +169,14 @@ class Probe:
         return cpu, hops
 
 
-async def bench_apiary(stack: Stack, concurrency: int, n: int) -> dict[str, dict]:
+async def bench_apiary(stack: Stack, concurrency: int, n: int, with_list: bool = True) -> dict[str, dict]:
     ctx = client_ctx(stack)
-    port = int(stack.server.rsplit(":", 1)[1])
+    # the connections go to each proxy replica in turn (a load balancer's spreading)
+    ports = [int(stack.server_of(r).rsplit(":", 1)[1]) for r in range(stack.replicas)]
+    turn = itertools.count()
 
     def mk() -> Conn:
-        return Conn("127.0.0.1", port, ctx)
+        return Conn("127.0.0.1", ports[next(turn) % len(ports)], ctx)
 
     setup = mk()
     json_hdr = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -202,12 +213,25 @@ async def bench_apiary(stack: Stack, concurrency: int, n: int) -> dict[str, dict
         results[name] = await drive(count, concurrency, fn, mk)
         cpu, hops = Probe.per_request(before, probe.snapshot(), results[name]["requests"])
         results[name].update(cpu_ms_per_request=cpu, grpc_calls_per_request=hops)
+    if not with_list:
+        return results
     await drive(1000, concurrency, fill, mk)
     before = probe.snapshot()
     results["list"] = await drive(max(20, n // 20), min(concurrency, 8), lst, mk)
     cpu, hops = Probe.per_request(before, probe.snapshot(), results["list"]["requests"])
     results["list"].update(cpu_ms_per_request=cpu, grpc_calls_per_request=hops)
     return results
+
+
+def bench_replicas(concurrency: int, n: int, replicas: int = 2) -> dict[str, dict]:
+    """GET and CREATE on a stack with `replicas` processes of every service (one etcd), the load
+    spread over its proxies: how the figures scale with replicas (on 2 cores, expect <= 1)."""
+    stack = Stack(BENCH_STATE / "replicas", REPLICAS_OFFSET, replicas=replicas)
+    stack.start(fresh=True)
+    try:
+        return asyncio.run(bench_apiary(stack, concurrency, n, with_list=False))
+    finally:
+        stack.stop(quiet=True)
 
 
 WRITE_OBJECTS = 64
@@ -517,7 +541,7 @@ def hello_server(port: int, cert: str, key: str, ca: str) -> None:
                 access_log=False, lifespan="off")
 
 
-EXTRA_FIGURES = ("watch_pizzas_100", "list_10k", "storage_memory", "watch_fanout", "watch_fanout_single_100", "watch_fanout_https", "rbac_inprocess", "auth_grpc")
+EXTRA_FIGURES = ("replicas_get", "replicas_create", "watch_pizzas_100", "list_10k", "storage_memory", "watch_fanout", "watch_fanout_single_100", "watch_fanout_https", "rbac_inprocess", "auth_grpc")
 
 
 def measured(r: dict) -> str:
@@ -624,9 +648,10 @@ def main() -> None:
     # The load generator reads multi-MB answers like the services do (services/common/runtime.py).
     tune_malloc()
     p = argparse.ArgumentParser(prog="python -m tools.bench")
-    p.add_argument("mode", nargs="?", default="run", choices=["run", "writes", "policy", "hello-server"],
+    p.add_argument("mode", nargs="?", default="run", choices=["run", "writes", "policy", "replicas", "hello-server"],
                    help="run: every figure; writes: only the apply and patch figures; policy: only CREATE with "
-                   "and without a ValidatingAdmissionPolicy")
+                   "and without a ValidatingAdmissionPolicy; replicas: only GET and CREATE with 2 replicas of "
+                   "every service against 1")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("-n", type=int, default=1500, help="requests per figure (GET runs 2n)")
     p.add_argument("--record", action="store_true", help="append the figures to docs/benchmarks.md")
@@ -663,6 +688,20 @@ def main() -> None:
               f"the apiary processes per create {r['baseline_cpu_ms_per_request']} ms -> {r['cpu_ms_per_request']} ms")
         print(json.dumps(raw["policy"], indent=1))
         return
+    if args.mode == "replicas":
+        stack = Stack(BENCH_STATE, BENCH_OFFSET)
+        stack.start(fresh=True)
+        try:
+            one = asyncio.run(bench_apiary(stack, args.concurrency, args.n, with_list=False))
+        finally:
+            stack.stop(quiet=True)
+        two = bench_replicas(args.concurrency, args.n)
+        for name in ("get", "create"):
+            print(f"{name}: 1 replica {one[name]['rate']}/s, 2 replicas {two[name]['rate']}/s, ratio "
+                  f"{round(two[name]['rate'] / one[name]['rate'], 4)}")
+            print(f"  CPU ms/request, 1 replica: {one[name]['cpu_ms_per_request']}")
+            print(f"  CPU ms/request, 2 replicas (both): {two[name]['cpu_ms_per_request']}")
+        return
     issuer = Issuer(BENCH_STATE / "oidc", "bench-issuer").start()
     authn_config = BENCH_STATE / "oidc" / "authentication-config.yaml"
     authn_config.write_text(oidc_config(issuer))
@@ -686,6 +725,7 @@ def main() -> None:
     finally:
         stack.stop(quiet=True)
         issuer.stop()
+    raw["replicas"] = bench_replicas(args.concurrency, args.n)
     try:
         from tools import bench_rbac
     except ImportError:
@@ -713,6 +753,11 @@ def main() -> None:
     results.update(aggregation_figures(raw["pizza"]))
     results.update(storage_figures(raw))
     results.update(policy_figures(raw))
+    for name in ("get", "create"):
+        two, one = raw["replicas"][name], raw["apiary"][name]
+        results[f"replicas_{name}"] = {"rate": two["rate"], "p50_ms": two["p50_ms"], "p99_ms": two["p99_ms"],
+                                       "baseline": f"{name}, 1 replica", "baseline_rate": one["rate"],
+                                       "ratio": round(two["rate"] / one["rate"], 4)}
     out = ROOT / ".apiary" / "bench.json"
     out.write_text(json.dumps(results, indent=2))
     (ROOT / ".apiary" / "bench-raw.json").write_text(json.dumps(raw, indent=2))
@@ -729,6 +774,8 @@ def main() -> None:
     agg = results["aggregation_get"]
     print(f"aggregation_get: CPU ms/request {agg['cpu_ms_per_request']} (straight to the pizza server: "
           f"{agg['baseline_cpu_ms_per_request']})")
+    for name in ("get", "create"):
+        print(f"{name}, 2 replicas: CPU ms/request (all replicas) {raw['replicas'][name]['cpu_ms_per_request']}")
     extra = [n for n in EXTRA_FIGURES if n in results]
     if extra:
         print(f"\n{'figure':16} {'measured':>26} {'p50 ms':>8} {'p99 ms':>8}  {'baseline':20} {'value':>9} "

@@ -1,7 +1,12 @@
 """The local runner: etcd and every service as background processes on loopback.
 
-    python -m tools.run start [--state .apiary] [--port-offset 0] [--fresh]
+    python -m tools.run start [--state .apiary] [--port-offset 0] [--fresh] [--replicas N]
     python -m tools.run stop | status
+
+With --replicas N every service but etcd runs as N processes: replica r (0 to N-1) of service S is
+the process `S` (r = 0) or `S-r`, on S's ports plus 100*r (gRPC, health and, for the proxy, the
+HTTPS port), and each caller is given every replica of its peers (--<peer>-address
+127.0.0.1:p0,127.0.0.1:p1,...). The kubeconfig names replica 0 of the proxy.
 
 `start` is idempotent: what is already running and healthy is left alone.
 
@@ -40,6 +45,20 @@ ETCD_CLIENT, ETCD_PEER, SECURE_PORT = 2379, 2380, 6443
 # The audit policy `make run` starts with (the k8s manifests' too).
 DEFAULT_AUDIT_POLICY = ROOT / "k8s" / "base" / "audit-policy.yaml"
 ORDER = ("etcd", "storage", "registry", "admission", "auth", "apf", "proxy")
+# Ports of replica r of a service: its own plus r * REPLICA_PORT_STEP.
+REPLICA_PORT_STEP = 100
+
+
+def replica_of(name: str) -> tuple[str, int]:
+    """(service, replica index) of a process name: "storage" is replica 0, "storage-1" replica 1."""
+    base, _, r = name.rpartition("-")
+    if base in ORDER and r.isdigit():
+        return base, int(r)
+    return name, 0
+
+
+def replica_name(service: str, r: int) -> str:
+    return service if r == 0 else f"{service}-{r}"
 
 
 @dataclass(frozen=True)
@@ -139,6 +158,7 @@ class Stack:
     # more flags per service, appended to its command (tests that need special configuration)
     extra: dict[str, list[str]] = field(default_factory=dict)
     aggregated: list[AggregatedServer] = field(default_factory=lambda: list(AGGREGATED_SERVERS))
+    replicas: int = 1  # processes per service (etcd: always one)
 
     @property
     def pids(self) -> Path:
@@ -162,7 +182,19 @@ class Stack:
 
     def names(self) -> tuple[str, ...]:
         """Every process of the stack, in start order."""
-        return ORDER + tuple(a.name for a in self.aggregated)
+        return ("etcd", *self.service_names(), *(a.name for a in self.aggregated))
+
+    def service_names(self) -> list[str]:
+        """The processes of the apiary services: every replica of each, in start order."""
+        return [replica_name(s, r) for s in ORDER[1:] for r in range(self.replicas)]
+
+    def addresses(self, service: str) -> str:
+        """Where a caller finds every replica of a service (its --<service>-address)."""
+        return ",".join(f"127.0.0.1:{self.grpc_port(replica_name(service, r))}" for r in range(self.replicas))
+
+    def server_of(self, r: int) -> str:
+        """The HTTPS URL of proxy replica r."""
+        return f"https://127.0.0.1:{SECURE_PORT + self.offset + REPLICA_PORT_STEP * r}"
 
     def aggregated_server(self, name: str) -> AggregatedServer | None:
         return next((a for a in self.aggregated if a.name == name), None)
@@ -171,10 +203,12 @@ class Stack:
         return self.state / f"{server.name}.kubeconfig"
 
     def health_port(self, name: str) -> int:
-        return HEALTH_PORTS[name] + self.offset
+        service, r = replica_of(name)
+        return HEALTH_PORTS[service] + self.offset + REPLICA_PORT_STEP * r
 
     def grpc_port(self, name: str) -> int:
-        return GRPC_PORTS[name] + self.offset
+        service, r = replica_of(name)
+        return GRPC_PORTS[service] + self.offset + REPLICA_PORT_STEP * r
 
     # process bookkeeping ----------------------------------------------------
 
@@ -208,17 +242,18 @@ class Stack:
             flags = agg.flags(self, agg) if agg.flags is not None else kube_style_flags(self, agg)
             return [sys.executable, "-m", agg.module, *flags, *agg.args]
         pki = self.state / "pki"
+        process, (name, replica) = name, replica_of(name)
         cmd = [
             sys.executable, "-m", f"services.{name}",
-            "--bind-address", "127.0.0.1", "--health-port", str(self.health_port(name)),
+            "--bind-address", "127.0.0.1", "--health-port", str(self.health_port(process)),
             "--internal-cert-file", str(pki / f"{name}.crt"), "--internal-key-file", str(pki / f"{name}.key"),
             "--internal-ca-file", str(pki / "internal-ca.crt"),
         ]
         if name in GRPC_PORTS:
-            cmd += ["--grpc-port", str(self.grpc_port(name))]
+            cmd += ["--grpc-port", str(self.grpc_port(process))]
         for peer in PEERS:
             if peer != name:
-                cmd += [f"--{peer}-address", f"127.0.0.1:{self.grpc_port(peer)}"]
+                cmd += [f"--{peer}-address", self.addresses(peer)]
         if name == "storage":
             cmd += ["--etcd-servers", self.etcd_url,
                     "--encryption-provider-config", str(self.state / "encryption-config.yaml")]
@@ -231,7 +266,7 @@ class Stack:
             cmd += ["--enable-admission-plugins", "NamespaceLifecycle"]
         elif name == "proxy":
             cmd += [
-                "--secure-port", str(SECURE_PORT + self.offset),
+                "--secure-port", str(SECURE_PORT + self.offset + REPLICA_PORT_STEP * replica),
                 "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
                 "--client-ca-file", str(pki / "ca.crt"),
                 "--requestheader-client-ca-file", str(pki / "front-proxy-ca.crt"),
@@ -243,7 +278,7 @@ class Stack:
                 "--proxy-client-cert-file", str(pki / "front-proxy-client.crt"),
                 "--proxy-client-key-file", str(pki / "front-proxy-client.key"),
                 "--audit-policy-file", str(self.state / "audit-policy.yaml"),
-                "--audit-log-path", str(self.logs / "audit.log"),
+                "--audit-log-path", str(self.logs / ("audit.log" if replica == 0 else f"audit-{replica}.log")),
                 "--audit-log-maxsize", "100", "--audit-log-maxbackup", "3",
             ]
         return cmd + list(self.extra.get(name, ()))
@@ -334,10 +369,10 @@ class Stack:
             self.spawn("etcd")
         if bad := self.wait(["etcd"], timeout):
             self.fail(bad)
-        for name in ORDER[1:]:
+        for name in self.service_names():
             if self.pid(name) is None:
                 self.spawn(name)
-        if bad := self.wait(list(ORDER[1:]), timeout):
+        if bad := self.wait(self.service_names(), timeout):
             self.fail(bad)
         try:
             self.wait_proxy(timeout)
@@ -467,7 +502,10 @@ class Stack:
         raise SystemExit(f"not ready: {', '.join(names)}")
 
     def stop(self, quiet: bool = False) -> None:
-        for name in reversed(self.names()):
+        names = self.names()
+        # replicas a start with more --replicas left behind stop too
+        more = sorted(p.stem for p in self.pids.glob("*.pid") if p.stem not in names) if self.pids.is_dir() else []
+        for name in [*more, *reversed(names)]:
             self.stop_one(name, quiet)
 
     def stop_one(self, name: str, quiet: bool = True) -> None:
@@ -531,8 +569,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--state", default=str(ROOT / ".apiary"), help="state directory (certs, etcd data, logs, pids)")
     p.add_argument("--port-offset", type=int, default=0, help="added to every port (the test stack uses 1000)")
     p.add_argument("--fresh", action="store_true", help="start with an empty etcd")
+    p.add_argument("--replicas", type=int, default=int(os.environ.get("APIARY_REPLICAS") or 1),
+                   help="processes per service (etcd: one); the ports of each are in the module docstring")
     args = p.parse_args(argv)
-    stack = Stack(Path(args.state).resolve(), args.port_offset)
+    if args.replicas < 1:
+        p.error("--replicas must be at least 1")
+    stack = Stack(Path(args.state).resolve(), args.port_offset, replicas=args.replicas)
     if args.command == "exec":
         if not args.name:
             p.error("exec needs the name of a service")

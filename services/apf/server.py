@@ -20,7 +20,7 @@ import grpc
 
 from apiary_pb import apf_pb2 as fpb
 from apiary_pb import apf_pb2_grpc as fgrpc
-from services.common import grpcutil
+from services.common import auditid, grpcutil
 
 from .controller import FlowController, Ticket
 from .queueset import WAITING
@@ -90,7 +90,14 @@ class FlowControlServicer(fgrpc.FlowControlServicer):
             # A reused id means the proxy forgot a release; do not leak the old seat.
             log.warning("seats stream reused request id %d; releasing the previous request", msg.id)
             self.controller.finish(old)
-        t = self.controller.start(msg.acquire, lambda t, i=msg.id: decided(i, t))
+        token = auditid.AUDIT_ID.set(msg.audit_id)  # log lines about this request carry its audit ID
+        try:
+            t = self.controller.start(msg.acquire, lambda t, i=msg.id: decided(i, t))
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("seat request %d: %s (flow schema %s, priority level %s)", msg.id, t.state,
+                          t.flow_schema.name, t.priority_level.name)
+        finally:
+            auditid.AUDIT_ID.reset(token)
         if t.state == WAITING:
             tickets[msg.id] = t
             return

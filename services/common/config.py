@@ -37,7 +37,9 @@ def add_common_flags(p: argparse.ArgumentParser, service: str) -> None:
                    help="plaintext internal gRPC (testing only; identity metadata is then trusted blindly)")
     for peer in PEERS:
         if peer != service:
-            p.add_argument(f"--{peer}-address", default=f"127.0.0.1:{GRPC_PORTS[peer]}")
+            p.add_argument(f"--{peer}-address", default=f"127.0.0.1:{GRPC_PORTS[peer]}",
+                           help="host:port of the peer; its replicas as host:port,host:port,... or one DNS "
+                                "name resolving to all of them (calls and watches spread over them)")
     p.add_argument("-v", "--v", type=int, default=0, help="log verbosity")
 
 

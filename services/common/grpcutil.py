@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import ipaddress
 import logging
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
 from prometheus_client import Counter, Gauge
 
+from . import auditid
 from .config import TLSFiles
 from .errors import APIError, InternalError, error_from_rpc
 
@@ -58,6 +62,11 @@ class _CountCalls(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
         method = handler_call_details.method.rsplit("/", 1)[-1]
         GRPC_STARTED.labels(method).inc()
+        # this call's task: its log lines carry the caller's audit ID (auditid.metadata())
+        if aid := auditid.from_metadata(handler_call_details.invocation_metadata):
+            auditid.AUDIT_ID.set(aid)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("call %s", method)
         handler = await continuation(handler_call_details)
         if handler is None or not handler.response_streaming:
             return handler
@@ -95,13 +104,66 @@ def make_server(tls: TLSFiles | None, address: str) -> grpc.aio.Server:
     return server
 
 
+@dataclass(frozen=True)
+class Target:
+    """Where a peer's replicas are (a --<peer>-address): the gRPC target and its channel options.
+
+    One IP address and port is the peer as it always was (one connection, nothing added). Several,
+    comma-separated, or a DNS name (resolving to several addresses, as a Kubernetes headless
+    Service does) make a round_robin channel: each new call or stream goes to the next replica
+    that is connected, and one that dies is left out until it is back. `replicas` is how many
+    there are now (how many long-lived streams a caller opens to spread its calls over them)."""
+
+    target: str
+    replicas: int
+    options: tuple[tuple[str, Any], ...] = ()
+
+
+def _host_port(address: str) -> tuple[str, str]:
+    host, _, port = address.strip().rpartition(":")
+    return host.strip("[]"), port
+
+
+def _is_ip(host: str, version: int | None = None) -> bool:
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return version is None or ip.version == version
+
+
+def target(address: str) -> Target:
+    parts = [a.strip() for a in address.split(",") if a.strip()]
+    if not parts:
+        raise ValueError("no address")
+    if len(parts) == 1:
+        host, port = _host_port(parts[0])
+        if _is_ip(host) or address.startswith(("dns:", "ipv4:", "ipv6:", "unix:")):
+            return Target(parts[0], 1)
+        try:
+            found = {ai[4][0] for ai in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+        except OSError:
+            found = set()
+        return Target(f"dns:///{host}:{port}", max(1, len(found)), (("grpc.lb_policy_name", "round_robin"),))
+    hosts = [_host_port(p) for p in parts]
+    for version, scheme in ((4, "ipv4"), (6, "ipv6")):
+        if all(_is_ip(h, version) for h, _ in hosts):
+            listed = ",".join(f"{h}:{p}" if version == 4 else f"[{h}]:{p}" for h, p in hosts)
+            # the name its certificate is checked against: the address of the first replica
+            return Target(f"{scheme}:{listed}", len(parts), (("grpc.lb_policy_name", "round_robin"),
+                                                             ("grpc.ssl_target_name_override", hosts[0][0])))
+    raise ValueError(f"{address!r}: several replicas are IP addresses of one family, or one DNS name")
+
+
 def make_channel(tls: TLSFiles | None, address: str) -> grpc.aio.Channel:
+    where = target(address)
+    options = CHANNEL_OPTIONS + list(where.options) if where.options else CHANNEL_OPTIONS
     if tls is None:
-        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        return grpc.aio.insecure_channel(where.target, options=options)
     creds = grpc.ssl_channel_credentials(
         root_certificates=_read(tls.ca), private_key=_read(tls.key), certificate_chain=_read(tls.cert)
     )
-    return grpc.aio.secure_channel(address, creds, options=CHANNEL_OPTIONS)
+    return grpc.aio.secure_channel(where.target, creds, options=options)
 
 
 def peer_name(context: grpc.aio.ServicerContext) -> str | None:

@@ -27,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import random
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -35,6 +37,7 @@ import grpc
 
 from apiary_pb import envelope_pb2 as pb
 
+from . import auditid
 from .errors import APIError, InternalError, ServiceUnavailable, Timeout, error_from_rpc
 from .grpcutil import GRPC_STARTED, batches
 from .runtime import after_large_answer
@@ -51,6 +54,9 @@ PART_BYTES = 128 << 10
 # 0.25 MiB of one answer; a larger window makes a LIST faster and a GET beside it slower (4:
 # 3.7x the idle GET latency against 3x; tools/bench_fairness measures both).
 WINDOW = 2
+# Seconds after which a client of several replicas moves a stream (Spread), so that a replica that
+# was down gets calls again within about this long of being back.
+REBALANCE = 30.0
 # Parts of one answer a server queues for its writer beyond the one being written (without flow
 # control from the caller this alone bounds what the server holds).
 QUEUED_PARTS = 2
@@ -195,17 +201,62 @@ async def read_stream(call: Any, on_message: Callable[[Any], None], peer: str, w
         return InternalError(f"{what} to {peer} failed: {type(e).__name__}")
 
 
+class Spread:
+    """Long-lived streams to a peer that runs as several replicas (grpcutil.Target): one per
+    replica, opened on a round_robin channel (so each lands on the next connected replica), taken
+    in turn by each call; one whose replica died is opened again on its next turn, on a live
+    replica. With `rebalance` (seconds), a stream that old is retired at its next turn (it takes
+    no new call and closes once those on it are answered) and a new one opened in its place, so
+    that a replica started again gets its share back (kube's --goaway-chance does this for
+    HTTP/2 clients). A client with one replica never uses it (its one stream costs nothing more)."""
+
+    def __init__(self, open_: Callable[[], Any], streams: int, rebalance: float = 0.0) -> None:
+        self.open, self.pool = open_, [None] * streams
+        self.turn = itertools.count()
+        self.rebalance = rebalance
+        self.due = [0.0] * streams  # when each stream is retired (rebalance only)
+
+    def pick(self) -> Any:
+        pool = self.pool
+        i = next(self.turn) % len(pool)
+        stream = pool[i]
+        if stream is not None and stream.alive:
+            if not self.rebalance or time.monotonic() < self.due[i]:
+                return stream
+            stream.retire()
+        stream = pool[i] = self.open()
+        if self.rebalance:  # jittered, so that the streams of many clients do not move at once
+            self.due[i] = time.monotonic() + self.rebalance * random.uniform(0.8, 1.2)
+        return stream
+
+
 def _frames(frames: list[pb.Frame]) -> pb.Frames:
     return pb.Frames(frames=frames)
 
 
 class _Stream:
-    """One open Calls stream: its outgoing queue and the gRPC call reading its answers."""
+    """One open Calls stream: its outgoing queue, the gRPC call reading its answers, and the calls
+    on it (a retired stream ends its side once they are answered: Spread)."""
+
+    __slots__ = ("queue", "call", "alive", "inflight", "retired")
 
     def __init__(self, open_stream: Callable[[Any], Any]) -> None:
         self.queue: asyncio.Queue[pb.Frame | None] = asyncio.Queue()
         self.call = open_stream(batches(self.queue, _frames))
         self.alive = True
+        self.inflight = 0
+        self.retired = False
+
+    def retire(self) -> None:
+        self.retired = True
+        if not self.inflight:
+            self.queue.put_nowait(None)
+
+    def done(self) -> None:
+        """A call on it was answered (or given up on)."""
+        self.inflight -= 1
+        if self.retired and not self.inflight:
+            self.queue.put_nowait(None)
 
 
 class _Parts:
@@ -231,20 +282,28 @@ class _Parts:
 class MuxClient:
     """Calls `method` on the peer over one shared stream opened by `open_stream(requests)` (e.g. stub.Calls)."""
 
-    def __init__(self, open_stream: Callable[[Any], Any], peer: str, responses: dict[str, Any]) -> None:
+    def __init__(self, open_stream: Callable[[Any], Any], peer: str, responses: dict[str, Any],
+                 replicas: int = 1) -> None:
         self.open_stream = open_stream
         self.peer = peer
         self.responses = responses          # method name -> response message class
+        self.replicas = replicas
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[pb.Frame] | _Parts] = {}
         self._stream: _Stream | None = None
         self._parts_client: MuxClient | None = None  # answers in parts travel on a stream of their own
+        if replicas > 1:
+            self._ensure = Spread(self._open, replicas, REBALANCE).pick  # type: ignore[method-assign]
+
+    def _open(self) -> _Stream:
+        stream = _Stream(self.open_stream)
+        asyncio.create_task(self._read(stream), name=f"mux-read-{self.peer}")
+        return stream
 
     def _ensure(self) -> _Stream:
         stream = self._stream
         if stream is None or not stream.alive:
-            stream = self._stream = _Stream(self.open_stream)
-            asyncio.create_task(self._read(stream), name=f"mux-read-{self.peer}")
+            stream = self._stream = self._open()
         return stream
 
     async def _read(self, stream: _Stream) -> None:
@@ -287,7 +346,9 @@ class MuxClient:
         fut: asyncio.Future[pb.Frame] = asyncio.get_running_loop().create_future()
         fut.stream = stream  # type: ignore[attr-defined] - failed with its stream
         self._pending[fid] = fut
-        stream.queue.put_nowait(pb.Frame(id=fid, method=method, payload=request.SerializeToString()))
+        stream.inflight += 1
+        stream.queue.put_nowait(pb.Frame(id=fid, method=method, payload=request.SerializeToString(),
+                                         audit_id=auditid.AUDIT_ID.get()))
         try:
             frame = await asyncio.wait_for(fut, timeout) if timeout else await fut
         except asyncio.TimeoutError:
@@ -295,6 +356,7 @@ class MuxClient:
                           headers={"Retry-After": "1"}) from None
         finally:
             self._pending.pop(fid, None)
+            stream.done()
         if frame.HasField("error"):
             raise APIError.from_pb(frame.error)
         return (response or self.responses[method]).FromString(frame.payload)
@@ -308,7 +370,7 @@ class MuxClient:
         a whole answer never waits in the transport behind the parts of a large one."""
         parts = self._parts_client
         if parts is None:
-            parts = self._parts_client = MuxClient(self.open_stream, self.peer, self.responses)
+            parts = self._parts_client = MuxClient(self.open_stream, self.peer, self.responses, self.replicas)
         return parts._call_stream(method, request, timeout, window)
 
     async def _call_stream(self, method: str, request: Any, timeout: float | None,
@@ -317,8 +379,10 @@ class MuxClient:
         fid = next(self._ids)
         parts = _Parts(stream)
         self._pending[fid] = parts
+        stream.inflight += 1
         queue = stream.queue
-        queue.put_nowait(pb.Frame(id=fid, method=method, payload=request.SerializeToString(), window=window))
+        queue.put_nowait(pb.Frame(id=fid, method=method, payload=request.SerializeToString(), window=window,
+                                  audit_id=auditid.AUDIT_ID.get()))
         done = False
         try:
             while True:
@@ -345,6 +409,7 @@ class MuxClient:
             self._pending.pop(fid, None)
             if not done and parts.error is None and stream.alive:
                 queue.put_nowait(pb.Frame(id=fid, cancel=True))
+            stream.done()
 
 
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
@@ -403,6 +468,10 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
 
     async def run(frame: pb.Frame) -> None:
         GRPC_STARTED.labels(frame.method).inc()  # a call on the stream counts as a call
+        if frame.audit_id:  # this task's own context: log lines of the call carry it
+            auditid.AUDIT_ID.set(frame.audit_id)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("call %s", frame.method)
         try:
             entry = methods.get(frame.method)
             if entry is None:

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from . import config, grpcutil
+from . import auditid, config, grpcutil
 from .background import cancel_and_wait
 from .health import HealthServer, ReadyCheck
 
@@ -29,12 +29,15 @@ log = logging.getLogger(__name__)
 
 
 def setup_logging(service: str, verbosity: int = 0) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbosity >= 4 else logging.INFO,
-        format=f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    """Lines emitted while a request is handled end with its audit ID (auditid.LogFilter)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(auditid.LogFilter())
+    handler.setFormatter(logging.Formatter(f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s%(audit)s"))
+    logging.basicConfig(level=logging.DEBUG if verbosity >= 4 else logging.INFO, handlers=[handler])
     logging.getLogger("aetcd").setLevel(logging.WARNING)
+    # grpc's own debug lines (its event loop, a stream's writer finding its call ended by a peer that
+    # went away, with a traceback) say nothing about apiary's requests
+    logging.getLogger("grpc").setLevel(logging.INFO)
 
 
 # glibc mallopt parameters
@@ -176,8 +179,12 @@ class Service:
         self._clients.append(close)
 
     def channel(self, address: str) -> grpc.aio.Channel:
-        """A gRPC channel to a peer service (internal mTLS), closed last."""
-        ch = grpcutil.make_channel(self.tls, address)
+        """A gRPC channel to a peer service (internal mTLS), closed last; over all its replicas
+        when the address names several (grpcutil.target)."""
+        try:
+            ch = grpcutil.make_channel(self.tls, address)
+        except ValueError as e:
+            raise SystemExit(f"{self.name}: {e}") from None
         self.client(ch.close)
         return ch
 

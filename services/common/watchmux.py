@@ -31,7 +31,7 @@ from apiary_pb import envelope_pb2 as pb
 
 from .errors import APIError, InternalError, ServiceUnavailable
 from .grpcutil import batches
-from .mux import read_stream
+from .mux import Spread, read_stream
 
 log = logging.getLogger(__name__)
 
@@ -217,19 +217,28 @@ def _control(controls: list[pb.WatchControl]) -> pb.WatchControl:
 class WatchMuxClient:
     """Watches on a peer over one shared stream opened by `open_stream(controls)` (e.g. stub.Watches)."""
 
-    def __init__(self, open_stream: Callable[[Any], Any], peer: str, capacity: int = WATCH_CAPACITY) -> None:
+    def __init__(self, open_stream: Callable[[Any], Any], peer: str, capacity: int = WATCH_CAPACITY,
+                 replicas: int = 1) -> None:
         self.open_stream = open_stream
         self.peer = peer
         self.capacity = capacity
         self._ids = itertools.count(1)
         self._watches: dict[int, _Watch] = {}
         self._stream: _Stream | None = None
+        self._spread: Spread | None = None
+        if replicas > 1:  # new watches go to each replica in turn (mux.Spread)
+            self._spread = Spread(self._open, replicas)
+            self._ensure = self._spread.pick  # type: ignore[method-assign]
+
+    def _open(self) -> _Stream:
+        stream = _Stream(self.open_stream)
+        asyncio.create_task(self._read(stream), name=f"watchmux-read-{self.peer}")
+        return stream
 
     def _ensure(self) -> _Stream:
         stream = self._stream
         if stream is None or not stream.alive:
-            stream = self._stream = _Stream(self.open_stream)
-            asyncio.create_task(self._read(stream), name=f"watchmux-read-{self.peer}")
+            stream = self._stream = self._open()
         return stream
 
     async def _read(self, stream: _Stream) -> None:
@@ -323,7 +332,7 @@ class WatchMuxClient:
         return Relay(self, wid, w)
 
     async def close(self) -> None:
-        stream = self._stream
-        if stream is not None and stream.alive:
-            stream.queue.put_nowait(None)
-            stream.call.cancel()
+        for stream in self._spread.pool if self._spread is not None else [self._stream]:
+            if stream is not None and stream.alive:
+                stream.queue.put_nowait(None)
+                stream.call.cancel()

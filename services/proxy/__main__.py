@@ -8,7 +8,7 @@ from collections.abc import Callable
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import config, duration, runtime
+from services.common import config, duration, grpcutil, runtime
 
 from .aggregator.authentication_trust import AuthenticationTrust
 from .app import ProxyApp
@@ -144,6 +144,7 @@ async def assemble(service: runtime.Service) -> str:
     proxy = ProxyApp(
         agrpc.AuthStub(channels["auth"]), fgrpc.FlowControlStub(channels["apf"]),
         rgrpc.RegistryStub(channels["registry"]), channels=channels, verbosity=args.v,
+        registry_replicas=grpcutil.target(args.registry_address).replicas,
         request_header=request_header_config(args), max_requests_inflight=args.max_requests_inflight,
         max_mutating_requests_inflight=args.max_mutating_requests_inflight,
         request_timeout=args.request_timeout, min_request_timeout=args.min_request_timeout,

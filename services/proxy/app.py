@@ -20,6 +20,7 @@ from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.common import auditid
 from services.common.errors import APIError, BadRequest, InternalError, NotFound, ServiceUnavailable
 from services.common.informer import Informer
 
@@ -70,6 +71,7 @@ class ProxyApp:
 
     def __init__(self, auth: agrpc.AuthStub, apf: fgrpc.FlowControlStub, registry: rgrpc.RegistryStub, *,
                  channels: dict[str, grpc.aio.Channel] | None = None, verbosity: int = 0,
+                 registry_replicas: int = 1,
                  request_header: RequestHeaderConfig | None = None,
                  max_requests_inflight: int = MAX_REQUESTS_INFLIGHT,
                  max_mutating_requests_inflight: int = MAX_MUTATING_REQUESTS_INFLIGHT,
@@ -96,9 +98,9 @@ class ProxyApp:
                                      proxy_client_key_file)
         # The registry call's own timeout is a backstop: the request's deadline (checked every
         # Deadlines.tick) comes first and answers with kube's Status.
-        self.resources = ResourceHandler(registry, request_timeout + 1.0)
+        self.resources = ResourceHandler(registry, request_timeout + 1.0, registry_replicas)
         self.decoder = BodyDecoder()
-        self.watches = WatchHandler(registry, min_request_timeout)
+        self.watches = WatchHandler(registry, min_request_timeout, registry_replicas)
         self.checks: dict[str, ReadyCheck] = {
             "registry": _channel_ready(channels.get("registry")),
             "auth": _channel_ready(channels.get("auth")),
@@ -165,6 +167,7 @@ class ProxyApp:
         if scope["type"] != "http":
             return  # lifespan is off; no websockets
         ctx = Context(scope, receive, send)
+        auditid.AUDIT_ID.set(ctx.audit_id)  # this request's task: every hop and log line carries it
         method = ctx.method
         inflight = metrics.READ_ONLY if method in _READ_METHODS else metrics.MUTATING
         inflight.inc()
@@ -271,8 +274,8 @@ class ProxyApp:
             metrics.observe(info, method, ctx.code or 500, elapsed, apply)
             if self.verbosity >= 2:
                 qs = ctx.query_string.decode("latin-1")
-                log.info('%s %s%s code=%d user="%s" audit-id=%s %.1fms', method, ctx.path,
-                         f"?{qs}" if qs else "", ctx.code, user_name, ctx.audit_id, elapsed * 1000)
+                log.info('%s %s%s code=%d user="%s" %.1fms', method, ctx.path,  # + audit-id (LogFilter)
+                         f"?{qs}" if qs else "", ctx.code, user_name, elapsed * 1000)
 
     @staticmethod
     async def _timed_out(ctx: Context) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import Awaitable
@@ -19,8 +20,9 @@ T = TypeVar("T")
 # kube-apiserver's MaxRequestBodyBytes
 MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
 _WANTED_HEADERS = frozenset(
-    (b"accept", b"authorization", b"content-type", b"content-length", b"if-none-match"))
+    (b"accept", b"audit-id", b"authorization", b"content-type", b"content-length", b"if-none-match"))
 _IMPERSONATE_PREFIX = b"impersonate-"
+_AUDIT_ID = re.compile(rb"[!-~]{1,128}")
 
 
 # The scope extension under which the server's protocol puts the connection's transport.
@@ -53,7 +55,6 @@ class Context:
         self.method: str = scope["method"]
         self.path: str = scope["path"]
         self.query_string: bytes = scope.get("query_string", b"")
-        self.audit_id = str(uuid.uuid4())
         self.started = time.perf_counter()
         self.timings: list[tuple[str, float]] = []
         self.headers: dict[bytes, bytes] = {}
@@ -65,6 +66,9 @@ class Context:
                     self.headers[k] = v
             elif k.startswith(_IMPERSONATE_PREFIX):
                 self.impersonation.append((k, v))
+        # kube takes the client's Audit-ID (one token of visible characters here: it goes into logs)
+        sent = self.headers.get(b"audit-id")
+        self.audit_id = sent.decode() if sent and _AUDIT_ID.fullmatch(sent) else str(uuid.uuid4())
         self.extra_headers: list[tuple[bytes, bytes]] = []
         self.code = 0
         self.response_started = False

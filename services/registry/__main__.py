@@ -11,7 +11,7 @@ from apiary_pb import auth_pb2_grpc as augrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
 from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
-from services.common import config, errors, runtime
+from services.common import config, errors, grpcutil, runtime
 
 from .admission import AdmissionClient
 from .auth import AuthClient
@@ -61,12 +61,13 @@ async def _bootstrap_until_done(handlers: Handlers, done: asyncio.Event) -> None
 
 async def assemble(service: runtime.Service) -> str:
     args = service.args
-    store = StorageClient(sgrpc.StorageStub(service.channel(args.storage_address)), args.storage_timeout)
+    store = StorageClient(sgrpc.StorageStub(service.channel(args.storage_address)), args.storage_timeout,
+                          grpcutil.target(args.storage_address).replicas)
     # --auth-address: RBAC escalation checks, the access and token reviews, TokenRequest.
     ServiceStrategy.cluster_ip_range = args.service_cluster_ip_range
     handlers = Handlers(DEFAULT_CATALOGUE, store,
                         AdmissionClient(agrpc.AdmissionStub(service.channel(args.admission_address)),
-                                        args.admission_timeout),
+                                        args.admission_timeout, grpcutil.target(args.admission_address).replicas),
                         AuthClient(augrpc.AuthStub(service.channel(args.auth_address)), args.auth_timeout))
     rgrpc.add_RegistryServicer_to_server(RegistryServicer(handlers), service.grpc_server())
 

@@ -29,11 +29,11 @@ ADMISSION_DURATION = Histogram(
 
 
 class AdmissionClient:
-    def __init__(self, stub: agrpc.AdmissionStub, timeout: float = 30.0) -> None:
+    def __init__(self, stub: agrpc.AdmissionStub, timeout: float = 30.0, replicas: int = 1) -> None:
         self.stub = stub
         self.timeout = timeout
         self.calls = mux.MuxClient(stub.Calls, "admission",
-                                   {"Admit": apb.AdmissionResponse, "Validate": apb.AdmissionResponse})
+                                   {"Admit": apb.AdmissionResponse, "Validate": apb.AdmissionResponse}, replicas)
 
     async def _run(self, phase: str, info: ResourceInfo, subresource: str, operation: str, namespace: str,
                    name: str, obj: pb.Object | None, old: pb.Object | None, user: pb.UserInfo, dry_run: bool,

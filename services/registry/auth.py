@@ -10,7 +10,7 @@ from prometheus_client import Histogram
 from apiary_pb import auth_pb2 as aupb
 from apiary_pb import auth_pb2_grpc as augrpc
 from apiary_pb import envelope_pb2 as pb
-from services.common import grpcutil
+from services.common import auditid, grpcutil
 
 from .catalogue import ResourceInfo
 
@@ -30,7 +30,8 @@ class AuthClient:
     async def _call(self, method: str, req: Any, timing: dict[str, float]) -> Any:
         t0 = time.perf_counter()
         try:
-            return await grpcutil.call(getattr(self.stub, method)(req, timeout=self.timeout), "auth")
+            call = getattr(self.stub, method)(req, timeout=self.timeout, metadata=auditid.metadata())
+            return await grpcutil.call(call, "auth")
         finally:
             dt = time.perf_counter() - t0
             AUTH_DURATION.labels(method).observe(dt)

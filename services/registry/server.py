@@ -12,7 +12,7 @@ from prometheus_client import Counter, Histogram
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import errors, grpcutil, mux, watchmux
+from services.common import auditid, errors, grpcutil, mux, watchmux
 from services.common.protowire import bytes_field
 
 from . import discovery, openapi, watch
@@ -93,6 +93,8 @@ class RegistryServicer(rgrpc.RegistryServicer):
 
     async def _mux_watch(self, wid: int, raw: bytes, sink: watchmux.Sink) -> None:
         request = rpb.APIRequest.FromString(raw)
+        if request.audit_id:  # this watch's task
+            auditid.AUDIT_ID.set(request.audit_id)
         counter = WATCH_EVENTS.labels(request.group, request.version, request.resource)
         if request.table:
             # Table rows are built per watch (column definitions go with its first event).

@@ -26,17 +26,17 @@ Timing = dict[str, float]
 class StorageClient:
     """Create/Get/List/Update/Delete/Watch for one catalogue of resources, timed per request."""
 
-    def __init__(self, stub: sgrpc.StorageStub, timeout: float = 30.0) -> None:
+    def __init__(self, stub: sgrpc.StorageStub, timeout: float = 30.0, replicas: int = 1) -> None:
         self.stub = stub
         self.timeout = timeout
         # Create/Get/List/Update/Delete share one long-lived stream (services/common/mux.py).
         self.calls = mux.MuxClient(stub.Calls, "storage", {
             "Create": pb.Object, "Get": pb.Object, "Update": pb.Object, "Delete": pb.Object,
             "List": spb.ListResponse,
-        })
+        }, replicas)
         # Every watch shares one Watches stream: an event crosses it once for all the watches it
         # goes to (services/common/watchmux.py).
-        self.watches = watchmux.WatchMuxClient(stub.Watches, "storage")
+        self.watches = watchmux.WatchMuxClient(stub.Watches, "storage", replicas=replicas)
 
     async def _call(self, op: str, info: ResourceInfo, method: str, req: Any, timing: Timing | None,
                     response: type | None = None) -> Any:

@@ -25,7 +25,7 @@ from prometheus_client import Counter, Gauge
 from apiary_pb import apf_pb2 as fpb
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import envelope_pb2 as pb
-from services.common import grpcutil
+from services.common import auditid, grpcutil
 from services.common.background import cancel_and_wait
 from services.common.backoff import Backoff
 from services.common.errors import ServiceUnavailable, TooManyRequests
@@ -209,7 +209,7 @@ class SeatClient:
         generation = self._generation
         fut: asyncio.Future[fpb.SeatResponse] = asyncio.get_running_loop().create_future()
         self._pending[seat_id] = fut
-        queue.put_nowait(fpb.SeatRequest(id=seat_id, acquire=digest))
+        queue.put_nowait(fpb.SeatRequest(id=seat_id, acquire=digest, audit_id=auditid.AUDIT_ID.get()))
         try:
             async with asyncio.timeout(self.acquire_timeout):
                 resp = await fut

@@ -19,7 +19,7 @@ from typing import Any
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
-from services.common import grpcutil
+from services.common import auditid, grpcutil
 from services.common.errors import Unauthorized
 
 from .. import metrics
@@ -79,7 +79,8 @@ class Authenticator:
         metrics.AUTHN_MISS.inc()
         req = apb.AuthenticateRequest(token=token, has_cert=x509, cert_common_name=cn,
                                       cert_organizations=list(orgs), path=path)
-        resp = await grpcutil.call(self.auth.Authenticate(req, timeout=AUTH_TIMEOUT), "auth")
+        call = self.auth.Authenticate(req, timeout=AUTH_TIMEOUT, metadata=auditid.metadata())
+        resp = await grpcutil.call(call, "auth")
         if not resp.authenticated:
             raise Unauthorized("Unauthorized")
         if len(self._cache) >= MAX_ENTRIES:

@@ -23,7 +23,7 @@ from typing import Any
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
-from services.common import grpcutil
+from services.common import auditid, grpcutil
 from services.common.errors import Forbidden, InternalError
 from services.common.identity import SYSTEM_MASTERS
 
@@ -122,7 +122,8 @@ class Authorizer:
             metrics.AUTHZ_MISS.inc()
             generation = self._generation
             req = apb.AuthorizeRequest(attributes=attributes(user, info))
-            resp = await grpcutil.call(self.auth.Authorize(req, timeout=AUTHZ_TIMEOUT), "auth")
+            call = self.auth.Authorize(req, timeout=AUTHZ_TIMEOUT, metadata=auditid.metadata())
+            resp = await grpcutil.call(call, "auth")
             allowed, reason = resp.decision == "Allow", resp.reason
             if not allowed and resp.error:
                 # kube's WithAuthorization: an authorizer error without an allow is a 500, never cached

@@ -46,11 +46,11 @@ def warning_headers(warnings: list[str] | object) -> list[tuple[bytes, bytes]]:
 
 
 class ResourceHandler:
-    def __init__(self, registry: rgrpc.RegistryStub, timeout: float = REQUEST_TIMEOUT) -> None:
+    def __init__(self, registry: rgrpc.RegistryStub, timeout: float = REQUEST_TIMEOUT, replicas: int = 1) -> None:
         self.registry = registry
         self.timeout = timeout
         # Every request shares one long-lived stream to the registry (services/common/mux.py).
-        self.calls = mux.MuxClient(registry.Calls, "registry", {"Handle": rpb.APIResponse})
+        self.calls = mux.MuxClient(registry.Calls, "registry", {"Handle": rpb.APIResponse}, replicas)
 
     async def handle(self, ctx: Context, req: rpb.APIRequest, output: Output) -> None:
         t = time.perf_counter()

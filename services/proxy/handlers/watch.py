@@ -57,10 +57,11 @@ def _error_event(err: APIError) -> bytes:
 
 
 class WatchHandler:
-    def __init__(self, registry: rgrpc.RegistryStub, min_timeout: float = MIN_REQUEST_TIMEOUT) -> None:
+    def __init__(self, registry: rgrpc.RegistryStub, min_timeout: float = MIN_REQUEST_TIMEOUT,
+                 replicas: int = 1) -> None:
         self.registry = registry
         self.min_timeout = min_timeout
-        self.watches = watchmux.WatchMuxClient(registry.Watches, "registry")
+        self.watches = watchmux.WatchMuxClient(registry.Watches, "registry", replicas=replicas)
         # Set when the server shuts down: every watch then ends cleanly, as kube's do.
         self.closing = asyncio.Event()
         self._closing_waiter: asyncio.Future | None = None

@@ -305,7 +305,7 @@ class _SlowAuth:
         self.release = asyncio.Event()
         self.calls = 0
 
-    def Authorize(self, req, timeout=None):
+    def Authorize(self, req, timeout=None, metadata=None):
         self.calls += 1
 
         async def answer():

@@ -242,20 +242,21 @@ class FakeAuth:
         self.deny: errors.APIError | None = None  # CheckEscalation raises this when set
         self.allowed = True
 
-    async def CheckEscalation(self, req: aupb.EscalationRequest, timeout: float | None = None
+    async def CheckEscalation(self, req: aupb.EscalationRequest, timeout: float | None = None, metadata: object = None
                               ) -> aupb.EscalationResponse:
         self.calls.append(("CheckEscalation", req))
         if self.deny is not None:
             raise self.deny
         return aupb.EscalationResponse(allowed=self.allowed)
 
-    async def Review(self, req: aupb.ReviewRequest, timeout: float | None = None) -> aupb.ReviewResponse:
+    async def Review(self, req: aupb.ReviewRequest, timeout: float | None = None, metadata: object = None
+                     ) -> aupb.ReviewResponse:
         self.calls.append(("Review", req))
         obj = orjson.loads(req.body)
         obj["status"] = {"allowed": True, "reason": f"reviewed for {req.user.name}"}
         return aupb.ReviewResponse(body=orjson.dumps(obj))
 
-    async def RequestToken(self, req: aupb.TokenRequestRequest, timeout: float | None = None
+    async def RequestToken(self, req: aupb.TokenRequestRequest, timeout: float | None = None, metadata: object = None
                            ) -> aupb.ReviewResponse:
         self.calls.append(("RequestToken", req))
         obj = orjson.loads(req.body)
