@@ -38,6 +38,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 from pathlib import Path
 
 from services.common.runtime import tune_malloc
@@ -644,6 +645,19 @@ def storage_figures(raw: dict) -> dict[str, dict]:
     return out
 
 
+T = TypeVar("T")
+
+
+def on_fresh_stack(measure: Callable[[Stack], T]) -> T:
+    """measure(stack) on a fresh bench stack, stopped afterwards (the single-figure modes)."""
+    stack = Stack(BENCH_STATE, BENCH_OFFSET)
+    stack.start(fresh=True)
+    try:
+        return measure(stack)
+    finally:
+        stack.stop(quiet=True)
+
+
 def main() -> None:
     # The load generator reads multi-MB answers like the services do (services/common/runtime.py).
     tune_malloc()
@@ -664,23 +678,13 @@ def main() -> None:
         hello_server(args.port, args.cert, args.key, args.ca)
         return
     if args.mode == "writes":
-        stack = Stack(BENCH_STATE, BENCH_OFFSET)
-        stack.start(fresh=True)
-        try:
-            raw_writes = {"writes": asyncio.run(bench_writes(stack, args.concurrency, args.n))}
-        finally:
-            stack.stop(quiet=True)
+        raw_writes = {"writes": on_fresh_stack(lambda st: asyncio.run(bench_writes(st, args.concurrency, args.n)))}
         for name, r in write_figures(raw_writes).items():
             print(f"{name:8} {r['rate']:>9} {r['p50_ms']:>8} {r['p99_ms']:>8}  {r['baseline']:11} "
                   f"{r['baseline_rate']:>9} {r['ratio']:>7}")
         return
     if args.mode == "policy":
-        stack = Stack(BENCH_STATE, BENCH_OFFSET)
-        stack.start(fresh=True)
-        try:
-            raw = {"policy": asyncio.run(bench_policy(stack, args.concurrency, args.n))}
-        finally:
-            stack.stop(quiet=True)
+        raw = {"policy": on_fresh_stack(lambda st: asyncio.run(bench_policy(st, args.concurrency, args.n)))}
         r = policy_figures(raw)["create_vap"]
         print(f"create, no admission extension: {r['baseline_rate']}/s; with one matching "
               f"ValidatingAdmissionPolicy of three expressions: {r['rate']}/s (p50 {r['p50_ms']} ms, "
@@ -689,12 +693,7 @@ def main() -> None:
         print(json.dumps(raw["policy"], indent=1))
         return
     if args.mode == "replicas":
-        stack = Stack(BENCH_STATE, BENCH_OFFSET)
-        stack.start(fresh=True)
-        try:
-            one = asyncio.run(bench_apiary(stack, args.concurrency, args.n, with_list=False))
-        finally:
-            stack.stop(quiet=True)
+        one = on_fresh_stack(lambda st: asyncio.run(bench_apiary(st, args.concurrency, args.n, with_list=False)))
         two = bench_replicas(args.concurrency, args.n)
         for name in ("get", "create"):
             print(f"{name}: 1 replica {one[name]['rate']}/s, 2 replicas {two[name]['rate']}/s, ratio "

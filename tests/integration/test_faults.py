@@ -388,15 +388,27 @@ def recovered(writers: list[Writer], after: float, timeout: float) -> float:
         time.sleep(0.05)
 
 
+class Load:
+    """The steady load of the kill tests, started: 4 writers (admin and alice, 2 each) and 2 watchers on
+    threads; `stop` ends the writers, `stop_watching` the watchers."""
+
+    def __init__(self, private: Private) -> None:
+        self.stop, self.stop_watching = threading.Event(), threading.Event()
+        self.writers = [Writer("admin", i) for i in range(2)] + [Writer("alice", i) for i in range(2)]
+        self.watchers = [Watcher(private) for _ in range(2)]
+        self.threads = [threading.Thread(target=w.run, args=(private, self.stop), daemon=True)
+                        for w in self.writers]
+        self.threads += [threading.Thread(target=w.run, args=(self.stop_watching,), daemon=True)
+                         for w in self.watchers]
+        for t in self.threads:
+            t.start()
+
+
 def test_kill_9_each_under_load(private):
     stack = private.stack
-    stop, stop_watching = threading.Event(), threading.Event()
-    writers = [Writer("admin", i) for i in range(2)] + [Writer("alice", i) for i in range(2)]
-    watchers = [Watcher(private) for _ in range(2)]
-    threads = [threading.Thread(target=w.run, args=(private, stop), daemon=True) for w in writers]
-    threads += [threading.Thread(target=w.run, args=(stop_watching,), daemon=True) for w in watchers]
-    for t in threads:
-        t.start()
+    load = Load(private)
+    stop, stop_watching, writers, watchers, threads = (load.stop, load.stop_watching, load.writers,
+                                                       load.watchers, load.threads)
     kills: list[Kill] = []
     try:
         recovered(writers, time.monotonic(), RECOVERY)

@@ -11,7 +11,6 @@ import re
 import signal
 import ssl
 import subprocess
-import threading
 import time
 import urllib.request
 import uuid
@@ -26,9 +25,8 @@ from tests.integration.test_faults import (
     CM,
     RECOVERY,
     Kill,
+    Load,
     Private,
-    Watcher,
-    Writer,
     check_ledger,
     cm,
     max_gap,
@@ -183,13 +181,9 @@ def test_kill_9_one_replica_of_each_under_load(private):
     kill fails at most the calls then in flight (one per writer), watches resume from their
     resourceVersion, then the replica is started again."""
     stack = private.stack
-    stop, stop_watching = threading.Event(), threading.Event()
-    writers = [Writer("admin", i) for i in range(2)] + [Writer("alice", i) for i in range(2)]
-    watchers = [Watcher(private) for _ in range(2)]
-    threads = [threading.Thread(target=w.run, args=(private, stop), daemon=True) for w in writers]
-    threads += [threading.Thread(target=w.run, args=(stop_watching,), daemon=True) for w in watchers]
-    for t in threads:
-        t.start()
+    load = Load(private)
+    stop, stop_watching, writers, watchers, threads = (load.stop, load.stop_watching, load.writers,
+                                                       load.watchers, load.threads)
     kills: list[Kill] = []
     failed: dict[str, int] = {}
     try:
