@@ -117,6 +117,16 @@ SERVICE_PANELS: dict[str, list[Panel]] = {
               '{job="admission", rejected="true"}[10m]))', legend="{{name}} {{operation}}"),
         Panel("Admission calls by the registry, p99",
               p99("apiary_registry_admission_call_duration_seconds", "registry", "phase"), "s", "{{phase}}"),
+        Panel("Webhook latency p99 by webhook",
+              p99("apiserver_admission_webhook_admission_duration_seconds", "admission", "name, type"), "s",
+              "{{name}} ({{type}})"),
+        Panel("Webhook calls by webhook and code",
+              'sum by (name, type, code) (increase(apiserver_admission_webhook_request_total{job="admission"}[10m]))',
+              legend="{{name}} ({{type}}) {{code}}"),
+        Panel("Webhook rejections by webhook",
+              'sum by (name, type, rejection_code) '
+              '(increase(apiserver_admission_webhook_rejection_count_total{job="admission"}[10m]))',
+              legend="{{name}} ({{type}}) {{rejection_code}}"),
     ],
     "registry": [
         Panel("Requests by verb, resource and code",

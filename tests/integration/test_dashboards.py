@@ -1,5 +1,5 @@
 """The dashboards against a real Prometheus scraping a real stack: every panel's query returns data
-after traffic of every kind (reads, writes, a secret, watches, a 403, an admission rejection, 429s,
+after traffic of every kind (reads, writes, a secret, watches, a 403, an admission rejection, a webhook allowing and refusing, 429s,
 an access review, pizzas through the aggregation proxy and a bearer token straight to the pizza
 server), and every metric a dashboard names is served by some service.
 
@@ -9,6 +9,7 @@ and storage compacts every 2 s so compaction has something to show.
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 import ssl
 import time
@@ -21,6 +22,7 @@ import pytest
 from tests.conftest import TEST_OFFSET
 from tools.certs import read_tokens
 from tools.dashboards import dashboards
+from tools.fakeservers import AdmissionWebhook
 from tools.observe import COMMITTED_CONFIG, Prometheus, config
 from tools.run import PIZZA, PIZZA_GROUP, ROOT, Stack
 
@@ -83,6 +85,7 @@ def _traffic(stack: Stack) -> None:
             "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
             "spec": {"resourceAttributes": {"verb": "get", "resource": "pods"}}})
         assert r.status_code == 201, r.text
+    _webhook_traffic(stack)
     with _client(stack, tokens["alice"]) as alice:
         for _ in range(3):
             assert alice.get("/api/v1/namespaces/default/secrets").status_code == 403
@@ -97,6 +100,47 @@ def _traffic(stack: Stack) -> None:
         if 429 in codes:
             break
     assert 429 in codes, f"no 429 from APF in {len(codes)} requests: {sorted(set(codes))}"
+
+
+def _webhook_traffic(stack: Stack) -> None:
+    """A validating webhook (a real HTTPS server) that refuses configmaps named deny-*: one call allowed,
+    one rejected, for the admission dashboard's webhook panels."""
+    def decide(request: dict) -> dict:
+        if request["name"].startswith("deny-"):
+            return {"allowed": False, "status": {"code": 403, "message": "no deny- names"}}
+        return {"allowed": True}
+
+    server = AdmissionWebhook(stack.state, "dash-webhook", decide).start()
+    hook = {"name": "names.dash.apiary.test", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                       "resources": ["configmaps"]}],
+            "clientConfig": {"url": f"{server.url}/validate",
+                             "caBundle": base64.b64encode(server.ca_pem.encode()).decode()},
+            "objectSelector": {"matchLabels": {"dash-webhook": "on"}}}
+    labelled = {"dash-webhook": "on"}
+    try:
+        with _client(stack) as admin:
+            r = admin.post("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+                           json={"metadata": {"name": "dash-names"}, "webhooks": [hook]})
+            assert r.status_code == 201, r.text
+            deadline = time.monotonic() + 30
+            i = 0
+            while True:  # the configuration reaches the admission service by watch
+                r = admin.post("/api/v1/namespaces/dash/configmaps",
+                               json={"metadata": {"name": f"deny-{i}", "labels": labelled}})
+                if r.status_code == 403:
+                    break
+                assert r.status_code == 201 and time.monotonic() < deadline, r.text
+                i += 1
+            assert "no deny- names" in r.text, r.text
+            r = admin.post("/api/v1/namespaces/dash/configmaps",
+                           json={"metadata": {"name": "allowed", "labels": labelled}})
+            assert r.status_code == 201, r.text
+            assert len(server.calls) >= 2
+            assert admin.delete("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/"
+                                "dash-names").status_code == 200
+    finally:
+        server.stop()
 
 
 def _pizza_traffic(stack: Stack) -> None:
