@@ -184,6 +184,9 @@ class _Scheduler:
             yield batch
 
 
+# What gRPC core (not the peer's own code) reports when a stream breaks with its connection.
+_TRANSPORT_ERRORS = frozenset({"Internal error from Core", "Received RST_STREAM with error code 2"})
+
 async def read_stream(call: Any, on_message: Callable[[Any], None], peer: str, what: str) -> APIError:
     """Hand each message of a long-lived stream to on_message until the stream ends; the error
     every call or watch still waiting on it ends with (a closed stream is a 503, a broken one the
@@ -193,6 +196,10 @@ async def read_stream(call: Any, on_message: Callable[[Any], None], peer: str, w
             on_message(message)
         return ServiceUnavailable(f"service unavailable ({peer}): {what} closed", headers={"Retry-After": "1"})
     except grpc.aio.AioRpcError as e:
+        if e.code() == grpc.StatusCode.INTERNAL and e.details() in _TRANSPORT_ERRORS:
+            # gRPC core's own words when the peer's transport went away under the stream (a GOAWAY or
+            # a reset connection of a replica that stopped): the service did not fail, it is gone
+            return ServiceUnavailable(f"service unavailable ({peer}): {what} broken", headers={"Retry-After": "1"})
         return error_from_rpc(e, peer)
     except asyncio.CancelledError:
         return ServiceUnavailable(f"service unavailable ({peer}): {what} cancelled")
