@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from typing import Any
 
 import httpx
+from tests.waiting import wait_for
 
 RULES = """    resourceRules:
     - apiGroups: [""]
@@ -14,18 +14,6 @@ RULES = """    resourceRules:
       operations: ["CREATE", "UPDATE"]
       resources: ["configmaps"]
 """
-
-
-def wait_for(check: Any, timeout: float = 30, what: str = "condition") -> Any:
-    """Poll until check() returns a truthy value (policies reach the admission service through a watch)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def max_keys_policy(name: str, ns: str, actions: str, extra: str = "") -> str:

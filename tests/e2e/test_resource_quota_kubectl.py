@@ -1,20 +1,9 @@
 """ResourceQuota object counts with kubectl: the quota admission plugin and its controller."""
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
-
-
-def wait_for(check: Any, timeout: float = 30, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+from tests.waiting import wait_for
 
 
 def used(kubectl: Any, ns: str, key: str) -> str:

@@ -15,22 +15,11 @@ import httpx
 import pytest
 
 from tools.fakeservers import AdmissionWebhook
+from tests.waiting import wait_for
 
 API = "/apis/admissionregistration.k8s.io/v1"
 CM_RULE = {"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
            "resources": ["configmaps"]}
-
-
-def until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    """Poll a condition (the admission service's informers take the configuration a moment later)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def patch_of(ops: list[dict[str, Any]]) -> dict[str, Any]:
@@ -111,7 +100,7 @@ def probe(env: Env, want: Callable[[httpx.Response], bool], labels: dict[str, st
     def once() -> bool:
         r = env.create_cm(f"probe-{uuid.uuid4().hex[:6]}", labels)
         return want(r)
-    until(once, "the webhook configuration to take effect")
+    wait_for(once, what="the webhook configuration to take effect")
 
 
 def test_configuration_validation_defaults_and_table(env: Env, kubectl: Any) -> None:
@@ -181,7 +170,7 @@ def test_mutating_label_validating_prefix_warning_and_review(env: Env, kubectl: 
                     ("create", env.ns, "ResponseComplete", 201) and ev.get("userAgent", "").startswith("kubectl"):
                 return ev.get("annotations")
         return None
-    annotations = until(audited, "the audit event of the create")
+    annotations = wait_for(audited, what="the audit event of the create")
     assert annotations[f"mutate.{env.id}.webhooks.apiary.test/did"] == "label"
     assert json.loads(annotations["mutation.webhook.admission.k8s.io/round_0_index_0"]) == {
         "configuration": env.configs[0][1], "webhook": f"mutate.{env.id}.webhooks.apiary.test", "mutated": True}

@@ -6,7 +6,6 @@ import base64
 import json
 import ssl
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,22 +15,12 @@ import pytest
 
 from tools.fakeservers import AggregatedBackend, SilentServer
 from tools.run import Stack
+from tests.waiting import wait_for
 
 GROUP, VERSION = "wardle.example.com", "v1alpha1"
 GV = f"{GROUP}/{VERSION}"
 APISERVICE = f"{VERSION}.{GROUP}"
 NS = "wardle"
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def apply(admin: httpx.Client, path: str, obj: dict[str, Any]) -> dict[str, Any]:

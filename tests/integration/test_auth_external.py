@@ -24,6 +24,7 @@ from tests.conftest import TEST_OFFSET, Kubectl
 from tools.fakeservers import AuthzWebhook, Issuer, TokenWebhook
 from tests.integration.procs import free_port
 from tools.run import ROOT, Stack
+from tests.waiting import wait_for
 
 STATE = ROOT / ".apiary" / "test-authn"
 OFFSET = TEST_OFFSET + 300
@@ -179,15 +180,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         stack.stop(quiet=True)
         for s in (first, second, hook, authz):
             s.stop()
-
-
-def wait_for(check: Any, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.3)
 
 
 def test_whoami_shows_the_mapped_user(env: Env) -> None:

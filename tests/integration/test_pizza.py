@@ -7,9 +7,8 @@ from __future__ import annotations
 import queue
 import ssl
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +19,12 @@ import pytest
 from tests.integration.procs import free_port
 from tools import certs, pizza_server
 from tools.run import Stack
+from tests.waiting import wait_for
 
 GROUP = "restaurant.programming-kubernetes.info"
 V1ALPHA1, V1BETA1 = f"/apis/{GROUP}/v1alpha1", f"/apis/{GROUP}/v1beta1"
 ADMIN = {"X-Remote-User": "kubernetes-admin", "X-Remote-Group": "system:masters"}
 UNAUTHORIZED_TTL = 2.0
-
-
-def wait_for(fn: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")

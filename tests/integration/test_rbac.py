@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from tools.run import Stack
+from tests.waiting import wait_for
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 
@@ -18,15 +19,6 @@ def client(stack: Stack, token: str | None = None) -> httpx.Client:
     ctx = ssl.create_default_context(cafile=str(stack.state / "pki" / "ca.crt"))
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return httpx.Client(base_url=stack.server, verify=ctx, headers=headers, timeout=30)
-
-
-def wait_for(fn, timeout: float = 5.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,23 @@
+"""Waiting on a condition in tests: poll until it holds, fail with what was awaited when it never does.
+
+One helper for the whole suite (tests wait on conditions, never on sleeps): informers, controllers and caches
+take a change a moment after the write that made it.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition",
+             interval: float = 0.1) -> Any:
+    """Call check() until it returns a truthy value and return that value; AssertionError after timeout s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {value!r})")
+        time.sleep(interval)
