@@ -19,11 +19,17 @@ import ipaddress
 import os
 import secrets
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+if TYPE_CHECKING:
+    import argparse
+
+    import httpx
 
 SERVICES = ("proxy", "auth", "apf", "admission", "registry", "storage")
 VALIDITY = dt.timedelta(days=3650)
@@ -214,12 +220,35 @@ current-context: apiary
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
+def dns_names(service: str, namespace: str) -> tuple[str, ...]:
+    """The names one Service is reached by inside a cluster."""
+    return (service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local")
+
+
 def service_dns_names(namespace: str) -> tuple[str, ...]:
     """Every name a Service of the manifests is reached by inside a cluster."""
-    names = []
-    for svc in (*SERVICES, "etcd"):
-        names += [svc, f"{svc}.{namespace}", f"{svc}.{namespace}.svc", f"{svc}.{namespace}.svc.cluster.local"]
-    return tuple(names)
+    return tuple(name for svc in (*SERVICES, "etcd") for name in dns_names(svc, namespace))
+
+
+def in_cluster_arguments(p: argparse.ArgumentParser, namespace: str) -> None:
+    """The flags of a Job that talks to the API server with its ServiceAccount (--server defaults to in-cluster)."""
+    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", namespace))
+    p.add_argument("--server", default="", help="API server URL (default: in-cluster)")
+    p.add_argument("--token-file", default=str(SA_DIR / "token"))
+    p.add_argument("--certificate-authority", default=str(SA_DIR / "ca.crt"))
+
+
+def in_cluster_client(args: argparse.Namespace) -> httpx.Client:
+    """An httpx client for the API server named by in_cluster_arguments' flags, with the ServiceAccount's token."""
+    import ssl
+
+    import httpx
+
+    server = args.server or (f"https://{os.environ['KUBERNETES_SERVICE_HOST']}:"
+                             f"{os.environ.get('KUBERNETES_SERVICE_PORT', '443')}")
+    token = Path(args.token_file).read_text().strip()
+    return httpx.Client(base_url=server, verify=ssl.create_default_context(cafile=args.certificate_authority),
+                        headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
 
 def k8s_secrets(state: Path, namespace: str) -> dict[str, dict[str, str]]:
@@ -235,25 +264,18 @@ def k8s_secrets(state: Path, namespace: str) -> dict[str, dict[str, str]]:
     }
 
 
-def create_secrets(secrets_: dict[str, dict[str, str]], namespace: str, server: str, token: str,
-                   ca_file: str) -> list[str]:
+def create_secrets(secrets_: dict[str, dict[str, str]], namespace: str, c: httpx.Client) -> list[str]:
     """POST each Secret; one that exists is left as it is (the Job may run again without rotating
     anything). Returns what was created."""
-    import ssl
-
-    import httpx
-
     created = []
-    with httpx.Client(base_url=server, verify=ssl.create_default_context(cafile=ca_file), headers={"Authorization": f"Bearer {token}"},
-                      timeout=30) as c:
-        for name, data in secrets_.items():
-            r = c.post(f"/api/v1/namespaces/{namespace}/secrets", json={
-                "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "apiary"}}, "data": data})
-            if r.status_code == 409:
-                continue
-            r.raise_for_status()
-            created.append(name)
+    for name, data in secrets_.items():
+        r = c.post(f"/api/v1/namespaces/{namespace}/secrets", json={
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "apiary"}}, "data": data})
+        if r.status_code == 409:
+            continue
+        r.raise_for_status()
+        created.append(name)
     return created
 
 
@@ -264,16 +286,11 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m tools.certs", description="apiary's certificates and secrets")
     sub = p.add_subparsers(dest="command", required=True)
     k = sub.add_parser("k8s-secrets", help="make the PKI and create the manifests' Secrets (the certificate Job)")
-    k.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "apiary"))
-    k.add_argument("--server", default="", help="API server URL (default: in-cluster)")
-    k.add_argument("--token-file", default=str(SA_DIR / "token"))
-    k.add_argument("--certificate-authority", default=str(SA_DIR / "ca.crt"))
+    in_cluster_arguments(k, "apiary")
     args = p.parse_args(argv)
-    server = args.server or (f"https://{os.environ['KUBERNETES_SERVICE_HOST']}:"
-                             f"{os.environ.get('KUBERNETES_SERVICE_PORT', '443')}")
     with tempfile.TemporaryDirectory() as tmp:
-        made = create_secrets(k8s_secrets(Path(tmp), args.namespace), args.namespace, server,
-                              Path(args.token_file).read_text().strip(), args.certificate_authority)
+        with in_cluster_client(args) as client:
+            made = create_secrets(k8s_secrets(Path(tmp), args.namespace), args.namespace, client)
     print(f"created: {', '.join(made) or 'nothing (the secrets exist)'}")
 
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import argparse
 import base64
-import os
-import ssl
 import tempfile
 from pathlib import Path
 
 import httpx
 
-from tools.certs import SA_DIR, make_ca, make_cert
+from tools.certs import dns_names, in_cluster_arguments, in_cluster_client, make_ca, make_cert
 
 SECRET = "pizza-serving-cert"
 SERVICE = "api"
@@ -23,8 +21,7 @@ APISERVICES = ("v1alpha1.restaurant.programming-kubernetes.info", "v1beta1.resta
 def serving_secret(state: Path, namespace: str) -> dict[str, str]:
     """tls.crt, tls.key and ca.crt (base64) for the Service's names."""
     ca = make_ca(state / "pizza-ca", "pizza-ca")
-    names = (SERVICE, f"{SERVICE}.{namespace}", f"{SERVICE}.{namespace}.svc", f"{SERVICE}.{namespace}.svc.cluster.local")
-    make_cert(state / "pizza", ca, f"{SERVICE}.{namespace}.svc", server=True, dns_names=names)
+    make_cert(state / "pizza", ca, f"{SERVICE}.{namespace}.svc", server=True, dns_names=dns_names(SERVICE, namespace))
     def b64(name: str) -> str:
         return base64.b64encode((state / name).read_bytes()).decode()
 
@@ -50,17 +47,9 @@ def apply(client: httpx.Client, namespace: str, state: Path) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m tools.pizza_certs", description=__doc__)
-    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "pizza-apiserver"))
-    p.add_argument("--server", default="", help="API server URL (default: in-cluster)")
-    p.add_argument("--token-file", default=str(SA_DIR / "token"))
-    p.add_argument("--certificate-authority", default=str(SA_DIR / "ca.crt"))
+    in_cluster_arguments(p, "pizza-apiserver")
     args = p.parse_args(argv)
-    server = args.server or (f"https://{os.environ['KUBERNETES_SERVICE_HOST']}:"
-                             f"{os.environ.get('KUBERNETES_SERVICE_PORT', '443')}")
-    headers = {"Authorization": f"Bearer {Path(args.token_file).read_text().strip()}"}
-    with tempfile.TemporaryDirectory() as tmp, httpx.Client(
-            base_url=server, verify=ssl.create_default_context(cafile=args.certificate_authority), headers=headers,
-            timeout=30) as client:
+    with tempfile.TemporaryDirectory() as tmp, in_cluster_client(args) as client:
         apply(client, args.namespace, Path(tmp))
     print(f"{SECRET} in {args.namespace}; caBundle set on {', '.join(APISERVICES)}")
 

@@ -4,6 +4,7 @@ that service's own flags, and the certificate Job's code creates its Secrets thr
 (apiary's own, on the shared stack)."""
 from __future__ import annotations
 
+import argparse
 import base64
 import importlib
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from tools.certs import create_secrets, k8s_secrets
+from tools.certs import create_secrets, in_cluster_arguments, in_cluster_client, k8s_secrets
 from tools.dashboards import dashboards, write_all
 from tools.run import ROOT, Stack
 
@@ -89,9 +90,15 @@ def test_the_certificate_job_creates_its_secrets(stack: Stack, tokens: dict[str,
     ns = "pki-job"
     admin.post("/api/v1/namespaces", json={"metadata": {"name": ns}})
     secrets = k8s_secrets(tmp_path, ns)
-    ca = str(stack.state / "pki" / "ca.crt")
-    assert create_secrets(secrets, ns, stack.server, tokens["admin"], ca) == ["apiary-pki", "apiary-config"]
-    assert create_secrets(secrets, ns, stack.server, tokens["admin"], ca) == []  # kept, never rotated
+    token = tmp_path / "token"
+    token.write_text(tokens["admin"])
+    flags = argparse.ArgumentParser()
+    in_cluster_arguments(flags, "apiary")
+    args = flags.parse_args(["--server", stack.server, "--token-file", str(token),
+                             "--certificate-authority", str(stack.state / "pki" / "ca.crt")])
+    with in_cluster_client(args) as job:
+        assert create_secrets(secrets, ns, job) == ["apiary-pki", "apiary-config"]
+        assert create_secrets(secrets, ns, job) == []  # kept, never rotated
     pki = admin.get(f"/api/v1/namespaces/{ns}/secrets/apiary-pki").json()["data"]
     cert = x509.load_pem_x509_certificate(base64.b64decode(pki["storage.crt"]))
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
