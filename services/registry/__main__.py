@@ -22,7 +22,7 @@ from .ipallocator import DEFAULT_SERVICE_CIDR
 from .namespace_finalizer import NamespaceFinalizer
 from .server import RegistryServicer
 from .storage_client import StorageClient
-from .strategies.services import ServiceStrategy
+from .strategies import StrategyOptions
 
 log = logging.getLogger("services.registry")
 
@@ -64,11 +64,11 @@ async def assemble(service: runtime.Service) -> str:
     store = StorageClient(sgrpc.StorageStub(service.channel(args.storage_address)), args.storage_timeout,
                           grpcutil.target(args.storage_address).replicas)
     # --auth-address: RBAC escalation checks, the access and token reviews, TokenRequest.
-    ServiceStrategy.cluster_ip_range = args.service_cluster_ip_range
     handlers = Handlers(DEFAULT_CATALOGUE, store,
                         AdmissionClient(agrpc.AdmissionStub(service.channel(args.admission_address)),
                                         args.admission_timeout, grpcutil.target(args.admission_address).replicas),
-                        AuthClient(augrpc.AuthStub(service.channel(args.auth_address)), args.auth_timeout))
+                        AuthClient(augrpc.AuthStub(service.channel(args.auth_address)), args.auth_timeout),
+                        StrategyOptions(service_cluster_ip_range=args.service_cluster_ip_range))
     rgrpc.add_RegistryServicer_to_server(RegistryServicer(handlers), service.grpc_server())
 
     bootstrapped = asyncio.Event()

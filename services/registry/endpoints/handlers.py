@@ -30,7 +30,7 @@ from ..generic.store import Store
 from ..rest import Obj, Scope, ValidateFunc, ensure_namespace, options_invalid
 from ..reviews import Reviews
 from ..storage_client import StorageClient
-from ..strategies import strategy_for
+from ..strategies import StrategyOptions, strategy_for
 from . import lists
 from .request import (
     INLINE_DECODE_BYTES,
@@ -48,7 +48,7 @@ from .request import (
 
 class Handlers:
     def __init__(self, catalogue: Catalogue, store: StorageClient, admission: AdmissionClient | None,
-                 auth: AuthClient | None = None) -> None:
+                 auth: AuthClient | None = None, options: StrategyOptions = StrategyOptions()) -> None:
         self.catalogue = catalogue
         self.store = store               # the storage client: lists and watches read it directly
         self.rest = Store(store)         # kube's generic Store: the writes
@@ -56,7 +56,7 @@ class Handlers:
         self.auth = auth
         self.decoder = Decoder(catalogue)
         self.reviews = Reviews(auth, self.rest)
-        self._strategies = {r: strategy_for(r) for r in catalogue.resources}
+        self._strategies = {r: strategy_for(r, options) for r in catalogue.resources}
 
     # Entry point ---------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import dataclasses
 import datetime
 import functools
 import re
@@ -13,6 +14,7 @@ from typing import Any
 from services.common.errors import BadRequest
 
 from .. import validation as v
+from ..ipallocator import DEFAULT_SERVICE_CIDR
 from ..resources import ResourceInfo
 
 Obj = dict[str, Any]
@@ -40,6 +42,13 @@ def base64_error(value: str) -> str | None:
     return f"illegal base64 data at input byte {len(value) - len(value) % 4}"
 
 
+@dataclasses.dataclass(frozen=True)
+class StrategyOptions:
+    """The registry's flags that kinds' rules read (kube passes them to its REST storage constructors)."""
+    # --service-cluster-ip-range: where Services' ClusterIPs come from
+    service_cluster_ip_range: str = DEFAULT_SERVICE_CIDR
+
+
 class Strategy:
     """Rules shared by every kind; subclasses add their own."""
 
@@ -48,8 +57,9 @@ class Strategy:
     # RBAC kinds: a write must not grant what the caller does not hold (the auth service decides).
     escalation_checked = False
 
-    def __init__(self, info: ResourceInfo) -> None:
+    def __init__(self, info: ResourceInfo, options: StrategyOptions = StrategyOptions()) -> None:
         self.info = info
+        self.options = options
 
     @functools.cached_property
     def schema_name(self) -> str:
@@ -174,8 +184,8 @@ class SubresourceStrategy(Strategy):
         return self.parent.validate_update(obj, old)
 
 
-def strategy_for(info: ResourceInfo) -> Strategy:
-    """The kind's Strategy, as its definition names it (resources/)."""
+def strategy_for(info: ResourceInfo, options: StrategyOptions = StrategyOptions()) -> Strategy:
+    """The kind's Strategy, as its definition names it (resources/), configured by the registry's flags."""
     if info.strategy is None:
         raise LookupError(f"{info.api_version} {info.kind} has no strategy in its definition")
-    return info.strategy(info)
+    return info.strategy(info, options)

@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import validation as v
 from ..resources import ResourceInfo
-from . import Obj, Strategy
+from . import Obj, Strategy, StrategyOptions
 
 DEFAULT_TOKEN_SECONDS = 60 * 60
 MIN_TOKEN_SECONDS = 10 * 60
@@ -27,10 +27,10 @@ class ReviewStrategy(Strategy):
 
 
 class TokenRequestStrategy(ReviewStrategy):
-    def __init__(self, info: ResourceInfo | None = None) -> None:
+    def __init__(self, info: ResourceInfo | None = None, options: StrategyOptions = StrategyOptions()) -> None:
         if info is None:
             from ..resources.authentication import TOKEN_REQUEST as info
-        super().__init__(info)
+        super().__init__(info, options)
 
     def canonicalize(self, obj: Obj) -> None:
         """SetDefaults_TokenRequestSpec: an hour unless the client asks otherwise."""

@@ -15,9 +15,9 @@ from typing import Any
 from services.common import errors
 
 from .. import validation as v
-from ..ipallocator import DEFAULT_SERVICE_CIDR, ClusterIPAllocator
+from ..ipallocator import ClusterIPAllocator
 from ..storage_client import StorageClient as Store
-from . import Obj, Strategy
+from . import Obj, Strategy, StrategyOptions
 
 SERVICE_TYPES = ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"]
 PROTOCOLS = ["SCTP", "TCP", "UDP"]
@@ -136,17 +136,15 @@ def _port_names(ports: list[Any], base: str) -> list[v.Cause]:
 
 class ServiceStrategy(Strategy):
     status_fields = ("status",)
-    # --service-cluster-ip-range of the registry process
-    cluster_ip_range = DEFAULT_SERVICE_CIDR
 
-    def __init__(self, info: Any) -> None:
-        super().__init__(info)
+    def __init__(self, info: Any, options: StrategyOptions = StrategyOptions()) -> None:
+        super().__init__(info, options)
         self._allocators: dict[int, ClusterIPAllocator] = {}
 
     def allocator(self, store: Store) -> ClusterIPAllocator:
         a = self._allocators.get(id(store))
         if a is None:
-            a = self._allocators[id(store)] = ClusterIPAllocator(store, self.cluster_ip_range)
+            a = self._allocators[id(store)] = ClusterIPAllocator(store, self.options.service_cluster_ip_range)
         return a
 
     def canonicalize(self, obj: Obj) -> None:
