@@ -38,7 +38,7 @@ import grpc
 from apiary_pb import envelope_pb2 as pb
 
 from . import auditid
-from .errors import APIError, InternalError, ServiceUnavailable, Timeout, error_from_rpc
+from .errors import STATUS_DETAILS_KEY, APIError, InternalError, ServiceUnavailable, Timeout, error_from_rpc
 from .grpcutil import GRPC_STARTED, batches
 from .runtime import after_large_answer
 
@@ -185,22 +185,22 @@ class _Scheduler:
 
 
 # What gRPC core (not the peer's own code) reports when a stream breaks with its connection.
-_TRANSPORT_ERRORS = frozenset({"Internal error from Core", "Received RST_STREAM with error code 2"})
-
 async def read_stream(call: Any, on_message: Callable[[Any], None], peer: str, what: str) -> APIError:
     """Hand each message of a long-lived stream to on_message until the stream ends; the error
-    every call or watch still waiting on it ends with (a closed stream is a 503, a broken one the
-    peer's error as gRPC reports it)."""
+    every call or watch still waiting on it ends with: the peer's own Status when it ended the stream
+    with one (grpcutil's servicers always put it in the trailers), else a 503 — a closed stream, or
+    one that gRPC core ended because the peer's transport went away (a GOAWAY, a reset connection of
+    a replica that stopped: "Internal error from Core", RST_STREAM ...): the service did not fail,
+    it is gone, and the client may retry on another replica."""
     try:
         async for message in call:
             on_message(message)
         return ServiceUnavailable(f"service unavailable ({peer}): {what} closed", headers={"Retry-After": "1"})
     except grpc.aio.AioRpcError as e:
-        if e.code() == grpc.StatusCode.INTERNAL and e.details() in _TRANSPORT_ERRORS:
-            # gRPC core's own words when the peer's transport went away under the stream (a GOAWAY or
-            # a reset connection of a replica that stopped): the service did not fail, it is gone
-            return ServiceUnavailable(f"service unavailable ({peer}): {what} broken", headers={"Retry-After": "1"})
-        return error_from_rpc(e, peer)
+        if any(key == STATUS_DETAILS_KEY for key, _ in e.trailing_metadata() or ()):
+            return error_from_rpc(e, peer)
+        return ServiceUnavailable(f"service unavailable ({peer}): {what} broken ({e.code().name}: {e.details()})",
+                                  headers={"Retry-After": "1"})
     except asyncio.CancelledError:
         return ServiceUnavailable(f"service unavailable ({peer}): {what} cancelled")
     except Exception as e:  # noqa: BLE001 - everything waiting on the stream ends with it

@@ -135,3 +135,41 @@ async def test_answers_in_parts():
     finally:
         await channel.close()
         await server.stop(None)
+
+
+class _EndedStream:
+    """A long-lived stream that yields nothing and ends with the given gRPC error."""
+
+    def __init__(self, error: grpc.aio.AioRpcError) -> None:
+        self.error = error
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        raise self.error
+
+
+def _rpc_error(code: grpc.StatusCode, details: str, trailers: tuple = ()) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*trailers), details)
+
+
+@pytest.mark.parametrize("code,details", [
+    (grpc.StatusCode.INTERNAL, "Internal error from Core"),
+    (grpc.StatusCode.INTERNAL, "Received RST_STREAM with error code 2"),
+    (grpc.StatusCode.UNKNOWN, "Stream removed"),
+    (grpc.StatusCode.UNAVAILABLE, "Socket closed"),
+])
+def test_a_stream_broken_under_the_peer_ends_its_calls_with_503(code: grpc.StatusCode, details: str) -> None:
+    err = asyncio.run(mux.read_stream(_EndedStream(_rpc_error(code, details)), lambda m: None, "peer", "stream"))
+    assert isinstance(err, ServiceUnavailable)
+    assert err.headers == {"Retry-After": "1"}
+    assert details in err.message
+
+
+def test_a_stream_ended_by_the_peer_with_its_status_ends_its_calls_with_that_status() -> None:
+    status = not_found("configmaps", "", "x")
+    ended = _EndedStream(_rpc_error(status.grpc_code(), status.message, status.grpc_trailers()))
+    err = asyncio.run(mux.read_stream(ended, lambda m: None, "peer", "stream"))
+    assert isinstance(err, NotFound)
+    assert err.message == status.message
