@@ -75,6 +75,7 @@ class CompiledPolicy:
         spec = policy.get("spec") or {}
         self.name = (policy.get("metadata") or {}).get("name", "")
         self.failure_policy = spec.get("failurePolicy") or "Fail"
+        self.reinvocation_policy = spec.get("reinvocationPolicy") or "Never"  # mutating policies
         self.match = MatchResources(spec.get("matchConstraints"))
         self.param_kind = spec.get("paramKind")
         self.match_conditions = tuple((c.get("name", ""), Expression(c.get("expression", "")))

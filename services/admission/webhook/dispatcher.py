@@ -3,8 +3,8 @@ kube's order (configurations by name, webhooks in their order), matched, called 
 kube's generic webhook dispatchers do.
 
 Mutating webhooks run one after another, each seeing the object as the previous one left it; a
-webhook with reinvocationPolicy IfNeeded is called once more when a later webhook changed the object
-after it. Validating webhooks are called in parallel. A webhook that cannot be called follows its
+webhook with reinvocationPolicy IfNeeded is called once more when a later webhook or a plugin (a
+mutating policy) changed the object after it (reinvocation.py: the chain's second pass). Validating webhooks are called in parallel. A webhook that cannot be called follows its
 failurePolicy: Fail answers 500 `Internal error occurred: failed calling webhook "<name>": ...`,
 Ignore lets the request through (counted in apiserver_admission_webhook_fail_open_count).
 """
@@ -285,16 +285,21 @@ class MutatingAdmissionWebhook(WebhookPlugin):
             return
         inv = Invocation(a)
         hooks = await self.matching(a, inv)
-        changed_after: dict[int, bool] = {}
-        for i, h in enumerate(hooks):
-            if await self._mutate(h, a, inv, 0, i):
-                for j in changed_after:
-                    changed_after[j] = True
-            if h.spec.get("reinvocationPolicy") == "IfNeeded":
-                changed_after[i] = False
-        for i, h in enumerate(hooks):   # reinvocation: once, for those whose object changed after them
-            if changed_after.get(i):
-                await self._mutate(h, a, inv, 1, i)
+        if not hooks:
+            return
+        rc = a.reinvocation
+        mine = rc.plugin(self.name)
+        mine.begin(rc, a.object)
+        round_ = 1 if rc.is_reinvoke else 0
+        try:
+            for i, h in enumerate(hooks):
+                key = (h.configuration, h.name)  # names are unique within a configuration
+                if not mine.should_call(rc, key):
+                    continue
+                changed = await self._mutate(h, a, inv, round_, i)
+                mine.called(rc, key, changed, h.spec.get("reinvocationPolicy") == "IfNeeded")
+        finally:
+            mine.end(a.object)
 
     async def _mutate(self, h: Webhook, a: Attributes, inv: Invocation, round_: int, index: int) -> bool:
         """Call one mutating webhook and apply its patch; whether the object changed (recorded for the audit
