@@ -18,8 +18,8 @@ Only the generated file is read at run time, so the services' image does not car
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson

@@ -22,7 +22,7 @@ Obj = dict[str, Any]
 class PluginReinvocation:
     """One plugin's part: which of its IfNeeded calls ran, which are due again, its last output."""
 
-    __slots__ = ("previously_invoked", "to_reinvoke", "last_output")
+    __slots__ = ("last_output", "previously_invoked", "to_reinvoke")
 
     def __init__(self) -> None:
         self.previously_invoked: set[Any] = set()
@@ -61,7 +61,7 @@ class ReinvocationContext:
     """kube's admission.ReinvocationContext: whether this is the second pass, whether one is needed, and
     each reinvoking plugin's own state."""
 
-    __slots__ = ("is_reinvoke", "should_reinvoke", "_plugins")
+    __slots__ = ("_plugins", "is_reinvoke", "should_reinvoke")
 
     def __init__(self) -> None:
         self.is_reinvoke = False

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from dataclasses import dataclass, field
 import importlib
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:

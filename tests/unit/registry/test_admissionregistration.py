@@ -7,8 +7,10 @@ import pytest
 
 from services.common.errors import BadRequest
 from services.registry.resources.admissionregistration import WEBHOOK_KINDS
-from services.registry.strategies.admissionregistration import (MutatingWebhookConfigurationStrategy,
-                                                                ValidatingWebhookConfigurationStrategy)
+from services.registry.strategies.admissionregistration import (
+    MutatingWebhookConfigurationStrategy,
+    ValidatingWebhookConfigurationStrategy,
+)
 
 MUTATING, VALIDATING = WEBHOOK_KINDS
 
