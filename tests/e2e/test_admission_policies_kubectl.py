@@ -227,7 +227,7 @@ spec:
 def test_mutating_policies_json_patch_and_apply_configuration(kubectl: Any) -> None:
     ns = new_namespace(kubectl, "map")
     name = f"stamp-{ns}"
-    kubectl.run("apply", "-f", "-", input=f"""apiVersion: admissionregistration.k8s.io/v1alpha1
+    kubectl.run("apply", "-f", "-", input=f"""apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicy
 metadata:
   name: {name}
@@ -246,7 +246,7 @@ spec:
       expression: >
         Object{{metadata: Object.metadata{{labels: {{"stamped-on": request.operation.lowerAscii() + "-" + "a.b".split(".")[1]}}}}}}
 ---
-apiVersion: admissionregistration.k8s.io/v1alpha1
+apiVersion: admissionregistration.k8s.io/v1beta1
 kind: MutatingAdmissionPolicyBinding
 metadata:
   name: {name}
@@ -272,6 +272,43 @@ spec:
     kubectl.run("delete", "mutatingadmissionpolicybinding", name)
     kubectl.run("delete", "mutatingadmissionpolicy", name)
     kubectl.run("delete", "namespace", ns, "--wait=false")
+
+
+def test_mutating_policy_versions(kubectl: Any) -> None:
+    """v1, v1beta1 and v1alpha1 are one object: each read converted to the version asked for; v1 preferred."""
+    name = f"versions-{uuid.uuid4().hex[:6]}"
+    kubectl.run("create", "-f", "-", input=f"""apiVersion: admissionregistration.k8s.io/v1alpha1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: {name}
+spec:
+  reinvocationPolicy: IfNeeded
+  matchConstraints:
+{RULES}  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: "[]"
+""")
+    try:
+        group = "admissionregistration.k8s.io"
+        assert kubectl.run("get", "mutatingadmissionpolicy", name, "-o", "jsonpath={.apiVersion}").stdout == \
+            f"{group}/v1"
+        for version in ("v1beta1", "v1alpha1"):
+            got = json.loads(kubectl.run("get", f"mutatingadmissionpolicies.{version}.{group}", name,
+                                         "-o", "json").stdout)
+            assert got["apiVersion"] == f"{group}/{version}"
+            assert got["spec"]["reinvocationPolicy"] == "IfNeeded" and got["spec"]["failurePolicy"] == "Fail"
+        out = kubectl.run("get", "mutatingadmissionpolicies", name).stdout
+        assert out.split("\n")[0].split() == ["NAME", "MUTATIONS", "PARAMKIND", "AGE"]
+        assert "reinvocationPolicy" in kubectl.run("explain", "mutatingadmissionpolicy.spec").stdout
+        assert "VERSION:    v1beta1" in kubectl.run("explain", "mutatingadmissionpolicybinding",
+                                                    f"--api-version={group}/v1beta1").stdout
+        # an update through v1beta1 of what v1alpha1 created
+        kubectl.run("label", f"mutatingadmissionpolicies.v1beta1.{group}", name, "changed=yes")
+        assert kubectl.run("get", "mutatingadmissionpolicy", name, "-o",
+                           "jsonpath={.metadata.labels.changed}").stdout == "yes"
+    finally:
+        kubectl.run("delete", "mutatingadmissionpolicy", name, "--ignore-not-found")
 
 
 def test_authorizer_checks_the_requesting_user(kubectl: Any, tokens: dict[str, str]) -> None:

@@ -246,6 +246,62 @@ def test_reinvocation(env: Env) -> None:
     assert len([c for c in b.calls if c["request"]["name"] == "reinvoked"]) == 1
 
 
+def test_policy_reinvoked_after_a_webhook_and_the_webhook_after_the_policy(env: Env, kubectl: Any) -> None:
+    """A MutatingAdmissionPolicy (IfNeeded) labels what it sees of a webhook's annotation; the webhook
+    (IfNeeded) runs after it: the policy is applied again in the second pass, and that change calls the
+    webhook once more (kube's reinvocation across policies and webhooks)."""
+    def annotate(req: dict[str, Any]) -> dict[str, Any]:
+        if (req["object"]["metadata"].get("annotations") or {}).get("hook"):
+            return {"allowed": True}
+        return {"allowed": True, **patch_of([{"op": "add", "path": "/metadata/annotations",
+                                              "value": {"hook": "seen"}}])}
+
+    hook = env.server("annotate", annotate)
+    name = f"saw-hook-{env.id}"
+    kubectl.run("apply", "-f", "-", input=f"""apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: {name}
+spec:
+  reinvocationPolicy: IfNeeded
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["configmaps"]
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >
+        Object{{metadata: Object.metadata{{labels: {{"saw-hook":
+          has(object.metadata.annotations) && "hook" in object.metadata.annotations ? "yes" : "no"}}}}}}
+---
+apiVersion: admissionregistration.k8s.io/v1beta1
+kind: MutatingAdmissionPolicyBinding
+metadata:
+  name: {name}
+spec:
+  policyName: {name}
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        webhook-test: "{env.id}"
+""")
+    try:
+        env.configure("mutatingwebhookconfigurations", env.hook("annotate", hook, reinvocationPolicy="IfNeeded"))
+        probe(env, lambda r: r.status_code == 201 and (r.json()["metadata"].get("labels") or {}).get("saw-hook")
+              == "yes" and bool(r.json()["metadata"].get("annotations")))
+        r = env.create_cm("reinvoked")
+        assert r.status_code == 201, r.text
+        assert r.json()["metadata"]["labels"] == {"saw-hook": "yes"}
+        assert r.json()["metadata"]["annotations"] == {"hook": "seen"}
+        assert len([c for c in hook.calls if c["request"]["name"] == "reinvoked"]) == 2
+    finally:
+        kubectl.run("delete", "mutatingadmissionpolicybinding", name, "--ignore-not-found")
+        kubectl.run("delete", "mutatingadmissionpolicy", name, "--ignore-not-found")
+
+
 def test_object_selector_and_match_conditions(env: Env) -> None:
     refuse = env.server("refuse", lambda req: {"allowed": False, "status": {"code": 403, "reason": "Forbidden",
                                                                           "message": "refused"}})
