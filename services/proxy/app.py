@@ -249,6 +249,8 @@ class ProxyApp:
                 ctx.code = 499
             except APIError as e:
                 failure = e
+                if e.audit_annotations and ctx.audit is not None:  # a refusal's admission annotations
+                    ctx.audit.annotations.update(e.audit_annotations)
                 if e.code == 401 and self.auditor is not None and info is not None:
                     self._audit(ctx, info, None)  # kube audits failed authentication too
                 await ctx.error(e)

@@ -157,6 +157,58 @@ def test_warn_and_audit(kubectl: Any, stack: Any) -> None:
     kubectl.run("delete", "namespace", ns, "--wait=false")
 
 
+def test_refused_request_keeps_audit_annotations_and_warnings(kubectl: Any, stack: Any) -> None:
+    """A create refused by one binding (Deny, Audit) and warned by another (Warn): kubectl prints the
+    warning with the refusal, and the refused request's audit event has the validation failure."""
+    ns = new_namespace(kubectl, "vap-refused")
+    name = f"max-keys-{ns}"
+    kubectl.run("apply", "-f", "-", input=max_keys_policy(name, ns, "Deny, Audit"))
+    kubectl.run("apply", "-f", "-", input=f"""apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {name}-warn
+spec:
+  policyName: {name}
+  validationActions: [Warn]
+  paramRef:
+    name: limits
+    namespace: {ns}
+    parameterNotFoundAction: Deny
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {ns}
+""")
+    three = ("--from-literal=a=1", "--from-literal=b=2", "--from-literal=c=3")
+
+    def refused_and_warned() -> Any:
+        proc = kubectl.run("-n", ns, "create", "configmap", "big", *three, check=False)
+        if proc.returncode == 0:
+            kubectl.run("-n", ns, "delete", "configmap", "big")
+            return None
+        return proc if "Warning:" in proc.stderr else None
+    proc = wait_for(refused_and_warned, what="both bindings")
+    assert (f"Warning: Validation failed for ValidatingAdmissionPolicy '{name}' with binding '{name}-warn': "
+            "configmap big has 3 keys, at most 2 allowed") in proc.stderr
+    assert f"binding '{name}-binding' denied request" in proc.stderr
+
+    def audited() -> Any:
+        for ev in audit_events(stack):
+            ref = ev.get("objectRef") or {}
+            value = (ev.get("annotations") or {}).get("validation.policy.admission.k8s.io/validation_failure")
+            if value and ref.get("namespace") == ns and ev.get("stage") == "ResponseComplete":
+                return ev
+        return None
+    ev = wait_for(audited, what="the refused create's audit event")
+    assert ev["responseStatus"]["code"] == 403 and ev["verb"] == "create"
+    assert json.loads(ev["annotations"]["validation.policy.admission.k8s.io/validation_failure"])[0] == {
+        "message": "configmap big has 3 keys, at most 2 allowed", "policy": name, "binding": f"{name}-binding",
+        "expressionIndex": 0, "validationActions": ["Deny", "Audit"]}
+    kubectl.run("delete", "validatingadmissionpolicybinding", f"{name}-binding", f"{name}-warn")
+    kubectl.run("delete", "validatingadmissionpolicy", name)
+    kubectl.run("delete", "namespace", ns, "--wait=false")
+
+
 def test_policy_validation_and_failure_policy(kubectl: Any) -> None:
     ns = new_namespace(kubectl, "vap-fail")
     # a syntax error is refused at create, with kube's field path

@@ -302,6 +302,45 @@ spec:
         kubectl.run("delete", "mutatingadmissionpolicy", name, "--ignore-not-found")
 
 
+def test_refused_request_keeps_webhook_audit_annotations_and_warnings(env: Env, stack: Any) -> None:
+    """A mutating webhook's annotation and warning, then a validating webhook that refuses with its own
+    auditAnnotations: the 403 carries the warning and its audit event every annotation."""
+    def mutate(req: dict[str, Any]) -> dict[str, Any]:
+        return {"allowed": True, "warnings": ["mutated before the refusal"], "auditAnnotations": {"did": "label"},
+                **patch_of(add_label(req["object"], "added-by", "webhook"))}
+
+    def refuse(req: dict[str, Any]) -> dict[str, Any]:
+        if req["name"].startswith("no-"):
+            return {"allowed": False, "auditAnnotations": {"why": "prefix"},
+                    "status": {"code": 403, "reason": "Forbidden", "message": "no- names are refused"}}
+        return {"allowed": True}
+
+    env.configure("mutatingwebhookconfigurations", env.hook("mutate", env.server("mutate", mutate)))
+    env.configure("validatingwebhookconfigurations", env.hook("refuse", env.server("refuse", refuse)))
+    def attempt() -> httpx.Response | None:
+        r = env.create_cm(f"no-{uuid.uuid4().hex[:6]}")
+        return r if r.status_code == 403 and "warning" in r.headers else None
+    r = until(attempt, "both webhooks")
+    assert r.headers["warning"] == '299 - "mutated before the refusal"'
+    assert r.json()["message"].endswith("denied the request: no- names are refused")
+
+    def audited() -> dict[str, Any] | None:
+        """The last refused create's event (a create's objectRef has no name: the name is in the body)."""
+        found = None
+        for line in (stack.logs / "audit.log").read_text().splitlines():
+            ev = json.loads(line)
+            if (ev["verb"], (ev.get("objectRef") or {}).get("namespace"), ev["stage"]) == \
+                    ("create", env.ns, "ResponseComplete") and ev["responseStatus"]["code"] == 403:
+                found = ev
+        return found if found and f"mutate.{env.id}.webhooks.apiary.test/did" in found["annotations"] else None
+    ev = until(audited, "the refused create's audit event")
+    assert ev["responseStatus"]["code"] == 403
+    annotations = ev["annotations"]
+    assert annotations[f"refuse.{env.id}.webhooks.apiary.test/why"] == "prefix"
+    assert annotations[f"mutate.{env.id}.webhooks.apiary.test/did"] == "label"
+    assert json.loads(annotations["mutation.webhook.admission.k8s.io/round_0_index_0"])["mutated"] is True
+
+
 def test_object_selector_and_match_conditions(env: Env) -> None:
     refuse = env.server("refuse", lambda req: {"allowed": False, "status": {"code": 403, "reason": "Forbidden",
                                                                           "message": "refused"}})

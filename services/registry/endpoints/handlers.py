@@ -77,7 +77,12 @@ class Handlers:
         if fn is None:
             raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
         check_options(r, verb)
-        resp = await fn(r)
+        try:
+            resp = await fn(r)
+        except errors.APIError as e:  # refused: the request's warnings and audit annotations go with it
+            e.warnings, e.audit_annotations = r.warnings + e.warnings, {**r.audit_annotations,
+                                                                        **e.audit_annotations}
+            raise
         resp.warnings = r.warnings + resp.warnings
         resp.audit_annotations.update(r.audit_annotations)
         return resp, r.timing

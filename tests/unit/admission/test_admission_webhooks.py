@@ -300,3 +300,30 @@ async def test_webhooks_reinvoked_among_themselves(setup: Setup) -> None:
     a = attrs()
     await Chain([MutatingAdmissionWebhook(setup.sources)]).admit(a)
     assert (len(first), len(second)) == (2, 1)
+
+
+async def test_refusal_keeps_annotations_and_warnings(setup: Setup) -> None:
+    """The admission servicer's answer to a refusal: the request's annotations and warnings so far."""
+    from services.admission.server import AdmissionServicer
+
+    def refuse(req: dict[str, Any]) -> dict[str, Any]:
+        return {"allowed": False, "warnings": ["careful"], "auditAnnotations": {"why": "no"}}
+    setup.hooks(False, setup.hook("refuse.hooks.test", setup.server(refuse)))
+    servicer = AdmissionServicer(Chain([ValidatingAdmissionWebhook(setup.sources)]))
+
+    class Context:
+        async def abort(self, code: Any, message: str, trailing_metadata: Any = ()) -> None:
+            raise AbortedWith(trailing_metadata)
+
+    class AbortedWith(Exception):
+        pass
+    with pytest.raises(AbortedWith) as e:
+        await servicer.Validate(attrs().request, Context())  # type: ignore[arg-type]
+    from google.rpc import status_pb2
+
+    from apiary_pb import envelope_pb2
+    (_, raw), = e.value.args[0]
+    st = envelope_pb2.Status()
+    status_pb2.Status.FromString(raw).details[0].Unpack(st)
+    assert st.code == 400 and dict(st.audit_annotations) == {"refuse.hooks.test/why": "no"}
+    assert list(st.warnings) == ["careful"]
