@@ -333,10 +333,8 @@ def context(a: Attributes, namespace: Obj | None, params: Obj | None, needs: Nee
             values[name] = needs.prune(name, namespace)
         elif name == "request":
             values[name] = request_variable(a)
-        elif name == "authorizer" and checks is not None:
-            values[name] = authz.variable(a.group, a.version, a.resource, a.subresource, a.namespace, a.name)
     if checks is not None and "authorizer" in needs.variables:
-        return cel.activation(values, {**needs.functions, **checks.functions()})
+        return cel.activation(values, authz.bind(values, needs.functions, a, checks))
     return cel.activation(values, needs.functions)
 
 

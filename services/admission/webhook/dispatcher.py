@@ -29,6 +29,7 @@ from services.common.identity import user_dict
 from services.common.informer import Informer
 from services.common.serviceresolver import ServiceResolver
 
+from .. import authz
 from ..attributes import Attributes
 from ..namespaces import InformerNamespaceLister
 from ..plugin import Plugin, PluginConfig
@@ -131,8 +132,9 @@ class Invocation:
 
     def __init__(self, a: Attributes) -> None:
         self.a = a
-        self._activation: Any = None
+        self._activations: dict[bool, Any] = {}
         self._options: Any = None
+        self.checks: authz.Checks | None = None  # the user's authorization checks, made for every webhook
 
     def request(self) -> dict[str, Any]:
         a = self.a
@@ -150,14 +152,22 @@ class Invocation:
             req["subResource"] = req["requestSubResource"] = a.subresource
         return req
 
-    def activation(self) -> Any:
-        if self._activation is None:
-            self._activation = cel.activation(object=self.a.object, oldObject=self.a.old_object,
-                                              request=self.request())
-        return self._activation
+    def activation(self, authorizer: bool = False) -> Any:
+        """The matchConditions' variables (object, oldObject, request, and authorizer when asked for)
+        with kube's CEL libraries."""
+        act = self._activations.get(authorizer)
+        if act is None:
+            values = {"object": self.a.object, "oldObject": self.a.old_object, "request": self.request()}
+            functions = cel.KUBE_LIBRARY
+            if authorizer:
+                if self.checks is None:
+                    self.checks = authz.Checks(self.a.user)
+                functions = authz.bind(values, functions, self.a, self.checks)
+            act = self._activations[authorizer] = cel.activation(values, functions)
+        return act
 
     def object_changed(self) -> None:
-        self._activation = None
+        self._activations.clear()
 
 
 class WebhookPlugin(Plugin):
@@ -208,7 +218,11 @@ class WebhookPlugin(Plugin):
                 if not h.namespace_matches(a, ns_labels):
                     continue
             if h.conditions:
-                matched, error = h.conditions_match(inv.activation())
+                if h.uses_authorizer:
+                    act = inv.activation(authorizer=True)
+                    matched, error = await authz.settle(inv.checks, lambda h=h, act=act: h.conditions_match(act))
+                else:
+                    matched, error = h.conditions_match(inv.activation())
                 if error:
                     self._failed(h, a, CallError(h.name, f"failed to evaluate match condition: {error}"))
                     continue

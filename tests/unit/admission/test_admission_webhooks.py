@@ -327,3 +327,46 @@ async def test_refusal_keeps_annotations_and_warnings(setup: Setup) -> None:
     status_pb2.Status.FromString(raw).details[0].Unpack(st)
     assert st.code == 400 and dict(st.audit_annotations) == {"refuse.hooks.test/why": "no"}
     assert list(st.warnings) == ["careful"]
+
+
+class FakeAuthorizer:
+    """The auth service's Authorize: alice may list secrets in namespace "a" and create configmaps."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str, str, str]] = []
+
+    def Authorize(self, req: Any, timeout: float = 0) -> Any:
+        from apiary_pb import auth_pb2
+
+        at = req.attributes
+        self.asked.append((at.verb, at.resource, at.namespace, at.user.name))
+        allowed = at.user.name == "alice" and ((at.verb, at.resource, at.namespace) == ("list", "secrets", "a")
+                                               or (at.verb, at.resource) == ("create", "configmaps"))
+
+        async def answer() -> Any:
+            return auth_pb2.AuthorizeResponse(decision="Allow" if allowed else "NoOpinion", reason="fake")
+        return answer()
+
+
+async def test_match_conditions_with_the_authorizer(setup: Setup) -> None:
+    """`authorizer` and authorizer.requestResource in a webhook's matchConditions, as in policies, asked
+    as the request's user; the kube CEL libraries are there too."""
+    from services.admission import authz
+
+    fake = FakeAuthorizer()
+    authz.configure(fake)  # type: ignore[arg-type]
+    try:
+        srv = setup.server(lambda req: {"allowed": False, "status": {"message": "matched"}})
+        plugin = ValidatingAdmissionWebhook(setup.sources)
+        setup.hooks(False, setup.hook("authz.hooks.test", srv, matchConditions=[
+            {"name": "may-list-secrets", "expression":
+             "authorizer.group('').resource('secrets').namespace(request.namespace).check('list').allowed()"},
+            {"name": "may-create", "expression": "authorizer.requestResource.check('create').allowed()"},
+            {"name": "library", "expression": "request.name.lowerAscii().indexOf('c') == 0"}]))
+        with pytest.raises(APIError, match="matched"):
+            await plugin.validate(attrs(namespace="a"))
+        assert ("list", "secrets", "a", "alice") in fake.asked and ("create", "configmaps", "a", "alice") in fake.asked
+        await plugin.validate(attrs(namespace="b"))  # alice may not list secrets in b: the webhook is skipped
+        assert len(srv.calls) == 1
+    finally:
+        authz.configure(None)
