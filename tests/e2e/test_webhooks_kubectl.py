@@ -382,7 +382,12 @@ def test_failures_follow_failure_policy(env: Env, kubectl: Any, stack: Any) -> N
     assert env.create_cm("ignored", {"policy": "ignore"}).status_code == 201
     metrics = httpx.get(f"http://127.0.0.1:{stack.health_port('admission')}/metrics").text
     name = f"ignored.{env.id}.webhooks.apiary.test"
-    assert f'apiserver_admission_webhook_fail_open_count_total{{name="{name}",type="validating"}}' in metrics
+    # kube's names: no _total on the _count counters
+    assert f'apiserver_admission_webhook_fail_open_count{{name="{name}",type="validating"}} 1.0' in metrics
+    assert "# TYPE apiserver_admission_webhook_fail_open_count counter" in metrics
+    assert "apiserver_admission_webhook_fail_open_count_total" not in metrics
+    assert f'apiserver_admission_webhook_rejection_count{{error_type="calling_webhook_error",name="{name}"' \
+        in metrics
     assert f'apiserver_admission_webhook_request_total{{code="0",name="down.{env.id}' in metrics
 
 

@@ -27,6 +27,7 @@ from services.common import cel
 from services.common.errors import APIError, BadRequest, InternalError
 from services.common.identity import user_dict
 from services.common.informer import Informer
+from services.common.metrics import KubeCounter
 from services.common.serviceresolver import ServiceResolver
 
 from .. import authz
@@ -45,7 +46,8 @@ WEBHOOK_DURATION = Histogram(
     "Admission webhook latency histogram in seconds, identified by name and broken out for each operation "
     "and API resource and type (validate or admit).", ["name", "type", "operation", "rejected"],
     buckets=_BUCKETS)
-WEBHOOK_REJECTIONS = Counter(
+# kube's names end in _count, not _total: KubeCounter serves them as kube does (services/common/metrics.py)
+WEBHOOK_REJECTIONS = KubeCounter(
     "apiserver_admission_webhook_rejection_count",
     "Admission webhook rejection count, identified by name and broken out for each admission type (validating "
     "or admit) and operation. Additional labels specify an error type (calling_webhook_error or "
@@ -59,7 +61,7 @@ WEBHOOK_REQUESTS = Counter(
     "or mutating) and operation. Additional labels specify whether the request was rejected or not and an "
     "HTTP status code. Codes greater than 600 are truncated to 600, to keep the metrics cardinality bounded.",
     ["name", "type", "operation", "code", "rejected"])
-WEBHOOK_FAIL_OPEN = Counter(
+WEBHOOK_FAIL_OPEN = KubeCounter(
     "apiserver_admission_webhook_fail_open_count",
     "Admission webhook fail open count, identified by name and broken out for each admission type "
     "(validating or admit).", ["name", "type"])
