@@ -62,6 +62,16 @@ def _operand(y: Any, fn: str) -> Decimal:
     return _qval(y, fn)
 
 
+def _sign(x: Any) -> int:
+    d = _qval(x, "sign")
+    return (d > 0) - (d < 0)
+
+
+def _is_integer(x: Any) -> bool:
+    d = _qval(x, "isInteger")
+    return d == d.to_integral_value()
+
+
 def _as_integer(x: Any) -> int:
     d = _qval(x, "asInteger")
     if d != d.to_integral_value() or not -_INT64 <= d < _INT64:
@@ -231,8 +241,8 @@ LIBRARY: dict[str, Any] = {
     # quantity
     "quantity": quantity,
     "isQuantity": is_quantity,
-    "sign": lambda x: (lambda d: (d > 0) - (d < 0))(_qval(x, "sign")),
-    "isInteger": lambda x: (lambda d: d == d.to_integral_value())(_qval(x, "isInteger")),
+    "sign": _sign,
+    "isInteger": _is_integer,
     "asInteger": _as_integer,
     "asApproximateFloat": lambda x: float(_qval(x, "asApproximateFloat")),
     "compareTo": _compare,
