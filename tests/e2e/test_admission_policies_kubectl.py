@@ -363,6 +363,51 @@ spec:
         kubectl.run("delete", "mutatingadmissionpolicy", name, "--ignore-not-found")
 
 
+def test_kube_cel_libraries_in_a_policy(kubectl: Any) -> None:
+    """quantity(), cidr()/ip() and url() in a ValidatingAdmissionPolicy's validations (services/common/cellib.py)."""
+    ns = new_namespace(kubectl, "vap-cel")
+    name = f"cel-libs-{ns}"
+    kubectl.run("apply", "-f", "-", input=f"""apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {name}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+{RULES}  validations:
+  - expression: "!has(object.data.memory) || quantity(object.data.memory).isLessThan(quantity('1Gi'))"
+    message: "memory must be less than 1Gi"
+  - expression: "!has(object.data.address) || cidr('10.0.0.0/8').containsIP(object.data.address)"
+    message: "address must be in 10.0.0.0/8"
+  - expression: "!has(object.data.endpoint) || url(object.data.endpoint).getScheme() == 'https'"
+    message: "endpoint must be https"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {name}
+spec:
+  policyName: {name}
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {ns}
+""")
+    refused = create_until_refused(kubectl, ns, "big", "--from-literal=memory=2Gi")
+    assert "memory must be less than 1Gi" in refused.stderr
+    kubectl.run("-n", ns, "create", "configmap", "ok", "--from-literal=memory=1000Mi",
+                "--from-literal=address=10.1.2.3", "--from-literal=endpoint=https://example.com/x")
+    out = kubectl.run("-n", ns, "create", "configmap", "far", "--from-literal=address=192.168.0.1", check=False)
+    assert out.returncode != 0 and "address must be in 10.0.0.0/8" in out.stderr
+    out = kubectl.run("-n", ns, "create", "configmap", "plain", "--from-literal=endpoint=http://example.com",
+                      check=False)
+    assert out.returncode != 0 and "endpoint must be https" in out.stderr
+    kubectl.run("delete", "validatingadmissionpolicybinding", name)
+    kubectl.run("delete", "validatingadmissionpolicy", name)
+    kubectl.run("delete", "namespace", ns, "--wait=false")
+
+
 def test_authorizer_checks_the_requesting_user(kubectl: Any, tokens: dict[str, str]) -> None:
     ns = new_namespace(kubectl, "vap-authz")
     name = f"authz-{ns}"
