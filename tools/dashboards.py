@@ -125,7 +125,7 @@ SERVICE_PANELS: dict[str, list[Panel]] = {
               legend="{{name}} ({{type}}) {{code}}"),
         Panel("Webhook rejections by webhook",
               'sum by (name, type, rejection_code) '
-              '(increase(apiserver_admission_webhook_rejection_count_total{job="admission"}[10m]))',
+              '(increase(apiserver_admission_webhook_rejection_count{job="admission"}[10m]))',
               legend="{{name}} ({{type}}) {{rejection_code}}"),
     ],
     "registry": [

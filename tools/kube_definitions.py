@@ -18,6 +18,7 @@ Only the generated file is read at run time, so the services' image does not car
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,15 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "services" / "registry" / "schemas.json"
 KUBE_VERSION = "v1.33.0"
+# Kinds apiary serves that KUBE_VERSION's definitions lack, from the release that has them: the later
+# versions of MutatingAdmissionPolicy (v1beta1 from 1.34, v1 from 1.36; the same fields as v1alpha1).
+# Only these and the definitions they reach that KUBE_VERSION lacks are taken; what both releases
+# define stays KUBE_VERSION's (1.36's ListMeta, with shardInfo, would otherwise leak into every list).
+LATER_KINDS: dict[str, tuple[str, ...]] = {
+    "v1.36.0": tuple(f"io.k8s.api.admissionregistration.{v}.{k}" for v in ("v1beta1", "v1")
+                     for k in ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyList",
+                               "MutatingAdmissionPolicyBinding", "MutatingAdmissionPolicyBindingList")),
+}
 V3_REF = "#/components/schemas/"
 SOURCE_REF = "#/$defs/"
 # Kube's string-typed scalars that JSON Schema can only say with oneOf.
@@ -74,8 +84,38 @@ def _property(name: str, schema: Obj, in_kind: bool) -> Any:
     return out
 
 
-def generate(source: Path) -> dict[str, Obj]:
+def _refs(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        if "$ref" in node:
+            yield node["$ref"][len(SOURCE_REF):]
+        for v in node.values():
+            yield from _refs(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _refs(v)
+
+
+def later_definitions(defs: dict[str, Obj], later: dict[str, Obj], kinds: tuple[str, ...]) -> dict[str, Obj]:
+    """kinds from a later release's definitions, with what they reference that defs lack."""
+    out: dict[str, Obj] = {}
+    todo = list(kinds)
+    while todo:
+        name = todo.pop()
+        if name in out or (name in defs and name not in kinds):
+            continue
+        out[name] = later[name]
+        todo.extend(_refs(later[name]))
+    return out
+
+
+def generate(source: Path, later: dict[str, Path] | None = None) -> dict[str, Obj]:
+    """source's definitions as kube publishes them, with LATER_KINDS added (by default when source is
+    KUBE_VERSION's)."""
     defs = orjson.loads(source.read_bytes())["$defs"]
+    if later is None:
+        later = {v: source_path(v) for v in LATER_KINDS} if source == source_path() else {}
+    for version, path in later.items():
+        defs.update(later_definitions(defs, orjson.loads(path.read_bytes())["$defs"], LATER_KINDS[version]))
     out: dict[str, Obj] = {}
     for name, schema in sorted(defs.items()):
         if name in SCALARS:

@@ -14,6 +14,8 @@ from apiary_pb import admission_pb2 as adpb
 from apiary_pb import envelope_pb2 as pb
 from services.common.envelope import from_envelope, to_envelope
 
+from .reinvocation import ReinvocationContext
+
 CREATE, UPDATE, DELETE, CONNECT = "CREATE", "UPDATE", "DELETE", "CONNECT"
 
 
@@ -26,6 +28,7 @@ class Attributes:
         self._object: dict[str, Any] | None = None
         self._old_object: dict[str, Any] | None = None
         self._replaced = False
+        self.reinvocation = ReinvocationContext()
 
     @property
     def operation(self) -> str:

@@ -7,13 +7,19 @@ check they make is answered (expressions are deterministic: each pass asks only 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as authgrpc
 from apiary_pb import envelope_pb2 as pb
 from services.common import grpcutil
 from services.common.errors import APIError
+
+if TYPE_CHECKING:
+    from .attributes import Attributes
+
+T = TypeVar("T")
 
 PENDING = "apiary: authorization check pending"
 MAX_PASSES = 8
@@ -74,7 +80,26 @@ class Checks:
         return {"allowed": resp.decision == "Allow", "reason": resp.reason, "error": resp.error}
 
 
-def variable(group: str, version: str, resource: str, subresource: str, namespace: str, name: str) -> dict:
+def variable(a: Attributes) -> dict[str, Any]:
     """The `authorizer` value, with authorizer.requestResource set to the request's resource."""
-    return {"requestResource": {"group": group, "resource": resource, "subresource": subresource,
-                                "namespace": namespace, "name": name}}
+    return {"requestResource": {"group": a.group, "resource": a.resource, "subresource": a.subresource,
+                                "namespace": a.namespace, "name": a.name}}
+
+
+def bind(values: dict[str, Any], functions: dict[str, Any], a: Attributes, checks: Checks) -> dict[str, Any]:
+    """values gains the `authorizer` variable; the functions returned add its methods (policies' and
+    webhooks' matchConditions bind it the same way)."""
+    values["authorizer"] = variable(a)
+    return {**functions, **checks.functions()}
+
+
+async def settle(checks: Checks | None, evaluate: Callable[[], T]) -> T:
+    """evaluate() until every authorization check its expressions make is answered (asked between
+    passes, concurrently); without checks, once."""
+    result = evaluate()
+    for _ in range(MAX_PASSES - 1):
+        if checks is None or not checks.pending:
+            return result
+        await checks.resolve()
+        result = evaluate()
+    return result

@@ -30,8 +30,15 @@ class Chain:
         return any(p.handles(a.operation) for p in self.validating)
 
     async def admit(self, a: Attributes) -> None:
-        """The mutating phase: plugins may change a.object (through set_object) or reject."""
+        """The mutating phase: plugins may change a.object (through set_object) or reject. When a change
+        came after a webhook or policy that asked to see it (reinvocationPolicy IfNeeded), the phase runs
+        once more, as kube's reinvoker does: every plugin again, the webhooks and policies only for
+        those calls (reinvocation.py)."""
         await self._run("admit", self.mutating, a)
+        rc = a.reinvocation
+        if rc.should_reinvoke:
+            rc.is_reinvoke = True
+            await self._run("admit", self.mutating, a)
 
     async def validate(self, a: Attributes) -> None:
         """The validating phase: plugins may only reject."""

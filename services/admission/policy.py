@@ -75,6 +75,7 @@ class CompiledPolicy:
         spec = policy.get("spec") or {}
         self.name = (policy.get("metadata") or {}).get("name", "")
         self.failure_policy = spec.get("failurePolicy") or "Fail"
+        self.reinvocation_policy = spec.get("reinvocationPolicy") or "Never"  # mutating policies
         self.match = MatchResources(spec.get("matchConstraints"))
         self.param_kind = spec.get("paramKind")
         self.match_conditions = tuple((c.get("name", ""), Expression(c.get("expression", "")))
@@ -332,10 +333,8 @@ def context(a: Attributes, namespace: Obj | None, params: Obj | None, needs: Nee
             values[name] = needs.prune(name, namespace)
         elif name == "request":
             values[name] = request_variable(a)
-        elif name == "authorizer" and checks is not None:
-            values[name] = authz.variable(a.group, a.version, a.resource, a.subresource, a.namespace, a.name)
     if checks is not None and "authorizer" in needs.variables:
-        return cel.activation(values, {**needs.functions, **checks.functions()})
+        return cel.activation(values, authz.bind(values, needs.functions, a, checks))
     return cel.activation(values, needs.functions)
 
 

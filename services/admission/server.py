@@ -4,7 +4,7 @@ Admit runs the mutating phase and answers with the plugins' changes as a JSON
 Patch (none when nothing changed), never the object again: the registry holds it
 and does not decode it a second time. Validate runs the validating phase and
 answers warnings only. A denial is the plugin's APIError, carried as a Status in
-the gRPC status details.
+the gRPC status details, with the request's audit annotations and warnings so far.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from apiary_pb import admission_pb2 as adpb
 from apiary_pb import admission_pb2_grpc as adgrpc
 from apiary_pb import envelope_pb2 as pb
 from services.common import grpcutil, mux
+from services.common.errors import APIError
 
 from .attributes import Attributes
 from .chain import Chain
@@ -37,7 +38,10 @@ class AdmissionServicer(adgrpc.AdmissionServicer):
     async def Admit(self, request: adpb.AdmissionRequest,
                     context: grpc.aio.ServicerContext) -> adpb.AdmissionResponse:
         a = Attributes(request)
-        await self.chain.admit(a)
+        try:
+            await self.chain.admit(a)
+        except APIError as e:
+            raise refused(e, a) from None
         return adpb.AdmissionResponse(warnings=a.warnings, patch=a.patch(),
                                       no_validators=not self.chain.has_validators(a),
                                       audit_annotations=a.audit_annotations)
@@ -46,5 +50,16 @@ class AdmissionServicer(adgrpc.AdmissionServicer):
     async def Validate(self, request: adpb.AdmissionRequest,
                        context: grpc.aio.ServicerContext) -> adpb.AdmissionResponse:
         a = Attributes(request)
-        await self.chain.validate(a)
+        try:
+            await self.chain.validate(a)
+        except APIError as e:
+            raise refused(e, a) from None
         return adpb.AdmissionResponse(warnings=a.warnings, audit_annotations=a.audit_annotations)
+
+
+def refused(e: APIError, a: Attributes) -> APIError:
+    """The refusal with what the plugins before it recorded: a refused request is audited with its
+    annotations (a policy's Audit failures, webhooks' auditAnnotations) and answered with its warnings."""
+    e.audit_annotations = {**a.audit_annotations, **e.audit_annotations}
+    e.warnings = a.warnings + e.warnings
+    return e

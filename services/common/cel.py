@@ -101,10 +101,11 @@ def _substring(s: str, start: int, end: int | None = None) -> str:
 
 
 # What kube's CEL environment adds (k8s.io/apiserver/pkg/cel/library and cel-go's strings extension)
-# and cel-rust lacks, as far as a Python function can give it. cel-rust has no type checker and no
-# optional types (`.?field`, `orValue`), and these are missing altogether: quantity(), url(), ip()/cidr(),
-# format(), semver(), strings.quote(), two-variable comprehensions and the `format` library's named
-# formats. Kept as member functions on the values kube puts them on.
+# and cel-rust lacks, as far as a Python function can give it (quantity, ip, cidr and url: cellib.py).
+# cel-rust has no type checker and no optional types (`.?field`, `orValue`), and these are missing
+# altogether: the `format` library (format.named(), format.dns1123Label()... return optionals),
+# semver(), strings.quote(), string(ip)/string(cidr), two-variable comprehensions. Kept as member
+# functions on the values kube puts them on.
 KUBE_LIBRARY: dict[str, Any] = {
     # strings extension (cel-go ext.Strings)
     "lowerAscii": lambda s: s.lower(),
@@ -187,3 +188,12 @@ def struct_literals_as_maps(expression: str) -> str:
 
 
 KUBE_LIBRARY["jsonpatchEscapeKey"] = lambda k: k.replace("~", "~0").replace("/", "~1")
+
+
+def _kube_types() -> None:
+    from . import cellib  # quantity, ip, cidr, url
+
+    KUBE_LIBRARY.update(cellib.LIBRARY)
+
+
+_kube_types()

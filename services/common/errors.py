@@ -38,6 +38,10 @@ class APIError(Exception):
             self.reason = reason
         self.details = details
         self.headers = headers or {}
+        # What a refused request still carries to the proxy (Status fields 7 and 8, never in the body):
+        # the audit annotations and warnings admission gave before refusing it, as kube keeps both.
+        self.audit_annotations: dict[str, str] = {}
+        self.warnings: list[str] = []
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -59,7 +63,8 @@ class APIError(Exception):
 
     def to_pb(self) -> pb.Status:
         st = pb.Status(status="Failure", message=self.message, reason=self.reason or "", code=self.code,
-                       list_continue=self.list_continue)
+                       list_continue=self.list_continue, audit_annotations=self.audit_annotations,
+                       warnings=self.warnings)
         d = self.details
         if d:
             st.details.name = d.get("name", "")
@@ -89,6 +94,10 @@ class APIError(Exception):
                 details["retryAfterSeconds"] = st.details.retry_after_seconds
         cls = _BY_REASON.get(st.reason) or _BY_CODE.get(st.code, APIError)
         err = cls(st.message, code=st.code, reason=st.reason, details=details, list_continue=st.list_continue)
+        if st.audit_annotations:
+            err.audit_annotations = dict(st.audit_annotations)
+        if st.warnings:
+            err.warnings = list(st.warnings)
         if details and details.get("retryAfterSeconds"):
             err.headers["Retry-After"] = str(details["retryAfterSeconds"])
         return err

@@ -9,7 +9,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from . import metrics
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +58,7 @@ class HealthServer:
             path = parts[1].split("?")[0] if len(parts) > 1 else "/"
             ctype = "text/plain; charset=utf-8"
             if path == "/metrics":
-                code, body, ctype = 200, generate_latest(), CONTENT_TYPE_LATEST
+                code, body, ctype = 200, metrics.exposition(), CONTENT_TYPE_LATEST
             elif path in ("/healthz", "/livez"):
                 code, body = 200, b"ok"
             elif path == "/readyz":

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
@@ -23,6 +23,7 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import auditid
 from services.common.errors import APIError, BadRequest, InternalError, NotFound, ServiceUnavailable
 from services.common.informer import Informer
+from services.common.metrics import exposition as metrics_exposition
 
 from . import metrics, requestinfo
 from .aggregator import Aggregator
@@ -249,6 +250,8 @@ class ProxyApp:
                 ctx.code = 499
             except APIError as e:
                 failure = e
+                if e.audit_annotations and ctx.audit is not None:  # a refusal's admission annotations
+                    ctx.audit.annotations.update(e.audit_annotations)
                 if e.code == 401 and self.auditor is not None and info is not None:
                     self._audit(ctx, info, None)  # kube audits failed authentication too
                 await ctx.error(e)
@@ -339,7 +342,7 @@ class ProxyApp:
             await ctx.respond(200, VERSION_INFO)
             return
         if path == "/metrics":
-            await ctx.respond(200, generate_latest(), CONTENT_TYPE_LATEST)
+            await ctx.respond(200, metrics_exposition(), CONTENT_TYPE_LATEST)
             return
         if path in ("/api", "/apis", "/openapi") or path.startswith(("/api/", "/apis/", "/openapi/")):
             if not self.discovery.loaded.is_set():

@@ -37,6 +37,15 @@ async def _cancel(task: asyncio.Future[Any]) -> None:
         pass
 
 
+def warning_headers(warnings: list[str] | object) -> list[tuple[bytes, bytes]]:
+    """RFC 7234 Warning headers as kube writes them: 299 - "<text>"."""
+    out = []
+    for w in warnings:  # type: ignore[attr-defined]
+        text = w.replace("\\", "\\\\").replace('"', '\\"')
+        out.append((b"warning", f'299 - "{text}"'.encode()))
+    return out
+
+
 class ClientDisconnected(Exception):
     """The client went away; nothing more is to be written."""
 
@@ -209,4 +218,6 @@ class Context:
         if self.response_started:
             return
         headers = [(k.lower().encode(), str(v).encode()) for k, v in err.headers.items()]
+        if err.warnings:
+            headers += warning_headers(err.warnings)
         await self.respond(err.code, err.body(), JSON, headers)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+
 import orjson
 from prometheus_client import Histogram
 
@@ -17,6 +18,7 @@ from apiary_pb import admission_pb2 as apb
 from apiary_pb import admission_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
 from services.common import envelope, mux
+from services.common.errors import APIError
 
 from . import patch as patches
 from .catalogue import ResourceInfo
@@ -51,6 +53,11 @@ class AdmissionClient:
         t0 = time.perf_counter()
         try:
             resp = await self.calls.call(method, req, timeout=self.timeout)
+        except APIError as e:  # a refusal still brings its audit annotations and warnings
+            warnings.extend(e.warnings)
+            if annotations is not None:
+                annotations.update(e.audit_annotations)
+            raise
         finally:
             dt = time.perf_counter() - t0
             ADMISSION_DURATION.labels(phase, operation).observe(dt)

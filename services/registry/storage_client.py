@@ -53,9 +53,9 @@ class StorageClient:
 
     async def create(self, info: ResourceInfo, obj: pb.Object, timing: Timing | None = None) -> pb.Object:
         m = obj.metadata
-        req = spb.CreateRequest(key=info.key(m.namespace, m.name), object=obj)
+        req = spb.CreateRequest(key=info.key(m.namespace, m.name), object=_stored(info, obj))
         try:
-            return await self._call("create", info, "Create", req, timing)
+            return info.typed(await self._call("create", info, "Create", req, timing))
         except errors.AlreadyExists:
             # storage names the resource from the key; the registry knows its group too
             raise errors.already_exists(info.plural, info.group, m.name) from None
@@ -63,10 +63,10 @@ class StorageClient:
     async def update(self, info: ResourceInfo, obj: pb.Object, expected_resource_version: str,
                      timing: Timing | None = None) -> pb.Object:
         m = obj.metadata
-        req = spb.UpdateRequest(key=info.key(m.namespace, m.name), object=obj,
+        req = spb.UpdateRequest(key=info.key(m.namespace, m.name), object=_stored(info, obj),
                                 expected_resource_version=expected_resource_version)
         try:
-            return await self._call("update", info, "Update", req, timing)
+            return info.typed(await self._call("update", info, "Update", req, timing))
         except errors.APIError as e:
             raise _translate(e, info, m.name) from None
 
@@ -104,7 +104,7 @@ class StorageClient:
         while True:
             resp = await self.list(info, spb.ListRequest(prefix=prefix, limit=500, label_selector=label_selector,
                                                          field_selector=field_selector, **{"continue": token}))
-            out.extend(resp.items)
+            out.extend(info.typed(e) for e in resp.items)
             token = getattr(resp, "continue")
             if not token:
                 return out
@@ -116,6 +116,16 @@ class StorageClient:
     async def watch(self, req: spb.WatchRequest) -> AsyncIterator[pb.WatchEvent]:
         async for raw in self.watches.watch(req):
             yield pb.WatchEvent.FromString(raw)
+
+
+def _stored(info: ResourceInfo, obj: pb.Object) -> pb.Object:
+    """The object as storage keeps it: a kind served in several versions without its type meta."""
+    if not info.storage_version:
+        return obj
+    out = pb.Object()
+    out.CopyFrom(obj)
+    out.kind = out.api_version = ""
+    return out
 
 
 @contextlib.contextmanager

@@ -81,9 +81,7 @@ class Plan:
         head = _TYPES.get(ev.type)
         if head is None:
             return None, False
-        obj = ev.object
-        if not obj.kind:
-            obj.kind, obj.api_version = self.kind, self.api_version
+        obj = self.info.typed(ev.object)
         if self.table and ev.type != "BOOKMARK":
             info = self.info
             t = printers.table(info.group, info.plural, [obj], {"resourceVersion": obj.metadata.resource_version},

@@ -145,6 +145,58 @@ def test_warn_and_audit(kubectl: Any, stack: Any) -> None:
     kubectl.run("delete", "namespace", ns, "--wait=false")
 
 
+def test_refused_request_keeps_audit_annotations_and_warnings(kubectl: Any, stack: Any) -> None:
+    """A create refused by one binding (Deny, Audit) and warned by another (Warn): kubectl prints the
+    warning with the refusal, and the refused request's audit event has the validation failure."""
+    ns = new_namespace(kubectl, "vap-refused")
+    name = f"max-keys-{ns}"
+    kubectl.run("apply", "-f", "-", input=max_keys_policy(name, ns, "Deny, Audit"))
+    kubectl.run("apply", "-f", "-", input=f"""apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {name}-warn
+spec:
+  policyName: {name}
+  validationActions: [Warn]
+  paramRef:
+    name: limits
+    namespace: {ns}
+    parameterNotFoundAction: Deny
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {ns}
+""")
+    three = ("--from-literal=a=1", "--from-literal=b=2", "--from-literal=c=3")
+
+    def refused_and_warned() -> Any:
+        proc = kubectl.run("-n", ns, "create", "configmap", "big", *three, check=False)
+        if proc.returncode == 0:
+            kubectl.run("-n", ns, "delete", "configmap", "big")
+            return None
+        return proc if "Warning:" in proc.stderr else None
+    proc = wait_for(refused_and_warned, what="both bindings")
+    assert (f"Warning: Validation failed for ValidatingAdmissionPolicy '{name}' with binding '{name}-warn': "
+            "configmap big has 3 keys, at most 2 allowed") in proc.stderr
+    assert f"binding '{name}-binding' denied request" in proc.stderr
+
+    def audited() -> Any:
+        for ev in audit_events(stack):
+            ref = ev.get("objectRef") or {}
+            value = (ev.get("annotations") or {}).get("validation.policy.admission.k8s.io/validation_failure")
+            if value and ref.get("namespace") == ns and ev.get("stage") == "ResponseComplete":
+                return ev
+        return None
+    ev = wait_for(audited, what="the refused create's audit event")
+    assert ev["responseStatus"]["code"] == 403 and ev["verb"] == "create"
+    assert json.loads(ev["annotations"]["validation.policy.admission.k8s.io/validation_failure"])[0] == {
+        "message": "configmap big has 3 keys, at most 2 allowed", "policy": name, "binding": f"{name}-binding",
+        "expressionIndex": 0, "validationActions": ["Deny", "Audit"]}
+    kubectl.run("delete", "validatingadmissionpolicybinding", f"{name}-binding", f"{name}-warn")
+    kubectl.run("delete", "validatingadmissionpolicy", name)
+    kubectl.run("delete", "namespace", ns, "--wait=false")
+
+
 def test_policy_validation_and_failure_policy(kubectl: Any) -> None:
     ns = new_namespace(kubectl, "vap-fail")
     # a syntax error is refused at create, with kube's field path
@@ -215,7 +267,7 @@ spec:
 def test_mutating_policies_json_patch_and_apply_configuration(kubectl: Any) -> None:
     ns = new_namespace(kubectl, "map")
     name = f"stamp-{ns}"
-    kubectl.run("apply", "-f", "-", input=f"""apiVersion: admissionregistration.k8s.io/v1alpha1
+    kubectl.run("apply", "-f", "-", input=f"""apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicy
 metadata:
   name: {name}
@@ -234,7 +286,7 @@ spec:
       expression: >
         Object{{metadata: Object.metadata{{labels: {{"stamped-on": request.operation.lowerAscii() + "-" + "a.b".split(".")[1]}}}}}}
 ---
-apiVersion: admissionregistration.k8s.io/v1alpha1
+apiVersion: admissionregistration.k8s.io/v1beta1
 kind: MutatingAdmissionPolicyBinding
 metadata:
   name: {name}
@@ -259,6 +311,88 @@ spec:
     assert got == "2"
     kubectl.run("delete", "mutatingadmissionpolicybinding", name)
     kubectl.run("delete", "mutatingadmissionpolicy", name)
+    kubectl.run("delete", "namespace", ns, "--wait=false")
+
+
+def test_mutating_policy_versions(kubectl: Any) -> None:
+    """v1, v1beta1 and v1alpha1 are one object: each read converted to the version asked for; v1 preferred."""
+    name = f"versions-{uuid.uuid4().hex[:6]}"
+    kubectl.run("create", "-f", "-", input=f"""apiVersion: admissionregistration.k8s.io/v1alpha1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: {name}
+spec:
+  reinvocationPolicy: IfNeeded
+  matchConstraints:
+{RULES}  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: "[]"
+""")
+    try:
+        group = "admissionregistration.k8s.io"
+        assert kubectl.run("get", "mutatingadmissionpolicy", name, "-o", "jsonpath={.apiVersion}").stdout == \
+            f"{group}/v1"
+        for version in ("v1beta1", "v1alpha1"):
+            got = json.loads(kubectl.run("get", f"mutatingadmissionpolicies.{version}.{group}", name,
+                                         "-o", "json").stdout)
+            assert got["apiVersion"] == f"{group}/{version}"
+            assert got["spec"]["reinvocationPolicy"] == "IfNeeded" and got["spec"]["failurePolicy"] == "Fail"
+        out = kubectl.run("get", "mutatingadmissionpolicies", name).stdout
+        assert out.split("\n")[0].split() == ["NAME", "MUTATIONS", "PARAMKIND", "AGE"]
+        assert "reinvocationPolicy" in kubectl.run("explain", "mutatingadmissionpolicy.spec").stdout
+        assert "VERSION:    v1beta1" in kubectl.run("explain", "mutatingadmissionpolicybinding",
+                                                    f"--api-version={group}/v1beta1").stdout
+        # an update through v1beta1 of what v1alpha1 created
+        kubectl.run("label", f"mutatingadmissionpolicies.v1beta1.{group}", name, "changed=yes")
+        assert kubectl.run("get", "mutatingadmissionpolicy", name, "-o",
+                           "jsonpath={.metadata.labels.changed}").stdout == "yes"
+    finally:
+        kubectl.run("delete", "mutatingadmissionpolicy", name, "--ignore-not-found")
+
+
+def test_kube_cel_libraries_in_a_policy(kubectl: Any) -> None:
+    """quantity(), cidr()/ip() and url() in a ValidatingAdmissionPolicy's validations (services/common/cellib.py)."""
+    ns = new_namespace(kubectl, "vap-cel")
+    name = f"cel-libs-{ns}"
+    kubectl.run("apply", "-f", "-", input=f"""apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {name}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+{RULES}  validations:
+  - expression: "!has(object.data.memory) || quantity(object.data.memory).isLessThan(quantity('1Gi'))"
+    message: "memory must be less than 1Gi"
+  - expression: "!has(object.data.address) || cidr('10.0.0.0/8').containsIP(object.data.address)"
+    message: "address must be in 10.0.0.0/8"
+  - expression: "!has(object.data.endpoint) || url(object.data.endpoint).getScheme() == 'https'"
+    message: "endpoint must be https"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {name}
+spec:
+  policyName: {name}
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {ns}
+""")
+    refused = create_until_refused(kubectl, ns, "big", "--from-literal=memory=2Gi")
+    assert "memory must be less than 1Gi" in refused.stderr
+    kubectl.run("-n", ns, "create", "configmap", "ok", "--from-literal=memory=1000Mi",
+                "--from-literal=address=10.1.2.3", "--from-literal=endpoint=https://example.com/x")
+    out = kubectl.run("-n", ns, "create", "configmap", "far", "--from-literal=address=192.168.0.1", check=False)
+    assert out.returncode != 0 and "address must be in 10.0.0.0/8" in out.stderr
+    out = kubectl.run("-n", ns, "create", "configmap", "plain", "--from-literal=endpoint=http://example.com",
+                      check=False)
+    assert out.returncode != 0 and "endpoint must be https" in out.stderr
+    kubectl.run("delete", "validatingadmissionpolicybinding", name)
+    kubectl.run("delete", "validatingadmissionpolicy", name)
     kubectl.run("delete", "namespace", ns, "--wait=false")
 
 

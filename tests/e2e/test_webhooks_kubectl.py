@@ -235,6 +235,101 @@ def test_reinvocation(env: Env) -> None:
     assert len([c for c in b.calls if c["request"]["name"] == "reinvoked"]) == 1
 
 
+def test_policy_reinvoked_after_a_webhook_and_the_webhook_after_the_policy(env: Env, kubectl: Any) -> None:
+    """A MutatingAdmissionPolicy (IfNeeded) labels what it sees of a webhook's annotation; the webhook
+    (IfNeeded) runs after it: the policy is applied again in the second pass, and that change calls the
+    webhook once more (kube's reinvocation across policies and webhooks)."""
+    def annotate(req: dict[str, Any]) -> dict[str, Any]:
+        if (req["object"]["metadata"].get("annotations") or {}).get("hook"):
+            return {"allowed": True}
+        return {"allowed": True, **patch_of([{"op": "add", "path": "/metadata/annotations",
+                                              "value": {"hook": "seen"}}])}
+
+    hook = env.server("annotate", annotate)
+    name = f"saw-hook-{env.id}"
+    kubectl.run("apply", "-f", "-", input=f"""apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: {name}
+spec:
+  reinvocationPolicy: IfNeeded
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["configmaps"]
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >
+        Object{{metadata: Object.metadata{{labels: {{"saw-hook":
+          has(object.metadata.annotations) && "hook" in object.metadata.annotations ? "yes" : "no"}}}}}}
+---
+apiVersion: admissionregistration.k8s.io/v1beta1
+kind: MutatingAdmissionPolicyBinding
+metadata:
+  name: {name}
+spec:
+  policyName: {name}
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        webhook-test: "{env.id}"
+""")
+    try:
+        env.configure("mutatingwebhookconfigurations", env.hook("annotate", hook, reinvocationPolicy="IfNeeded"))
+        probe(env, lambda r: r.status_code == 201 and (r.json()["metadata"].get("labels") or {}).get("saw-hook")
+              == "yes" and bool(r.json()["metadata"].get("annotations")))
+        r = env.create_cm("reinvoked")
+        assert r.status_code == 201, r.text
+        assert r.json()["metadata"]["labels"] == {"saw-hook": "yes"}
+        assert r.json()["metadata"]["annotations"] == {"hook": "seen"}
+        assert len([c for c in hook.calls if c["request"]["name"] == "reinvoked"]) == 2
+    finally:
+        kubectl.run("delete", "mutatingadmissionpolicybinding", name, "--ignore-not-found")
+        kubectl.run("delete", "mutatingadmissionpolicy", name, "--ignore-not-found")
+
+
+def test_refused_request_keeps_webhook_audit_annotations_and_warnings(env: Env, stack: Any) -> None:
+    """A mutating webhook's annotation and warning, then a validating webhook that refuses with its own
+    auditAnnotations: the 403 carries the warning and its audit event every annotation."""
+    def mutate(req: dict[str, Any]) -> dict[str, Any]:
+        return {"allowed": True, "warnings": ["mutated before the refusal"], "auditAnnotations": {"did": "label"},
+                **patch_of(add_label(req["object"], "added-by", "webhook"))}
+
+    def refuse(req: dict[str, Any]) -> dict[str, Any]:
+        if req["name"].startswith("no-"):
+            return {"allowed": False, "auditAnnotations": {"why": "prefix"},
+                    "status": {"code": 403, "reason": "Forbidden", "message": "no- names are refused"}}
+        return {"allowed": True}
+
+    env.configure("mutatingwebhookconfigurations", env.hook("mutate", env.server("mutate", mutate)))
+    env.configure("validatingwebhookconfigurations", env.hook("refuse", env.server("refuse", refuse)))
+    def attempt() -> httpx.Response | None:
+        r = env.create_cm(f"no-{uuid.uuid4().hex[:6]}")
+        return r if r.status_code == 403 and "warning" in r.headers else None
+    r = until(attempt, "both webhooks")
+    assert r.headers["warning"] == '299 - "mutated before the refusal"'
+    assert r.json()["message"].endswith("denied the request: no- names are refused")
+
+    def audited() -> dict[str, Any] | None:
+        """The last refused create's event (a create's objectRef has no name: the name is in the body)."""
+        found = None
+        for line in (stack.logs / "audit.log").read_text().splitlines():
+            ev = json.loads(line)
+            if (ev["verb"], (ev.get("objectRef") or {}).get("namespace"), ev["stage"]) == \
+                    ("create", env.ns, "ResponseComplete") and ev["responseStatus"]["code"] == 403:
+                found = ev
+        return found if found and f"mutate.{env.id}.webhooks.apiary.test/did" in found["annotations"] else None
+    ev = until(audited, "the refused create's audit event")
+    assert ev["responseStatus"]["code"] == 403
+    annotations = ev["annotations"]
+    assert annotations[f"refuse.{env.id}.webhooks.apiary.test/why"] == "prefix"
+    assert annotations[f"mutate.{env.id}.webhooks.apiary.test/did"] == "label"
+    assert json.loads(annotations["mutation.webhook.admission.k8s.io/round_0_index_0"])["mutated"] is True
+
+
 def test_object_selector_and_match_conditions(env: Env) -> None:
     refuse = env.server("refuse", lambda req: {"allowed": False, "status": {"code": 403, "reason": "Forbidden",
                                                                           "message": "refused"}})
@@ -276,7 +371,12 @@ def test_failures_follow_failure_policy(env: Env, kubectl: Any, stack: Any) -> N
     assert env.create_cm("ignored", {"policy": "ignore"}).status_code == 201
     metrics = httpx.get(f"http://127.0.0.1:{stack.health_port('admission')}/metrics").text
     name = f"ignored.{env.id}.webhooks.apiary.test"
-    assert f'apiserver_admission_webhook_fail_open_count_total{{name="{name}",type="validating"}}' in metrics
+    # kube's names: no _total on the _count counters
+    assert f'apiserver_admission_webhook_fail_open_count{{name="{name}",type="validating"}} 1.0' in metrics
+    assert "# TYPE apiserver_admission_webhook_fail_open_count counter" in metrics
+    assert "apiserver_admission_webhook_fail_open_count_total" not in metrics
+    assert f'apiserver_admission_webhook_rejection_count{{error_type="calling_webhook_error",name="{name}"' \
+        in metrics
     assert f'apiserver_admission_webhook_request_total{{code="0",name="down.{env.id}' in metrics
 
 

@@ -1,10 +1,13 @@
-"""MutatingAdmissionPolicy: CEL mutations of admissionregistration.k8s.io/v1alpha1 policies, applied through
-their bindings (kube's admission/plugin/policy/mutating), in the mutating phase before webhooks.
+"""MutatingAdmissionPolicy: CEL mutations of admissionregistration.k8s.io/v1 policies (also served as v1beta1
+and v1alpha1), applied through their bindings (kube's admission/plugin/policy/mutating), in the mutating
+phase before webhooks.
 
 A mutation is a JSONPatch expression (a list of JSONPatch{op, path, value}, applied in order) or an
 ApplyConfiguration expression (an Object{...} merged into the object: maps merged key by key, everything
 else replaced, as server-side apply treats atomic lists). Each policy sees the object as the ones before
-it left it. An expression that fails, or a patch that does not apply, follows failurePolicy."""
+it left it. An expression that fails, or a patch that does not apply, follows failurePolicy. A policy with
+reinvocationPolicy IfNeeded is applied once more when a later policy or webhook changed the object
+(reinvocation.py), keyed by policy, binding and param object as kube keys its invocations."""
 from __future__ import annotations
 
 import copy
@@ -71,7 +74,7 @@ class MutatingAdmissionPolicy(Plugin):
 
     def __init__(self, informers: InformerFactory) -> None:
         self.informers = informers
-        self.source = PolicySource(informers, "v1alpha1", "MutatingAdmissionPolicy", body_expressions)
+        self.source = PolicySource(informers, "v1", "MutatingAdmissionPolicy", body_expressions)
 
     async def start(self) -> None:
         self.informers.start()
@@ -88,27 +91,46 @@ class MutatingAdmissionPolicy(Plugin):
     async def admit(self, a: Attributes) -> None:
         if a.object is None:
             return  # DELETE and CONNECT carry no object to mutate
-        for cp, b, namespace in self.source.matching(a):
-            try:
-                for params in await self.source.params(cp, b, a):
-                    self._mutate(cp, a, namespace, params)
-            except EvalError as e:
-                if cp.failure_policy == "Fail":
-                    raise denial(a, cp, b.name, str(e)) from None
+        rc = a.reinvocation
+        mine = rc.plugin(self.name)
+        mine.begin(rc, a.object)
+        try:
+            for cp, b, namespace in self.source.matching(a):
+                try:
+                    for params in await self.source.params(cp, b, a):
+                        key = (cp.name, b.name, param_key(params))
+                        if not mine.should_call(rc, key):
+                            continue
+                        changed = self._mutate(cp, a, namespace, params)
+                        mine.called(rc, key, changed, cp.reinvocation_policy == "IfNeeded")
+                except EvalError as e:
+                    if cp.failure_policy == "Fail":
+                        raise denial(a, cp, b.name, str(e)) from None
+        finally:
+            mine.end(a.object)
 
     @staticmethod
-    def _mutate(cp: CompiledPolicy, a: Attributes, namespace: Any, params: Any) -> None:
+    def _mutate(cp: CompiledPolicy, a: Attributes, namespace: Any, params: Any) -> bool:
+        """Apply the policy's mutations; whether they changed the object."""
         ctx = context(a, namespace, params, cp.needs)
         if not match_conditions(cp, ctx):
-            return
+            return False
         evaluate_variables(cp, ctx)
-        obj = a.object
+        before = obj = a.object
         for m in cp.body:
             assert obj is not None
             obj = m.apply(obj, ctx)
             ctx.update({"object": cp.needs.prune("object", obj)})
-        if obj is not a.object and obj is not None:
-            a.set_object(obj)
+        if obj is before or obj is None or obj == before:
+            return False
+        a.set_object(obj)
+        return True
+
+
+def param_key(params: Any) -> tuple[str, str]:
+    """Which param object a call used (kube keys a policy's invocations by policy, binding and param)."""
+    meta = (params or {}).get("metadata") or {}
+    return meta.get("namespace", ""), meta.get("name", "")
 
 
 def denial(a: Attributes, cp: CompiledPolicy, binding: str, why: str) -> APIError:

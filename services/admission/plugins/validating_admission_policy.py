@@ -168,23 +168,18 @@ class ValidatingAdmissionPolicy(Plugin):
         """One (policy, binding, params): its failed validations and audit annotations. Expressions that
         use the authorizer are evaluated again once the checks they made are answered."""
         checks = authz.Checks(a.user) if "authorizer" in cp.needs.variables else None
-        result: tuple[list[Decision], dict[str, str]] = ([], {})
-        for _ in range(authz.MAX_PASSES):
+
+        def once() -> tuple[list[Decision], dict[str, str]]:
             ctx = context(a, namespace, params, cp.needs, checks)
             try:
                 matched = match_conditions(cp, ctx)
             except EvalError as e:
-                matched = None
-                result = ([Decision(str(e))] if cp.failure_policy == "Fail" else [], {})
-            if matched is False:
-                result = ([], {})
-            elif matched:
-                evaluate_variables(cp, ctx)
-                result = evaluate(cp, ctx)
-            if checks is None or not checks.pending:
-                return result
-            await checks.resolve()
-        return result
+                return [Decision(str(e))] if cp.failure_policy == "Fail" else [], {}
+            if not matched:
+                return [], {}
+            evaluate_variables(cp, ctx)
+            return evaluate(cp, ctx)
+        return await authz.settle(checks, once)
 
 
 def denial(a: Attributes, cp: CompiledPolicy, binding: str, d: Decision) -> APIError:

@@ -3,8 +3,8 @@ kube's order (configurations by name, webhooks in their order), matched, called 
 kube's generic webhook dispatchers do.
 
 Mutating webhooks run one after another, each seeing the object as the previous one left it; a
-webhook with reinvocationPolicy IfNeeded is called once more when a later webhook changed the object
-after it. Validating webhooks are called in parallel. A webhook that cannot be called follows its
+webhook with reinvocationPolicy IfNeeded is called once more when a later webhook or a plugin (a
+mutating policy) changed the object after it (reinvocation.py: the chain's second pass). Validating webhooks are called in parallel. A webhook that cannot be called follows its
 failurePolicy: Fail answers 500 `Internal error occurred: failed calling webhook "<name>": ...`,
 Ignore lets the request through (counted in apiserver_admission_webhook_fail_open_count).
 """
@@ -27,8 +27,10 @@ from services.common import cel
 from services.common.errors import APIError, BadRequest, InternalError
 from services.common.identity import user_dict
 from services.common.informer import Informer
+from services.common.metrics import KubeCounter
 from services.common.serviceresolver import ServiceResolver
 
+from .. import authz
 from ..attributes import Attributes
 from ..namespaces import InformerNamespaceLister
 from ..plugin import Plugin, PluginConfig
@@ -44,7 +46,8 @@ WEBHOOK_DURATION = Histogram(
     "Admission webhook latency histogram in seconds, identified by name and broken out for each operation "
     "and API resource and type (validate or admit).", ["name", "type", "operation", "rejected"],
     buckets=_BUCKETS)
-WEBHOOK_REJECTIONS = Counter(
+# kube's names end in _count, not _total: KubeCounter serves them as kube does (services/common/metrics.py)
+WEBHOOK_REJECTIONS = KubeCounter(
     "apiserver_admission_webhook_rejection_count",
     "Admission webhook rejection count, identified by name and broken out for each admission type (validating "
     "or admit) and operation. Additional labels specify an error type (calling_webhook_error or "
@@ -58,7 +61,7 @@ WEBHOOK_REQUESTS = Counter(
     "or mutating) and operation. Additional labels specify whether the request was rejected or not and an "
     "HTTP status code. Codes greater than 600 are truncated to 600, to keep the metrics cardinality bounded.",
     ["name", "type", "operation", "code", "rejected"])
-WEBHOOK_FAIL_OPEN = Counter(
+WEBHOOK_FAIL_OPEN = KubeCounter(
     "apiserver_admission_webhook_fail_open_count",
     "Admission webhook fail open count, identified by name and broken out for each admission type "
     "(validating or admit).", ["name", "type"])
@@ -131,8 +134,9 @@ class Invocation:
 
     def __init__(self, a: Attributes) -> None:
         self.a = a
-        self._activation: Any = None
+        self._activations: dict[bool, Any] = {}
         self._options: Any = None
+        self.checks: authz.Checks | None = None  # the user's authorization checks, made for every webhook
 
     def request(self) -> dict[str, Any]:
         a = self.a
@@ -150,14 +154,22 @@ class Invocation:
             req["subResource"] = req["requestSubResource"] = a.subresource
         return req
 
-    def activation(self) -> Any:
-        if self._activation is None:
-            self._activation = cel.activation(object=self.a.object, oldObject=self.a.old_object,
-                                              request=self.request())
-        return self._activation
+    def activation(self, authorizer: bool = False) -> Any:
+        """The matchConditions' variables (object, oldObject, request, and authorizer when asked for)
+        with kube's CEL libraries."""
+        act = self._activations.get(authorizer)
+        if act is None:
+            values = {"object": self.a.object, "oldObject": self.a.old_object, "request": self.request()}
+            functions = cel.KUBE_LIBRARY
+            if authorizer:
+                if self.checks is None:
+                    self.checks = authz.Checks(self.a.user)
+                functions = authz.bind(values, functions, self.a, self.checks)
+            act = self._activations[authorizer] = cel.activation(values, functions)
+        return act
 
     def object_changed(self) -> None:
-        self._activation = None
+        self._activations.clear()
 
 
 class WebhookPlugin(Plugin):
@@ -208,7 +220,11 @@ class WebhookPlugin(Plugin):
                 if not h.namespace_matches(a, ns_labels):
                     continue
             if h.conditions:
-                matched, error = h.conditions_match(inv.activation())
+                if h.uses_authorizer:
+                    act = inv.activation(authorizer=True)
+                    matched, error = await authz.settle(inv.checks, lambda h=h, act=act: h.conditions_match(act))
+                else:
+                    matched, error = h.conditions_match(inv.activation())
                 if error:
                     self._failed(h, a, CallError(h.name, f"failed to evaluate match condition: {error}"))
                     continue
@@ -285,16 +301,21 @@ class MutatingAdmissionWebhook(WebhookPlugin):
             return
         inv = Invocation(a)
         hooks = await self.matching(a, inv)
-        changed_after: dict[int, bool] = {}
-        for i, h in enumerate(hooks):
-            if await self._mutate(h, a, inv, 0, i):
-                for j in changed_after:
-                    changed_after[j] = True
-            if h.spec.get("reinvocationPolicy") == "IfNeeded":
-                changed_after[i] = False
-        for i, h in enumerate(hooks):   # reinvocation: once, for those whose object changed after them
-            if changed_after.get(i):
-                await self._mutate(h, a, inv, 1, i)
+        if not hooks:
+            return
+        rc = a.reinvocation
+        mine = rc.plugin(self.name)
+        mine.begin(rc, a.object)
+        round_ = 1 if rc.is_reinvoke else 0
+        try:
+            for i, h in enumerate(hooks):
+                key = (h.configuration, h.name)  # names are unique within a configuration
+                if not mine.should_call(rc, key):
+                    continue
+                changed = await self._mutate(h, a, inv, round_, i)
+                mine.called(rc, key, changed, h.spec.get("reinvocationPolicy") == "IfNeeded")
+        finally:
+            mine.end(a.object)
 
     async def _mutate(self, h: Webhook, a: Attributes, inv: Invocation, round_: int, index: int) -> bool:
         """Call one mutating webhook and apply its patch; whether the object changed (recorded for the audit

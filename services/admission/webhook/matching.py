@@ -16,6 +16,7 @@ from services.common.errors import BadRequest
 from services.common.selectors import LabelSelector, label_selector_from_dict
 
 from ..attributes import Attributes
+from ..policy import Needs
 
 Obj = dict[str, Any]
 MATCH_CONDITION_VARIABLES = ("object", "oldObject", "request", "authorizer")
@@ -65,6 +66,7 @@ class Webhook:
     namespace_selector: LabelSelector
     object_selector: LabelSelector
     conditions: tuple[tuple[str, cel.Program | cel.CELCompileError], ...]
+    uses_authorizer: bool = False  # a condition reads `authorizer`: evaluated until its checks are answered
 
     @property
     def name(self) -> str:
@@ -97,8 +99,9 @@ class Webhook:
             except cel.CELCompileError as e:
                 program = e
             conditions.append((mc.get("name") or "", program))
+        texts = [mc.get("expression") or "" for mc in spec.get("matchConditions") or []]
         return cls(spec, configuration, mutating, selector("namespaceSelector"), selector("objectSelector"),
-                   tuple(conditions))
+                   tuple(conditions), "authorizer" in Needs(texts).variables)
 
     def rules_match(self, a: Attributes) -> bool:
         return any(rule_matches(r, a) for r in self.spec.get("rules") or [])

@@ -12,7 +12,7 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import mux
 from services.common.runtime import after_large_answer
 
-from ..context import ClientDisconnected, Context
+from ..context import ClientDisconnected, Context, warning_headers
 from ..filters.timeout import REQUEST_TIMEOUT
 from ..negotiation import Output, json_to_yaml
 from ..requestinfo import RequestInfo
@@ -34,15 +34,6 @@ def api_request(info: RequestInfo, ctx: Context, query: dict[str, str], user: pb
 
 
 WRITES = frozenset({"create", "update", "patch"})
-
-
-def warning_headers(warnings: list[str] | object) -> list[tuple[bytes, bytes]]:
-    """RFC 7234 Warning headers as kube writes them: 299 - "<text>"."""
-    out = []
-    for w in warnings:  # type: ignore[attr-defined]
-        text = w.replace("\\", "\\\\").replace('"', '\\"')
-        out.append((b"warning", f'299 - "{text}"'.encode()))
-    return out
 
 
 class ResourceHandler:
@@ -72,8 +63,6 @@ class ResourceHandler:
         if resp.audit_annotations and ctx.audit is not None:
             ctx.audit.annotations.update(resp.audit_annotations)
         headers = warning_headers(resp.warnings) if resp.warnings else []
-        if resp.audit_annotations and ctx.audit is not None:
-            ctx.audit.annotations.update(resp.audit_annotations)
         headers.append((b"cache-control", b"no-cache, private"))
         return headers
 

@@ -77,7 +77,12 @@ class Handlers:
         if fn is None:
             raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
         check_options(r, verb)
-        resp = await fn(r)
+        try:
+            resp = await fn(r)
+        except errors.APIError as e:  # refused: the request's warnings and audit annotations go with it
+            e.warnings, e.audit_annotations = r.warnings + e.warnings, {**r.audit_annotations,
+                                                                        **e.audit_annotations}
+            raise
         resp.warnings = r.warnings + resp.warnings
         resp.audit_annotations.update(r.audit_annotations)
         return resp, r.timing
@@ -120,9 +125,11 @@ class Handlers:
     async def list(self, r: Request) -> Response:
         info = r.info
         check_list_options(r, watch=False)
-        if r.req.table:
+        if r.req.table or info.storage_version:
             resp = await self.store.list(info, self.list_request(r), r.timing)
             items = [self.rest.fill_kind(info, e) for e in resp.items]
+            if not r.req.table:  # a kind served in several versions: each item converted to this one
+                return Response(200, lists.from_envelopes(info, lists.list_meta(resp), items))
             t = printers.table(info.group, info.plural, items, lists.list_meta(resp),
                                r.query.get("includeObject", "Metadata"))
             return Response(200, orjson.dumps(t))

@@ -56,9 +56,7 @@ class Store:
 
     @staticmethod
     def fill_kind(info: ResourceInfo, env: pb.Object) -> pb.Object:
-        if not env.kind:
-            env.kind, env.api_version = info.kind, info.api_version
-        return env
+        return info.typed(env)
 
     # Reads -------------------------------------------------------------------------------
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from dataclasses import dataclass, field
 import importlib
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from apiary_pb import envelope_pb2 as pb
+
     from ..printers import TableConvertor
     from ..strategies import Strategy
 
@@ -66,6 +68,10 @@ class ResourceInfo:
     table: TableConvertor | None = field(default=None, repr=False)
     # Full name of the protobuf message a typed client sends (k8s_pb, generated from proto/k8s).
     protobuf: str = ""
+    # Set for a kind served in several versions with the same fields (MutatingAdmissionPolicy v1alpha1,
+    # v1beta1, v1): the version its storageVersionHash names. Its objects are stored without type meta
+    # and every read gives them the version asked for, as kube converts through its internal version.
+    storage_version: str = ""
     _sub: dict[str, SubresourceInfo] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -98,8 +104,16 @@ class ResourceInfo:
             return f"{self.key_prefix}{namespace}/"
         return self.key_prefix
 
+    def typed(self, env: pb.Object) -> pb.Object:
+        """env as this version serves it: type meta filled in where storage kept none, and a kind
+        served in several versions converted to this one (which is its apiVersion: the fields are the same)."""
+        if not env.kind or self.storage_version:
+            env.kind, env.api_version = self.kind, self.api_version
+        return env
+
     def storage_version_hash(self) -> str:
-        digest = hashlib.sha256(f"{self.group}/{self.version}/{self.kind}".encode()).digest()
+        version = self.storage_version or self.version
+        digest = hashlib.sha256(f"{self.group}/{version}/{self.kind}".encode()).digest()
         return base64.b64encode(digest[:8]).decode()
 
 

@@ -14,7 +14,8 @@ Obj = dict[str, Any]
 GROUP = "admissionregistration.k8s.io"
 
 # ---------------------------------------------------------------------------------------------------------
-# Admission policies: ValidatingAdmissionPolicy(+Binding) v1, MutatingAdmissionPolicy(+Binding) v1alpha1
+# Admission policies: ValidatingAdmissionPolicy(+Binding) v1, MutatingAdmissionPolicy(+Binding) v1, v1beta1
+# and v1alpha1 (the same fields in each: one storage, each read given the version asked for)
 # ---------------------------------------------------------------------------------------------------------
 from ..strategies.admissionregistration import (
     AdmissionPolicyBindingStrategy,
@@ -53,27 +54,32 @@ BINDING_TABLE = name_age(
     lambda o: [(o.get("spec") or {}).get("policyName", ""), _param_ref(o)])
 
 
+# kube keeps the version before GA as the storage version for a release after the new one is served.
+MUTATING_POLICY_STORAGE_VERSION = "v1beta1"
+
+
 def _policy_kinds(version: str, mutating: bool) -> tuple[ResourceInfo, ResourceInfo]:
     kind = "MutatingAdmissionPolicy" if mutating else "ValidatingAdmissionPolicy"
     plural = kind.lower()[:-1] + "ies"
+    storage_version = MUTATING_POLICY_STORAGE_VERSION if mutating else ""
     return (
         ResourceInfo(
             group=GROUP, version=version, kind=kind, plural=plural, singular=kind.lower(), namespaced=False,
             key_prefix=f"/registry/{plural}/", categories=("api-extensions",),
             subresources=() if mutating else (SubresourceInfo("status", kind, STATUS_VERBS),),
             strategy=MutatingAdmissionPolicyStrategy if mutating else AdmissionPolicyStrategy,
-            table=MUTATING_POLICY_TABLE if mutating else POLICY_TABLE),
+            table=MUTATING_POLICY_TABLE if mutating else POLICY_TABLE, storage_version=storage_version),
         ResourceInfo(
             group=GROUP, version=version, kind=kind + "Binding", plural=kind.lower() + "bindings",
             singular=kind.lower() + "binding", namespaced=False,
             key_prefix=f"/registry/{kind.lower()}bindings/", categories=("api-extensions",),
             strategy=MutatingAdmissionPolicyBindingStrategy if mutating else AdmissionPolicyBindingStrategy,
-            table=BINDING_TABLE),
+            table=BINDING_TABLE, storage_version=storage_version),
     )
 
 
 POLICY_KINDS_V1 = _policy_kinds("v1", mutating=False)
-POLICY_KINDS_V1ALPHA1 = _policy_kinds("v1alpha1", mutating=True)
+MUTATING_POLICY_KINDS = {v: _policy_kinds(v, mutating=True) for v in ("v1", "v1beta1", "v1alpha1")}
 
 # ---------------------------------------------------------------------------------------------------------
 # Webhooks: MutatingWebhookConfiguration, ValidatingWebhookConfiguration (v1)
@@ -112,6 +118,7 @@ WEBHOOK_KINDS = (
 # ---------------------------------------------------------------------------------------------------------
 
 GROUP_VERSIONS = (
-    GroupVersion(GROUP, "v1", 16700, 15, POLICY_KINDS_V1 + WEBHOOK_KINDS),
-    GroupVersion(GROUP, "v1alpha1", 16700, 9, POLICY_KINDS_V1ALPHA1),
+    GroupVersion(GROUP, "v1", 16700, 15, POLICY_KINDS_V1 + MUTATING_POLICY_KINDS["v1"] + WEBHOOK_KINDS),
+    GroupVersion(GROUP, "v1beta1", 16700, 12, MUTATING_POLICY_KINDS["v1beta1"]),
+    GroupVersion(GROUP, "v1alpha1", 16700, 9, MUTATING_POLICY_KINDS["v1alpha1"]),
 )

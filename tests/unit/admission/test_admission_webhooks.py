@@ -13,6 +13,9 @@ import pytest
 from apiary_pb import admission_pb2 as adpb
 from apiary_pb import envelope_pb2 as pb
 from services.admission.attributes import Attributes
+from services.admission.chain import Chain
+from services.admission.informers import InformerFactory
+from services.admission.plugins.mutating_admission_policy import MutatingAdmissionPolicy
 from services.admission.webhook.dispatcher import (
     MutatingAdmissionWebhook,
     Sources,
@@ -210,3 +213,160 @@ async def test_namespace_selector(setup: Setup) -> None:
     with pytest.raises(APIError):   # cluster-scoped, not a namespace: the selector does not skip it
         await plugin.validate(attrs(resource="clusterthings", namespace="", name="x"))
     assert [c["request"]["namespace"] for c in srv.calls] == ["prod", "", ""]
+
+
+# Reinvocation across mutating policies and webhooks (kube's reinvoker): a webhook or policy with
+# reinvocationPolicy IfNeeded runs once more, in a second pass of the mutating phase, when a later
+# mutation changed the object.
+
+POLICY_RULES = {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                   "resources": ["configmaps"]}]}
+# the label says whether the policy saw the webhook's annotation
+SEES_ANNOTATION = ("Object{metadata: Object.metadata{labels: {'saw-hook': "
+                   "has(object.metadata.annotations) && 'hook' in object.metadata.annotations ? 'yes' : 'no'}}}")
+
+
+def policy_plugin(reinvocation: str, expression: str = SEES_ANNOTATION) -> MutatingAdmissionPolicy:
+    plugin = MutatingAdmissionPolicy(InformerFactory(object()))  # type: ignore[arg-type]  # filled by hand
+    src = plugin.source
+    src.policies.store = {"p": {"metadata": {"name": "p", "uid": "u1", "generation": 1}, "spec": {
+        "matchConstraints": POLICY_RULES, "failurePolicy": "Fail", "reinvocationPolicy": reinvocation,
+        "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": expression}}]}}}
+    src.bindings.store = {"b": {"metadata": {"name": "b", "resourceVersion": "1"}, "spec": {"policyName": "p"}}}
+    return plugin
+
+
+def annotate(calls: list[int]) -> Any:
+    def decide(req: dict[str, Any]) -> dict[str, Any]:
+        calls.append(1)
+        annotations = req["object"]["metadata"].get("annotations") or {}
+        if "hook" in annotations:
+            return {"allowed": True}
+        op = [{"op": "add", "path": "/metadata/annotations", "value": {"hook": "seen"}}]
+        return {"allowed": True, **patch_of(op)}
+    return decide
+
+
+@pytest.mark.parametrize("policy_reinvocation,want_label", [("IfNeeded", "yes"), ("Never", "no")])
+async def test_policy_reinvoked_after_a_webhook_changed_the_object(setup: Setup, policy_reinvocation: str,
+                                                                   want_label: str) -> None:
+    calls: list[int] = []
+    setup.hooks(True, setup.hook("annotate.hooks.test", setup.server(annotate(calls))))
+    chain = Chain([policy_plugin(policy_reinvocation), MutatingAdmissionWebhook(setup.sources)])
+    a = attrs()
+    await chain.admit(a)
+    assert a.object is not None
+    assert a.object["metadata"]["labels"] == {"saw-hook": want_label}
+    assert a.object["metadata"]["annotations"] == {"hook": "seen"}
+    assert len(calls) == 1  # the webhook itself is Never
+
+
+async def test_webhook_reinvoked_after_a_reinvoked_policy_changed_the_object(setup: Setup) -> None:
+    calls: list[int] = []
+    setup.hooks(True, setup.hook("annotate.hooks.test", setup.server(annotate(calls)),
+                                 reinvocationPolicy="IfNeeded"))
+    chain = Chain([policy_plugin("IfNeeded"), MutatingAdmissionWebhook(setup.sources)])
+    a = attrs()
+    await chain.admit(a)
+    assert a.object is not None and a.object["metadata"]["labels"] == {"saw-hook": "yes"}
+    # first pass: the policy, then the webhook (which changed the object: the policy is due); second pass:
+    # the policy changed the label, so the IfNeeded webhook is called once more
+    assert len(calls) == 2
+    assert a.audit_annotations["mutation.webhook.admission.k8s.io/round_1_index_0"]
+
+
+async def test_nothing_reinvoked_when_nothing_changed_after(setup: Setup) -> None:
+    calls: list[int] = []
+    setup.hooks(True, setup.hook("noop.hooks.test", setup.server(lambda req: calls.append(1) or {"allowed": True}),
+                                 reinvocationPolicy="IfNeeded"))
+    plugin = policy_plugin("IfNeeded", "Object{metadata: Object.metadata{labels: {'fixed': 'x'}}}")
+    chain = Chain([plugin, MutatingAdmissionWebhook(setup.sources)])
+    a = attrs()
+    await chain.admit(a)
+    assert a.object is not None and a.object["metadata"]["labels"] == {"fixed": "x"}
+    # the policy's change asks for a second pass (as kube's reinvoker), but nothing is due in it: the
+    # webhook saw the object as it ends and the policy ran before any IfNeeded call
+    assert len(calls) == 1 and a.reinvocation.is_reinvoke
+
+
+async def test_webhooks_reinvoked_among_themselves(setup: Setup) -> None:
+    """A webhook changed after an IfNeeded one: the second pass calls only the IfNeeded one."""
+    first: list[int] = []
+    second: list[int] = []
+    setup.hooks(True,
+                setup.hook("first.hooks.test", setup.server(lambda r: first.append(1) or {"allowed": True}),
+                           reinvocationPolicy="IfNeeded"),
+                setup.hook("second.hooks.test", setup.server(annotate(second)), rules=[RULE]))
+    a = attrs()
+    await Chain([MutatingAdmissionWebhook(setup.sources)]).admit(a)
+    assert (len(first), len(second)) == (2, 1)
+
+
+async def test_refusal_keeps_annotations_and_warnings(setup: Setup) -> None:
+    """The admission servicer's answer to a refusal: the request's annotations and warnings so far."""
+    from services.admission.server import AdmissionServicer
+
+    def refuse(req: dict[str, Any]) -> dict[str, Any]:
+        return {"allowed": False, "warnings": ["careful"], "auditAnnotations": {"why": "no"}}
+    setup.hooks(False, setup.hook("refuse.hooks.test", setup.server(refuse)))
+    servicer = AdmissionServicer(Chain([ValidatingAdmissionWebhook(setup.sources)]))
+
+    class Context:
+        async def abort(self, code: Any, message: str, trailing_metadata: Any = ()) -> None:
+            raise AbortedWith(trailing_metadata)
+
+    class AbortedWith(Exception):
+        pass
+    with pytest.raises(AbortedWith) as e:
+        await servicer.Validate(attrs().request, Context())  # type: ignore[arg-type]
+    from google.rpc import status_pb2
+
+    from apiary_pb import envelope_pb2
+    (_, raw), = e.value.args[0]
+    st = envelope_pb2.Status()
+    status_pb2.Status.FromString(raw).details[0].Unpack(st)
+    assert st.code == 400 and dict(st.audit_annotations) == {"refuse.hooks.test/why": "no"}
+    assert list(st.warnings) == ["careful"]
+
+
+class FakeAuthorizer:
+    """The auth service's Authorize: alice may list secrets in namespace "a" and create configmaps."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str, str, str]] = []
+
+    def Authorize(self, req: Any, timeout: float = 0) -> Any:
+        from apiary_pb import auth_pb2
+
+        at = req.attributes
+        self.asked.append((at.verb, at.resource, at.namespace, at.user.name))
+        allowed = at.user.name == "alice" and ((at.verb, at.resource, at.namespace) == ("list", "secrets", "a")
+                                               or (at.verb, at.resource) == ("create", "configmaps"))
+
+        async def answer() -> Any:
+            return auth_pb2.AuthorizeResponse(decision="Allow" if allowed else "NoOpinion", reason="fake")
+        return answer()
+
+
+async def test_match_conditions_with_the_authorizer(setup: Setup) -> None:
+    """`authorizer` and authorizer.requestResource in a webhook's matchConditions, as in policies, asked
+    as the request's user; the kube CEL libraries are there too."""
+    from services.admission import authz
+
+    fake = FakeAuthorizer()
+    authz.configure(fake)  # type: ignore[arg-type]
+    try:
+        srv = setup.server(lambda req: {"allowed": False, "status": {"message": "matched"}})
+        plugin = ValidatingAdmissionWebhook(setup.sources)
+        setup.hooks(False, setup.hook("authz.hooks.test", srv, matchConditions=[
+            {"name": "may-list-secrets", "expression":
+             "authorizer.group('').resource('secrets').namespace(request.namespace).check('list').allowed()"},
+            {"name": "may-create", "expression": "authorizer.requestResource.check('create').allowed()"},
+            {"name": "library", "expression": "request.name.lowerAscii().indexOf('c') == 0"}]))
+        with pytest.raises(APIError, match="matched"):
+            await plugin.validate(attrs(namespace="a"))
+        assert ("list", "secrets", "a", "alice") in fake.asked and ("create", "configmaps", "a", "alice") in fake.asked
+        await plugin.validate(attrs(namespace="b"))  # alice may not list secrets in b: the webhook is skipped
+        assert len(srv.calls) == 1
+    finally:
+        authz.configure(None)

@@ -46,6 +46,7 @@ def test_openapi_patch_ops_declare_field_validation_and_gvk():
     assert set(docs) == {"api/v1", "apis/apiregistration.k8s.io/v1", "apis/rbac.authorization.k8s.io/v1",
                          "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1",
                          "apis/discovery.k8s.io/v1", "apis/admissionregistration.k8s.io/v1",
+                         "apis/admissionregistration.k8s.io/v1beta1",
                          "apis/admissionregistration.k8s.io/v1alpha1"}
     for key, raw in docs.items():
         doc = orjson.loads(raw)
@@ -72,9 +73,11 @@ def test_discovery_response():
     assert set(resp.resource_lists) == {"v1", "apiregistration.k8s.io/v1", "rbac.authorization.k8s.io/v1",
                                         "authentication.k8s.io/v1", "authorization.k8s.io/v1",
                                         "discovery.k8s.io/v1", "admissionregistration.k8s.io/v1",
+                                        "admissionregistration.k8s.io/v1beta1",
                                         "admissionregistration.k8s.io/v1alpha1"}
     assert set(resp.openapi) == {"api/v1", "apis/apiregistration.k8s.io/v1", "apis/rbac.authorization.k8s.io/v1",
                                  "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1",
                          "apis/discovery.k8s.io/v1", "apis/admissionregistration.k8s.io/v1",
+                         "apis/admissionregistration.k8s.io/v1beta1",
                          "apis/admissionregistration.k8s.io/v1alpha1"}
     assert orjson.loads(resp.api_group_list)["groups"][0]["name"] == "authentication.k8s.io"

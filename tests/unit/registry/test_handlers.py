@@ -434,7 +434,8 @@ async def test_bootstrap_idempotent(handlers, storage, api):
                                                   ["v1.authorization.k8s.io", "Local", "True"],
                                                   ["v1.discovery.k8s.io", "Local", "True"],
                                                   ["v1.rbac.authorization.k8s.io", "Local", "True"],
-                                                  ["v1alpha1.admissionregistration.k8s.io", "Local", "True"]]
+                                                  ["v1alpha1.admissionregistration.k8s.io", "Local", "True"],
+                                                  ["v1beta1.admissionregistration.k8s.io", "Local", "True"]]
 
 
 async def test_table_list(api):

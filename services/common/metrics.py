@@ -1,0 +1,68 @@
+"""/metrics as kube names it: prometheus_client's exposition plus the counters whose kube name has no
+`_total` (apiserver_admission_webhook_rejection_count, ..._fail_open_count).
+
+prometheus_client renders every counter's samples and TYPE line as `<name>_total`, so a Counter named
+after kube's `..._count` would be served as `..._count_total` and dashboards written for kube would find
+nothing. A KubeCounter keeps its values itself and renders its family under the exact name, as kube's
+component-base metrics do."""
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import generate_latest
+from prometheus_client.utils import floatToGoString
+
+_COUNTERS: list[KubeCounter] = []
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class _Child:
+    __slots__ = ("_counter", "_key")
+
+    def __init__(self, counter: KubeCounter, key: tuple[str, ...]) -> None:
+        self._counter, self._key = counter, key
+
+    def inc(self, amount: float = 1.0) -> None:
+        self._counter._inc(self._key, amount)
+
+
+class KubeCounter:
+    """A counter with labels, exposed under its name as given (Counter's labels(...).inc() interface)."""
+
+    def __init__(self, name: str, documentation: str, labelnames: list[str] | tuple[str, ...]) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
+        self._values: dict[tuple[str, ...], float] = {}
+        self._lock = threading.Lock()
+        _COUNTERS.append(self)
+
+    def labels(self, *values: str) -> _Child:
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name}: expected {len(self.labelnames)} label values, got {len(values)}")
+        return _Child(self, tuple(str(v) for v in values))
+
+    def _inc(self, key: tuple[str, ...], amount: float) -> None:
+        if amount < 0:
+            raise ValueError("counters can only be incremented")
+        with self._lock:
+            self._values[key] = self._values.get(key, 0.0) + amount
+
+    def value(self, *values: str) -> float:
+        return self._values.get(tuple(values), 0.0)
+
+    def render(self) -> str:
+        doc = self.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        lines = [f"# HELP {self.name} {doc}\n", f"# TYPE {self.name} counter\n"]
+        with self._lock:
+            items = sorted(self._values.items())
+        for key, value in items:
+            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(zip(self.labelnames, key)))
+            lines.append(f"{self.name}{{{labels}}} {floatToGoString(value)}\n")
+        return "".join(lines)
+
+
+def exposition() -> bytes:
+    """The text a /metrics endpoint serves: the default registry, then the kube-named counters."""
+    return generate_latest() + "".join(c.render() for c in _COUNTERS).encode()
