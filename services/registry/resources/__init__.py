@@ -66,6 +66,9 @@ class ResourceInfo:
     table: TableConvertor | None = field(default=None, repr=False)
     # Full name of the protobuf message a typed client sends (k8s_pb, generated from proto/k8s).
     protobuf: str = ""
+    # kube's Store.ReturnDeletedObject: an immediate delete answers the deleted object, not a Status
+    # with details (kube sets it for pods, services, serviceaccounts, namespaces, resourcequotas, ...).
+    return_deleted_object: bool = False
     _sub: dict[str, SubresourceInfo] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
