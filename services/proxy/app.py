@@ -380,6 +380,8 @@ class ProxyApp:
         if info.verb == "watch":
             timeout = watch_timeout(query, self.watches.min_timeout)
             req = api_request(info, ctx, query, user, table=output.table)
+            if timeout >= 1:  # the deadline the watch really has (defaulted here): storage bookmarks before it
+                req.query["timeoutSeconds"] = str(int(timeout))
 
             def started() -> None:
                 self.apf.release(seat)

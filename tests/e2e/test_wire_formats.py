@@ -199,3 +199,13 @@ def test_partial_object_metadata_watch(admin, ns):
             if ev["object"]["metadata"]["name"] == "meta-watched":
                 assert ev["type"] == "ADDED"
                 break
+
+
+def test_a_bookmark_comes_before_the_timeout(admin, ns):
+    """kube sends a watch that allows bookmarks one BOOKMARK 2 s before its timeoutSeconds deadline (the
+    stack's bookmark interval is a minute: only the deadline brings this one)."""
+    rv = admin.get(CM).json()["metadata"]["resourceVersion"]
+    with admin.stream("GET", CM, params={"watch": "1", "resourceVersion": rv, "timeoutSeconds": "4",
+                                         "allowWatchBookmarks": "true"}) as w:
+        types = [orjson.loads(line)["type"] for line in w.iter_lines() if line]
+    assert types == ["BOOKMARK"]
