@@ -81,7 +81,7 @@ class Output:
     partial_version: str = "v1"
     # For protobuf: the form to use for a kind without a message, when Accept allows one (client-go
     # asks "application/vnd.kubernetes.protobuf, application/json"); None means 406 for such kinds.
-    fallback: "Output | None" = None
+    fallback: Output | None = None
 
     @property
     def content_type(self) -> str:

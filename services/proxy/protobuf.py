@@ -23,8 +23,20 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 # Imported for their messages, which the definitions name (registered in the default pool on import).
-from k8s_pb import apiregistration_v1_pb2, authentication_v1_pb2, authorization_v1_pb2  # noqa: F401
-from k8s_pb import core_v1_pb2, rbac_v1_pb2  # noqa: F401
+from k8s_pb import (  # noqa: F401
+    apiregistration_v1_pb2,
+    authentication_v1_pb2,
+    authorization_v1_pb2,
+    autoscaling_v1_pb2,
+    coordination_v1_pb2,
+    core_v1_pb2,
+    events_v1_pb2,
+    networking_v1_pb2,
+    policy_v1_pb2,
+    rbac_v1_pb2,
+    scheduling_v1_pb2,
+    storage_v1_pb2,
+)
 from k8s_pb import meta_v1_pb2 as meta_v1
 from k8s_pb import runtime_pb2 as runtime
 from services.common.decoding import loads_json
@@ -73,6 +85,25 @@ NULLABLE: frozenset[tuple[str, str]] = frozenset({
     (_CORE_PKG + "ClientIPConfig", "timeoutSeconds"),
     (_CORE_PKG + "LoadBalancerIngress", "ipMode"),
     (_CORE_PKG + "PortStatus", "error"),
+    (_CORE_PKG + "Event", "series"),
+    ("k8s.io.api.coordination.v1.LeaseSpec", "holderIdentity"),
+    ("k8s.io.api.coordination.v1.LeaseSpec", "leaseDurationSeconds"),
+    ("k8s.io.api.coordination.v1.LeaseSpec", "leaseTransitions"),
+    ("k8s.io.api.coordination.v1.LeaseSpec", "strategy"),
+    ("k8s.io.api.coordination.v1.LeaseSpec", "preferredHolder"),
+    ("k8s.io.api.scheduling.v1.PriorityClass", "preemptionPolicy"),
+    ("k8s.io.api.policy.v1.PodDisruptionBudgetSpec", "unhealthyPodEvictionPolicy"),
+    ("k8s.io.api.storage.v1.StorageClass", "reclaimPolicy"),
+    ("k8s.io.api.storage.v1.StorageClass", "allowVolumeExpansion"),
+    ("k8s.io.api.storage.v1.StorageClass", "volumeBindingMode"),
+    ("k8s.io.api.networking.v1.HTTPIngressPath", "pathType"),
+    ("k8s.io.api.networking.v1.IngressSpec", "ingressClassName"),
+    ("k8s.io.api.networking.v1.IngressClassParametersReference", "aPIGroup"),
+    ("k8s.io.api.networking.v1.IngressClassParametersReference", "scope"),
+    ("k8s.io.api.networking.v1.IngressClassParametersReference", "namespace"),
+    ("k8s.io.api.networking.v1.IngressPortStatus", "error"),
+    ("k8s.io.api.networking.v1.NetworkPolicyPort", "protocol"),
+    ("k8s.io.api.networking.v1.NetworkPolicyPort", "endPort"),
     ("k8s.io.api.authentication.v1.TokenRequestSpec", "expirationSeconds"),
     ("k8s.io.kube_aggregator.pkg.apis.apiregistration.v1.ServiceReference", "port"),
 })
@@ -80,7 +111,13 @@ NULLABLE: frozenset[tuple[str, str]] = frozenset({
 # Proto field names are the JSON names, except where go-to-protobuf kept the Go spelling.
 _JSON_NAMES: dict[tuple[str, str], str] = {
     ("k8s.io.api.authentication.v1.BoundObjectReference", "uID"): "uid",
+    ("k8s.io.api.networking.v1.IngressClassParametersReference", "aPIGroup"): "apiGroup",
 }
+
+# Embedded Go structs (json:",inline"): a message field on the wire, its fields the parent's in JSON.
+INLINE: frozenset[tuple[str, str]] = frozenset({
+    ("k8s.io.api.networking.v1.IngressRule", "ingressRuleValue"),
+})
 
 def decode_k8s_protobuf(body: bytes, into: str = "",
                         kinds: dict[tuple[str, str], type[Message]] | None = None) -> bytes:
@@ -145,14 +182,16 @@ def message_to_json(msg: Message) -> Any:
             out[name] = [_value(field, v) for v in value]
         elif field.type == FieldDescriptor.TYPE_MESSAGE:
             converted = message_to_json(value)
-            if converted is not None:
+            if shape == _INLINED:
+                out.update(converted)
+            elif converted is not None:
                 out[name] = converted
         elif value or keep_zero:
             out[name] = _value(field, value)
     return out
 
 
-_SCALAR, _LIST, _MAP = 0, 1, 2
+_SCALAR, _LIST, _MAP, _INLINED = 0, 1, 2, 3
 _plans: dict[str, dict[int, tuple[str, int, bool]]] = {}
 
 
@@ -162,7 +201,7 @@ def _plan(desc: Descriptor) -> dict[int, tuple[str, int, bool]]:
     if plan is None:
         plan = {}
         for f in desc.fields:
-            shape = _SCALAR
+            shape = _INLINED if (desc.full_name, f.name) in INLINE else _SCALAR
             if _is_repeated(f):
                 is_map = f.message_type is not None and f.message_type.GetOptions().map_entry
                 shape = _MAP if is_map else _LIST
@@ -234,6 +273,8 @@ _META_KINDS: dict[tuple[str, str], type[Message]] = {
     ("meta.k8s.io/v1", "PartialObjectMetadataList"): meta_v1.PartialObjectMetadataList,
     ("meta.k8s.io/v1beta1", "PartialObjectMetadata"): meta_v1.PartialObjectMetadata,
     ("meta.k8s.io/v1beta1", "PartialObjectMetadataList"): meta_v1.PartialObjectMetadataList,
+    # the kind the scale subresources of every scalable resource answer
+    ("autoscaling/v1", "Scale"): autoscaling_v1_pb2.Scale,
 }
 
 
@@ -257,12 +298,12 @@ def has_message(api_version: str, kind: str) -> bool:
     return (api_version, kind) in ENCODABLE
 
 
-def encode_object(obj: dict[str, Any]) -> bytes:
+def encode_object(obj: dict[str, Any], kinds: dict[tuple[str, str], type[Message]] | None = None) -> bytes:
     """An object (with apiVersion and kind) in kube's protobuf wire form: b"k8s\\x00" and a
     runtime.Unknown holding the typed message. InternalError when its kind has no message or it holds
     a field the message lacks: an answer never silently loses data."""
     api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
-    cls = ENCODABLE.get((api_version, kind))
+    cls = (ENCODABLE if kinds is None else kinds).get((api_version, kind))
     if cls is None:
         raise InternalError(f"no protobuf message for {api_version} {kind}")
     msg = cls()
@@ -293,6 +334,11 @@ def json_to_message(obj: dict[str, Any], msg: Message, skip_type_meta: bool = Fa
         if value is None:
             continue
         field = fields.get(key)
+        if field is not None and field.containing_type is not desc:  # a field of an inlined struct
+            inlined = getattr(msg, _inline_field(desc).name)
+            _set_field(inlined, field, value)
+            inlined.SetInParent()
+            continue
         if field is None:
             # TypeMeta: in the envelope for the answer itself; dropped from the items of a List,
             # whose messages have none (as kube's do).
@@ -306,11 +352,21 @@ _encode_plans: dict[str, dict[str, FieldDescriptor]] = {}
 
 
 def _encode_plan(desc: Descriptor) -> dict[str, FieldDescriptor]:
+    """JSON name -> field; an inlined struct's fields are named as the parent's own."""
     plan = _encode_plans.get(desc.full_name)
     if plan is None:
-        plan = {_JSON_NAMES.get((desc.full_name, f.name), f.name): f for f in desc.fields}
+        plan = {}
+        for f in desc.fields:
+            if (desc.full_name, f.name) in INLINE:
+                plan.update(_encode_plan(f.message_type))
+            else:
+                plan[_JSON_NAMES.get((desc.full_name, f.name), f.name)] = f
         _encode_plans[desc.full_name] = plan
     return plan
+
+
+def _inline_field(desc: Descriptor) -> FieldDescriptor:
+    return next(f for f in desc.fields if (desc.full_name, f.name) in INLINE)
 
 
 def _set_field(msg: Message, field: FieldDescriptor, value: Any) -> None:
@@ -365,7 +421,7 @@ def _scalar(field: FieldDescriptor, value: Any) -> Any:
 
 def _parse_time(value: str) -> tuple[int, int]:
     try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        t = datetime.fromisoformat(value)  # Python 3.11 reads the "Z" of RFC 3339
     except ValueError:
         raise InternalError(f"unable to encode the time {value!r} as protobuf") from None
     if t.tzinfo is None:

@@ -14,8 +14,8 @@ from services.common import mux
 from services.common.runtime import after_large_answer
 
 from ..context import ClientDisconnected, Context
-from ..filters.timeout import REQUEST_TIMEOUT
 from ..encoding import encode_answer
+from ..filters.timeout import REQUEST_TIMEOUT
 from ..negotiation import Output
 from ..requestinfo import RequestInfo
 

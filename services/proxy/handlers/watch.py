@@ -20,8 +20,8 @@ from services.common.decoding import parse_int64
 from services.common.errors import APIError, BadRequest
 
 from ..context import ClientDisconnected, Context
-from ..filters.timeout import MIN_REQUEST_TIMEOUT
 from ..encoding import encode_event
+from ..filters.timeout import MIN_REQUEST_TIMEOUT
 from ..negotiation import OUTPUT_JSON, Output
 
 log = logging.getLogger(__name__)

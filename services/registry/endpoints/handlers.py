@@ -27,8 +27,8 @@ from ..auth import AuthClient
 from ..catalogue import Catalogue
 from ..escalation import check_escalation
 from ..generic.store import Store
-from ..rest import Obj, Scope, ValidateFunc, ensure_namespace, options_invalid
 from ..resources import ResourceInfo
+from ..rest import Obj, Scope, ValidateFunc, ensure_namespace, options_invalid
 from ..reviews import Reviews
 from ..storage_client import StorageClient
 from ..strategies import strategy_for

@@ -159,6 +159,7 @@ V1 = GroupVersion("", "v1", 18000, 1, (
     ResourceInfo(
         group="", version="v1", kind="Event", plural="events", singular="event", namespaced=True,
         key_prefix="/registry/events/", short_names=("ev",), strategy=EventStrategy, table=EVENT_TABLE,
+        protobuf=_PB + "Event",
     ),
     ResourceInfo(
         group="", version="v1", kind="Namespace", plural="namespaces", singular="namespace", namespaced=False,
