@@ -77,6 +77,7 @@ def definition_of(message: str) -> str:
 # (apiVersion, kind): checked here the same way, with their Lists.
 PENDING = {
     ("v1", "LimitRange"): "k8s.io.api.core.v1.LimitRange",
+    ("v1", "Node"): "k8s.io.api.core.v1.Node",
     ("coordination.k8s.io/v1", "Lease"): "k8s.io.api.coordination.v1.Lease",
     ("events.k8s.io/v1", "Event"): "k8s.io.api.events.v1.Event",
     ("policy/v1", "PodDisruptionBudget"): "k8s.io.api.policy.v1.PodDisruptionBudget",
