@@ -78,6 +78,9 @@ def definition_of(message: str) -> str:
 PENDING = {
     ("v1", "LimitRange"): "k8s.io.api.core.v1.LimitRange",
     ("v1", "Node"): "k8s.io.api.core.v1.Node",
+    ("v1", "Pod"): "k8s.io.api.core.v1.Pod",
+    ("v1", "PodTemplate"): "k8s.io.api.core.v1.PodTemplate",
+    ("v1", "ReplicationController"): "k8s.io.api.core.v1.ReplicationController",
     ("coordination.k8s.io/v1", "Lease"): "k8s.io.api.coordination.v1.Lease",
     ("events.k8s.io/v1", "Event"): "k8s.io.api.events.v1.Event",
     ("policy/v1", "PodDisruptionBudget"): "k8s.io.api.policy.v1.PodDisruptionBudget",
@@ -107,3 +110,18 @@ def test_pending_kinds_have_kubes_definitions():
     for (api_version, kind), message in PENDING.items():
         group, _, version = api_version.rpartition("/")
         assert definition_for(group, version, kind) == definition_of(message)
+
+
+@pytest.mark.parametrize("api_version,kind,body", [
+    ("v1", "Pod", {"spec": {"automountServiceAccountToken": False, "enableServiceLinks": False,
+                            "securityContext": {"runAsUser": 0, "runAsNonRoot": False},
+                            "containers": [{"name": "c", "securityContext": {"privileged": False, "runAsUser": 0}}],
+                            "tolerations": [{"key": "k", "effect": "NoExecute", "tolerationSeconds": 0}]}}),
+    ("v1", "ReplicationController", {"spec": {"replicas": 0}}),
+    ("coordination.k8s.io/v1", "Lease", {"spec": {"holderIdentity": "", "leaseTransitions": 0}}),
+])
+def test_zero_values_of_pointer_fields_survive(api_version: str, kind: str, body: dict) -> None:
+    """Go pointers: a zero there is the client's choice (runAsUser: 0 is root, replicas: 0 is none), so a
+    body decoded from protobuf keeps it."""
+    obj = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}, **body}
+    assert orjson.loads(decode_k8s_protobuf(encode_object(obj, MESSAGES), kinds=MESSAGES)) == obj
