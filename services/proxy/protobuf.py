@@ -96,8 +96,8 @@ NULLABLE: frozenset[tuple[str, str]] = frozenset({
         "privileged", "runAsUser", "runAsGroup", "runAsNonRoot", "readOnlyRootFilesystem",
         "allowPrivilegeEscalation", "procMount")),
     *((_CORE_PKG + "PodSecurityContext", f) for f in (
-        "runAsUser", "runAsGroup", "runAsNonRoot", "fsGroup", "fsGroupChangePolicy", "supplementalGroupsPolicy",
-        "seLinuxChangePolicy")),
+        "runAsUser", "runAsGroup", "runAsNonRoot", "fsGroup", "fsGroupChangePolicy",
+        "supplementalGroupsPolicy", "seLinuxChangePolicy")),
     *((_CORE_PKG + "WindowsSecurityContextOptions", f) for f in (
         "gmsaCredentialSpecName", "gmsaCredentialSpec", "runAsUserName", "hostProcess")),
     *((_CORE_PKG + m, "optional") for m in (

@@ -68,7 +68,7 @@ def example(schema: dict[str, Any], path: tuple[str, ...] = ()) -> Any:
 
 
 def definition_of(message: str) -> str:
-    """kube's definition name of a go-to-protobuf message: k8s.io.api.core.v1.Pod -> io.k8s.api.core.v1.Pod."""
+    """kube's definition name of a go-to-protobuf message (k8s.io.api.core.v1.Pod: io.k8s.api.core.v1.Pod)."""
     assert message.startswith("k8s.io.")
     return "io.k8s." + message[len("k8s.io."):].replace("kube_aggregator", "kube-aggregator")
 
@@ -115,7 +115,8 @@ def test_pending_kinds_have_kubes_definitions():
 @pytest.mark.parametrize("api_version,kind,body", [
     ("v1", "Pod", {"spec": {"automountServiceAccountToken": False, "enableServiceLinks": False,
                             "securityContext": {"runAsUser": 0, "runAsNonRoot": False},
-                            "containers": [{"name": "c", "securityContext": {"privileged": False, "runAsUser": 0}}],
+                            "containers": [{"name": "c",
+                                            "securityContext": {"privileged": False, "runAsUser": 0}}],
                             "tolerations": [{"key": "k", "effect": "NoExecute", "tolerationSeconds": 0}]}}),
     ("v1", "ReplicationController", {"spec": {"replicas": 0}}),
     ("coordination.k8s.io/v1", "Lease", {"spec": {"holderIdentity": "", "leaseTransitions": 0}}),
