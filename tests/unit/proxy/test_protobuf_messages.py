@@ -82,6 +82,12 @@ PENDING = {
     ("v1", "PodTemplate"): "k8s.io.api.core.v1.PodTemplate",
     ("v1", "ReplicationController"): "k8s.io.api.core.v1.ReplicationController",
     ("coordination.k8s.io/v1", "Lease"): "k8s.io.api.coordination.v1.Lease",
+    ("apps/v1", "Deployment"): "k8s.io.api.apps.v1.Deployment",
+    ("apps/v1", "ReplicaSet"): "k8s.io.api.apps.v1.ReplicaSet",
+    ("apps/v1", "StatefulSet"): "k8s.io.api.apps.v1.StatefulSet",
+    ("apps/v1", "DaemonSet"): "k8s.io.api.apps.v1.DaemonSet",
+    ("batch/v1", "Job"): "k8s.io.api.batch.v1.Job",
+    ("batch/v1", "CronJob"): "k8s.io.api.batch.v1.CronJob",
     ("events.k8s.io/v1", "Event"): "k8s.io.api.events.v1.Event",
     ("policy/v1", "PodDisruptionBudget"): "k8s.io.api.policy.v1.PodDisruptionBudget",
     ("scheduling.k8s.io/v1", "PriorityClass"): "k8s.io.api.scheduling.v1.PriorityClass",
@@ -119,6 +125,8 @@ def test_pending_kinds_have_kubes_definitions():
                                             "securityContext": {"privileged": False, "runAsUser": 0}}],
                             "tolerations": [{"key": "k", "effect": "NoExecute", "tolerationSeconds": 0}]}}),
     ("v1", "ReplicationController", {"spec": {"replicas": 0}}),
+    ("apps/v1", "Deployment", {"spec": {"replicas": 0, "revisionHistoryLimit": 0}}),
+    ("batch/v1", "Job", {"spec": {"backoffLimit": 0, "suspend": False, "ttlSecondsAfterFinished": 0}}),
     ("coordination.k8s.io/v1", "Lease", {"spec": {"holderIdentity": "", "leaseTransitions": 0}}),
 ])
 def test_zero_values_of_pointer_fields_survive(api_version: str, kind: str, body: dict) -> None:
