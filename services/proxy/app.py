@@ -41,6 +41,7 @@ from .filters.timeout import (MIN_REQUEST_TIMEOUT, REQUEST_TIMEOUT, TIMEOUT_BODY
                               Deadlines, long_running, request_timeout)
 from .handlers.resource import ResourceHandler, api_request
 from .handlers.watch import WatchHandler, watch_timeout
+from .encoding import for_kind
 from .negotiation import APPLY_PATCH, negotiate_output
 from .authz_invalidation import AuthzCacheInvalidator
 from .requestinfo import RequestInfo
@@ -374,9 +375,16 @@ class ProxyApp:
             raise NotFound("the server could not find the requested resource")
         self._check_served(info)
         output = negotiate_output(ctx.header(b"accept"))
+        if output.format == "protobuf":
+            api_version = f"{info.api_group}/{info.api_version}" if info.api_group else info.api_version
+            output = for_kind(output, api_version, self.discovery.kind(info.api_group, info.api_version,
+                                                                       info.resource))
+        ctx.output = output
         if info.verb == "watch":
             timeout = watch_timeout(query, self.watches.min_timeout)
             req = api_request(info, ctx, query, user, table=output.table)
+            if timeout >= 1:  # the deadline the watch really has (defaulted here): storage bookmarks before it
+                req.query["timeoutSeconds"] = str(int(timeout))
 
             def started() -> None:
                 self.apf.release(seat)
@@ -384,7 +392,7 @@ class ProxyApp:
                     ctx.audit.stage("ResponseStarted", 200)
 
             with metrics.longrunning(info).track_inprogress():
-                await self.watches.handle(ctx, req, timeout, started)
+                await self.watches.handle(ctx, req, timeout, started, output)
             return False
         content_type = ""
         if body or info.verb in ("create", "update", "patch"):

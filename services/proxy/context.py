@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from services.common.errors import APIError, RequestEntityTooLarge
 
+from .encoding import encode_error
 from .negotiation import JSON
 
 if TYPE_CHECKING:
     from .filters.audit import Event
+    from .negotiation import Output
 
 T = TypeVar("T")
 
@@ -57,7 +59,7 @@ def too_large(limit: int = MAX_REQUEST_BODY_BYTES) -> RequestEntityTooLarge:
 class Context:
     __slots__ = ("scope", "receive", "send", "audit_id", "started", "timings", "headers", "extra_headers",
                  "code", "response_started", "_disconnect", "method", "path", "query_string", "impersonation",
-                 "audit", "response_chunks")
+                 "audit", "response_chunks", "output")
 
     def __init__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         self.scope, self.receive, self.send = scope, receive, send
@@ -85,6 +87,8 @@ class Context:
         self.audit: Event | None = None  # this request's audit event, when the policy audits it
         # the response body's parts, kept for an audit event at level RequestResponse (never for watches)
         self.response_chunks: list[bytes] | None = None
+        # the negotiated response form, once a resource request has one: errors are answered in it
+        self.output: Output | None = None
 
     def header(self, name: bytes) -> str:
         v = self.headers.get(name)
@@ -220,4 +224,5 @@ class Context:
         headers = [(k.lower().encode(), str(v).encode()) for k, v in err.headers.items()]
         if err.warnings:
             headers += warning_headers(err.warnings)
-        await self.respond(err.code, err.body(), JSON, headers)
+        body, content_type = encode_error(err, self.output)
+        await self.respond(err.code, body, content_type, headers)

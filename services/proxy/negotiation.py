@@ -74,16 +74,34 @@ def parse_accept(header: str) -> list[MediaRange]:
 
 @dataclass(frozen=True, slots=True)
 class Output:
-    format: str = "json"  # json | yaml
+    format: str = "json"  # json | yaml | protobuf
     table: bool = False
+    # "PartialObjectMetadata" or "PartialObjectMetadataList" (as=...;g=meta.k8s.io): metadata only
+    partial: str = ""
+    partial_version: str = "v1"
+    # For protobuf: the form to use for a kind without a message, when Accept allows one (client-go
+    # asks "application/vnd.kubernetes.protobuf, application/json"); None means 406 for such kinds.
+    fallback: Output | None = None
 
     @property
     def content_type(self) -> str:
-        return YAML if self.format == "yaml" else JSON
+        return YAML if self.format == "yaml" else PROTOBUF if self.format == "protobuf" else JSON
+
+    @property
+    def watch_content_type(self) -> str:
+        return PROTOBUF + ";stream=watch" if self.format == "protobuf" else JSON
+
+    @property
+    def transforms(self) -> bool:
+        """Whether the registry's JSON answer is rewritten here (anything but plain JSON or a Table)."""
+        return self.format != "json" or bool(self.partial)
 
 
 OUTPUT_JSON = Output()
-_ACCEPTABLE = "only the following media types are accepted: application/json, application/yaml"
+_ACCEPTABLE = ("only the following media types are accepted: application/json, application/yaml, "
+               "application/vnd.kubernetes.protobuf")
+_PARTIAL_KINDS = ("PartialObjectMetadata", "PartialObjectMetadataList")
+_PARTIAL_VERSIONS = ("v1", "v1beta1")
 
 
 def _is_table(r: MediaRange) -> bool:
@@ -91,23 +109,39 @@ def _is_table(r: MediaRange) -> bool:
             and r.params.get("v") in _TABLE_VERSIONS)
 
 
-def negotiate_output(accept: str) -> Output:
-    """The response form for a resource request. Protobuf is not served; JSON is the fallback."""
-    if not accept or accept == JSON or accept == "*/*":
-        return OUTPUT_JSON
-    for r in parse_accept(accept):
+def _is_partial(r: MediaRange) -> bool:
+    return (r.params.get("as") in _PARTIAL_KINDS and r.params.get("g") == "meta.k8s.io"
+            and r.params.get("v") in _PARTIAL_VERSIONS)
+
+
+def _output(ranges: list[MediaRange]) -> Output | None:
+    for i, r in enumerate(ranges):
         wildcard = r.type == "*" or (r.type == "application" and r.subtype == "*")
         if wildcard:
             return OUTPUT_JSON
-        if r.type != "application" or r.subtype not in ("json", "yaml"):
+        if r.type != "application" or r.subtype not in ("json", "yaml", "vnd.kubernetes.protobuf"):
             continue
-        fmt = r.subtype
+        fmt = "protobuf" if r.subtype == "vnd.kubernetes.protobuf" else r.subtype
+        fallback = _output(ranges[i + 1:]) if fmt == "protobuf" else None
         if "as" in r.params:
-            if _is_table(r):
+            if _is_table(r) and fmt != "protobuf":  # kube's Table has no protobuf form
                 return Output(fmt, True)
-            continue  # PartialObjectMetadata and friends are not offered
-        return Output(fmt)
-    raise NotAcceptable(_ACCEPTABLE)
+            if _is_partial(r):
+                return Output(fmt, partial=r.params["as"], partial_version=r.params["v"], fallback=fallback)
+            continue  # an unknown as=: the next range, or 406
+        return Output(fmt, fallback=fallback)
+    return None
+
+
+def negotiate_output(accept: str) -> Output:
+    """The response form for a resource request: JSON, YAML or protobuf, as a Table or as
+    PartialObjectMetadata(List); JSON when Accept names none (or */*); 406 when it excludes them all."""
+    if not accept or accept == JSON or accept == "*/*":
+        return OUTPUT_JSON
+    out = _output(parse_accept(accept))
+    if out is None:
+        raise NotAcceptable(_ACCEPTABLE)
+    return out
 
 
 def negotiate_discovery(accept: str) -> str | None:

@@ -48,6 +48,14 @@ def _true(value: str) -> bool:
     return value.lower() in ("true", "1")
 
 
+def _timeout(value: str) -> float:
+    # checked by the proxy (a 400 before the watch starts), which also sets it when the client did not
+    try:
+        return max(float(int(value)), 0.0) if value else 0.0
+    except ValueError:
+        return 0.0
+
+
 class Plan:
     """One client watch as the registry serves it: the storage watch, and how its events become
     frames. APIErrors of the request itself (unknown resource, bad options) are raised here."""
@@ -62,6 +70,7 @@ class Plan:
             label_selector=q.get("labelSelector", ""), field_selector=r.field_selector,
             allow_bookmarks=_true(q.get("allowWatchBookmarks", "")),
             send_initial_events=_true(q.get("sendInitialEvents", "")),
+            timeout_seconds=_timeout(q.get("timeoutSeconds", "")),
         )
         self.info, self.table = info, req.table
         self.include = q.get("includeObject", "Metadata")

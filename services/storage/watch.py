@@ -35,6 +35,9 @@ CONSISTENT_READ_WAIT = 3.0
 Begun = tuple[Cacher, CacheWatcher, list[pb.Object] | list[bytes]]
 
 
+BOOKMARK_BEFORE_DEADLINE = 2.0
+
+
 def bookmark(rv: int, initial_events_end: bool = False) -> pb.WatchEvent:
     ev = pb.WatchEvent(type=BOOKMARK)
     ev.object.metadata.resource_version = str(rv)
@@ -116,7 +119,13 @@ class Watches:
         if deliver is not None and (sent := w.attach(deliver)):
             metrics.WATCH_EVENTS.labels(cacher.kind).inc(sent)
         interval = self.bookmark_interval
-        next_bookmark = time.monotonic() + interval
+        now = time.monotonic()
+        # kube's cacheWatcher.nextBookmarkTime: every interval, and once 2 s before the watch's deadline
+        before_deadline = now + request.timeout_seconds - BOOKMARK_BEFORE_DEADLINE \
+            if request.timeout_seconds else None
+        next_bookmark = now + interval
+        if before_deadline is not None and before_deadline < next_bookmark:
+            next_bookmark = max(before_deadline, now)
         buf = w.buf
         while True:
             sent = 0
@@ -142,4 +151,7 @@ class Watches:
                 continue
             # Every event up to the cache's revision has been sent or handed over (the buffer is empty).
             yield bookmark(max(w.since, cacher.rev)).SerializeToString()
-            next_bookmark = time.monotonic() + interval
+            now = time.monotonic()
+            next_bookmark = now + interval
+            if before_deadline is not None and now < before_deadline < next_bookmark:
+                next_bookmark = before_deadline

@@ -1,6 +1,7 @@
 """One-shot resource requests (get, list, create, update, patch, delete, deletecollection).
 
-Each becomes one Registry.Handle call; the registry's JSON answer is sent on untouched (or as YAML).
+Each becomes one Registry.Handle call; the registry's JSON answer is sent on untouched, or in the
+negotiated form (encoding.py: YAML, PartialObjectMetadata, protobuf).
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from services.common import mux
 from services.common.runtime import after_large_answer
 
 from ..context import ClientDisconnected, Context, warning_headers
+from ..encoding import encode_answer
 from ..filters.timeout import REQUEST_TIMEOUT
-from ..negotiation import Output, json_to_yaml
+from ..negotiation import Output
 from ..requestinfo import RequestInfo
 
 
@@ -45,16 +47,14 @@ class ResourceHandler:
 
     async def handle(self, ctx: Context, req: rpb.APIRequest, output: Output) -> None:
         t = time.perf_counter()
-        if req.verb == "list" and output.format == "json" and not req.table:
+        if req.verb == "list" and not output.transforms and not req.table:
             await self._handle_parts(ctx, req, output, t)
             return
         resp = await ctx.race(self.calls.call("Handle", req, timeout=self.timeout))
         ctx.timing("registry", t)
         headers = self._headers(ctx, resp)
-        body = resp.body
-        if output.format == "yaml" and body:
-            body = json_to_yaml(body)
-        await ctx.respond(resp.code or 200, body, output.content_type, headers)
+        body, content_type = encode_answer(resp.body, output)
+        await ctx.respond(resp.code or 200, body, content_type, headers)
 
     @staticmethod
     def _headers(ctx: Context, resp: rpb.APIResponse) -> list[tuple[bytes, bytes]]:

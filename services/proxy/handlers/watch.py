@@ -1,4 +1,5 @@
-"""Watches: the registry's frames answered as chunked JSON, one event per line, each flushed at once.
+"""Watches: the registry's frames answered as chunked JSON, one event per line, each flushed at once
+(or in the negotiated form: encoding.encode_event).
 
 Every client watch is a watch on the proxy's one Registry.Watches stream (services/common/watchmux.py):
 a frame that several clients watch crosses from the registry once."""
@@ -19,8 +20,9 @@ from services.common.decoding import parse_int64
 from services.common.errors import APIError, BadRequest
 
 from ..context import ClientDisconnected, Context
+from ..encoding import encode_event
 from ..filters.timeout import MIN_REQUEST_TIMEOUT
-from ..negotiation import JSON
+from ..negotiation import OUTPUT_JSON, Output
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,7 @@ def watch_timeout(query: dict[str, str], min_timeout: float = MIN_REQUEST_TIMEOU
 
 
 def _error_event(err: APIError) -> bytes:
-    return orjson.dumps({"type": "ERROR", "object": err.status()}) + b"\n"
+    return orjson.dumps({"type": "ERROR", "object": err.status()})
 
 
 class WatchHandler:
@@ -75,7 +77,7 @@ class WatchHandler:
         return self._closing_waiter
 
     async def handle(self, ctx: Context, req: rpb.APIRequest, timeout: float,
-                     started: Callable[[], None]) -> None:
+                     started: Callable[[], None], output: Output = OUTPUT_JSON) -> None:
         """Stream the watch; `started` is called once the 200 is out (the APF seat is then released)."""
         t = time.perf_counter()
         deadline = asyncio.get_running_loop().time() + timeout
@@ -93,9 +95,9 @@ class WatchHandler:
             if first.done() and first.exception() is not None:
                 raise first.exception()  # type: ignore[misc] - an APIError: a normal error response
             ctx.timing("registry", t)
-            await ctx.start_stream(200, JSON, [(b"cache-control", b"no-cache, private")])
+            await ctx.start_stream(200, output.watch_content_type, [(b"cache-control", b"no-cache, private")])
             started()
-            pump = asyncio.ensure_future(self._pump(ctx, frames, first))
+            pump = asyncio.ensure_future(self._pump(ctx, frames, first, output))
             waiters = {pump, self._closing()}
             if ctx.disconnected is not None:
                 waiters.add(ctx.disconnected)
@@ -119,13 +121,19 @@ class WatchHandler:
             await frames.aclose()  # cancels the watch on the registry stream
 
     @staticmethod
-    async def _pump(ctx: Context, frames: AsyncIterator[list[bytes]], first: asyncio.Future) -> None:
-        """Each event a line; the events that arrived while the previous write was going out go in
-        one write (one HTTP chunk), so a client that falls behind costs less per event, not more."""
+    async def _pump(ctx: Context, frames: AsyncIterator[list[bytes]], first: asyncio.Future,
+                    output: Output) -> None:
+        """Each event a line (or a protobuf frame); the events that arrived while the previous write
+        was going out go in one write (one HTTP chunk), so a client that falls behind costs less per
+        event, not more."""
+        plain = not output.transforms
         try:
             batch = await first
             while batch is not None:
-                await ctx.write(batch[0] + b"\n" if len(batch) == 1 else b"\n".join(batch) + b"\n")
+                if plain:
+                    await ctx.write(batch[0] + b"\n" if len(batch) == 1 else b"\n".join(batch) + b"\n")
+                else:
+                    await ctx.write(b"".join(encode_event(line, output) for line in batch))
                 batch = await anext(frames, None)
         except APIError as e:
-            await ctx.write(_error_event(e))
+            await ctx.write(encode_event(_error_event(e), output))

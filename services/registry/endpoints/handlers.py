@@ -27,6 +27,7 @@ from ..auth import AuthClient
 from ..catalogue import Catalogue
 from ..escalation import check_escalation
 from ..generic.store import Store
+from ..resources import ResourceInfo
 from ..rest import Obj, Scope, ValidateFunc, ensure_namespace, options_invalid
 from ..reviews import Reviews
 from ..storage_client import StorageClient
@@ -44,6 +45,15 @@ from .request import (
     go_value,
     resolve,
 )
+
+
+def deleted_status(info: ResourceInfo, deleted: pb.Object) -> bytes:
+    """kube's Store.finalizeDelete: the Status that says an object is gone, naming it (the "kind" of
+    its details is the resource, as kube sets it) so a client can tell it was not left waiting."""
+    details = {"name": deleted.metadata.name, "group": info.group, "kind": info.plural,
+               "uid": deleted.metadata.uid}
+    return orjson.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                         "details": {k: v for k, v in details.items() if v}})
 
 
 class Handlers:
@@ -262,7 +272,10 @@ class Handlers:
     async def delete(self, r: Request) -> Response:
         opts, admission = self._delete_admission(r)
         env = await self.rest.delete(r, r.req.name, opts, admission.admit, self._validation(admission))
-        return Response(200, envelope.to_json(env))
+        if env.metadata.deletion_timestamp or r.info.return_deleted_object:
+            # still there, marked for deletion (finalizers pending): kube answers the object
+            return Response(200, envelope.to_json(env))
+        return Response(200, deleted_status(r.info, env))
 
     async def delete_collection(self, r: Request) -> Response:
         opts, admission = self._delete_admission(r)

@@ -72,6 +72,9 @@ class ResourceInfo:
     # v1beta1, v1): the version its storageVersionHash names. Its objects are stored without type meta
     # and every read gives them the version asked for, as kube converts through its internal version.
     storage_version: str = ""
+    # kube's Store.ReturnDeletedObject: an immediate delete answers the deleted object, not a Status
+    # with details (kube sets it for pods, services, serviceaccounts, namespaces, resourcequotas, ...).
+    return_deleted_object: bool = False
     _sub: dict[str, SubresourceInfo] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

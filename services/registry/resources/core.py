@@ -159,6 +159,7 @@ V1 = GroupVersion("", "v1", 18000, 1, (
     ResourceInfo(
         group="", version="v1", kind="Event", plural="events", singular="event", namespaced=True,
         key_prefix="/registry/events/", short_names=("ev",), strategy=EventStrategy, table=EVENT_TABLE,
+        protobuf=_PB + "Event",
     ),
     ResourceInfo(
         group="", version="v1", kind="Namespace", plural="namespaces", singular="namespace", namespaced=False,
@@ -168,7 +169,7 @@ V1 = GroupVersion("", "v1", 18000, 1, (
             SubresourceInfo("finalize", "Namespace", ("update",)),
             SubresourceInfo("status", "Namespace", STATUS_VERBS),
         ),
-        strategy=NamespaceStrategy, protobuf=_PB + "Namespace",
+        strategy=NamespaceStrategy, protobuf=_PB + "Namespace", return_deleted_object=True,
         table=name_age([column("Status", "string", "The status of the namespace")],
                        lambda o: [(o.get("status") or {}).get("phase", "")]),
     ),
@@ -176,7 +177,8 @@ V1 = GroupVersion("", "v1", 18000, 1, (
         group="", version="v1", kind="ResourceQuota", plural="resourcequotas", singular="resourcequota",
         namespaced=True, key_prefix="/registry/resourcequotas/", short_names=("quota",),
         subresources=(SubresourceInfo("status", "ResourceQuota", STATUS_VERBS),),
-        strategy=ResourceQuotaStrategy, protobuf=_PB + "ResourceQuota", table=RESOURCE_QUOTA_TABLE,
+        strategy=ResourceQuotaStrategy, protobuf=_PB + "ResourceQuota", return_deleted_object=True,
+        table=RESOURCE_QUOTA_TABLE,
     ),
     ResourceInfo(
         group="", version="v1", kind="Secret", plural="secrets", singular="secret", namespaced=True,
@@ -199,13 +201,13 @@ V1 = GroupVersion("", "v1", 18000, 1, (
         group="", version="v1", kind="Service", plural="services", singular="service", namespaced=True,
         key_prefix="/registry/services/specs/", short_names=("svc",), categories=("all",),
         subresources=(SubresourceInfo("status", "Service", STATUS_VERBS),),
-        strategy=ServiceStrategy, protobuf=_PB + "Service", table=SERVICE_TABLE,
+        strategy=ServiceStrategy, protobuf=_PB + "Service", return_deleted_object=True, table=SERVICE_TABLE,
     ),
     ResourceInfo(
         group="", version="v1", kind="ServiceAccount", plural="serviceaccounts", singular="serviceaccount",
         namespaced=True, key_prefix="/registry/serviceaccounts/", short_names=("sa",),
         subresources=(SubresourceInfo("token", "TokenRequest", ("create",), "authentication.k8s.io", "v1"),),
-        strategy=ServiceAccountStrategy, protobuf=_PB + "ServiceAccount",
+        strategy=ServiceAccountStrategy, protobuf=_PB + "ServiceAccount", return_deleted_object=True,
         table=name_age(
             [column("Secrets", "string", "Secrets is a list of the secrets in the same namespace that pods "
                     "running using this ServiceAccount are allowed to use. More info: "

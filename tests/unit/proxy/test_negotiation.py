@@ -31,16 +31,25 @@ def test_parse_accept_orders_by_q_stably():
     ("application/json;as=Table;g=meta.k8s.io;v=v1", Output("json", True)),
     ("application/yaml;as=Table;v=v1;g=meta.k8s.io", Output("yaml", True)),
     ("application/json;as=Table;v=v2;g=meta.k8s.io, application/json", Output("json", False)),
-    ("application/vnd.kubernetes.protobuf, application/json", Output("json", False)),
+    ("application/vnd.kubernetes.protobuf, application/json", Output("protobuf", fallback=Output("json"))),
+    ("application/vnd.kubernetes.protobuf", Output("protobuf")),
+    ("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io, application/json", Output("json")),
     ("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,"
-     "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json", Output("json", False)),
+     "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+     Output("protobuf", partial="PartialObjectMetadataList",
+            fallback=Output("json", partial="PartialObjectMetadataList"))),
+    ("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1",
+     Output("json", partial="PartialObjectMetadata", partial_version="v1beta1")),
+    ("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v2, application/yaml", Output("yaml")),
     ("application/json;stream=watch", Output("json", False)),
 ])
 def test_negotiate_output(accept, expected):
     assert negotiate_output(accept) == expected
 
 
-@pytest.mark.parametrize("accept", ["application/vnd.kubernetes.protobuf", "text/html", "application/xml"])
+@pytest.mark.parametrize("accept", ["text/html", "application/xml",
+                                    "application/json;as=Unknown;g=meta.k8s.io;v=v1",
+                                    "application/json;as=PartialObjectMetadata;g=example.com;v=v1"])
 def test_negotiate_output_not_acceptable(accept):
     with pytest.raises(NotAcceptable) as e:
         negotiate_output(accept)

@@ -281,9 +281,26 @@ async def test_delete_plain_and_preconditions(api, storage):
         await api("delete", "configmaps", "default", "c", body={"preconditions": {"uid": "x"}})
     assert "Precondition failed: UID in precondition: x" in e.value.message
     code, d = await api("delete", "configmaps", "default", "c")
-    assert code == 200 and d["metadata"]["name"] == "c" and not storage.data
+    # kube's Store.finalizeDelete: a Status naming what is gone (details.kind is the resource)
+    assert code == 200 and d == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                 "details": {"name": "c", "kind": "configmaps", "uid": o["metadata"]["uid"]}}
+    assert not storage.data
     with pytest.raises(errors.Invalid):
         await api("delete", "configmaps", "default", "c", query={"propagationPolicy": "Sometimes"})
+
+
+async def test_delete_answers_the_object_for_kinds_that_return_it(api, storage):
+    """ReturnDeletedObject kinds (serviceaccounts, services, namespaces, resourcequotas in kube) answer
+    the deleted object; dry-run answers as the real delete would."""
+    await api("create", "serviceaccounts", "default", body={"apiVersion": "v1", "kind": "ServiceAccount",
+                                                            "metadata": {"name": "sa"}})
+    code, d = await api("delete", "serviceaccounts", "default", "sa", query={"dryRun": "All"})
+    assert code == 200 and d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "sa"
+    code, d = await api("delete", "serviceaccounts", "default", "sa")
+    assert code == 200 and d["kind"] == "ServiceAccount" and not storage.data
+    await api("create", "configmaps", "default", body=cm())
+    code, d = await api("delete", "configmaps", "default", "c", query={"dryRun": "All"})
+    assert code == 200 and d["kind"] == "Status" and d["details"]["name"] == "c" and storage.data
 
 
 async def test_delete_with_finalizers(api, storage):

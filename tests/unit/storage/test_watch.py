@@ -90,3 +90,19 @@ async def test_a_watch_without_bookmarks_gets_none() -> None:
     c._apply(put(11, "a"))
     assert decoded(await waiting) == ("ADDED", "a", "11")
     w.close()
+
+
+async def test_a_bookmark_comes_two_seconds_before_the_deadline() -> None:
+    """kube's cacheWatcher.nextBookmarkTime: whatever the interval, a watch that allows bookmarks gets
+    one 2 s before its timeout, so the client resumes from a fresh resourceVersion."""
+    c = cache()
+    w = c.watch(PREFIX, SelectionPredicate(), c.rev)
+    watches = Watches(None, None, None, bookmark_interval=3600)  # type: ignore[arg-type]
+    request = spb.WatchRequest(prefix=PREFIX, allow_bookmarks=True, timeout_seconds=2.01)
+    events = watches.live(request, (c, w, []))
+    c._apply(put(11, "a"))
+    assert decoded(await anext(events)) == ("ADDED", "a", "11")
+    mark = await asyncio.wait_for(anext(events), 60)  # an hour's interval: only the deadline brings it
+    assert decoded(mark) == ("BOOKMARK", "", "11")
+    w.close()
+    assert [e async for e in events] == []
