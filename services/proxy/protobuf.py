@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError, Message
 
 # Imported for their messages, which the definitions name (registered in the default pool on import).
 from k8s_pb import apiregistration_v1_pb2, authentication_v1_pb2, authorization_v1_pb2  # noqa: F401
-from k8s_pb import core_v1_pb2, rbac_v1_pb2  # noqa: F401
+from k8s_pb import core_v1_pb2, networking_v1_pb2, policy_v1_pb2, rbac_v1_pb2, scheduling_v1_pb2  # noqa: F401
 from k8s_pb import meta_v1_pb2 as meta_v1
 from k8s_pb import runtime_pb2 as runtime
 from services.common.decoding import loads_json
@@ -75,11 +75,18 @@ NULLABLE: frozenset[tuple[str, str]] = frozenset({
     (_CORE_PKG + "PortStatus", "error"),
     ("k8s.io.api.authentication.v1.TokenRequestSpec", "expirationSeconds"),
     ("k8s.io.kube_aggregator.pkg.apis.apiregistration.v1.ServiceReference", "port"),
+    ("k8s.io.api.scheduling.v1.PriorityClass", "preemptionPolicy"),
+    ("k8s.io.api.networking.v1.IngressSpec", "ingressClassName"),
+    ("k8s.io.api.networking.v1.HTTPIngressPath", "pathType"),
+    ("k8s.io.api.policy.v1.PodDisruptionBudgetSpec", "unhealthyPodEvictionPolicy"),
 })
 
-# Proto field names are the JSON names, except where go-to-protobuf kept the Go spelling.
+# Proto field names are the JSON names, except where go-to-protobuf kept the Go spelling. INLINE ("") marks
+# a struct Go embeds with `json:",inline"`: its fields are the parent's own in JSON.
+INLINE = ""
 _JSON_NAMES: dict[tuple[str, str], str] = {
     ("k8s.io.api.authentication.v1.BoundObjectReference", "uID"): "uid",
+    ("k8s.io.api.networking.v1.IngressRule", "ingressRuleValue"): INLINE,
 }
 
 def decode_k8s_protobuf(body: bytes, into: str = "") -> bytes:
@@ -143,7 +150,9 @@ def message_to_json(msg: Message) -> Any:
             out[name] = [_value(field, v) for v in value]
         elif field.type == FieldDescriptor.TYPE_MESSAGE:
             converted = message_to_json(value)
-            if converted is not None:
+            if name == INLINE:
+                out.update(converted)
+            elif converted is not None:
                 out[name] = converted
         elif value or keep_zero:
             out[name] = _value(field, value)

@@ -104,7 +104,7 @@ V1 = GroupVersion(_G, "v1", 17200, 15, (
         group=_G, version="v1", kind="Ingress", plural="ingresses", singular="ingress", namespaced=True,
         key_prefix="/registry/ingress/", short_names=("ing",),
         subresources=(SubresourceInfo("status", "Ingress", STATUS_VERBS),),
-        strategy=IngressStrategy, table=INGRESS_TABLE,
+        strategy=IngressStrategy, table=INGRESS_TABLE, protobuf="k8s.io.api.networking.v1.Ingress",
     ),
     ResourceInfo(
         group=_G, version="v1", kind="IngressClass", plural="ingressclasses", singular="ingressclass",

@@ -34,7 +34,7 @@ V1 = GroupVersion("policy", "v1", 17100, 15, (
         group="policy", version="v1", kind="PodDisruptionBudget", plural="poddisruptionbudgets",
         singular="poddisruptionbudget", namespaced=True, key_prefix="/registry/poddisruptionbudgets/",
         short_names=("pdb",), subresources=(SubresourceInfo("status", "PodDisruptionBudget", STATUS_VERBS),),
-        strategy=PodDisruptionBudgetStrategy, table=PDB_TABLE,
+        strategy=PodDisruptionBudgetStrategy, table=PDB_TABLE, protobuf="k8s.io.api.policy.v1.PodDisruptionBudget",
     ),
 ))
 

@@ -29,6 +29,7 @@ V1 = GroupVersion("scheduling.k8s.io", "v1", 16600, 15, (
         group="scheduling.k8s.io", version="v1", kind="PriorityClass", plural="priorityclasses",
         singular="priorityclass", namespaced=False, key_prefix="/registry/priorityclasses/", short_names=("pc",),
         strategy=PriorityClassStrategy, table=PRIORITY_CLASS_TABLE,
+        protobuf="k8s.io.api.scheduling.v1.PriorityClass",
     ),
 ))
 
