@@ -67,8 +67,8 @@ def test_priority_class(kctl):
     assert [r[:2] for r in system] == [["system-node-critical", "2000001000"],
                                       ["system-cluster-critical", "2000000000"]]
     err = refused(kctl, "create", "priorityclass", f"huge-{tag(kctl)}", "--value=2000000000")
-    assert (f'The PriorityClass "huge-{tag(kctl)}" is invalid: value: Forbidden: maximum allowed value of a user '
-            "defined priority is 1000000000") in err
+    assert (f'PriorityClass.scheduling.k8s.io "huge-{tag(kctl)}" is invalid: value: Forbidden: maximum allowed '
+            "value of a user defined priority is 1000000000") in err
     err = refused(kctl, "patch", "pc", name, "-p", '{"value": 5}')
     assert "value: Forbidden: may not be changed in an update." in err
     kctl.run("patch", "pc", name, "-p", '{"description": "higher"}')
@@ -313,6 +313,6 @@ def test_auth_can_i_nodes_follows_cluster_roles(kctl):
     kctl.run("-n", NS, "create", "rolebinding", f"{role}-edit", "--clusterrole=edit", f"--user={user}-editor")
     eventually(lambda: can("create", "poddisruptionbudgets.policy", "-n", NS, f"--as={user}-editor") == "yes")
     assert can("create", "networkpolicies.networking.k8s.io", "-n", NS, f"--as={user}-editor") == "yes"
-    assert can("update", "poddisruptionbudgets.policy/status", "-n", NS, f"--as={user}-editor") == "no"
+    assert can("update", "poddisruptionbudgets.policy", "--subresource=status", "-n", NS, f"--as={user}-editor") == "no"
     kctl.run("delete", "clusterrolebinding", role, f"{role}-ns-only")
     kctl.run("delete", "clusterrole", role)
