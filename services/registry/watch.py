@@ -82,6 +82,8 @@ class Plan:
         if head is None:
             return None, False
         obj = ev.object
+        if self.info.conversion is not None and ev.type != "BOOKMARK":
+            obj = self.info.conversion.served_envelope(obj)
         if not obj.kind:
             obj.kind, obj.api_version = self.kind, self.api_version
         if self.table and ev.type != "BOOKMARK":

@@ -316,3 +316,59 @@ def test_auth_can_i_nodes_follows_cluster_roles(kctl):
     assert can("update", "poddisruptionbudgets.policy", "--subresource=status", "-n", NS, f"--as={user}-editor") == "no"
     kctl.run("delete", "clusterrolebinding", role, f"{role}-ns-only")
     kctl.run("delete", "clusterrole", role)
+
+
+EVENTS = """apiVersion: events.k8s.io/v1
+kind: Event
+metadata:
+  name: new-{tag}
+  namespace: kinds-e2e
+regarding:
+  kind: ConfigMap
+  namespace: kinds-e2e
+  name: cm-{tag}
+reason: Tested
+note: written in events.k8s.io/v1
+type: Warning
+action: Testing
+eventTime: "2026-01-02T03:04:05.000000Z"
+reportingController: example.com/tester
+reportingInstance: tester-1
+---
+apiVersion: v1
+kind: Event
+metadata:
+  name: old-{tag}
+  namespace: kinds-e2e
+involvedObject:
+  kind: ConfigMap
+  namespace: kinds-e2e
+  name: cm-{tag}
+reason: Old
+message: written in v1
+type: Normal
+count: 2
+source:
+  component: e2e
+"""
+
+
+def test_events_in_both_versions(kctl):
+    t = tag(kctl)
+    kctl.run("apply", "-f", "-", input=EVENTS.format(tag=t))
+    selector = f"--field-selector=involvedObject.name=cm-{t}"
+    for resource in ("events", "events.v1.events.k8s.io"):
+        header, rows = table(kctl, "-n", NS, resource, selector)
+        assert header[:5] == ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], resource
+        assert sorted((r[1], r[3], r[4]) for r in rows) == [
+            ("Normal", f"configmap/cm-{t}", "written in v1"),
+            ("Warning", f"configmap/cm-{t}", "written in events.k8s.io/v1")], resource
+    new_core = json.loads(kctl.run("-n", NS, "get", "events", f"new-{t}", "-o", "json").stdout)
+    assert new_core["apiVersion"] == "v1" and new_core["message"] == "written in events.k8s.io/v1"
+    assert new_core["reportingComponent"] == "example.com/tester"
+    old_v1 = json.loads(kctl.run("-n", NS, "get", "events.events.k8s.io", f"old-{t}", "-o", "json").stdout)
+    assert old_v1["apiVersion"] == "events.k8s.io/v1" and old_v1["note"] == "written in v1"
+    assert old_v1["deprecatedCount"] == 2 and old_v1["deprecatedSource"] == {"component": "e2e"}
+    bad = EVENTS.format(tag=f"bad-{t}").split("---")[0].replace('eventTime: "2026-01-02T03:04:05.000000Z"\n', "")
+    assert "eventTime: Required value" in refused(kctl, "apply", "-f", "-", input=bad)
+    kctl.run("-n", NS, "delete", "events.events.k8s.io", f"new-{t}", f"old-{t}")

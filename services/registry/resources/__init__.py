@@ -25,6 +25,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..conversion import Conversion
     from ..printers import TableConvertor
     from ..strategies import Strategy
 
@@ -66,6 +67,9 @@ class ResourceInfo:
     table: TableConvertor | None = field(default=None, repr=False)
     # Full name of the protobuf message a typed client sends (k8s_pb, generated from proto/k8s).
     protobuf: str = ""
+    # Served in another version than storage holds (events.k8s.io/v1 Events are core/v1 ones in etcd):
+    # how the storage client converts (conversion.py); None: stored as served.
+    conversion: Conversion | None = field(default=None, repr=False)
     _sub: dict[str, SubresourceInfo] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -132,7 +136,7 @@ def review(group: str, version: str, kind: str, plural: str, strategy: type[Stra
 # The group modules, each with its GROUP_VERSIONS (imported on first use: they import the strategies,
 # which import this module).
 GROUPS = ("core", "apiregistration", "authentication", "authorization", "rbac", "discovery",
-          "admissionregistration", "networking", "policy", "scheduling", "storage")
+          "admissionregistration", "events", "networking", "policy", "scheduling", "storage")
 
 
 def group_versions() -> tuple[GroupVersion, ...]:
