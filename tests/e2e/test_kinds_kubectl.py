@@ -372,3 +372,27 @@ def test_events_in_both_versions(kctl):
     bad = EVENTS.format(tag=f"bad-{t}").split("---")[0].replace('eventTime: "2026-01-02T03:04:05.000000Z"\n', "")
     assert "eventTime: Required value" in refused(kctl, "apply", "-f", "-", input=bad)
     kctl.run("-n", NS, "delete", "events.events.k8s.io", f"new-{t}", f"old-{t}")
+
+
+CSI_DRIVER = """apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata:
+  name: disk-{tag}.example.com
+spec:
+  tokenRequests:
+  - audience: vault
+"""
+
+
+def test_csi_driver(kctl):
+    name = f"disk-{tag(kctl)}.example.com"
+    kctl.run("apply", "-f", "-", input=CSI_DRIVER.format(tag=tag(kctl)))
+    header, rows = table(kctl, "csidriver", name)
+    assert header == ["NAME", "ATTACHREQUIRED", "PODINFOONMOUNT", "STORAGECAPACITY", "TOKENREQUESTS",
+                      "REQUIRESREPUBLISH", "MODES", "AGE"]
+    assert rows[0][:7] == [name, "true", "false", "false", "vault", "false", "Persistent"]
+    err = refused(kctl, "patch", "csidriver", name, "-p", '{"spec": {"attachRequired": false}}')
+    assert "spec.attachRequired: Invalid value: false: field is immutable" in err
+    kctl.run("patch", "csidriver", name, "-p", '{"spec": {"podInfoOnMount": true}}')
+    assert table(kctl, "csidriver", name)[1][0][2] == "true"
+    kctl.run("delete", "csidriver", name)

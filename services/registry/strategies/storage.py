@@ -70,3 +70,73 @@ class StorageClassStrategy(Strategy):
         if obj.get("volumeBindingMode") != old.get("volumeBindingMode"):
             causes.append(v.immutable("volumeBindingMode", obj.get("volumeBindingMode")))
         return causes
+
+
+LIFECYCLE_MODES = ["Ephemeral", "Persistent"]
+FS_GROUP_POLICIES = ["File", "None", "ReadWriteOnceWithFSType"]
+CSI_DRIVER_NAME_MAX = 63
+
+
+class CSIDriverStrategy(Strategy):
+    """storage.k8s.io/v1 CSIDriver (kube's pkg/registry/storage/csidriver). Covered: SetDefaults_CSIDriver
+    (attachRequired true, podInfoOnMount, storageCapacity, requiresRepublish and seLinuxMount false,
+    fsGroupPolicy ReadWriteOnceWithFSType, volumeLifecycleModes [Persistent]), the name (a DNS subdomain of at
+    most 63 characters), fsGroupPolicy and volumeLifecycleModes values, tokenRequests (one per audience) and
+    ValidateCSIDriverUpdate's immutable attachRequired and volumeLifecycleModes."""
+
+    def canonicalize(self, obj: Obj) -> None:
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            return
+        spec.setdefault("attachRequired", True)
+        for f in ("podInfoOnMount", "storageCapacity", "requiresRepublish", "seLinuxMount"):
+            spec.setdefault(f, False)
+        spec.setdefault("fsGroupPolicy", "ReadWriteOnceWithFSType")
+        if not spec.get("volumeLifecycleModes"):
+            spec["volumeLifecycleModes"] = ["Persistent"]
+
+    def validate_name(self, obj: Obj, name: str) -> list[str]:
+        errs = v.is_dns1123_subdomain(name)
+        if len(name) > CSI_DRIVER_NAME_MAX:
+            errs.insert(0, v.max_len_error(CSI_DRIVER_NAME_MAX))
+        return errs
+
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        causes = super().validate(obj)
+        spec = obj.get("spec") or {}
+        policy = spec.get("fsGroupPolicy")
+        if policy is not None and policy not in FS_GROUP_POLICIES:
+            causes.append(v.not_supported("spec.fsGroupPolicy", policy, FS_GROUP_POLICIES))
+        for i, mode in enumerate(spec.get("volumeLifecycleModes") or []):
+            if mode not in LIFECYCLE_MODES:
+                causes.append(v.not_supported(f"spec.volumeLifecycleModes[{i}]", mode, LIFECYCLE_MODES))
+        seen: set[str] = set()
+        for i, tr in enumerate(spec.get("tokenRequests") or []):
+            audience = tr.get("audience") or ""
+            if audience in seen:
+                causes.append({"reason": "FieldValueDuplicate", "message": f'Duplicate value: "{audience}"',
+                               "field": f"spec.tokenRequests[{i}].audience"})
+            seen.add(audience)
+            seconds = tr.get("expirationSeconds")
+            if seconds is not None and seconds < 600:
+                causes.append(v.invalid(f"spec.tokenRequests[{i}].expirationSeconds", seconds,
+                                        "may not specify a duration less than 10 minutes"))
+        return causes
+
+    def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
+        causes = super().validate_update(obj, old)
+        spec, old_spec = obj.get("spec") or {}, old.get("spec") or {}
+        for f in ("attachRequired", "volumeLifecycleModes"):
+            if spec.get(f) != old_spec.get(f):
+                value = spec.get(f)
+                causes.append(v.invalid_go(f"spec.{f}", _go(value), "field is immutable"))
+        return causes
+
+
+def _go(value: object) -> str:
+    """A *bool or []VolumeLifecycleMode as kube's field.Invalid prints it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[]storage.VolumeLifecycleMode{" + ", ".join(f'"{m}"' for m in value) + "}"
+    return "<nil>"

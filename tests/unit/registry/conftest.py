@@ -21,7 +21,7 @@ GROUPS = {
     **dict.fromkeys(("ingresses", "ingressclasses", "networkpolicies"), "networking.k8s.io"),
     "poddisruptionbudgets": "policy",
     "priorityclasses": "scheduling.k8s.io",
-    "storageclasses": "storage.k8s.io",
+    **dict.fromkeys(("storageclasses", "csidrivers"), "storage.k8s.io"),
     **dict.fromkeys(("roles", "clusterroles", "rolebindings", "clusterrolebindings"), "rbac.authorization.k8s.io"),
     **dict.fromkeys(("tokenreviews", "selfsubjectreviews"), "authentication.k8s.io"),
     **dict.fromkeys(("subjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews",

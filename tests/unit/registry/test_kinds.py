@@ -248,3 +248,23 @@ def test_short_names(resource, short):
     from services.registry.catalogue import DEFAULT_CATALOGUE
 
     assert [r.short_names for r in DEFAULT_CATALOGUE.resources if r.plural == resource] == [(short,)]
+
+
+async def test_csi_driver_defaults_immutable_fields_and_table(api):
+    body = obj("storage.k8s.io/v1", "CSIDriver", "disk.example.com", spec={"tokenRequests": [{"audience": "a"}]})
+    code, got = await api("create", "csidrivers", body=body)
+    assert code == 201 and got["spec"] == {
+        "attachRequired": True, "podInfoOnMount": False, "storageCapacity": False, "requiresRepublish": False,
+        "seLinuxMount": False, "fsGroupPolicy": "ReadWriteOnceWithFSType", "volumeLifecycleModes": ["Persistent"],
+        "tokenRequests": [{"audience": "a"}]}
+    got["spec"]["attachRequired"] = False
+    assert await refused(api, "update", "csidrivers", "", "disk.example.com", body=got) == [
+        "spec.attachRequired: Invalid value: false: field is immutable"]
+    bad = obj("storage.k8s.io/v1", "CSIDriver", "x", spec={"fsGroupPolicy": "Some", "volumeLifecycleModes": ["Odd"],
+                                                           "tokenRequests": [{"audience": "a"}, {"audience": "a"}]})
+    assert await refused(api, "create", "csidrivers", body=bad) == [
+        'spec.fsGroupPolicy: Unsupported value: "Some": supported values: "File", "None", "ReadWriteOnceWithFSType"',
+        'spec.volumeLifecycleModes[0]: Unsupported value: "Odd": supported values: "Ephemeral", "Persistent"',
+        'spec.tokenRequests[1].audience: Duplicate value: "a"']
+    rows = await cells(api, "csidrivers")
+    assert rows[0][:7] == ["disk.example.com", True, False, False, "a", False, "Persistent"]

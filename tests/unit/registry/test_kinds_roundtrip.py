@@ -71,6 +71,7 @@ SAMPLES: dict[str, Obj] = {
                                                                      "from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}]}},
     "PodDisruptionBudget": {"spec": {"minAvailable": "50%", "selector": SELECTOR}},
     "PriorityClass": {"value": 1000, "description": "d"},
+    "CSIDriver": {"spec": {"tokenRequests": [{"audience": "vault"}]}},
     "StorageClass": {"provisioner": "example.com/disk", "parameters": {"type": "ssd"}},
 }
 
