@@ -49,6 +49,10 @@ def cluster_role_binding(name: str, role: str, groups: list[str] = (), users: li
     }
 
 
+NETWORKING = "networking.k8s.io"
+# eventsRule(): what every component that records events holds
+EVENTS_RULE = _rule(["create", "update", "patch"], ["", "events.k8s.io"], ["events"])
+
 AGG_ADMIN = "rbac.authorization.k8s.io/aggregate-to-admin"
 AGG_EDIT = "rbac.authorization.k8s.io/aggregate-to-edit"
 AGG_VIEW = "rbac.authorization.k8s.io/aggregate-to-view"
@@ -85,13 +89,41 @@ CLUSTER_ROLES: list[dict[str, Any]] = [
                             "replicationcontrollers/scale", "secrets", "serviceaccounts", "services"]),
         _rule(["create"], [""], ["serviceaccounts/token"]),
         _rule(READ, [""], ["secrets"]),
+        _rule(WRITE, ["policy"], ["poddisruptionbudgets"]),
+        _rule(WRITE, [NETWORKING], ["networkpolicies", "ingresses"]),
     ], labels={AGG_EDIT: "true"}),
     cluster_role("system:aggregate-to-view", [
         _rule(READ, [""], CORE_VIEW),
         _rule(READ, [""], ["bindings", "events", "limitranges", "namespaces/status", "pods/log", "pods/status",
                            "replicationcontrollers/status", "resourcequotas", "resourcequotas/status"]),
         _rule(READ, [""], ["namespaces"]),
+        _rule(READ, ["policy"], ["poddisruptionbudgets", "poddisruptionbudgets/status"]),
+        _rule(READ, [NETWORKING], ["networkpolicies", "ingresses", "ingresses/status"]),
     ], labels={AGG_VIEW: "true"}),
+    # the system roles kube binds nowhere by default, for the components that read nodes and storage classes
+    cluster_role("system:heapster", [_rule(READ, [""], ["events", "pods", "nodes", "namespaces"]),
+                                     _rule(READ, ["extensions"], ["deployments"])]),
+    cluster_role("system:node-problem-detector", [_rule(["get"], [""], ["nodes"]),
+                                                  _rule(["patch"], [""], ["nodes/status"]), EVENTS_RULE]),
+    cluster_role("system:node-proxier", [_rule(["list", "watch"], [""], ["services", "endpoints"]),
+                                         _rule(["get"], [""], ["nodes"]), EVENTS_RULE]),
+    cluster_role("system:kubelet-api-admin", [
+        _rule(READ, [""], ["nodes"]),
+        _rule(["proxy"], [""], ["nodes"]),
+        _rule(["*"], [""], ["nodes/proxy", "nodes/metrics", "nodes/spec", "nodes/stats", "nodes/log"]),
+    ]),
+    cluster_role("system:persistent-volume-provisioner", [
+        _rule(["get", "list", "watch", "create", "delete"], [""], ["persistentvolumes"]),
+        _rule(["get", "list", "watch", "update"], [""], ["persistentvolumeclaims"]),
+        _rule(READ, ["storage.k8s.io"], ["storageclasses"]),
+        _rule(["watch"], [""], ["events"]),
+        EVENTS_RULE,
+    ]),
+    cluster_role("system:volume-scheduler", [
+        _rule(READ + ["update"], [""], ["persistentvolumes"]),
+        _rule(READ, ["storage.k8s.io"], ["storageclasses"]),
+        _rule(READ + ["update"], [""], ["persistentvolumeclaims"]),
+    ]),
 ]
 
 CLUSTER_ROLE_BINDINGS: list[dict[str, Any]] = [

@@ -1,6 +1,8 @@
-"""What kube-apiserver creates at start: the system namespaces and one local APIService per group-version."""
+"""What kube-apiserver creates at start: the system namespaces, the system PriorityClasses and one local
+APIService per group-version."""
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any
 
@@ -10,6 +12,7 @@ from services.common import errors, identity
 from .catalogue import GROUP_PRIORITIES, Catalogue
 from .endpoints.handlers import Handlers
 from .endpoints.request import Request
+from .strategies.scheduling import SYSTEM_PRIORITY_CLASSES
 
 log = logging.getLogger(__name__)
 
@@ -42,5 +45,8 @@ async def bootstrap(handlers: Handlers, catalogue: Catalogue) -> None:
     for ns in SYSTEM_NAMESPACES:
         await _ensure(handlers, "", "v1", "namespaces",
                       {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    # the scheduling REST storage's post-start hook: system-node-critical and system-cluster-critical
+    for pc in SYSTEM_PRIORITY_CLASSES:
+        await _ensure(handlers, "scheduling.k8s.io", "v1", "priorityclasses", copy.deepcopy(pc))
     for group, version in catalogue.group_versions():
         await _ensure(handlers, "apiregistration.k8s.io", "v1", "apiservices", local_apiservice(group, version))

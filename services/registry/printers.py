@@ -121,6 +121,9 @@ def name_age(extra: list[Obj] | None = None,
 
 
 DEFAULT_TABLE = name_age()
+# rest.NewDefaultTableConvertor: what kube prints for a kind without a printer of its own
+CREATED_AT_TABLE = TableConvertor((NAME, column("Created At", "date", AGE_DESC)), lambda o: [
+    (o.get("metadata") or {}).get("name", ""), (o.get("metadata") or {}).get("creationTimestamp") or ""])
 
 
 @functools.cache

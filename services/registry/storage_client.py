@@ -47,7 +47,7 @@ class StorageClient:
                   timing: Timing | None = None) -> pb.Object:
         req = spb.GetRequest(key=info.key(namespace, name), resource_version=resource_version)
         try:
-            return await self._call("get", info, "Get", req, timing)
+            return _served(info, await self._call("get", info, "Get", req, timing))
         except errors.APIError as e:
             raise _translate(e, info, name) from None
 
@@ -55,7 +55,7 @@ class StorageClient:
         m = obj.metadata
         req = spb.CreateRequest(key=info.key(m.namespace, m.name), object=_stored(info, obj))
         try:
-            return info.typed(await self._call("create", info, "Create", req, timing))
+            return info.typed(_served(info, await self._call("create", info, "Create", req, timing)))
         except errors.AlreadyExists:
             # storage names the resource from the key; the registry knows its group too
             raise errors.already_exists(info.plural, info.group, m.name) from None
@@ -66,7 +66,7 @@ class StorageClient:
         req = spb.UpdateRequest(key=info.key(m.namespace, m.name), object=_stored(info, obj),
                                 expected_resource_version=expected_resource_version)
         try:
-            return info.typed(await self._call("update", info, "Update", req, timing))
+            return info.typed(_served(info, await self._call("update", info, "Update", req, timing)))
         except errors.APIError as e:
             raise _translate(e, info, m.name) from None
 
@@ -75,12 +75,17 @@ class StorageClient:
         req = spb.DeleteRequest(key=info.key(namespace, name), precondition_uid=uid,
                                 precondition_resource_version=resource_version)
         try:
-            return await self._call("delete", info, "Delete", req, timing)
+            return _served(info, await self._call("delete", info, "Delete", req, timing))
         except errors.APIError as e:
             raise _translate(e, info, name) from None
 
     async def list(self, info: ResourceInfo, req: spb.ListRequest, timing: Timing | None = None) -> spb.ListResponse:
-        return await self._call("list", info, "List", req, timing)
+        resp: spb.ListResponse = await self._call("list", info, "List", req, timing)
+        if info.conversion is not None:
+            items = [info.conversion.served_envelope(e) for e in resp.items]
+            del resp.items[:]
+            resp.items.extend(items)
+        return resp
 
     async def list_raw(self, info: ResourceInfo, req: spb.ListRequest,
                        timing: Timing | None = None) -> spb.RawListResponse:
@@ -119,13 +124,23 @@ class StorageClient:
 
 
 def _stored(info: ResourceInfo, obj: pb.Object) -> pb.Object:
-    """The object as storage keeps it: a kind served in several versions without its type meta."""
+    """The object as storage keeps it: in the stored version (conversion.py), or, for a kind served in several
+    versions with the same fields, without its type meta."""
+    if info.conversion is not None:
+        return info.conversion.to_storage_envelope(obj)
     if not info.storage_version:
         return obj
     out = pb.Object()
     out.CopyFrom(obj)
     out.kind = out.api_version = ""
     return out
+
+
+def _served(info: ResourceInfo, obj: pb.Object) -> pb.Object:
+    """The object in the version the definition serves."""
+    if info.conversion is None or (obj.api_version and obj.api_version != info.conversion.storage_api_version):
+        return obj
+    return info.conversion.served_envelope(obj)
 
 
 @contextlib.contextmanager

@@ -156,6 +156,18 @@ def invalid(field: str, value: Any, detail: str) -> Cause:
     return {"reason": "FieldValueInvalid", "message": f"{msg}: {detail}" if detail else msg, "field": field}
 
 
+def invalid_go(field: str, rendered: str, detail: str) -> Cause:
+    """field.Invalid for a value kube prints with Go's %#v (a struct or a nil slice): `rendered` is that text."""
+    return {"reason": "FieldValueInvalid", "message": f"Invalid value: {rendered}: {detail}", "field": field}
+
+
+def int_or_string_go(value: Any) -> str:
+    """intstr.IntOrString as Go's %#v prints it in kube's messages."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f'intstr.IntOrString{{Type:0, IntVal:{value}, StrVal:""}}'
+    return f"intstr.IntOrString{{Type:1, IntVal:0, StrVal:{_quote(str(value))}}}"
+
+
 def required(field: str, detail: str = "") -> Cause:
     return {"reason": "FieldValueRequired",
             "message": f"Required value: {detail}" if detail else "Required value", "field": field}

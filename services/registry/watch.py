@@ -90,7 +90,10 @@ class Plan:
         head = _TYPES.get(ev.type)
         if head is None:
             return None, False
-        obj = self.info.typed(ev.object)
+        obj = ev.object
+        if self.info.conversion is not None and ev.type != "BOOKMARK":
+            obj = self.info.conversion.served_envelope(obj)
+        obj = self.info.typed(obj)
         if self.table and ev.type != "BOOKMARK":
             info = self.info
             t = printers.table(info.group, info.plural, [obj], {"resourceVersion": obj.metadata.resource_version},

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from apiary_pb import envelope_pb2 as pb
 
+    from ..conversion import Conversion
     from ..printers import TableConvertor
     from ..strategies import Strategy
 
@@ -75,6 +76,9 @@ class ResourceInfo:
     # kube's Store.ReturnDeletedObject: an immediate delete answers the deleted object, not a Status
     # with details (kube sets it for pods, services, serviceaccounts, namespaces, resourcequotas, ...).
     return_deleted_object: bool = False
+    # Served in another version than storage holds (events.k8s.io/v1 Events are core/v1 ones in etcd):
+    # how the storage client converts (conversion.py); None: stored as served.
+    conversion: Conversion | None = field(default=None, repr=False)
     _sub: dict[str, SubresourceInfo] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -149,7 +153,7 @@ def review(group: str, version: str, kind: str, plural: str, strategy: type[Stra
 # The group modules, each with its GROUP_VERSIONS (imported on first use: they import the strategies,
 # which import this module).
 GROUPS = ("core", "apiregistration", "authentication", "authorization", "rbac", "discovery",
-          "admissionregistration")
+          "admissionregistration", "events", "networking", "policy", "scheduling", "storage")
 
 
 def group_versions() -> tuple[GroupVersion, ...]:

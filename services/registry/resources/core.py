@@ -1,13 +1,14 @@
-"""The core group (""), v1: ConfigMap, Endpoints, Event, Namespace, Secret, Service, ServiceAccount."""
+"""The core group (""), v1: ConfigMap, Endpoints, Event, LimitRange, Namespace, Node, ResourceQuota, Secret,
+Service, ServiceAccount."""
 from __future__ import annotations
 
 import datetime
 from typing import Any
 
-from ..printers import (AGE, NAME, NAME_DESC, TableConvertor, age, column, first_three, name_age,
-                        parse_time, since)
-from ..strategies.core import (ConfigMapStrategy, EventStrategy, NamespaceStrategy, ResourceQuotaStrategy,
-                               SecretStrategy, ServiceAccountStrategy)
+from ..printers import (AGE, CREATED_AT_TABLE, NAME, NAME_DESC, TableConvertor, age, column, first_three,
+                        name_age, parse_time, since)
+from ..strategies.core import (ConfigMapStrategy, EventStrategy, LimitRangeStrategy, NamespaceStrategy,
+                               NodeStrategy, ResourceQuotaStrategy, SecretStrategy, ServiceAccountStrategy)
 from ..strategies.services import EndpointsStrategy, ServiceStrategy
 from . import STATUS_VERBS, GroupVersion, ResourceInfo, SubresourceInfo
 
@@ -144,6 +145,65 @@ RESOURCE_QUOTA_TABLE = TableConvertor((
 ), lambda o: [(o.get("metadata") or {}).get("name", ""), age(o), _quota_usage(o, False), _quota_usage(o, True)])
 
 
+NODE_ROLE_PREFIX = "node-role.kubernetes.io/"
+
+
+def _node_roles(labels: dict[str, str]) -> str:
+    """findNodeRoles: node-role.kubernetes.io/<role> labels, and kubernetes.io/role's value."""
+    roles = set()
+    for k, val in labels.items():
+        if k.startswith(NODE_ROLE_PREFIX) and k[len(NODE_ROLE_PREFIX):]:
+            roles.add(k[len(NODE_ROLE_PREFIX):])
+        elif k == "kubernetes.io/role" and val:
+            roles.add(val)
+    return ",".join(sorted(roles)) or "<none>"
+
+
+def _node_address(status: Obj, typ: str) -> str:
+    for a in status.get("addresses") or []:
+        if a.get("type") == typ:
+            return a.get("address") or ""
+    return "<none>"
+
+
+def node_row(o: Obj) -> list[Any]:
+    """printNode, wide: Ready/NotReady/Unknown (+ SchedulingDisabled), roles, kubelet version, addresses."""
+    meta, spec, status = o.get("metadata") or {}, o.get("spec") or {}, o.get("status") or {}
+    ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+    state = ["Unknown"] if not ready else ["Ready" if ready[-1].get("status") == "True" else "NotReady"]
+    if spec.get("unschedulable"):
+        state.append("SchedulingDisabled")
+    info = status.get("nodeInfo") or {}
+    return [meta.get("name", ""), ",".join(state), _node_roles(meta.get("labels") or {}), age(o),
+            info.get("kubeletVersion") or "", _node_address(status, "InternalIP"),
+            _node_address(status, "ExternalIP"), info.get("osImage") or "<unknown>",
+            info.get("kernelVersion") or "<unknown>", info.get("containerRuntimeVersion") or "<unknown>"]
+
+
+_ADDRESSES = ("List of addresses reachable to the node. Queried from cloud provider, if available. More info: "
+              "https://kubernetes.io/docs/reference/node/node-status/#addresses Note: This field is declared as "
+              "mergeable, but the merge key is not sufficiently unique, which can cause data corruption when it is "
+              "merged. Callers should instead use a full-replacement patch. See https://pr.k8s.io/79391 for an "
+              "example. Consumers should assume that addresses can change during the lifetime of a Node. However, "
+              "there are some exceptions where this may not be possible, such as Pods that inherit a Node's address "
+              "in its own status or consumers of the downward API (status.hostIP).")
+NODE_TABLE = TableConvertor((
+    NAME,
+    column("Status", "string", "The status of the node"),
+    column("Roles", "string", "The roles of the node"),
+    AGE,
+    column("Version", "string", "Kubelet Version reported by the node."),
+    column("Internal-IP", "string", _ADDRESSES, priority=1),
+    column("External-IP", "string", _ADDRESSES, priority=1),
+    column("OS-Image", "string", "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 "
+           "(wheezy)).", priority=1),
+    column("Kernel-Version", "string", "Kernel Version reported by the node from 'uname -r' (e.g. "
+           "3.16.0-0.bpo.4-amd64).", priority=1),
+    column("Container-Runtime", "string", "ContainerRuntime Version reported by the node through runtime remote "
+           "API (e.g. containerd://1.4.2).", priority=1),
+), node_row)
+
+
 V1 = GroupVersion("", "v1", 18000, 1, (
     ResourceInfo(
         group="", version="v1", kind="ConfigMap", plural="configmaps", singular="configmap", namespaced=True,
@@ -172,6 +232,20 @@ V1 = GroupVersion("", "v1", 18000, 1, (
         strategy=NamespaceStrategy, protobuf=_PB + "Namespace", return_deleted_object=True,
         table=name_age([column("Status", "string", "The status of the namespace")],
                        lambda o: [(o.get("status") or {}).get("phase", "")]),
+    ),
+    ResourceInfo(
+        # kube has no printer for LimitRanges: the default Table (Name, Created At)
+        group="", version="v1", kind="LimitRange", plural="limitranges", singular="limitrange", namespaced=True,
+        key_prefix="/registry/limitranges/", short_names=("limits",), strategy=LimitRangeStrategy,
+        table=CREATED_AT_TABLE,
+        protobuf=_PB + "LimitRange",
+    ),
+    ResourceInfo(
+        group="", version="v1", kind="Node", plural="nodes", singular="node", namespaced=False,
+        key_prefix="/registry/minions/", short_names=("no",),
+        subresources=(SubresourceInfo("status", "Node", STATUS_VERBS),),
+        strategy=NodeStrategy, table=NODE_TABLE,
+        protobuf=_PB + "Node",
     ),
     ResourceInfo(
         group="", version="v1", kind="ResourceQuota", plural="resourcequotas", singular="resourcequota",

@@ -149,6 +149,18 @@ class Strategy:
         """Called once the object is gone from storage (releases what begin_create claimed)."""
 
 
+def start_generation(obj: Obj) -> None:
+    """PrepareForCreate of a kind with a spec: metadata.generation starts at 1."""
+    obj.setdefault("metadata", {})["generation"] = 1
+
+
+def bump_generation(obj: Obj, old: Obj, fields: tuple[str, ...] = ("spec",)) -> None:
+    """PrepareForUpdate: metadata.generation goes up by one when the spec (or `fields`) changed."""
+    gen = (old.get("metadata") or {}).get("generation") or 1
+    changed = any(obj.get(f) != old.get(f) for f in fields)
+    obj.setdefault("metadata", {})["generation"] = gen + 1 if changed else gen
+
+
 class SubresourceStrategy(Strategy):
     """/status and /finalize: only `keep_new` fields change; everything else comes from the old object."""
 

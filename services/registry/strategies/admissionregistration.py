@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 from services.common import cel
 
 from .. import validation as v
-from . import Obj, Strategy, SubresourceStrategy
+from . import Obj, Strategy, SubresourceStrategy, bump_generation, start_generation
 
 # ---------------------------------------------------------------------------------------------------------
 # Admission policies (ValidatingAdmissionPolicy, MutatingAdmissionPolicy and their bindings)
@@ -186,13 +186,11 @@ class AdmissionPolicyStrategy(Strategy):
 
     def prepare_for_create(self, obj: Obj) -> None:
         obj.pop("status", None)
-        obj.setdefault("metadata", {})["generation"] = 1
+        start_generation(obj)
 
     def prepare_for_update(self, obj: Obj, old: Obj) -> None:
         super().prepare_for_update(obj, old)
-        meta, old_meta = obj.setdefault("metadata", {}), old.get("metadata") or {}
-        gen = old_meta.get("generation") or 1
-        meta["generation"] = gen + 1 if obj.get("spec") != old.get("spec") else gen
+        bump_generation(obj, old)
 
     def validate(self, obj: Obj) -> list[v.Cause]:
         causes = super().validate(obj)

@@ -295,3 +295,164 @@ class ResourceQuotaStrategy(Strategy):
         if subresource == "status":
             return SubresourceStrategy(self, ("status",))
         return self
+
+
+# Nodes -------------------------------------------------------------------------
+
+TAINT_EFFECTS = ["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class NodeStrategy(Strategy):
+    """core/v1 Node (kube's pkg/registry/core/node): cluster-scoped; status is the kubelet's, changed through
+    /status (an update of the node keeps it, a status update keeps the spec). Covered: SetDefaults_NodeStatus
+    (allocatable defaults to capacity), the name, taints (key, effect), podCIDRs and the update rules for
+    podCIDRs and providerID."""
+    status_fields = ("status",)
+
+    def canonicalize(self, obj: Obj) -> None:
+        status = obj.get("status")
+        if isinstance(status, dict) and status.get("capacity") and status.get("allocatable") is None:
+            status["allocatable"] = dict(status["capacity"])
+
+    def selectable_fields(self, obj: Obj) -> dict[str, str]:
+        unschedulable = bool((obj.get("spec") or {}).get("unschedulable"))
+        return super().selectable_fields(obj) | {"spec.unschedulable": "true" if unschedulable else "false"}
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        (obj.get("spec") or {}).pop("configSource", None)
+        (obj.get("status") or {}).pop("config", None)
+
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        import ipaddress
+
+        causes = super().validate(obj)
+        spec = obj.get("spec") or {}
+        for i, taint in enumerate(spec.get("taints") or []):
+            p = f"spec.taints[{i}]"
+            key = taint.get("key") or ""
+            causes += [v.invalid(f"{p}.key", key, m) for m in v.is_qualified_name(key)]
+            if taint.get("value"):
+                causes += [v.invalid(f"{p}.value", taint["value"], m) for m in v.is_valid_label_value(taint["value"])]
+            effect = taint.get("effect") or ""
+            if not effect:
+                causes.append(v.required(f"{p}.effect"))
+            elif effect not in TAINT_EFFECTS:
+                causes.append(v.not_supported(f"{p}.effect", effect, TAINT_EFFECTS))
+        cidrs = spec.get("podCIDRs") or []
+        for i, cidr in enumerate(cidrs):
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+                if "/" not in cidr:
+                    raise ValueError(cidr)
+            except (TypeError, ValueError):
+                causes.append(v.invalid(f"spec.podCIDRs[{i}]", cidr,
+                                        "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"))
+        if len(cidrs) > 2:
+            causes.append(v.invalid("spec.podCIDRs", spec.get("podCIDR") or "", "may specify no more than one CIDR "
+                                                                              "for each IP family"))
+        return causes
+
+    def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
+        causes = super().validate_update(obj, old)
+        spec, old_spec = obj.get("spec") or {}, old.get("spec") or {}
+        if old_spec.get("podCIDRs") and spec.get("podCIDRs") != old_spec.get("podCIDRs"):
+            causes.append(v.forbidden("spec.podCIDRs", 'node updates may not change podCIDR except from "" to valid'))
+        if old_spec.get("providerID") and spec.get("providerID") != old_spec.get("providerID"):
+            causes.append(v.forbidden("spec.providerID",
+                                      'node updates may not change providerID except from "" to valid'))
+        return causes
+
+    def for_subresource(self, subresource: str) -> Strategy:
+        if subresource == "status":
+            return SubresourceStrategy(self, ("status",))
+        return self
+
+
+# LimitRanges -------------------------------------------------------------------
+
+LIMIT_TYPES = ("Container", "Pod", "PersistentVolumeClaim")
+
+
+class LimitRangeStrategy(Strategy):
+    """core/v1 LimitRange (kube's pkg/registry/core/limitrange). Covered: SetDefaults_LimitRangeItem (for
+    Container items: default from max, defaultRequest from default then min) and ValidateLimitRange's rules
+    on types (unique), resource names, quantities and their order (min <= defaultRequest <= default <= max,
+    maxLimitRequestRatio >= 1), with kube's messages. Quantities are kept as written (kube would print
+    them canonically). The LimitRanger admission plugin (defaults on Pods) is not here: Pods are another
+    engineer's kind."""
+
+    def canonicalize(self, obj: Obj) -> None:
+        for item in (obj.get("spec") or {}).get("limits") or []:
+            if not isinstance(item, dict) or item.get("type") != "Container":
+                continue
+            default = dict(item.get("default") or {})
+            request = dict(item.get("defaultRequest") or {})
+            for k, val in (item.get("max") or {}).items():
+                default.setdefault(k, val)
+            for k, val in default.items():
+                request.setdefault(k, val)
+            for k, val in (item.get("min") or {}).items():
+                request.setdefault(k, val)
+            if default:
+                item["default"] = default
+            if request:
+                item["defaultRequest"] = request
+
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        from services.common import quantity
+
+        causes = super().validate(obj)
+        seen: set[str] = set()
+        for i, item in enumerate((obj.get("spec") or {}).get("limits") or []):
+            p = f"spec.limits[{i}]"
+            typ = item.get("type") or ""
+            if typ in seen:
+                causes.append({"reason": "FieldValueDuplicate", "message": f'Duplicate value: "{typ}"',
+                               "field": f"{p}.type"})
+            seen.add(typ)
+            parsed: dict[str, dict[str, Any]] = {}
+            for part in ("max", "min", "default", "defaultRequest", "maxLimitRequestRatio"):
+                parsed[part] = {}
+                for name, value in (item.get(part) or {}).items():
+                    causes += [v.invalid(f"{p}.{part}[{name}]", name, m) for m in v.is_qualified_name(name)]
+                    try:
+                        q = quantity.parse(value)
+                    except ValueError as e:
+                        causes.append(v.invalid(f"{p}.{part}[{name}]", value, str(e)))
+                        continue
+                    if q < 0:
+                        causes.append(v.invalid(f"{p}.{part}[{name}]", value, "must be greater than or equal to 0"))
+                    parsed[part][name] = (q, value)
+            if typ == "PersistentVolumeClaim":
+                for part in ("default", "defaultRequest"):
+                    if item.get(part):
+                        causes.append(v.forbidden(f"{p}.{part}", "may not be specified when `type` is "
+                                                                 "'PersistentVolumeClaim'"))
+            keys = set().union(*(parsed[k] for k in parsed))
+            for k in sorted(keys):
+                mn, mx = parsed["min"].get(k), parsed["max"].get(k)
+                dr, df = parsed["defaultRequest"].get(k), parsed["default"].get(k)
+                ratio = parsed["maxLimitRequestRatio"].get(k)
+                if mn and mx and mn[0] > mx[0]:
+                    causes.append(v.invalid(f"{p}.min[{k}]", mn[1], f"min value {mn[1]} is greater than max value "
+                                                                     f"{mx[1]}"))
+                if dr and mn and mn[0] > dr[0]:
+                    causes.append(v.invalid(f"{p}.defaultRequest[{k}]", dr[1],
+                                            f"min value {mn[1]} is greater than default request value {dr[1]}"))
+                if dr and mx and dr[0] > mx[0]:
+                    causes.append(v.invalid(f"{p}.defaultRequest[{k}]", dr[1],
+                                            f"default request value {dr[1]} is greater than max value {mx[1]}"))
+                if dr and df and dr[0] > df[0]:
+                    causes.append(v.invalid(f"{p}.defaultRequest[{k}]", dr[1],
+                                            f"default request value {dr[1]} is greater than default limit value "
+                                            f"{df[1]}"))
+                if df and mn and mn[0] > df[0]:
+                    causes.append(v.invalid(f"{p}.default[{k}]", mn[1],
+                                            f"min value {mn[1]} is greater than default value {df[1]}"))
+                if df and mx and df[0] > mx[0]:
+                    causes.append(v.invalid(f"{p}.default[{k}]", mx[1],
+                                            f"default value {df[1]} is greater than max value {mx[1]}"))
+                if ratio and ratio[0] < 1:
+                    causes.append(v.invalid(f"{p}.maxLimitRequestRatio[{k}]", ratio[1],
+                                            f"ratio {ratio[1]} is less than 1"))
+        return causes

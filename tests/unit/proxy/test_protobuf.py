@@ -302,3 +302,40 @@ def test_encoded_envelope_is_415():
 def test_patches_are_not_protobuf():
     with pytest.raises(UnsupportedMediaType):
         decode_body("patch", PROTOBUF, envelope("v1", "Namespace", core.Namespace()))
+
+
+def test_ingress_rule_value_is_inline():
+    from k8s_pb import networking_v1_pb2 as net
+
+    backend = net.IngressBackend(service=net.IngressServiceBackend(name="svc1", port=net.ServiceBackendPort(
+        name="", number=8080)))
+    rule = net.IngressRule(host="foo.com", ingressRuleValue=net.IngressRuleValue(http=net.HTTPIngressRuleValue(
+        paths=[net.HTTPIngressPath(path="/bar", pathType="Exact", backend=backend)])))
+    ing = net.Ingress(metadata=kubectl_meta(name="i", namespace="d"), spec=net.IngressSpec(
+        ingressClassName="nginx", rules=[rule], tls=[net.IngressTLS(hosts=["foo.com"], secretName="c")]),
+        status=net.IngressStatus(loadBalancer=net.IngressLoadBalancerStatus()))
+    assert decode("networking.k8s.io/v1", "Ingress", ing) == {
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "i", "namespace": "d"},
+        "spec": {"ingressClassName": "nginx", "tls": [{"hosts": ["foo.com"], "secretName": "c"}], "rules": [
+            {"host": "foo.com", "http": {"paths": [{"path": "/bar", "pathType": "Exact", "backend": {
+                "service": {"name": "svc1", "port": {"number": 8080}}}}]}}]},
+        "status": {"loadBalancer": {}}}
+
+
+def test_priority_class_and_pdb_as_kubectl_sends_them():
+    from k8s_pb import policy_v1_pb2 as policy
+    from k8s_pb import scheduling_v1_pb2 as sched
+
+    pc = sched.PriorityClass(metadata=kubectl_meta(name="p"), value=0, globalDefault=False, description="",
+                             preemptionPolicy="Never")
+    assert decode("scheduling.k8s.io/v1", "PriorityClass", pc) == {
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "p"},
+        "preemptionPolicy": "Never"}
+    pdb = policy.PodDisruptionBudget(metadata=kubectl_meta(name="b", namespace="d"), spec=policy.PodDisruptionBudgetSpec(
+        minAvailable=intstr.IntOrString(type=1, intVal=0, strVal="50%"),
+        selector=meta.LabelSelector(matchLabels={"app": "web"})),
+        status=policy.PodDisruptionBudgetStatus(disruptionsAllowed=0, currentHealthy=0, desiredHealthy=0,
+                                                expectedPods=0, observedGeneration=0))
+    assert decode("policy/v1", "PodDisruptionBudget", pdb) == {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "b", "namespace": "d"},
+        "spec": {"minAvailable": "50%", "selector": {"matchLabels": {"app": "web"}}}, "status": {}}

@@ -18,6 +18,10 @@ from .fakes import FakeAdmission, FakeAuth, FakeStorage
 GROUPS = {
     "apiservices": "apiregistration.k8s.io",
     "endpointslices": "discovery.k8s.io",
+    **dict.fromkeys(("ingresses", "ingressclasses", "networkpolicies"), "networking.k8s.io"),
+    "poddisruptionbudgets": "policy",
+    "priorityclasses": "scheduling.k8s.io",
+    **dict.fromkeys(("storageclasses", "csidrivers"), "storage.k8s.io"),
     **dict.fromkeys(("roles", "clusterroles", "rolebindings", "clusterrolebindings"), "rbac.authorization.k8s.io"),
     **dict.fromkeys(("tokenreviews", "selfsubjectreviews"), "authentication.k8s.io"),
     **dict.fromkeys(("subjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews",

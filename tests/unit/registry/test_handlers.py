@@ -450,7 +450,12 @@ async def test_bootstrap_idempotent(handlers, storage, api):
                                                   ["v1.authentication.k8s.io", "Local", "True"],
                                                   ["v1.authorization.k8s.io", "Local", "True"],
                                                   ["v1.discovery.k8s.io", "Local", "True"],
+                                                  ["v1.events.k8s.io", "Local", "True"],
+                                                  ["v1.networking.k8s.io", "Local", "True"],
+                                                  ["v1.policy", "Local", "True"],
                                                   ["v1.rbac.authorization.k8s.io", "Local", "True"],
+                                                  ["v1.scheduling.k8s.io", "Local", "True"],
+                                                  ["v1.storage.k8s.io", "Local", "True"],
                                                   ["v1alpha1.admissionregistration.k8s.io", "Local", "True"],
                                                   ["v1beta1.admissionregistration.k8s.io", "Local", "True"]]
 
