@@ -202,8 +202,11 @@ class Context:
             self.response_chunks.append(chunk)
         await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
 
-    async def end_stream(self) -> None:
-        await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+    async def end_stream(self, last: bytes = b"") -> None:
+        """The answer's end, with its last part when it is at hand (one send less)."""
+        if last and self.response_chunks is not None:
+            self.response_chunks.append(last)
+        await self.send({"type": "http.response.body", "body": last, "more_body": False})
 
     async def error(self, err: APIError) -> None:
         if self.response_started:
