@@ -180,16 +180,16 @@ async def _request_body(ctx: Context) -> AsyncIterator[bytes]:
     ctx.watch_disconnect()
 
 
-def _body_length(ctx: Context) -> int | None:
+def _body_length(ctx: Context, chunked: bool) -> int | None:
     """The length to announce for the request body; None: sent chunked, as the client sent it."""
+    if chunked:
+        return None
     declared = ctx.headers.get(b"content-length")
     if declared is not None:
         try:
             return int(declared)
         except ValueError:
             raise BadRequest(f"invalid Content-Length {declared.decode('latin-1')!r}") from None
-    if any(k == b"transfer-encoding" for k, _ in ctx.raw_headers):
-        return None
     return 0
 
 
@@ -200,24 +200,54 @@ class RemoteProxy:
         self.backends = backends
         # told the APIService's name when its server cannot be reached (the availability check reruns)
         self.on_unreachable = on_unreachable
+        # identity headers of each UserInfo the authentication cache hands out again and again (the
+        # message is held, so its id is not reused while it is here)
+        self._identities: dict[int, tuple[pb.UserInfo, list[tuple[bytes, bytes]]]] = {}
+
+    def _identity(self, user: pb.UserInfo) -> list[tuple[bytes, bytes]]:
+        hit = self._identities.get(id(user))
+        if hit is not None and hit[0] is user:
+            return hit[1]
+        headers = identity_headers(user)
+        for k, v in headers:  # names and groups may come from tokens: Go's transport refuses these too
+            if b"\r" in v or b"\n" in v or b"\0" in v:
+                raise BackendError(f"invalid header field value for {k.decode('latin-1')!r}")
+        if len(self._identities) >= 1024:
+            self._identities.clear()
+        self._identities[id(user)] = (user, headers)
+        return headers
 
     async def forward(self, ctx: Context, apiservice: dict[str, Any], user: pb.UserInfo,
                       has_body: bool) -> None:
         name = (apiservice.get("metadata") or {}).get("name") or ""
-        raw = ctx.raw_headers
-        if any(k == b"upgrade" for k, _ in raw) and any(
-                k == b"connection" and b"upgrade" in v.lower() for k, v in raw):
+        # the client's headers but hop-by-hop ones and identities, in one pass that also notes an
+        # upgrade and a chunked body
+        headers = []
+        upgrade = connection_upgrade = chunked = False
+        for kv in ctx.raw_headers:
+            k = kv[0]
+            if k in _DROP_REQUEST or k.startswith(_DROP_PREFIXES):
+                if k == b"upgrade":
+                    upgrade = True
+                elif k == b"connection":
+                    connection_upgrade = connection_upgrade or b"upgrade" in kv[1].lower()
+                elif k == b"transfer-encoding":
+                    chunked = True
+                continue
+            headers.append(kv)
+        if upgrade and connection_upgrade:
             raise BadRequest("Upgrade requests are not supported by apiary's aggregation proxy")
         try:
             target = self.resolver.resolve(apiservice)
+            headers += self._identity(user)
         except ResolveError as e:
             raise unavailable(name, e.message) from None
-        headers = [kv for kv in raw if kv[0] not in _DROP_REQUEST and not kv[0].startswith(_DROP_PREFIXES)]
-        headers += identity_headers(user)
+        except BackendError as e:
+            raise unavailable(name, f"error trying to reach service: {e}") from None
         client = ctx.scope.get("client")
         if client:
             headers.append((b"x-forwarded-for", client[0].encode()))
-        length = _body_length(ctx) if has_body else None
+        length = _body_length(ctx, chunked) if has_body else None
         if not has_body:
             ctx.watch_disconnect()
         # one race for the whole exchange: the client going away (or the deadline) ends both halves

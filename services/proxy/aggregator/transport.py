@@ -26,7 +26,6 @@ CONNECT_TIMEOUT = 5.0
 IDLE_TIMEOUT = 60.0  # below the 90 s after which kube's (and apiary's) servers close idle connections
 MAX_HEADER_BYTES = 1 << 20  # Go's http.DefaultMaxHeaderBytes
 READ_HIGH, READ_LOW = 1 << 20, 1 << 18
-_BAD_VALUE = (b"\r", b"\n", b"\0")
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -36,7 +35,7 @@ class BackendError(Exception):
 
 
 class _Connection(asyncio.Protocol):
-    __slots__ = ("transport", "response", "closed", "reused", "idle_since", "_drain")
+    __slots__ = ("_drain", "closed", "idle_since", "response", "reused", "transport")
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -102,8 +101,24 @@ class _Connection(asyncio.Protocol):
 class Response:
     """One answer: status, headers (names lower-cased), and the body in parts (read())."""
 
-    __slots__ = ("conn", "parser", "status", "headers", "done", "keep_alive", "_head_only", "_interim",
-                 "_head", "_parts", "_buffered", "_paused", "_waiter", "_error", "_header_bytes", "received")
+    __slots__ = (
+        "_buffered",
+        "_error",
+        "_head",
+        "_head_only",
+        "_header_bytes",
+        "_interim",
+        "_parts",
+        "_paused",
+        "_waiter",
+        "conn",
+        "done",
+        "headers",
+        "keep_alive",
+        "parser",
+        "received",
+        "status",
+    )
 
     def __init__(self, conn: _Connection, head_only: bool) -> None:
         self.conn = conn
@@ -166,7 +181,7 @@ class Response:
 
     def _complete(self) -> None:
         self.done = True
-        self.keep_alive = self.parser.should_keep_alive() and not self._head_only
+        self.keep_alive = self.parser.should_keep_alive()
         self._wake()
 
     def _wake(self) -> None:
@@ -300,11 +315,8 @@ class Transport:
         """Send the request; return once the answer's status and headers are in.
 
         body: the request body as it arrives (None: none); with content_length None it is sent
-        chunked. Header values with CR, LF or NUL are refused (BackendError), as Go's transport does.
+        chunked. The headers are the caller's to validate (no CR, LF or NUL in a value).
         """
-        for name, value in headers:
-            if any(c in value for c in _BAD_VALUE):
-                raise BackendError(f"invalid header field value for {name.decode('latin-1')!r}")
         hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         head = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method.encode(), target, hostport.encode())]
         head += [b"%s: %s\r\n" % kv for kv in headers]
@@ -361,7 +373,7 @@ class Transport:
 class Exchange:
     """An answer being read; release() once done with it (its connection is pooled or closed)."""
 
-    __slots__ = ("transport", "key", "conn", "response")
+    __slots__ = ("conn", "key", "response", "transport")
 
     def __init__(self, transport: Transport, key: tuple[str, int, str], conn: _Connection,
                  response: Response) -> None:
