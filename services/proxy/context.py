@@ -29,14 +29,6 @@ _AUDIT_ID = re.compile(rb"[!-~]{1,128}")
 CONNECTION_EXTENSION = "apiary.connection"
 
 
-async def _cancel(task: asyncio.Future[Any]) -> None:
-    task.cancel()
-    try:
-        await task
-    except BaseException:  # noqa: BLE001 - we only wait for the cancellation to land
-        pass
-
-
 class ClientDisconnected(Exception):
     """The client went away; nothing more is to be written."""
 
@@ -135,20 +127,40 @@ class Context:
         return self._disconnect
 
     async def race(self, aw: Awaitable[T]) -> T:
-        """Await aw unless the client disconnects first (then aw is cancelled)."""
+        """Await aw unless the client disconnects first (then aw is cancelled where it waits).
+
+        aw runs in this task, not a task of its own: the disconnect cancels this task, and the
+        cancellation is told apart from any other (the request's deadline) by who asked for it."""
         d = self._disconnect
         if d is None:
             return await aw
-        task = asyncio.ensure_future(aw)
+        if d.done() and not d.cancelled():
+            if asyncio.iscoroutine(aw):
+                aw.close()
+            raise ClientDisconnected()
+        task = asyncio.current_task()
+        assert task is not None
+        state = [True, False]  # racing, disconnected
+
+        def on_disconnect(f: asyncio.Future[None]) -> None:
+            # a callback already scheduled when the race ends must not cancel what follows it
+            if state[0] and not f.cancelled():
+                state[1] = True
+                task.cancel()
+
+        d.add_done_callback(on_disconnect)
         try:
-            await asyncio.wait((task, d), return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:  # the request's deadline: aw goes with it
-            await _cancel(task)
+            result = await aw
+        except asyncio.CancelledError:
+            if state[1] and task.uncancel() == 0:
+                raise ClientDisconnected() from None
             raise
-        if task.done():
-            return task.result()
-        await _cancel(task)
-        raise ClientDisconnected()
+        finally:
+            state[0] = False
+            d.remove_done_callback(on_disconnect)
+        if state[1]:  # aw swallowed the cancellation: it is over all the same
+            task.uncancel()
+        return result
 
     async def abort(self) -> None:
         """Close the connection under an answer already started (kube aborts the handler), so the
