@@ -146,9 +146,6 @@ class Backends:
         # so the lookup neither decodes nor hashes it again
         spec = apiservice.get("spec") or {}
         raw = (spec.get("caBundle") or "", bool(spec.get("insecureSkipTLSVerify")))
-        transport = self._transports.get(raw)
-        if transport is not None:
-            return transport
         return self._transports.get_or_make(raw, lambda: Transport(self._tls(tls_key(apiservice)),
                                                                    connect_timeout=CONNECT_TIMEOUT))
 

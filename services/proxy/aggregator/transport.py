@@ -72,7 +72,7 @@ class _Connection(asyncio.Protocol):
             self.response.lost(exc)
         d = self._drain
         if d is not None and not d.done():
-            d.set_exception(BackendError(f"connection lost: {exc}" if exc else "connection closed"))
+            d.set_result(None)  # the writer's next write finds the connection closed
 
     def pause_writing(self) -> None:
         if self._drain is None or self._drain.done():
