@@ -662,10 +662,13 @@ def main() -> None:
     # The load generator reads multi-MB answers like the services do (services/common/runtime.py).
     tune_malloc()
     p = argparse.ArgumentParser(prog="python -m tools.bench")
-    p.add_argument("mode", nargs="?", default="run", choices=["run", "writes", "policy", "replicas", "hello-server"],
+    p.add_argument("mode", nargs="?", default="run",
+                   choices=["run", "writes", "policy", "replicas", "aggregation", "hello-server"],
                    help="run: every figure; writes: only the apply and patch figures; policy: only CREATE with "
                    "and without a ValidatingAdmissionPolicy; replicas: only GET and CREATE with 2 replicas of "
-                   "every service against 1")
+                   "every service against 1; aggregation: only the GET of a pizza through the proxy against "
+                   "straight to the pizza server, --rounds times")
+    p.add_argument("--rounds", type=int, default=3, help="aggregation: rounds of both GETs, one ratio each")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("-n", type=int, default=1500, help="requests per figure (GET runs 2n)")
     p.add_argument("--record", action="store_true", help="append the figures to docs/benchmarks.md")
@@ -691,6 +694,20 @@ def main() -> None:
               f"p99 {r['p99_ms']} ms); ratio {r['ratio']} (cost {round((1 - r['ratio']) * 100, 1)} %); CPU of "
               f"the apiary processes per create {r['baseline_cpu_ms_per_request']} ms -> {r['cpu_ms_per_request']} ms")
         print(json.dumps(raw["policy"], indent=1))
+        return
+    if args.mode == "aggregation":
+        from tools import bench_pizza
+
+        agg = on_fresh_stack(lambda st: bench_pizza.aggregation_rounds(st, args.concurrency // 2, args.n,
+                                                                       args.rounds))
+        for i, r in enumerate(agg["rounds"]):
+            d, p_ = r["get_direct_admin"], r["get_proxy"]
+            print(f"round {i + 1}: through the proxy {p_['rate']}/s (p50 {p_['p50_ms']} ms), straight "
+                  f"{d['rate']}/s (p50 {d['p50_ms']} ms), ratio {r['ratio']}")
+            print(f"  CPU ms/request through the proxy {p_['cpu_ms_per_request']}")
+            print(f"  CPU ms/request straight {d['cpu_ms_per_request']}")
+        print(f"aggregation_get ratios {agg['ratios']}, median {agg['median_ratio']}")
+        (ROOT / ".apiary" / "bench-aggregation.json").write_text(json.dumps(agg, indent=2))
         return
     if args.mode == "replicas":
         one = on_fresh_stack(lambda st: asyncio.run(bench_apiary(st, args.concurrency, args.n, with_list=False)))

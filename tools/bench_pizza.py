@@ -12,6 +12,7 @@
                   through apiary's proxy with the admin certificate; ratio = its rate / the rate of
                   get_direct_admin (straight, with the identity the proxy forwards for that
                   certificate): the aggregation overhead, see get_through_proxy
+                  (`python -m tools.bench aggregation` measures only this, in several rounds)
 
 `python -m tools.bench_pizza [--through-proxy]` runs them on a stack of its own; `run(stack)` is
 what tools/bench.py calls on its stack.
@@ -331,6 +332,28 @@ def with_cpu(pids: dict[str, int | None], phase: Any) -> dict[str, Any]:
     out["cpu_ms_per_request"] = {k: round((cpu_seconds(pids[k]) - v) / out["requests"] * 1000, 3)  # type: ignore[arg-type]
                                  for k, v in before.items()}
     return out
+
+
+def aggregation_rounds(stack: Stack, concurrency: int = 16, n: int = 1500, rounds: int = 3) -> dict[str, Any]:
+    """Only the aggregation figure, `rounds` times: each round the GET straight to the pizza server
+    (same identity as the proxy forwards) then through the proxy, each ratio from its own round, so
+    that load from elsewhere shifts both halves of a ratio alike."""
+    agg = stack.aggregated_server(PIZZA_SERVER.name)
+    assert agg is not None, "the stack runs no pizza server"
+    port, ca = agg.port + stack.offset, stack.state / "pki" / "ca.crt"
+    _setup(stack, f"https://127.0.0.1:{port}", ca)
+    _wait_served(stack)
+    pids = {**{name: stack.pid(name) for name in ORDER}, "pizza": stack.pid(PIZZA_SERVER.name)}
+    asyncio.run(get_through_proxy(stack, concurrency, 200))  # warm: pooled connections, caches
+    out: list[dict[str, Any]] = []
+    for _ in range(rounds):
+        direct = with_cpu(pids, lambda: asyncio.run(_get(
+            stack, port, ca, lambda i: "kubernetes-admin", concurrency, n, "system:masters")))
+        proxied = with_cpu(pids, lambda: asyncio.run(get_through_proxy(stack, concurrency, n)))
+        out.append({"ratio": round(proxied["rate"] / direct["rate"], 4), "get_direct_admin": direct,
+                    "get_proxy": proxied})
+    return {"rounds": out, "ratios": [r["ratio"] for r in out],
+            "median_ratio": statistics.median(r["ratio"] for r in out)}
 
 
 def run(stack: Stack, concurrency: int = 16, n: int = 1500, through_proxy: bool = False) -> dict[str, Any]:

@@ -43,11 +43,19 @@ class ServiceResolver:
         self._turns = itertools.count()
         # EndpointSlices by (namespace, service), rebuilt after a change: not a scan per request
         self._by_service: dict[tuple[str, str], list[Obj]] | None = None
+        # what addresses() found (or why it found nothing), until a Service, Endpoints or slice changes
+        self._found: dict[tuple[str, str, int], tuple[Target, ...] | ResolveError] = {}
+        services.add_handler(self._changed)
+        endpoints.add_handler(self._changed)
         if slices is not None:
             slices.add_handler(self._slices_changed)
 
+    def _changed(self, *_: Any) -> None:
+        self._found = {}
+
     def _slices_changed(self, *_: Any) -> None:
         self._by_service = None
+        self._found = {}
 
     def _slices_of(self, namespace: str, name: str) -> list[Obj]:
         if self.slices is None:
@@ -64,6 +72,21 @@ class ServiceResolver:
 
     def addresses(self, namespace: str, name: str, port: int) -> tuple[Target, ...]:
         """Every address the Service port `port` of namespace/name reaches (raises ResolveError)."""
+        key = (namespace, name, port)
+        found = self._found.get(key)
+        if found is None:
+            try:
+                found = self._addresses(namespace, name, port)
+            except ResolveError as e:
+                found = e
+            if len(self._found) >= 1024:
+                self._found = {}
+            self._found[key] = found
+        if isinstance(found, ResolveError):
+            raise found
+        return found
+
+    def _addresses(self, namespace: str, name: str, port: int) -> tuple[Target, ...]:
         server_name = f"{name}.{namespace}.svc"
         svc = self.services.store.get(f"{namespace}/{name}")
         if svc is None:

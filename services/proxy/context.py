@@ -31,14 +31,6 @@ _AUDIT_ID = re.compile(rb"[!-~]{1,128}")
 CONNECTION_EXTENSION = "apiary.connection"
 
 
-async def _cancel(task: asyncio.Future[Any]) -> None:
-    task.cancel()
-    try:
-        await task
-    except BaseException:  # noqa: BLE001 - we only wait for the cancellation to land
-        pass
-
-
 def warning_headers(warnings: list[str] | object) -> list[tuple[bytes, bytes]]:
     """RFC 7234 Warning headers as kube writes them: 299 - "<text>"."""
     out = []
@@ -148,20 +140,40 @@ class Context:
         return self._disconnect
 
     async def race(self, aw: Awaitable[T]) -> T:
-        """Await aw unless the client disconnects first (then aw is cancelled)."""
+        """Await aw unless the client disconnects first (then aw is cancelled where it waits).
+
+        aw runs in this task, not a task of its own: the disconnect cancels this task, and the
+        cancellation is told apart from any other (the request's deadline) by who asked for it."""
         d = self._disconnect
         if d is None:
             return await aw
-        task = asyncio.ensure_future(aw)
+        if d.done() and not d.cancelled():
+            if asyncio.iscoroutine(aw):
+                aw.close()
+            raise ClientDisconnected()
+        task = asyncio.current_task()
+        assert task is not None
+        state = [True, False]  # racing, disconnected
+
+        def on_disconnect(f: asyncio.Future[None]) -> None:
+            # a callback already scheduled when the race ends must not cancel what follows it
+            if state[0] and not f.cancelled():
+                state[1] = True
+                task.cancel()
+
+        d.add_done_callback(on_disconnect)
         try:
-            await asyncio.wait((task, d), return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:  # the request's deadline: aw goes with it
-            await _cancel(task)
+            result = await aw
+        except asyncio.CancelledError:
+            if state[1] and task.uncancel() == 0:
+                raise ClientDisconnected() from None
             raise
-        if task.done():
-            return task.result()
-        await _cancel(task)
-        raise ClientDisconnected()
+        finally:
+            state[0] = False
+            d.remove_done_callback(on_disconnect)
+        if state[1]:  # aw swallowed the cancellation: it is over all the same
+            task.uncancel()
+        return result
 
     async def abort(self) -> None:
         """Close the connection under an answer already started (kube aborts the handler), so the
@@ -215,8 +227,11 @@ class Context:
             self.response_chunks.append(chunk)
         await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
 
-    async def end_stream(self) -> None:
-        await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+    async def end_stream(self, last: bytes = b"") -> None:
+        """The answer's end, with its last part when it is at hand (one send less)."""
+        if last and self.response_chunks is not None:
+            self.response_chunks.append(last)
+        await self.send({"type": "http.response.body", "body": last, "more_body": False})
 
     async def error(self, err: APIError) -> None:
         if self.response_started:

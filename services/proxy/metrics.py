@@ -1,6 +1,8 @@
 """The proxy's Prometheus metrics, named and labelled as kube-apiserver's."""
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 from .requestinfo import RequestInfo
@@ -63,6 +65,11 @@ def scope(info: RequestInfo | None) -> str:
     return "namespace" if info.namespace else "cluster"
 
 
+# (labels, code) -> the counter's and the histogram's children: prometheus_client's labels() validates
+# and converts its arguments on every call; the label sets are as many as the children it keeps anyway
+_children: dict[tuple[tuple[str, ...], int], tuple[Any, Any]] = {}
+
+
 def observe(info: RequestInfo | None, method: str, code: int, seconds: float, apply: bool = False) -> None:
     verb = clean_verb(info, method, apply)
     if info is not None and info.is_resource_request:
@@ -70,8 +77,12 @@ def observe(info: RequestInfo | None, method: str, code: int, seconds: float, ap
                   "apiserver")
     else:
         labels = (verb, "", "", "", "", "", "apiserver")
-    REQUESTS.labels(*labels, str(code)).inc()
-    DURATION.labels(*labels).observe(seconds)
+    key = (labels, code)
+    children = _children.get(key)
+    if children is None:
+        children = _children[key] = (REQUESTS.labels(*labels, str(code)), DURATION.labels(*labels))
+    children[0].inc()
+    children[1].observe(seconds)
 
 
 def longrunning(info: RequestInfo) -> Gauge:

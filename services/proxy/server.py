@@ -378,6 +378,9 @@ def make_server(app: Any, host: str, port: int, cert_file: str, key_file: str, c
         ssl_cert_reqs=ssl.CERT_OPTIONAL if ca_files else ssl.CERT_NONE,
         ssl_context_factory=ssl_context,
         access_log=False, log_level=log_level, ws="none", server_header=False, date_header=True,
+        # the peer's address stays the connection's: kube records X-Forwarded-For (audit sourceIPs)
+        # but never lets it replace the remote address, and the middleware cost every request a hop
+        proxy_headers=False,
         # uvicorn's keep-alive timeout is Go's IdleTimeout: armed when a response is complete
         timeout_keep_alive=limits.idle_timeout, backlog=2048, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN,
     )

@@ -9,10 +9,10 @@ those headers, in Impersonate-* or in Authorization is dropped first). Both bodi
 watch's events reach the client as the server flushes them. One pooled client serves every
 APIService with the same TLS configuration.
 
-Forwarding runs on aiohttp's client (kept-alive HTTP/1.1 connections, pooled per TLS configuration
-and per server name): measured against the pizza server, it spends about a tenth of the CPU per
-request of httpx's AsyncClient (0.7 ms against 6.8 ms, tools/bench_pizza.py's figures); the
-availability and discovery probes, a few requests a minute, keep httpx's client.
+Forwarding runs on transport.py's lean client (kept-alive HTTP/1.1 connections, pooled per TLS
+configuration and per address and server name; aiohttp's client before it cost about 0.45 ms more
+of the proxy's CPU per forwarded GET, httpx's ten times that: docs/benchmarks.md); the availability
+and discovery probes, a few requests a minute, keep httpx's client.
 """
 from __future__ import annotations
 
@@ -26,24 +26,24 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 import httpx
-from yarl import URL
 
 from apiary_pb import envelope_pb2 as pb
 from services.common.errors import BadRequest, ServiceUnavailable
 
 from ..context import ClientDisconnected, Context
 from .resolver import ResolveError, ServiceResolver, Target
+from .transport import BackendError, Exchange, Transport
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 5.0
 MAX_CLIENTS = 64
-MAX_HEADER_BYTES = 1 << 20
-# hop-by-hop headers (RFC 9110 7.6.1) and what the proxy answers for itself
+# hop-by-hop headers (RFC 9110 7.6.1), what the transport sets itself (the body's framing) and what
+# the proxy answers for itself
 _DROP_REQUEST = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te",
-                           b"trailer", b"upgrade", b"host", b"authorization", b"proxy-authorization"))
+                           b"trailer", b"upgrade", b"host", b"authorization", b"proxy-authorization",
+                           b"content-length"))
 _DROP_RESPONSE = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding",
                             b"trailer", b"upgrade", b"content-type", b"audit-id", b"date", b"server"))
 _DROP_PREFIXES = (b"x-remote-", b"impersonate-")
@@ -97,10 +97,10 @@ def tls_key(apiservice: dict[str, Any]) -> TLSKey:
     return ca_bundle(apiservice), bool((apiservice.get("spec") or {}).get("insecureSkipTLSVerify"))
 
 
-class _LRU(OrderedDict[TLSKey, Any]):
+class _LRU(OrderedDict[Any, Any]):
     """Clients by TLS configuration; the least recently used closed beyond MAX_CLIENTS."""
 
-    def get_or_make(self, key: TLSKey, make: Callable[[], Any]) -> Any:
+    def get_or_make(self, key: Any, make: Callable[[], Any]) -> Any:
         client = self.get(key)
         if client is not None:
             self.move_to_end(key)
@@ -108,18 +108,21 @@ class _LRU(OrderedDict[TLSKey, Any]):
         client = self[key] = make()
         while len(self) > MAX_CLIENTS:
             _, old = self.popitem(last=False)
-            asyncio.ensure_future(old.close() if isinstance(old, aiohttp.ClientSession) else old.aclose())
+            if isinstance(old, Transport):
+                old.close()
+            else:
+                asyncio.ensure_future(old.aclose())
         return client
 
 
 class Backends:
-    """Pooled HTTPS clients, one per TLS configuration (CA bundle, insecure): `session` forwards
-    requests (aiohttp), `client` serves the availability and discovery probes (httpx)."""
+    """Pooled HTTPS clients, one per TLS configuration (CA bundle, insecure): `transport` forwards
+    requests, `client` serves the availability and discovery probes (httpx)."""
 
     def __init__(self, cert_file: str = "", key_file: str = "") -> None:
         self.cert_file, self.key_file = cert_file, key_file
         self._clients = _LRU()
-        self._sessions = _LRU()
+        self._transports = _LRU()
         self._contexts: dict[TLSKey, ssl.SSLContext] = {}
 
     def _tls(self, key: TLSKey) -> ssl.SSLContext:
@@ -138,36 +141,26 @@ class Backends:
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=100, keepalive_expiry=60),
             follow_redirects=False, trust_env=False))
 
-    def session(self, apiservice: dict[str, Any]) -> aiohttp.ClientSession:
-        key = tls_key(apiservice)
-
-        def make() -> aiohttp.ClientSession:
-            # keep-alive connections per (address, server name), unlimited in number; no cookies kept
-            # (they would pass from one user's answer to another's request), nothing added to or taken
-            # from the bodies (no decompression), no default headers beside Host
-            return aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=self._tls(key), limit=0, keepalive_timeout=60,
-                                               use_dns_cache=True),
-                timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT, sock_read=None),
-                cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False, trust_env=False,
-                # Go's http.DefaultMaxHeaderBytes, not aiohttp's 8 KiB
-                max_line_size=MAX_HEADER_BYTES, max_field_size=MAX_HEADER_BYTES,
-                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"))
-        return self._sessions.get_or_make(key, make)
+    def transport(self, apiservice: dict[str, Any]) -> Transport:
+        # by the caBundle's text as the APIService carries it: the same string object on every request,
+        # so the lookup neither decodes nor hashes it again
+        spec = apiservice.get("spec") or {}
+        raw = (spec.get("caBundle") or "", bool(spec.get("insecureSkipTLSVerify")))
+        return self._transports.get_or_make(raw, lambda: Transport(self._tls(tls_key(apiservice)),
+                                                                   connect_timeout=CONNECT_TIMEOUT))
 
     async def aclose(self) -> None:
         clients, self._clients = list(self._clients.values()), _LRU()
-        sessions, self._sessions = list(self._sessions.values()), _LRU()
+        transports, self._transports = list(self._transports.values()), _LRU()
         for c in clients:
             await c.aclose()
-        for s in sessions:
-            await s.close()
+        for t in transports:
+            t.close()
 
 
-def url_of(target: Target, path: str, query: bytes) -> str:
-    host = f"[{target.host}]" if ":" in target.host else target.host
-    q = f"?{query.decode('latin-1')}" if query else ""
-    return f"https://{host}:{target.port}{quote(path, safe='/:@!$&()*+,;=-._~')}{q}"
+def request_target(path: str, query: bytes) -> bytes:
+    q = b"?" + query if query else b""
+    return quote(path, safe="/:@!$&()*+,;=-._~").encode() + q
 
 
 async def _request_body(ctx: Context) -> AsyncIterator[bytes]:
@@ -184,6 +177,19 @@ async def _request_body(ctx: Context) -> AsyncIterator[bytes]:
     ctx.watch_disconnect()
 
 
+def _body_length(ctx: Context, chunked: bool) -> int | None:
+    """The length to announce for the request body; None: sent chunked, as the client sent it."""
+    if chunked:
+        return None
+    declared = ctx.headers.get(b"content-length")
+    if declared is not None:
+        try:
+            return int(declared)
+        except ValueError:
+            raise BadRequest(f"invalid Content-Length {declared.decode('latin-1')!r}") from None
+    return 0
+
+
 class RemoteProxy:
     def __init__(self, resolver: ServiceResolver, backends: Backends,
                  on_unreachable: Callable[[str], None] | None = None) -> None:
@@ -191,56 +197,103 @@ class RemoteProxy:
         self.backends = backends
         # told the APIService's name when its server cannot be reached (the availability check reruns)
         self.on_unreachable = on_unreachable
+        # identity headers of each UserInfo the authentication cache hands out again and again (the
+        # message is held, so its id is not reused while it is here)
+        self._identities: dict[int, tuple[pb.UserInfo, list[tuple[bytes, bytes]]]] = {}
+
+    def _identity(self, user: pb.UserInfo) -> list[tuple[bytes, bytes]]:
+        hit = self._identities.get(id(user))
+        if hit is not None and hit[0] is user:
+            return hit[1]
+        headers = identity_headers(user)
+        for k, v in headers:  # names and groups may come from tokens: Go's transport refuses these too
+            if b"\r" in v or b"\n" in v or b"\0" in v:
+                raise BackendError(f"invalid header field value for {k.decode('latin-1')!r}")
+        if len(self._identities) >= 1024:
+            self._identities.clear()
+        self._identities[id(user)] = (user, headers)
+        return headers
 
     async def forward(self, ctx: Context, apiservice: dict[str, Any], user: pb.UserInfo,
                       has_body: bool) -> None:
         name = (apiservice.get("metadata") or {}).get("name") or ""
-        if any(k == b"upgrade" for k, _ in ctx.raw_headers) and any(
-                k == b"connection" and b"upgrade" in v.lower() for k, v in ctx.raw_headers):
+        # the client's headers but hop-by-hop ones and identities, in one pass that also notes an
+        # upgrade and a chunked body
+        headers = []
+        upgrade = connection_upgrade = chunked = False
+        for kv in ctx.raw_headers:
+            k = kv[0]
+            if k in _DROP_REQUEST or k.startswith(_DROP_PREFIXES):
+                if k == b"upgrade":
+                    upgrade = True
+                elif k == b"connection":
+                    connection_upgrade = connection_upgrade or b"upgrade" in kv[1].lower()
+                elif k == b"transfer-encoding":
+                    chunked = True
+                continue
+            headers.append(kv)
+        if upgrade and connection_upgrade:
             raise BadRequest("Upgrade requests are not supported by apiary's aggregation proxy")
         try:
             target = self.resolver.resolve(apiservice)
+            headers += self._identity(user)
         except ResolveError as e:
             raise unavailable(name, e.message) from None
-        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in ctx.raw_headers
-                   if k not in _DROP_REQUEST and not k.startswith(_DROP_PREFIXES)]
-        headers += [(k.decode("latin-1"), v.decode("latin-1")) for k, v in identity_headers(user)]
+        except BackendError as e:
+            raise unavailable(name, f"error trying to reach service: {e}") from None
         client = ctx.scope.get("client")
         if client:
-            headers.append(("x-forwarded-for", client[0]))
+            headers.append((b"x-forwarded-for", client[0].encode()))
+        length = _body_length(ctx, chunked) if has_body else None
         if not has_body:
             ctx.watch_disconnect()
-        session = self.backends.session(apiservice)
+        # one race for the whole exchange: the client going away (or the deadline) ends both halves
+        await ctx.race(self._exchange(ctx, name, target, headers, has_body, length,
+                                      self.backends.transport(apiservice)))
+
+    async def _exchange(self, ctx: Context, name: str, target: Target, headers: list[tuple[bytes, bytes]],
+                        has_body: bool, length: int | None, transport: Transport) -> None:
         try:
-            response = await ctx.race(session.request(
-                ctx.method, URL(url_of(target, ctx.path, ctx.query_string), encoded=True), headers=headers,
-                data=_request_body(ctx) if has_body else None, server_hostname=target.server_name,
-                allow_redirects=False))
-        except (aiohttp.ClientError, ssl.SSLError, OSError) as e:
+            exchange = await transport.request(
+                target.host, target.port, target.server_name, ctx.method,
+                request_target(ctx.path, ctx.query_string), headers,
+                _request_body(ctx) if has_body else None, length)
+        except (BackendError, ssl.SSLError, OSError) as e:
             log.info("APIService %s: %s %s to %s:%d failed: %s", name, ctx.method, ctx.path, target.host,
                      target.port, e)
             if self.on_unreachable is not None:
                 self.on_unreachable(name)
             raise unavailable(name, f"error trying to reach service: {_why(e)}") from None
         try:
-            await ctx.race(self._pump(ctx, response))
+            await self._pump(ctx, exchange)
         finally:
             # back to the pool when the answer was read to its end; closed otherwise
-            response.release() if response.content.at_eof() else response.close()
+            exchange.release()
 
     @staticmethod
-    async def _pump(ctx: Context, response: aiohttp.ClientResponse) -> None:
-        headers = [(k.lower(), v) for k, v in response.raw_headers if k.lower() not in _DROP_RESPONSE]
-        await ctx.start_stream(response.status, response.headers.get("Content-Type", ""), headers)
+    async def _pump(ctx: Context, exchange: Exchange) -> None:
+        content_type = ""
+        headers = []
+        for kv in exchange.headers:
+            if kv[0] in _DROP_RESPONSE:
+                if kv[0] == b"content-type":
+                    content_type = kv[1].decode("latin-1")
+            else:
+                headers.append(kv)
+        await ctx.start_stream(exchange.status, content_type, headers)
         try:
-            async for chunk in response.content.iter_any():
-                await ctx.write(chunk)
-        except (aiohttp.ClientError, OSError) as e:
+            while True:
+                data, more = await exchange.read()
+                if not more:
+                    break
+                if data:  # a watch's event as the server flushed it
+                    await ctx.write(data)
+        except (BackendError, OSError) as e:
             # the answer has started: cut the connection so the client never takes a part for the whole
             log.info("%s %s: the aggregated server's answer broke off: %s", ctx.method, ctx.path, e)
             await ctx.abort()
             return
-        await ctx.end_stream()
+        await ctx.end_stream(data)
 
 
 def _why(e: BaseException) -> str:

@@ -237,8 +237,17 @@ class LogBackend:
         self._file = None
 
 
+_second, _second_text = -1, ""
+
+
 def _timestamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """RFC 3339 in UTC with microseconds (kube's MicroTime); the seconds are formatted once per second."""
+    global _second, _second_text
+    ns = time.time_ns()
+    second, rest = divmod(ns, 1_000_000_000)
+    if second != _second:
+        _second, _second_text = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+    return f"{_second_text}.{rest // 1000:06d}Z"
 
 
 def _strip_managed_fields(obj: Any) -> Any:
@@ -257,6 +266,19 @@ class Auditor:
 
     def __init__(self, policy: Policy, backend: LogBackend) -> None:
         self.policy, self.backend = policy, backend
+        # the event's "user" of each UserInfo the authentication cache hands out again and again (the
+        # message is held, so its id is not reused while it is here)
+        self._users: dict[int, tuple[pb.UserInfo, dict[str, Any]]] = {}
+
+    def user_json(self, user: pb.UserInfo) -> dict[str, Any]:
+        hit = self._users.get(id(user))
+        if hit is not None and hit[0] is user:
+            return hit[1]
+        d = user_dict(user)
+        if len(self._users) >= 1024:
+            self._users.clear()
+        self._users[id(user)] = (user, d)
+        return d
 
     def begin(self, audit_id: str, info: RequestInfo, user: pb.UserInfo | None, request_uri: str,
               source_ips: list[str], user_agent: str, received: str) -> Event | None:
@@ -277,7 +299,7 @@ class Event:
         self.fields: dict[str, Any] = {
             "kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": decision.level, "auditID": audit_id,
             "requestURI": request_uri, "verb": info.verb,
-            "user": user_dict(user) if user is not None else {},
+            "user": auditor.user_json(user) if user is not None else {},
             "sourceIPs": source_ips,
         }
         if user_agent:

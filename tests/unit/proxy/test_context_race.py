@@ -1,0 +1,81 @@
+"""Context.race: the client going away cancels what the request waits for, and nothing after it."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from services.proxy.context import ClientDisconnected, Context
+
+
+def context() -> tuple[Context, asyncio.Event]:
+    gone = asyncio.Event()
+    sent = []
+
+    async def receive() -> dict[str, Any]:
+        if not sent:
+            sent.append(1)
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    ctx = Context({"type": "http", "method": "GET", "path": "/x", "headers": []}, receive, send)
+    return ctx, gone
+
+
+async def test_an_answer_before_the_client_goes() -> None:
+    ctx, gone = context()
+    await ctx.read_body()
+    ctx.watch_disconnect()
+
+    async def answer() -> int:
+        await asyncio.sleep(0)
+        return 42
+
+    assert await ctx.race(answer()) == 42
+    gone.set()  # gone right after: what follows the race is not cancelled
+    await asyncio.sleep(0.05)
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+    ctx.close()
+
+
+async def test_the_client_going_cancels_the_wait() -> None:
+    ctx, gone = context()
+    await ctx.read_body()
+    ctx.watch_disconnect()
+    cleaned = asyncio.Event()
+
+    async def forever() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            cleaned.set()
+
+    asyncio.get_running_loop().call_later(0.05, gone.set)
+    with pytest.raises(ClientDisconnected):
+        await ctx.race(forever())
+    assert cleaned.is_set()
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+    with pytest.raises(ClientDisconnected):  # already gone: not even started
+        await ctx.race(forever())
+    ctx.close()
+
+
+async def test_another_cancellation_stays_one() -> None:
+    ctx, gone = context()
+    await ctx.read_body()
+    ctx.watch_disconnect()
+
+    async def request() -> None:
+        await ctx.race(asyncio.sleep(3600))
+
+    task = asyncio.ensure_future(request())
+    await asyncio.sleep(0.05)
+    task.cancel()  # the request's deadline, say
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    ctx.close()
