@@ -74,6 +74,8 @@ class Handlers:
             fn = self.review if verb == "create" else None
         elif req.subresource == "token" and r.info.kind == "ServiceAccount" and not r.info.group:
             fn = self.token_request if verb == "create" else None
+        elif req.subresource == "scale":
+            fn = {"get": self.get_scale, "update": self.update_scale, "patch": self.patch_scale}.get(verb)
         if fn is None:
             raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
         check_options(r, verb)
@@ -262,6 +264,61 @@ class Handlers:
         deleted = await self.rest.delete_collection(r, opts, r.query.get("labelSelector", ""), r.field_selector,
                                                     admission.admit, self._validation(admission))
         return Response(200, lists.from_envelopes(r.info, {"resourceVersion": ""}, deleted))
+
+    # Scale (autoscaling/v1, read from and written into the parent's spec.replicas) ----------------
+
+    async def get_scale(self, r: Request) -> Response:
+        env = await self.rest.get(r, r.req.name, r.query.get("resourceVersion", ""))
+        return Response(200, orjson.dumps(r.strategy.to_scale(envelope.from_envelope(env))))
+
+    async def _write_scale(self, r: Request, scale_of: Callable[[Obj], Obj]) -> Response:
+        """The parent's update with spec.replicas from the Scale that scale_of(current Scale) gives; a
+        resourceVersion in it is a precondition, as kube's scaleUpdatedObjectInfo makes it."""
+        scale_request = r.as_scale()
+
+        def transform(current: Obj) -> Obj:
+            scale = scale_of(r.strategy.to_scale(current))
+            causes = scale_request.strategy.validate(scale)
+            if causes:
+                raise errors.invalid("Scale", "autoscaling", r.req.name, causes)
+            rv = (scale.get("metadata") or {}).get("resourceVersion")
+            if rv:
+                current["metadata"]["resourceVersion"] = rv
+            current.setdefault("spec", {})["replicas"] = (scale.get("spec") or {}).get("replicas") or 0
+            return current
+
+        code, env = await self._update(r, transform)
+        return Response(code, orjson.dumps(r.strategy.to_scale(envelope.from_envelope(env))))
+
+    async def update_scale(self, r: Request) -> Response:
+        scale_request = r.as_scale()
+        scale = await self.decoder.decode(scale_request, r.req.body)
+        body_name = scale["metadata"].get("name") or ""
+        if body_name != r.req.name:
+            raise BadRequest(f"the name of the object ({body_name}) does not match the name on the URL "
+                             f"({r.req.name})")
+        return await self._write_scale(r, lambda current: scale)
+
+    async def patch_scale(self, r: Request) -> Response:
+        ptype = patches.patch_type(r.req.content_type)
+        if ptype == patches.APPLY_PATCH:
+            raise errors.UnsupportedMediaType(f"the body of the request was in an unknown format - accepted media "
+                                              f"types include: {', '.join(patches.PATCH_TYPES[:3])}")
+        doc = patches.decode_patch(r.req.body, ptype)
+        scale_request = r.as_scale()
+
+        def patched(current: Obj) -> Obj:
+            if ptype == patches.JSON_PATCH:
+                new = patches.apply_json_patch(current, doc)
+            elif ptype == patches.MERGE_PATCH:
+                new = patches.apply_merge_patch(current, doc)
+            else:
+                new = patches.apply_strategic_merge_patch(current, doc, {}, frozenset())
+            if not isinstance(new, dict):
+                raise BadRequest("the patched object is not a JSON object")
+            return self.decoder.check_object(scale_request, new)
+
+        return await self._write_scale(r, patched)
 
     # Reviews and TokenRequest (decoded here, answered by reviews.Reviews) --------------------
 

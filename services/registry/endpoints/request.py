@@ -94,6 +94,12 @@ class Request:
         return Request(req, self.info, self.strategy, self.timing, self.warnings, self.admit,
                        audit_annotations=self.audit_annotations)
 
+    def as_scale(self) -> Request:
+        """<workload>/<name>/scale: the body is an autoscaling/v1 Scale."""
+        from ..strategies.workload import SCALE_STRATEGY
+
+        return Request(self.req, SCALE_STRATEGY.info, SCALE_STRATEGY, self.timing, self.warnings, admit=False)
+
     def as_token_request(self) -> Request:
         """serviceaccounts/<name>/token: the body is a TokenRequest, never admitted."""
         return Request(self.req, TOKEN_REQUEST, TokenRequestStrategy(), self.timing, self.warnings, admit=False)

@@ -45,6 +45,8 @@ class Strategy:
 
     # Top-level fields an update of the main resource must keep from the old object (status, for kinds with one).
     status_fields: tuple[str, ...] = ()
+    # Top-level fields whose change bumps metadata.generation (set to 1 on create); () : no generation.
+    spec_fields: tuple[str, ...] = ()
     # RBAC kinds: a write must not grant what the caller does not hold (the auth service decides).
     escalation_checked = False
 
@@ -106,6 +108,10 @@ class Strategy:
             else:
                 obj.pop(f, None)
 
+    def spec_changed(self, obj: Obj, old: Obj) -> bool:
+        """Whether an update moves metadata.generation (after PrepareForUpdate restored what it keeps)."""
+        return any(obj.get(f) != old.get(f) for f in self.spec_fields)
+
     def validate_name(self, obj: Obj, name: str) -> list[str]:
         return v.is_dns1123_subdomain(name)
 
@@ -146,6 +152,7 @@ class SubresourceStrategy(Strategy):
         super().__init__(parent.info)
         self.parent = parent
         self.keep_new = keep_new
+        self.spec_fields = parent.spec_fields
 
     def canonicalize(self, obj: Obj) -> None:
         self.parent.canonicalize(obj)

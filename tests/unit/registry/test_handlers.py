@@ -430,8 +430,10 @@ async def test_bootstrap_idempotent(handlers, storage, api):
     assert [r["cells"][:3] for r in t["rows"]] == [["v1.", "Local", "True"],
                                                   ["v1.admissionregistration.k8s.io", "Local", "True"],
                                                   ["v1.apiregistration.k8s.io", "Local", "True"],
+                                                  ["v1.apps", "Local", "True"],
                                                   ["v1.authentication.k8s.io", "Local", "True"],
                                                   ["v1.authorization.k8s.io", "Local", "True"],
+                                                  ["v1.batch", "Local", "True"],
                                                   ["v1.discovery.k8s.io", "Local", "True"],
                                                   ["v1.rbac.authorization.k8s.io", "Local", "True"],
                                                   ["v1alpha1.admissionregistration.k8s.io", "Local", "True"]]
