@@ -53,13 +53,18 @@ def job_row(o: Obj) -> list[Any]:
             images, selector_string(spec.get("selector")) or "<none>"]
 
 
+def _bool_ptr(value: Any) -> str:
+    """printBoolPtr: the Suspend column is a string cell though its column says boolean."""
+    return "<unset>" if value is None else ("True" if value else "False")
+
+
 def cronjob_row(o: Obj) -> list[Any]:
     spec, status = o.get("spec") or {}, o.get("status") or {}
     job_spec = (spec.get("jobTemplate") or {}).get("spec") or {}
     names, images = containers_images(job_spec.get("template"))
     last = since(status.get("lastScheduleTime")) if parse_time(status.get("lastScheduleTime")) else "<none>"
     return [(o.get("metadata") or {}).get("name", ""), spec.get("schedule") or "", spec.get("timeZone") or "<none>",
-            bool(spec.get("suspend")), len(status.get("active") or []), last, age(o), names, images,
+            _bool_ptr(spec.get("suspend")), len(status.get("active") or []), last, age(o), names, images,
             selector_string(job_spec.get("selector")) or "<none>"]
 
 
