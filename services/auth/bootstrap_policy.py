@@ -81,9 +81,15 @@ CLUSTER_ROLES: list[dict[str, Any]] = [
     ], labels={AGG_ADMIN: "true"}),
     cluster_role("system:aggregate-to-edit", [
         _rule(["impersonate"], [""], ["serviceaccounts"]),
-        _rule(WRITE, [""], ["configmaps", "endpoints", "persistentvolumeclaims", "pods", "replicationcontrollers",
-                            "replicationcontrollers/scale", "secrets", "serviceaccounts", "services"]),
+        _rule(WRITE, [""], ["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy"]),
+        _rule(["create"], [""], ["pods/eviction"]),
+        _rule(WRITE, [""], ["configmaps", "endpoints", "events", "persistentvolumeclaims", "replicationcontrollers",
+                            "replicationcontrollers/scale", "secrets", "serviceaccounts", "services",
+                            "services/proxy"]),
         _rule(["create"], [""], ["serviceaccounts/token"]),
+        _rule(WRITE, ["apps"], ["daemonsets", "deployments", "deployments/rollback", "deployments/scale",
+                                "replicasets", "replicasets/scale", "statefulsets", "statefulsets/scale"]),
+        _rule(WRITE, ["batch"], ["cronjobs", "jobs"]),
         _rule(READ, [""], ["secrets"]),
     ], labels={AGG_EDIT: "true"}),
     cluster_role("system:aggregate-to-view", [
@@ -91,6 +97,10 @@ CLUSTER_ROLES: list[dict[str, Any]] = [
         _rule(READ, [""], ["bindings", "events", "limitranges", "namespaces/status", "pods/log", "pods/status",
                            "replicationcontrollers/status", "resourcequotas", "resourcequotas/status"]),
         _rule(READ, [""], ["namespaces"]),
+        _rule(READ, ["apps"], ["controllerrevisions", "daemonsets", "daemonsets/status", "deployments",
+                               "deployments/scale", "deployments/status", "replicasets", "replicasets/scale",
+                               "replicasets/status", "statefulsets", "statefulsets/scale", "statefulsets/status"]),
+        _rule(READ, ["batch"], ["cronjobs", "cronjobs/status", "jobs", "jobs/status"]),
     ], labels={AGG_VIEW: "true"}),
 ]
 

@@ -178,3 +178,21 @@ def test_python_client_deployment(stack: Any, ns: str) -> None:
         assert e.value.status == 422 and "field is immutable" in e.value.body
     finally:
         api_client.close()
+
+
+def test_bootstrap_roles_cover_workloads(kubectl: Kubectl, ns: str) -> None:
+    """kube's aggregated edit and view roles name the workload kinds and their subresources."""
+    kubectl.run("-n", ns, "create", "rolebinding", "editor", "--clusterrole=edit", "--user=ed")
+    kubectl.run("-n", ns, "create", "rolebinding", "viewer", "--clusterrole=view", "--user=vi")
+
+    def can(user: str, *what: str) -> str:
+        return kubectl.run("-n", ns, "auth", "can-i", *what, f"--as={user}", check=False).stdout.strip()
+
+    assert can("ed", "create", "deployments.apps") == "yes"
+    assert can("ed", "patch", "deployments.apps", "--subresource=scale") == "yes"
+    assert can("ed", "create", "cronjobs.batch") == "yes"
+    assert can("ed", "create", "pods") == "yes"
+    assert can("vi", "list", "jobs.batch") == "yes"
+    assert can("vi", "get", "statefulsets.apps", "--subresource=status") == "yes"
+    assert can("vi", "create", "deployments.apps") == "no"
+    assert can("vi", "get", "secrets") == "no"
