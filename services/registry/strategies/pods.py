@@ -37,6 +37,8 @@ class PodStrategy(Strategy):
     change; status only through /status, ephemeral containers only through /ephemeralcontainers."""
 
     status_fields = ("status",)
+    # 1.33 populates a pod's generation (KEP 5067) and moves it with the spec
+    spec_fields = ("spec",)
 
     def canonicalize(self, obj: Obj) -> None:
         podspec.default_pod(obj)

@@ -40,8 +40,9 @@ _HAS_LETTER = re.compile(r"[a-z]")
 
 
 def _pull_policy(image: str) -> str:
-    """SetDefaults_Container: Always for ":latest" or no tag, else IfNotPresent (a digest counts as a tag)."""
-    if "@" in image:
+    """SetDefaults_Container: Always for ":latest" or no tag, else IfNotPresent (a digest, or an image that does
+    not parse, as kube's parser leaves it without a tag)."""
+    if "@" in image or not image:
         return "IfNotPresent"
     last = image.rsplit("/", 1)[-1]
     tag = last.split(":", 1)[1] if ":" in last else ""
@@ -62,8 +63,8 @@ def _default_probe(probe: Any) -> None:
 def _default_container(c: Any) -> None:
     if not isinstance(c, dict):
         return
-    if c.get("image") and not c.get("imagePullPolicy"):
-        c["imagePullPolicy"] = _pull_policy(c["image"])
+    if not c.get("imagePullPolicy"):
+        c["imagePullPolicy"] = _pull_policy(c.get("image") or "")
     c.setdefault("terminationMessagePath", "/dev/termination-log")
     c.setdefault("terminationMessagePolicy", "File")
     if c.get("resources") is None:

@@ -18,6 +18,8 @@ from .fakes import FakeAdmission, FakeAuth, FakeStorage
 GROUPS = {
     "apiservices": "apiregistration.k8s.io",
     "endpointslices": "discovery.k8s.io",
+    **dict.fromkeys(("deployments", "replicasets", "statefulsets", "daemonsets"), "apps"),
+    **dict.fromkeys(("jobs", "cronjobs"), "batch"),
     **dict.fromkeys(("roles", "clusterroles", "rolebindings", "clusterrolebindings"), "rbac.authorization.k8s.io"),
     **dict.fromkeys(("tokenreviews", "selfsubjectreviews"), "authentication.k8s.io"),
     **dict.fromkeys(("subjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews",
