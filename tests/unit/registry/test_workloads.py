@@ -10,9 +10,6 @@ from services.common import errors
 from services.registry.strategies import podspec
 from services.registry.strategies.workload import selector_string
 
-pytestmark = pytest.mark.asyncio
-
-
 @pytest.fixture
 def api(api):  # type: ignore[no-untyped-def]
     """The registry's answers, errors as the Status body the proxy would send."""
