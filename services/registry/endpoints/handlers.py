@@ -30,7 +30,9 @@ from ..generic.store import Store
 from ..rest import Obj, Scope, ValidateFunc, ensure_namespace, options_invalid
 from ..reviews import Reviews
 from ..storage_client import StorageClient
-from ..strategies import strategy_for
+from ..strategies import Strategy, now_rfc3339, strategy_for
+from ..strategies.pods import BINDING, EVICTION
+from ..strategies.workload import SCALE
 from . import lists
 from .request import (
     INLINE_DECODE_BYTES,
@@ -44,6 +46,10 @@ from .request import (
     go_value,
     resolve,
 )
+
+
+# What kube's BindingREST and EvictionREST answer: a Status, 201.
+SUCCESS_CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
 
 class Handlers:
@@ -76,6 +82,8 @@ class Handlers:
             fn = self.token_request if verb == "create" else None
         elif req.subresource == "scale":
             fn = {"get": self.get_scale, "update": self.update_scale, "patch": self.patch_scale}.get(verb)
+        elif req.subresource in ("binding", "eviction") and r.info.kind == "Pod" and not r.info.group:
+            fn = (self.bind if req.subresource == "binding" else self.evict) if verb == "create" else None
         if fn is None:
             raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
         check_options(r, verb)
@@ -274,7 +282,7 @@ class Handlers:
     async def _write_scale(self, r: Request, scale_of: Callable[[Obj], Obj]) -> Response:
         """The parent's update with spec.replicas from the Scale that scale_of(current Scale) gives; a
         resourceVersion in it is a precondition, as kube's scaleUpdatedObjectInfo makes it."""
-        scale_request = r.as_scale()
+        scale_request = r.as_body_kind(SCALE)
 
         def transform(current: Obj) -> Obj:
             scale = scale_of(r.strategy.to_scale(current))
@@ -291,7 +299,7 @@ class Handlers:
         return Response(code, orjson.dumps(r.strategy.to_scale(envelope.from_envelope(env))))
 
     async def update_scale(self, r: Request) -> Response:
-        scale_request = r.as_scale()
+        scale_request = r.as_body_kind(SCALE)
         scale = await self.decoder.decode(scale_request, r.req.body)
         body_name = scale["metadata"].get("name") or ""
         if body_name != r.req.name:
@@ -305,7 +313,7 @@ class Handlers:
             raise errors.UnsupportedMediaType(f"the body of the request was in an unknown format - accepted media "
                                               f"types include: {', '.join(patches.PATCH_TYPES[:3])}")
         doc = patches.decode_patch(r.req.body, ptype)
-        scale_request = r.as_scale()
+        scale_request = r.as_body_kind(SCALE)
 
         def patched(current: Obj) -> Obj:
             if ptype == patches.JSON_PATCH:
@@ -319,6 +327,55 @@ class Handlers:
             return self.decoder.check_object(scale_request, new)
 
         return await self._write_scale(r, patched)
+
+    # pods/binding and pods/eviction (kube's BindingREST and EvictionREST) ---------------------------
+
+    async def _decode_named(self, r: Request, strategy: Strategy) -> Obj:
+        obj = await self.decoder.decode(r.as_body_kind(strategy), r.req.body)
+        body_name = obj["metadata"].get("name") or ""
+        if body_name != r.req.name:
+            raise BadRequest("name in URL does not match name in Binding object" if strategy is BINDING
+                             else f"name in URL does not match name in {strategy.info.kind} object")
+        causes = strategy.validate(obj)
+        if causes:
+            raise errors.invalid(strategy.info.kind, strategy.info.group, body_name, causes)
+        return obj
+
+    async def bind(self, r: Request) -> Response:
+        """Assign the pod to binding.target (a node): 409 when it is being deleted or already assigned."""
+        binding = await self._decode_named(r, BINDING)
+        node = binding["target"]["name"]
+
+        def transform(current: Obj) -> Obj:
+            meta, spec = current["metadata"], current.setdefault("spec", {})
+            if meta.get("deletionTimestamp"):
+                raise errors.conflict("pods/binding", "", r.req.name,
+                                      f"pod {r.req.name} is being deleted, cannot be assigned to a host")
+            if spec.get("nodeName"):
+                raise errors.conflict("pods/binding", "", r.req.name,
+                                      f'pod {r.req.name} is already assigned to node "{spec["nodeName"]}"')
+            spec["nodeName"] = node
+            annotations = (binding["metadata"].get("annotations") or {})
+            if annotations:
+                meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+            status = current.setdefault("status", {})
+            conds = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            status["conditions"] = conds + [{"type": "PodScheduled", "status": "True",
+                                             "lastProbeTime": None, "lastTransitionTime": now_rfc3339()}]
+            return current
+
+        await self._update(r, transform)
+        return Response(201, orjson.dumps(SUCCESS_CREATED))
+
+    async def evict(self, r: Request) -> Response:
+        """Evict the pod: with no PodDisruptionBudget served, an eviction is a delete with its options."""
+        eviction = await self._decode_named(r, EVICTION)
+        opts = dict(eviction.get("deleteOptions") or {})
+        if r.dry_run:
+            opts["dryRun"] = ["All"]
+        admission = self._admission("DELETE", {**opts, "kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"})
+        await self.rest.delete(r, r.req.name, opts, admission.admit, self._validation(admission))
+        return Response(201, orjson.dumps(SUCCESS_CREATED))
 
     # Reviews and TokenRequest (decoded here, answered by reviews.Reviews) --------------------
 

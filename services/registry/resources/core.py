@@ -235,7 +235,9 @@ V1 = GroupVersion("", "v1", 18000, 1, (
         group="", version="v1", kind="Pod", plural="pods", singular="pod", namespaced=True,
         key_prefix="/registry/pods/", short_names=("po",), categories=("all",),
         subresources=(
+            SubresourceInfo("binding", "Binding", ("create",)),
             SubresourceInfo("ephemeralcontainers", "Pod", STATUS_VERBS),
+            SubresourceInfo("eviction", "Eviction", ("create",), "policy", "v1"),
             SubresourceInfo("status", "Pod", STATUS_VERBS),
         ),
         strategy=PodStrategy, table=POD_TABLE,

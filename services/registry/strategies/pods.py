@@ -89,7 +89,47 @@ class PodStrategy(Strategy):
             return SubresourceStrategy(self, ("status",))
         if subresource == "ephemeralcontainers":
             return EphemeralContainersStrategy(self)
+        if subresource == "binding":
+            return BindingUpdateStrategy(self)
         return self
+
+
+class BindingUpdateStrategy(SubresourceStrategy):
+    """pods/binding's write: spec.nodeName, the PodScheduled condition and the binding's annotations, which the
+    handler sets; nothing else of the pod changes (metadata.generation does not move)."""
+
+    def __init__(self, parent: Strategy) -> None:
+        super().__init__(parent, ("spec", "status"))
+        self.spec_fields = ()
+
+    def prepare_for_update(self, obj: Obj, old: Obj) -> None:
+        annotations = (obj.get("metadata") or {}).get("annotations")
+        super().prepare_for_update(obj, old)
+        if annotations is not None:
+            obj["metadata"]["annotations"] = annotations
+
+    def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
+        return v.validate_object_meta_update(obj.get("metadata") or {}, old.get("metadata") or {})
+
+
+class BindingStrategy(Strategy):
+    """core/v1 Binding, the body of pods/binding: ValidatePodBinding."""
+
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        target = obj.get("target") or {}
+        causes: list[v.Cause] = []
+        if target.get("kind") not in (None, "", "Node"):
+            causes.append(v.not_supported("target.kind", target.get("kind"), ["Node", "<empty>"]))
+        if not target.get("name"):
+            causes.append(v.required("target.name"))
+        return causes
+
+
+class EvictionStrategy(Strategy):
+    """policy/v1 Eviction, the body of pods/eviction: decoding only."""
+
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        return []
 
 
 class EphemeralContainersStrategy(SubresourceStrategy):
@@ -217,3 +257,13 @@ def pod_row(o: Obj) -> list[Any]:
     ip = ips[0].get("ip") if ips else status.get("podIP")
     return [meta.get("name", ""), f"{ready}/{total}", reason, str(restarts), age(o), ip or "<none>",
             spec.get("nodeName") or "<none>", status.get("nominatedNodeName") or "<none>", gates_text]
+
+
+def _body_kinds() -> tuple[Strategy, Strategy]:
+    from ..resources import body_kind
+
+    return (BindingStrategy(body_kind("", "v1", "Binding", BindingStrategy)),
+            EvictionStrategy(body_kind("policy", "v1", "Eviction", EvictionStrategy)))
+
+
+BINDING, EVICTION = _body_kinds()

@@ -215,11 +215,10 @@ class ScaleStrategy(Strategy):
         return non_negative(obj, "replicas")
 
 
-def _scale_strategy() -> ScaleStrategy:
-    from ..resources import ResourceInfo
+def _scale() -> ScaleStrategy:
+    from ..resources import body_kind
 
-    return ScaleStrategy(ResourceInfo(group="autoscaling", version="v1", kind="Scale", plural="scale",
-                                      singular="scale", namespaced=True, key_prefix="", verbs=(), virtual=True))
+    return ScaleStrategy(body_kind("autoscaling", "v1", "Scale", ScaleStrategy))
 
 
-SCALE_STRATEGY = _scale_strategy()
+SCALE = _scale()

@@ -13,7 +13,8 @@ def test_aggregated_core():
     res = {r["resource"]: r for r in core["versions"][0]["resources"]}
     assert set(res) == {"configmaps", "endpoints", "events", "namespaces", "secrets", "serviceaccounts", "services",
                         "resourcequotas", "pods", "podtemplates", "replicationcontrollers"}
-    assert [s["subresource"] for s in res["pods"]["subresources"]] == ["ephemeralcontainers", "status"]
+    assert [s["subresource"] for s in res["pods"]["subresources"]] == ["binding", "ephemeralcontainers", "eviction",
+                                                                       "status"]
     scale = res["replicationcontrollers"]["subresources"][0]
     assert scale["subresource"] == "scale"
     assert scale["responseKind"] == {"group": "autoscaling", "version": "v1", "kind": "Scale"}

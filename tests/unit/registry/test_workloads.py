@@ -227,3 +227,25 @@ async def test_cronjob_and_replication_controller(api) -> None:
     assert body["spec"]["replicas"] == 1 and body["status"] == {"replicas": 0}
     code, scale = await api("get", "replicationcontrollers", "default", "rc", subresource="scale")
     assert scale["status"] == {"replicas": 0, "selector": "app=rc"}
+
+
+async def test_pod_binding_and_eviction(api) -> None:
+    await api("create", "pods", "default", body=pod())
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
+               "target": {"kind": "Node", "name": "node-1"}}
+    code, body = await api("create", "pods", "default", "p", subresource="binding", body=binding)
+    assert code == 201 and body["status"] == "Success"
+    code, body = await api("get", "pods", "default", "p")
+    assert body["spec"]["nodeName"] == "node-1" and body["metadata"]["generation"] == 1
+    assert body["status"]["conditions"][0]["type"] == "PodScheduled"
+    code, body = await api("create", "pods", "default", "p", subresource="binding", body=binding)
+    assert code == 409 and body["message"] == \
+        'Operation cannot be fulfilled on pods/binding "p": pod p is already assigned to node "node-1"'
+    code, body = await api("create", "pods", "default", "p", subresource="binding",
+                           body={**binding, "target": {}})
+    assert code == 422 and body["details"]["causes"][0]["field"] == "target.name"
+    code, body = await api("create", "pods", "default", "p", subresource="eviction", body={
+        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p"}})
+    assert code == 201
+    code, body = await api("get", "pods", "default", "p")
+    assert code == 404
