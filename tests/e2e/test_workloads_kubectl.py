@@ -196,3 +196,43 @@ def test_bootstrap_roles_cover_workloads(kubectl: Kubectl, ns: str) -> None:
     assert can("vi", "get", "statefulsets.apps", "--subresource=status") == "yes"
     assert can("vi", "create", "deployments.apps") == "no"
     assert can("vi", "get", "secrets") == "no"
+
+
+DEPLOYMENT = """apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: applied
+spec:
+  selector:
+    matchLabels: {{app: applied}}
+  template:
+    metadata:
+      labels: {{app: applied}}
+    spec:
+      containers:
+      - name: web
+        image: {image}
+        ports:
+        - containerPort: 80
+        env:
+        - name: MODE
+          value: {mode}
+"""
+
+
+def test_apply_deployment_client_and_server_side(kctl: Kubectl, ns: str) -> None:
+    first = kctl.run("-n", ns, "apply", "-f", "-", input=DEPLOYMENT.format(image="nginx:1.25", mode="a"))
+    assert "deployment.apps/applied created" in first.stdout
+    kctl.run("-n", ns, "apply", "-f", "-", input=DEPLOYMENT.format(image="nginx:1.26", mode="b"))
+    dep = json.loads(kctl.run("-n", ns, "get", "deploy", "applied", "-o", "json").stdout)
+    c = dep["spec"]["template"]["spec"]["containers"]
+    assert [(x["name"], x["image"], x["env"]) for x in c] == [("web", "nginx:1.26", [{"name": "MODE", "value": "b"}])]
+    assert dep["metadata"]["generation"] == 2
+    ssa = kctl.run("-n", ns, "apply", "--server-side", "--force-conflicts", "-f", "-",
+                   input=DEPLOYMENT.format(image="nginx:1.27", mode="c"))
+    assert "serverside-applied" in ssa.stdout
+    dep = json.loads(kctl.run("-n", ns, "get", "deploy", "applied", "-o", "json").stdout)
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.27"
+    assert dep["spec"]["replicas"] == 1 and dep["metadata"]["generation"] == 3
+    pods = kctl.run("-n", ns, "get", "pods", "--field-selector=status.phase=Pending", "-o", "name").stdout
+    assert pods == ""

@@ -82,6 +82,7 @@ class DeploymentStrategy(WorkloadStrategy):
 
 
 class ReplicaSetStrategy(WorkloadStrategy):
+    selectable_status = {"status.replicas": "replicas"}
     selector_kind = "deployment"  # ValidateReplicaSetSpec reuses the deployment's wording
     initial_status = {"replicas": 0}
 

@@ -61,6 +61,7 @@ def validate_job_spec(spec: Obj, path: str) -> list[v.Cause]:
 
 
 class JobStrategy(WorkloadStrategy):
+    selectable_status = {"status.successful": "succeeded"}
     selector_kind = "job"
     restart_policies = JOB_RESTART_POLICIES
 

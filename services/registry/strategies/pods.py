@@ -188,6 +188,7 @@ class ReplicationControllerStrategy(WorkloadStrategy):
     template's labels, replicas 1) and ValidateReplicationController (a map selector matching the template)."""
 
     initial_status = {"replicas": 0}
+    selectable_status = {"status.replicas": "replicas"}
 
     def canonicalize(self, obj: Obj) -> None:
         spec = obj.get("spec")

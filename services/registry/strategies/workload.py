@@ -126,6 +126,14 @@ class WorkloadStrategy(Strategy):
     # Restart policies the template may have (Always for controllers that keep pods running).
     restart_policies: tuple[str, ...] = ("Always",)
 
+    # Status fields a field selector may name (ReplicaSetToSelectableFields and kin): label -> status key
+    selectable_status: dict[str, str] = {}
+
+    def selectable_fields(self, obj: Obj) -> dict[str, str]:
+        status = obj.get("status") or {}
+        return super().selectable_fields(obj) | {label: str(status.get(key) or 0)
+                                                 for label, key in self.selectable_status.items()}
+
     def template(self, obj: Obj) -> Any:
         return (obj.get("spec") or {}).get("template")
 
