@@ -249,3 +249,36 @@ async def test_pod_binding_and_eviction(api) -> None:
     assert code == 201
     code, body = await api("get", "pods", "default", "p")
     assert code == 404
+
+
+async def test_statefulset_and_daemonset(api) -> None:
+    sts = deployment("s") | {"apiVersion": "apps/v1", "kind": "StatefulSet"}
+    sts["spec"]["serviceName"] = "s"
+    code, body = await api("create", "statefulsets", "default", body=sts)
+    assert code == 201, body
+    spec = body["spec"]
+    assert (spec["replicas"], spec["podManagementPolicy"], spec["updateStrategy"], spec["revisionHistoryLimit"],
+            spec["persistentVolumeClaimRetentionPolicy"]) == (
+        1, "OrderedReady", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}, 10,
+        {"whenDeleted": "Retain", "whenScaled": "Retain"})
+    assert body["status"] == {"replicas": 0, "availableReplicas": 0}
+    code, body = await api("patch", "statefulsets", "default", "s", body={"spec": {"serviceName": "other"}},
+                           content_type="application/merge-patch+json")
+    assert code == 422 and "updates to statefulset spec for fields other than 'replicas'" in body["message"]
+    code, scale = await api("patch", "statefulsets", "default", "s", subresource="scale",
+                            body={"spec": {"replicas": 3}}, content_type="application/merge-patch+json")
+    assert code == 200 and scale["spec"]["replicas"] == 3
+    ds = deployment("ds") | {"apiVersion": "apps/v1", "kind": "DaemonSet"}
+    code, body = await api("create", "daemonsets", "default", body=ds)
+    assert code == 201, body
+    assert body["spec"]["updateStrategy"] == {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+    assert body["status"] == {"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0,
+                              "numberReady": 0}
+    code, t = await api("get", "daemonsets", "default", "ds", table=True)
+    assert [c["name"] for c in t["columnDefinitions"]] == ["Name", "Desired", "Current", "Ready", "Up-to-date",
+                                                           "Available", "Node Selector", "Age", "Containers",
+                                                           "Images", "Selector"]
+    assert t["rows"][0]["cells"][:7] == ["ds", 0, 0, 0, 0, 0, "<none>"]
+    code, body = await api("get", "daemonsets", "default", "ds", subresource="scale")
+    assert code == 404
