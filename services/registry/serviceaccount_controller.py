@@ -54,7 +54,7 @@ class ServiceAccountController:
                 raise
             except errors.APIError as e:
                 log.info("serviceaccount controller: %s; retrying in %.1fs", e.message, delay)
-            except Exception:  # noqa: BLE001 - the controller must keep running
+            except Exception:
                 log.exception("serviceaccount controller failed; retrying")
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)

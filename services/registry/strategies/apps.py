@@ -4,6 +4,7 @@ replicas, strategies and their enums, immutable selectors)."""
 from __future__ import annotations
 
 import re
+from typing import ClassVar
 
 from .. import validation as v
 from . import Obj
@@ -82,9 +83,9 @@ class DeploymentStrategy(WorkloadStrategy):
 
 
 class ReplicaSetStrategy(WorkloadStrategy):
-    selectable_status = {"status.replicas": "replicas"}
+    selectable_status: ClassVar[dict[str, str]] = {"status.replicas": "replicas"}
     selector_kind = "deployment"  # ValidateReplicaSetSpec reuses the deployment's wording
-    initial_status = {"replicas": 0}
+    initial_status: ClassVar[Obj] = {"replicas": 0}
 
     def canonicalize(self, obj: Obj) -> None:
         spec = obj.get("spec")
@@ -102,7 +103,7 @@ _STS_MUTABLE = ("replicas", "ordinals", "template", "updateStrategy", "revisionH
 
 class StatefulSetStrategy(WorkloadStrategy):
     selector_kind = "statefulset"
-    initial_status = {"replicas": 0, "availableReplicas": 0}
+    initial_status: ClassVar[Obj] = {"replicas": 0, "availableReplicas": 0}
 
     def canonicalize(self, obj: Obj) -> None:
         spec = obj.get("spec")
@@ -159,7 +160,7 @@ class StatefulSetStrategy(WorkloadStrategy):
 
 class DaemonSetStrategy(WorkloadStrategy):
     selector_kind = "daemonset"
-    initial_status = {"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0,
+    initial_status: ClassVar[Obj] = {"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0,
                       "numberReady": 0}
 
     def canonicalize(self, obj: Obj) -> None:

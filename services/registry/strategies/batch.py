@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
+from typing import ClassVar
 
 from .. import validation as v
 from . import Obj, Strategy
@@ -61,7 +62,7 @@ def validate_job_spec(spec: Obj, path: str) -> list[v.Cause]:
 
 
 class JobStrategy(WorkloadStrategy):
-    selectable_status = {"status.successful": "succeeded"}
+    selectable_status: ClassVar[dict[str, str]] = {"status.successful": "succeeded"}
     selector_kind = "job"
     restart_policies = JOB_RESTART_POLICIES
 
@@ -124,7 +125,7 @@ class JobStrategy(WorkloadStrategy):
 def _cron_errors(schedule: str) -> str | None:
     """The schedule's shape as robfig/cron's standard parser sees it (five fields or a descriptor)."""
     text = schedule.strip()
-    if text.startswith("TZ=") or text.startswith("CRON_TZ="):
+    if text.startswith(("TZ=", "CRON_TZ=")):
         return None
     if text.startswith("@"):
         if text in _CRON_DESCRIPTORS or text.startswith("@every "):

@@ -4,11 +4,10 @@ status."""
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, ClassVar
 
 from .. import validation as v
-from . import Obj, Strategy, SubresourceStrategy
-from . import podspec
+from . import Obj, Strategy, SubresourceStrategy, podspec
 from .workload import WorkloadStrategy, go_map, raw_invalid, selector_matches
 
 POD_UPDATE_FORBIDDEN = ("pod updates may not change fields other than `spec.containers[*].image`,"
@@ -187,8 +186,8 @@ class ReplicationControllerStrategy(WorkloadStrategy):
     """core/v1 ReplicationController: SetDefaults_ReplicationController (selector and labels from the
     template's labels, replicas 1) and ValidateReplicationController (a map selector matching the template)."""
 
-    initial_status = {"replicas": 0}
-    selectable_status = {"status.replicas": "replicas"}
+    initial_status: ClassVar[Obj] = {"replicas": 0}
+    selectable_status: ClassVar[dict[str, str]] = {"status.replicas": "replicas"}
 
     def canonicalize(self, obj: Obj) -> None:
         spec = obj.get("spec")

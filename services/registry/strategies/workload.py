@@ -6,11 +6,10 @@ spec.replicas, selector and status.replicas.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, ClassVar
 
 from .. import validation as v
-from . import Obj, Strategy, SubresourceStrategy
-from . import podspec
+from . import Obj, Strategy, SubresourceStrategy, podspec
 
 SELECTOR_OPERATORS = ["In", "NotIn", "Exists", "DoesNotExist"]
 
@@ -50,7 +49,7 @@ def validate_label_selector(sel: Any, path: str) -> list[v.Cause]:
     if not isinstance(sel, dict):
         return []
     causes = v.validate_labels(sel.get("matchLabels") or {}, f"{path}.matchLabels")
-    for k, val in (sel.get("matchLabels") or {}).items():
+    for val in (sel.get("matchLabels") or {}).values():
         causes += [v.invalid(f"{path}.matchLabels", val, m) for m in v.is_valid_label_value(str(val))]
     for i, e in enumerate(sel.get("matchExpressions") or []):
         f = f"{path}.matchExpressions[{i}]"
@@ -122,12 +121,12 @@ class WorkloadStrategy(Strategy):
     # What the strategy names the kind in "empty selector is invalid for <kind>"
     selector_kind = ""
     # The initial status PrepareForCreate sets (v1's non-omitempty status fields).
-    initial_status: Obj = {}
+    initial_status: ClassVar[Obj] = {}
     # Restart policies the template may have (Always for controllers that keep pods running).
     restart_policies: tuple[str, ...] = ("Always",)
 
     # Status fields a field selector may name (ReplicaSetToSelectableFields and kin): label -> status key
-    selectable_status: dict[str, str] = {}
+    selectable_status: ClassVar[dict[str, str]] = {}
 
     def selectable_fields(self, obj: Obj) -> dict[str, str]:
         status = obj.get("status") or {}

@@ -10,6 +10,7 @@ from services.common import errors
 from services.registry.strategies import podspec
 from services.registry.strategies.workload import selector_string
 
+
 @pytest.fixture
 def api(api):  # type: ignore[no-untyped-def]
     """The registry's answers, errors as the Status body the proxy would send."""
@@ -165,8 +166,8 @@ async def test_deployment_validation(api) -> None:
     code, body = await api("create", "deployments", "default", body=bad)
     assert code == 422
     causes = {(c["field"], c["message"]) for c in body["details"]["causes"]}
-    assert ("spec.template.metadata.labels", 'Invalid value: map[string]string{"app":"other"}: `selector` does '
-            'not match template `labels`') in causes
+    mismatch = 'Invalid value: map[string]string{"app":"other"}: `selector` does not match template `labels`'
+    assert ("spec.template.metadata.labels", mismatch) in causes
     assert ("spec.template.spec.restartPolicy", 'Unsupported value: "Never": supported values: "Always"') in causes
     assert ("spec.strategy.rollingUpdate",
             "Forbidden: may not be specified when strategy `type` is 'Recreate'") in causes
