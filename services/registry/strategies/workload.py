@@ -26,7 +26,8 @@ def go_map(m: dict[str, str] | None) -> str:
 
 
 def go_selector(sel: Obj | None) -> str:
-    """A *metav1.LabelSelector as Go's %#v shows it in field errors."""
+    """A metav1.LabelSelector as Go's %#v shows it in field errors (kube's well-known "field is immutable"
+    message on a Deployment's selector)."""
     if sel is None:
         return "(*v1.LabelSelector)(nil)"
     labels = sel.get("matchLabels")
@@ -41,7 +42,7 @@ def go_selector(sel: Obj | None) -> str:
             parts.append(f'v1.LabelSelectorRequirement{{Key:"{e.get("key", "")}", '
                          f'Operator:"{e.get("operator", "")}", Values:{vals}}}')
         shown = "[]v1.LabelSelectorRequirement{" + ", ".join(parts) + "}"
-    return f"&v1.LabelSelector{{MatchLabels:{go_map(labels)}, MatchExpressions:{shown}}}"
+    return f"v1.LabelSelector{{MatchLabels:{go_map(labels)}, MatchExpressions:{shown}}}"
 
 
 def validate_label_selector(sel: Any, path: str) -> list[v.Cause]:

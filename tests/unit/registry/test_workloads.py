@@ -176,7 +176,7 @@ async def test_deployment_validation(api) -> None:
                            content_type="application/merge-patch+json")
     assert code == 422
     assert {"field": "spec.selector", "reason": "FieldValueInvalid", "message": (
-        'Invalid value: &v1.LabelSelector{MatchLabels:map[string]string{"app":"b"}, '
+        'Invalid value: v1.LabelSelector{MatchLabels:map[string]string{"app":"b"}, '
         "MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable")} in body["details"]["causes"]
     empty = deployment("z")
     empty["spec"]["selector"] = {}
