@@ -172,6 +172,7 @@ class AdmissionPolicyStrategy(Strategy):
     """ValidatingAdmissionPolicy (mutating=False) and MutatingAdmissionPolicy: defaults, validation,
     generation bumped on spec changes, status owned by the type checker (the admission service)."""
     status_fields = ("status",)
+    spec_fields = ("spec",)
     mutating = False
 
     def canonicalize(self, obj: Obj) -> None:
@@ -186,13 +187,6 @@ class AdmissionPolicyStrategy(Strategy):
 
     def prepare_for_create(self, obj: Obj) -> None:
         obj.pop("status", None)
-        obj.setdefault("metadata", {})["generation"] = 1
-
-    def prepare_for_update(self, obj: Obj, old: Obj) -> None:
-        super().prepare_for_update(obj, old)
-        meta, old_meta = obj.setdefault("metadata", {}), old.get("metadata") or {}
-        gen = old_meta.get("generation") or 1
-        meta["generation"] = gen + 1 if obj.get("spec") != old.get("spec") else gen
 
     def validate(self, obj: Obj) -> list[v.Cause]:
         causes = super().validate(obj)
