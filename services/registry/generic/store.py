@@ -80,6 +80,8 @@ class Store:
             meta["name"] = generate_name(meta["generateName"])
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()
+        if r.strategy.spec_fields:
+            meta["generation"] = 1
         self._manage_fields(r, obj, None, operation)
         causes = r.strategy.validate(obj)
         if causes:
@@ -194,6 +196,9 @@ class Store:
                 meta.pop(k, None)
         meta.pop("selfLink", None)
         r.strategy.prepare_for_update(new, old)
+        # the one rule for every kind with a spec: generation moves when the spec does, never on status
+        if r.strategy.spec_fields and r.strategy.spec_changed(new, old):
+            meta["generation"] = int(old_meta.get("generation") or 0) + 1
 
     @staticmethod
     def _should_delete(info: ResourceInfo, obj: Obj) -> bool:

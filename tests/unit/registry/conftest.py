@@ -22,6 +22,8 @@ GROUPS = {
     "poddisruptionbudgets": "policy",
     "priorityclasses": "scheduling.k8s.io",
     **dict.fromkeys(("storageclasses", "csidrivers"), "storage.k8s.io"),
+    **dict.fromkeys(("deployments", "replicasets", "statefulsets", "daemonsets"), "apps"),
+    **dict.fromkeys(("jobs", "cronjobs"), "batch"),
     **dict.fromkeys(("roles", "clusterroles", "rolebindings", "clusterrolebindings"), "rbac.authorization.k8s.io"),
     **dict.fromkeys(("tokenreviews", "selfsubjectreviews"), "authentication.k8s.io"),
     **dict.fromkeys(("subjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews",
