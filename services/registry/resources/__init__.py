@@ -132,7 +132,7 @@ def review(group: str, version: str, kind: str, plural: str, strategy: type[Stra
 # The group modules, each with its GROUP_VERSIONS (imported on first use: they import the strategies,
 # which import this module).
 GROUPS = ("core", "apiregistration", "authentication", "authorization", "rbac", "discovery",
-          "admissionregistration")
+          "admissionregistration", "coordination")
 
 
 def group_versions() -> tuple[GroupVersion, ...]:

@@ -26,10 +26,11 @@ def test_aggregated_core():
 def test_aggregated_groups_and_legacy():
     doc = discovery.aggregated(DEFAULT_CATALOGUE, core=False)
     # kube-aggregator's group priorities: authentication 17700, authorization 17600, apiregistration 17400,
-    # rbac 17000, admissionregistration 16700, discovery 16200.
+    # rbac 17000, admissionregistration 16700, coordination 16500, discovery 16200.
     assert [i["metadata"]["name"] for i in doc["items"]] == ["authentication.k8s.io", "authorization.k8s.io",
                                                              "apiregistration.k8s.io", "rbac.authorization.k8s.io",
-                                                             "admissionregistration.k8s.io", "discovery.k8s.io"]
+                                                             "admissionregistration.k8s.io", "coordination.k8s.io",
+                                                             "discovery.k8s.io"]
     assert discovery.api_versions() == {
         "kind": "APIVersions", "versions": ["v1"],
         "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]}
@@ -46,7 +47,7 @@ def test_openapi_patch_ops_declare_field_validation_and_gvk():
     assert set(docs) == {"api/v1", "apis/apiregistration.k8s.io/v1", "apis/rbac.authorization.k8s.io/v1",
                          "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1",
                          "apis/discovery.k8s.io/v1", "apis/admissionregistration.k8s.io/v1",
-                         "apis/admissionregistration.k8s.io/v1alpha1"}
+                         "apis/admissionregistration.k8s.io/v1alpha1", "apis/coordination.k8s.io/v1"}
     for key, raw in docs.items():
         doc = orjson.loads(raw)
         patches = [(path, item["patch"]) for path, item in doc["paths"].items() if "patch" in item]
@@ -72,9 +73,9 @@ def test_discovery_response():
     assert set(resp.resource_lists) == {"v1", "apiregistration.k8s.io/v1", "rbac.authorization.k8s.io/v1",
                                         "authentication.k8s.io/v1", "authorization.k8s.io/v1",
                                         "discovery.k8s.io/v1", "admissionregistration.k8s.io/v1",
-                                        "admissionregistration.k8s.io/v1alpha1"}
+                                        "admissionregistration.k8s.io/v1alpha1", "coordination.k8s.io/v1"}
     assert set(resp.openapi) == {"api/v1", "apis/apiregistration.k8s.io/v1", "apis/rbac.authorization.k8s.io/v1",
                                  "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1",
                          "apis/discovery.k8s.io/v1", "apis/admissionregistration.k8s.io/v1",
-                         "apis/admissionregistration.k8s.io/v1alpha1"}
+                         "apis/admissionregistration.k8s.io/v1alpha1", "apis/coordination.k8s.io/v1"}
     assert orjson.loads(resp.api_group_list)["groups"][0]["name"] == "authentication.k8s.io"

@@ -432,6 +432,7 @@ async def test_bootstrap_idempotent(handlers, storage, api):
                                                   ["v1.apiregistration.k8s.io", "Local", "True"],
                                                   ["v1.authentication.k8s.io", "Local", "True"],
                                                   ["v1.authorization.k8s.io", "Local", "True"],
+                                                  ["v1.coordination.k8s.io", "Local", "True"],
                                                   ["v1.discovery.k8s.io", "Local", "True"],
                                                   ["v1.rbac.authorization.k8s.io", "Local", "True"],
                                                   ["v1alpha1.admissionregistration.k8s.io", "Local", "True"]]
