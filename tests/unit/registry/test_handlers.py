@@ -297,6 +297,38 @@ async def test_delete_with_finalizers(api, storage):
     assert "/registry/configmaps/default/c" not in storage.data
 
 
+@pytest.mark.parametrize("policy,finalizer", [("Foreground", "foregroundDeletion"), ("Orphan", "orphan")])
+async def test_delete_propagation_sets_the_garbage_collectors_finalizer(api, storage, policy, finalizer):
+    await api("create", "configmaps", "default", body=cm(finalizers=["example.com/keep"]))
+    code, d = await api("delete", "configmaps", "default", "c", query={"propagationPolicy": policy})
+    assert code == 200 and d["metadata"]["deletionTimestamp"]
+    assert d["metadata"]["finalizers"] == ["example.com/keep", finalizer]
+    # deleted again with the other policy: the garbage collector's finalizer is swapped, as kube's store does
+    other = "Orphan" if policy == "Foreground" else "Foreground"
+    _, d = await api("delete", "configmaps", "default", "c", query={"propagationPolicy": other})
+    assert d["metadata"]["finalizers"] == ["example.com/keep",
+                                           "orphan" if finalizer == "foregroundDeletion" else "foregroundDeletion"]
+    # Background takes both away: only the object's own finalizer holds it
+    _, d = await api("delete", "configmaps", "default", "c", query={"propagationPolicy": "Background"})
+    assert d["metadata"]["finalizers"] == ["example.com/keep"]
+
+
+async def test_delete_orphan_without_finalizers_keeps_the_object_for_the_collector(api, storage):
+    await api("create", "configmaps", "default", body=cm())
+    _, d = await api("delete", "configmaps", "default", "c", body={"orphanDependents": True})
+    assert d["metadata"]["finalizers"] == ["orphan"] and "/registry/configmaps/default/c" in storage.data
+    code, d = await api("delete", "configmaps", "default", "c", query={"propagationPolicy": "Background"})
+    assert code == 200 and "/registry/configmaps/default/c" not in storage.data
+
+
+async def test_deletecollection_honours_propagation(api, storage):
+    await api("create", "configmaps", "default", body=cm("a"))
+    await api("create", "configmaps", "default", body=cm("b"))
+    _, lst = await api("deletecollection", "configmaps", "default", query={"propagationPolicy": "Foreground"})
+    assert [i["metadata"]["finalizers"] for i in lst["items"]] == [["foregroundDeletion"], ["foregroundDeletion"]]
+    assert len(storage.data) == 2
+
+
 async def test_deletecollection(api, storage):
     await api("create", "configmaps", "default", body=cm("a", labels={"x": "1"}))
     await api("create", "configmaps", "default", body=cm("b"))
