@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-SERVICES = ("proxy", "auth", "apf", "admission", "registry", "storage")
+SERVICES = ("proxy", "auth", "apf", "admission", "registry", "storage", "controllermanager")
 VALIDITY = dt.timedelta(days=3650)
 
 

@@ -2,14 +2,15 @@
 
 Default ports (loopback): proxy 6443; gRPC auth 20051, apf 20052, admission 20053,
 registry 20054, storage 20055; health and metrics 9100 + the same order
-(proxy 9100, auth 9101, apf 9102, admission 9103, registry 9104, storage 9105).
+(proxy 9100, auth 9101, apf 9102, admission 9103, registry 9104, storage 9105, controllermanager 9106,
+which has no gRPC port: it is a client of the API over HTTPS).
 """
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
 
-SERVICES = ("proxy", "auth", "apf", "admission", "registry", "storage")
+SERVICES = ("proxy", "auth", "apf", "admission", "registry", "storage", "controllermanager")
 # Below Linux's ephemeral port range (32768-60999), also with the test stacks' port offsets: a
 # listening port there can be taken by some client connection's local port and fail to bind.
 GRPC_PORTS = {"auth": 20051, "apf": 20052, "admission": 20053, "registry": 20054, "storage": 20055}

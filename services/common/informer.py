@@ -58,6 +58,11 @@ class RegistryListWatch:
                  namespace: str = "") -> None:
         self.registry, self.gvr, self.namespace = registry, (group, version, resource), namespace
 
+    def _request(self, verb: str, query: dict[str, str]) -> rpb.APIRequest:
+        g, v, r = self.gvr
+        return rpb.APIRequest(verb=verb, group=g, version=v, resource=r, namespace=self.namespace,
+                              query=query, user=APISERVER)
+
     async def list(self) -> tuple[list[dict[str, Any]], str]:
         resp = await grpcutil.call(self.registry.Handle(self._request("list", {}), timeout=30), "registry")
         body = orjson.loads(resp.body)
@@ -80,8 +85,9 @@ class HTTPListWatch:
     # A watch is ended by the server after this and resumed from the last resourceVersion seen.
     WATCH_SECONDS = 300
 
-    def __init__(self, client: Any, path: str) -> None:  # client: httpx.AsyncClient
-        self.client, self.path = client, path
+    def __init__(self, client: Any, path: str, params: dict[str, str] | None = None) -> None:
+        # client: an httpx.AsyncClient; params: the list's and watch's selectors
+        self.client, self.path, self.params = client, path, dict(params or {})
 
     @staticmethod
     def _status(r: Any) -> None:
@@ -94,13 +100,13 @@ class HTTPListWatch:
                                else {"code": r.status_code, "message": r.text})
 
     async def list(self) -> tuple[list[dict[str, Any]], str]:
-        r = await self.client.get(self.path)
+        r = await self.client.get(self.path, params=self.params)
         self._status(r)
         body = orjson.loads(r.content)
         return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
 
     async def watch(self, resource_version: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        params = {"watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
+        params = {**self.params, "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(self.WATCH_SECONDS)}
         async with self.client.stream("GET", self.path, params=params, timeout=None) as r:
             if r.status_code >= 400:

@@ -11,7 +11,6 @@ from services.common import errors
 from services.registry import watch
 from services.registry.bootstrap import bootstrap
 from services.registry.catalogue import DEFAULT_CATALOGUE
-from services.registry.namespace_finalizer import NamespaceFinalizer
 
 from .conftest import cm, request
 
@@ -393,39 +392,12 @@ async def test_namespace_delete_and_finalizer(api, storage, handlers):
     with pytest.raises(errors.Conflict) as e:
         await api("delete", "namespaces", "", "doomed")
     assert "The system is ensuring all content is removed from this namespace" in e.value.message
-    finalizer = NamespaceFinalizer(handlers.store, DEFAULT_CATALOGUE)
-    await finalizer.finalize("doomed")
-    assert sorted(storage.data) == ["/registry/configmaps/kept/c"]
-
-
-async def test_namespace_finalizer_waits_for_object_finalizers(api, storage, handlers, monkeypatch):
-    from services.registry import namespace_finalizer as nf
-    monkeypatch.setattr(nf, "RECHECK_SECONDS", 0.01)
-    await api("create", "namespaces", body={"metadata": {"name": "d"}})
-    await api("create", "configmaps", "d", body=cm(ns="d", finalizers=["example.com/f"]))
-    await api("delete", "namespaces", "", "d")
-    finalizer = NamespaceFinalizer(handlers.store, DEFAULT_CATALOGUE)
-    task = asyncio.create_task(finalizer.finalize("d"))
-    await asyncio.sleep(0.05)
-    assert not task.done()
-    assert storage.data["/registry/configmaps/d/c"].metadata.deletion_timestamp
-    await api("patch", "configmaps", "d", "c", body={"metadata": {"finalizers": []}},
-              content_type="application/merge-patch+json")
-    await asyncio.wait_for(task, 2)
-    assert not storage.data or list(storage.data) == []
-
-
-async def test_namespace_finalizer_run_resumes(api, storage, handlers):
-    await api("create", "namespaces", body={"metadata": {"name": "d"}})
-    await api("delete", "namespaces", "", "d")
-    finalizer = NamespaceFinalizer(handlers.store, DEFAULT_CATALOGUE)
-    task = asyncio.create_task(finalizer.run())
-    for _ in range(100):
-        if "/registry/namespaces/d" not in storage.data:
-            break
-        await asyncio.sleep(0.01)
-    task.cancel()
-    assert "/registry/namespaces/d" not in storage.data
+    # the namespace controller (services/controllermanager) empties it, then finalizes it: the last
+    # finalizer gone, the namespace goes
+    _, ns = await api("get", "namespaces", "", "doomed")
+    ns["spec"]["finalizers"] = []
+    await api("update", "namespaces", "", "doomed", body=ns, subresource="finalize")
+    assert "/registry/namespaces/doomed" not in storage.data
 
 
 async def test_apiservice(api):
