@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.common.config import GRPC_PORTS, HEALTH_PORTS, PEERS
+from services.common.config import API_CLIENTS, GRPC_PORTS, HEALTH_PORTS, PEERS
 
 from . import certs
 
@@ -47,8 +47,7 @@ DEFAULT_AUDIT_POLICY = ROOT / "k8s" / "base" / "audit-policy.yaml"
 # The request path's services, then the controller-manager (a client of the proxy's API).
 ORDER = ("etcd", "storage", "registry", "admission", "auth", "apf", "proxy", "controllermanager")
 REQUEST_PATH = ORDER[1:-1]
-# The controller-manager's identity (kube's: a client certificate for system:kube-controller-manager).
-CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
+
 # Ports of replica r of a service: its own plus r * REPLICA_PORT_STEP.
 REPLICA_PORT_STEP = 100
 
@@ -259,7 +258,7 @@ class Stack:
         ]
         if name in GRPC_PORTS:
             cmd += ["--grpc-port", str(self.grpc_port(process))]
-        for peer in PEERS:
+        for peer in () if name in API_CLIENTS else PEERS:
             if peer != name:
                 cmd += [f"--{peer}-address", self.addresses(peer)]
         if name == "storage":
@@ -364,7 +363,6 @@ class Stack:
                             orgs=("system:serviceaccounts", f"system:serviceaccounts:{agg.namespace}"),
                             client=True)
             self.write_aggregated_kubeconfig(agg)
-        certs.make_cert(pki / "controller-manager", ca, CONTROLLER_MANAGER_USER, client=True)
         self.write_client_kubeconfig(self.controller_manager_kubeconfig, "controller-manager", "controller-manager")
         certs.ensure_tokens(self.state)
         certs.ensure_encryption_config(self.state)
