@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..printers import column, name_age
-from ..strategies import Strategy
+from ..strategies.coordination import LeaseStrategy
 from . import GroupVersion, ResourceInfo
 
 Obj = dict[str, Any]
@@ -18,7 +18,7 @@ LEASE_TABLE = name_age(
 V1 = GroupVersion(GROUP, "v1", 16500, 15, (
     ResourceInfo(
         group=GROUP, version="v1", kind="Lease", plural="leases", singular="lease", namespaced=True,
-        key_prefix="/registry/leases/", strategy=Strategy, table=LEASE_TABLE,
+        key_prefix="/registry/leases/", strategy=LeaseStrategy, table=LEASE_TABLE,
     ),
 ))
 

@@ -18,6 +18,7 @@ from .fakes import FakeAdmission, FakeAuth, FakeStorage
 GROUPS = {
     "apiservices": "apiregistration.k8s.io",
     "endpointslices": "discovery.k8s.io",
+    "leases": "coordination.k8s.io",
     **dict.fromkeys(("roles", "clusterroles", "rolebindings", "clusterrolebindings"), "rbac.authorization.k8s.io"),
     **dict.fromkeys(("tokenreviews", "selfsubjectreviews"), "authentication.k8s.io"),
     **dict.fromkeys(("subjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews",

@@ -567,3 +567,17 @@ async def test_misrouted_verbs_are_405(api):
         await api("update", "configmaps", "default", body=cm())
     with pytest.raises(errors.MethodNotAllowed):
         await api("patch", "configmaps", "default", body={}, content_type="application/merge-patch+json")
+
+
+async def test_lease_validation_and_table(api):
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l"},
+             "spec": {"holderIdentity": "me", "leaseDurationSeconds": 0, "leaseTransitions": -1}}
+    with pytest.raises(errors.Invalid) as e:
+        await api("create", "leases", "default", body=lease)
+    assert [c["field"] for c in e.value.details["causes"]] == ["spec.leaseDurationSeconds", "spec.leaseTransitions"]
+    lease["spec"].update(leaseDurationSeconds=15, leaseTransitions=0)
+    code, _ = await api("create", "leases", "default", body=lease)
+    assert code == 201
+    _, t = await api("list", "leases", "default", table=True)
+    assert [c["name"] for c in t["columnDefinitions"]] == ["Name", "Holder", "Age"]
+    assert t["rows"][0]["cells"][:2] == ["l", "me"]
