@@ -45,7 +45,8 @@ def eventually(check, what: str):
 def candidates(stack, tmp_path) -> Iterator[tuple[str, dict[int, subprocess.Popen[bytes]]]]:
     lease = f"test-{uuid.uuid4().hex[:8]}"
     procs: dict[int, subprocess.Popen[bytes]] = {}
-    base = HEALTH_PORTS["controllermanager"] + stack.offset + 400
+    # between the health ports of the stacks at offset and offset + 100 (ports 91xx + a multiple of 100)
+    base = HEALTH_PORTS["controllermanager"] + stack.offset + 50
     for i in range(2):
         port = base + i
         log = open(tmp_path / f"cm-{i}.log", "wb")
