@@ -10,6 +10,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
+import httpx
 import orjson
 from prometheus_client import Gauge
 
@@ -19,7 +20,7 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from . import grpcutil
 from .background import cancel_and_wait
 from .backoff import Backoff
-from .errors import APIError, Gone
+from .errors import APIError, Gone, ServiceUnavailable
 from .identity import APISERVER
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,10 @@ class HTTPListWatch:
                                else {"code": r.status_code, "message": r.text})
 
     async def list(self) -> tuple[list[dict[str, Any]], str]:
-        r = await self.client.get(self.path, params=self.params)
+        try:
+            r = await self.client.get(self.path, params=self.params)
+        except httpx.HTTPError as e:  # the server is away: retried as any unavailable answer
+            raise ServiceUnavailable(f"list {self.path}: {e!r}") from None
         self._status(r)
         body = orjson.loads(r.content)
         return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
@@ -108,18 +112,20 @@ class HTTPListWatch:
     async def watch(self, resource_version: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         params = {**self.params, "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(self.WATCH_SECONDS)}
-        async with self.client.stream("GET", self.path, params=params, timeout=None) as r:
-            if r.status_code >= 400:
-                await r.aread()
-                self._status(r)
-            async for line in r.aiter_lines():
-                if not line:
-                    continue
-                ev = orjson.loads(line)
-                if ev.get("type") == "ERROR":
-                    await r.aclose()
-                    _raise_error_event(ev.get("object") or {})
-                yield ev["type"], ev.get("object") or {}
+        try:
+            async with self.client.stream("GET", self.path, params=params, timeout=None) as r:
+                if r.status_code >= 400:
+                    await r.aread()
+                    self._status(r)
+                async for line in r.aiter_lines():
+                    if not line:
+                        continue
+                    ev = orjson.loads(line)
+                    if ev.get("type") == "ERROR":
+                        _raise_error_event(ev.get("object") or {})
+                    yield ev["type"], ev.get("object") or {}
+        except httpx.HTTPError as e:  # a broken stream: resumed from the last resourceVersion seen
+            raise ServiceUnavailable(f"watch {self.path}: {e!r}") from None
 
 
 class Informer:

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import orjson
 
-from services.common.errors import APIError
+from services.common.errors import APIError, ServiceUnavailable
 from services.common.informer import HTTPListWatch, Informer
 from services.kit import kubeconfig
 
@@ -57,7 +57,10 @@ class Client:
         content = None
         if body is not None:
             content, headers["Content-Type"] = orjson.dumps(body), content_type
-        r = await self.http.request(method, path, content=content, params=params, headers=headers)
+        try:
+            r = await self.http.request(method, path, content=content, params=params, headers=headers)
+        except httpx.HTTPError as e:  # the API is away: an unavailable answer, retried by the caller
+            raise ServiceUnavailable(f"{method} {path}: {e!r}") from None
         try:
             doc = orjson.loads(r.content) if r.content else {}
         except orjson.JSONDecodeError:
