@@ -160,7 +160,7 @@ def body_kind(group: str, version: str, kind: str, strategy: type[Strategy]) -> 
 # The group modules, each with its GROUP_VERSIONS (imported on first use: they import the strategies,
 # which import this module).
 GROUPS = ("core", "apiregistration", "authentication", "authorization", "apps", "batch", "rbac", "discovery",
-          "admissionregistration", "events", "networking", "policy", "scheduling", "storage")
+          "admissionregistration", "coordination", "events", "networking", "policy", "scheduling", "storage")
 
 
 def group_versions() -> tuple[GroupVersion, ...]:

@@ -58,6 +58,10 @@ class Strategy:
     spec_fields: tuple[str, ...] = ()
     # RBAC kinds: a write must not grant what the caller does not hold (the auth service decides).
     escalation_checked = False
+    # rest.GarbageCollectionDeleteStrategy: what a delete without propagationPolicy does to the
+    # dependents: "DeleteDependents" (Background, every kind apiary serves, as kube's v1 kinds),
+    # "OrphanDependents" (kube's old extensions/v1beta1 kinds) or "Unsupported".
+    default_garbage_collection_policy = "DeleteDependents"
 
     def __init__(self, info: ResourceInfo, options: StrategyOptions = StrategyOptions()) -> None:
         self.info = info

@@ -24,6 +24,7 @@ GROUPS = {
     **dict.fromkeys(("storageclasses", "csidrivers"), "storage.k8s.io"),
     **dict.fromkeys(("deployments", "replicasets", "statefulsets", "daemonsets"), "apps"),
     **dict.fromkeys(("jobs", "cronjobs"), "batch"),
+    "leases": "coordination.k8s.io",
     **dict.fromkeys(("roles", "clusterroles", "rolebindings", "clusterrolebindings"), "rbac.authorization.k8s.io"),
     **dict.fromkeys(("tokenreviews", "selfsubjectreviews"), "authentication.k8s.io"),
     **dict.fromkeys(("subjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews",
