@@ -10,7 +10,9 @@ HTTPS (admin client certificate):
   get_idle          GET of a namespace, one after another, nothing else running: p50/p90 ms
   get_during_list   the same GETs while one full LIST of the configmaps (resourceVersion unset, as
                     kubectl asks) is read by another client; ratio_p50 = p50 during / p50 idle
-                    (goal <= 2), ratio_p90 likewise, ratio_max = the slowest GET / p90 idle
+                    (goal <= 2), ratio_p90 likewise, ratio_max = the slowest GET / p90 idle;
+                    stages_p50_ms: where a GET's time goes, idle and during (the median of each
+                    Server-Timing stage of the proxy, and "outside" them)
   concurrent_lists  three full LISTs started together, each on its own connection: the time to the
                     first byte of the body and to the last byte of each (served one after another,
                     the first bytes are spread over the whole run; sharing the streams, together)
@@ -145,7 +147,32 @@ class HTTP:
                 tail = (tail + chunk[:-2])[-2:]
         t_end = time.perf_counter()
         return {"status": int(head[0].split()[1]), "bytes": n, "tail": tail,
+                "stages": stages(hdrs.get("server-timing", "")),
                 "head_s": t_head - t0, "first_byte_s": (t_first or t_end) - t0, "total_s": t_end - t0}
+
+
+def stages(server_timing: str) -> dict[str, float]:
+    """{stage: ms} from a Server-Timing header (the proxy's stages: authn, apf, registry ...)."""
+    out: dict[str, float] = {}
+    for item in server_timing.split(","):
+        name, _, dur = item.strip().partition(";dur=")
+        if dur:
+            out[name] = float(dur)
+    return out
+
+
+# The proxy's own stages (the registry's, such as storage, are within "registry").
+PROXY_STAGES = ("authn", "impersonation", "apf", "authz", "registry")
+
+
+def stage_p50(results: list[dict[str, Any]]) -> dict[str, float]:
+    """The median of each Server-Timing stage, and of what the client saw beyond them ("outside":
+    the client's and the network's share, and waits before the proxy starts timing)."""
+    names = sorted({k for r in results for k in r["stages"]})
+    out = {k: round(statistics.median(r["stages"].get(k, 0.0) for r in results), 2) for k in names}
+    out["outside"] = round(statistics.median(
+        r["total_s"] * 1000 - sum(v for k, v in r["stages"].items() if k in PROXY_STAGES) for r in results), 2)
+    return out
 
 
 def read_list(port: int, pki: str, path: str, stall: float = 0.0) -> dict[str, Any]:
@@ -191,10 +218,15 @@ async def _run(stack: Stack, n: int, kib: int, settle: float, gets: int) -> dict
             res = await get_conn.request(get_path)
             assert res["status"] == 200, res
             out.append(res["total_s"])
+            details.append(res)
 
     idle: list[float] = []
+    idle_details: list[dict[str, Any]] = []
+    details: list[dict[str, Any]] = []
     for _ in range(gets):
-        idle.append((await get_conn.request(get_path))["total_s"])
+        res = await get_conn.request(get_path)
+        idle.append(res["total_s"])
+        idle_details.append(res)
 
     loop = asyncio.get_running_loop()
     pki = str(stack.state / "pki")
@@ -241,7 +273,8 @@ async def _run(stack: Stack, n: int, kib: int, settle: float, gets: int) -> dict
                             "ratio_p50": round(statistics.median(during) / statistics.median(idle), 2),
                             "ratio_p90": round(pct(during, 0.9) / pct(idle, 0.9), 2),
                             "ratio_max": round(pct(during, 1.0) / pct(idle, 0.9), 2),
-                            "goal_ratio": 2.0},
+                            "goal_ratio": 2.0,
+                            "stages_p50_ms": {"idle": stage_p50(idle_details), "during": stage_p50(details)}},
         "concurrent_lists": {"first_byte_s": [round(x, 3) for x in firsts],
                              "done_s": sorted(round(x["total_s"], 2) for x in three),
                              "all_done_s": round(three_s, 2),

@@ -37,7 +37,7 @@ import grpc
 
 from apiary_pb import envelope_pb2 as pb
 
-from . import auditid
+from . import auditid, pacing
 from .errors import STATUS_DETAILS_KEY, APIError, InternalError, ServiceUnavailable, Timeout, error_from_rpc
 from .grpcutil import GRPC_STARTED, batches
 from .runtime import after_large_answer
@@ -454,6 +454,7 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
                         await out.room()
                         sched.part(out, (frame.id, prev, None, True))
                         sent += len(prev)
+                        await pacing.next_part()  # small calls in flight go first (bounded)
                         await asyncio.sleep(0)  # the next part waits for what else is ready
                     prev = part
             except Exception as e:  # noqa: BLE001 - the error goes after the parts made before it
@@ -479,6 +480,7 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
             auditid.AUDIT_ID.set(frame.audit_id)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("call %s", frame.method)
+        small = pacing.begin()  # until its answer is queued, or it turns out to come in parts
         try:
             entry = methods.get(frame.method)
             if entry is None:
@@ -486,6 +488,7 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
             req_cls, fn = entry
             resp = await fn(req_cls.FromString(frame.payload), context)
             if isinstance(resp, Streamed):
+                small.end()
                 await send_parts(frame, resp)
                 return
             payload = resp if type(resp) is bytes else resp.SerializeToString()
@@ -495,6 +498,7 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
         except Exception as e:  # noqa: BLE001 - a failing call is a 500 for that call only
             sched.answer((frame.id, b"", _error_pb(e, frame.method), False))
         finally:
+            small.end()
             tasks.pop(frame.id, None)
 
     async def pump() -> None:

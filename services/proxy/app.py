@@ -20,7 +20,7 @@ from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import auditid
+from services.common import auditid, pacing
 from services.common.errors import APIError, BadRequest, InternalError, NotFound, ServiceUnavailable
 from services.common.informer import Informer
 from services.common.metrics import exposition as metrics_exposition
@@ -179,6 +179,9 @@ class ProxyApp:
         apply = False
         failure: APIError | None = None
         panic = False
+        # large answers in this process give way while it is in flight (pacing.py); a watch, and
+        # a LIST once its parts come, no longer count
+        small = pacing.begin()
         # 0. the request's deadline (--request-timeout), counted from its arrival
         task: asyncio.Task[Any] = asyncio.current_task()  # type: ignore[assignment]
         arrived = asyncio.get_running_loop().time()
@@ -204,6 +207,7 @@ class ProxyApp:
                 # the deadline the request implies (none for a watch)
                 if long_running(info):
                     self.deadlines.set(task, None)
+                    small.end()
                 elif "timeout" in query:
                     self.deadlines.set(task, arrived + request_timeout(query, self.request_timeout))
                 # 3. authentication
@@ -267,6 +271,7 @@ class ProxyApp:
             task.uncancel()
             await self._timed_out(ctx)
         finally:
+            small.end()
             self.deadlines.clear(task)
             if ctx.audit is not None:
                 self._audit_complete(ctx, failure, panic)

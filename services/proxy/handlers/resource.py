@@ -10,7 +10,7 @@ import time
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import mux
+from services.common import mux, pacing
 from services.common.runtime import after_large_answer
 
 from ..context import ClientDisconnected, Context, warning_headers
@@ -81,6 +81,7 @@ class ResourceHandler:
             if not more:
                 await ctx.respond(resp.code or 200, resp.body, output.content_type, headers)
                 return
+            pacing.large()  # its parts give way to small requests in flight
             await ctx.start_stream(resp.code or 200, output.content_type, headers)
             await ctx.write(resp.body)
             sent = len(resp.body)
@@ -89,6 +90,7 @@ class ResourceHandler:
                 body = rpb.APIResponse.FromString(payload).body
                 sent += len(body)
                 await ctx.write(body)
+                await pacing.next_part()  # before the next part is taken (and credited)
                 if gone is not None and gone.done():  # the rest is not read: cancel the call
                     raise ClientDisconnected()
             await ctx.end_stream()

@@ -1,0 +1,104 @@
+"""Pacing of large answers: in one process, the parts of a large answer (a LIST sent in parts)
+give way to the small calls in flight.
+
+On a machine with few cores, a LIST of hundreds of megabytes keeps the CPU of every process on its
+path busy (storage renders, the registry re-frames, the proxy encrypts); a GET arriving meanwhile
+gets its turns on each event loop between parts, and waits for CPU that the LIST's processes
+share. Fair sharing of the streams (mux.py) bounds how long one part holds a stream; this bounds how
+much CPU the parts take while small calls are in flight: before each next part, the producer of a
+large answer waits while any small call is in flight in its process, for at most MAX_DEFER
+seconds, so a large answer still moves at least one part per MAX_DEFER (no starvation under a
+steady stream of small calls), and at full speed when there is none. Since each hop of a LIST is
+flow-controlled end to end (mux.WINDOW), a hop that defers slows the hops behind it too: their
+CPU goes to the small call as well.
+
+A small call is what `begin()` counts until its `end()` (the mux server's unary calls, the proxy's
+requests that are not long-running); a call whose answer turns out to come in parts stops counting
+as small when it does (`large()`), so that its parts do not wait for themselves.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+
+# The longest a large answer's next part waits for small calls in flight: about the work of one
+# small call on every hop, short enough that a steady stream of small calls still lets a large
+# answer through at a bounded pace (one 128 KiB part per hop per MAX_DEFER at worst).
+MAX_DEFER = 0.02
+
+_small = 0
+_waiters: list[asyncio.Future[None]] = []
+_current: contextvars.ContextVar[Call | None] = contextvars.ContextVar("pacing_call", default=None)
+
+
+class Call:
+    """One small call, counted from begin() until end() (or large())."""
+
+    __slots__ = ("counted",)
+
+    def __init__(self) -> None:
+        self.counted = True
+
+    def end(self) -> None:
+        global _small
+        if not self.counted:
+            return
+        self.counted = False
+        _small -= 1
+        if not _small and _waiters:
+            _wake_all()
+
+
+def begin() -> Call:
+    """A small call starts in this task (and what it awaits): counted until its end()."""
+    global _small
+    _small += 1
+    call = Call()
+    _current.set(call)
+    return call
+
+
+def large() -> None:
+    """The current task's call answers in parts: no longer a small call."""
+    call = _current.get()
+    if call is not None:
+        call.end()
+
+
+def in_flight() -> int:
+    """Small calls in flight in this process."""
+    return _small
+
+
+def _wake_all() -> None:
+    waiters = _waiters[:]
+    _waiters.clear()
+    for fut in waiters:
+        if not fut.done():
+            try:
+                fut.set_result(None)
+            except RuntimeError:  # its loop is closed
+                pass
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+async def next_part() -> None:
+    """Before a large answer's next part: let the small calls in flight go first (at most MAX_DEFER)."""
+    if not _small:
+        return
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+    _waiters.append(fut)
+    timer = loop.call_later(MAX_DEFER, _wake, fut)
+    try:
+        await fut
+    finally:
+        timer.cancel()
+        try:  # woken by its timer or cancelled: still listed
+            _waiters.remove(fut)
+        except ValueError:
+            pass
