@@ -40,9 +40,9 @@ def process_panels(job: str) -> list[Panel]:
     elif job == "pizza":
         streams = Panel("Open watch streams", 'sum by (resource) (apiserver_longrunning_requests{job="pizza"})',
                         legend="{{resource}}")
-    elif job == "auth":
-        streams = Panel("Open informer watches", 'sum by (resource) (apiary_informer_watches_open{job="auth"})',
-                        legend="{{resource}}")
+    elif job in ("auth", "controllermanager"):
+        streams = Panel("Open informer watches",
+                        f'sum by (resource) (apiary_informer_watches_open{{job="{job}"}})', legend="{{resource}}")
     else:
         streams = Panel("Open gRPC streams", f'sum by (grpc_method) (grpc_server_streams_open{{job="{job}"}})',
                         legend="{{grpc_method}}")
@@ -165,6 +165,23 @@ SERVICE_PANELS: dict[str, list[Panel]] = {
               'sum by (result) (increase(apiary_storage_compactions_total{job="storage"}[1h]))',
               legend="{{result}}"),
         Panel("etcd database size", 'etcd_mvcc_db_total_size_in_bytes{job="etcd"}', "bytes", "db"),
+    ],
+    # kube-controller-manager's controllers: client-go's workqueue metrics by queue, the leader election
+    "controllermanager": [
+        Panel("Leader (1) or standby (0)", 'leader_election_master_status{job="controllermanager"}',
+              legend="{{instance}} {{name}}"),
+        Panel("Work queue depth by queue", 'sum by (name) (workqueue_depth{job="controllermanager"})',
+              legend="{{name}}"),
+        Panel("Work queue adds by queue",
+              'sum by (name) (rate(workqueue_adds_total{job="controllermanager"}[5m]))', "ops", "{{name}}"),
+        Panel("Work duration p99 by queue", p99("workqueue_work_duration_seconds", "controllermanager", "name"),
+              "s", "{{name}}"),
+        Panel("Queue wait p99 by queue", p99("workqueue_queue_duration_seconds", "controllermanager", "name"),
+              "s", "{{name}}"),
+        Panel("Garbage collector: objects in the graph", 'apiary_garbagecollector_graph_nodes{job="controllermanager"}',
+              legend="nodes"),
+        Panel("Garbage collector: resources watched", 'apiary_garbagecollector_monitors{job="controllermanager"}',
+              legend="resources"),
     ],
     # the aggregated pizza server (services/pizza on the kit): what it serves, and what it asks of apiary
     "pizza": [

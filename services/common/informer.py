@@ -85,10 +85,24 @@ class HTTPListWatch:
 
     # A watch is ended by the server after this and resumed from the last resourceVersion seen.
     WATCH_SECONDS = 300
+    # client-go's metadata client: PartialObjectMetadata(List) first, plain JSON from a server without it.
+    METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
+    METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
 
-    def __init__(self, client: Any, path: str, params: dict[str, str] | None = None) -> None:
+    def __init__(self, client: Any, path: str, params: dict[str, str] | None = None,
+                 metadata_only: bool = False) -> None:
         # client: an httpx.AsyncClient; params: the list's and watch's selectors
         self.client, self.path, self.params = client, path, dict(params or {})
+        self.metadata_only = metadata_only
+        self._list_headers = {"Accept": self.METADATA_LIST if metadata_only else "application/json"}
+        self._watch_headers = {"Accept": self.METADATA_WATCH if metadata_only else "application/json"}
+
+    def _object(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """What the informer keeps: with metadata_only, the metadata alone even from a server that
+        answered whole objects (an aggregated server without PartialObjectMetadata)."""
+        if not self.metadata_only or obj.get("kind") == "PartialObjectMetadata" or "metadata" not in obj:
+            return obj
+        return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
 
     @staticmethod
     def _status(r: Any) -> None:
@@ -102,18 +116,22 @@ class HTTPListWatch:
 
     async def list(self) -> tuple[list[dict[str, Any]], str]:
         try:
-            r = await self.client.get(self.path, params=self.params)
+            r = await self.client.get(self.path, params=self.params, headers=self._list_headers)
         except httpx.HTTPError as e:  # the server is away: retried as any unavailable answer
             raise ServiceUnavailable(f"list {self.path}: {e!r}") from None
         self._status(r)
         body = orjson.loads(r.content)
-        return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
+        items = body.get("items") or []
+        if self.metadata_only and body.get("kind") != "PartialObjectMetadataList":
+            items = [self._object(o) for o in items]
+        return items, (body.get("metadata") or {}).get("resourceVersion", "")
 
     async def watch(self, resource_version: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         params = {**self.params, "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(self.WATCH_SECONDS)}
         try:
-            async with self.client.stream("GET", self.path, params=params, timeout=None) as r:
+            async with self.client.stream("GET", self.path, params=params, headers=self._watch_headers,
+                                          timeout=None) as r:
                 if r.status_code >= 400:
                     await r.aread()
                     self._status(r)
@@ -123,7 +141,7 @@ class HTTPListWatch:
                     ev = orjson.loads(line)
                     if ev.get("type") == "ERROR":
                         _raise_error_event(ev.get("object") or {})
-                    yield ev["type"], ev.get("object") or {}
+                    yield ev["type"], self._object(ev.get("object") or {})
         except httpx.HTTPError as e:  # a broken stream: resumed from the last resourceVersion seen
             raise ServiceUnavailable(f"watch {self.path}: {e!r}") from None
 

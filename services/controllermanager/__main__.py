@@ -114,20 +114,24 @@ class ControllerManager:
         self._starting = asyncio.create_task(self._start_all(), name="start-controllers")
 
     async def _start_all(self) -> None:
-        for name in self.args.enabled:
-            start, stop = self._build(name)
-            self.running.append((name, stop))
-            while True:
-                try:
-                    await start()
-                    break
-                except asyncio.CancelledError:
-                    raise
-                except Exception as e:  # noqa: BLE001 - the API is not there yet: try again
-                    log.info("starting %s: %s; retrying", name, e)
-                    await stop()
-                    await asyncio.sleep(1.0)
-            log.info("started %s", name)
+        """Every controller at once, as kube starts each in its own goroutine: one waiting on its informers
+        (the garbage collector syncs an informer per resource) does not hold up the others."""
+        await asyncio.gather(*(self._start_one(name) for name in self.args.enabled))
+
+    async def _start_one(self, name: str) -> None:
+        start, stop = self._build(name)
+        self.running.append((name, stop))
+        while True:
+            try:
+                await start()
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the API is not there yet: try again
+                log.info("starting %s: %s; retrying", name, e)
+                await stop()
+                await asyncio.sleep(1.0)
+        log.info("started %s", name)
 
     async def stop(self) -> None:
         if self._starting is not None:

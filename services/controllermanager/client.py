@@ -95,9 +95,11 @@ class Client:
             opts["propagationPolicy"] = propagation
         return await self.request("DELETE", res.path(namespace, name), opts)
 
-    def informer(self, res: Resource, namespace: str = "", params: dict[str, str] | None = None) -> Informer:
-        return Informer.over(HTTPListWatch(self.http, res.path(namespace), params), res.group, res.version,
-                             res.resource)
+    def informer(self, res: Resource, namespace: str = "", params: dict[str, str] | None = None,
+                 metadata_only: bool = False) -> Informer:
+        """An informer on `res`; metadata_only keeps PartialObjectMetadata (client-go's metadata informer)."""
+        return Informer.over(HTTPListWatch(self.http, res.path(namespace), params, metadata_only), res.group,
+                             res.version, res.resource)
 
     async def discover(self) -> list[Resource]:
         """Every resource of the preferred version of every group (discovery.ServerPreferredResources),

@@ -21,6 +21,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import Gauge
+
 from services.common.errors import APIError, Conflict, NotFound
 from services.common.informer import Informer
 
@@ -36,6 +38,10 @@ FOREGROUND = "foregroundDeletion"
 RESYNC_SECONDS = 30.0
 # Resources the collector never watches (kube's ignoredResources: what has no owner to collect).
 IGNORED = {("", "events"), ("events.k8s.io", "events"), ("coordination.k8s.io", "leases")}
+
+# kube's collector exports no size of its graph; these are apiary's, for the controller-manager's dashboard.
+GRAPH_NODES = Gauge("apiary_garbagecollector_graph_nodes", "Objects in the garbage collector's dependency graph.")
+MONITORS = Gauge("apiary_garbagecollector_monitors", "Resources the garbage collector watches.")
 
 
 @dataclass
@@ -161,6 +167,8 @@ class GarbageCollector:
             await inf.stop()
         self.informers.clear()
         self.graph = Graph()
+        GRAPH_NODES.set(0)
+        MONITORS.set(0)
 
     async def _resync_loop(self) -> None:
         while True:
@@ -178,10 +186,11 @@ class GarbageCollector:
                 continue
             if not {"list", "watch", "delete"} <= res.verbs:
                 continue
-            inf = self.client.informer(res)
+            inf = self.client.informer(res, metadata_only=True)  # kube's GC: metadata informers only
             inf.add_handler(lambda typ, obj, _old, res=res: self._on_event(res, typ, obj))
             inf.start()
             self.informers[res] = inf
+        MONITORS.set(len(self.informers))
 
     # graph changes ---------------------------------------------------------------------------
 
@@ -191,6 +200,7 @@ class GarbageCollector:
             return
         if typ == "DELETED":
             self.graph.remove(node.uid)
+            GRAPH_NODES.set(len(self.graph.nodes))
             for dep in self.graph.dependents_of(node.uid):
                 self.queue.add(dep.uid)
             for ref in node.owners:
@@ -199,6 +209,8 @@ class GarbageCollector:
                     self.queue.add(owner.uid)
             return
         old = self.graph.upsert(node)
+        if old is None:
+            GRAPH_NODES.set(len(self.graph.nodes))
         itself, owners = changes(old, node)
         if itself:
             self.queue.add(node.uid)

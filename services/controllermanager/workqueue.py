@@ -39,6 +39,8 @@ class WorkQueue:
         self._failures: dict[Hashable, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._timers: set[asyncio.TimerHandle] = set()
+        for metric in (DEPTH, ADDS, RETRIES, QUEUE_DURATION, WORK_DURATION):
+            metric.labels(name)  # the queue's series exist from its making, as client-go's queue metrics
 
     def add(self, key: Hashable) -> None:
         if key in self._dirty:

@@ -197,7 +197,7 @@ def test_every_panel_returns_data(observed: tuple[Stack, Prometheus]) -> None:
     assert len(panels) >= 40
     # A metric is in every dashboard that names it: all of them must be served somewhere.
     served = ""
-    for name in ("proxy", "auth", "apf", "admission", "registry", "storage"):
+    for name in ("proxy", "auth", "apf", "admission", "registry", "storage", "controllermanager"):
         with urllib.request.urlopen(f"http://127.0.0.1:{stack.health_port(name)}/metrics", timeout=5) as r:
             served += r.read().decode()
     with urllib.request.urlopen(f"{stack.etcd_url}/metrics", timeout=5) as r:
