@@ -19,15 +19,19 @@ and its selectable fields (computed by the served kind's strategy in the stored 
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from apiary_pb import envelope_pb2 as pb
 from services.common import errors
+
+if TYPE_CHECKING:
+    from .resources import ResourceInfo
 
 Obj = dict[str, Any]
 BodyConversion = Callable[[Obj], Obj]
@@ -121,3 +125,35 @@ def renamed(storage_api_version: str, kind: str, mapping: dict[str, str]) -> Con
     def from_storage(body: Obj) -> Obj:
         return {back.get(k, k): v for k, v in body.items()}
     return Conversion(storage_api_version, kind, to_storage, from_storage, MappingProxyType(dict(mapping)))
+
+
+Paths = set[tuple[str, ...]]
+PathTranslator = Callable[[Paths, str, str], Paths]
+
+
+@functools.cache
+def field_paths(info: ResourceInfo) -> PathTranslator | None:
+    """How the field manager reads the managedFields entries made in another version of info's storage: their
+    paths (field_paths(paths, entry's apiVersion, wanted apiVersion)) through the storage version's names, as
+    kube's field manager compares objects converted to each entry's version. None when every version sharing
+    info's storage has the same field names (the common case: nothing to translate)."""
+    from .resources import all_kinds
+
+    sharing = {i.api_version: i.conversion for i in all_kinds()
+               if not i.virtual and i.key_prefix == info.key_prefix}
+    if not any(c is not None and c.renames for c in sharing.values()):
+        return None
+
+    def translate(paths: Paths, from_version: str, to_version: str) -> Paths:
+        if from_version == to_version:
+            return paths
+        source, target = sharing.get(from_version), sharing.get(to_version)
+        out = set()
+        for p in paths:
+            if source is not None:
+                p = source.field_path(p, to_storage=True)
+            if target is not None:
+                p = target.field_path(p, to_storage=False)
+            out.add(p)
+        return out
+    return translate

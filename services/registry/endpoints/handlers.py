@@ -213,7 +213,7 @@ class Handlers:
         else:
             doc = await asyncio.to_thread(patches.decode_patch, body, ptype)
         merge_keys = r.strategy.merge_keys
-        manager = fieldmanager.for_kind(r.strategy.schema_name, r.info.api_version)
+        manager = fieldmanager.for_resource(r.strategy.schema_name, r.info)
         force = r.query.get("force") == "true"
         applied: Obj | None = None
         if ptype == patches.APPLY_PATCH:

@@ -115,7 +115,7 @@ class Store:
     def _manage_fields(r: Scope, obj: Obj, old: Obj | None, operation: str) -> None:
         """An Update records what it changed; an Apply's fields were settled when it merged (patch)."""
         if operation == fieldmanager.UPDATE:
-            fieldmanager.for_kind(r.strategy.schema_name, r.info.api_version).update(
+            fieldmanager.for_resource(r.strategy.schema_name, r.info).update(
                 old, obj, r.update_manager, r.req.subresource)
 
     # Update --------------------------------------------------------------------------------
