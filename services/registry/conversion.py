@@ -78,6 +78,14 @@ class Conversion:
             out["metadata"] = obj["metadata"]
         return out | body
 
+    def served_object(self, stored: Obj, api_version: str, kind: str) -> Obj:
+        """A whole object in the storage version (with metadata) as api_version/kind serve it."""
+        body = self.from_storage({k: v for k, v in stored.items() if k not in TYPE_META})
+        out: Obj = {"apiVersion": api_version, "kind": kind}
+        if "metadata" in stored:
+            out["metadata"] = stored["metadata"]
+        return out | body
+
     def to_storage_envelope(self, env: pb.Object) -> pb.Object:
         return _convert(env, self.storage_api_version, self.storage_kind, self.to_storage)
 
@@ -125,6 +133,26 @@ def renamed(storage_api_version: str, kind: str, mapping: dict[str, str]) -> Con
     def from_storage(body: Obj) -> Obj:
         return {back.get(k, k): v for k, v in body.items()}
     return Conversion(storage_api_version, kind, to_storage, from_storage, MappingProxyType(dict(mapping)))
+
+
+@functools.cache
+def equivalents(info: ResourceInfo) -> tuple[ResourceInfo, ...]:
+    """The definitions sharing info's storage (kube's EquivalentResourceMapper), info first: the versions and
+    groups an admission webhook's rule may name to be called, converted, for a request to info."""
+    from .resources import all_kinds
+
+    return (info,) + tuple(i for i in all_kinds() if i is not info and not i.virtual and info.key_prefix
+                           and i.key_prefix == info.key_prefix)
+
+
+def convert_object(obj: Obj, source: ResourceInfo, target: ResourceInfo) -> Obj:
+    """A whole object of source's version in target's (both sharing one storage), through the storage version."""
+    if source is target:
+        return obj
+    stored = source.conversion.storage_object(obj) if source.conversion is not None else obj
+    if target.conversion is None:  # target's version is the storage version
+        return stored
+    return target.conversion.served_object(stored, target.api_version, target.kind)
 
 
 Paths = set[tuple[str, ...]]
