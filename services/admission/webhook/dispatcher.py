@@ -29,12 +29,10 @@ from services.common.identity import user_dict
 from services.common.informer import Informer
 from services.common.metrics import KubeCounter
 from services.common.serviceresolver import ServiceResolver
-from services.registry.catalogue import DEFAULT_CATALOGUE
-from services.registry.conversion import convert_object
 from services.registry.resources import ResourceInfo
 
 from .. import authz
-from ..attributes import Attributes
+from ..attributes import Attributes, in_version
 from ..namespaces import InformerNamespaceLister
 from ..plugin import Plugin, PluginConfig
 from .client import CallError, WebhookCaller
@@ -140,56 +138,33 @@ class Invocation:
 
     def __init__(self, a: Attributes, target: ResourceInfo | None = None) -> None:
         self.a = a
-        self.target = target
-        self.source = DEFAULT_CATALOGUE.lookup(a.group, a.version, a.resource) if target is not None else None
+        self.v = in_version(a, target)  # what the webhooks see: kind, resource and objects in their version
         self._activations: dict[bool, Any] = {}
         self._options: Any = None
-        self._versioned: dict[str, tuple[Any, Any]] = {}  # "object"/"oldObject": (the request's, converted)
         self.checks: authz.Checks | None = None  # the user's authorization checks, made for every webhook
-
-    def _in_target(self, key: str, obj: dict[str, Any] | None) -> dict[str, Any] | None:
-        if self.target is None or self.source is None or obj is None:
-            return obj
-        hit = self._versioned.get(key)
-        if hit is None or hit[0] is not obj:
-            hit = self._versioned[key] = (obj, convert_object(obj, self.source, self.target))
-        return hit[1]
 
     @property
     def object(self) -> dict[str, Any] | None:
-        return self._in_target("object", self.a.object)
-
-    @property
-    def old_object(self) -> dict[str, Any] | None:
-        return self._in_target("oldObject", self.a.old_object)
+        return self.v.object
 
     def set_object(self, obj: dict[str, Any]) -> None:
         """A webhook's patched object (in this invocation's version) becomes the request's."""
-        if self.target is not None and self.source is not None:
-            obj = convert_object(obj, self.target, self.source)
-        self.a.set_object(obj)
+        self.v.set_object(obj)
 
     def request(self) -> dict[str, Any]:
-        a = self.a
-        request_kind = {"group": a.group, "version": a.version, "kind": a.kind}
-        request_resource = {"group": a.group, "version": a.version, "resource": a.resource}
-        kind, resource = request_kind, request_resource
-        t = self.target
-        if t is not None:
-            sub = t.subresource(a.subresource) if a.subresource else None
-            kind = {"group": sub.group if sub and sub.group is not None else t.group,
-                    "version": sub.version if sub and sub.version is not None else t.version,
-                    "kind": sub.kind if sub else t.kind}
-            resource = {"group": t.group, "version": t.version, "resource": t.plural}
-        obj = self.object
+        a, v = self.a, self.v
+        kind = {"group": v.group, "version": v.version, "kind": v.kind}
+        resource = {"group": v.group, "version": v.version, "resource": v.resource}
+        obj = v.object
         name = a.name or ((obj or {}).get("metadata") or {}).get("name") or ""
         if self._options is None:
             self._options = orjson.loads(a.request.options) if a.request.options else None
         req: dict[str, Any] = {
-            "uid": str(uuid.uuid4()), "kind": kind, "resource": resource, "requestKind": request_kind,
-            "requestResource": request_resource, "name": name, "namespace": a.namespace, "operation": a.operation,
-            "userInfo": user_dict(a.user), "object": obj, "oldObject": self.old_object, "dryRun": a.dry_run,
-            "options": self._options}
+            "uid": str(uuid.uuid4()), "kind": kind, "resource": resource,
+            "requestKind": {"group": a.group, "version": a.version, "kind": a.kind},
+            "requestResource": {"group": a.group, "version": a.version, "resource": a.resource}, "name": name,
+            "namespace": a.namespace, "operation": a.operation, "userInfo": user_dict(a.user), "object": obj,
+            "oldObject": v.old_object, "dryRun": a.dry_run, "options": self._options}
         if a.subresource:
             req["subResource"] = req["requestSubResource"] = a.subresource
         return req
@@ -199,7 +174,7 @@ class Invocation:
         with kube's CEL libraries."""
         act = self._activations.get(authorizer)
         if act is None:
-            values = {"object": self.object, "oldObject": self.old_object, "request": self.request()}
+            values = {"object": self.v.object, "oldObject": self.v.old_object, "request": self.request()}
             functions = cel.KUBE_LIBRARY
             if authorizer:
                 if self.checks is None:

@@ -15,11 +15,9 @@ from typing import Any
 from services.common import cel
 from services.common.errors import BadRequest
 from services.common.selectors import LabelSelector, label_selector_from_dict
-from services.registry.catalogue import DEFAULT_CATALOGUE
-from services.registry.conversion import equivalents
 from services.registry.resources import ResourceInfo
 
-from ..attributes import Attributes
+from ..attributes import Attributes, equivalent_resources
 from ..policy import Needs
 
 Obj = dict[str, Any]
@@ -118,16 +116,8 @@ class Webhook:
         version or group sharing its storage that a rule names (the webhook is called in its version)."""
         if (self.spec.get("matchPolicy") or "Equivalent") != "Equivalent":
             return None
-        info = DEFAULT_CATALOGUE.lookup(a.group, a.version, a.resource)
-        if info is None:
-            return None
         rules = self.spec.get("rules") or []
-        for other in equivalents(info)[1:]:
-            if a.subresource and other.subresource(a.subresource) is None:
-                continue
-            if any(rule_matches(r, a, other) for r in rules):
-                return other
-        return None
+        return next((o for o in equivalent_resources(a) if any(rule_matches(r, a, o) for r in rules)), None)
 
     def object_matches(self, a: Attributes) -> bool:
         """Either the new or the old object's labels match (a missing object never does)."""
