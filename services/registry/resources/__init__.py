@@ -15,6 +15,8 @@ group's GroupVersion in resources/<group>.py (a new group: a new module with a G
 in GROUPS below). Give it Table columns (printers.name_age or a full TableConvertor) and, when
 kubectl sends it as protobuf, the message's full name (its .proto in proto/k8s). Nothing else
 changes: discovery, OpenAPI paths and schemas, printing, storage keys and fieldValidation follow.
+A kind served in several versions or groups over one storage: every definition names the same key prefix,
+and those not served in the storage version name a conversion (conversion.same_fields or renamed).
 """
 from __future__ import annotations
 
