@@ -5,7 +5,8 @@ Figures (each at a fixed concurrency, admin client certificate, HTTPS):
   list    LIST of 1,000 configmaps                   baseline: bare hello-world on the same HTTP stack
   create  POST of a new configmap                    baseline: raw etcd puts from Python (aetcd)
 plus raw etcd gets, the CPU each apiary process spent per request (from /proc),
-and the gRPC calls each service served per request (from its /metrics).
+and the gRPC calls each service served per request (from its /metrics); `python -m tools.bench core`
+runs only these three figures and their baselines.
 get_oidc is the same GET with an OIDC bearer token from a local issuer (tools.fakeservers) trusted
 by --authentication-config, against the GET with a client certificate of a user with the same rights
 measured just before it (both warm, neither in system:masters).
@@ -148,14 +149,20 @@ class Probe:
         self.stack = stack
         self.pids = {n: stack.pid(n) for n in ("etcd", *stack.service_names())}
 
-    def snapshot(self) -> dict[str, tuple[float, dict[str, float]]]:
+    def snapshot(self, end: bool = False) -> dict[str, tuple[float, dict[str, float]]]:
+        """At a phase's start the metrics are read before the CPU counters, at its end (end=True)
+        after them: rendering /metrics costs a service milliseconds, which is not the phase's."""
         out: dict[str, tuple[float, dict[str, float]]] = {}
-        for n, p in self.pids.items():
+        cpus = {n: cpu_seconds(p) if p else 0.0 for n, p in self.pids.items()} if end else {}
+        scraped = {n: grpc_calls(self.stack, n) if n != "etcd" else {} for n in self.pids}
+        if not end:
+            cpus = {n: cpu_seconds(p) if p else 0.0 for n, p in self.pids.items()}
+        for n in self.pids:
             service = replica_of(n)[0]
             cpu, calls = out.get(service, (0.0, {}))
-            for method, v in (grpc_calls(self.stack, n) if n != "etcd" else {}).items():
+            for method, v in scraped[n].items():
                 calls[method] = calls.get(method, 0.0) + v
-            out[service] = (cpu + (cpu_seconds(p) if p else 0.0), calls)
+            out[service] = (cpu + cpus[n], calls)
         return out
 
     @staticmethod
@@ -212,14 +219,14 @@ async def bench_apiary(stack: Stack, concurrency: int, n: int, with_list: bool =
     for name, fn, count in (("create", create, n), ("get", get, 2 * n)):
         before = probe.snapshot()
         results[name] = await drive(count, concurrency, fn, mk)
-        cpu, hops = Probe.per_request(before, probe.snapshot(), results[name]["requests"])
+        cpu, hops = Probe.per_request(before, probe.snapshot(end=True), results[name]["requests"])
         results[name].update(cpu_ms_per_request=cpu, grpc_calls_per_request=hops)
     if not with_list:
         return results
     await drive(1000, concurrency, fill, mk)
     before = probe.snapshot()
     results["list"] = await drive(max(20, n // 20), min(concurrency, 8), lst, mk)
-    cpu, hops = Probe.per_request(before, probe.snapshot(), results["list"]["requests"])
+    cpu, hops = Probe.per_request(before, probe.snapshot(end=True), results["list"]["requests"])
     results["list"].update(cpu_ms_per_request=cpu, grpc_calls_per_request=hops)
     return results
 
@@ -361,7 +368,7 @@ async def bench_policy(stack: Stack, concurrency: int, n: int) -> dict[str, dict
     async def measure(name: str, ns: str) -> None:
         before = probe.snapshot()
         r = await drive(n, concurrency, creator(ns), mk)
-        cpu, _ = Probe.per_request(before, probe.snapshot(), r["requests"])
+        cpu, _ = Probe.per_request(before, probe.snapshot(end=True), r["requests"])
         r["cpu_ms_per_request"] = round(sum(cpu.values()), 3)
         totals[name].append(r)
 
@@ -648,6 +655,26 @@ def storage_figures(raw: dict) -> dict[str, dict]:
 T = TypeVar("T")
 
 
+def bench_core(stack: Stack, concurrency: int, n: int) -> dict[str, dict]:
+    """The baselines and apiary's get, list and create, each asyncio run on its own as in `run`."""
+    return {"hello": asyncio.run(bench_hello(stack, concurrency, n)),
+            "etcd": asyncio.run(bench_etcd(stack, concurrency, n)),
+            "apiary": asyncio.run(bench_apiary(stack, concurrency, n))}
+
+
+def core_figures(raw: dict) -> dict[str, dict]:
+    """get and list against the bare HTTP stack, create against raw etcd puts (same run)."""
+    bases = {"get": ("http_hello", raw["hello"]["rate"]), "list": ("http_hello", raw["hello"]["rate"]),
+             "create": ("etcd_put", raw["etcd"]["put"]["rate"])}
+    out = {}
+    for name, (base, base_rate) in bases.items():
+        r = raw["apiary"][name]
+        out[name] = {"rate": r["rate"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "baseline": base,
+                     "baseline_rate": base_rate, "ratio": round(r["rate"] / base_rate, 4),
+                     "cpu_ms_per_request": r["cpu_ms_per_request"]}
+    return out
+
+
 def on_fresh_stack(measure: Callable[[Stack], T]) -> T:
     """measure(stack) on a fresh bench stack, stopped afterwards (the single-figure modes)."""
     stack = Stack(BENCH_STATE, BENCH_OFFSET)
@@ -663,8 +690,9 @@ def main() -> None:
     tune_malloc()
     p = argparse.ArgumentParser(prog="python -m tools.bench")
     p.add_argument("mode", nargs="?", default="run",
-                   choices=["run", "writes", "policy", "replicas", "aggregation", "hello-server"],
-                   help="run: every figure; writes: only the apply and patch figures; policy: only CREATE with "
+                   choices=["run", "core", "writes", "policy", "replicas", "aggregation", "hello-server"],
+                   help="run: every figure; core: only get, list and create with their baselines and the CPU "
+                   "per request of each service; writes: only the apply and patch figures; policy: only CREATE with "
                    "and without a ValidatingAdmissionPolicy; replicas: only GET and CREATE with 2 replicas of "
                    "every service against 1; aggregation: only the GET of a pizza through the proxy against "
                    "straight to the pizza server, --rounds times")
@@ -679,6 +707,13 @@ def main() -> None:
     args = p.parse_args()
     if args.mode == "hello-server":
         hello_server(args.port, args.cert, args.key, args.ca)
+        return
+    if args.mode == "core":
+        core = on_fresh_stack(lambda st: bench_core(st, args.concurrency, args.n))
+        print(json.dumps(core, indent=1))
+        for name, r in core_figures(core).items():
+            print(f"{name:8} {r['rate']:>9} {r['p50_ms']:>8} {r['p99_ms']:>8}  {r['baseline']:11} "
+                  f"{r['baseline_rate']:>9} {r['ratio']:>7}  CPU ms/request {sum(r['cpu_ms_per_request'].values()):.3f}")
         return
     if args.mode == "writes":
         raw_writes = {"writes": on_fresh_stack(lambda st: asyncio.run(bench_writes(st, args.concurrency, args.n)))}
@@ -725,9 +760,7 @@ def main() -> None:
     stack.start(fresh=True)
     try:
         raw = {
-            "hello": asyncio.run(bench_hello(stack, args.concurrency, args.n)),
-            "etcd": asyncio.run(bench_etcd(stack, args.concurrency, args.n)),
-            "apiary": asyncio.run(bench_apiary(stack, args.concurrency, args.n)),
+            **bench_core(stack, args.concurrency, args.n),
             "oidc": asyncio.run(bench_oidc(stack, issuer, args.concurrency, args.n)),
             "writes": asyncio.run(bench_writes(stack, args.concurrency, args.n)),
             "policy": asyncio.run(bench_policy(stack, args.concurrency, args.n)),
@@ -748,16 +781,8 @@ def main() -> None:
         bench_rbac = None  # type: ignore[assignment]
     if bench_rbac is not None:
         raw["rbac"] = bench_rbac.run()
-    figures = {
-        "get": ("http_hello", raw["hello"]["rate"]),
-        "list": ("http_hello", raw["hello"]["rate"]),
-        "create": ("etcd_put", raw["etcd"]["put"]["rate"]),
-    }
-    results = {}
-    for name, (base, base_rate) in figures.items():
-        r = raw["apiary"][name]
-        results[name] = {"rate": r["rate"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "baseline": base,
-                         "baseline_rate": base_rate, "ratio": round(r["rate"] / base_rate, 4)}
+    results = {name: {k: v for k, v in r.items() if k != "cpu_ms_per_request"}
+               for name, r in core_figures(raw).items()}
     oidc = raw["oidc"]
     results["get_oidc"] = {**{k: oidc["get_oidc"][k] for k in ("rate", "p50_ms", "p99_ms")},
                            "baseline": "get_cert", "baseline_rate": oidc["get_cert"]["rate"],

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     import httpx
 
-SERVICES = ("proxy", "auth", "apf", "admission", "registry", "storage")
+SERVICES = ("proxy", "auth", "apf", "admission", "registry", "storage", "controllermanager")
 VALIDITY = dt.timedelta(days=3650)
 
 
@@ -114,6 +114,8 @@ def ensure_pki(state: Path, dns_names: tuple[str, ...] = ()) -> Path:
     ca = make_ca(pki / "ca", "apiary-ca")
     make_cert(pki / "apiserver", ca, "kube-apiserver", server=True, dns_names=dns_names)
     make_cert(pki / "admin", ca, "kubernetes-admin", ("system:masters",), client=True)
+    # the controller-manager's identity, as kube's (a client of the API like any other)
+    make_cert(pki / "controller-manager", ca, "system:kube-controller-manager", client=True)
     internal = make_ca(pki / "internal-ca", "apiary-internal-ca")
     for svc in SERVICES:
         make_cert(pki / svc, internal, f"apiary-{svc}", server=True, client=True, dns_names=dns_names)

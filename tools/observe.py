@@ -32,7 +32,7 @@ from services.common.config import HEALTH_PORTS
 from .run import ETCD_CLIENT, PIZZA, ROOT
 
 PROMETHEUS_PORT = 9090
-SERVICES = ("proxy", "auth", "apf", "admission", "registry", "storage")
+SERVICES = ("proxy", "auth", "apf", "admission", "registry", "storage", "controllermanager")
 COMMITTED_CONFIG = ROOT / "observability" / "prometheus.yml"
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.common.config import GRPC_PORTS, HEALTH_PORTS, PEERS
+from services.common.config import API_CLIENTS, GRPC_PORTS, HEALTH_PORTS, PEERS
 
 from . import certs
 
@@ -44,7 +44,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ETCD_CLIENT, ETCD_PEER, SECURE_PORT = 2379, 2380, 6443
 # The audit policy `make run` starts with (the k8s manifests' too).
 DEFAULT_AUDIT_POLICY = ROOT / "k8s" / "base" / "audit-policy.yaml"
-ORDER = ("etcd", "storage", "registry", "admission", "auth", "apf", "proxy")
+# The request path's services, then the controller-manager (a client of the proxy's API).
+ORDER = ("etcd", "storage", "registry", "admission", "auth", "apf", "proxy", "controllermanager")
+REQUEST_PATH = ORDER[1:-1]
+
 # Ports of replica r of a service: its own plus r * REPLICA_PORT_STEP.
 REPLICA_PORT_STEP = 100
 
@@ -202,6 +205,10 @@ class Stack:
     def aggregated_kubeconfig(self, server: AggregatedServer) -> Path:
         return self.state / f"{server.name}.kubeconfig"
 
+    @property
+    def controller_manager_kubeconfig(self) -> Path:
+        return self.state / "controller-manager.kubeconfig"
+
     def health_port(self, name: str) -> int:
         service, r = replica_of(name)
         return HEALTH_PORTS[service] + self.offset + REPLICA_PORT_STEP * r
@@ -251,7 +258,7 @@ class Stack:
         ]
         if name in GRPC_PORTS:
             cmd += ["--grpc-port", str(self.grpc_port(process))]
-        for peer in PEERS:
+        for peer in () if name in API_CLIENTS else PEERS:
             if peer != name:
                 cmd += [f"--{peer}-address", self.addresses(peer)]
         if name == "storage":
@@ -264,6 +271,8 @@ class Stack:
                     "--service-account-issuer", "https://kubernetes.default.svc.cluster.local"]
         elif name == "admission":
             cmd += ["--enable-admission-plugins", "NamespaceLifecycle"]
+        elif name == "controllermanager":
+            cmd += ["--kubeconfig", str(self.controller_manager_kubeconfig), "--root-ca-file", str(pki / "ca.crt")]
         elif name == "proxy":
             cmd += [
                 "--secure-port", str(SECURE_PORT + self.offset + REPLICA_PORT_STEP * replica),
@@ -354,6 +363,7 @@ class Stack:
                             orgs=("system:serviceaccounts", f"system:serviceaccounts:{agg.namespace}"),
                             client=True)
             self.write_aggregated_kubeconfig(agg)
+        self.write_client_kubeconfig(self.controller_manager_kubeconfig, "controller-manager", "controller-manager")
         certs.ensure_tokens(self.state)
         certs.ensure_encryption_config(self.state)
         policy = self.state / "audit-policy.yaml"
@@ -475,14 +485,18 @@ class Stack:
 
     def write_aggregated_kubeconfig(self, agg: AggregatedServer) -> None:
         """The kubeconfig it reaches apiary with: its client certificate (its ServiceAccount's name)."""
+        self.write_client_kubeconfig(self.aggregated_kubeconfig(agg), agg.name, f"{agg.name}-client")
+
+    def write_client_kubeconfig(self, path: Path, user: str, cert: str) -> None:
+        """A kubeconfig for the proxy of this stack with the client certificate pki/<cert>.{crt,key}."""
         pki = self.state / "pki"
-        self.aggregated_kubeconfig(agg).write_text(
+        path.write_text(
             "apiVersion: v1\nkind: Config\n"
             f"clusters:\n- name: apiary\n  cluster:\n    server: {self.server}\n"
             f"    certificate-authority: {pki / 'ca.crt'}\n"
-            f"users:\n- name: {agg.name}\n  user:\n    client-certificate: {pki / f'{agg.name}-client.crt'}\n"
-            f"    client-key: {pki / f'{agg.name}-client.key'}\n"
-            f"contexts:\n- name: apiary\n  context:\n    cluster: apiary\n    user: {agg.name}\n"
+            f"users:\n- name: {user}\n  user:\n    client-certificate: {pki / f'{cert}.crt'}\n"
+            f"    client-key: {pki / f'{cert}.key'}\n"
+            f"contexts:\n- name: apiary\n  context:\n    cluster: apiary\n    user: {user}\n"
             "current-context: apiary\n")
 
     def wait_proxy(self, timeout: float) -> None:

@@ -38,9 +38,12 @@ def cluster_role(name: str, rules: list[dict[str, Any]], labels: dict[str, str] 
     return obj
 
 
-def cluster_role_binding(name: str, role: str, groups: list[str] = (), users: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+def cluster_role_binding(name: str, role: str, groups: list[str] = (), users: list[str] = (),  # type: ignore[assignment]
+                         service_accounts: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
     subjects = [{"apiGroup": RBAC, "kind": "Group", "name": g} for g in groups]
     subjects += [{"apiGroup": RBAC, "kind": "User", "name": u} for u in users]
+    subjects += [{"kind": "ServiceAccount", "name": sa.split("/")[1], "namespace": sa.split("/")[0]}
+                 for sa in service_accounts]
     return {
         "apiVersion": f"{RBAC}/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": name, "labels": dict(BOOTSTRAP_LABELS), "annotations": dict(AUTOUPDATE)},
@@ -60,6 +63,28 @@ AGG_VIEW = "rbac.authorization.k8s.io/aggregate-to-view"
 CORE_VIEW = ["configmaps", "endpoints", "persistentvolumeclaims", "persistentvolumeclaims/status", "pods",
              "replicationcontrollers", "replicationcontrollers/scale", "serviceaccounts", "services",
              "services/status"]
+
+CONTROLLER_MANAGER = "system:kube-controller-manager"
+COORDINATION = "coordination.k8s.io"
+
+
+def _events() -> dict[str, Any]:
+    """kube's eventsRule: what every controller may do with events."""
+    return _rule(["create", "patch", "update"], ["", "events.k8s.io"], ["events"])
+
+
+# kube's controller roles (controller_policy.go), bound to each controller's ServiceAccount in kube-system.
+# apiary's controller-manager runs them all with its own credentials (kube's
+# --use-service-account-credentials=false), so their bindings name its user as well.
+CONTROLLER_ROLES: dict[str, list[dict[str, Any]]] = {
+    "generic-garbage-collector": [_rule(["delete", "get", "list", "patch", "update", "watch"], ["*"], ["*"]),
+                                  _events()],
+    "namespace-controller": [_rule(["delete", "deletecollection", "get", "list"], ["*"], ["*"]),
+                             _rule(["update"], [""], ["namespaces/finalize", "namespaces/status"]),
+                             _events()],
+    "service-account-controller": [_rule(["create"], [""], ["serviceaccounts"]), _events()],
+    "root-ca-cert-publisher": [_rule(["create", "update"], [""], ["configmaps"]), _events()],
+}
 
 CLUSTER_ROLES: list[dict[str, Any]] = [
     cluster_role("cluster-admin", [_rule(["*"], ["*"], ["*"]), _urls(["*"], ["*"])]),
@@ -85,9 +110,15 @@ CLUSTER_ROLES: list[dict[str, Any]] = [
     ], labels={AGG_ADMIN: "true"}),
     cluster_role("system:aggregate-to-edit", [
         _rule(["impersonate"], [""], ["serviceaccounts"]),
-        _rule(WRITE, [""], ["configmaps", "endpoints", "persistentvolumeclaims", "pods", "replicationcontrollers",
-                            "replicationcontrollers/scale", "secrets", "serviceaccounts", "services"]),
+        _rule(WRITE, [""], ["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy"]),
+        _rule(["create"], [""], ["pods/eviction"]),
+        _rule(WRITE, [""], ["configmaps", "endpoints", "events", "persistentvolumeclaims", "replicationcontrollers",
+                            "replicationcontrollers/scale", "secrets", "serviceaccounts", "services",
+                            "services/proxy"]),
         _rule(["create"], [""], ["serviceaccounts/token"]),
+        _rule(WRITE, ["apps"], ["daemonsets", "deployments", "deployments/rollback", "deployments/scale",
+                                "replicasets", "replicasets/scale", "statefulsets", "statefulsets/scale"]),
+        _rule(WRITE, ["batch"], ["cronjobs", "jobs"]),
         _rule(READ, [""], ["secrets"]),
         _rule(WRITE, ["policy"], ["poddisruptionbudgets"]),
         _rule(WRITE, [NETWORKING], ["networkpolicies", "ingresses"]),
@@ -99,6 +130,10 @@ CLUSTER_ROLES: list[dict[str, Any]] = [
         _rule(READ, [""], ["namespaces"]),
         _rule(READ, ["policy"], ["poddisruptionbudgets", "poddisruptionbudgets/status"]),
         _rule(READ, [NETWORKING], ["networkpolicies", "ingresses", "ingresses/status"]),
+        _rule(READ, ["apps"], ["controllerrevisions", "daemonsets", "daemonsets/status", "deployments",
+                               "deployments/scale", "deployments/status", "replicasets", "replicasets/scale",
+                               "replicasets/status", "statefulsets", "statefulsets/scale", "statefulsets/status"]),
+        _rule(READ, ["batch"], ["cronjobs", "cronjobs/status", "jobs", "jobs/status"]),
     ], labels={AGG_VIEW: "true"}),
     # the system roles kube binds nowhere by default, for the components that read nodes and storage classes
     cluster_role("system:heapster", [_rule(READ, [""], ["events", "pods", "nodes", "namespaces"]),
@@ -126,12 +161,36 @@ CLUSTER_ROLES: list[dict[str, Any]] = [
     ]),
 ]
 
+CLUSTER_ROLES += [
+    cluster_role(CONTROLLER_MANAGER, [
+        _events(),
+        # leader election
+        _rule(["create"], [COORDINATION], ["leases"]),
+        _rule(["get", "update"], [COORDINATION], ["leases"], ["kube-controller-manager"]),
+        _rule(["create"], [""], ["endpoints"]),
+        _rule(["get", "update"], [""], ["endpoints"], ["kube-controller-manager"]),
+        _rule(["create"], [""], ["secrets", "serviceaccounts"]),
+        _rule(["delete"], [""], ["secrets"]),
+        _rule(["get"], [""], ["configmaps", "namespaces", "secrets", "serviceaccounts"]),
+        _rule(["update"], [""], ["secrets", "serviceaccounts"]),
+        _rule(["create"], ["authentication.k8s.io"], ["tokenreviews"]),
+        _rule(["create"], ["authorization.k8s.io"], ["subjectaccessreviews"]),
+        # every shared informer
+        _rule(["list", "watch"], ["*"], ["*"]),
+        _rule(["create"], [""], ["serviceaccounts/token"]),
+    ]),
+    *(cluster_role(f"system:controller:{name}", rules) for name, rules in CONTROLLER_ROLES.items()),
+]
+
 CLUSTER_ROLE_BINDINGS: list[dict[str, Any]] = [
     cluster_role_binding("cluster-admin", "cluster-admin", groups=["system:masters"]),
     cluster_role_binding("system:discovery", "system:discovery", groups=["system:authenticated"]),
     cluster_role_binding("system:basic-user", "system:basic-user", groups=["system:authenticated"]),
     cluster_role_binding("system:public-info-viewer", "system:public-info-viewer",
                          groups=["system:authenticated", "system:unauthenticated"]),
+    cluster_role_binding(CONTROLLER_MANAGER, CONTROLLER_MANAGER, users=[CONTROLLER_MANAGER]),
+    *(cluster_role_binding(f"system:controller:{name}", f"system:controller:{name}", users=[CONTROLLER_MANAGER],
+                           service_accounts=[f"kube-system/{name}"]) for name in CONTROLLER_ROLES),
 ]
 
 ROLES: list[dict[str, Any]] = [

@@ -1,11 +1,16 @@
-"""List+watch through the registry, level-triggered: relist on 410, resume otherwise."""
+"""List+watch, level-triggered: relist on 410, resume otherwise.
+
+The Informer reads one resource through a ListWatch: through the registry's gRPC API for the
+internal services (RegistryListWatch, the default), or through the proxy's HTTPS API for clients of
+the API such as the controller-manager (HTTPListWatch), as client-go's ListWatch does."""
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
 
+import httpx
 import orjson
 from prometheus_client import Gauge
 
@@ -15,7 +20,7 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from . import grpcutil
 from .background import cancel_and_wait
 from .backoff import Backoff
-from .errors import APIError, Gone
+from .errors import APIError, Gone, ServiceUnavailable
 from .identity import APISERVER
 
 log = logging.getLogger(__name__)
@@ -32,22 +37,120 @@ def object_key(obj: dict[str, Any]) -> str:
     return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
 
 
+class ListWatch(Protocol):
+    """Where an informer reads: a list (items and its resourceVersion), then watch events (type, object)
+    from a resourceVersion; an ERROR event is raised as its APIError (Gone for 410)."""
+
+    async def list(self) -> tuple[list[dict[str, Any]], str]: ...
+
+    def watch(self, resource_version: str) -> AsyncIterator[tuple[str, dict[str, Any]]]: ...
+
+
+def _raise_error_event(obj: dict[str, Any]) -> None:
+    if obj.get("code") == 410:
+        raise Gone(obj.get("message", "gone"))
+    raise APIError.from_status_dict(obj)
+
+
+class RegistryListWatch:
+    """List and watch through the registry's gRPC API, as the API server itself (user APISERVER)."""
+
+    def __init__(self, registry: rgrpc.RegistryStub, group: str, version: str, resource: str,
+                 namespace: str = "") -> None:
+        self.registry, self.gvr, self.namespace = registry, (group, version, resource), namespace
+
+    def _request(self, verb: str, query: dict[str, str]) -> rpb.APIRequest:
+        g, v, r = self.gvr
+        return rpb.APIRequest(verb=verb, group=g, version=v, resource=r, namespace=self.namespace,
+                              query=query, user=APISERVER)
+
+    async def list(self) -> tuple[list[dict[str, Any]], str]:
+        resp = await grpcutil.call(self.registry.Handle(self._request("list", {}), timeout=30), "registry")
+        body = orjson.loads(resp.body)
+        return body.get("items") or [], body.get("metadata", {}).get("resourceVersion", "")
+
+    async def watch(self, resource_version: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        req = self._request("watch", {"resourceVersion": resource_version, "allowWatchBookmarks": "true"})
+        async for frame in grpcutil.stream(self.registry.Watch(req), "registry"):
+            ev = orjson.loads(frame.data)
+            if ev["type"] == "ERROR":
+                _raise_error_event(ev["object"])
+            yield ev["type"], ev["object"]
+
+
+class HTTPListWatch:
+    """List and watch one collection of the API over HTTPS (`path`: /api/v1/configmaps, ...), with
+    whatever credentials the client carries; metadata_only asks for PartialObjectMetadata, as
+    client-go's metadata informers do, where the server offers it."""
+
+    # A watch is ended by the server after this and resumed from the last resourceVersion seen.
+    WATCH_SECONDS = 300
+
+    def __init__(self, client: Any, path: str, params: dict[str, str] | None = None) -> None:
+        # client: an httpx.AsyncClient; params: the list's and watch's selectors
+        self.client, self.path, self.params = client, path, dict(params or {})
+
+    @staticmethod
+    def _status(r: Any) -> None:
+        if r.status_code >= 400:
+            try:
+                body = orjson.loads(r.content)
+            except orjson.JSONDecodeError:
+                body = {"code": r.status_code, "message": r.text}
+            _raise_error_event(body if isinstance(body, dict) and body.get("kind") == "Status"
+                               else {"code": r.status_code, "message": r.text})
+
+    async def list(self) -> tuple[list[dict[str, Any]], str]:
+        try:
+            r = await self.client.get(self.path, params=self.params)
+        except httpx.HTTPError as e:  # the server is away: retried as any unavailable answer
+            raise ServiceUnavailable(f"list {self.path}: {e!r}") from None
+        self._status(r)
+        body = orjson.loads(r.content)
+        return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
+
+    async def watch(self, resource_version: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        params = {**self.params, "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
+                  "timeoutSeconds": str(self.WATCH_SECONDS)}
+        try:
+            async with self.client.stream("GET", self.path, params=params, timeout=None) as r:
+                if r.status_code >= 400:
+                    await r.aread()
+                    self._status(r)
+                async for line in r.aiter_lines():
+                    if not line:
+                        continue
+                    ev = orjson.loads(line)
+                    if ev.get("type") == "ERROR":
+                        _raise_error_event(ev.get("object") or {})
+                    yield ev["type"], ev.get("object") or {}
+        except httpx.HTTPError as e:  # a broken stream: resumed from the last resourceVersion seen
+            raise ServiceUnavailable(f"watch {self.path}: {e!r}") from None
+
+
 class Informer:
     """Keeps `store` (key -> object) in step with one resource; calls handlers on changes.
 
     Handlers get (event_type, object, old_object) with event_type ADDED, MODIFIED or DELETED.
+    Informer(registry, group, version, resource) reads through the registry; Informer.over(source,
+    name) through any ListWatch.
     """
 
-    def __init__(self, registry: rgrpc.RegistryStub, group: str, version: str, resource: str,
-                 namespace: str = "") -> None:
-        self.registry = registry
+    def __init__(self, registry: rgrpc.RegistryStub | None, group: str, version: str, resource: str,
+                 namespace: str = "", source: ListWatch | None = None) -> None:
         self.gvr = (group, version, resource)
         self.namespace = namespace
+        self.source: ListWatch = source if source is not None else RegistryListWatch(
+            registry, group, version, resource, namespace)  # type: ignore[arg-type]
         self.store: dict[str, dict[str, Any]] = {}
         self.handlers: list[Handler] = []
         self.synced = asyncio.Event()
         self.resource_version = ""
         self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def over(cls, source: ListWatch, group: str, version: str, resource: str) -> "Informer":
+        return cls(None, group, version, resource, source=source)
 
     def add_handler(self, h: Handler) -> None:
         self.handlers.append(h)
@@ -58,11 +161,6 @@ class Informer:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
 
-    def _request(self, verb: str, query: dict[str, str]) -> rpb.APIRequest:
-        g, v, r = self.gvr
-        return rpb.APIRequest(verb=verb, group=g, version=v, resource=r, namespace=self.namespace,
-                              query=query, user=APISERVER)
-
     def _notify(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         for h in self.handlers:
             try:
@@ -71,9 +169,8 @@ class Informer:
                 log.exception("informer handler failed for %s", self.gvr)
 
     async def _list(self) -> None:
-        resp = await grpcutil.call(self.registry.Handle(self._request("list", {}), timeout=30), "registry")
-        body = orjson.loads(resp.body)
-        fresh = {object_key(o): o for o in body.get("items") or []}
+        items, resource_version = await self.source.list()
+        fresh = {object_key(o): o for o in items}
         old_store, self.store = self.store, fresh
         for k, o in fresh.items():
             prev = old_store.get(k)
@@ -84,7 +181,7 @@ class Informer:
         for k, o in old_store.items():
             if k not in fresh:
                 self._notify("DELETED", o, None)
-        self.resource_version = body.get("metadata", {}).get("resourceVersion", "")
+        self.resource_version = resource_version
         self.synced.set()
 
     async def _watch(self) -> None:
@@ -92,14 +189,7 @@ class Informer:
             await self._watch_events()
 
     async def _watch_events(self) -> None:
-        req = self._request("watch", {"resourceVersion": self.resource_version, "allowWatchBookmarks": "true"})
-        async for frame in grpcutil.stream(self.registry.Watch(req), "registry"):
-            ev = orjson.loads(frame.data)
-            typ, obj = ev["type"], ev["object"]
-            if typ == "ERROR":
-                if obj.get("code") == 410:
-                    raise Gone(obj.get("message", "gone"))
-                raise APIError.from_status_dict(obj)
+        async for typ, obj in self.source.watch(self.resource_version):
             rv = obj.get("metadata", {}).get("resourceVersion")
             if rv:
                 self.resource_version = rv

@@ -19,7 +19,6 @@ from .bootstrap import bootstrap
 from .catalogue import DEFAULT_CATALOGUE
 from .endpoints.handlers import Handlers
 from .ipallocator import DEFAULT_SERVICE_CIDR
-from .namespace_finalizer import NamespaceFinalizer
 from .server import RegistryServicer
 from .storage_client import StorageClient
 from .strategies import StrategyOptions
@@ -84,10 +83,7 @@ async def assemble(service: runtime.Service) -> str:
 
     service.check("storage", storage_ready)
     service.check("bootstrap-controller", bootstrap_done)
-    finalizer = NamespaceFinalizer(store, DEFAULT_CATALOGUE)
     service.task(lambda: _bootstrap_until_done(handlers, bootstrapped), "bootstrap")
-    service.task(finalizer.run, "namespace-finalizer")
-    service.component(stop=finalizer.stop)
     return f"gRPC on {args.bind_address}:{args.grpc_port}"
 
 

@@ -188,10 +188,11 @@ def resource_paths(r: ResourceInfo, schema: str) -> dict[str, Obj]:
         sub_path = f"{item}/{s.name}"
         ops: Obj = {"parameters": name_param + ns_param + common}
         title = s.name
+        # serviceaccounts/token, <workload>/scale, pods/binding: the request and answer are a kind of their
+        # own (TokenRequest, autoscaling/v1 Scale, Binding)
+        sub_schema = schema if s.group is None and s.kind == r.kind else schemas.definition_for(
+            s.group if s.group is not None else r.group, s.version or r.version, s.kind)
         if "create" in s.verbs:
-            # serviceaccounts/token: the request and answer are another group's kind (TokenRequest).
-            sub_schema = schemas.definition_for(s.group if s.group is not None else r.group,
-                                                s.version or r.version, s.kind)
             post = operation("post", f"create{op}{ns_word}{kind}{title.capitalize()}",
                              f"create {title} of a {kind}", write_params,
                              _responses(sub_schema, ("200", "201", "202")),
@@ -201,16 +202,16 @@ def resource_paths(r: ResourceInfo, schema: str) -> dict[str, Obj]:
             ops["post"] = post
         if "get" in s.verbs:
             ops["get"] = operation("get", f"read{op}{ns_word}{kind}{title.capitalize()}",
-                                   f"read {title} of the specified {kind}", [], _responses(schema))
+                                   f"read {title} of the specified {kind}", [], _responses(sub_schema))
         if "update" in s.verbs:
             ops["put"] = operation("put", f"replace{op}{ns_word}{kind}{title.capitalize()}",
                                    f"replace {title} of the specified {kind}", write_params,
-                                   _responses(schema, ("200", "201")), {"content": _content(schema),
-                                                                         "required": True})
+                                   _responses(sub_schema, ("200", "201")), {"content": _content(sub_schema),
+                                                                             "required": True})
         if "patch" in s.verbs:
             ops["patch"] = operation("patch", f"patch{op}{ns_word}{kind}{title.capitalize()}",
                                      f"partially update {title} of the specified {kind}", write_params + [FORCE],
-                                     _responses(schema, ("200", "201")),
+                                     _responses(sub_schema, ("200", "201")),
                                      {"content": {m: {"schema": _ref(schemas.META + "Patch")} for m in PATCH_MEDIA},
                                       "required": True})
         paths[sub_path] = ops
@@ -223,8 +224,9 @@ def document(catalogue: Catalogue, group: str, version: str) -> Obj:
     for r in catalogue.in_group_version(group, version):
         schema = schemas.definition_for(r.group, r.version, r.kind)
         names += [schema] if r.virtual else [schema, schemas.definition_for(r.group, r.version, r.list_kind)]
-        names += [schemas.definition_for(s.group, s.version or r.version, s.kind)
-                  for s in r.subresources if s.group is not None]
+        names += [schemas.definition_for(s.group if s.group is not None else r.group, s.version or r.version,
+                                         s.kind)
+                  for s in r.subresources if s.group is not None or s.kind != r.kind]
         paths.update(resource_paths(r, schema))
     return {
         "openapi": "3.0.0",

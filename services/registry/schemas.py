@@ -163,6 +163,26 @@ _GO_TYPES = {"string": "string", "boolean": "bool", "integer": "int64", "number"
              "object": "map"}
 
 
+def _is_a(want: str | None, value: Any) -> bool:
+    """Whether value is of the schema's type (only that one test: check runs on every write)."""
+    if want is None:
+        return True
+    if want == "string":
+        return isinstance(value, str)
+    if want == "object":
+        return isinstance(value, dict)
+    if want == "array":
+        return isinstance(value, list)
+    if want == "boolean":
+        return isinstance(value, bool)
+    if want == "integer":
+        return (isinstance(value, int) and not isinstance(value, bool)
+                or isinstance(value, float) and value.is_integer())
+    if want == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    raise KeyError(want)
+
+
 def check(obj: dict[str, Any], schema_name: str, kind: str) -> tuple[list[str], str | None]:
     """Walk obj against the schema: (unknown field paths, first type error or None).
 
@@ -179,16 +199,9 @@ def check(obj: dict[str, Any], schema_name: str, kind: str) -> tuple[list[str], 
         want = schema.get("type")
         if schema.get("x-kubernetes-int-or-string") and type(value) is int:
             return
-        got = _JSON_TYPES.get(type(value), "value")
-        ok = {
-            None: True, "object": isinstance(value, dict), "array": isinstance(value, list),
-            "string": isinstance(value, str), "boolean": isinstance(value, bool),
-            "integer": isinstance(value, int) and not isinstance(value, bool)
-            or isinstance(value, float) and value.is_integer(),
-            "number": isinstance(value, (int, float)) and not isinstance(value, bool),
-        }[want]
-        if not ok:
+        if not _is_a(want, value):
             if not type_error:
+                got = _JSON_TYPES.get(type(value), "value")
                 go = _GO_TYPES.get(want or "", "value")
                 if want == "integer":
                     go = schema.get("format", "int64")

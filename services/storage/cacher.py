@@ -63,7 +63,9 @@ def selection_of(key: str, obj: pb.Object) -> Selection | None:
     labels = obj.metadata.labels
     fields = object_fields(obj)
     derived = key_fields(key)
-    trivial = len(fields) == 2 and dict(fields) == derived
+    # (item by item: copying a protobuf map into a dict iterates it in Python)
+    trivial = (len(fields) == 2 and fields.get("metadata.name") == derived["metadata.name"]
+               and fields.get("metadata.namespace") == derived["metadata.namespace"])
     if not labels and trivial:
         return None
     return (dict(labels) if labels else _NO_LABELS), (None if trivial else dict(fields))
@@ -256,6 +258,12 @@ class Cacher:
         self.watchers: set[CacheWatcher] = set()
         self._rev_changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # this resource's metric series, looked up once (a labels() call costs as much as the rest
+        # of a small event's bookkeeping)
+        self._events_total = metrics.WATCH_CACHE_EVENTS.labels(self.resource)
+        self._objects = metrics.STORAGE_OBJECTS.labels(self.resource)
+        self._capacity = metrics.WATCH_CACHE_CAPACITY.labels(self.resource)
+        self._rv = metrics.WATCH_CACHE_RV.labels(self.resource)
 
     async def start(self, at_revision: int = 0) -> None:
         """Fill the cache (at at_revision when etcd still has it, so a watch from it can be served)."""
@@ -310,9 +318,9 @@ class Cacher:
         self.history.clear()
         self.rev = self.complete_since = rev
         self._bump()
-        metrics.STORAGE_OBJECTS.labels(self.resource).set(len(store))
-        metrics.WATCH_CACHE_CAPACITY.labels(self.resource).set(0)
-        metrics.WATCH_CACHE_RV.labels(self.resource).set(rev)
+        self._objects.set(len(store))
+        self._capacity.set(0)
+        self._rv.set(rev)
 
     async def _run(self) -> None:
         backoff, relist, failures = Backoff(), False, 0
@@ -409,7 +417,7 @@ class Cacher:
                 )
             self.rev = max(self.rev, rev)
             self.history.append(ev)
-            metrics.WATCH_CACHE_EVENTS.labels(self.resource).inc()
+            self._events_total.inc()
             delivered = 0
             for w in tuple(self.watchers):
                 if w.push(ev):
@@ -421,9 +429,9 @@ class Cacher:
                 metrics.WATCH_EVENTS.labels(ev.kind).inc(delivered)
         self._evict()
         self._bump()
-        metrics.STORAGE_OBJECTS.labels(self.resource).set(len(self.store))
-        metrics.WATCH_CACHE_CAPACITY.labels(self.resource).set(len(self.history))
-        metrics.WATCH_CACHE_RV.labels(self.resource).set(self.rev)
+        self._objects.set(len(self.store))
+        self._capacity.set(len(self.history))
+        self._rv.set(self.rev)
 
     def _discard(self, key: str) -> None:
         self._forget_json(key)

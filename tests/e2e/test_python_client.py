@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from kubernetes import client, config, watch
 
 pytestmark = pytest.mark.stack
+ROOT_CA = "kube-root-ca.crt"
 
 
 @pytest.fixture(scope="module")
@@ -18,10 +20,16 @@ def core(stack):
 
 def test_list_then_watch_replays_everything(core):
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="pyclient")))
+    # the root-ca-cert-publisher's kube-root-ca.crt comes into every namespace (as on kube): once it is
+    # there, the only events after the list are the test's own
+    deadline = time.monotonic() + 60
+    while not [cm for cm in core.list_namespaced_config_map("pyclient").items if cm.metadata.name == ROOT_CA]:
+        assert time.monotonic() < deadline, f"no {ROOT_CA} in the new namespace"
+        time.sleep(0.2)
     core.create_namespaced_config_map("pyclient", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="before"),
                                                                      data={"a": "1"}))
     listed = core.list_namespaced_config_map("pyclient")
-    assert [cm.metadata.name for cm in listed.items] == ["before"]
+    assert [cm.metadata.name for cm in listed.items] == ["before", ROOT_CA]
     rv = listed.metadata.resource_version
 
     core.create_namespaced_config_map("pyclient", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="after"),

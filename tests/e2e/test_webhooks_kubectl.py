@@ -309,7 +309,7 @@ def test_refused_request_keeps_webhook_audit_annotations_and_warnings(env: Env, 
     def attempt() -> httpx.Response | None:
         r = env.create_cm(f"no-{uuid.uuid4().hex[:6]}")
         return r if r.status_code == 403 and "warning" in r.headers else None
-    r = until(attempt, "both webhooks")
+    r = wait_for(attempt, what="both webhooks")
     assert r.headers["warning"] == '299 - "mutated before the refusal"'
     assert r.json()["message"].endswith("denied the request: no- names are refused")
 
@@ -322,7 +322,7 @@ def test_refused_request_keeps_webhook_audit_annotations_and_warnings(env: Env, 
                     ("create", env.ns, "ResponseComplete") and ev["responseStatus"]["code"] == 403:
                 found = ev
         return found if found and f"mutate.{env.id}.webhooks.apiary.test/did" in found["annotations"] else None
-    ev = until(audited, "the refused create's audit event")
+    ev = wait_for(audited, what="the refused create's audit event")
     assert ev["responseStatus"]["code"] == 403
     annotations = ev["annotations"]
     assert annotations[f"refuse.{env.id}.webhooks.apiary.test/why"] == "prefix"

@@ -25,7 +25,8 @@ from tools import images
 from tools.run import ROOT
 
 PROJECT = "apiary-compose-test"
-STARTED = ["init", "etcd", "storage", "registry", "admission", "auth", "apf", "proxy", "pizza-apiserver", "prometheus"]
+STARTED = ["init", "etcd", "storage", "registry", "admission", "auth", "apf", "proxy", "controllermanager",
+           "pizza-apiserver", "prometheus"]
 GROUP = "restaurant.programming-kubernetes.info"
 
 

@@ -46,7 +46,7 @@ def _by_kind(objs: list[dict], kind: str) -> dict[str, dict]:
 def test_deployments_probes_budgets_and_scraping() -> None:
     objs = render("base")
     deployments = _by_kind(objs, "Deployment")
-    assert set(deployments) == {"proxy", "auth", "apf", "admission", "registry", "storage"}
+    assert set(deployments) == {"proxy", "auth", "apf", "admission", "registry", "storage", "controllermanager"}
     budgets = _by_kind(objs, "PodDisruptionBudget")
     services = _by_kind(objs, "Service")
     for name, d in deployments.items():

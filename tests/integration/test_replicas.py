@@ -36,12 +36,12 @@ from tests.integration.test_faults import (
     wait_ready,
 )
 from tools.certs import read_tokens
-from tools.run import ORDER, REPLICA_PORT_STEP, SECURE_PORT, Stack, replica_name
+from tools.run import REPLICA_PORT_STEP, REQUEST_PATH, SECURE_PORT, Stack, replica_name
 
 # Replica 1 takes this offset + REPLICA_PORT_STEP: both clear of the other suites' private stacks.
 OFFSET = TEST_OFFSET + 100
 REPLICAS = 2
-SERVICES = ORDER[1:]
+SERVICES = REQUEST_PATH
 # Killed in turn (replica 0 of each; the other one carries on): every service, the front door last.
 KILLED = ("storage", "registry", "admission", "auth", "apf", "proxy")
 

@@ -20,20 +20,21 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 
 from ..plugin import Plugin, PluginConfig
 from ..webhook import dispatcher as webhooks
-from . import (limit_ranger, mutating_admission_policy, namespace_lifecycle, resource_quota,
+from . import (limit_ranger, mutating_admission_policy, namespace_lifecycle, resource_quota, service_account,
                validating_admission_policy)
 
 Factory = Callable[[PluginConfig, "rgrpc.RegistryStub | None"], Plugin]
 
-# kube's order: NamespaceLifecycle, LimitRanger, ... mutating policies, mutating webhooks, validating policies,
-# validating webhooks, quota.
-ORDER: tuple[str, ...] = ("NamespaceLifecycle", "LimitRanger", "MutatingAdmissionPolicy",
+# kube's order: NamespaceLifecycle, LimitRanger, ServiceAccount, ... mutating policies, mutating webhooks,
+# validating policies, validating webhooks, quota.
+ORDER: tuple[str, ...] = ("NamespaceLifecycle", "LimitRanger", "ServiceAccount", "MutatingAdmissionPolicy",
                           "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook",
                           "ResourceQuota")
 DEFAULT_ON: frozenset[str] = frozenset(ORDER)
 FACTORIES: dict[str, Factory] = {
     "NamespaceLifecycle": namespace_lifecycle.factory,
     "LimitRanger": limit_ranger.factory,
+    "ServiceAccount": service_account.factory,
     "MutatingAdmissionPolicy": mutating_admission_policy.factory,
     "MutatingAdmissionWebhook": webhooks.mutating_factory,
     "ValidatingAdmissionPolicy": validating_admission_policy.factory,

@@ -31,7 +31,9 @@ from ..resources import ResourceInfo
 from ..rest import Obj, Scope, ValidateFunc, ensure_namespace, options_invalid
 from ..reviews import Reviews
 from ..storage_client import StorageClient
-from ..strategies import StrategyOptions, strategy_for
+from ..strategies import Strategy, StrategyOptions, now_rfc3339, strategy_for
+from ..strategies.pods import BINDING, EVICTION
+from ..strategies.workload import SCALE
 from . import lists
 from .request import (
     INLINE_DECODE_BYTES,
@@ -54,6 +56,10 @@ def deleted_status(info: ResourceInfo, deleted: pb.Object) -> bytes:
                "uid": deleted.metadata.uid}
     return orjson.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                          "details": {k: v for k, v in details.items() if v}})
+
+
+# What kube's BindingREST and EvictionREST answer: a Status, 201.
+SUCCESS_CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
 
 class Handlers:
@@ -84,6 +90,10 @@ class Handlers:
             fn = self.review if verb == "create" else None
         elif req.subresource == "token" and r.info.kind == "ServiceAccount" and not r.info.group:
             fn = self.token_request if verb == "create" else None
+        elif req.subresource == "scale":
+            fn = {"get": self.get_scale, "update": self.update_scale, "patch": self.patch_scale}.get(verb)
+        elif req.subresource in ("binding", "eviction") and r.info.kind == "Pod" and not r.info.group:
+            fn = (self.bind if req.subresource == "binding" else self.evict) if verb == "create" else None
         if fn is None:
             raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
         check_options(r, verb)
@@ -285,6 +295,110 @@ class Handlers:
         deleted = await self.rest.delete_collection(r, opts, r.query.get("labelSelector", ""), r.field_selector,
                                                     admission.admit, self._validation(admission))
         return Response(200, lists.from_envelopes(r.info, {"resourceVersion": ""}, deleted))
+
+    # Scale (autoscaling/v1, read from and written into the parent's spec.replicas) ----------------
+
+    async def get_scale(self, r: Request) -> Response:
+        env = await self.rest.get(r, r.req.name, r.query.get("resourceVersion", ""))
+        return Response(200, orjson.dumps(r.strategy.to_scale(envelope.from_envelope(env))))
+
+    async def _write_scale(self, r: Request, scale_of: Callable[[Obj], Obj]) -> Response:
+        """The parent's update with spec.replicas from the Scale that scale_of(current Scale) gives; a
+        resourceVersion in it is a precondition, as kube's scaleUpdatedObjectInfo makes it."""
+        scale_request = r.as_body_kind(SCALE)
+
+        def transform(current: Obj) -> Obj:
+            scale = scale_of(r.strategy.to_scale(current))
+            causes = scale_request.strategy.validate(scale)
+            if causes:
+                raise errors.invalid("Scale", "autoscaling", r.req.name, causes)
+            rv = (scale.get("metadata") or {}).get("resourceVersion")
+            if rv:
+                current["metadata"]["resourceVersion"] = rv
+            current.setdefault("spec", {})["replicas"] = (scale.get("spec") or {}).get("replicas") or 0
+            return current
+
+        code, env = await self._update(r, transform)
+        return Response(code, orjson.dumps(r.strategy.to_scale(envelope.from_envelope(env))))
+
+    async def update_scale(self, r: Request) -> Response:
+        scale_request = r.as_body_kind(SCALE)
+        scale = await self.decoder.decode(scale_request, r.req.body)
+        body_name = scale["metadata"].get("name") or ""
+        if body_name != r.req.name:
+            raise BadRequest(f"the name of the object ({body_name}) does not match the name on the URL "
+                             f"({r.req.name})")
+        return await self._write_scale(r, lambda current: scale)
+
+    async def patch_scale(self, r: Request) -> Response:
+        ptype = patches.patch_type(r.req.content_type)
+        if ptype == patches.APPLY_PATCH:
+            raise errors.UnsupportedMediaType(f"the body of the request was in an unknown format - accepted media "
+                                              f"types include: {', '.join(patches.PATCH_TYPES[:3])}")
+        doc = patches.decode_patch(r.req.body, ptype)
+        scale_request = r.as_body_kind(SCALE)
+
+        def patched(current: Obj) -> Obj:
+            if ptype == patches.JSON_PATCH:
+                new = patches.apply_json_patch(current, doc)
+            elif ptype == patches.MERGE_PATCH:
+                new = patches.apply_merge_patch(current, doc)
+            else:
+                new = patches.apply_strategic_merge_patch(current, doc, {}, frozenset())
+            if not isinstance(new, dict):
+                raise BadRequest("the patched object is not a JSON object")
+            return self.decoder.check_object(scale_request, new)
+
+        return await self._write_scale(r, patched)
+
+    # pods/binding and pods/eviction (kube's BindingREST and EvictionREST) ---------------------------
+
+    async def _decode_named(self, r: Request, strategy: Strategy) -> Obj:
+        obj = await self.decoder.decode(r.as_body_kind(strategy), r.req.body)
+        body_name = obj["metadata"].get("name") or ""
+        if body_name != r.req.name:
+            raise BadRequest("name in URL does not match name in Binding object" if strategy is BINDING
+                             else f"name in URL does not match name in {strategy.info.kind} object")
+        causes = strategy.validate(obj)
+        if causes:
+            raise errors.invalid(strategy.info.kind, strategy.info.group, body_name, causes)
+        return obj
+
+    async def bind(self, r: Request) -> Response:
+        """Assign the pod to binding.target (a node): 409 when it is being deleted or already assigned."""
+        binding = await self._decode_named(r, BINDING)
+        node = binding["target"]["name"]
+
+        def transform(current: Obj) -> Obj:
+            meta, spec = current["metadata"], current.setdefault("spec", {})
+            if meta.get("deletionTimestamp"):
+                raise errors.conflict("pods/binding", "", r.req.name,
+                                      f"pod {r.req.name} is being deleted, cannot be assigned to a host")
+            if spec.get("nodeName"):
+                raise errors.conflict("pods/binding", "", r.req.name,
+                                      f'pod {r.req.name} is already assigned to node "{spec["nodeName"]}"')
+            spec["nodeName"] = node
+            annotations = (binding["metadata"].get("annotations") or {})
+            if annotations:
+                meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+            status = current.setdefault("status", {})
+            conds = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            status["conditions"] = conds + [{"type": "PodScheduled", "status": "True",
+                                             "lastProbeTime": None, "lastTransitionTime": now_rfc3339()}]
+            return current
+
+        await self._update(r, transform)
+        return Response(201, orjson.dumps(SUCCESS_CREATED))
+
+    async def evict(self, r: Request) -> Response:
+        """Evict the pod: with no PodDisruptionBudget served, an eviction is a delete with its options."""
+        eviction = await self._decode_named(r, EVICTION)
+        opts = dict(eviction.get("deleteOptions") or {})
+        if r.dry_run:
+            opts["dryRun"] = ["All"]
+        admission = self._admission("DELETE", {**opts, "kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"})
+        await self.rest.delete(r, r.req.name, opts, admission.admit, self._validation(admission))
+        return Response(201, orjson.dumps(SUCCESS_CREATED))
 
     # Reviews and TokenRequest (decoded here, answered by reviews.Reviews) --------------------
 

@@ -94,6 +94,10 @@ class Request:
         return Request(req, self.info, self.strategy, self.timing, self.warnings, self.admit,
                        audit_annotations=self.audit_annotations)
 
+    def as_body_kind(self, strategy: Strategy) -> Request:
+        """A subresource whose body is a kind of its own (Scale, Binding, Eviction; resources.body_kind)."""
+        return Request(self.req, strategy.info, strategy, self.timing, self.warnings, admit=False)
+
     def as_token_request(self) -> Request:
         """serviceaccounts/<name>/token: the body is a TokenRequest, never admitted."""
         return Request(self.req, TOKEN_REQUEST, TokenRequestStrategy(), self.timing, self.warnings, admit=False)

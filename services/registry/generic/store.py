@@ -36,6 +36,50 @@ RESOURCE_VERSION_ON_CREATE = "resourceVersion should not be set on objects to be
 STALE_ENCRYPTION = "apiary.storage/stale-encryption"
 
 
+# The garbage collector's finalizers (metav1.FinalizerOrphanDependents, FinalizerDeleteDependents).
+ORPHAN_FINALIZER = "orphan"
+FOREGROUND_FINALIZER = "foregroundDeletion"
+
+
+def _should_orphan(opts: Obj, finalizers: list[str], default_policy: str) -> bool:
+    """kube's shouldOrphanDependents: the request's choice, else the object's finalizers, else the kind's."""
+    if default_policy == "Unsupported":
+        return False
+    if opts.get("orphanDependents") is not None:
+        return bool(opts["orphanDependents"])
+    policy = opts.get("propagationPolicy")
+    if policy:
+        return policy == "Orphan"
+    if ORPHAN_FINALIZER in finalizers:
+        return True
+    if FOREGROUND_FINALIZER in finalizers:
+        return False
+    return default_policy == "OrphanDependents"
+
+
+def _should_delete_dependents(opts: Obj, finalizers: list[str], default_policy: str) -> bool:
+    """kube's shouldDeleteDependents: Foreground asked for, or already the object's choice."""
+    if default_policy == "Unsupported" or opts.get("orphanDependents") is not None:
+        return False
+    policy = opts.get("propagationPolicy")
+    if policy:
+        return policy == "Foreground"
+    return FOREGROUND_FINALIZER in finalizers
+
+
+def deletion_finalizers(opts: Obj, finalizers: list[str], default_policy: str) -> list[str]:
+    """kube's deletionFinalizersForGarbageCollection: the object's finalizers with the garbage
+    collector's own set as the delete asks (orphan or foregroundDeletion, at most one)."""
+    orphan = _should_orphan(opts, finalizers, default_policy)
+    foreground = _should_delete_dependents(opts, finalizers, default_policy)
+    out = [f for f in finalizers if f not in (ORPHAN_FINALIZER, FOREGROUND_FINALIZER)]
+    if orphan:
+        out.append(ORPHAN_FINALIZER)
+    if foreground:
+        out.append(FOREGROUND_FINALIZER)
+    return out
+
+
 def generate_name(base: str) -> str:
     """names.SimpleNameGenerator: base (cut to 58) + 5 random characters."""
     return base[:MAX_GENERATED_NAME_LENGTH] + "".join(random.choice(NAME_ALPHABET) for _ in range(5))
@@ -75,6 +119,8 @@ class Store:
             meta["name"] = generate_name(meta["generateName"])
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()
+        if r.strategy.spec_fields:
+            meta["generation"] = 1
         self._manage_fields(r, obj, None, operation)
         causes = r.strategy.validate(obj)
         if causes:
@@ -189,6 +235,9 @@ class Store:
                 meta.pop(k, None)
         meta.pop("selfLink", None)
         r.strategy.prepare_for_update(new, old)
+        # the one rule for every kind with a spec: generation moves when the spec does, never on status
+        if r.strategy.spec_fields and r.strategy.spec_changed(new, old):
+            meta["generation"] = int(old_meta.get("generation") or 0) + 1
 
     @staticmethod
     def _should_delete(info: ResourceInfo, obj: Obj) -> bool:
@@ -225,14 +274,18 @@ class Store:
             await admit(r, name, None, current_env)
             await validate(r, name, None, current, None, current_env)
             rv = meta.get("resourceVersion", "")
-            pending = bool(meta.get("finalizers")) or (is_namespace and (current.get("spec") or {})
-                                                       .get("finalizers"))
+            finalizers = list(meta.get("finalizers") or [])
+            gc_finalizers = deletion_finalizers(opts, finalizers, r.strategy.default_garbage_collection_policy)
+            finalizers_change = set(gc_finalizers) != set(finalizers)
+            pending = bool(gc_finalizers) or (is_namespace and (current.get("spec") or {}).get("finalizers"))
             try:
                 if pending:
-                    if meta.get("deletionTimestamp") and not is_namespace:
+                    if meta.get("deletionTimestamp") and not is_namespace and not finalizers_change:
                         return current_env
                     marked = copy.deepcopy(current)
                     mm = marked["metadata"]
+                    if finalizers_change:
+                        mm["finalizers"] = gc_finalizers
                     mm.setdefault("deletionTimestamp", now_rfc3339())
                     mm["deletionGracePeriodSeconds"] = 0
                     if is_namespace:

@@ -165,10 +165,17 @@ def review(group: str, version: str, kind: str, plural: str, strategy: type[Stra
                         strategy=strategy, protobuf=protobuf)
 
 
+def body_kind(group: str, version: str, kind: str, strategy: type[Strategy]) -> ResourceInfo:
+    """The kind a subresource's body carries when it is not the parent's (autoscaling/v1 Scale, core/v1
+    Binding, policy/v1 Eviction): decoded and validated, never stored under its own name."""
+    return ResourceInfo(group=group, version=version, kind=kind, plural=kind.lower(), singular=kind.lower(),
+                        namespaced=True, key_prefix="", verbs=(), virtual=True, strategy=strategy)
+
+
 # The group modules, each with its GROUP_VERSIONS (imported on first use: they import the strategies,
 # which import this module).
-GROUPS = ("core", "apiregistration", "authentication", "authorization", "rbac", "discovery",
-          "admissionregistration", "events", "networking", "policy", "scheduling", "storage")
+GROUPS = ("core", "apiregistration", "authentication", "authorization", "apps", "batch", "rbac", "discovery",
+          "admissionregistration", "coordination", "events", "networking", "policy", "scheduling", "storage")
 
 
 def group_versions() -> tuple[GroupVersion, ...]:

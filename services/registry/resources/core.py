@@ -1,5 +1,5 @@
-"""The core group (""), v1: ConfigMap, Endpoints, Event, LimitRange, Namespace, Node, ResourceQuota, Secret,
-Service, ServiceAccount."""
+"""The core group (""), v1: ConfigMap, Endpoints, Event, LimitRange, Namespace, Node, Pod, PodTemplate,
+ReplicationController, ResourceQuota, Secret, Service, ServiceAccount."""
 from __future__ import annotations
 
 import datetime
@@ -9,8 +9,11 @@ from ..printers import (AGE, CREATED_AT_TABLE, NAME, NAME_DESC, TableConvertor, 
                         name_age, parse_time, since)
 from ..strategies.core import (ConfigMapStrategy, EventStrategy, LimitRangeStrategy, NamespaceStrategy,
                                NodeStrategy, ResourceQuotaStrategy, SecretStrategy, ServiceAccountStrategy)
+from ..strategies.pods import PodStrategy, PodTemplateStrategy, ReplicationControllerStrategy, pod_row
 from ..strategies.services import EndpointsStrategy, ServiceStrategy
+from ..strategies.workload import containers_images
 from . import STATUS_VERBS, GroupVersion, ResourceInfo, SubresourceInfo
+from .workload_columns import CONTAINERS, IMAGES, POD_DOCS, integer, selector_column
 
 Obj = dict[str, Any]
 _PB = "k8s.io.api.core.v1."
@@ -204,6 +207,61 @@ NODE_TABLE = TableConvertor((
 ), node_row)
 
 
+POD_TABLE = TableConvertor((
+    NAME,
+    column("Ready", "string", "The aggregate readiness state of this pod for accepting traffic."),
+    column("Status", "string", "The aggregate status of the containers in this pod."),
+    column("Restarts", "string", "The number of times the containers in this pod have been restarted and when the "
+           "last container in this pod has restarted."),
+    AGE,
+    column("IP", "string", POD_DOCS["podIP"], priority=1),
+    column("Node", "string", POD_DOCS["nodeName"], priority=1),
+    column("Nominated Node", "string", POD_DOCS["nominatedNodeName"], priority=1),
+    column("Readiness Gates", "string", POD_DOCS["readinessGates"], priority=1),
+), pod_row)
+
+
+def _pod_template_row(o: Obj) -> list[Any]:
+    template = o.get("template") or {}
+    names, images = containers_images(template)
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    return [(o.get("metadata") or {}).get("name", ""), names, images,
+            ",".join(f"{k}={labels[k]}" for k in sorted(labels)) or "<none>"]
+
+
+POD_TEMPLATE_TABLE = TableConvertor((
+    NAME,
+    column("Containers", "string", "Names of each container in the template."),
+    column("Images", "string", "Images referenced by each container in the template."),
+    column("Pod Labels", "string", "The labels for the pod template."),
+), _pod_template_row)
+
+_RC = "More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller" \
+      "#what-is-a-replicationcontroller"
+
+
+def _rc_row(o: Obj) -> list[Any]:
+    spec, status = o.get("spec") or {}, o.get("status") or {}
+    names, images = containers_images(spec.get("template"))
+    return [(o.get("metadata") or {}).get("name", ""), spec.get("replicas") or 0, status.get("replicas") or 0,
+            status.get("readyReplicas") or 0, age(o), names, images, _selector(spec.get("selector"))]
+
+
+RC_TABLE = TableConvertor((
+    NAME,
+    integer("Desired", "Replicas is the number of desired replicas. This is a pointer to distinguish between "
+            f"explicit zero and unspecified. Defaults to 1. {_RC}"),
+    integer("Current", f"Replicas is the most recently observed number of replicas. {_RC}"),
+    integer("Ready", "The number of ready replicas for this replication controller."),
+    AGE, CONTAINERS, IMAGES,
+    selector_column("Selector is a label query over pods that should match the Replicas count. If Selector is "
+                    "empty, it is defaulted to the labels present on the Pod template. Label keys and values that "
+                    "must match in order to be controlled by this replication controller, if empty defaulted to "
+                    "labels on Pod template. More info: "
+                    "https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors"),
+), _rc_row)
+
+
 V1 = GroupVersion("", "v1", 18000, 1, (
     ResourceInfo(
         group="", version="v1", kind="ConfigMap", plural="configmaps", singular="configmap", namespaced=True,
@@ -246,6 +304,32 @@ V1 = GroupVersion("", "v1", 18000, 1, (
         subresources=(SubresourceInfo("status", "Node", STATUS_VERBS),),
         strategy=NodeStrategy, table=NODE_TABLE,
         protobuf=_PB + "Node",
+    ),
+    ResourceInfo(
+        group="", version="v1", kind="Pod", plural="pods", singular="pod", namespaced=True,
+        key_prefix="/registry/pods/", short_names=("po",), categories=("all",),
+        subresources=(
+            SubresourceInfo("binding", "Binding", ("create",)),
+            SubresourceInfo("ephemeralcontainers", "Pod", STATUS_VERBS),
+            SubresourceInfo("eviction", "Eviction", ("create",), "policy", "v1"),
+            SubresourceInfo("status", "Pod", STATUS_VERBS),
+        ),
+        strategy=PodStrategy, table=POD_TABLE, protobuf=_PB + "Pod", return_deleted_object=True,
+    ),
+    ResourceInfo(
+        group="", version="v1", kind="PodTemplate", plural="podtemplates", singular="podtemplate",
+        namespaced=True, key_prefix="/registry/podtemplates/", strategy=PodTemplateStrategy,
+        table=POD_TEMPLATE_TABLE, protobuf=_PB + "PodTemplate",
+    ),
+    ResourceInfo(
+        group="", version="v1", kind="ReplicationController", plural="replicationcontrollers",
+        singular="replicationcontroller", namespaced=True, key_prefix="/registry/controllers/",
+        short_names=("rc",), categories=("all",),
+        subresources=(
+            SubresourceInfo("scale", "Scale", STATUS_VERBS, "autoscaling", "v1"),
+            SubresourceInfo("status", "ReplicationController", STATUS_VERBS),
+        ),
+        strategy=ReplicationControllerStrategy, table=RC_TABLE, protobuf=_PB + "ReplicationController",
     ),
     ResourceInfo(
         group="", version="v1", kind="ResourceQuota", plural="resourcequotas", singular="resourcequota",

@@ -54,8 +54,14 @@ class Strategy:
 
     # Top-level fields an update of the main resource must keep from the old object (status, for kinds with one).
     status_fields: tuple[str, ...] = ()
+    # Top-level fields whose change bumps metadata.generation (set to 1 on create); () : no generation.
+    spec_fields: tuple[str, ...] = ()
     # RBAC kinds: a write must not grant what the caller does not hold (the auth service decides).
     escalation_checked = False
+    # rest.GarbageCollectionDeleteStrategy: what a delete without propagationPolicy does to the
+    # dependents: "DeleteDependents" (Background, every kind apiary serves, as kube's v1 kinds),
+    # "OrphanDependents" (kube's old extensions/v1beta1 kinds) or "Unsupported".
+    default_garbage_collection_policy = "DeleteDependents"
 
     def __init__(self, info: ResourceInfo, options: StrategyOptions = StrategyOptions()) -> None:
         self.info = info
@@ -116,6 +122,10 @@ class Strategy:
             else:
                 obj.pop(f, None)
 
+    def spec_changed(self, obj: Obj, old: Obj) -> bool:
+        """Whether an update moves metadata.generation (after PrepareForUpdate restored what it keeps)."""
+        return any(obj.get(f) != old.get(f) for f in self.spec_fields)
+
     def validate_name(self, obj: Obj, name: str) -> list[str]:
         return v.is_dns1123_subdomain(name)
 
@@ -129,7 +139,6 @@ class Strategy:
 
     def for_subresource(self, subresource: str) -> "Strategy":
         return self
-
 
     # Storage hooks (genericregistry.Store's BeginCreate and AfterDelete) -------
 
@@ -149,18 +158,6 @@ class Strategy:
         """Called once the object is gone from storage (releases what begin_create claimed)."""
 
 
-def start_generation(obj: Obj) -> None:
-    """PrepareForCreate of a kind with a spec: metadata.generation starts at 1."""
-    obj.setdefault("metadata", {})["generation"] = 1
-
-
-def bump_generation(obj: Obj, old: Obj, fields: tuple[str, ...] = ("spec",)) -> None:
-    """PrepareForUpdate: metadata.generation goes up by one when the spec (or `fields`) changed."""
-    gen = (old.get("metadata") or {}).get("generation") or 1
-    changed = any(obj.get(f) != old.get(f) for f in fields)
-    obj.setdefault("metadata", {})["generation"] = gen + 1 if changed else gen
-
-
 class SubresourceStrategy(Strategy):
     """/status and /finalize: only `keep_new` fields change; everything else comes from the old object."""
 
@@ -168,6 +165,7 @@ class SubresourceStrategy(Strategy):
         super().__init__(parent.info)
         self.parent = parent
         self.keep_new = keep_new
+        self.spec_fields = parent.spec_fields
 
     def canonicalize(self, obj: Obj) -> None:
         self.parent.canonicalize(obj)

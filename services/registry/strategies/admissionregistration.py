@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 from services.common import cel
 
 from .. import validation as v
-from . import Obj, Strategy, SubresourceStrategy, bump_generation, start_generation
+from . import Obj, Strategy, SubresourceStrategy
 
 # ---------------------------------------------------------------------------------------------------------
 # Admission policies (ValidatingAdmissionPolicy, MutatingAdmissionPolicy and their bindings)
@@ -172,6 +172,7 @@ class AdmissionPolicyStrategy(Strategy):
     """ValidatingAdmissionPolicy (mutating=False) and MutatingAdmissionPolicy: defaults, validation,
     generation bumped on spec changes, status owned by the type checker (the admission service)."""
     status_fields = ("status",)
+    spec_fields = ("spec",)
     mutating = False
 
     def canonicalize(self, obj: Obj) -> None:
@@ -186,11 +187,6 @@ class AdmissionPolicyStrategy(Strategy):
 
     def prepare_for_create(self, obj: Obj) -> None:
         obj.pop("status", None)
-        start_generation(obj)
-
-    def prepare_for_update(self, obj: Obj, old: Obj) -> None:
-        super().prepare_for_update(obj, old)
-        bump_generation(obj, old)
 
     def validate(self, obj: Obj) -> list[v.Cause]:
         causes = super().validate(obj)

@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from .. import validation as v
-from . import Obj, Strategy, SubresourceStrategy, bump_generation, start_generation
+from . import Obj, Strategy, SubresourceStrategy
 from .rbac import validate_label_selector
 from .services import _iana_svc_name
 
@@ -107,14 +107,10 @@ def _http_path(p: Obj, path: str) -> list[v.Cause]:
 
 class IngressStrategy(Strategy):
     status_fields = ("status",)
+    spec_fields = ("spec",)
 
     def prepare_for_create(self, obj: Obj) -> None:
         obj.pop("status", None)
-        start_generation(obj)
-
-    def prepare_for_update(self, obj: Obj, old: Obj) -> None:
-        super().prepare_for_update(obj, old)
-        bump_generation(obj, old)
 
     def validate(self, obj: Obj) -> list[v.Cause]:
         causes = super().validate(obj)
@@ -261,6 +257,8 @@ def _peer(peer: Obj, path: str) -> list[v.Cause]:
 
 
 class NetworkPolicyStrategy(Strategy):
+    spec_fields = ("spec",)
+
     def canonicalize(self, obj: Obj) -> None:
         spec = obj.get("spec")
         if not isinstance(spec, dict):
@@ -272,13 +270,6 @@ class NetworkPolicyStrategy(Strategy):
                         port["protocol"] = "TCP"
         if not spec.get("policyTypes"):
             spec["policyTypes"] = ["Ingress", "Egress"] if spec.get("egress") else ["Ingress"]
-
-    def prepare_for_create(self, obj: Obj) -> None:
-        start_generation(obj)
-
-    def prepare_for_update(self, obj: Obj, old: Obj) -> None:
-        super().prepare_for_update(obj, old)
-        bump_generation(obj, old)
 
     def validate(self, obj: Obj) -> list[v.Cause]:
         causes = super().validate(obj)

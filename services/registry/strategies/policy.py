@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from .. import validation as v
-from . import Obj, Strategy, SubresourceStrategy, bump_generation, start_generation
+from . import Obj, Strategy, SubresourceStrategy
 from .rbac import validate_label_selector
 
 _PERCENT = re.compile(r"^[0-9]+%$")
@@ -39,14 +39,10 @@ def validate_positive_int_or_percent(value: Any, field: str) -> list[v.Cause]:
 
 class PodDisruptionBudgetStrategy(Strategy):
     status_fields = ("status",)
+    spec_fields = ("spec",)
 
     def prepare_for_create(self, obj: Obj) -> None:
         obj["status"] = {"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0, "expectedPods": 0}
-        start_generation(obj)
-
-    def prepare_for_update(self, obj: Obj, old: Obj) -> None:
-        super().prepare_for_update(obj, old)
-        bump_generation(obj, old)
 
     def validate(self, obj: Obj) -> list[v.Cause]:
         causes = super().validate(obj)

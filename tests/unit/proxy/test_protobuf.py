@@ -285,7 +285,7 @@ def test_invalid_utf8_string_is_400():
         decode_k8s_protobuf(envelope("v1", "Namespace", b"\x0a\x03\x0a\x01\xff"))
 
 
-@pytest.mark.parametrize("api_version,kind", [("apps/v1", "Deployment"), ("v1", "Pod"), ("", "")])
+@pytest.mark.parametrize("api_version,kind", [("apps/v1", "ControllerRevision"), ("v1", "Endpoints"), ("", "")])
 def test_unsupported_kinds_are_415(api_version, kind):
     with pytest.raises(UnsupportedMediaType) as e:
         decode_k8s_protobuf(envelope(api_version, kind, b""))

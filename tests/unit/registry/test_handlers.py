@@ -11,7 +11,6 @@ from services.common import errors
 from services.registry import watch
 from services.registry.bootstrap import bootstrap
 from services.registry.catalogue import DEFAULT_CATALOGUE
-from services.registry.namespace_finalizer import NamespaceFinalizer
 
 from .conftest import cm, request
 
@@ -314,6 +313,38 @@ async def test_delete_with_finalizers(api, storage):
     assert "/registry/configmaps/default/c" not in storage.data
 
 
+@pytest.mark.parametrize("policy,finalizer", [("Foreground", "foregroundDeletion"), ("Orphan", "orphan")])
+async def test_delete_propagation_sets_the_garbage_collectors_finalizer(api, storage, policy, finalizer):
+    await api("create", "configmaps", "default", body=cm(finalizers=["example.com/keep"]))
+    code, d = await api("delete", "configmaps", "default", "c", query={"propagationPolicy": policy})
+    assert code == 200 and d["metadata"]["deletionTimestamp"]
+    assert d["metadata"]["finalizers"] == ["example.com/keep", finalizer]
+    # deleted again with the other policy: the garbage collector's finalizer is swapped, as kube's store does
+    other = "Orphan" if policy == "Foreground" else "Foreground"
+    _, d = await api("delete", "configmaps", "default", "c", query={"propagationPolicy": other})
+    assert d["metadata"]["finalizers"] == ["example.com/keep",
+                                           "orphan" if finalizer == "foregroundDeletion" else "foregroundDeletion"]
+    # Background takes both away: only the object's own finalizer holds it
+    _, d = await api("delete", "configmaps", "default", "c", query={"propagationPolicy": "Background"})
+    assert d["metadata"]["finalizers"] == ["example.com/keep"]
+
+
+async def test_delete_orphan_without_finalizers_keeps_the_object_for_the_collector(api, storage):
+    await api("create", "configmaps", "default", body=cm())
+    _, d = await api("delete", "configmaps", "default", "c", body={"orphanDependents": True})
+    assert d["metadata"]["finalizers"] == ["orphan"] and "/registry/configmaps/default/c" in storage.data
+    code, d = await api("delete", "configmaps", "default", "c", query={"propagationPolicy": "Background"})
+    assert code == 200 and "/registry/configmaps/default/c" not in storage.data
+
+
+async def test_deletecollection_honours_propagation(api, storage):
+    await api("create", "configmaps", "default", body=cm("a"))
+    await api("create", "configmaps", "default", body=cm("b"))
+    _, lst = await api("deletecollection", "configmaps", "default", query={"propagationPolicy": "Foreground"})
+    assert [i["metadata"]["finalizers"] for i in lst["items"]] == [["foregroundDeletion"], ["foregroundDeletion"]]
+    assert len(storage.data) == 2
+
+
 async def test_deletecollection(api, storage):
     await api("create", "configmaps", "default", body=cm("a", labels={"x": "1"}))
     await api("create", "configmaps", "default", body=cm("b"))
@@ -378,39 +409,12 @@ async def test_namespace_delete_and_finalizer(api, storage, handlers):
     with pytest.raises(errors.Conflict) as e:
         await api("delete", "namespaces", "", "doomed")
     assert "The system is ensuring all content is removed from this namespace" in e.value.message
-    finalizer = NamespaceFinalizer(handlers.store, DEFAULT_CATALOGUE)
-    await finalizer.finalize("doomed")
-    assert sorted(storage.data) == ["/registry/configmaps/kept/c"]
-
-
-async def test_namespace_finalizer_waits_for_object_finalizers(api, storage, handlers, monkeypatch):
-    from services.registry import namespace_finalizer as nf
-    monkeypatch.setattr(nf, "RECHECK_SECONDS", 0.01)
-    await api("create", "namespaces", body={"metadata": {"name": "d"}})
-    await api("create", "configmaps", "d", body=cm(ns="d", finalizers=["example.com/f"]))
-    await api("delete", "namespaces", "", "d")
-    finalizer = NamespaceFinalizer(handlers.store, DEFAULT_CATALOGUE)
-    task = asyncio.create_task(finalizer.finalize("d"))
-    await asyncio.sleep(0.05)
-    assert not task.done()
-    assert storage.data["/registry/configmaps/d/c"].metadata.deletion_timestamp
-    await api("patch", "configmaps", "d", "c", body={"metadata": {"finalizers": []}},
-              content_type="application/merge-patch+json")
-    await asyncio.wait_for(task, 2)
-    assert not storage.data or list(storage.data) == []
-
-
-async def test_namespace_finalizer_run_resumes(api, storage, handlers):
-    await api("create", "namespaces", body={"metadata": {"name": "d"}})
-    await api("delete", "namespaces", "", "d")
-    finalizer = NamespaceFinalizer(handlers.store, DEFAULT_CATALOGUE)
-    task = asyncio.create_task(finalizer.run())
-    for _ in range(100):
-        if "/registry/namespaces/d" not in storage.data:
-            break
-        await asyncio.sleep(0.01)
-    task.cancel()
-    assert "/registry/namespaces/d" not in storage.data
+    # the namespace controller (services/controllermanager) empties it, then finalizes it: the last
+    # finalizer gone, the namespace goes
+    _, ns = await api("get", "namespaces", "", "doomed")
+    ns["spec"]["finalizers"] = []
+    await api("update", "namespaces", "", "doomed", body=ns, subresource="finalize")
+    assert "/registry/namespaces/doomed" not in storage.data
 
 
 async def test_apiservice(api):
@@ -447,8 +451,11 @@ async def test_bootstrap_idempotent(handlers, storage, api):
     assert [r["cells"][:3] for r in t["rows"]] == [["v1.", "Local", "True"],
                                                   ["v1.admissionregistration.k8s.io", "Local", "True"],
                                                   ["v1.apiregistration.k8s.io", "Local", "True"],
+                                                  ["v1.apps", "Local", "True"],
                                                   ["v1.authentication.k8s.io", "Local", "True"],
                                                   ["v1.authorization.k8s.io", "Local", "True"],
+                                                  ["v1.batch", "Local", "True"],
+                                                  ["v1.coordination.k8s.io", "Local", "True"],
                                                   ["v1.discovery.k8s.io", "Local", "True"],
                                                   ["v1.events.k8s.io", "Local", "True"],
                                                   ["v1.networking.k8s.io", "Local", "True"],
@@ -585,3 +592,17 @@ async def test_misrouted_verbs_are_405(api):
         await api("update", "configmaps", "default", body=cm())
     with pytest.raises(errors.MethodNotAllowed):
         await api("patch", "configmaps", "default", body={}, content_type="application/merge-patch+json")
+
+
+async def test_lease_validation_and_table(api):
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l"},
+             "spec": {"holderIdentity": "me", "leaseDurationSeconds": 0, "leaseTransitions": -1}}
+    with pytest.raises(errors.Invalid) as e:
+        await api("create", "leases", "default", body=lease)
+    assert [c["field"] for c in e.value.details["causes"]] == ["spec.leaseDurationSeconds", "spec.leaseTransitions"]
+    lease["spec"].update(leaseDurationSeconds=15, leaseTransitions=0)
+    code, _ = await api("create", "leases", "default", body=lease)
+    assert code == 201
+    _, t = await api("list", "leases", "default", table=True)
+    assert [c["name"] for c in t["columnDefinitions"]] == ["Name", "Holder", "Age"]
+    assert t["rows"][0]["cells"][:2] == ["l", "me"]

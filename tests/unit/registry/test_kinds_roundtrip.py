@@ -20,6 +20,10 @@ Obj = dict[str, Any]
 NS = "default"
 SELECTOR = {"matchLabels": {"app": "web"}}
 RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}
+POD_SPEC = {"containers": [{"name": "web", "image": "nginx:1.27", "ports": [{"containerPort": 80, "name": "http"}],
+                            "env": [{"name": "A", "value": "1"}], "resources": {"limits": {"cpu": "500m"}}}],
+            "volumes": [{"name": "cfg", "configMap": {"name": "c"}}], "tolerations": [{"key": "k", "operator": "Exists"}]}
+TEMPLATE = {"metadata": {"labels": {"app": "web"}}, "spec": POD_SPEC}
 
 # One valid object of every stored kind, by kind or, where two groups serve one, by apiVersion/kind
 # (metadata added by the test).
@@ -73,6 +77,17 @@ SAMPLES: dict[str, Obj] = {
     "PriorityClass": {"value": 1000, "description": "d"},
     "CSIDriver": {"spec": {"tokenRequests": [{"audience": "vault"}]}},
     "StorageClass": {"provisioner": "example.com/disk", "parameters": {"type": "ssd"}},
+    "Pod": {"spec": POD_SPEC},
+    "PodTemplate": {"template": TEMPLATE},
+    "ReplicationController": {"spec": {"replicas": 2, "selector": {"app": "web"}, "template": TEMPLATE}},
+    "Deployment": {"spec": {"replicas": 2, "selector": SELECTOR, "template": TEMPLATE}},
+    "ReplicaSet": {"spec": {"replicas": 2, "selector": SELECTOR, "template": TEMPLATE}},
+    "StatefulSet": {"spec": {"serviceName": "web", "selector": SELECTOR, "template": TEMPLATE}},
+    "DaemonSet": {"spec": {"selector": SELECTOR, "template": TEMPLATE}},
+    "Job": {"spec": {"template": {"spec": {**POD_SPEC, "restartPolicy": "Never"}}}},
+    "CronJob": {"spec": {"schedule": "*/5 * * * *",
+                         "jobTemplate": {"spec": {"template": {"spec": {**POD_SPEC, "restartPolicy": "OnFailure"}}}}}},
+    "Lease": {"spec": {"holderIdentity": "a", "leaseDurationSeconds": 15, "leaseTransitions": 0}},
 }
 
 STORED = [r for r in DEFAULT_CATALOGUE.resources if not r.virtual]
@@ -87,8 +102,11 @@ NAMES = {"APIService": "v1.example.com"}
 
 
 def _type(validator: Any, types: Any, instance: Any, schema: Obj) -> Any:
-    """kube's x-kubernetes-int-or-string: the published type is "string", an integer is as valid."""
+    """kube's x-kubernetes-int-or-string: the published type is "string", an integer is as valid; and Go's zero
+    metav1.Time, which encoding/json writes as null (a template's metadata.creationTimestamp: null, as kube writes it)."""
     if schema.get("x-kubernetes-int-or-string") and validator.is_type(instance, "integer"):
+        return
+    if instance is None and schema.get("format") == "date-time":
         return
     yield from jsonschema.Draft202012Validator.VALIDATORS["type"](validator, types, instance, schema)
 

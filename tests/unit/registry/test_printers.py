@@ -23,6 +23,7 @@ def test_age_and_columns():
     assert names == {"namespaces": ["Name", "Status", "Age"], "configmaps": ["Name", "Data", "Age"],
                      "secrets": ["Name", "Type", "Data", "Age"], "serviceaccounts": ["Name", "Secrets", "Age"],
                      "apiservices": ["Name", "Service", "Available", "Age"],
+                     "leases": ["Name", "Holder", "Age"],
                      "validatingadmissionpolicies": ["Name", "Validations", "ParamKind", "Age"],
                      "mutatingadmissionpolicies": ["Name", "Mutations", "ParamKind", "Age"],
                      "validatingadmissionpolicybindings": ["Name", "PolicyName", "ParamRef", "Age"],

@@ -1,0 +1,119 @@
+"""ServiceAccount (kube's plugin/pkg/admission/serviceaccount), the parts a pod create goes through:
+
+- a pod without spec.serviceAccountName gets `default`;
+- the ServiceAccount must exist, else the pod is refused (403) with kube's words, "error looking up service
+  account <ns>/<name>: serviceaccount "<name>" not found" (the informer first, then a live read, so an
+  account created a moment ago is found);
+- unless the pod or its ServiceAccount opts out (automountServiceAccountToken: false), the projected
+  `kube-api-access-<random>` volume (a bound token, kube-root-ca.crt, the namespace) is added and mounted
+  read-only at /var/run/secrets/kubernetes.io/serviceaccount in every container and init container.
+
+Mirror pods (kubernetes.io/config.mirror) are left alone; pulling image pull secrets from the account and
+the ephemeral-container checks are not done.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import orjson
+
+from apiary_pb import registry_pb2 as rpb
+from apiary_pb import registry_pb2_grpc as rgrpc
+from services.common import grpcutil
+from services.common.errors import APIError, NotFound, forbidden
+from services.common.identity import APISERVER
+
+from ..attributes import CREATE, Attributes
+from ..informers import shared_informers
+from ..plugin import Plugin, PluginConfig
+
+DEFAULT_ACCOUNT = "default"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+TOKEN_EXPIRATION = 3607  # kube's warnOnlyBoundTokenExpirationSeconds
+VOLUME_PREFIX = "kube-api-access-"
+_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def access_volume(name: str) -> dict[str, Any]:
+    return {"name": name, "projected": {"defaultMode": 0o644, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": TOKEN_EXPIRATION, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace",
+                                    "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+    ]}}
+
+
+class ServiceAccount(Plugin):
+    name = "ServiceAccount"
+    operations = frozenset({CREATE})
+
+    def __init__(self, registry: rgrpc.RegistryStub) -> None:
+        self.registry = registry
+        self.factory = shared_informers(registry)
+        self.informer = self.factory.informer("", "v1", "serviceaccounts")
+
+    async def start(self) -> None:
+        self.factory.start()
+
+    async def stop(self) -> None:
+        await self.factory.stop()
+
+    def ready(self) -> bool:
+        return self.informer.synced.is_set()
+
+    async def _account(self, namespace: str, name: str) -> dict[str, Any] | None:
+        cached = self.informer.store.get(f"{namespace}/{name}")
+        if cached is not None:
+            return cached
+        req = rpb.APIRequest(verb="get", version="v1", resource="serviceaccounts", namespace=namespace, name=name,
+                             user=APISERVER)
+        try:
+            resp = await grpcutil.call(self.registry.Handle(req, timeout=10), "registry")
+        except NotFound:
+            return None
+        if resp.code == 404:
+            return None
+        if resp.code >= 400:
+            raise APIError.from_status_dict(orjson.loads(resp.body))
+        return orjson.loads(resp.body)
+
+    async def admit(self, a: Attributes) -> None:
+        if a.group or a.resource != "pods" or a.subresource:
+            return
+        pod = a.object
+        if pod is None:
+            return
+        meta = pod.get("metadata") or {}
+        if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+            return
+        spec = pod.setdefault("spec", {})
+        account_name = spec.get("serviceAccountName") or DEFAULT_ACCOUNT
+        spec["serviceAccountName"] = account_name
+        account = await self._account(a.namespace, account_name)
+        if account is None:
+            raise forbidden(a.resource, a.group, a.name_for_errors(),
+                            f"error looking up service account {a.namespace}/{account_name}: "
+                            f'serviceaccount "{account_name}" not found')
+        if spec.get("automountServiceAccountToken") is not False and \
+                account.get("automountServiceAccountToken") is not False:
+            self._mount_token(spec)
+        a.set_object(pod)
+
+    @staticmethod
+    def _mount_token(spec: dict[str, Any]) -> None:
+        containers = [c for k in ("initContainers", "containers") for c in spec.get(k) or [] if isinstance(c, dict)]
+        if any(m.get("mountPath") == MOUNT_PATH for c in containers for m in c.get("volumeMounts") or []):
+            return  # the pod mounts something there itself
+        volumes = spec.setdefault("volumes", [])
+        name = VOLUME_PREFIX + "".join(random.choice(_ALPHABET) for _ in range(5))
+        volumes.append(access_volume(name))
+        for c in containers:
+            c.setdefault("volumeMounts", []).append({"name": name, "readOnly": True, "mountPath": MOUNT_PATH})
+
+
+def factory(config: PluginConfig, registry: rgrpc.RegistryStub | None) -> ServiceAccount:
+    if registry is None:
+        raise ValueError("ServiceAccount needs the registry (--registry-address)")
+    return ServiceAccount(registry)

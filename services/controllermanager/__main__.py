@@ -1,0 +1,159 @@
+"""python -m services.controllermanager: kube-controller-manager's controllers for apiary."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from services.common import config, runtime
+from services.common.duration import flag as _duration
+
+from .client import Client
+from .garbagecollector import GarbageCollector
+from .leaderelection import Config, LeaderElector, identity
+from .namespace import NamespaceController
+from .serviceaccounts import RootCACertPublisher, ServiceAccountsController
+
+log = logging.getLogger("services.controllermanager")
+
+# kube's controller names (1.33) and the older aliases --controllers also takes.
+CONTROLLERS = {
+    "garbage-collector-controller": ("garbagecollector",),
+    "namespace-controller": ("namespace",),
+    "serviceaccount-controller": ("serviceaccount",),
+    "root-ca-certificate-publisher-controller": ("root-ca-cert-publisher",),
+}
+ALIASES = {alias: name for name, aliases in CONTROLLERS.items() for alias in (name, *aliases)}
+
+
+def enabled_controllers(spec: list[str]) -> list[str]:
+    """kube's --controllers: `*` turns on every default controller, `name` one, `-name` turns one off."""
+    on: set[str] = set()
+    off: set[str] = set()
+    for item in spec:
+        item = item.strip()
+        if item == "*":
+            on.update(CONTROLLERS)
+            continue
+        neg = item.startswith("-")
+        name = ALIASES.get(item.lstrip("-"))
+        if name is None:
+            raise ValueError(f'"{item.lstrip("-")}" is not in the list of known controllers')
+        (off if neg else on).add(name)
+    return [c for c in CONTROLLERS if c in on and c not in off]
+
+
+def _bool(value: str) -> bool:
+    if value.lower() not in ("true", "false", "1", "0"):
+        raise argparse.ArgumentTypeError(f"invalid boolean {value!r}")
+    return value.lower() in ("true", "1")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m services.controllermanager", description=__doc__)
+    config.add_common_flags(p, "controllermanager")
+    p.add_argument("--kubeconfig", required=True, help="how to reach the API: server, CA and credentials")
+    p.add_argument("--controllers", default="*",
+                   help="comma-separated controllers to run: '*' all, 'name' one, '-name' not that one; "
+                        f"known: {', '.join(CONTROLLERS)}")
+    p.add_argument("--root-ca-file", default="",
+                   help="the cluster CA published as kube-root-ca.crt's ca.crt in every namespace")
+    p.add_argument("--leader-elect", type=_bool, nargs="?", const=True, default=True,
+                   help="run the controllers only while holding the leader election Lease")
+    p.add_argument("--leader-elect-lease-duration", type=_duration, default=15.0)
+    p.add_argument("--leader-elect-renew-deadline", type=_duration, default=10.0)
+    p.add_argument("--leader-elect-retry-period", type=_duration, default=2.0)
+    p.add_argument("--leader-elect-resource-name", default="kube-controller-manager")
+    p.add_argument("--leader-elect-resource-namespace", default="kube-system")
+    p.add_argument("--concurrent-gc-syncs", type=int, default=4)
+    p.add_argument("--concurrent-namespace-syncs", type=int, default=2)
+    args = p.parse_args(argv)
+    try:
+        args.enabled = enabled_controllers(args.controllers.split(","))
+    except ValueError as e:
+        p.error(f"--controllers: {e}")
+    args.election = Config(args.leader_elect_resource_namespace, args.leader_elect_resource_name,
+                           args.leader_elect_lease_duration, args.leader_elect_renew_deadline,
+                           args.leader_elect_retry_period)
+    if args.leader_elect:
+        try:
+            args.election.validate()
+        except ValueError as e:
+            p.error(str(e))
+    if "root-ca-certificate-publisher-controller" in args.enabled and not args.root_ca_file:
+        p.error("--root-ca-file is needed by the root-ca-certificate-publisher-controller")
+    return args
+
+
+class ControllerManager:
+    """Starts the enabled controllers when leading and stops them when not."""
+
+    def __init__(self, client: Client, args: argparse.Namespace) -> None:
+        self.client, self.args = client, args
+        self.running: list[tuple[str, Callable[[], Awaitable[None]]]] = []
+        self._starting: asyncio.Task[None] | None = None
+
+    def _build(self, name: str) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
+        c = self.client
+        if name == "garbage-collector-controller":
+            gc = GarbageCollector(c, self.args.concurrent_gc_syncs)
+            return gc.start, gc.stop
+        if name == "namespace-controller":
+            ns = NamespaceController(c, self.args.concurrent_namespace_syncs)
+            return ns.start, ns.stop
+        if name == "serviceaccount-controller":
+            sa = ServiceAccountsController(c)
+            return sa.start, sa.stop
+        ca = RootCACertPublisher(c, Path(self.args.root_ca_file).read_text())
+        return ca.start, ca.stop
+
+    async def start(self) -> None:
+        """Started in the background: a controller waiting on its informers must not hold up the lease."""
+        self._starting = asyncio.create_task(self._start_all(), name="start-controllers")
+
+    async def _start_all(self) -> None:
+        for name in self.args.enabled:
+            start, stop = self._build(name)
+            self.running.append((name, stop))
+            while True:
+                try:
+                    await start()
+                    break
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - the API is not there yet: try again
+                    log.info("starting %s: %s; retrying", name, e)
+                    await stop()
+                    await asyncio.sleep(1.0)
+            log.info("started %s", name)
+
+    async def stop(self) -> None:
+        if self._starting is not None:
+            self._starting.cancel()
+            await asyncio.gather(self._starting, return_exceptions=True)
+            self._starting = None
+        while self.running:
+            name, stop = self.running.pop()
+            try:
+                await stop()
+            except Exception:  # noqa: BLE001 - the others must stop too
+                log.exception("stopping %s", name)
+
+
+async def assemble(service: runtime.Service) -> str:
+    args = service.args
+    client = Client.from_kubeconfig(args.kubeconfig)
+    service.client(client.close)
+    manager = ControllerManager(client, args)
+    if args.leader_elect:
+        elector = LeaderElector(client, args.election, identity(), manager.start, manager.stop)
+        service.task(elector.run, "leader-election")
+    else:
+        service.component(manager.start, manager.stop)
+    return f"controllers {','.join(args.enabled)}; leader election {'on' if args.leader_elect else 'off'}"
+
+
+if __name__ == "__main__":
+    runtime.main("controllermanager", parse_args(), assemble)

@@ -1,0 +1,138 @@
+"""The controller-manager's client of the API (client-go's dynamic client and RESTMapper, in small):
+HTTPS to the proxy with the kubeconfig's credentials; errors come back as the Status they carry."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+from services.common.errors import APIError, ServiceUnavailable
+from services.common.informer import HTTPListWatch, Informer
+from services.kit import kubeconfig
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One resource the API serves, as discovery lists it (a RESTMapping)."""
+    group: str
+    version: str
+    resource: str
+    kind: str
+    namespaced: bool
+    verbs: frozenset[str]
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str = "", name: str = "") -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.resource}"
+        return f"{base}/{name}" if name else base
+
+
+class Client:
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+
+    @classmethod
+    def from_kubeconfig(cls, path: str, timeout: float = 30.0) -> "Client":
+        return cls(kubeconfig.client(path, timeout))
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def request(self, method: str, path: str, body: Obj | None = None, params: dict[str, str] | None = None,
+                      content_type: str = "application/json") -> Obj:
+        headers = {"Accept": "application/json"}
+        content = None
+        if body is not None:
+            content, headers["Content-Type"] = orjson.dumps(body), content_type
+        try:
+            r = await self.http.request(method, path, content=content, params=params, headers=headers)
+        except httpx.HTTPError as e:  # the API is away: an unavailable answer, retried by the caller
+            raise ServiceUnavailable(f"{method} {path}: {e!r}") from None
+        try:
+            doc = orjson.loads(r.content) if r.content else {}
+        except orjson.JSONDecodeError:
+            doc = {}
+        if r.status_code >= 400:
+            if isinstance(doc, dict) and doc.get("kind") == "Status":
+                raise APIError.from_status_dict(doc)
+            raise APIError.from_status_dict({"code": r.status_code, "message": r.text[:200]})
+        return doc
+
+    async def get(self, res: Resource, namespace: str, name: str) -> Obj:
+        return await self.request("GET", res.path(namespace, name))
+
+    async def create(self, res: Resource, namespace: str, obj: Obj) -> Obj:
+        return await self.request("POST", res.path(namespace), obj)
+
+    async def update(self, res: Resource, obj: Obj, subresource: str = "") -> Obj:
+        meta = obj["metadata"]
+        path = res.path(meta.get("namespace", ""), meta["name"])
+        return await self.request("PUT", f"{path}/{subresource}" if subresource else path, obj)
+
+    async def patch(self, res: Resource, namespace: str, name: str, patch: Obj | list[Any],
+                    content_type: str = "application/merge-patch+json") -> Obj:
+        return await self.request("PATCH", res.path(namespace, name), patch, content_type=content_type)  # type: ignore[arg-type]
+
+    async def delete(self, res: Resource, namespace: str, name: str, uid: str = "",
+                     propagation: str = "") -> Obj:
+        opts: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if uid:
+            opts["preconditions"] = {"uid": uid}
+        if propagation:
+            opts["propagationPolicy"] = propagation
+        return await self.request("DELETE", res.path(namespace, name), opts)
+
+    def informer(self, res: Resource, namespace: str = "", params: dict[str, str] | None = None) -> Informer:
+        return Informer.over(HTTPListWatch(self.http, res.path(namespace), params), res.group, res.version,
+                             res.resource)
+
+    async def discover(self) -> list[Resource]:
+        """Every resource of the preferred version of every group (discovery.ServerPreferredResources),
+        subresources left out; a group whose server does not answer is skipped this time."""
+        out: list[Resource] = []
+        versions = [("", (await self.request("GET", "/api")).get("versions", ["v1"])[0])]
+        for g in (await self.request("GET", "/apis")).get("groups") or []:
+            preferred = (g.get("preferredVersion") or {}).get("version") or g["versions"][0]["version"]
+            versions.append((g["name"], preferred))
+        for group, version in versions:
+            path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+            try:
+                rl = await self.request("GET", path)
+            except (APIError, httpx.HTTPError) as e:
+                log.info("discovery of %s: %s", path, e)
+                continue
+            for r in rl.get("resources") or []:
+                if "/" in r["name"]:
+                    continue
+                out.append(Resource(group, version, r["name"], r["kind"], bool(r.get("namespaced")),
+                                    frozenset(r.get("verbs") or ())))
+        return out
+
+
+class RESTMapper:
+    """Kind -> resource, for the resources discovery found (ownerReferences name kinds, not resources)."""
+
+    def __init__(self, resources: list[Resource]) -> None:
+        self.resources = resources
+        self._by_kind = {(r.group, r.kind): r for r in resources}
+        self._by_gvk = {(r.group, r.version, r.kind): r for r in resources}
+
+    def for_kind(self, api_version: str, kind: str) -> Resource | None:
+        group, _, version = api_version.rpartition("/")
+        return self._by_gvk.get((group, version, kind)) or self._by_kind.get((group, kind))
+
+    def get(self, group: str, resource: str) -> Resource:
+        return next(r for r in self.resources if r.group == group and r.resource == resource)
