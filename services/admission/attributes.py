@@ -13,6 +13,9 @@ import orjson
 from apiary_pb import admission_pb2 as adpb
 from apiary_pb import envelope_pb2 as pb
 from services.common.envelope import from_envelope, to_envelope
+from services.registry.catalogue import DEFAULT_CATALOGUE
+from services.registry.conversion import convert_object, equivalents
+from services.registry.resources import ResourceInfo
 
 from .reinvocation import ReinvocationContext
 
@@ -110,3 +113,78 @@ class Attributes:
         if self.request.HasField("object") and self.request.object.metadata.name:
             return self.request.object.metadata.name
         return "Unknown"
+
+    @property
+    def requested(self) -> Attributes:
+        """The request as it came (a VersionedAttributes wraps it): its kind and resource are requestKind and
+        requestResource."""
+        return self
+
+
+class VersionedAttributes:
+    """The request as an admission extension matched through another version or group of its storage sees it
+    (matchPolicy Equivalent; kube's VersionedAttributes): group, version, resource, kind and the objects in
+    target's version, everything else the request's. A changed object is converted back to the request's."""
+
+    def __init__(self, a: Attributes, source: ResourceInfo, target: ResourceInfo) -> None:
+        self.requested = a
+        self.source, self.target = source, target
+        self._converted: dict[str, tuple[Any, Any]] = {}  # "object"/"old_object": (the request's, converted)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.requested, name)
+
+    @property
+    def group(self) -> str:
+        return self.target.group
+
+    @property
+    def version(self) -> str:
+        return self.target.version
+
+    @property
+    def resource(self) -> str:
+        return self.target.plural
+
+    @property
+    def kind(self) -> str:
+        sub = self.target.subresource(self.requested.subresource) if self.requested.subresource else None
+        return sub.kind if sub is not None else self.target.kind
+
+    def _in_target(self, key: str, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        if obj is None:
+            return None
+        hit = self._converted.get(key)
+        if hit is None or hit[0] is not obj:  # converted again when the request's object was replaced
+            hit = self._converted[key] = (obj, convert_object(obj, self.source, self.target))
+        return hit[1]
+
+    @property
+    def object(self) -> dict[str, Any] | None:
+        return self._in_target("object", self.requested.object)
+
+    @property
+    def old_object(self) -> dict[str, Any] | None:
+        return self._in_target("old_object", self.requested.old_object)
+
+    def set_object(self, obj: dict[str, Any]) -> None:
+        self.requested.set_object(convert_object(obj, self.target, self.source))
+
+
+def in_version(a: Attributes, target: ResourceInfo | None) -> Attributes:
+    """a as an extension matched in target's version sees it (a itself when target is None: an exact match)."""
+    if target is None:
+        return a
+    source = DEFAULT_CATALOGUE.lookup(a.group, a.version, a.resource)
+    if source is None:
+        return a
+    return VersionedAttributes(a, source, target)  # type: ignore[return-value]
+
+
+def equivalent_resources(a: Attributes) -> tuple[ResourceInfo, ...]:
+    """The definitions of the other versions and groups sharing the request's storage (kube's
+    EquivalentResourceMapper), in the catalogue's order."""
+    info = DEFAULT_CATALOGUE.lookup(a.group, a.version, a.resource)
+    if info is None:
+        return ()
+    return tuple(o for o in equivalents(info)[1:] if not a.subresource or o.subresource(a.subresource) is not None)

@@ -7,8 +7,9 @@ from typing import Any
 
 from services.common.errors import APIError
 from services.common.selectors import LabelSelector, label_selector_from_dict
+from services.registry.resources import ResourceInfo
 
-from .attributes import Attributes
+from .attributes import Attributes, equivalent_resources
 
 Obj = dict[str, Any]
 
@@ -37,14 +38,17 @@ class Rule:
                 return True
         return False
 
-    def matches(self, a: Attributes) -> bool:
+    def matches(self, a: Attributes, as_resource: ResourceInfo | None = None) -> bool:
+        """Whether the rule names the request (or as_resource: an equivalent of the request's resource)."""
+        group, version, resource = ((a.group, a.version, a.resource) if as_resource is None else
+                                    (as_resource.group, as_resource.version, as_resource.plural))
         if "*" not in self.operations and a.operation not in self.operations:
             return False
-        if "*" not in self.groups and a.group not in self.groups:
+        if "*" not in self.groups and group not in self.groups:
             return False
-        if "*" not in self.versions and a.version not in self.versions:
+        if "*" not in self.versions and version not in self.versions:
             return False
-        if not self._resource_matches(a.resource, a.subresource):
+        if not self._resource_matches(resource, a.subresource):
             return False
         if self.scope == "Cluster" and a.namespace:
             return False
@@ -78,11 +82,26 @@ class MatchResources:
         self.namespace_selector = _selector(m.get("namespaceSelector"))
         self.object_selector = _selector(m.get("objectSelector"))
         self.empty = not m  # a binding without matchResources matches what its policy does
+        self.equivalent = (m.get("matchPolicy") or "Equivalent") == "Equivalent"
+
+    def _rules_match(self, a: Attributes, as_resource: ResourceInfo | None = None) -> bool:
+        if self.rules and not any(r.matches(a, as_resource) for r in self.rules):
+            return False
+        return not any(r.matches(a, as_resource) for r in self.exclude)
+
+    def matched_resource(self, a: Attributes) -> tuple[bool, ResourceInfo | None]:
+        """Whether the rules match the request, and through which equivalent resource when it is not the
+        request's own (matchPolicy Equivalent: another version or group of the same storage; None: exact)."""
+        if self._rules_match(a):
+            return True, None
+        if self.equivalent and self.rules:
+            for other in equivalent_resources(a):
+                if self._rules_match(a, other):
+                    return True, other
+        return False, None
 
     def matches_rules(self, a: Attributes) -> bool:
-        if self.rules and not any(r.matches(a) for r in self.rules):
-            return False
-        return not any(r.matches(a) for r in self.exclude)
+        return self.matched_resource(a)[0]
 
     def matches_namespace(self, a: Attributes, namespace: Obj | None) -> bool:
         """namespaceSelector: the request's namespace's labels; a Namespace matches itself; other cluster-scoped

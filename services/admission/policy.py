@@ -18,7 +18,7 @@ from services.common.informer import Informer
 from services.common.selectors import label_selector_from_dict
 
 from . import authz
-from .attributes import Attributes
+from .attributes import Attributes, in_version
 from .informers import InformerFactory
 from .matching import MatchResources
 
@@ -173,8 +173,10 @@ class PolicySource:
         self._bindings[b.name] = (meta.get("resourceVersion"), b)
         return b
 
-    def matching(self, a: Attributes) -> Iterator[tuple[CompiledPolicy, Binding, Obj | None]]:
-        """(policy, binding, namespace) for each binding whose policy and binding match the request."""
+    def matching(self, a: Attributes) -> Iterator[tuple[CompiledPolicy, Binding, Obj | None, Attributes]]:
+        """(policy, binding, namespace, the request as the policy sees it) for each binding whose policy and
+        binding match the request; a policy matched through another version or group of the request's storage
+        (matchPolicy Equivalent) sees it in that version (attributes.VersionedAttributes)."""
         if not self.bindings.store:
             return
         namespace = self.namespaces.store.get(a.namespace) if a.namespace else None
@@ -184,11 +186,12 @@ class PolicySource:
             if pobj is None:
                 continue
             cp = self.compiled(pobj)
-            if not cp.match.matches(a, namespace):
+            matched, target = cp.match.matched_resource(a)
+            if not matched or not cp.match.matches_namespace(a, namespace) or not cp.match.matches_object(a):
                 continue
             if not b.match.empty and not b.match.matches(a, namespace):
                 continue
-            yield cp, b, namespace
+            yield cp, b, namespace, in_version(a, target)
 
     async def params(self, cp: CompiledPolicy, b: Binding, a: Attributes) -> list[Obj | None]:
         """The param objects the binding selects ([None] when the policy takes none). Raises EvalError for a
@@ -234,12 +237,13 @@ class PolicySource:
 
 def request_variable(a: Attributes) -> Obj:
     """The `request` CEL variable: the AdmissionRequest as kube shows it to expressions."""
-    u = a.user
+    u, r = a.user, a.requested
     kind = {"group": a.group, "version": a.version, "kind": a.kind}
     resource = {"group": a.group, "version": a.version, "resource": a.resource}
     out: Obj = {
-        "uid": a.request.uid, "kind": kind, "resource": resource, "requestKind": kind,
-        "requestResource": resource, "name": a.name or ((a.object or {}).get("metadata") or {}).get("name", ""),
+        "uid": a.request.uid, "kind": kind, "resource": resource,
+        "requestKind": {"group": r.group, "version": r.version, "kind": r.kind},
+        "requestResource": {"group": r.group, "version": r.version, "resource": r.resource}, "name": a.name or ((a.object or {}).get("metadata") or {}).get("name", ""),
         "namespace": a.namespace,
         "operation": a.operation, "userInfo": {"username": u.name, "uid": u.uid, "groups": list(u.groups),
                                                "extra": {k: list(v.values) for k, v in u.extra.items()}},

@@ -1,63 +1,187 @@
-"""One kind served in two groups from one storage (kube's events: core/v1 Event and events.k8s.io/v1 Event,
-both under /registry/events/, stored as core/v1).
+"""One kind, several versions or groups, one storage: a kind's storage version and the conversions between it
+and each version it is served in (kube's storage encoding version and its scheme's conversion functions).
 
-A definition served in a version other than its storage's names a Conversion; the storage client converts
-every object it writes to the stored version and every object it reads to the served one, so the store,
-admission and validation see the request's version and storage holds one. Lists and watches of such a kind
-take the decoded path (storage's pre-rendered JSON is the stored version's).
+A definition served in a version other than the one its storage holds names a Conversion: the storage
+version (apiVersion and kind) and how a body converts to and from it. kube's examples:
 
-Only the body changes: metadata is the same in both versions, so an envelope converts without decoding
-it, and its selectable fields (computed by the served kind's strategy in the stored version's terms) stay.
+- MutatingAdmissionPolicy(+Binding), served as admissionregistration.k8s.io v1alpha1, v1beta1 and v1 and
+  stored as v1beta1: the fields are the same in every version (same_fields: identity bodies, only the type
+  meta changes);
+- events.k8s.io/v1 Event, stored as a core/v1 Event under the same keys: fields renamed (renamed).
+
+ResourceInfo.stored/served (resources/__init__.py) apply it: the storage client writes every object in the
+storage version and reads it back in the request's, so the store, validation, admission and the field manager
+see the request's version and storage holds one. Lists and watches of such a kind take the decoded path
+(storage's pre-rendered JSON is the stored version's); discovery's storageVersionHash names the storage version.
+
+Only the body changes: metadata is the same in every version, so an envelope converts without decoding it,
+and its selectable fields (computed by the served kind's strategy in the stored version's terms) stay.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from apiary_pb import envelope_pb2 as pb
+from services.common import errors
+
+if TYPE_CHECKING:
+    from .resources import ResourceInfo
 
 Obj = dict[str, Any]
+BodyConversion = Callable[[Obj], Obj]
+TYPE_META = ("apiVersion", "kind", "metadata")
+
+
+def _same(body: Obj) -> Obj:
+    return body
 
 
 @dataclass(frozen=True)
 class Conversion:
+    """How one served version converts to and from its kind's storage version."""
     storage_api_version: str
     storage_kind: str
-    served_api_version: str
-    served_kind: str
     # bodies (apiVersion, kind and metadata aside): served -> stored, stored -> served
-    to_storage: Callable[[Obj], Obj]
-    from_storage: Callable[[Obj], Obj]
+    to_storage: BodyConversion = _same
+    from_storage: BodyConversion = _same
+    # The top-level fields renamed on the way to storage (served name -> stored name), when the body
+    # conversion is only that: the field manager translates the paths of entries made in another version.
+    renames: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # The apiVersions whose bodies storage may hold, each read with from_storage: the storage version, and for
+    # kinds whose versions have the same fields, the ones older code stored.
+    readable: frozenset[str] = frozenset()
+
+    @property
+    def identity(self) -> bool:
+        return self.to_storage is _same and self.from_storage is _same
+
+    @property
+    def storage_group_version(self) -> tuple[str, str]:
+        group, _, version = self.storage_api_version.rpartition("/")
+        return group, version
+
+    def can_read(self, api_version: str) -> bool:
+        """Whether a stored object of api_version ("" when stored without type meta) reads with from_storage."""
+        return not api_version or api_version == self.storage_api_version or api_version in self.readable
 
     def storage_object(self, obj: Obj) -> Obj:
-        """A whole served object (with metadata) in the stored version."""
-        body = self.to_storage({k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")})
+        """A whole served object (with metadata) in the storage version."""
+        body = self.to_storage({k: v for k, v in obj.items() if k not in TYPE_META})
         out: Obj = {"apiVersion": self.storage_api_version, "kind": self.storage_kind}
         if "metadata" in obj:
             out["metadata"] = obj["metadata"]
         return out | body
 
+    def served_object(self, stored: Obj, api_version: str, kind: str) -> Obj:
+        """A whole object in the storage version (with metadata) as api_version/kind serve it."""
+        body = self.from_storage({k: v for k, v in stored.items() if k not in TYPE_META})
+        out: Obj = {"apiVersion": api_version, "kind": kind}
+        if "metadata" in stored:
+            out["metadata"] = stored["metadata"]
+        return out | body
+
     def to_storage_envelope(self, env: pb.Object) -> pb.Object:
         return _convert(env, self.storage_api_version, self.storage_kind, self.to_storage)
 
-    def served_envelope(self, env: pb.Object) -> pb.Object:
-        return _convert(env, self.served_api_version, self.served_kind, self.from_storage)
+    def from_storage_envelope(self, env: pb.Object, api_version: str, kind: str) -> pb.Object:
+        """A stored object as api_version/kind serve it; an object stored in a version this conversion cannot
+        read is a server error (kube's decoder fails the same way), never a silently wrong body."""
+        if not self.can_read(env.api_version):
+            raise errors.InternalError(f"{env.metadata.name}: stored as {env.api_version}, {env.kind}, which "
+                                       f"{api_version}, {kind} cannot be converted from")
+        return _convert(env, api_version, kind, self.from_storage)
+
+    def field_path(self, path: tuple[str, ...], to_storage: bool) -> tuple[str, ...]:
+        """A managedFields path ("f:name" elements) in the other version's names."""
+        if not self.renames or not path:
+            return path
+        names = self.renames if to_storage else {v: k for k, v in self.renames.items()}
+        head = path[0]
+        if head.startswith("f:") and head[2:] in names:
+            return ("f:" + names[head[2:]],) + path[1:]
+        return path
 
 
-def _convert(env: pb.Object, api_version: str, kind: str, fn: Callable[[Obj], Obj]) -> pb.Object:
+def _convert(env: pb.Object, api_version: str, kind: str, fn: BodyConversion) -> pb.Object:
     out = pb.Object()
     out.CopyFrom(env)
     out.api_version, out.kind = api_version, kind
-    body = orjson.loads(env.body) if env.body else {}
-    out.body = orjson.dumps(fn(body))
+    if fn is not _same:
+        out.body = orjson.dumps(fn(orjson.loads(env.body) if env.body else {}))
     return out
 
 
-def renamed(mapping: dict[str, str]) -> Callable[[Obj], Obj]:
-    """A body conversion that renames top-level fields and keeps the others as they are."""
-    def convert(body: Obj) -> Obj:
+def same_fields(storage_api_version: str, kind: str, versions: tuple[str, ...] = ()) -> Conversion:
+    """A kind whose versions have the same fields (only the type meta changes); objects stored in any of
+    versions (apiVersions) by older code read as they are."""
+    return Conversion(storage_api_version, kind, readable=frozenset(versions))
+
+
+def renamed(storage_api_version: str, kind: str, mapping: dict[str, str]) -> Conversion:
+    """A conversion that renames top-level fields (served -> stored) and keeps the others as they are."""
+    back = {v: k for k, v in mapping.items()}
+
+    def to_storage(body: Obj) -> Obj:
         return {mapping.get(k, k): v for k, v in body.items()}
-    return convert
+
+    def from_storage(body: Obj) -> Obj:
+        return {back.get(k, k): v for k, v in body.items()}
+    return Conversion(storage_api_version, kind, to_storage, from_storage, MappingProxyType(dict(mapping)))
+
+
+@functools.cache
+def equivalents(info: ResourceInfo) -> tuple[ResourceInfo, ...]:
+    """The definitions sharing info's storage (kube's EquivalentResourceMapper), info first: the versions and
+    groups an admission webhook's rule may name to be called, converted, for a request to info."""
+    from .resources import all_kinds
+
+    return (info,) + tuple(i for i in all_kinds() if i is not info and not i.virtual and info.key_prefix
+                           and i.key_prefix == info.key_prefix)
+
+
+def convert_object(obj: Obj, source: ResourceInfo, target: ResourceInfo) -> Obj:
+    """A whole object of source's version in target's (both sharing one storage), through the storage version."""
+    if source is target:
+        return obj
+    stored = source.conversion.storage_object(obj) if source.conversion is not None else obj
+    if target.conversion is None:  # target's version is the storage version
+        return stored
+    return target.conversion.served_object(stored, target.api_version, target.kind)
+
+
+Paths = set[tuple[str, ...]]
+PathTranslator = Callable[[Paths, str, str], Paths]
+
+
+@functools.cache
+def field_paths(info: ResourceInfo) -> PathTranslator | None:
+    """How the field manager reads the managedFields entries made in another version of info's storage: their
+    paths (field_paths(paths, entry's apiVersion, wanted apiVersion)) through the storage version's names, as
+    kube's field manager compares objects converted to each entry's version. None when every version sharing
+    info's storage has the same field names (the common case: nothing to translate)."""
+    from .resources import all_kinds
+
+    sharing = {i.api_version: i.conversion for i in all_kinds()
+               if not i.virtual and i.key_prefix == info.key_prefix}
+    if not any(c is not None and c.renames for c in sharing.values()):
+        return None
+
+    def translate(paths: Paths, from_version: str, to_version: str) -> Paths:
+        if from_version == to_version:
+            return paths
+        source, target = sharing.get(from_version), sharing.get(to_version)
+        out = set()
+        for p in paths:
+            if source is not None:
+                p = source.field_path(p, to_storage=True)
+            if target is not None:
+                p = target.field_path(p, to_storage=False)
+            out.add(p)
+        return out
+    return translate

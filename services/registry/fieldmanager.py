@@ -10,6 +10,9 @@ which manager owns which fields, by operation (Apply, Update) and subresource.
   value is still what the last-applied-configuration annotation says are taken over, and that
   annotation, when present, follows the applied configuration.
 - A write carrying `managedFields: []` (or `[{}]`) resets them; one carrying none keeps the live ones.
+- An entry keeps the field names of the version it was made in (its apiVersion): for a kind whose versions
+  name fields differently (events.k8s.io/v1 and core/v1 Events), the entries made in another version are
+  read in the request's names and written back in their own (conversion.field_paths).
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ import orjson
 from services.common import errors
 
 from . import typed
+from .conversion import PathTranslator, field_paths
+from .resources import ResourceInfo
 from .strategies import now_rfc3339
 from .typed import Path
 
@@ -117,9 +122,29 @@ def _plain(obj: Obj | None) -> Obj | None:
 class FieldManager:
     """The field manager of one kind (its schema) served at one version."""
 
-    def __init__(self, schema_name: str, api_version: str) -> None:
+    def __init__(self, schema_name: str, api_version: str, paths: PathTranslator | None = None) -> None:
         self.schema = typed.root(schema_name)
         self.api_version = api_version
+        self.paths = paths
+
+    def _decode(self, entries: Any) -> Managers:
+        """The entries, their fields in this version's names."""
+        managers = decode(entries)
+        if self.paths is not None:
+            for e in managers.values():
+                e.fields = self.paths(e.fields, e.api_version, self.api_version)
+        return managers
+
+    def _store(self, meta: Obj, managers: Managers) -> None:
+        _cap_updaters(managers)
+        if self.paths is not None:
+            for e in managers.values():
+                e.fields = self.paths(e.fields, self.api_version, e.api_version)
+        entries = encode(managers)
+        if entries:
+            meta["managedFields"] = entries
+        else:
+            meta.pop("managedFields", None)
 
     def _compare(self, live: Obj | None, new: Obj) -> tuple[set[Path], set[Path], set[Path]]:
         added, removed, modified = typed.compare(_plain(live), _plain(new), self.schema)
@@ -133,11 +158,11 @@ class FieldManager:
         requested = meta.get("managedFields")
         live_entries = (live or {}).get("metadata", {}).get("managedFields")
         if subresource:
-            managers = decode(live_entries)
+            managers = self._decode(live_entries)
         elif is_reset(requested):
             managers = {}
         else:
-            managers = decode(requested) or decode(live_entries)
+            managers = self._decode(requested) or self._decode(live_entries)
         added, removed, modified = self._compare(live, new)
         changed = added | modified
         for e in managers.values():
@@ -151,15 +176,6 @@ class FieldManager:
                 mine.time = now_rfc3339()
                 managers[mine.key] = mine
         self._store(meta, managers)
-
-    @staticmethod
-    def _store(meta: Obj, managers: Managers) -> None:
-        _cap_updaters(managers)
-        entries = encode(managers)
-        if entries:
-            meta["managedFields"] = entries
-        else:
-            meta.pop("managedFields", None)
 
     # Apply -----------------------------------------------------------------------------------
 
@@ -180,7 +196,7 @@ class FieldManager:
             return self._apply(live, config, manager, subresource, True)
 
     def _apply(self, live: Obj | None, config: Obj, manager: str, subresource: str, force: bool) -> Obj:
-        managers = decode((live or {}).get("metadata", {}).get("managedFields"))
+        managers = self._decode((live or {}).get("metadata", {}).get("managedFields"))
         base = copy.deepcopy(_plain(live)) if live is not None else None
         merged = typed.merge(base, config, self.schema)
         mine = Entry(manager, APPLY, self.api_version, subresource)
@@ -268,8 +284,13 @@ def _cap_updaters(managers: Managers) -> None:
 
 
 @functools.cache
-def for_kind(schema_name: str, api_version: str) -> FieldManager:
-    return FieldManager(schema_name, api_version)
+def for_kind(schema_name: str, api_version: str, paths: PathTranslator | None = None) -> FieldManager:
+    return FieldManager(schema_name, api_version, paths)
+
+
+def for_resource(schema_name: str, info: ResourceInfo) -> FieldManager:
+    """The field manager of a request to info (its version, and the other versions' entries translated)."""
+    return FieldManager(schema_name, info.api_version, field_paths(info))
 
 
 def _named(paths: set[Path]) -> set[Path]:

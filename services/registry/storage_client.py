@@ -47,15 +47,15 @@ class StorageClient:
                   timing: Timing | None = None) -> pb.Object:
         req = spb.GetRequest(key=info.key(namespace, name), resource_version=resource_version)
         try:
-            return _served(info, await self._call("get", info, "Get", req, timing))
+            return info.served(await self._call("get", info, "Get", req, timing))
         except errors.APIError as e:
             raise _translate(e, info, name) from None
 
     async def create(self, info: ResourceInfo, obj: pb.Object, timing: Timing | None = None) -> pb.Object:
         m = obj.metadata
-        req = spb.CreateRequest(key=info.key(m.namespace, m.name), object=_stored(info, obj))
+        req = spb.CreateRequest(key=info.key(m.namespace, m.name), object=info.stored(obj))
         try:
-            return info.typed(_served(info, await self._call("create", info, "Create", req, timing)))
+            return info.served(await self._call("create", info, "Create", req, timing))
         except errors.AlreadyExists:
             # storage names the resource from the key; the registry knows its group too
             raise errors.already_exists(info.plural, info.group, m.name) from None
@@ -63,10 +63,10 @@ class StorageClient:
     async def update(self, info: ResourceInfo, obj: pb.Object, expected_resource_version: str,
                      timing: Timing | None = None) -> pb.Object:
         m = obj.metadata
-        req = spb.UpdateRequest(key=info.key(m.namespace, m.name), object=_stored(info, obj),
+        req = spb.UpdateRequest(key=info.key(m.namespace, m.name), object=info.stored(obj),
                                 expected_resource_version=expected_resource_version)
         try:
-            return info.typed(_served(info, await self._call("update", info, "Update", req, timing)))
+            return info.served(await self._call("update", info, "Update", req, timing))
         except errors.APIError as e:
             raise _translate(e, info, m.name) from None
 
@@ -75,14 +75,15 @@ class StorageClient:
         req = spb.DeleteRequest(key=info.key(namespace, name), precondition_uid=uid,
                                 precondition_resource_version=resource_version)
         try:
-            return _served(info, await self._call("delete", info, "Delete", req, timing))
+            return info.served(await self._call("delete", info, "Delete", req, timing))
         except errors.APIError as e:
             raise _translate(e, info, name) from None
 
     async def list(self, info: ResourceInfo, req: spb.ListRequest, timing: Timing | None = None) -> spb.ListResponse:
+        """The items in info's version (converted from the storage version, type meta filled in)."""
         resp: spb.ListResponse = await self._call("list", info, "List", req, timing)
-        if info.conversion is not None:
-            items = [info.conversion.served_envelope(e) for e in resp.items]
+        items = [info.served(e) for e in resp.items]
+        if info.conversion is not None:  # served() copied them
             del resp.items[:]
             resp.items.extend(items)
         return resp
@@ -109,7 +110,7 @@ class StorageClient:
         while True:
             resp = await self.list(info, spb.ListRequest(prefix=prefix, limit=500, label_selector=label_selector,
                                                          field_selector=field_selector, **{"continue": token}))
-            out.extend(info.typed(e) for e in resp.items)
+            out.extend(resp.items)
             token = getattr(resp, "continue")
             if not token:
                 return out
@@ -121,26 +122,6 @@ class StorageClient:
     async def watch(self, req: spb.WatchRequest) -> AsyncIterator[pb.WatchEvent]:
         async for raw in self.watches.watch(req):
             yield pb.WatchEvent.FromString(raw)
-
-
-def _stored(info: ResourceInfo, obj: pb.Object) -> pb.Object:
-    """The object as storage keeps it: in the stored version (conversion.py), or, for a kind served in several
-    versions with the same fields, without its type meta."""
-    if info.conversion is not None:
-        return info.conversion.to_storage_envelope(obj)
-    if not info.storage_version:
-        return obj
-    out = pb.Object()
-    out.CopyFrom(obj)
-    out.kind = out.api_version = ""
-    return out
-
-
-def _served(info: ResourceInfo, obj: pb.Object) -> pb.Object:
-    """The object in the version the definition serves."""
-    if info.conversion is None or (obj.api_version and obj.api_version != info.conversion.storage_api_version):
-        return obj
-    return info.conversion.served_envelope(obj)
 
 
 @contextlib.contextmanager

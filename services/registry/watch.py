@@ -90,10 +90,10 @@ class Plan:
         head = _TYPES.get(ev.type)
         if head is None:
             return None, False
-        obj = ev.object
-        if self.info.conversion is not None and ev.type != "BOOKMARK":
-            obj = self.info.conversion.served_envelope(obj)
-        obj = self.info.typed(obj)
+        # in this version (converted from the storage version); a bookmark only carries a resourceVersion
+        obj = ev.object if ev.type == "BOOKMARK" else self.info.served(ev.object)
+        if not obj.kind:
+            obj.kind, obj.api_version = self.kind, self.api_version
         if self.table and ev.type != "BOOKMARK":
             info = self.info
             t = printers.table(info.group, info.plural, [obj], {"resourceVersion": obj.metadata.resource_version},

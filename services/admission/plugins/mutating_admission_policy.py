@@ -95,13 +95,13 @@ class MutatingAdmissionPolicy(Plugin):
         mine = rc.plugin(self.name)
         mine.begin(rc, a.object)
         try:
-            for cp, b, namespace in self.source.matching(a):
+            for cp, b, namespace, seen in self.source.matching(a):
                 try:
                     for params in await self.source.params(cp, b, a):
                         key = (cp.name, b.name, param_key(params))
                         if not mine.should_call(rc, key):
                             continue
-                        changed = self._mutate(cp, a, namespace, params)
+                        changed = self._mutate(cp, seen, namespace, params)
                         mine.called(rc, key, changed, cp.reinvocation_policy == "IfNeeded")
                 except EvalError as e:
                     if cp.failure_policy == "Fail":

@@ -131,7 +131,7 @@ class ValidatingAdmissionPolicy(Plugin):
     async def validate(self, a: Attributes) -> None:
         denied: tuple[CompiledPolicy, str, Decision] | None = None
         audit_failures: list[dict[str, Any]] = []
-        for cp, b, namespace in self.source.matching(a):
+        for cp, b, namespace, seen in self.source.matching(a):
             actions = b.spec.get("validationActions") or []
             try:
                 all_params = await self.source.params(cp, b, a)
@@ -142,7 +142,7 @@ class ValidatingAdmissionPolicy(Plugin):
             else:
                 failures = []
                 for params in all_params:
-                    failed, audit = await self._evaluate(cp, a, namespace, params)
+                    failed, audit = await self._evaluate(cp, seen, namespace, params)
                     a.audit_annotations.update(audit)
                     if failed:
                         failures.append((params, failed))

@@ -29,9 +29,10 @@ from services.common.identity import user_dict
 from services.common.informer import Informer
 from services.common.metrics import KubeCounter
 from services.common.serviceresolver import ServiceResolver
+from services.registry.resources import ResourceInfo
 
 from .. import authz
-from ..attributes import Attributes
+from ..attributes import Attributes, in_version
 from ..namespaces import InformerNamespaceLister
 from ..plugin import Plugin, PluginConfig
 from .client import CallError, WebhookCaller
@@ -129,27 +130,41 @@ def sources_for(registry: rgrpc.RegistryStub) -> Sources:
 
 
 class Invocation:
-    """One request as the webhooks see it: the AdmissionReview request and the CEL variables, each built
-    once (again only when a mutating webhook changed the object)."""
+    """One request as the webhooks matched in one version see it: the AdmissionReview request and the CEL
+    variables, each built once (again only when a mutating webhook changed the object). target: the definition
+    of another version or group sharing the request's storage that the webhooks' rules named (matchPolicy
+    Equivalent): kind, resource and objects are given in its version, requestKind and requestResource stay
+    the request's (kube's VersionedAttributes)."""
 
-    def __init__(self, a: Attributes) -> None:
+    def __init__(self, a: Attributes, target: ResourceInfo | None = None) -> None:
         self.a = a
+        self.v = in_version(a, target)  # what the webhooks see: kind, resource and objects in their version
         self._activations: dict[bool, Any] = {}
         self._options: Any = None
         self.checks: authz.Checks | None = None  # the user's authorization checks, made for every webhook
 
+    @property
+    def object(self) -> dict[str, Any] | None:
+        return self.v.object
+
+    def set_object(self, obj: dict[str, Any]) -> None:
+        """A webhook's patched object (in this invocation's version) becomes the request's."""
+        self.v.set_object(obj)
+
     def request(self) -> dict[str, Any]:
-        a = self.a
-        kind = {"group": a.group, "version": a.version, "kind": a.kind}
-        resource = {"group": a.group, "version": a.version, "resource": a.resource}
-        name = a.name or ((a.object or {}).get("metadata") or {}).get("name") or ""
+        a, v = self.a, self.v
+        kind = {"group": v.group, "version": v.version, "kind": v.kind}
+        resource = {"group": v.group, "version": v.version, "resource": v.resource}
+        obj = v.object
+        name = a.name or ((obj or {}).get("metadata") or {}).get("name") or ""
         if self._options is None:
             self._options = orjson.loads(a.request.options) if a.request.options else None
         req: dict[str, Any] = {
-            "uid": str(uuid.uuid4()), "kind": kind, "resource": resource, "requestKind": kind,
-            "requestResource": resource, "name": name, "namespace": a.namespace, "operation": a.operation,
-            "userInfo": user_dict(a.user), "object": a.object, "oldObject": a.old_object, "dryRun": a.dry_run,
-            "options": self._options}
+            "uid": str(uuid.uuid4()), "kind": kind, "resource": resource,
+            "requestKind": {"group": a.group, "version": a.version, "kind": a.kind},
+            "requestResource": {"group": a.group, "version": a.version, "resource": a.resource}, "name": name,
+            "namespace": a.namespace, "operation": a.operation, "userInfo": user_dict(a.user), "object": obj,
+            "oldObject": v.old_object, "dryRun": a.dry_run, "options": self._options}
         if a.subresource:
             req["subResource"] = req["requestSubResource"] = a.subresource
         return req
@@ -159,7 +174,7 @@ class Invocation:
         with kube's CEL libraries."""
         act = self._activations.get(authorizer)
         if act is None:
-            values = {"object": self.a.object, "oldObject": self.a.old_object, "request": self.request()}
+            values = {"object": self.v.object, "oldObject": self.v.old_object, "request": self.request()}
             functions = cel.KUBE_LIBRARY
             if authorizer:
                 if self.checks is None:
@@ -170,6 +185,25 @@ class Invocation:
 
     def object_changed(self) -> None:
         self._activations.clear()
+
+
+class Invocations:
+    """The request's invocations, one per version its webhooks are called in (the request's own first)."""
+
+    def __init__(self, a: Attributes) -> None:
+        self.a = a
+        self._by_target: dict[int, Invocation] = {}
+
+    def get(self, target: ResourceInfo | None) -> Invocation:
+        key = id(target)
+        inv = self._by_target.get(key)
+        if inv is None:
+            inv = self._by_target[key] = Invocation(self.a, target)
+        return inv
+
+    def object_changed(self) -> None:
+        for inv in self._by_target.values():
+            inv.object_changed()
 
 
 class WebhookPlugin(Plugin):
@@ -207,12 +241,20 @@ class WebhookPlugin(Plugin):
                 raise InternalError(f'Internal error occurred: namespaces "{a.namespace}" not found')
         return (ns.get("metadata") or {}).get("labels") or {}
 
-    async def matching(self, a: Attributes, inv: Invocation) -> list[Webhook]:
-        """The webhooks this request goes to; a match condition's error follows the failure policy."""
-        out: list[Webhook] = []
+    async def matching(self, a: Attributes, invs: Invocations) -> list[tuple[Webhook, Invocation]]:
+        """The webhooks this request goes to, each with the invocation of the version it is called in; a match
+        condition's error follows the failure policy."""
+        out: list[tuple[Webhook, Invocation]] = []
         ns_labels: Any = ...
         for h in self.sources.hooks(self.mutating):
-            if not h.rules_match(a) or not h.object_matches(a):
+            if h.rules_match(a):
+                inv = invs.get(None)
+            else:
+                target = h.equivalent(a)
+                if target is None:
+                    continue
+                inv = invs.get(target)
+            if not h.object_matches(a):
                 continue
             if not h.namespace_selector.empty:
                 if ns_labels is ...:
@@ -230,7 +272,7 @@ class WebhookPlugin(Plugin):
                     continue
                 if not matched:
                     continue
-            out.append(h)
+            out.append((h, inv))
         return out
 
     def _failed(self, h: Webhook, a: Attributes, err: CallError) -> None:
@@ -299,8 +341,8 @@ class MutatingAdmissionWebhook(WebhookPlugin):
     async def admit(self, a: Attributes) -> None:
         if not self.sources.hooks(True):
             return
-        inv = Invocation(a)
-        hooks = await self.matching(a, inv)
+        invs = Invocations(a)
+        hooks = await self.matching(a, invs)
         if not hooks:
             return
         rc = a.reinvocation
@@ -308,11 +350,13 @@ class MutatingAdmissionWebhook(WebhookPlugin):
         mine.begin(rc, a.object)
         round_ = 1 if rc.is_reinvoke else 0
         try:
-            for i, h in enumerate(hooks):
+            for i, (h, inv) in enumerate(hooks):
                 key = (h.configuration, h.name)  # names are unique within a configuration
                 if not mine.should_call(rc, key):
                     continue
                 changed = await self._mutate(h, a, inv, round_, i)
+                if changed:
+                    invs.object_changed()
                 mine.called(rc, key, changed, h.spec.get("reinvocationPolicy") == "IfNeeded")
         finally:
             mine.end(a.object)
@@ -336,7 +380,7 @@ class MutatingAdmissionWebhook(WebhookPlugin):
             why = ("webhook returned response.patch but not response.patchType" if not pt
                    else f"webhook returned invalid response.patchType of {pt!r}")
             raise InternalError(f"Internal error occurred: {why}")
-        obj = a.object
+        obj = inv.object  # in the version the webhook was called in
         if obj is None:
             return False
         try:
@@ -350,8 +394,7 @@ class MutatingAdmissionWebhook(WebhookPlugin):
             raise InternalError(f"Internal error occurred: {problem}")
         if patched == obj:
             return False
-        a.set_object(patched)
-        inv.object_changed()
+        inv.set_object(patched)
         return True
 
 
@@ -379,11 +422,10 @@ class ValidatingAdmissionWebhook(WebhookPlugin):
     async def validate(self, a: Attributes) -> None:
         if not self.sources.hooks(False):
             return
-        inv = Invocation(a)
-        hooks = await self.matching(a, inv)
+        hooks = await self.matching(a, Invocations(a))
         if not hooks:
             return
-        results = await asyncio.gather(*(self.call(h, a, inv) for h in hooks), return_exceptions=True)
+        results = await asyncio.gather(*(self.call(h, a, inv) for h, inv in hooks), return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):
                 raise r

@@ -2,9 +2,10 @@
 scope), the namespace and object selectors, and the match conditions (CEL), as kube's webhook
 predicates.
 
-matchPolicy: apiary serves each group in one version, so a request can only come through the version
-the registry serves; Equivalent then matches exactly what Exact matches (a rule naming another version
-of the group names nothing apiary serves), and no conversion is ever needed.
+matchPolicy: a rule that names the request's group, version and resource matches it; with Equivalent (the
+default), a rule naming another version or group of the same storage (MutatingAdmissionPolicy v1 for a
+v1alpha1 request, core/v1 events for an events.k8s.io/v1 one) matches too, and the webhook is called with the
+object converted to that version (kube's EquivalentResourceMapper and ConvertToGVK; the dispatcher converts).
 """
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from typing import Any
 from services.common import cel
 from services.common.errors import BadRequest
 from services.common.selectors import LabelSelector, label_selector_from_dict
+from services.registry.resources import ResourceInfo
 
-from ..attributes import Attributes
+from ..attributes import Attributes, equivalent_resources
 from ..policy import Needs
 
 Obj = dict[str, Any]
@@ -27,27 +29,30 @@ def _split(resource: str) -> tuple[str, str]:
     return res, sub
 
 
-def rule_matches(rule: Obj, a: Attributes) -> bool:
-    """kube's rules.Matcher: operation, group, version, resource/subresource and scope."""
+def rule_matches(rule: Obj, a: Attributes, as_resource: ResourceInfo | None = None) -> bool:
+    """kube's rules.Matcher: operation, group, version, resource/subresource and scope (of the request, or
+    as_resource's group, version and resource: an equivalent one)."""
+    group, version, resource = ((a.group, a.version, a.resource) if as_resource is None else
+                                (as_resource.group, as_resource.version, as_resource.plural))
     ops = rule.get("operations") or []
     if "*" not in ops and a.operation not in ops:
         return False
     groups = rule.get("apiGroups") or []
-    if "*" not in groups and a.group not in groups:
+    if "*" not in groups and group not in groups:
         return False
     versions = rule.get("apiVersions") or []
-    if "*" not in versions and a.version not in versions:
+    if "*" not in versions and version not in versions:
         return False
     for res in rule.get("resources") or []:
         r, s = _split(res)
-        if (r == "*" or r == a.resource) and (s == "*" or s == a.subresource):
+        if (r == "*" or r == resource) and (s == "*" or s == a.subresource):
             break
     else:
         return False
     scope = rule.get("scope") or "*"
     if scope == "*":
         return True
-    cluster = not a.namespace or (a.group == "" and a.resource == "namespaces")
+    cluster = not a.namespace or (group == "" and resource == "namespaces")
     return cluster if scope == "Cluster" else not cluster
 
 
@@ -105,6 +110,14 @@ class Webhook:
 
     def rules_match(self, a: Attributes) -> bool:
         return any(rule_matches(r, a) for r in self.spec.get("rules") or [])
+
+    def equivalent(self, a: Attributes) -> ResourceInfo | None:
+        """matchPolicy Equivalent, when no rule names the request's resource: the first definition of another
+        version or group sharing its storage that a rule names (the webhook is called in its version)."""
+        if (self.spec.get("matchPolicy") or "Equivalent") != "Equivalent":
+            return None
+        rules = self.spec.get("rules") or []
+        return next((o for o in equivalent_resources(a) if any(rule_matches(r, a, o) for r in rules)), None)
 
     def object_matches(self, a: Attributes) -> bool:
         """Either the new or the old object's labels match (a missing object never does)."""

@@ -145,11 +145,12 @@ class Handlers:
     async def list(self, r: Request) -> Response:
         info = r.info
         check_list_options(r, watch=False)
-        if r.req.table or info.storage_version or info.conversion is not None:
-            # storage's pre-rendered JSON is the stored version's: a kind served in several versions (or
-            # groups) has each item converted to this one; a Table is made of the decoded items
+        if r.req.table or info.conversion is not None:
+            # storage's pre-rendered JSON is the storage version's: a kind served in several versions (or
+            # groups) has each item converted to this one (the storage client does); a Table is made of the
+            # decoded items
             resp = await self.store.list(info, self.list_request(r), r.timing)
-            items = [self.rest.fill_kind(info, e) for e in resp.items]
+            items = list(resp.items)
             if not r.req.table:
                 return Response(200, lists.from_envelopes(info, lists.list_meta(resp), items))
             t = printers.table(info.group, info.plural, items, lists.list_meta(resp),
@@ -222,7 +223,7 @@ class Handlers:
         else:
             doc = await asyncio.to_thread(patches.decode_patch, body, ptype)
         merge_keys = r.strategy.merge_keys
-        manager = fieldmanager.for_kind(r.strategy.schema_name, r.info.api_version)
+        manager = fieldmanager.for_resource(r.strategy.schema_name, r.info)
         force = r.query.get("force") == "true"
         applied: Obj | None = None
         if ptype == patches.APPLY_PATCH:

@@ -98,15 +98,10 @@ class Store:
         env.fields.update(r.strategy.selectable_fields(obj))
         return env
 
-    @staticmethod
-    def fill_kind(info: ResourceInfo, env: pb.Object) -> pb.Object:
-        return info.typed(env)
-
     # Reads -------------------------------------------------------------------------------
 
     async def get(self, r: Scope, name: str, resource_version: str = "") -> pb.Object:
-        return self.fill_kind(r.info, await self.storage.get(r.info, r.namespace, name, resource_version,
-                                                             r.timing))
+        return await self.storage.get(r.info, r.namespace, name, resource_version, r.timing)
 
     # Create ------------------------------------------------------------------------------
 
@@ -166,7 +161,7 @@ class Store:
     def _manage_fields(r: Scope, obj: Obj, old: Obj | None, operation: str) -> None:
         """An Update records what it changed; an Apply's fields were settled when it merged (patch)."""
         if operation == fieldmanager.UPDATE:
-            fieldmanager.for_kind(r.strategy.schema_name, r.info.api_version).update(
+            fieldmanager.for_resource(r.strategy.schema_name, r.info).update(
                 old, obj, r.update_manager, r.req.subresource)
 
     # Update --------------------------------------------------------------------------------
@@ -214,7 +209,7 @@ class Store:
                     deleted = await self.storage.delete(info, r.namespace, name, cur_meta.get("uid", ""),
                                                         cur_meta.get("resourceVersion", ""), r.timing)
                     await r.strategy.after_delete(self.storage, current)
-                    return 200, self.fill_kind(info, deleted)
+                    return 200, deleted
                 env.metadata.resource_version = ""
                 updated = await self.storage.update(info, env, cur_meta.get("resourceVersion", ""), r.timing)
                 written = True
@@ -304,8 +299,7 @@ class Store:
                     return await self.storage.update(info, env, rv, r.timing)
                 if r.dry_run:
                     return current_env
-                deleted = self.fill_kind(info, await self.storage.delete(info, r.namespace, name,
-                                                                         meta.get("uid", ""), rv, r.timing))
+                deleted = await self.storage.delete(info, r.namespace, name, meta.get("uid", ""), rv, r.timing)
                 await r.strategy.after_delete(self.storage, current)  # AfterDelete: release what it held
                 return deleted
             except errors.Conflict:

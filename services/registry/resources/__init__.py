@@ -15,6 +15,8 @@ group's GroupVersion in resources/<group>.py (a new group: a new module with a G
 in GROUPS below). Give it Table columns (printers.name_age or a full TableConvertor) and, when
 kubectl sends it as protobuf, the message's full name (its .proto in proto/k8s). Nothing else
 changes: discovery, OpenAPI paths and schemas, printing, storage keys and fieldValidation follow.
+A kind served in several versions or groups over one storage: every definition names the same key prefix,
+and those not served in the storage version name a conversion (conversion.same_fields or renamed).
 """
 from __future__ import annotations
 
@@ -69,15 +71,12 @@ class ResourceInfo:
     table: TableConvertor | None = field(default=None, repr=False)
     # Full name of the protobuf message a typed client sends (k8s_pb, generated from proto/k8s).
     protobuf: str = ""
-    # Set for a kind served in several versions with the same fields (MutatingAdmissionPolicy v1alpha1,
-    # v1beta1, v1): the version its storageVersionHash names. Its objects are stored without type meta
-    # and every read gives them the version asked for, as kube converts through its internal version.
-    storage_version: str = ""
     # kube's Store.ReturnDeletedObject: an immediate delete answers the deleted object, not a Status
     # with details (kube sets it for pods, services, serviceaccounts, namespaces, resourcequotas, ...).
     return_deleted_object: bool = False
-    # Served in another version than storage holds (events.k8s.io/v1 Events are core/v1 ones in etcd):
-    # how the storage client converts (conversion.py); None: stored as served.
+    # Served in another version or group than storage holds (MutatingAdmissionPolicy v1alpha1/v1 are stored
+    # as v1beta1, events.k8s.io/v1 Events as core/v1 ones): the storage version and the conversions to and
+    # from it (conversion.py); None: stored as served.
     conversion: Conversion | None = field(default=None, repr=False)
     _sub: dict[str, SubresourceInfo] = field(default_factory=dict, repr=False)
 
@@ -111,16 +110,32 @@ class ResourceInfo:
             return f"{self.key_prefix}{namespace}/"
         return self.key_prefix
 
-    def typed(self, env: pb.Object) -> pb.Object:
-        """env as this version serves it: type meta filled in where storage kept none, and a kind
-        served in several versions converted to this one (which is its apiVersion: the fields are the same)."""
-        if not env.kind or self.storage_version:
+    @property
+    def storage_api_version(self) -> str:
+        return self.conversion.storage_api_version if self.conversion is not None else self.api_version
+
+    def stored(self, env: pb.Object) -> pb.Object:
+        """env (in this version) as storage keeps it: in the kind's storage version."""
+        return env if self.conversion is None else self.conversion.to_storage_envelope(env)
+
+    def served(self, env: pb.Object) -> pb.Object:
+        """A stored object (or one already served) in this version; type meta filled in where storage kept
+        none. Idempotent: an object in this version is returned as it is."""
+        if env.api_version == self.api_version and env.kind == self.kind:
+            return env
+        if self.conversion is not None:
+            return self.conversion.from_storage_envelope(env, self.api_version, self.kind)
+        if not env.kind:
             env.kind, env.api_version = self.kind, self.api_version
         return env
 
     def storage_version_hash(self) -> str:
-        version = self.storage_version or self.version
-        digest = hashlib.sha256(f"{self.group}/{version}/{self.kind}".encode()).digest()
+        """discovery.StorageVersionHash of the storage version's group, version and kind."""
+        if self.conversion is None:
+            group, version, kind = self.group, self.version, self.kind
+        else:
+            (group, version), kind = self.conversion.storage_group_version, self.conversion.storage_kind
+        digest = hashlib.sha256(f"{group}/{version}/{kind}".encode()).digest()
         return base64.b64encode(digest[:8]).decode()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..conversion import Conversion, same_fields
 from ..printers import column, name_age
 from . import STATUS_VERBS, GroupVersion, ResourceInfo, SubresourceInfo
 
@@ -56,30 +57,38 @@ BINDING_TABLE = name_age(
 
 # kube keeps the version before GA as the storage version for a release after the new one is served.
 MUTATING_POLICY_STORAGE_VERSION = "v1beta1"
+MUTATING_POLICY_VERSIONS = ("v1", "v1beta1", "v1alpha1")
+
+
+def _same_fields(kind: str) -> Conversion:
+    """The mutating policies' versions have the same fields: stored as v1beta1, and objects stored by older code
+    in any served version (v1alpha1, with or without its type meta) read as they are."""
+    return same_fields(f"{GROUP}/{MUTATING_POLICY_STORAGE_VERSION}", kind,
+                       tuple(f"{GROUP}/{v}" for v in MUTATING_POLICY_VERSIONS))
 
 
 def _policy_kinds(version: str, mutating: bool) -> tuple[ResourceInfo, ResourceInfo]:
     kind = "MutatingAdmissionPolicy" if mutating else "ValidatingAdmissionPolicy"
     plural = kind.lower()[:-1] + "ies"
-    storage_version = MUTATING_POLICY_STORAGE_VERSION if mutating else ""
     return (
         ResourceInfo(
             group=GROUP, version=version, kind=kind, plural=plural, singular=kind.lower(), namespaced=False,
             key_prefix=f"/registry/{plural}/", categories=("api-extensions",),
             subresources=() if mutating else (SubresourceInfo("status", kind, STATUS_VERBS),),
             strategy=MutatingAdmissionPolicyStrategy if mutating else AdmissionPolicyStrategy,
-            table=MUTATING_POLICY_TABLE if mutating else POLICY_TABLE, storage_version=storage_version),
+            table=MUTATING_POLICY_TABLE if mutating else POLICY_TABLE,
+            conversion=_same_fields(kind) if mutating else None),
         ResourceInfo(
             group=GROUP, version=version, kind=kind + "Binding", plural=kind.lower() + "bindings",
             singular=kind.lower() + "binding", namespaced=False,
             key_prefix=f"/registry/{kind.lower()}bindings/", categories=("api-extensions",),
             strategy=MutatingAdmissionPolicyBindingStrategy if mutating else AdmissionPolicyBindingStrategy,
-            table=BINDING_TABLE, storage_version=storage_version),
+            table=BINDING_TABLE, conversion=_same_fields(kind + "Binding") if mutating else None),
     )
 
 
 POLICY_KINDS_V1 = _policy_kinds("v1", mutating=False)
-MUTATING_POLICY_KINDS = {v: _policy_kinds(v, mutating=True) for v in ("v1", "v1beta1", "v1alpha1")}
+MUTATING_POLICY_KINDS = {v: _policy_kinds(v, mutating=True) for v in MUTATING_POLICY_VERSIONS}
 
 # ---------------------------------------------------------------------------------------------------------
 # Webhooks: MutatingWebhookConfiguration, ValidatingWebhookConfiguration (v1)

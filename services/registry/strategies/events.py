@@ -12,16 +12,14 @@ Field selectors name the core/v1 fields (involvedObject.name, source, ...), as t
 from __future__ import annotations
 
 from .. import validation as v
-from ..conversion import Conversion, renamed
+from ..conversion import renamed
 from . import Obj
 from .core import EventStrategy, _normalize_time
 
 TO_CORE = {"regarding": "involvedObject", "note": "message", "reportingController": "reportingComponent",
            "deprecatedSource": "source", "deprecatedFirstTimestamp": "firstTimestamp",
            "deprecatedLastTimestamp": "lastTimestamp", "deprecatedCount": "count"}
-FROM_CORE = {core: events for events, core in TO_CORE.items()}
-CONVERSION = Conversion(storage_api_version="v1", storage_kind="Event", served_api_version="events.k8s.io/v1",
-                        served_kind="Event", to_storage=renamed(TO_CORE), from_storage=renamed(FROM_CORE))
+CONVERSION = renamed("v1", "Event", TO_CORE)
 EVENT_TYPES = ("Normal", "Warning")
 # ValidateEventUpdate's immutable fields, by their events.k8s.io/v1 names and the paths kube reports
 IMMUTABLE = (("regarding", "involvedObject"), ("reason", "reason"), ("note", "message"),

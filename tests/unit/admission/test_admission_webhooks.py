@@ -370,3 +370,50 @@ async def test_match_conditions_with_the_authorizer(setup: Setup) -> None:
         assert len(srv.calls) == 1
     finally:
         authz.configure(None)
+
+
+# matchPolicy Equivalent: a rule naming another version or group of the request's storage -------------------
+
+EVENT_RULE = {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["events"],
+              "scope": "*"}
+
+
+def events_v1_attrs() -> Attributes:
+    r = adpb.AdmissionRequest(operation="CREATE", kind="Event", attributes=pb.RequestAttributes(
+        api_group="events.k8s.io", api_version="v1", resource="events", namespace="a", name="e",
+        user=pb.UserInfo(name="alice", groups=["team"])))
+    r.object.CopyFrom(to_envelope({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                                   "metadata": {"name": "e", "namespace": "a"}, "note": "it happened",
+                                   "regarding": {"kind": "ConfigMap", "name": "c"}, "reason": "Tested"}))
+    return Attributes(r)
+
+
+async def test_equivalent_webhook_is_called_in_its_version_and_its_patch_comes_back(setup: Setup) -> None:
+    srv = setup.server(lambda req: {"allowed": True, **patch_of([
+        {"op": "replace", "path": "/message", "value": "rewritten by core"}])})
+    setup.hooks(True, setup.hook("core.hooks.test", srv, rules=[EVENT_RULE]),
+                setup.hook("exact.hooks.test", srv, rules=[EVENT_RULE], matchPolicy="Exact"))
+    a = events_v1_attrs()
+    await MutatingAdmissionWebhook(setup.sources).admit(a)
+    assert len(srv.calls) == 1  # the Exact one names no version the request came through
+    req = srv.calls[0]["request"]
+    assert req["kind"] == {"group": "", "version": "v1", "kind": "Event"}
+    assert req["resource"] == {"group": "", "version": "v1", "resource": "events"}
+    assert req["requestKind"] == {"group": "events.k8s.io", "version": "v1", "kind": "Event"}
+    assert req["requestResource"] == {"group": "events.k8s.io", "version": "v1", "resource": "events"}
+    assert (req["object"]["apiVersion"], req["object"]["message"]) == ("v1", "it happened")
+    assert "note" not in req["object"] and req["object"]["involvedObject"] == {"kind": "ConfigMap", "name": "c"}
+    # the patch, made to the core/v1 object, comes back in the request's version
+    assert a.object is not None
+    assert (a.object["apiVersion"], a.object["note"]) == ("events.k8s.io/v1", "rewritten by core")
+    assert "message" not in a.object
+
+
+async def test_exact_match_is_called_in_the_request_version(setup: Setup) -> None:
+    srv = setup.server(lambda req: {"allowed": True})
+    events_rule = {**EVENT_RULE, "apiGroups": ["events.k8s.io", ""]}
+    setup.hooks(False, setup.hook("both.hooks.test", srv, rules=[events_rule]))
+    await ValidatingAdmissionWebhook(setup.sources).validate(events_v1_attrs())
+    req = srv.calls[0]["request"]
+    assert req["kind"] == req["requestKind"] == {"group": "events.k8s.io", "version": "v1", "kind": "Event"}
+    assert req["object"]["note"] == "it happened"

@@ -119,3 +119,33 @@ def test_quota_keys_and_quantities() -> None:
     assert quantity.format_count(Decimal(3)) == "3"
     with pytest.raises(ValueError):
         quantity.parse("two")
+
+
+def test_equivalent_match_gives_the_policy_the_request_in_its_version() -> None:
+    from services.admission.attributes import in_version
+    from services.admission.policy import context, request_variable
+
+    a = attrs(group="events.k8s.io", resource="events", obj={
+        "apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "x", "namespace": "n"},
+        "note": "it happened", "regarding": {"kind": "ConfigMap", "name": "c"}})
+    a.request.kind = "Event"
+    core_events = {"resourceRules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                                      "resources": ["events"]}]}
+    matched, target = MatchResources(core_events).matched_resource(a)
+    assert matched and target is not None and (target.group, target.version, target.plural) == ("", "v1", "events")
+    assert MatchResources({**core_events, "matchPolicy": "Exact"}).matched_resource(a) == (False, None)
+    # the request's own version matches exactly, through nothing else
+    own = {"resourceRules": [{**core_events["resourceRules"][0], "apiGroups": ["events.k8s.io"]}]}
+    assert MatchResources(own).matched_resource(a) == (True, None)
+
+    seen = in_version(a, target)
+    assert (seen.group, seen.version, seen.resource, seen.kind) == ("", "v1", "events", "Event")
+    req = request_variable(seen)
+    assert req["kind"] == {"group": "", "version": "v1", "kind": "Event"}
+    assert req["requestKind"] == {"group": "events.k8s.io", "version": "v1", "kind": "Event"}
+    assert Expression("object.message == 'it happened' && object.apiVersion == 'v1'").evaluate(
+        context(seen, None, None)) is True
+    changed = dict(seen.object or {}, message="rewritten")
+    seen.set_object(changed)
+    assert a.object is not None and a.object["note"] == "rewritten" and a.object["apiVersion"] == "events.k8s.io/v1"
+    assert seen.object is not None and seen.object["message"] == "rewritten"

@@ -15,9 +15,9 @@ Obj = dict[str, Any]
 
 
 def events_request(verb: str, name: str = "", body: Obj | None = None, group: str = "events.k8s.io",
-                   **kw: Any) -> rpb.APIRequest:
+                   content_type: str = "application/json", **kw: Any) -> rpb.APIRequest:
     return rpb.APIRequest(verb=verb, group=group, version="v1", resource="events", namespace=NS, name=name,
-                          body=orjson.dumps(body) if body is not None else b"", content_type="application/json",
+                          body=orjson.dumps(body) if body is not None else b"", content_type=content_type,
                           user=identity.user_pb("admin", ["system:masters"]), **kw)
 
 
@@ -104,3 +104,38 @@ async def test_watch_frames_are_converted(handlers):
     doc = orjson.loads(frame)
     assert not last and doc["type"] == "ADDED"
     assert doc["object"]["apiVersion"] == "events.k8s.io/v1" and doc["object"]["note"] == "it happened"
+
+
+def managed(obj: Obj) -> dict[str, tuple[str, set[str]]]:
+    """manager -> (apiVersion, its top-level fields)."""
+    return {e["manager"]: (e["apiVersion"], set(e["fieldsV1"]) - {"f:metadata"}) for e in obj["metadata"]["managedFields"]}
+
+
+async def test_managed_fields_keep_their_versions_names_and_follow_changes_in_the_other(handlers):
+    code, _ = await call(handlers, "create", body=new_event("m1"), query={"fieldManager": "recorder"})
+    assert code == 201
+    code, core = await call(handlers, "get", "m1", group="")
+    # each entry is read in its own version's names, whichever version asks
+    assert managed(core)["recorder"][0] == "events.k8s.io/v1" and "f:note" in managed(core)["recorder"][1]
+    core["message"] = "rewritten"
+    code, core = await call(handlers, "update", "m1", body=core, group="", query={"fieldManager": "editor"})
+    assert code == 200
+    fields = managed(core)
+    assert fields["editor"] == ("v1", {"f:message"})
+    # the recorder lost the field the editor changed, under its own name
+    assert fields["recorder"][0] == "events.k8s.io/v1" and "f:note" not in fields["recorder"][1]
+    assert "f:regarding" in fields["recorder"][1]
+
+
+async def test_apply_conflicts_across_groups(handlers):
+    apply = {"apiVersion": "events.k8s.io/v1", "kind": "Event", **{k: v for k, v in new_event("a1").items()
+                                                                    if k not in ("apiVersion", "kind")}}
+    q = {"fieldManager": "applier"}
+    code, _ = await call(handlers, "patch", "a1", body=apply, query=q, content_type="application/apply-patch+yaml")
+    assert code == 201
+    core_apply = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "a1", "namespace": NS},
+                  "message": "another story"}
+    with pytest.raises(errors.Conflict) as e:
+        await call(handlers, "patch", "a1", body=core_apply, group="", query={"fieldManager": "other"},
+                   content_type="application/apply-patch+yaml")
+    assert '"applier"' in e.value.message and ".message" in e.value.message

@@ -1,0 +1,116 @@
+"""One kind, two groups, one storage, through kubectl: events.k8s.io/v1 and core/v1 Events share discovery's
+storage version, managedFields across groups, and admission policies matched through the other group."""
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.stack
+
+
+@pytest.fixture(scope="module")
+def ns(kubectl: Any) -> Any:
+    name = f"versions-{uuid.uuid4().hex[:6]}"
+    kubectl.run("create", "namespace", name)
+    kubectl.run("label", "namespace", name, f"kubernetes.io/metadata.name={name}", "--overwrite")
+    yield name
+    kubectl.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+def events_v1(name: str, ns: str, note: str) -> str:
+    return f"""apiVersion: events.k8s.io/v1
+kind: Event
+metadata:
+  name: {name}
+  namespace: {ns}
+regarding:
+  kind: ConfigMap
+  namespace: {ns}
+  name: c
+reason: Tested
+note: {note}
+type: Normal
+action: Testing
+eventTime: "2026-01-02T03:04:05.000000Z"
+reportingController: example.com/tester
+reportingInstance: tester-1
+"""
+
+
+def test_both_groups_name_one_storage_version(kubectl: Any) -> None:
+    def hash_of(path: str) -> str:
+        doc = json.loads(kubectl.run("get", "--raw", path).stdout)
+        return next(r["storageVersionHash"] for r in doc["resources"] if r["name"] == "events")
+    assert hash_of("/apis/events.k8s.io/v1") == hash_of("/api/v1") == "r2yiGXH7wu8="
+
+
+def test_server_side_apply_conflicts_across_groups(kubectl: Any, ns: str) -> None:
+    kubectl.run("apply", "--server-side", "--field-manager=recorder", "-f", "-",
+                input=events_v1("ssa", ns, "first words"))
+    core = f"""apiVersion: v1
+kind: Event
+metadata:
+  name: ssa
+  namespace: {ns}
+message: other words
+"""
+    proc = kubectl.run("apply", "--server-side", "--field-manager=editor", "-f", "-", input=core, check=False)
+    assert proc.returncode != 0 and "conflict" in proc.stderr.lower() and ".message" in proc.stderr
+    kubectl.run("apply", "--server-side", "--force-conflicts", "--field-manager=editor", "-f", "-", input=core)
+    got = json.loads(kubectl.run("-n", ns, "get", "events.v1.events.k8s.io", "ssa", "-o", "json",
+                                 "--show-managed-fields").stdout)
+    assert got["note"] == "other words"
+    owners = {e["manager"]: (e["apiVersion"], set(e["fieldsV1"])) for e in got["metadata"]["managedFields"]}
+    assert owners["editor"][0] == "v1" and "f:message" in owners["editor"][1]
+    assert owners["recorder"][0] == "events.k8s.io/v1" and "f:note" not in owners["recorder"][1]
+
+
+def test_policy_for_core_events_applies_to_events_k8s_io(kubectl: Any, ns: str) -> None:
+    name = f"no-forbidden-{uuid.uuid4().hex[:6]}"
+    kubectl.run("create", "-f", "-", input=f"""apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {name}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["events"]
+  validations:
+  - expression: "object.message != 'forbidden' && request.requestKind.group == 'events.k8s.io'"
+    message: core/v1 view refused it
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {name}
+spec:
+  policyName: {name}
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {ns}
+""")
+    try:
+        def refused() -> Any:
+            proc = kubectl.run("create", "-f", "-", input=events_v1("refused", ns, "forbidden"), check=False)
+            if proc.returncode == 0:
+                kubectl.run("-n", ns, "delete", "events.v1.events.k8s.io", "refused")
+                return None
+            return proc
+        proc = wait_for(refused, what="the policy to take effect")
+        assert "core/v1 view refused it" in proc.stderr and name in proc.stderr
+        # the policy read the core/v1 fields of an events.k8s.io/v1 request: other notes pass
+        kubectl.run("create", "-f", "-", input=events_v1("allowed", ns, "fine"))
+    finally:
+        kubectl.run("delete", "validatingadmissionpolicybinding", name, "--ignore-not-found")
+        kubectl.run("delete", "validatingadmissionpolicy", name, "--ignore-not-found")
