@@ -48,7 +48,8 @@ def audited() -> Iterator[Stack]:
     for old in (state / "logs").glob("audit*.log"):
         old.unlink()
     stack = Stack(state, TEST_OFFSET + 800, extra={"proxy": [
-        "--audit-policy-file", str(state / "policy.yaml"), "--audit-log-maxsize", "1", "--audit-log-maxbackup", "1"]})
+        "--audit-policy-file", str(state / "policy.yaml"), "--audit-log-maxsize", "1", "--audit-log-maxbackup", "1",
+        "--audit-log-mode", "blocking"]})  # kube's default mode (make run's is batch)
     stack.start(fresh=True)
     try:
         yield stack

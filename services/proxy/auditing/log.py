@@ -46,19 +46,27 @@ class LogBackend:
         return self._file
 
     def process(self, events: list[Event]) -> bool:
-        data = b"".join([orjson.dumps(e) + b"\n" for e in events])
+        lines = [orjson.dumps(e) + b"\n" for e in events]
+        data = b"".join(lines)
         try:
-            f = self._open()
-            if self.path != "-" and self.max_size and self._size and self._size + len(data) > self.max_size:
-                f = self._rotate()
-            f.write(data)
+            if self.path != "-" and self.max_size and self._size + len(data) > self.max_size:
+                for line in lines:  # rotation falls between lines: no file passes max_size
+                    self._write(line)
+            else:
+                self._write(data)
         except OSError as e:
             plugin_error(self.name, e, events)
             return False
+        return True
+
+    def _write(self, data: bytes) -> None:
+        f = self._open()
+        if self.path != "-" and self.max_size and self._size and self._size + len(data) > self.max_size:
+            f = self._rotate()
+        f.write(data)
         self._size += len(data)
         if self.path == "-":
             f.flush()
-        return True
 
     def _rotate(self) -> IO[bytes]:
         assert self._file is not None

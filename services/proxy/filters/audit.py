@@ -200,19 +200,35 @@ class Auditor:
 
     def __init__(self, policy: Policy, backend: Backend) -> None:
         self.policy, self.backend = policy, backend
-        # the event's "user" of each UserInfo the authentication cache hands out again and again (the
-        # message is held, so its id is not reused while it is here)
-        self._users: dict[int, tuple[pb.UserInfo, dict[str, Any]]] = {}
+        # per UserInfo the authentication cache hands out again and again (the message is held, so its
+        # id is not reused while it is here): the event's "user", and the policy's decisions for it
+        self._users: dict[int, tuple[pb.UserInfo, dict[str, Any], dict[tuple[Any, ...], Decision]]] = {}
 
-    def user_json(self, user: pb.UserInfo) -> dict[str, Any]:
+    def _user(self, user: pb.UserInfo) -> tuple[pb.UserInfo, dict[str, Any], dict[tuple[Any, ...], Decision]]:
         hit = self._users.get(id(user))
         if hit is not None and hit[0] is user:
-            return hit[1]
-        d = user_dict(user)
+            return hit
         if len(self._users) >= 1024:
             self._users.clear()
-        self._users[id(user)] = (user, d)
-        return d
+        hit = self._users[id(user)] = (user, user_dict(user), {})
+        return hit
+
+    def user_json(self, user: pb.UserInfo) -> dict[str, Any]:
+        return self._user(user)[1]
+
+    def decide(self, user: pb.UserInfo | None, info: RequestInfo) -> Decision:
+        """The policy's decision, remembered per user and request attributes (what the rules match)."""
+        if user is None:
+            return self.policy.decide(user, info)
+        decisions = self._user(user)[2]
+        key = ((info.verb, info.api_group, info.resource, info.subresource, info.namespace, info.name)
+               if info.is_resource_request else (info.verb, info.path))
+        decision = decisions.get(key)
+        if decision is None:
+            if len(decisions) >= 256:
+                decisions.clear()
+            decision = decisions[key] = self.policy.decide(user, info)
+        return decision
 
     async def start(self) -> None:
         await self.backend.start()
@@ -223,7 +239,7 @@ class Auditor:
 
     def begin(self, audit_id: str, info: RequestInfo, user: pb.UserInfo | None, request_uri: str,
               source_ips: list[str], user_agent: str, received: str) -> Event | None:
-        decision = self.policy.decide(user, info)
+        decision = self.decide(user, info)
         _LEVEL_COUNTERS[decision.level].inc()
         if decision.level == NONE:
             return None

@@ -145,3 +145,15 @@ async def test_rotation_by_size_keeps_maxbackup(tmp_path: Path) -> None:
     assert len(backups) == 2
     assert all(b.stat().st_size <= 1024 * 1024 for b in [*backups, log])
     assert log.stat().st_size > 0
+
+
+def test_remembered_decisions_are_the_policys() -> None:
+    p = policy([{"level": "None", "users": ["admin"]}, {"level": "Request", "namespaces": ["a"]},
+                {"level": "None", "nonResourceURLs": ["/healthz*"]}, {"level": "Metadata"}])
+    auditor = Auditor(p, None)  # type: ignore[arg-type]
+    cases = [(u, info("GET", path)) for u in (ALICE, ADMIN) for path in (
+        "/api/v1/namespaces/a/configmaps", "/api/v1/namespaces/b/configmaps", "/healthz", "/version",
+        "/api/v1/namespaces/a/configmaps/x")]
+    for _ in range(2):  # the second time from the cache
+        assert [auditor.decide(u, i).level for u, i in cases] == [p.decide(u, i).level for u, i in cases]
+    assert [auditor.decide(u, i).level for u, i in cases[:5]] == ["Request", "Metadata", "None", "Metadata", "Request"]

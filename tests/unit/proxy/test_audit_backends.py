@@ -183,3 +183,16 @@ async def test_stop_ends_a_throttled_wait() -> None:
     assert len(rec.batches) == 1  # the burst; the next batch waits ~1000 s for a token
     await asyncio.wait_for(b.stop(), 30)
     assert [x[0]["auditID"] for x in rec.batches] == ["id-0", "id-1", "id-2"]
+
+
+async def test_batched_lines_rotate_between_lines(tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    backend = LogBackend(str(log), max_size_mb=1, max_backups=0)
+    batch = [{"auditID": f"id-{i}", "requestObject": "x" * 20_000} for i in range(100)]  # ~2 MB in one batch
+    assert backend.process(batch)
+    await backend.stop()
+    files = [*tmp_path.glob("audit-*.log"), log]
+    assert len(files) == 2 and all(f.stat().st_size <= 1024 * 1024 for f in files)
+    ids = sorted((orjson.loads(line)["auditID"] for f in files for line in f.read_bytes().splitlines()),
+                 key=lambda i: int(i[3:]))
+    assert ids == [f"id-{i}" for i in range(100)]
