@@ -68,8 +68,10 @@ class BufferedBackend:
             reason = "audit backend shut down" if self._stopping else "audit buffer queue blocked"
             plugin_error(PLUGIN, reason, events[max(room, 0):])
             events = events[:max(room, 0)]
+        was_empty = not self._buffer
         self._buffer.extend(events)
-        if len(self._buffer) >= self.config.max_batch_size or not self.config.max_batch_wait:
+        # the collector waits for a first event, then for a full batch (or max_batch_wait)
+        if was_empty or len(self._buffer) >= self.config.max_batch_size or not self.config.max_batch_wait:
             self._wake.set()
         return True  # as kube's: a full buffer drops events, it does not fail the request
 

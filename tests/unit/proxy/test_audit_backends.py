@@ -60,6 +60,7 @@ async def test_batch_sent_after_max_wait() -> None:
     rec = Recorder()
     b = BufferedBackend(rec, BatchConfig(100, max_batch_size=10, max_batch_wait=0.05))
     await b.start()
+    await asyncio.sleep(0.01)  # the collector waiting for a first event
     b.process(events(3))
     for _ in range(500):
         if rec.batches:
