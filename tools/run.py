@@ -44,6 +44,11 @@ ROOT = Path(__file__).resolve().parent.parent
 ETCD_CLIENT, ETCD_PEER, SECURE_PORT = 2379, 2380, 6443
 # The audit policy `make run` starts with (the k8s manifests' too).
 DEFAULT_AUDIT_POLICY = ROOT / "k8s" / "base" / "audit-policy.yaml"
+# The audit log's mode for `make run`: kube's default is blocking (a write per event, in the request);
+# batched, the proxy writes a hundred events at once, or what it has after a second, and everything at
+# a clean stop (docs/benchmarks.md: the proxy's CPU per GET, 2026-12-02).
+LOCAL_AUDIT_BATCH = ("--audit-log-mode", "batch", "--audit-log-batch-max-size", "100",
+                     "--audit-log-batch-max-wait", "1s")
 # The request path's services, then the controller-manager (a client of the proxy's API).
 ORDER = ("etcd", "storage", "registry", "admission", "auth", "apf", "proxy", "controllermanager")
 REQUEST_PATH = ORDER[1:-1]
@@ -289,6 +294,8 @@ class Stack:
                 "--audit-policy-file", str(self.state / "audit-policy.yaml"),
                 "--audit-log-path", str(self.logs / ("audit.log" if replica == 0 else f"audit-{replica}.log")),
                 "--audit-log-maxsize", "100", "--audit-log-maxbackup", "3",
+                # batch mode: one write per 100 events or per second, not one per event (LOCAL_AUDIT_BATCH)
+                *LOCAL_AUDIT_BATCH,
             ]
         return cmd + list(self.extra.get(name, ()))
 

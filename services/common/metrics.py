@@ -59,7 +59,8 @@ class KubeCounter:
             items = sorted(self._values.items())
         for key, value in items:
             labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(zip(self.labelnames, key)))
-            lines.append(f"{self.name}{{{labels}}} {floatToGoString(value)}\n")
+            lines.append(f"{self.name}{{{labels}}} {floatToGoString(value)}\n" if labels
+                         else f"{self.name} {floatToGoString(value)}\n")
         return "".join(lines)
 
 

@@ -11,7 +11,10 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import config, duration, grpcutil, runtime
 
 from .aggregator.authentication_trust import AuthenticationTrust
+from services.auth.fielderrors import ConfigError
+
 from .app import ProxyApp
+from .auditing import options as audit_options
 from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
 from .filters import audit
 from .filters.requestheader import (DEFAULT_EXTRA_PREFIXES, DEFAULT_GROUP_HEADERS, DEFAULT_UID_HEADERS,
@@ -83,15 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="client certificate the proxy presents to aggregated API servers (the front-proxy "
                         "client; they trust X-Remote-* headers only from it)")
     p.add_argument("--proxy-client-key-file", default="", help="key of --proxy-client-cert-file")
-    p.add_argument("--audit-policy-file", default="",
-                   help="audit.k8s.io/v1 Policy; without it nothing is audited")
-    p.add_argument("--audit-log-path", default="", help='where audit events go, one JSON line each ("-": stdout)')
-    p.add_argument("--audit-log-maxsize", type=int, default=0,
-                   help="megabytes of audit log before it is rotated (0: never)")
-    p.add_argument("--audit-log-maxbackup", type=int, default=0, help="rotated audit logs kept (0: all)")
-    p.add_argument("--audit-log-maxage", type=int, default=0, help="days a rotated audit log is kept (0: forever)")
-    p.add_argument("--audit-log-format", choices=["json"], default="json",
-                   help="format of the audit log (json: one Event per line)")
+    audit_options.add_flags(p)
     args = p.parse_args(argv)
     if args.max_requests_inflight < 0 or args.max_mutating_requests_inflight < 0:
         p.error("--max-requests-inflight and --max-mutating-requests-inflight must not be negative")
@@ -101,19 +96,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--min-request-timeout and --max-header-bytes must be positive")
     if not (args.tls_cert_file and args.tls_private_key_file):
         p.error("--tls-cert-file and --tls-private-key-file are required")
+    for err in audit_options.validate(args):
+        p.error(err)
     return args
 
 
 def auditor(args: argparse.Namespace) -> audit.Auditor | None:
-    """kube audits only with both a policy and a backend."""
-    if not (args.audit_policy_file and args.audit_log_path):
+    """kube audits only with both a policy and a backend (the log, the webhook or both)."""
+    if not (args.audit_policy_file and (args.audit_log_path or args.audit_webhook_config_file)):
         return None
     try:
         policy = audit.Policy.load(args.audit_policy_file)
-    except audit.PolicyError as e:
+        backend = audit_options.build(args)
+    except (audit.PolicyError, ConfigError) as e:
         raise SystemExit(str(e)) from None
-    return audit.Auditor(policy, audit.LogBackend(args.audit_log_path, args.audit_log_maxsize,
-                                                  args.audit_log_maxbackup, args.audit_log_maxage))
+    assert backend is not None
+    return audit.Auditor(policy, backend)
 
 
 class HTTPSListener:
@@ -140,6 +138,7 @@ class HTTPSListener:
 
 async def assemble(service: runtime.Service) -> str:
     args = service.args
+    audit_sink = auditor(args)
     channels = {peer: service.channel(getattr(args, f"{peer}_address")) for peer in ("auth", "apf", "registry")}
     proxy = ProxyApp(
         agrpc.AuthStub(channels["auth"]), fgrpc.FlowControlStub(channels["apf"]),
@@ -148,9 +147,11 @@ async def assemble(service: runtime.Service) -> str:
         request_header=request_header_config(args), max_requests_inflight=args.max_requests_inflight,
         max_mutating_requests_inflight=args.max_mutating_requests_inflight,
         request_timeout=args.request_timeout, min_request_timeout=args.min_request_timeout,
-        auditor=auditor(args), proxy_client_cert_file=args.proxy_client_cert_file,
+        auditor=audit_sink, proxy_client_cert_file=args.proxy_client_cert_file,
         proxy_client_key_file=args.proxy_client_key_file,
     )
+    if audit_sink is not None:  # stopped after the listener has drained: every event is delivered
+        service.component(audit_sink.start, audit_sink.stop)
     service.component(proxy.start, proxy.stop)
     service.checks = proxy.checks
     # the front-proxy trust that aggregated servers read (kube-system/extension-apiserver-authentication)

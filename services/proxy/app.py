@@ -32,6 +32,7 @@ from .decoder import BodyDecoder
 from .discovery import VERSION_INFO, Discovery
 from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT, Seat, SeatClient
 from .filters.authn import Authenticator, bearer_token
+from .auditing import metrics as audit_metrics
 from .filters import audit
 from .filters.audit import Auditor
 from .filters.authz import Authorizer, forbidden_error
@@ -217,8 +218,9 @@ class ProxyApp:
                 user_name = user.name
                 t = ctx.timing("authn", t)
                 # 3a. audit: the policy sees the authenticated user
-                if self.auditor is not None:
-                    self._audit(ctx, info, user)
+                if self.auditor is not None and not self._audit(ctx, info, user):
+                    audit_metrics.REQUEST_REJECTED.inc()  # blocking-strict: kube fails the request
+                    raise InternalError("Internal error occurred: failed to store audit event")
                 # 3b. impersonation: from here on the request acts as the impersonated user
                 if ctx.impersonation:
                     user = await self.impersonator.impersonate(user, ctx.impersonation)
@@ -300,7 +302,8 @@ class ProxyApp:
             (b"content-length", str(len(TIMEOUT_BODY)).encode())]})
         await ctx.send({"type": "http.response.body", "body": TIMEOUT_BODY})
 
-    def _audit(self, ctx: Context, info: RequestInfo, user: pb.UserInfo | None) -> None:
+    def _audit(self, ctx: Context, info: RequestInfo, user: pb.UserInfo | None) -> bool:
+        """Begin the request's audit event; False when its RequestReceived stage could not be stored."""
         assert self.auditor is not None
         qs = ctx.query_string.decode("latin-1")
         forwarded, agent = [], ""
@@ -315,11 +318,11 @@ class ProxyApp:
         ev = self.auditor.begin(ctx.audit_id, info, user, f"{ctx.path}?{qs}" if qs else ctx.path, forwarded,
                                 agent, audit.now())
         if ev is None:
-            return
+            return True
         ctx.audit = ev
         if ev.wants_response and info.verb != "watch":
             ctx.response_chunks = []
-        ev.stage("RequestReceived")
+        return ev.stage("RequestReceived")
 
     @staticmethod
     def _audit_complete(ctx: Context, failure: APIError | None, panic: bool) -> None:

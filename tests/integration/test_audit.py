@@ -1,11 +1,15 @@
 """The audit log of a real stack: levels, stages, secrets never logged, a watch's ResponseStarted,
 a 403's decision annotation, failed authentication, impersonation, rotation by size; and the
-default policy `make run` writes (on the shared stack)."""
+default policy `make run` writes (on the shared stack); batch mode and the webhook backend: events
+complete and in order, flushed at a clean stop, drops counted."""
 from __future__ import annotations
 
+import re
 import ssl
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -13,6 +17,7 @@ import orjson
 import pytest
 
 from tests.conftest import TEST_OFFSET
+from tests.waiting import wait_for
 from tools.certs import read_tokens
 from tools.run import ROOT, Stack
 
@@ -43,7 +48,8 @@ def audited() -> Iterator[Stack]:
     for old in (state / "logs").glob("audit*.log"):
         old.unlink()
     stack = Stack(state, TEST_OFFSET + 800, extra={"proxy": [
-        "--audit-policy-file", str(state / "policy.yaml"), "--audit-log-maxsize", "1", "--audit-log-maxbackup", "1"]})
+        "--audit-policy-file", str(state / "policy.yaml"), "--audit-log-maxsize", "1", "--audit-log-maxbackup", "1",
+        "--audit-log-mode", "blocking"]})  # kube's default mode (make run's is batch)
     stack.start(fresh=True)
     try:
         yield stack
@@ -176,3 +182,117 @@ def test_default_policy_on_the_shared_stack(stack: Stack, admin: httpx.Client) -
     assert [e["stage"] for e in evs] == ["ResponseComplete"]  # RequestReceived omitted by the default policy
     assert evs[0]["level"] == "Metadata" and "requestObject" not in evs[0]
     assert not any(b'"/readyz' in line for line in Path(stack.logs / "audit.log").read_bytes().splitlines())
+
+
+class Receiver:
+    """A real audit webhook: an HTTP server on loopback that records every POST it answers."""
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[dict[str, str], dict]] = []
+        received = self.posts
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                received.append(({k.lower(): v for k, v in self.headers.items()}, orjson.loads(body)))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/audit"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def events(self) -> list[dict]:
+        return [e for _, body in list(self.posts) for e in body["items"]]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: audit, cluster: {server: "%s"}}]
+users: [{name: apiary, user: {token: audit-webhook-token}}]
+contexts: [{name: audit, context: {cluster: audit, user: apiary}}]
+current-context: audit
+"""
+
+
+@pytest.fixture(scope="module")
+def batched() -> Iterator[tuple[Stack, Receiver]]:
+    """A stack auditing to a batch-mode log that writes only at 1000 events or at stop, and to a
+    webhook whose tiny buffer and throttle (one batch of two now, the next in ~1000 s) must drop events."""
+    receiver = Receiver()
+    state = ROOT / ".apiary" / "test-audit-batch"
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "policy.yaml").write_text(POLICY)
+    (state / "webhook.kubeconfig").write_text(KUBECONFIG % receiver.url)
+    for old in (state / "logs").glob("*.log"):
+        old.unlink()
+    stack = Stack(state, TEST_OFFSET + 900, extra={"proxy": [
+        "--audit-policy-file", str(state / "policy.yaml"),
+        "--audit-log-mode", "batch", "--audit-log-batch-max-size", "1000", "--audit-log-batch-max-wait", "1h",
+        "--audit-webhook-config-file", str(state / "webhook.kubeconfig"),
+        "--audit-webhook-batch-buffer-size", "3", "--audit-webhook-batch-max-size", "2",
+        "--audit-webhook-batch-max-wait", "100ms", "--audit-webhook-batch-throttle-qps", "0.001",
+        "--audit-webhook-batch-throttle-burst", "1"]})
+    stack.start(fresh=True)
+    try:
+        yield stack, receiver
+    finally:
+        stack.stop(quiet=True)
+        receiver.close()
+
+
+def metric(c: httpx.Client, name: str) -> float:
+    for line in c.get("/metrics").text.splitlines():
+        if line.startswith(name):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_batch_log_and_webhook_complete_in_order_and_drops_counted(batched: tuple[Stack, Receiver]) -> None:
+    stack, receiver = batched
+    ids = []
+    with client(stack) as admin:
+        assert admin.post("/api/v1/namespaces", json={"metadata": {"name": "batch"}}).status_code == 201
+        for i in range(10):
+            r = admin.post("/api/v1/namespaces/batch/configmaps", json={"metadata": {"name": f"c{i}"}})
+            assert r.status_code == 201
+            ids.append(r.headers["audit-id"])
+        # the webhook's first batch went at once (the throttle's burst); the buffer of 3 overflowed
+        wait_for(lambda: receiver.posts, what="the webhook's first EventList")
+        assert metric(admin, 'apiserver_audit_error_total{plugin="buffered"}') > 0
+        assert metric(admin, "apiserver_audit_event_total") >= 20
+    headers, body = receiver.posts[0]
+    assert headers["authorization"] == "Bearer audit-webhook-token"
+    assert headers["content-type"] == "application/json"
+    assert body["kind"] == "EventList" and body["apiVersion"] == "audit.k8s.io/v1"
+    assert 1 <= len(body["items"]) <= 2 and all(e["kind"] == "Event" for e in body["items"])
+    log = stack.logs / "audit.log"
+    assert not log.exists() or not any(i.encode() in log.read_bytes() for i in ids)  # batched: not yet written
+    sent_before_stop = len(receiver.posts)
+
+    stack.stop_one("proxy")  # a clean stop delivers everything held
+    logged = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+    for audit_id in ids:
+        evs = [e for e in logged if e["auditID"] == audit_id]
+        assert [e["stage"] for e in evs] == ["RequestReceived", "ResponseComplete"]
+        assert evs[1]["responseStatus"]["code"] == 201 and evs[1]["objectRef"]["resource"] == "configmaps"
+    stamps = [e["stageTimestamp"] for e in logged]
+    assert stamps == sorted(stamps)  # in the order they happened
+    assert len(receiver.posts) > sent_before_stop  # the throttled batch and the buffer, flushed at stop
+    hooked = receiver.events()
+    keys = [(e["auditID"], e["stage"]) for e in hooked]
+    assert len(set(keys)) == len(keys) and set(keys) <= {(e["auditID"], e["stage"]) for e in logged}
+    dropped = sum(int(n) for n in re.findall(rb"Error in audit plugin 'buffered' affecting (\d+) audit events",
+                                             (stack.logs / "proxy.log").read_bytes()))
+    assert dropped > 0 and len(hooked) + dropped == len(logged)  # every event: delivered or counted

@@ -1,6 +1,6 @@
-"""Auditing, as kube-apiserver's: an audit.k8s.io/v1 Policy decides each request's level, and the
-log backend writes one audit.k8s.io/v1 Event per stage as a JSON line (--audit-log-path, rotated by
-size with lumberjack's file names and kept by count and age, as kube's log backend does).
+"""Auditing, as kube-apiserver's: an audit.k8s.io/v1 Policy decides each request's level, and one
+audit.k8s.io/v1 Event per stage goes to the backends (services/proxy/auditing: log, webhook, batch
+mode, truncation).
 
 Stages: RequestReceived once the request is authenticated, ResponseStarted when a long-running
 request (a watch) has sent its headers, ResponseComplete when the response is done, Panic when
@@ -10,13 +10,10 @@ impersonation, whose result is the event's impersonatedUser), as in kube's handl
 from __future__ import annotations
 
 import logging
-import os
-import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 import yaml
@@ -25,6 +22,8 @@ from apiary_pb import envelope_pb2 as pb
 from services.common.errors import APIError
 from services.common.identity import user_dict
 
+from ..auditing import Backend
+from ..auditing import metrics as audit_metrics
 from ..requestinfo import RequestInfo
 
 log = logging.getLogger(__name__)
@@ -169,74 +168,6 @@ def _stages(v: Any, where: str) -> frozenset[str]:
     return frozenset(stages)
 
 
-class LogBackend:
-    """Event lines to a file ("-": stdout), rotated when the next line would pass max_size bytes.
-
-    A rotated file is named as lumberjack (kube's log rotation) names it: audit-2026-12-01T21-33-29.123.log
-    beside audit.log; at most max_backups of them are kept (0: all), none older than max_age days (0: any).
-    """
-
-    def __init__(self, path: str, max_size_mb: int = 0, max_backups: int = 0, max_age_days: int = 0) -> None:
-        self.path = path
-        self.max_size = max_size_mb * 1024 * 1024
-        self.max_backups, self.max_age = max_backups, max_age_days
-        self._file: IO[bytes] | None = None
-        self._size = 0
-
-    def _open(self) -> IO[bytes]:
-        if self._file is None:
-            if self.path == "-":
-                self._file = sys.stdout.buffer
-            else:
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-                self._file = open(self.path, "ab", buffering=0)  # one write per line: nothing lost on a crash
-                self._size = self._file.tell()
-        return self._file
-
-    def write(self, line: bytes) -> None:
-        f = self._open()
-        if self.path != "-" and self.max_size and self._size and self._size + len(line) > self.max_size:
-            f = self._rotate()
-        try:
-            f.write(line)
-        except OSError as e:
-            log.error("audit log %s: write failed: %s", self.path, e)
-            return
-        self._size += len(line)
-        if self.path == "-":
-            f.flush()
-
-    def _rotate(self) -> IO[bytes]:
-        assert self._file is not None
-        self._file.close()
-        self._file = None
-        p = Path(self.path)
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H-%M-%S.%f")[:-3]
-        target, n = p.with_name(f"{p.stem}-{stamp}{p.suffix}"), 0
-        while target.exists():  # two rotations within a millisecond
-            n += 1
-            target = p.with_name(f"{p.stem}-{stamp}.{n}{p.suffix}")
-        os.replace(p, target)
-        self._prune(p)
-        return self._open()
-
-    def _prune(self, p: Path) -> None:
-        backups = sorted(p.parent.glob(f"{p.stem}-*{p.suffix}"), key=lambda b: (b.stat().st_mtime_ns, b.name))
-        doomed = set()
-        if self.max_backups:
-            doomed.update(backups[:-self.max_backups])
-        if self.max_age:
-            cutoff = time.time() - self.max_age * 86400
-            doomed.update(b for b in backups if b.stat().st_mtime < cutoff)
-        for b in doomed:
-            b.unlink(missing_ok=True)
-
-    def close(self) -> None:
-        if self._file is not None and self.path != "-":
-            self._file.close()
-        self._file = None
-
-
 _second, _second_text = -1, ""
 
 
@@ -261,28 +192,55 @@ def _strip_managed_fields(obj: Any) -> Any:
     return obj
 
 
+_LEVEL_COUNTERS = {lv: audit_metrics.LEVELS.labels(lv) for lv in _LEVELS}
+
+
 class Auditor:
     """The policy and the backend: makes one Event for each audited request."""
 
-    def __init__(self, policy: Policy, backend: LogBackend) -> None:
+    def __init__(self, policy: Policy, backend: Backend) -> None:
         self.policy, self.backend = policy, backend
-        # the event's "user" of each UserInfo the authentication cache hands out again and again (the
-        # message is held, so its id is not reused while it is here)
-        self._users: dict[int, tuple[pb.UserInfo, dict[str, Any]]] = {}
+        # per UserInfo the authentication cache hands out again and again (the message is held, so its
+        # id is not reused while it is here): the event's "user", and the policy's decisions for it
+        self._users: dict[int, tuple[pb.UserInfo, dict[str, Any], dict[tuple[Any, ...], Decision]]] = {}
 
-    def user_json(self, user: pb.UserInfo) -> dict[str, Any]:
+    def _user(self, user: pb.UserInfo) -> tuple[pb.UserInfo, dict[str, Any], dict[tuple[Any, ...], Decision]]:
         hit = self._users.get(id(user))
         if hit is not None and hit[0] is user:
-            return hit[1]
-        d = user_dict(user)
+            return hit
         if len(self._users) >= 1024:
             self._users.clear()
-        self._users[id(user)] = (user, d)
-        return d
+        hit = self._users[id(user)] = (user, user_dict(user), {})
+        return hit
+
+    def user_json(self, user: pb.UserInfo) -> dict[str, Any]:
+        return self._user(user)[1]
+
+    def decide(self, user: pb.UserInfo | None, info: RequestInfo) -> Decision:
+        """The policy's decision, remembered per user and request attributes (what the rules match)."""
+        if user is None:
+            return self.policy.decide(user, info)
+        decisions = self._user(user)[2]
+        key = ((info.verb, info.api_group, info.resource, info.subresource, info.namespace, info.name)
+               if info.is_resource_request else (info.verb, info.path))
+        decision = decisions.get(key)
+        if decision is None:
+            if len(decisions) >= 256:
+                decisions.clear()
+            decision = decisions[key] = self.policy.decide(user, info)
+        return decision
+
+    async def start(self) -> None:
+        await self.backend.start()
+
+    async def stop(self) -> None:
+        """Deliver what the backends hold (batch mode's buffer, webhook sends in flight)."""
+        await self.backend.stop()
 
     def begin(self, audit_id: str, info: RequestInfo, user: pb.UserInfo | None, request_uri: str,
               source_ips: list[str], user_agent: str, received: str) -> Event | None:
-        decision = self.policy.decide(user, info)
+        decision = self.decide(user, info)
+        _LEVEL_COUNTERS[decision.level].inc()
         if decision.level == NONE:
             return None
         return Event(self, decision, audit_id, info, user, request_uri, source_ips, user_agent, received)
@@ -343,9 +301,10 @@ class Event:
             except orjson.JSONDecodeError:
                 self.response_object = None
 
-    def stage(self, stage: str, code: int = 0, error: APIError | None = None) -> None:
+    def stage(self, stage: str, code: int = 0, error: APIError | None = None) -> bool:
+        """Hand this stage's event to the backends; False when they could not store it."""
         if stage in self.decision.omit_stages:
-            return
+            return True
         ev = dict(self.fields)
         ev["stage"] = stage
         if stage != "RequestReceived":
@@ -365,7 +324,8 @@ class Event:
         ev["stageTimestamp"] = _timestamp()
         if self.annotations:
             ev["annotations"] = self.annotations
-        self.auditor.backend.write(orjson.dumps(ev) + b"\n")
+        audit_metrics.EVENT.inc()
+        return self.auditor.backend.process([ev])
 
 
 def now() -> str:

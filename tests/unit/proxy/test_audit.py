@@ -8,7 +8,8 @@ import pytest
 
 from apiary_pb import envelope_pb2 as pb
 from services.common.errors import Forbidden
-from services.proxy.filters.audit import Auditor, LogBackend, Policy, PolicyError, now
+from services.proxy.auditing.log import LogBackend
+from services.proxy.filters.audit import Auditor, Policy, PolicyError, now
 from services.proxy.requestinfo import parse
 
 from tools.run import DEFAULT_AUDIT_POLICY
@@ -132,14 +133,27 @@ def test_event_fields_by_level(tmp_path: Path) -> None:
     assert forbidden["annotations"]["authorization.k8s.io/decision"] == "forbid"
 
 
-def test_rotation_by_size_keeps_maxbackup(tmp_path: Path) -> None:
+async def test_rotation_by_size_keeps_maxbackup(tmp_path: Path) -> None:
     log = tmp_path / "audit.log"
     backend = LogBackend(str(log), max_size_mb=1, max_backups=2)
-    line = b"x" * 1023 + b"\n"
+    event = {"x": "x" * 1015}  # a line of 1024 bytes
+    assert len(orjson.dumps(event)) + 1 == 1024
     for _ in range(4 * 1024 + 10):  # a little over 4 MiB: four rotations
-        backend.write(line)
-    backend.close()
+        assert backend.process([event])
+    await backend.stop()
     backups = sorted(tmp_path.glob("audit-*.log"))
     assert len(backups) == 2
     assert all(b.stat().st_size <= 1024 * 1024 for b in [*backups, log])
     assert log.stat().st_size > 0
+
+
+def test_remembered_decisions_are_the_policys() -> None:
+    p = policy([{"level": "None", "users": ["admin"]}, {"level": "Request", "namespaces": ["a"]},
+                {"level": "None", "nonResourceURLs": ["/healthz*"]}, {"level": "Metadata"}])
+    auditor = Auditor(p, None)  # type: ignore[arg-type]
+    cases = [(u, info("GET", path)) for u in (ALICE, ADMIN) for path in (
+        "/api/v1/namespaces/a/configmaps", "/api/v1/namespaces/b/configmaps", "/healthz", "/version",
+        "/api/v1/namespaces/a/configmaps/x")]
+    for _ in range(2):  # the second time from the cache
+        assert [auditor.decide(u, i).level for u, i in cases] == [p.decide(u, i).level for u, i in cases]
+    assert [auditor.decide(u, i).level for u, i in cases[:5]] == ["Request", "Metadata", "None", "Metadata", "Request"]
