@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.registry import fieldmanager as fm
@@ -77,7 +77,7 @@ def merged_by_key(live: list[dict] | None, patch: list[dict] | None, key: str) -
 # Strategic merge patch -----------------------------------------------------------------------------------
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(containers, containers, st.data())
 def test_smp_containers_env_and_ports_merge_by_key(live, patch, data):
     deleted = data.draw(st.lists(st.sampled_from([c["name"] for c in live]), unique=True, max_size=1))
@@ -96,7 +96,7 @@ def test_smp_containers_env_and_ports_merge_by_key(live, patch, data):
                                                                     "containerPort")
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(containers, env, st.lists(name, unique=True, max_size=2))
 def test_smp_env_delete_directive(cs, extra, gone):
     first = cs[0]["name"]
@@ -111,7 +111,7 @@ def test_smp_env_delete_directive(cs, extra, gone):
     assert by(c.get("env"), "name") == want
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(volumes, volumes, tolerations, tolerations, finalizers, finalizers)
 def test_smp_volumes_merge_tolerations_replace_finalizers_union(lv, pv, lt, pt, lf, pf):
     live = deployment([{"name": "c", "image": "nginx"}], lv, lt, lf)
@@ -129,7 +129,7 @@ def test_smp_volumes_merge_tolerations_replace_finalizers_union(lv, pv, lt, pt, 
 # Server-side apply ---------------------------------------------------------------------------------------
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(containers, volumes, tolerations, finalizers, st.sampled_from(["a", "b"]))
 def test_apply_is_idempotent(cs, vs, ts, fs, manager):
     config = deployment(cs, vs, ts, fs)
@@ -138,7 +138,7 @@ def test_apply_is_idempotent(cs, vs, ts, fs, manager):
     assert twice == once
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(containers, containers, volumes, volumes, tolerations, tolerations, finalizers, finalizers)
 def test_apply_two_managers_follow_list_types(ca, cb, va, vb, ta, tb, fa, fb):
     live = MANAGER.apply(None, deployment(copy.deepcopy(ca), va, ta, fa), "a")
@@ -163,7 +163,7 @@ def test_apply_two_managers_follow_list_types(ca, cb, va, vb, ta, tb, fa, fb):
         assert f'k:{{"name":"{c["name"]}"}}' in owned["b"]["f:spec"]["f:template"]["f:spec"]["f:containers"]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(containers, containers, finalizers, finalizers, tolerations)
 def test_sole_applier_dropping_items_removes_them(first, second, f1, f2, ts):
     live = MANAGER.apply(None, deployment(copy.deepcopy(first), None, ts, f1), "a")
