@@ -10,8 +10,8 @@ runs only these three figures and their baselines.
 get_oidc is the same GET with an OIDC bearer token from a local issuer (tools.fakeservers) trusted
 by --authentication-config, against the GET with a client certificate of a user with the same rights
 measured just before it (both warm, neither in system:masters).
-apply and patch are a server-side apply and a strategic merge patch of a ConfigMap against a plain
-update (PUT) of the same objects, in the same run (`python -m tools.bench writes` runs only those).
+apply and patch are a server-side apply and a strategic merge patch of a 3-container Deployment against
+a plain update (PUT) of the same objects, in the same run (`python -m tools.bench writes` runs only those).
 The aggregation figures of tools/bench_pizza.py (the pizza server registered with apiary):
 aggregation_get, a GET of a pizza through the proxy against the same GET straight to the pizza
 server with the front-proxy certificate and the same identity (CPU per request of the proxy and of
@@ -246,24 +246,35 @@ WRITE_OBJECTS = 64
 
 
 async def bench_writes(stack: Stack, concurrency: int, n: int) -> dict[str, dict]:
-    """A plain update (PUT), a server-side apply and a strategic merge patch of the same ConfigMaps, each
-    changing one value, so each is a real write; ratios against the update."""
+    """A plain update (PUT), a server-side apply and a strategic merge patch of the same 3-container
+    Deployments (issue 14), each changing one env value of the first container, so each is a real write
+    (a spec change: the generation moves) and the patch merges by key twice (containers, then env);
+    ratios against the update."""
     ctx = client_ctx(stack)
     port = int(stack.server.rsplit(":", 1)[1])
 
     def mk() -> Conn:
         return Conn("127.0.0.1", port, ctx)
 
-    base = "/api/v1/namespaces/bench-writes/configmaps"
+    base = "/apis/apps/v1/namespaces/bench-writes/deployments"
     json_hdr = {"Content-Type": "application/json", "Accept": "application/json"}
     setup = mk()
     await setup.request("POST", "/api/v1/namespaces", json.dumps(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench-writes"}}).encode(), json_hdr)
 
+    def container(j: int, value: str) -> dict:
+        return {"name": f"c{j}", "image": f"registry.example/app-{j}:1.0",
+                "ports": [{"containerPort": 8080 + j, "name": f"http-{j}"}],
+                "env": [{"name": "MODE", "value": "bench"}, {"name": "CHANGING", "value": value if j == 0 else "-"}],
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
+
     def obj(i: int, value: str) -> bytes:
-        return json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
-                           "metadata": {"name": f"w-{i % WRITE_OBJECTS}", "labels": {"app": "bench", "tier": "x"}},
-                           "data": {**{f"k{j}": "value-" * 4 for j in range(8)}, "changing": value}}).encode()
+        labels = {"app": "bench", "tier": "x"}
+        return json.dumps({"apiVersion": "apps/v1", "kind": "Deployment",
+                           "metadata": {"name": f"w-{i % WRITE_OBJECTS}", "labels": labels},
+                           "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                                    "template": {"metadata": {"labels": labels}, "spec": {
+                                        "containers": [container(j, value) for j in range(3)]}}}}).encode()
 
     for i in range(WRITE_OBJECTS):
         s, data = await setup.request("PATCH", f"{base}/w-{i}?fieldManager=bench", obj(i, "start"),
@@ -280,13 +291,17 @@ async def bench_writes(stack: Stack, concurrency: int, n: int) -> dict[str, dict
                 raise RuntimeError(f"{verb}: {s} {data[:200]!r}")
         return one
 
+    def smp(i: int) -> bytes:
+        return json.dumps({"spec": {"template": {"spec": {"containers": [
+            {"name": "c0", "env": [{"name": "CHANGING", "value": f"p{i}"}]}]}}}}).encode()
+
     runs = {
         "update": checked("update", "PUT", "?fieldManager=bench-put", "application/json",
                           lambda i: obj(i, f"u{i}")),
         "apply": checked("apply", "PATCH", "?fieldManager=bench&force=true", "application/apply-patch+yaml",
                          lambda i: obj(i, f"a{i}")),
         "patch": checked("patch", "PATCH", "?fieldManager=bench-patch", "application/strategic-merge-patch+json",
-                         lambda i: json.dumps({"data": {"changing": f"p{i}"}}).encode()),
+                         smp),
     }
     results: dict[str, dict] = {}
     for name, fn in runs.items():

@@ -57,10 +57,15 @@ def apply_json_patch(doc: Obj, ops: Any) -> Any:
         # kube: errors.NewRequestEntityTooLargeError
         raise RequestEntityTooLarge(f"Request entity too large: The allowed maximum operations in a JSON patch "
                                     f"is {MAX_JSON_PATCH_OPERATIONS}, got {len(ops)}")
+    out = copy.deepcopy(doc)
+    op: Any = None
     try:
-        return jsonpatch.JsonPatch(ops).apply(copy.deepcopy(doc))
-    except jsonpatch.JsonPatchTestFailed as e:
-        raise rejected(f"testing value failed: {e}") from None
+        for op in ops:   # one at a time, so that a failed test names its path as kube's json-patch does
+            out = jsonpatch.JsonPatch([op]).apply(out, in_place=True)
+        return out
+    except jsonpatch.JsonPatchTestFailed:
+        path = op.get("path") if isinstance(op, dict) else None
+        raise rejected(f"testing value {path} failed: test failed") from None
     except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, KeyError, TypeError,
             IndexError, AttributeError) as e:
         raise rejected(str(e) or type(e).__name__) from None

@@ -27,11 +27,9 @@ def kctl(request: Any, kubectl: Kubectl) -> Kubectl:
 
 
 def create(kctl: Kubectl, ns: str, *args: str, server_dry_run: bool = False) -> str:
-    """`kubectl create <kind> ...` as kubectl builds it, sent as JSON (kubectl's typed client sends the
-    workload kinds as protobuf, which the proxy decodes only for kinds with a message)."""
-    manifest = kctl.run("-n", ns, "create", *args, "--dry-run=client", "-o", "yaml").stdout
+    """`kubectl create <kind> ...` sent straight (kubectl 1.32 and 1.33 send the workload kinds as protobuf)."""
     extra = ["--dry-run=server", "-o", "json"] if server_dry_run else []
-    return kctl.run("-n", ns, "create", "-f", "-", *extra, input=manifest).stdout
+    return kctl.run("-n", ns, "create", *args, *extra).stdout
 
 
 @pytest.fixture

@@ -32,6 +32,11 @@ def test_json_patch_errors():
     with pytest.raises(errors.Invalid) as e:
         p.apply_json_patch(doc, [{"op": "test", "path": "/data/a", "value": "2"}])
     assert e.value.message == "the server rejected our request due to an error in our request"
+    assert e.value.details["causes"] == [{"reason": "UnexpectedServerResponse",
+                                          "message": "testing value /data/a failed: test failed"}]
+    # the ops apply in order: a test after a replace sees the replaced value
+    assert p.apply_json_patch(doc, [{"op": "replace", "path": "/data/a", "value": "2"},
+                                    {"op": "test", "path": "/data/a", "value": "2"}]) == {"data": {"a": "2"}}
     with pytest.raises(errors.Invalid):
         p.apply_json_patch(doc, [{"op": "remove", "path": "/nope/x"}])
     with pytest.raises(errors.BadRequest):
