@@ -440,7 +440,14 @@ class Handlers:
             pdb_r = self.request(rpb.APIRequest(
                 verb="update", group="policy", version="v1", resource="poddisruptionbudgets", subresource="status",
                 namespace=r.namespace, name=pdb["metadata"]["name"], user=APISERVER), "update")
-            await self._update(pdb_r, lambda current: eviction_rules.check_and_decrement(current, r.req.name))
+            def decrement(current: Obj) -> Obj:
+                # unpinned (no resourceVersion): a conflict with another eviction re-reads and checks again,
+                # as kube's RetryOnConflict does
+                pdb = eviction_rules.check_and_decrement(current, r.req.name)
+                pdb["metadata"].pop("resourceVersion", None)
+                return pdb
+
+            await self._update(pdb_r, decrement)
         return await delete(opts)
 
     async def _budgets(self, r: Request) -> list[Obj]:

@@ -2,6 +2,7 @@
 when it allows no disruption, the decrement, and the rules' edge cases."""
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -80,6 +81,17 @@ async def test_eviction_decrements_the_budget(api) -> None:
     assert (cond["type"], cond["status"], cond["reason"]) == ("DisruptionAllowed", "False", "InsufficientPods")
     code, _ = await evict(api, "q")
     assert code == 429
+
+
+async def test_concurrent_evictions_each_take_one_disruption(api) -> None:
+    for name in ("p", "q", "r"):
+        await running_pod(api, name)
+    await budget(api, allowed=2, current=3)
+    answers = await asyncio.gather(*(evict(api, n) for n in ("p", "q", "r")))
+    codes = sorted(code for code, _ in answers)
+    assert codes == [201, 201, 429]
+    _, pdb = await api("get", "poddisruptionbudgets", "default", "b")
+    assert pdb["status"]["disruptionsAllowed"] == 0 and len(pdb["status"]["disruptedPods"]) == 2
 
 
 async def test_dry_run_checks_without_writing(api) -> None:
