@@ -12,6 +12,7 @@ from . import authz
 from .chain import Chain
 from .configfile import ConfigError, load_admission_configuration
 from .plugins import enabled_plugins, factory_for
+from .plugins.default_toleration_seconds import DEFAULT_SECONDS, NOT_READY_KEY, UNREACHABLE_KEY
 from .server import AdmissionServicer
 
 
@@ -19,14 +20,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m services.admission", description=__doc__)
     config.add_common_flags(p, "admission")
     p.add_argument("--enable-admission-plugins", default="",
-                   help="admission plugins to enable besides the default ones (NamespaceLifecycle, "
-                        "MutatingAdmissionPolicy, ValidatingAdmissionPolicy); built-in ones run in the server's "
+                   help="admission plugins to enable besides the default ones (all the built-in ones: "
+                        "services/admission/plugins ORDER); built-in ones run in the server's "
                         "fixed order, whatever the order here, then plugins from the apiary.admission_plugins "
                         "entry point group in the order named here")
     p.add_argument("--disable-admission-plugins", default="",
                    help="admission plugins to disable, default ones included")
     p.add_argument("--admission-control-config-file", default="",
                    help="AdmissionConfiguration (apiserver.config.k8s.io/v1) with per-plugin configuration")
+    p.add_argument("--default-not-ready-toleration-seconds", type=int, default=DEFAULT_SECONDS,
+                   help="the tolerationSeconds of the notReady:NoExecute toleration DefaultTolerationSeconds adds "
+                        "to every pod that does not already have one")
+    p.add_argument("--default-unreachable-toleration-seconds", type=int, default=DEFAULT_SECONDS,
+                   help="the tolerationSeconds of the unreachable:NoExecute toleration DefaultTolerationSeconds "
+                        "adds to every pod that does not already have one")
     return p.parse_args(argv)
 
 
@@ -36,6 +43,10 @@ def resolve_plugins(args: argparse.Namespace) -> tuple[list[str], dict]:
         names = enabled_plugins(args.enable_admission_plugins, args.disable_admission_plugins)
         configs = (load_admission_configuration(args.admission_control_config_file)
                    if args.admission_control_config_file else {})
+        if "DefaultTolerationSeconds" in names:  # kube's flags of this plugin, given to it as its configuration
+            configs["DefaultTolerationSeconds"] = {
+                NOT_READY_KEY: args.default_not_ready_toleration_seconds,
+                UNREACHABLE_KEY: args.default_unreachable_toleration_seconds}
         for n in names:
             factory_for(n)  # an entry point that does not load fails here, before anything starts
     except (ValueError, ConfigError) as e:

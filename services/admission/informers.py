@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
+
+from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.common import grpcutil
+from services.common.errors import APIError, NotFound
+from services.common.identity import APISERVER
 from services.common.informer import Informer
 
 
@@ -47,3 +53,24 @@ def shared_informers(registry: rgrpc.RegistryStub | None) -> InformerFactory:
     if key not in _SHARED:
         _SHARED[key] = InformerFactory(registry)
     return _SHARED[key]
+
+
+async def cached_or_live(registry: rgrpc.RegistryStub, informer: Informer, namespace: str,
+                         name: str) -> dict | None:
+    """The object from the informer's store, else read live from the registry (an object created a moment ago
+    may not have reached the informer yet); None when it does not exist."""
+    cached = informer.store.get(f"{namespace}/{name}" if namespace else name)
+    if cached is not None:
+        return cached
+    group, version, resource = informer.gvr
+    req = rpb.APIRequest(verb="get", group=group, version=version, resource=resource, namespace=namespace,
+                         name=name, user=APISERVER)
+    try:
+        resp = await grpcutil.call(registry.Handle(req, timeout=10), "registry")
+    except NotFound:
+        return None
+    if resp.code == 404:
+        return None
+    if resp.code >= 400:
+        raise APIError.from_status_dict(orjson.loads(resp.body))
+    return orjson.loads(resp.body)

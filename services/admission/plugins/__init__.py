@@ -20,21 +20,24 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 
 from ..plugin import Plugin, PluginConfig
 from ..webhook import dispatcher as webhooks
-from . import (limit_ranger, mutating_admission_policy, namespace_lifecycle, resource_quota, service_account,
-               validating_admission_policy)
+from . import (default_toleration_seconds, limit_ranger, mutating_admission_policy, namespace_lifecycle, priority,
+               resource_quota, service_account, validating_admission_policy)
 
 Factory = Callable[[PluginConfig, "rgrpc.RegistryStub | None"], Plugin]
 
-# kube's order: NamespaceLifecycle, LimitRanger, ServiceAccount, ... mutating policies, mutating webhooks,
-# validating policies, validating webhooks, quota.
-ORDER: tuple[str, ...] = ("NamespaceLifecycle", "LimitRanger", "ServiceAccount", "MutatingAdmissionPolicy",
-                          "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook",
-                          "ResourceQuota")
+# kube's order (AllOrderedPlugins): NamespaceLifecycle, LimitRanger, ServiceAccount, ... Priority,
+# DefaultTolerationSeconds, ... mutating policies, mutating webhooks, validating policies, validating webhooks, quota.
+# (DefaultStorageClass would come after DefaultTolerationSeconds: PersistentVolumeClaims are not served yet.)
+ORDER: tuple[str, ...] = ("NamespaceLifecycle", "LimitRanger", "ServiceAccount", "Priority",
+                          "DefaultTolerationSeconds", "MutatingAdmissionPolicy", "MutatingAdmissionWebhook",
+                          "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota")
 DEFAULT_ON: frozenset[str] = frozenset(ORDER)
 FACTORIES: dict[str, Factory] = {
     "NamespaceLifecycle": namespace_lifecycle.factory,
     "LimitRanger": limit_ranger.factory,
     "ServiceAccount": service_account.factory,
+    "Priority": priority.factory,
+    "DefaultTolerationSeconds": default_toleration_seconds.factory,
     "MutatingAdmissionPolicy": mutating_admission_policy.factory,
     "MutatingAdmissionWebhook": webhooks.mutating_factory,
     "ValidatingAdmissionPolicy": validating_admission_policy.factory,

@@ -16,16 +16,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import orjson
-
-from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import grpcutil
-from services.common.errors import APIError, NotFound, forbidden
-from services.common.identity import APISERVER
+from services.common.errors import forbidden
 
 from ..attributes import CREATE, Attributes
-from ..informers import shared_informers
+from ..informers import cached_or_live, shared_informers
 from ..plugin import Plugin, PluginConfig
 
 DEFAULT_ACCOUNT = "default"
@@ -63,22 +58,6 @@ class ServiceAccount(Plugin):
     def ready(self) -> bool:
         return self.informer.synced.is_set()
 
-    async def _account(self, namespace: str, name: str) -> dict[str, Any] | None:
-        cached = self.informer.store.get(f"{namespace}/{name}")
-        if cached is not None:
-            return cached
-        req = rpb.APIRequest(verb="get", version="v1", resource="serviceaccounts", namespace=namespace, name=name,
-                             user=APISERVER)
-        try:
-            resp = await grpcutil.call(self.registry.Handle(req, timeout=10), "registry")
-        except NotFound:
-            return None
-        if resp.code == 404:
-            return None
-        if resp.code >= 400:
-            raise APIError.from_status_dict(orjson.loads(resp.body))
-        return orjson.loads(resp.body)
-
     async def admit(self, a: Attributes) -> None:
         if a.group or a.resource != "pods" or a.subresource:
             return
@@ -91,7 +70,7 @@ class ServiceAccount(Plugin):
         spec = pod.setdefault("spec", {})
         account_name = spec.get("serviceAccountName") or DEFAULT_ACCOUNT
         spec["serviceAccountName"] = account_name
-        account = await self._account(a.namespace, account_name)
+        account = await cached_or_live(self.registry, self.informer, a.namespace, account_name)
         if account is None:
             raise forbidden(a.resource, a.group, a.name_for_errors(),
                             f"error looking up service account {a.namespace}/{account_name}: "

@@ -18,7 +18,9 @@ from apiary_pb import storage_pb2 as spb
 from services.common import envelope, errors
 from services.common.decoding import parse_int64
 from services.common.errors import BadRequest
+from services.common.identity import APISERVER
 
+from .. import eviction as eviction_rules
 from .. import fieldmanager, printers
 from .. import patch as patches
 from .. import validation as v
@@ -57,6 +59,9 @@ def deleted_status(info: ResourceInfo, deleted: pb.Object) -> bytes:
     return orjson.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                          "details": {k: v for k, v in details.items() if v}})
 
+
+# An eviction's tries when a Pending pod changes under it (kube's EvictionsRetry allows 20).
+EVICTION_ATTEMPTS = 20
 
 # What kube's BindingREST and EvictionREST answer: a Status, 201.
 SUCCESS_CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
@@ -391,14 +396,68 @@ class Handlers:
         return Response(201, orjson.dumps(SUCCESS_CREATED))
 
     async def evict(self, r: Request) -> Response:
-        """Evict the pod: with no PodDisruptionBudget served, an eviction is a delete with its options."""
+        """kube's EvictionREST.Create: delete the pod unless its PodDisruptionBudget forbids it (eviction.py)."""
         eviction = await self._decode_named(r, EVICTION)
         opts = dict(eviction.get("deleteOptions") or {})
         if r.dry_run:
             opts["dryRun"] = ["All"]
         admission = self._admission("DELETE", {**opts, "kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"})
-        await self.rest.delete(r, r.req.name, opts, admission.admit, self._validation(admission))
-        return Response(201, orjson.dumps(SUCCESS_CREATED))
+        pinned = bool((opts.get("preconditions") or {}).get("resourceVersion"))
+
+        async def delete(options: Obj) -> Response:
+            await self.rest.delete(r, r.req.name, options, admission.admit, self._validation(admission))
+            return Response(201, orjson.dumps(SUCCESS_CREATED))
+
+        def at_version(pod: Obj) -> Obj:
+            pre = {**(opts.get("preconditions") or {}), "resourceVersion": pod["metadata"].get("resourceVersion")}
+            return {**opts, "preconditions": pre}
+
+        for attempt in range(EVICTION_ATTEMPTS):
+            pod = envelope.from_envelope(await self.rest.get(r, r.req.name))
+            if not eviction_rules.can_ignore_budget(pod):
+                break
+            try:
+                return await delete(at_version(pod) if eviction_rules.should_enforce_resource_version(pod)
+                                    and not pinned else opts)
+            except errors.Conflict:
+                if pinned or attempt == EVICTION_ATTEMPTS - 1:
+                    raise
+        budgets = eviction_rules.matching_budgets(pod, await self._budgets(r))
+        if len(budgets) > 1:
+            raise eviction_rules.more_than_one()
+        if not budgets:
+            return await delete(opts)
+        pdb = budgets[0]
+        if eviction_rules.unhealthy_may_go(pod, pdb):
+            try:
+                return await delete(opts if pinned else at_version(pod))
+            except errors.Conflict:
+                if pinned:
+                    raise
+                raise eviction_rules.still_processing(pdb["metadata"]["name"]) from None
+        if r.dry_run:
+            eviction_rules.check_and_decrement(pdb, r.req.name)
+        else:
+            pdb_r = self.request(rpb.APIRequest(
+                verb="update", group="policy", version="v1", resource="poddisruptionbudgets", subresource="status",
+                namespace=r.namespace, name=pdb["metadata"]["name"], user=APISERVER), "update")
+            def decrement(current: Obj) -> Obj:
+                # unpinned (no resourceVersion): a conflict with another eviction re-reads and checks again,
+                # as kube's RetryOnConflict does
+                pdb = eviction_rules.check_and_decrement(current, r.req.name)
+                pdb["metadata"].pop("resourceVersion", None)
+                return pdb
+
+            await self._update(pdb_r, decrement)
+        return await delete(opts)
+
+    async def _budgets(self, r: Request) -> list[Obj]:
+        """The PodDisruptionBudgets of the request's namespace (kube lists them through its loopback client)."""
+        info = self.catalogue.lookup("policy", "v1", "poddisruptionbudgets")
+        if info is None:
+            return []
+        resp = await self.store.list(info, spb.ListRequest(prefix=info.collection_prefix(r.namespace)), r.timing)
+        return [envelope.from_envelope(e) for e in resp.items]
 
     # Reviews and TokenRequest (decoded here, answered by reviews.Reviews) --------------------
 

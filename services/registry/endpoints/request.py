@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -76,13 +76,18 @@ class Request:
 
     @property
     def field_selector(self) -> str:
-        """The fieldSelector query; a field this kind cannot select on is a 400, as kube answers."""
+        """The fieldSelector query; a field this kind cannot select on is a 400, as kube answers. A label's
+        old name (a pod's spec.host) is converted to the field it stands for."""
         text = self.req.query.get("fieldSelector", "")
         if text:
-            known = self.strategy.field_labels
-            for req in FieldSelector.parse(text).requirements:
+            known, aliases = self.strategy.field_labels, self.strategy.field_label_aliases
+            selector = FieldSelector.parse(text)
+            for req in selector.requirements:
                 if req.field not in known:
                     raise BadRequest(f"field label not supported: {req.field}")
+            if any(req.field in aliases for req in selector.requirements):
+                text = str(FieldSelector(tuple(replace(req, field=aliases.get(req.field, req.field))
+                                               for req in selector.requirements)))
         return text
 
     def for_item(self, namespace: str) -> Request:

@@ -9,7 +9,7 @@ import datetime
 import functools
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from services.common.errors import BadRequest
 
@@ -98,10 +98,16 @@ class Strategy:
     def canonicalize(self, obj: Obj) -> None:
         """Defaulting and the v1 -> internal conversion quirks (stringData, port defaults)."""
 
+    # kube's field label conversion: the metadata fields a selector may name (the default conversion's two;
+    # Node and Namespace take metadata.name only), and old names a selector may still use
+    meta_field_labels: ClassVar[frozenset[str]] = frozenset({"metadata.name", "metadata.namespace"})
+    field_label_aliases: ClassVar[dict[str, str]] = {}
+
     @functools.cached_property
     def field_labels(self) -> frozenset[str]:
         """The fields a field selector may name for this kind (kube's field label conversion set)."""
-        return frozenset(self.selectable_fields({})) | {"metadata.name", "metadata.namespace"}
+        return frozenset(self.selectable_fields({})) - {"metadata.namespace"} | self.meta_field_labels | \
+            frozenset(self.field_label_aliases)
 
     def selectable_fields(self, obj: Obj) -> dict[str, str]:
         meta = obj.get("metadata") or {}

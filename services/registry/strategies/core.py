@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import base64
 import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from .. import validation as v
 from . import Obj, Strategy, SubresourceStrategy, base64_error
@@ -118,6 +118,8 @@ class NamespaceStrategy(Strategy):
             labels = meta.get("labels") or {}
             labels["kubernetes.io/metadata.name"] = name
             meta["labels"] = labels
+
+    meta_field_labels: ClassVar[frozenset[str]] = frozenset({"metadata.name"})
 
     def selectable_fields(self, obj: Obj) -> dict[str, str]:
         return super().selectable_fields(obj) | {"status.phase": (obj.get("status") or {}).get("phase") or ""}
@@ -313,6 +315,8 @@ class NodeStrategy(Strategy):
         status = obj.get("status")
         if isinstance(status, dict) and status.get("capacity") and status.get("allocatable") is None:
             status["allocatable"] = dict(status["capacity"])
+
+    meta_field_labels: ClassVar[frozenset[str]] = frozenset({"metadata.name"})
 
     def selectable_fields(self, obj: Obj) -> dict[str, str]:
         unschedulable = bool((obj.get("spec") or {}).get("unschedulable"))

@@ -42,7 +42,12 @@ class PodStrategy(Strategy):
     def canonicalize(self, obj: Obj) -> None:
         podspec.default_pod(obj)
 
+    # v1 clients of old sent spec.host for spec.nodeName; kube still converts it
+    field_label_aliases: ClassVar[dict[str, str]] = {"spec.host": "spec.nodeName"}
+
     def selectable_fields(self, obj: Obj) -> dict[str, str]:
+        """PodToSelectableFields. status.podIPs is a field label kube accepts but never fills: it selects as
+        the empty string does."""
         spec, status = obj.get("spec") or {}, obj.get("status") or {}
         ips = status.get("podIPs") or []
         return super().selectable_fields(obj) | {
@@ -53,6 +58,7 @@ class PodStrategy(Strategy):
             "spec.hostNetwork": "true" if spec.get("hostNetwork") else "false",
             "status.phase": status.get("phase") or "",
             "status.podIP": ips[0].get("ip", "") if ips else status.get("podIP") or "",
+            "status.podIPs": "",
             "status.nominatedNodeName": status.get("nominatedNodeName") or "",
         }
 

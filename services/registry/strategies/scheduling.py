@@ -3,7 +3,7 @@
 Covered: defaulting (preemptionPolicy PreemptLowerPriority), ValidatePriorityClass (the system- prefix
 reserved for kube's two system classes with their exact values, the highest user-definable value,
 preemptionPolicy's values) and ValidatePriorityClassUpdate (value and preemptionPolicy immutable). The
-"only one globalDefault" rule is kube's Priority admission plugin's, not the registry's: not covered here.
+"only one globalDefault" rule is kube's Priority admission plugin's (services/admission/plugins/priority.py).
 """
 from __future__ import annotations
 

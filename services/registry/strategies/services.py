@@ -147,6 +147,11 @@ class ServiceStrategy(Strategy):
             a = self._allocators[id(store)] = ClusterIPAllocator(store, self.options.service_cluster_ip_range)
         return a
 
+    def selectable_fields(self, obj: Obj) -> dict[str, str]:
+        spec = obj.get("spec") or {}
+        return super().selectable_fields(obj) | {"spec.clusterIP": spec.get("clusterIP") or "",
+                                                 "spec.type": spec.get("type") or ""}
+
     def canonicalize(self, obj: Obj) -> None:
         if (err := shape_error(obj, SERVICE_SHAPE, "", self.info.kind)) is not None:
             raise self.cannot_handle(err)

@@ -86,7 +86,9 @@ WEBHOOKS = ["MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"]
 
 
 def test_enabled_plugins() -> None:
-    default = ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "MutatingAdmissionPolicy", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota"]
+    default = ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "Priority", "DefaultTolerationSeconds",
+               "MutatingAdmissionPolicy", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy",
+               "ValidatingAdmissionWebhook", "ResourceQuota"]
     assert enabled_plugins("", "") == default
     assert enabled_plugins("NamespaceLifecycle", "") == default
     assert enabled_plugins("", "NamespaceLifecycle") == default[1:]
@@ -101,7 +103,8 @@ def test_enabled_plugins() -> None:
 def test_flags_and_chain_build() -> None:
     names, configs = resolve_plugins(parse_args(["--disable-admission-plugins",
                                                 "MutatingAdmissionPolicy,ValidatingAdmissionPolicy,ResourceQuota,"
-                                                "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,LimitRanger,ServiceAccount"]))
+                                                "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,LimitRanger,ServiceAccount,"
+                                                    "Priority,DefaultTolerationSeconds"]))
     assert names == ["NamespaceLifecycle"] and configs == {}
     chain = build_chain(names, configs, registry=object())  # the informer is created, not started
     assert [p.name for p in chain.mutating] == ["NamespaceLifecycle"]
@@ -131,7 +134,9 @@ plugins:
     assert cfg["PodSecurity"]["kind"] == "PodSecurityConfiguration"
     assert cfg["NamespaceLifecycle"] is None
     names, configs = resolve_plugins(parse_args(["--admission-control-config-file", str(f)]))
-    assert names == ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "MutatingAdmissionPolicy", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota"] and "PodSecurity" in configs
+    assert names == ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "Priority", "DefaultTolerationSeconds",
+                     "MutatingAdmissionPolicy", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy",
+                     "ValidatingAdmissionWebhook", "ResourceQuota"] and "PodSecurity" in configs
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: v1\nkind: ConfigMap\n")

@@ -12,6 +12,7 @@ from apiary_pb import auth_pb2 as aupb
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from services.common import envelope, errors, watchmux
+from services.common.selectors import FieldSelector
 
 
 class FakeCallStream:
@@ -86,11 +87,7 @@ def _labels_match(o: pb.Object, selector: str) -> bool:
 
 
 def _fields_match(o: pb.Object, selector: str) -> bool:
-    for term in filter(None, selector.split(",")):
-        k, _, v = term.partition("=")
-        if o.fields.get(k) != v.lstrip("="):
-            return False
-    return True
+    return FieldSelector.parse(selector).matches(o.fields)
 
 
 def _with_kind(o: pb.Object, req: spb.ListRequest) -> pb.Object:

@@ -1,0 +1,123 @@
+"""Priority (kube's plugin/pkg/admission/priority): pods get their priority from a PriorityClass, and at most
+one PriorityClass is the cluster's globalDefault.
+
+Pods (CREATE, pods proper):
+- spec.priorityClassName names a class: spec.priority and spec.preemptionPolicy become the class's value and
+  preemptionPolicy; an unknown class is refused (403) "no PriorityClass with name <name> was found";
+- no spec.priorityClassName: the globalDefault class's name, value and preemptionPolicy (when several are
+  globalDefault after a race, the lowest value, as kube), else priority 0 and PreemptLowerPriority;
+- a spec.priority or spec.preemptionPolicy the pod sets itself that differs from the computed one is refused
+  (403) with kube's text.
+Pods (UPDATE): a priority or preemptionPolicy the stored pod has and the new one omits is kept (an update
+cannot drop what this plugin set on create; pod validation refuses other changes).
+
+PriorityClasses (CREATE and UPDATE, validating phase): a class marked globalDefault while another is already
+the default is refused (403) "PriorityClass <other> is marked as default. Only one default can exist".
+
+Classes are read from an informer; a class named by a pod and not in it yet is read live (one created a
+moment ago). The default is the informer's view only, as kube's lister.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from apiary_pb import registry_pb2_grpc as rgrpc
+from services.common.errors import forbidden
+
+from ..attributes import CREATE, UPDATE, Attributes
+from ..informers import cached_or_live, shared_informers
+from ..plugin import Plugin, PluginConfig
+
+GROUP = "scheduling.k8s.io"
+DEFAULT_PRIORITY = 0  # scheduling.DefaultPriorityWhenNoDefaultClassExists
+PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+
+
+class Priority(Plugin):
+    name = "Priority"
+    operations = frozenset({CREATE, UPDATE})
+
+    def __init__(self, registry: rgrpc.RegistryStub) -> None:
+        self.registry = registry
+        self.factory = shared_informers(registry)
+        self.classes = self.factory.informer(GROUP, "v1", "priorityclasses")
+
+    async def start(self) -> None:
+        self.factory.start()
+
+    async def stop(self) -> None:
+        await self.factory.stop()
+
+    def ready(self) -> bool:
+        return self.classes.synced.is_set()
+
+    def default_class(self) -> dict[str, Any] | None:
+        """getDefaultPriorityClass: the globalDefault class, the lowest value when a race made several."""
+        found = None
+        for pc in self.classes.store.values():
+            if pc.get("globalDefault") and (found is None or found.get("value", 0) > pc.get("value", 0)):
+                found = pc
+        return found
+
+    async def admit(self, a: Attributes) -> None:
+        if a.group or a.resource != "pods" or a.subresource or a.object is None:
+            return
+        pod = copy.deepcopy(a.object)
+        spec = pod.get("spec")
+        if not isinstance(spec, dict):
+            return
+        if a.operation == UPDATE:
+            old_spec = (a.old_object or {}).get("spec") or {}
+            changed = False
+            for f in ("priority", "preemptionPolicy"):
+                if old_spec.get(f) is not None and spec.get(f) is None:
+                    spec[f], changed = old_spec[f], True
+            if changed:
+                a.set_object(pod)
+            return
+        name = spec.get("priorityClassName") or ""
+        if not name:
+            pc = self.default_class()
+            if pc is not None:
+                spec["priorityClassName"] = pc["metadata"]["name"]
+        else:
+            pc = await cached_or_live(self.registry, self.classes, "", name)
+            if pc is None:
+                raise forbidden(a.resource, a.group, a.name_for_errors(),
+                                f"no PriorityClass with name {name} was found")
+        priority = pc.get("value", 0) if pc is not None else DEFAULT_PRIORITY
+        policy = pc.get("preemptionPolicy") if pc is not None else PREEMPT_LOWER_PRIORITY
+        given = spec.get("priority")
+        if given is not None and given != priority:
+            raise forbidden(a.resource, a.group, a.name_for_errors(),
+                            f"the integer value of priority ({given}) must not be provided in pod spec; priority "
+                            f"admission controller computed {priority} from the given PriorityClass name")
+        spec["priority"] = priority
+        if policy:
+            given = spec.get("preemptionPolicy")
+            if given is not None and given != policy:
+                raise forbidden(a.resource, a.group, a.name_for_errors(),
+                                f"the string value of PreemptionPolicy ({given}) must not be provided in pod spec; "
+                                f"priority admission controller computed {policy} from the given PriorityClass name")
+            spec["preemptionPolicy"] = policy
+        a.set_object(pod)
+
+    async def validate(self, a: Attributes) -> None:
+        if a.group != GROUP or a.resource != "priorityclasses" or a.subresource or a.object is None:
+            return
+        if not a.object.get("globalDefault"):
+            return
+        current = self.default_class()
+        if current is None:
+            return
+        if a.operation == CREATE or current["metadata"]["name"] != a.object["metadata"].get("name"):
+            raise forbidden(a.resource, a.group, a.name_for_errors(),
+                            f"PriorityClass {current['metadata']['name']} is marked as default. "
+                            "Only one default can exist")
+
+
+def factory(config: PluginConfig, registry: rgrpc.RegistryStub | None) -> Priority:
+    if registry is None:
+        raise ValueError("Priority needs the registry (--registry-address)")
+    return Priority(registry)
