@@ -107,8 +107,8 @@ def _walk(value: Any, schema: Schema | None, path: Path, out: dict[Path, Any]) -
     if kind in (STRUCT, MAP) and isinstance(value, dict):
         for k, v in value.items():
             p = path + ("f:" + k,)
-            if v is None or (isinstance(v, dict) and not v):
-                out[p] = v
+            if v is None or (isinstance(v, (dict, list)) and not v):
+                out[p] = v  # an empty map or list is owned as a field of its own (smd records f:env: {})
                 continue
             _walk(v, sub.get(k) if kind == STRUCT else sub, p, out)
             if kind == MAP and p not in out:
