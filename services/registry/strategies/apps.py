@@ -27,6 +27,20 @@ def _int_or_percent(value: object, path: str) -> list[v.Cause]:
     return []
 
 
+def _default_rolling_update(spec: Obj, key: str, **rolling: object) -> None:
+    """SetDefaults of an update strategy: type RollingUpdate, and its rollingUpdate's fields when it is one."""
+    strategy = spec.get(key)
+    if not isinstance(strategy, dict):
+        strategy = spec[key] = {}
+    strategy.setdefault("type", "RollingUpdate")
+    if strategy["type"] == "RollingUpdate":
+        ru = strategy.get("rollingUpdate")
+        if not isinstance(ru, dict):
+            ru = strategy["rollingUpdate"] = {}
+        for field, value in rolling.items():
+            ru.setdefault(field, value)
+
+
 def _is_zero(value: object) -> bool:
     return value in (0, "0%", "0")
 
@@ -38,16 +52,7 @@ class DeploymentStrategy(WorkloadStrategy):
         spec = obj.get("spec")
         if isinstance(spec, dict):
             spec.setdefault("replicas", 1)
-            strategy = spec.get("strategy")
-            if not isinstance(strategy, dict):
-                strategy = spec["strategy"] = {}
-            strategy.setdefault("type", "RollingUpdate")
-            if strategy["type"] == "RollingUpdate":
-                ru = strategy.get("rollingUpdate")
-                if not isinstance(ru, dict):
-                    ru = strategy["rollingUpdate"] = {}
-                ru.setdefault("maxUnavailable", "25%")
-                ru.setdefault("maxSurge", "25%")
+            _default_rolling_update(spec, "strategy", maxUnavailable="25%", maxSurge="25%")
             spec.setdefault("revisionHistoryLimit", 10)
             spec.setdefault("progressDeadlineSeconds", 600)
         super().canonicalize(obj)
@@ -110,15 +115,7 @@ class StatefulSetStrategy(WorkloadStrategy):
         if isinstance(spec, dict):
             spec.setdefault("replicas", 1)
             spec.setdefault("podManagementPolicy", "OrderedReady")
-            us = spec.get("updateStrategy")
-            if not isinstance(us, dict):
-                us = spec["updateStrategy"] = {}
-            us.setdefault("type", "RollingUpdate")
-            if us["type"] == "RollingUpdate":
-                ru = us.get("rollingUpdate")
-                if not isinstance(ru, dict):
-                    ru = us["rollingUpdate"] = {}
-                ru.setdefault("partition", 0)
+            _default_rolling_update(spec, "updateStrategy", partition=0)
             spec.setdefault("revisionHistoryLimit", 10)
             policy = spec.get("persistentVolumeClaimRetentionPolicy")
             if not isinstance(policy, dict):
@@ -166,16 +163,7 @@ class DaemonSetStrategy(WorkloadStrategy):
     def canonicalize(self, obj: Obj) -> None:
         spec = obj.get("spec")
         if isinstance(spec, dict):
-            us = spec.get("updateStrategy")
-            if not isinstance(us, dict):
-                us = spec["updateStrategy"] = {}
-            us.setdefault("type", "RollingUpdate")
-            if us["type"] == "RollingUpdate":
-                ru = us.get("rollingUpdate")
-                if not isinstance(ru, dict):
-                    ru = us["rollingUpdate"] = {}
-                ru.setdefault("maxUnavailable", 1)
-                ru.setdefault("maxSurge", 0)
+            _default_rolling_update(spec, "updateStrategy", maxUnavailable=1, maxSurge=0)
             spec.setdefault("revisionHistoryLimit", 10)
         super().canonicalize(obj)
 

@@ -191,11 +191,12 @@ def _normalize_time(value: Any, micro: bool) -> str:
 class EventStrategy(Strategy):
     """pkg/registry/core/event: v1 Events get kube's legacy validation only (ValidateEventCreate/Update with
     requestVersion v1); ObjectMeta is validated afterwards by rest.BeforeCreate with path-segment names."""
-
+    # metav1.Time fields (seconds); eventTime and series.lastObservedTime are MicroTime
+    timestamp_fields: tuple[str, ...] = ("firstTimestamp", "lastTimestamp")
 
     def canonicalize(self, obj: Obj) -> None:
         try:
-            for f in ("firstTimestamp", "lastTimestamp"):
+            for f in self.timestamp_fields:
                 if obj.get(f):
                     obj[f] = _normalize_time(obj[f], micro=False)
             if obj.get("eventTime"):

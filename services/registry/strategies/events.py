@@ -14,7 +14,7 @@ from __future__ import annotations
 from .. import validation as v
 from ..conversion import renamed
 from . import Obj
-from .core import EventStrategy, _normalize_time
+from .core import EventStrategy
 
 TO_CORE = {"regarding": "involvedObject", "note": "message", "reportingController": "reportingComponent",
            "deprecatedSource": "source", "deprecatedFirstTimestamp": "firstTimestamp",
@@ -42,18 +42,7 @@ def _series(obj: Obj) -> list[v.Cause]:
 
 
 class EventsV1Strategy(EventStrategy):
-    def canonicalize(self, obj: Obj) -> None:
-        try:
-            for f in ("deprecatedFirstTimestamp", "deprecatedLastTimestamp"):
-                if obj.get(f):
-                    obj[f] = _normalize_time(obj[f], micro=False)
-            if obj.get("eventTime"):
-                obj["eventTime"] = _normalize_time(obj["eventTime"], micro=True)
-            series = obj.get("series")
-            if isinstance(series, dict) and series.get("lastObservedTime"):
-                series["lastObservedTime"] = _normalize_time(series["lastObservedTime"], micro=True)
-        except ValueError as e:
-            raise self.cannot_handle(str(e)) from None
+    timestamp_fields = ("deprecatedFirstTimestamp", "deprecatedLastTimestamp")
 
     def selectable_fields(self, obj: Obj) -> dict[str, str]:
         return super().selectable_fields(CONVERSION.storage_object(obj))
