@@ -53,7 +53,7 @@ DEFAULT_TOLERATIONS = [
 
 
 def test_priority_class_and_default_tolerations(kctl: Kubectl, ns: str) -> None:
-    pc = f"pc-{tag(kctl)}"
+    pc = f"podadm-{tag(kctl)}-{uuid.uuid4().hex[:4]}"  # other tests name their classes pc-<kubectl>
     kctl.run("create", "priorityclass", pc, "--value=1000", "--preemption-policy=Never")
     try:
         kctl.run("create", "-f", "-", input=pod_manifest(f"prio-{tag(kctl)}", ns, priorityClassName=pc))
