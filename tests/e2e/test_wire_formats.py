@@ -169,8 +169,10 @@ def test_partial_object_metadata_list_from_a_real_list(admin, ns):
         admin.post(CM, json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"meta-{i}"},
                              "data": {"secret-ish": "x"}})
     full = admin.get(CM).json()
+    # the same snapshot: other clients (the controller-manager's lease renewals) move the revision meanwhile
+    same = {"resourceVersion": full["metadata"]["resourceVersion"], "resourceVersionMatch": "Exact"}
     for accept, decoder in ((f"application/json;{PARTIAL_LIST}", orjson.loads), (f"{PB};{PARTIAL_LIST}", decode)):
-        r = admin.get(CM, headers={"Accept": accept})
+        r = admin.get(CM, params=same, headers={"Accept": accept})
         assert r.status_code == 200, r.text
         partial = decoder(r.content)
         assert partial["apiVersion"] == "meta.k8s.io/v1" and partial["kind"] == "PartialObjectMetadataList"
