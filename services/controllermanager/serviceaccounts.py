@@ -3,6 +3,7 @@
 cluster CA under ca.crt), each recreated when deleted and, for the ConfigMap, restored when changed."""
 from __future__ import annotations
 
+import abc
 import logging
 from typing import Any
 
@@ -28,7 +29,7 @@ def _active(ns: Obj | None) -> bool:
     return ns is not None and not (ns.get("metadata") or {}).get("deletionTimestamp")
 
 
-class PerNamespaceController:
+class PerNamespaceController(abc.ABC):
     """Keeps one named object of one resource in every namespace that is not being deleted."""
 
     def __init__(self, client: Client, queue_name: str, resource: Resource, name: str, workers: int = 1) -> None:
@@ -64,20 +65,24 @@ class PerNamespaceController:
         """Whether the object as it is needs no change (only its existence is checked by default)."""
         return True
 
+    @abc.abstractmethod
     def desired(self, namespace: str) -> Obj:
-        raise NotImplementedError
+        """The object as the controller makes it in namespace."""
 
     async def _sync(self, namespace: str) -> None:
         if not _active(self.namespaces.store.get(namespace)):
             return
         current = self.objects.store.get(f"{namespace}/{self.name}")
+        if current is not None and self.wanted(current):
+            return
+        desired = self.desired(namespace)
         try:
             if current is None:
-                await self.client.create(self.resource, namespace, self.desired(namespace))
+                await self.client.create(self.resource, namespace, desired)
                 log.info("%s: created %s %s/%s", self.queue.name, self.resource.resource, namespace, self.name)
-            elif not self.wanted(current):
-                obj = {**current, **{k: v for k, v in self.desired(namespace).items() if k != "metadata"}}
-                obj["metadata"] = {**current["metadata"], **self.desired(namespace)["metadata"],
+            else:
+                obj = {**current, **{k: v for k, v in desired.items() if k != "metadata"}}
+                obj["metadata"] = {**current["metadata"], **desired["metadata"],
                                    "resourceVersion": current["metadata"].get("resourceVersion")}
                 await self.client.update(self.resource, obj)
         except AlreadyExists:
