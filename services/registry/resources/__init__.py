@@ -172,6 +172,26 @@ def body_kind(group: str, version: str, kind: str, strategy: type[Strategy]) -> 
                         namespaced=True, key_prefix="", verbs=(), virtual=True, strategy=strategy)
 
 
+# autoscaling/v1 Scale: what every /scale reads and writes (kube's ScaleREST)
+SCALE = SubresourceInfo("scale", "Scale", STATUS_VERBS, "autoscaling", "v1")
+
+
+def status(kind: str) -> SubresourceInfo:
+    """A kind's /status: the same kind, read and written apart from its spec."""
+    return SubresourceInfo("status", kind, STATUS_VERBS)
+
+
+def workload(group: str, kind: str, strategy: type[Strategy], table: TableConvertor,
+             short_names: tuple[str, ...] = (), scale: bool = False) -> ResourceInfo:
+    """A v1 workload kind (apps, batch): namespaced, in the "all" category, with /status and, when it runs
+    replicas, /scale; stored under /registry/<plural>/ and sent by typed clients as k8s.io.api.<group>.v1.<Kind>."""
+    plural = kind.lower() + "s"
+    return ResourceInfo(group=group, version="v1", kind=kind, plural=plural, singular=kind.lower(),
+                        namespaced=True, key_prefix=f"/registry/{plural}/", short_names=short_names,
+                        categories=("all",), subresources=((SCALE,) if scale else ()) + (status(kind),),
+                        strategy=strategy, table=table, protobuf=f"k8s.io.api.{group}.v1.{kind}")
+
+
 # The group modules, each with its GROUP_VERSIONS (imported on first use: they import the strategies,
 # which import this module).
 GROUPS = ("core", "apiregistration", "authentication", "authorization", "apps", "batch", "rbac", "discovery",

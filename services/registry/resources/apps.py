@@ -6,16 +6,11 @@ from typing import Any
 from ..printers import AGE, NAME, TableConvertor, age, column
 from ..strategies.apps import DaemonSetStrategy, DeploymentStrategy, ReplicaSetStrategy, StatefulSetStrategy
 from ..strategies.workload import containers_images, selector_string
-from . import STATUS_VERBS, GroupVersion, ResourceInfo, SubresourceInfo
+from . import GroupVersion, workload
 from .workload_columns import CONTAINERS, IMAGES, POD_DOCS, integer, selector_column
 
 Obj = dict[str, Any]
 GROUP = "apps"
-SCALE = SubresourceInfo("scale", "Scale", STATUS_VERBS, "autoscaling", "v1")
-
-
-def _status(kind: str) -> SubresourceInfo:
-    return SubresourceInfo("status", kind, STATUS_VERBS)
 
 
 def _name(o: Obj) -> str:
@@ -107,34 +102,10 @@ DAEMONSET_TABLE = TableConvertor((
 ), daemonset_row)
 
 V1 = GroupVersion(GROUP, "v1", 17800, 15, (
-    ResourceInfo(
-        group=GROUP, version="v1", kind="DaemonSet", plural="daemonsets", singular="daemonset", namespaced=True,
-        key_prefix="/registry/daemonsets/", short_names=("ds",), categories=("all",),
-        subresources=(_status("DaemonSet"),), strategy=DaemonSetStrategy,
-        table=DAEMONSET_TABLE,
-        protobuf="k8s.io.api.apps.v1.DaemonSet",
-    ),
-    ResourceInfo(
-        group=GROUP, version="v1", kind="Deployment", plural="deployments", singular="deployment",
-        namespaced=True, key_prefix="/registry/deployments/", short_names=("deploy",), categories=("all",),
-        subresources=(SCALE, _status("Deployment")), strategy=DeploymentStrategy,
-        table=DEPLOYMENT_TABLE,
-        protobuf="k8s.io.api.apps.v1.Deployment",
-    ),
-    ResourceInfo(
-        group=GROUP, version="v1", kind="ReplicaSet", plural="replicasets", singular="replicaset",
-        namespaced=True, key_prefix="/registry/replicasets/", short_names=("rs",), categories=("all",),
-        subresources=(SCALE, _status("ReplicaSet")), strategy=ReplicaSetStrategy,
-        table=REPLICASET_TABLE,
-        protobuf="k8s.io.api.apps.v1.ReplicaSet",
-    ),
-    ResourceInfo(
-        group=GROUP, version="v1", kind="StatefulSet", plural="statefulsets", singular="statefulset",
-        namespaced=True, key_prefix="/registry/statefulsets/", short_names=("sts",), categories=("all",),
-        subresources=(SCALE, _status("StatefulSet")), strategy=StatefulSetStrategy,
-        table=STATEFULSET_TABLE,
-        protobuf="k8s.io.api.apps.v1.StatefulSet",
-    ),
+    workload(GROUP, "DaemonSet", DaemonSetStrategy, DAEMONSET_TABLE, ("ds",)),
+    workload(GROUP, "Deployment", DeploymentStrategy, DEPLOYMENT_TABLE, ("deploy",), scale=True),
+    workload(GROUP, "ReplicaSet", ReplicaSetStrategy, REPLICASET_TABLE, ("rs",), scale=True),
+    workload(GROUP, "StatefulSet", StatefulSetStrategy, STATEFULSET_TABLE, ("sts",), scale=True),
 ))
 
 GROUP_VERSIONS = (V1,)

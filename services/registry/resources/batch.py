@@ -6,7 +6,7 @@ from typing import Any
 from ..printers import AGE, NAME, TableConvertor, age, column, human_duration, parse_time, since
 from ..strategies.batch import CronJobStrategy, JobStrategy
 from ..strategies.workload import containers_images, selector_string
-from . import STATUS_VERBS, GroupVersion, ResourceInfo, SubresourceInfo
+from . import GroupVersion, workload
 from .workload_columns import CONTAINERS, IMAGES, integer, selector_column
 
 Obj = dict[str, Any]
@@ -98,20 +98,8 @@ CRONJOB_TABLE = TableConvertor((
 ), cronjob_row)
 
 V1 = GroupVersion(GROUP, "v1", 17400, 15, (
-    ResourceInfo(
-        group=GROUP, version="v1", kind="CronJob", plural="cronjobs", singular="cronjob", namespaced=True,
-        key_prefix="/registry/cronjobs/", short_names=("cj",), categories=("all",),
-        subresources=(SubresourceInfo("status", "CronJob", STATUS_VERBS),), strategy=CronJobStrategy,
-        table=CRONJOB_TABLE,
-        protobuf="k8s.io.api.batch.v1.CronJob",
-    ),
-    ResourceInfo(
-        group=GROUP, version="v1", kind="Job", plural="jobs", singular="job", namespaced=True,
-        key_prefix="/registry/jobs/", categories=("all",),
-        subresources=(SubresourceInfo("status", "Job", STATUS_VERBS),), strategy=JobStrategy,
-        table=JOB_TABLE,
-        protobuf="k8s.io.api.batch.v1.Job",
-    ),
+    workload(GROUP, "CronJob", CronJobStrategy, CRONJOB_TABLE, ("cj",)),
+    workload(GROUP, "Job", JobStrategy, JOB_TABLE),
 ))
 
 GROUP_VERSIONS = (V1,)
