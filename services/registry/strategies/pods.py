@@ -19,10 +19,8 @@ POD_UPDATE_FORBIDDEN = ("pod updates may not change fields other than `spec.cont
 def _mutable_view(spec: Obj) -> Obj:
     """The pod spec without what an update may change (ValidatePodUpdate's mungedPodSpec)."""
     out = copy.deepcopy(spec)
-    for key in ("containers", "initContainers"):
-        for c in out.get(key) or []:
-            if isinstance(c, dict):
-                c.pop("image", None)
+    for _, _, c in podspec.visit_containers(out, (podspec.INIT_CONTAINERS, podspec.CONTAINERS)):
+        c.pop("image", None)
     out.pop("activeDeadlineSeconds", None)
     out.pop("tolerations", None)
     out.pop("terminationGracePeriodSeconds", None)
@@ -155,26 +153,16 @@ class EphemeralContainersStrategy(SubresourceStrategy):
         obj["status"] = copy.deepcopy(old.get("status") or {})
 
     def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
+        """ValidatePodEphemeralContainersUpdate: the metadata update and the new spec (its ephemeral containers
+        among them), then no existing ephemeral container changed."""
+        spec = obj.get("spec") or {}
         causes = v.validate_object_meta_update(obj.get("metadata") or {}, old.get("metadata") or {})
-        new = {c.get("name"): c for c in (obj.get("spec") or {}).get("ephemeralContainers") or []}
-        names = {c.get("name") for key in ("containers", "initContainers")
-                 for c in (obj.get("spec") or {}).get(key) or []}
-        for i, c in enumerate((old.get("spec") or {}).get("ephemeralContainers") or []):
+        causes += podspec.validate_pod_spec(spec, "spec")
+        new = {c["name"]: c for _, _, c in podspec.visit_containers(spec, (podspec.EPHEMERAL_CONTAINERS,))
+               if c.get("name")}
+        for _, f, c in podspec.visit_containers(old.get("spec") or {}, (podspec.EPHEMERAL_CONTAINERS,)):
             if new.get(c.get("name")) != c:
-                causes.append(v.forbidden(f"spec.ephemeralContainers[{i}]",
-                                          "existing ephemeral containers may not be changed"))
-        for i, c in enumerate((obj.get("spec") or {}).get("ephemeralContainers") or []):
-            f = f"spec.ephemeralContainers[{i}]"
-            name = c.get("name") or ""
-            if not name:
-                causes.append(v.required(f"{f}.name"))
-            elif name in names:
-                causes.append(podspec.duplicate(f"{f}.name", name))
-            if not c.get("image"):
-                causes.append(v.required(f"{f}.image"))
-            for field in ("ports", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle"):
-                if c.get(field):
-                    causes.append(v.forbidden(f"{f}.{field}", "cannot be set for an Ephemeral Container"))
+                causes.append(v.forbidden(f, "existing ephemeral containers may not be changed"))
         return causes
 
 

@@ -3,8 +3,9 @@ _ContainerPort, _Probe, _Volume, _EnvVar...) and validation (pkg/apis/core/valid
 subset) of a PodSpec and a PodTemplateSpec. Pod and every workload template (ReplicationController,
 PodTemplate, Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob) use it.
 
-Validation covers what users hit: containers required; container, init container and volume names
-DNS-1123 labels and unique across all containers; image required; ports (range, protocol, names,
+Validation covers what users hit: containers required; container, init container, ephemeral container
+and volume names DNS-1123 labels, container names unique across the three lists; image required; ephemeral
+containers without ports, probes or lifecycle; ports (range, protocol, names,
 unique names); env names (1.33's relaxed rule: printable ASCII but "="); resource quantities, requests
 not above limits; volume mounts naming a volume, with a mount path, unique paths; restartPolicy,
 dnsPolicy, imagePullPolicy, terminationMessagePolicy enums; terminationGracePeriodSeconds and
@@ -14,6 +15,7 @@ spread and the volume sources' own fields are not validated beyond the schema's 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -34,6 +36,19 @@ _ENV_NAME = re.compile(r"^[ -<>-~]+$")  # printable ASCII without "=" (RelaxedEn
 ENV_NAME_MSG = "a valid environment variable name must consist only of printable ASCII characters other than '='"
 _PORT_NAME_CHARS = re.compile(r"^[-a-z0-9]+$")
 _HAS_LETTER = re.compile(r"[a-z]")
+# A PodSpec's container lists, in the order kube's podutil.VisitContainers walks them
+INIT_CONTAINERS, CONTAINERS, EPHEMERAL_CONTAINERS = "initContainers", "containers", "ephemeralContainers"
+ALL_CONTAINERS = (INIT_CONTAINERS, CONTAINERS, EPHEMERAL_CONTAINERS)
+EPHEMERAL_FORBIDDEN = ("ports", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle")
+
+
+def visit_containers(spec: Obj, lists: tuple[str, ...] = ALL_CONTAINERS,
+                     path: str = "spec") -> Iterator[tuple[str, str, Obj]]:
+    """podutil.VisitContainers: (list, field path, container) for each container object in spec's lists."""
+    for key in lists:
+        for i, c in enumerate(spec.get(key) or []):
+            if isinstance(c, dict):
+                yield key, f"{path}.{key}[{i}]", c
 
 
 # Defaulting ---------------------------------------------------------------------------------------
@@ -60,9 +75,7 @@ def _default_probe(probe: Any) -> None:
         http.setdefault("scheme", "HTTP")
 
 
-def _default_container(c: Any) -> None:
-    if not isinstance(c, dict):
-        return
+def _default_container(c: Obj) -> None:
     if not c.get("imagePullPolicy"):
         c["imagePullPolicy"] = _pull_policy(c.get("image") or "")
     c.setdefault("terminationMessagePath", "/dev/termination-log")
@@ -104,9 +117,8 @@ def default_pod_spec(spec: Obj) -> None:
     if spec.get("securityContext") is None:
         spec["securityContext"] = {}
     spec.setdefault("schedulerName", "default-scheduler")
-    for key in ("initContainers", "containers", "ephemeralContainers"):
-        for c in spec.get(key) or []:
-            _default_container(c)
+    for _, _, c in visit_containers(spec):
+        _default_container(c)
     for vol in spec.get("volumes") or []:
         _default_volume(vol)
 
@@ -120,14 +132,13 @@ def default_pod(pod: Obj) -> None:
     default_pod_spec(spec)
     if spec.get("enableServiceLinks") is None:
         spec["enableServiceLinks"] = True
-    for key in ("initContainers", "containers"):
-        for c in spec.get(key) or []:
-            res = (c or {}).get("resources") if isinstance(c, dict) else None
-            if isinstance(res, dict) and res.get("limits"):
-                requests = dict(res.get("requests") or {})
-                for name, val in res["limits"].items():
-                    requests.setdefault(name, val)
-                res["requests"] = requests
+    for _, _, c in visit_containers(spec, (INIT_CONTAINERS, CONTAINERS)):
+        res = c.get("resources")
+        if isinstance(res, dict) and res.get("limits"):
+            requests = dict(res.get("requests") or {})
+            for name, val in res["limits"].items():
+                requests.setdefault(name, val)
+            res["requests"] = requests
 
 
 def default_template(template: Any) -> None:
@@ -291,6 +302,13 @@ def _validate_container(c: Obj, f: str, volumes: set[str]) -> list[v.Cause]:
     return causes
 
 
+def _validate_ephemeral_container(c: Obj, f: str) -> list[v.Cause]:
+    """What validateEphemeralContainers adds: an image, and no fields that serve the pod's own workload."""
+    causes = [] if c.get("image") else [v.required(f"{f}.image")]
+    return causes + [v.forbidden(f"{f}.{field}", "cannot be set for an Ephemeral Container")
+                     for field in EPHEMERAL_FORBIDDEN if c.get(field)]
+
+
 def validate_pod_spec(spec: Any, path: str) -> list[v.Cause]:
     """ValidatePodSpec, the subset named in this module's docstring."""
     if not isinstance(spec, dict):
@@ -314,23 +332,21 @@ def validate_pod_spec(spec: Any, path: str) -> list[v.Cause]:
             causes.append(v.required(f, "must specify a volume type"))
         elif len(sources) > 1:
             causes.append(v.forbidden(f"{f}.{sources[1]}", "may not specify more than 1 volume type"))
-    names: set[str] = set()
-    containers = spec.get("containers") or []
-    if not containers:
-        causes.append(v.required(f"{path}.containers"))
-    for key in ("initContainers", "containers"):
-        for i, c in enumerate(spec.get(key) or []):
-            if not isinstance(c, dict):
-                continue
-            f = f"{path}.{key}[{i}]"
-            name = c.get("name") or ""
-            if not name:
-                causes.append(v.required(f"{f}.name"))
-            else:
-                causes += [v.invalid(f"{f}.name", name, m) for m in v.is_dns1123_label(name)]
-                if name in names:
-                    causes.append(duplicate(f"{f}.name", name))
-                names.add(name)
+    if not spec.get(CONTAINERS):
+        causes.append(v.required(f"{path}.{CONTAINERS}"))
+    names: set[str] = set()  # unique across the three lists
+    for key, f, c in visit_containers(spec, path=path):
+        name = c.get("name") or ""
+        if not name:
+            causes.append(v.required(f"{f}.name"))
+        else:
+            causes += [v.invalid(f"{f}.name", name, m) for m in v.is_dns1123_label(name)]
+            if name in names:
+                causes.append(duplicate(f"{f}.name", name))
+            names.add(name)
+        if key == EPHEMERAL_CONTAINERS:
+            causes += _validate_ephemeral_container(c, f)
+        else:
             causes += _validate_container(c, f, volumes)
     restart = spec.get("restartPolicy") or ""
     if not restart:
@@ -370,11 +386,9 @@ def validate_template(template: Any, path: str) -> list[v.Cause]:
 def qos_class(spec: Obj) -> str:
     """qos.GetPodQOS: BestEffort without requests or limits; Guaranteed when every container's cpu and memory
     limits equal its requests; Burstable otherwise."""
-    containers = [c for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
-                  if isinstance(c, dict)]
     any_set = False
     guaranteed = True
-    for c in containers:
+    for _, _, c in visit_containers(spec, (INIT_CONTAINERS, CONTAINERS)):
         res = c.get("resources") or {}
         requests, limits = res.get("requests") or {}, res.get("limits") or {}
         if any(k in ("cpu", "memory") for k in list(requests) + list(limits)):

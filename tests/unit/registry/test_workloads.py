@@ -121,6 +121,35 @@ async def test_pod_update_rules(api) -> None:
     assert body["spec"]["containers"][0]["image"] == "nginx:2"
 
 
+async def test_ephemeral_container_messages(api) -> None:
+    """validateEphemeralContainers' causes: names unique across the three lists, an image, no ports, probes or
+    lifecycle; an existing ephemeral container never changes."""
+    await api("create", "pods", "default", body=pod(initContainers=[{"name": "i", "image": "busybox"}]))
+    ephemeral = [{"name": "c", "image": "busybox"}, {"name": "i", "image": "busybox"},
+                 {"name": "e", "ports": [{"containerPort": 80}], "readinessProbe": {"exec": {"command": ["x"]}}}]
+    code, body = await api("patch", "pods", "default", "p", subresource="ephemeralcontainers",
+                           body={"spec": {"ephemeralContainers": ephemeral}},
+                           content_type="application/strategic-merge-patch+json")
+    assert code == 422
+    causes = [(c["field"], c["message"]) for c in body["details"]["causes"]]
+    assert causes == [("spec.ephemeralContainers[0].name", 'Duplicate value: "c"'),
+                      ("spec.ephemeralContainers[1].name", 'Duplicate value: "i"'),
+                      ("spec.ephemeralContainers[2].image", "Required value"),
+                      ("spec.ephemeralContainers[2].ports", "Forbidden: cannot be set for an Ephemeral Container"),
+                      ("spec.ephemeralContainers[2].readinessProbe",
+                       "Forbidden: cannot be set for an Ephemeral Container")]
+    code, _ = await api("patch", "pods", "default", "p", subresource="ephemeralcontainers",
+                        body={"spec": {"ephemeralContainers": [{"name": "debug", "image": "busybox"}]}},
+                        content_type="application/strategic-merge-patch+json")
+    assert code == 200
+    code, body = await api("patch", "pods", "default", "p", subresource="ephemeralcontainers",
+                           body={"spec": {"ephemeralContainers": [{"name": "debug", "image": "busybox:2"}]}},
+                           content_type="application/merge-patch+json")
+    assert code == 422
+    assert [(c["field"], c["message"]) for c in body["details"]["causes"]] == [
+        ("spec.ephemeralContainers[0]", "Forbidden: existing ephemeral containers may not be changed")]
+
+
 async def test_deployment_defaults_generation_and_scale(api) -> None:
     code, body = await api("create", "deployments", "default", body=deployment())
     assert code == 201, body
