@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import Kubectl
+from tests.kubectls import tag
 
 pytestmark = pytest.mark.stack
 
@@ -24,22 +22,11 @@ data:
 """
 
 
-def _versions() -> list[str]:
-    found = shutil.which("kubectl")
-    here = Path(os.path.realpath(found)).parent if found else None
-    return [str(here / f"kubectl.{v}") for v in ("1.27", "1.33") if here and (here / f"kubectl.{v}").exists()]
-
-
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def ns(kubectl):
     kubectl.run("create", "namespace", NS, check=False)
     yield NS
     kubectl.run("delete", "namespace", NS, "--wait=false", check=False)
-
-
-@pytest.fixture(params=["kubectl", *_versions()], ids=lambda p: Path(p).name)
-def kctl(request, kubectl: Kubectl, ns) -> Kubectl:
-    return Kubectl(kubectl.stack, kubectl.cache, request.param)
 
 
 def get(kctl: Kubectl, name: str) -> dict:
@@ -47,7 +34,7 @@ def get(kctl: Kubectl, name: str) -> dict:
 
 
 def test_server_side_apply_two_managers(kctl):
-    name = "two-" + Path(kctl.binary).name.replace(".", "-")
+    name = f"two-{tag(kctl)}"
     first = kctl.run("apply", "--server-side", "--field-manager=one", "-f", "-", input=CM.format(name=name, value="a"))
     assert f"configmap/{name} serverside-applied" in first.stdout
     again = kctl.run("apply", "--server-side", "--field-manager=one", "-f", "-", input=CM.format(name=name, value="a"))
@@ -67,7 +54,7 @@ def test_server_side_apply_two_managers(kctl):
 
 
 def test_client_side_apply_then_server_side(kctl):
-    name = "upgrade-" + Path(kctl.binary).name.replace(".", "-")
+    name = f"upgrade-{tag(kctl)}"
     assert "created" in kctl.run("apply", "-f", "-", input=CM.format(name=name, value="a")).stdout
     assert "configured" in kctl.run("apply", "-f", "-", input=CM.format(name=name, value="b")).stdout
     managers = {e["manager"] for e in get(kctl, name)["metadata"]["managedFields"]}
@@ -82,7 +69,7 @@ def test_client_side_apply_then_server_side(kctl):
 
 
 def test_diff_changes_nothing(kctl):
-    name = "diff-" + Path(kctl.binary).name.replace(".", "-")
+    name = f"diff-{tag(kctl)}"
     kctl.run("apply", "-f", "-", input=CM.format(name=name, value="a"))
     before = get(kctl, name)["metadata"]["resourceVersion"]
     same = kctl.run("diff", "-f", "-", input=CM.format(name=name, value="a"), check=False)

@@ -6,11 +6,8 @@ script, patch of every type, label, annotate, scale, set image, delete with a fi
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,28 +15,16 @@ from typing import Any
 import pytest
 
 from tests.conftest import Kubectl
+from tests.kubectls import namespace
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.stack
 
 
-def _versions() -> list[str]:
-    found = shutil.which("kubectl")
-    here = Path(os.path.realpath(found)).parent if found else None
-    return [str(here / f"kubectl.{v}") for v in ("1.27", "1.33") if here and (here / f"kubectl.{v}").exists()]
-
-
-@pytest.fixture(params=["kubectl", *_versions()], ids=lambda p: Path(p).name)
-def kctl(request: Any, kubectl: Kubectl) -> Kubectl:
-    return Kubectl(kubectl.stack, kubectl.cache, request.param)
-
-
 @pytest.fixture
 def ns(kubectl: Kubectl) -> Iterator[str]:
-    name = f"dep-{uuid.uuid4().hex[:6]}"
-    kubectl.run("create", "namespace", name)
-    yield name
-    kubectl.run("delete", "namespace", name, "--wait=false", check=False)
+    with namespace(kubectl, "dep") as name:
+        yield name
 
 
 def obj(k: Kubectl, ns: str, *what: str) -> dict[str, Any]:

@@ -5,34 +5,23 @@ from __future__ import annotations
 
 import json
 import re
-import time
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import Kubectl
-from tests.e2e.test_apply_kubectl import _versions
+from tests.kubectls import RUN, refused, tag
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.stack
-NS = "kinds-e2e"
+NS = f"kinds-e2e-{RUN}"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def ns(kubectl):
-    kubectl.run("create", "namespace", NS, check=False)
+    kubectl.run("create", "namespace", NS)
     yield NS
     kubectl.run("delete", "namespace", NS, "--wait=false", check=False)
-
-
-@pytest.fixture(params=["kubectl", *_versions()], ids=lambda p: Path(p).name)
-def kctl(request, kubectl: Kubectl, ns) -> Kubectl:
-    return Kubectl(kubectl.stack, kubectl.cache, request.param)
-
-
-def tag(kctl: Kubectl) -> str:
-    """A suffix per kubectl version, so that each version creates its own objects."""
-    return Path(kctl.binary).name.replace(".", "-")
 
 
 def table(kctl: Kubectl, *args: str) -> tuple[list[str], list[list[str]]]:
@@ -40,19 +29,6 @@ def table(kctl: Kubectl, *args: str) -> tuple[list[str], list[list[str]]]:
     lines = kctl.run("get", *args).stdout.splitlines()
     split = [re.split(r"\s{2,}", line.strip()) for line in lines]
     return split[0], split[1:]
-
-
-def refused(kctl: Kubectl, *args: str, input: str | None = None) -> str:
-    out = kctl.run(*args, input=input, check=False)
-    assert out.returncode != 0, out.stdout
-    return out.stderr
-
-
-def eventually(check, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition never held"
-        time.sleep(0.2)
 
 
 def test_priority_class(kctl):
@@ -115,7 +91,7 @@ INGRESS_NO_PATH_TYPE = """apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata:
   name: {name}
-  namespace: kinds-e2e
+  namespace: {ns}
 spec:
   rules:
   - host: 10.0.0.1
@@ -142,7 +118,7 @@ def test_ingress(kctl):
     got = json.loads(kctl.run("-n", NS, "get", "ingress", name, "-o", "json").stdout)
     assert got["spec"]["rules"][0]["http"]["paths"][0]["pathType"] == "Exact"
     assert got["metadata"]["generation"] == 1
-    err = refused(kctl, "apply", "-f", "-", input=INGRESS_NO_PATH_TYPE.format(name=f"bad-{tag(kctl)}"))
+    err = refused(kctl, "apply", "-f", "-", input=INGRESS_NO_PATH_TYPE.format(name=f"bad-{tag(kctl)}", ns=NS))
     assert 'spec.rules[0].host: Invalid value: "10.0.0.1": must be a DNS name, not an IP address' in err
     assert "spec.rules[0].http.paths[0].pathType: Required value: pathType must be specified" in err
 
@@ -197,7 +173,7 @@ apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
   name: np-{tag}
-  namespace: kinds-e2e
+  namespace: {ns}
 spec:
   podSelector:
     matchLabels:
@@ -210,7 +186,7 @@ apiVersion: v1
 kind: LimitRange
 metadata:
   name: lr-{tag}
-  namespace: kinds-e2e
+  namespace: {ns}
 spec:
   limits:
   - type: Container
@@ -221,7 +197,7 @@ spec:
 
 def test_apply_patch_and_wide_columns(kctl):
     t = tag(kctl)
-    docs = CLUSTER_OBJECTS.format(tag=t)
+    docs = CLUSTER_OBJECTS.format(tag=t, ns=NS)
     out = kctl.run("apply", "-f", "-", input=docs).stdout
     assert f"ingressclass.networking.k8s.io/ic-{t} created" in out and f"node/node-{t} created" in out
     assert "unchanged" in kctl.run("apply", "-f", "-", input=docs).stdout
@@ -267,7 +243,7 @@ def test_apply_patch_and_wide_columns(kctl):
     err = refused(kctl, "-n", NS, "patch", "limitrange", f"lr-{t}", "--type=json", "-p",
                   '[{"op": "add", "path": "/spec/limits/0/min", "value": {"cpu": "3"}}]')
     assert "min value 3 is greater than max value 2" in err
-    kctl.run("delete", "node", f"node-{t}", "sc", f"sc-{t}", check=False)
+    kctl.run("delete", f"node/node-{t}", f"storageclass/sc-{t}")
     kctl.run("delete", "ingressclass", f"ic-{t}")
 
 
@@ -298,20 +274,22 @@ def test_auth_can_i_nodes_follows_cluster_roles(kctl):
     # a RoleBinding grants nothing on a cluster-scoped kind: once it lets the user read the namespace's
     # ConfigMaps, nodes are still refused
     kctl.run("-n", NS, "create", "rolebinding", role, f"--clusterrole={role}", f"--user={user}")
-    eventually(lambda: can("list", "configmaps", "-n", NS, f"--as={user}") == "yes")
+    wait_for(lambda: can("list", "configmaps", "-n", NS, f"--as={user}") == "yes", what="the RoleBinding")
     assert can("list", "nodes", f"--as={user}") == "no"
     assert "Forbidden" in refused(kctl, "get", "nodes", f"--as={user}")
     kctl.run("create", "clusterrolebinding", f"{role}-ns-only", "--clusterrole=view", f"--user={user}-other")
     kctl.run("create", "clusterrolebinding", role, f"--clusterrole={role}", f"--user={user}")
-    eventually(lambda: can("list", "nodes", f"--as={user}") == "yes")
+    wait_for(lambda: can("list", "nodes", f"--as={user}") == "yes", what="the ClusterRoleBinding")
     assert can("delete", "nodes", f"--as={user}") == "no"
     assert kctl.run("get", "nodes", f"--as={user}").returncode == 0
     # view does not cover nodes; the aggregated edit covers ingresses and pdbs, view only reads them
-    eventually(lambda: can("list", "ingresses.networking.k8s.io", "-n", NS, f"--as={user}-other") == "yes")
+    wait_for(lambda: can("list", "ingresses.networking.k8s.io", "-n", NS, f"--as={user}-other") == "yes",
+             what="the view binding")
     assert can("list", "nodes", f"--as={user}-other") == "no"
     assert can("create", "poddisruptionbudgets.policy", "-n", NS, f"--as={user}-other") == "no"
     kctl.run("-n", NS, "create", "rolebinding", f"{role}-edit", "--clusterrole=edit", f"--user={user}-editor")
-    eventually(lambda: can("create", "poddisruptionbudgets.policy", "-n", NS, f"--as={user}-editor") == "yes")
+    wait_for(lambda: can("create", "poddisruptionbudgets.policy", "-n", NS, f"--as={user}-editor") == "yes",
+             what="the edit binding")
     assert can("create", "networkpolicies.networking.k8s.io", "-n", NS, f"--as={user}-editor") == "yes"
     assert can("update", "poddisruptionbudgets.policy", "--subresource=status", "-n", NS, f"--as={user}-editor") == "no"
     kctl.run("delete", "clusterrolebinding", role, f"{role}-ns-only")
@@ -322,10 +300,10 @@ EVENTS = """apiVersion: events.k8s.io/v1
 kind: Event
 metadata:
   name: new-{tag}
-  namespace: kinds-e2e
+  namespace: {ns}
 regarding:
   kind: ConfigMap
-  namespace: kinds-e2e
+  namespace: {ns}
   name: cm-{tag}
 reason: Tested
 note: written in events.k8s.io/v1
@@ -339,10 +317,10 @@ apiVersion: v1
 kind: Event
 metadata:
   name: old-{tag}
-  namespace: kinds-e2e
+  namespace: {ns}
 involvedObject:
   kind: ConfigMap
-  namespace: kinds-e2e
+  namespace: {ns}
   name: cm-{tag}
 reason: Old
 message: written in v1
@@ -355,7 +333,7 @@ source:
 
 def test_events_in_both_versions(kctl):
     t = tag(kctl)
-    kctl.run("apply", "-f", "-", input=EVENTS.format(tag=t))
+    kctl.run("apply", "-f", "-", input=EVENTS.format(tag=t, ns=NS))
     selector = f"--field-selector=involvedObject.name=cm-{t}"
     for resource in ("events", "events.v1.events.k8s.io"):
         header, rows = table(kctl, "-n", NS, resource, selector)
@@ -369,7 +347,7 @@ def test_events_in_both_versions(kctl):
     old_v1 = json.loads(kctl.run("-n", NS, "get", "events.events.k8s.io", f"old-{t}", "-o", "json").stdout)
     assert old_v1["apiVersion"] == "events.k8s.io/v1" and old_v1["note"] == "written in v1"
     assert old_v1["deprecatedCount"] == 2 and old_v1["deprecatedSource"] == {"component": "e2e"}
-    bad = EVENTS.format(tag=f"bad-{t}").split("---")[0].replace('eventTime: "2026-01-02T03:04:05.000000Z"\n', "")
+    bad = EVENTS.format(tag=f"bad-{t}", ns=NS).split("---")[0].replace('eventTime: "2026-01-02T03:04:05.000000Z"\n', "")
     assert "eventTime: Required value" in refused(kctl, "apply", "-f", "-", input=bad)
     kctl.run("-n", NS, "delete", "events.events.k8s.io", f"new-{t}", f"old-{t}")
 

@@ -5,37 +5,25 @@ field selectors."""
 from __future__ import annotations
 
 import json
-import uuid
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.conftest import Kubectl
-from tests.e2e.test_apply_kubectl import _versions
+from tests.kubectls import namespace, tag
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.stack
 
 
 @pytest.fixture(scope="module")
-def ns(kubectl: Kubectl) -> Any:
-    name = f"podadm-{uuid.uuid4().hex[:6]}"
-    kubectl.run("create", "namespace", name)
-    # the ServiceAccount plug-in refuses pods until the controller has made the namespace's default account
-    wait_for(lambda: kubectl.run("-n", name, "get", "serviceaccount", "default", check=False).returncode == 0,
-             what="the default ServiceAccount")
-    yield name
-    kubectl.run("delete", "namespace", name, "--wait=false", check=False)
-
-
-@pytest.fixture(params=["kubectl", *_versions()], ids=lambda p: Path(p).name)
-def kctl(request: pytest.FixtureRequest, kubectl: Kubectl, ns: str) -> Kubectl:
-    return Kubectl(kubectl.stack, kubectl.cache, request.param)
-
-
-def tag(kctl: Kubectl) -> str:
-    return Path(kctl.binary).name.replace(".", "-")
+def ns(kubectl: Kubectl) -> Iterator[str]:
+    with namespace(kubectl, "podadm") as name:
+        # the ServiceAccount plug-in refuses pods until the controller has made the namespace's default account
+        wait_for(lambda: kubectl.run("-n", name, "get", "serviceaccount", "default", check=False).returncode == 0,
+                 what="the default ServiceAccount")
+        yield name
 
 
 def pod_manifest(name: str, ns: str, **spec: Any) -> str:
@@ -53,7 +41,7 @@ DEFAULT_TOLERATIONS = [
 
 
 def test_priority_class_and_default_tolerations(kctl: Kubectl, ns: str) -> None:
-    pc = f"podadm-{tag(kctl)}-{uuid.uuid4().hex[:4]}"  # other tests name their classes pc-<kubectl>
+    pc = f"podadm-{tag(kctl)}"  # test_kinds_kubectl names its classes pc-<tag> and leaves them
     kctl.run("create", "priorityclass", pc, "--value=1000", "--preemption-policy=Never")
     try:
         kctl.run("create", "-f", "-", input=pod_manifest(f"prio-{tag(kctl)}", ns, priorityClassName=pc))

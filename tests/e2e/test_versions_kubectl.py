@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.kubectls import namespace
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.stack
 
 
 @pytest.fixture(scope="module")
-def ns(kubectl: Any) -> Any:
-    name = f"versions-{uuid.uuid4().hex[:6]}"
-    kubectl.run("create", "namespace", name)
-    kubectl.run("label", "namespace", name, f"kubernetes.io/metadata.name={name}", "--overwrite")
-    yield name
-    kubectl.run("delete", "namespace", name, "--wait=false", check=False)
+def ns(kubectl: Any) -> Iterator[str]:
+    with namespace(kubectl, "versions") as name:  # labelled kubernetes.io/metadata.name=<name> by the registry
+        yield name
 
 
 def events_v1(name: str, ns: str, note: str) -> str:

@@ -4,26 +4,13 @@ dry-run defaults, validation errors, strategic merge patch of containers."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import uuid
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.conftest import Kubectl
-
-
-def _versions() -> list[str]:
-    found = shutil.which("kubectl")
-    here = Path(os.path.realpath(found)).parent if found else None
-    return [str(here / f"kubectl.{v}") for v in ("1.27", "1.33") if here and (here / f"kubectl.{v}").exists()]
-
-
-@pytest.fixture(params=["kubectl", *_versions()], ids=lambda p: Path(p).name)
-def kctl(request: Any, kubectl: Kubectl) -> Kubectl:
-    return Kubectl(kubectl.stack, kubectl.cache, request.param)
+from tests.kubectls import namespace
 
 
 def create(kctl: Kubectl, ns: str, *args: str, server_dry_run: bool = False) -> str:
@@ -33,11 +20,9 @@ def create(kctl: Kubectl, ns: str, *args: str, server_dry_run: bool = False) -> 
 
 
 @pytest.fixture
-def ns(kubectl: Kubectl) -> Any:
-    name = f"wl-{uuid.uuid4().hex[:6]}"
-    kubectl.run("create", "namespace", name)
-    yield name
-    kubectl.run("delete", "namespace", name, "--wait=false", check=False)
+def ns(kubectl: Kubectl) -> Iterator[str]:
+    with namespace(kubectl, "wl") as name:
+        yield name
 
 
 def test_deployment_lifecycle(kctl: Kubectl, ns: str) -> None:

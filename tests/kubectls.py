@@ -1,0 +1,62 @@
+"""kubectl in several versions for the end-to-end tests: 1.32 on the PATH, and 1.27 and 1.33 beside it
+(kubectl.1.27, kubectl.1.33) where they are installed.
+
+A test that takes the `kctl` fixture (tests/e2e/conftest.py makes it every e2e module's) runs once per
+version; `tag(kctl)` names what each version creates, `refused()` runs a command that must fail, and
+`namespace()` gives a test module or a test a namespace of its own.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Kubectl
+
+OTHER_VERSIONS = ("1.27", "1.33")
+# A suffix per test run: cluster-scoped objects (nodes, PriorityClasses, ClusterRoles, StorageClasses...)
+# outlive the namespaces of the tests that made them, so a name is never reused from another run.
+RUN = uuid.uuid4().hex[:5]
+
+
+def versions() -> list[str]:
+    """The kubectl binaries to test with: the one on the PATH, then each other version found beside it."""
+    found = shutil.which("kubectl")
+    here = Path(os.path.realpath(found)).parent if found else None
+    return ["kubectl", *(str(here / f"kubectl.{v}") for v in OTHER_VERSIONS
+                         if here and (here / f"kubectl.{v}").exists())]
+
+
+@pytest.fixture(params=versions(), ids=lambda p: Path(p).name)
+def kctl(request: pytest.FixtureRequest, kubectl: Kubectl) -> Kubectl:
+    """The session's kubectl, once per version."""
+    return Kubectl(kubectl.stack, kubectl.cache, request.param)
+
+
+def tag(kctl: Kubectl) -> str:
+    """A DNS-label suffix per kubectl version and per run (kubectl-1-27-3fa9c), so that each version's
+    objects, cluster-scoped ones too, are its own."""
+    return f"{Path(kctl.binary).name.replace('.', '-')}-{RUN}"
+
+
+def refused(kctl: Kubectl, *args: str, input: str | None = None) -> str:
+    """The error kubectl prints for a command that must fail."""
+    out = kctl.run(*args, input=input, check=False)
+    assert out.returncode != 0, out.stdout
+    return out.stderr
+
+
+@contextmanager
+def namespace(kubectl: Kubectl, prefix: str) -> Iterator[str]:
+    """A new namespace named prefix-<random>, deleted (not waited for) when the block ends."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    kubectl.run("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        kubectl.run("delete", "namespace", name, "--wait=false", check=False)
