@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 Cause = dict[str, str]
+NameValidator = Callable[[str], list[str]]
 
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
@@ -187,13 +188,38 @@ def not_supported(field: str, value: Any, allowed: list[str]) -> Cause:
             "message": f"Unsupported value: {_quote(value)}: supported values: {opts}", "field": field}
 
 
+def duplicate(field: str, value: Any) -> Cause:
+    return {"reason": "FieldValueDuplicate", "message": f"Duplicate value: {_quote(value)}", "field": field}
+
+
+def not_found(field: str, value: Any) -> Cause:
+    return {"reason": "FieldValueNotFound", "message": f"Not found: {_quote(value)}", "field": field}
+
+
 def immutable(field: str, value: Any) -> Cause:
     return invalid(field, value, "field is immutable")
 
 
-# ObjectMeta --------------------------------------------------------------------
+def one_of(field: str, value: Any, allowed: list[str]) -> list[Cause]:
+    """An enum field kube requires: Required when empty, NotSupported when not one of allowed."""
+    if not value:
+        return [required(field)]
+    return [] if value in allowed else [not_supported(field, value, allowed)]
 
-NameValidator = Callable[[str], list[str]]
+
+def unique_name(field: str, name: str, seen: set[str], rules: NameValidator) -> list[Cause]:
+    """A list item's name: required, valid by rules (is_dns1123_label...), and not one seen earlier in the list;
+    seen takes it."""
+    if not name:
+        return [required(field)]
+    causes = [invalid(field, name, m) for m in rules(name)]
+    if name in seen:
+        causes.append(duplicate(field, name))
+    seen.add(name)
+    return causes
+
+
+# ObjectMeta --------------------------------------------------------------------
 
 
 def validate_labels(labels: dict[str, str], field: str = "metadata.labels") -> list[Cause]:

@@ -103,8 +103,7 @@ def _named_expressions(items: Any, path: str, key: str, causes: list[v.Cause]) -
         if not name:
             causes.append(v.required(f"{path}[{i}].{key}"))
         elif name in seen:
-            causes.append({"reason": "FieldValueDuplicate", "message": f"Duplicate value: {v._quote(name)}",
-                           "field": f"{path}[{i}].{key}"})
+            causes.append(v.duplicate(f"{path}[{i}].{key}", name))
         seen.add(name or "")
         _expression((item or {}).get("expression" if key == "name" else "valueExpression"),
                     f"{path}[{i}].{'expression' if key == 'name' else 'valueExpression'}", causes)
@@ -162,8 +161,7 @@ def validate_policy_spec(spec: Obj, causes: list[v.Cause], mutating: bool) -> No
         if not key:
             causes.append(v.required(f"spec.auditAnnotations[{i}].key"))
         elif key in seen:
-            causes.append({"reason": "FieldValueDuplicate", "message": f"Duplicate value: {v._quote(key)}",
-                           "field": f"spec.auditAnnotations[{i}].key"})
+            causes.append(v.duplicate(f"spec.auditAnnotations[{i}].key", key))
         seen.add(key)
         _expression((a or {}).get("valueExpression"), f"spec.auditAnnotations[{i}].valueExpression", causes)
 
@@ -246,8 +244,7 @@ class AdmissionPolicyBindingStrategy(Strategy):
             if a not in VALIDATION_ACTIONS:
                 causes.append(v.not_supported(f"spec.validationActions[{i}]", a, list(VALIDATION_ACTIONS)))
             elif a in seen:
-                causes.append({"reason": "FieldValueDuplicate", "message": f"Duplicate value: {v._quote(a)}",
-                               "field": f"spec.validationActions[{i}]"})
+                causes.append(v.duplicate(f"spec.validationActions[{i}]", a))
             seen.add(a)
         if {"Deny", "Warn"} <= seen:
             causes.append(v.invalid("spec.validationActions", actions,
@@ -266,10 +263,6 @@ WEBHOOK_OPERATIONS = ("*", "CONNECT", "CREATE", "DELETE", "UPDATE")
 SCOPES = ("*", "Cluster", "Namespaced")
 REVIEW_VERSIONS = ("v1", "v1beta1")
 MAX_MATCH_CONDITIONS = 64
-
-
-def _dup(field: str, value: Any) -> v.Cause:
-    return {"reason": "FieldValueDuplicate", "message": f"Duplicate value: {v._quote(value)}", "field": field}
 
 
 def _too_many(field: str, n: int, limit: int) -> v.Cause:
@@ -383,14 +376,7 @@ def validate_match_conditions(conditions: Any, field: str) -> list[v.Cause]:
     names: set[str] = set()
     for i, mc in enumerate(conditions):
         f = f"{field}[{i}]"
-        name = (mc or {}).get("name") or ""
-        if not name:
-            causes.append(v.required(f"{f}.name"))
-        else:
-            causes += [v.invalid(f"{f}.name", name, m) for m in v.is_qualified_name(name)]
-            if name in names:
-                causes.append(_dup(f"{f}.name", name))
-            names.add(name)
+        causes += v.unique_name(f"{f}.name", (mc or {}).get("name") or "", names, v.is_qualified_name)
         expr = (mc or {}).get("expression") or ""
         if not expr:
             causes.append(v.required(f"{f}.expression"))
@@ -436,7 +422,7 @@ def validate_webhook(hook: Obj, field: str, mutating: bool) -> list[v.Cause]:
         seen: set[str] = set()
         for i, ver in enumerate(versions):
             if ver in seen:
-                causes.append(_dup(f"{field}.admissionReviewVersions[{i}]", ver))
+                causes.append(v.duplicate(f"{field}.admissionReviewVersions[{i}]", ver))
             seen.add(ver)
             causes += [v.invalid(f"{field}.admissionReviewVersions[{i}]", ver, m) for m in v.is_dns1035_label(ver)]
         if not seen & set(REVIEW_VERSIONS):
@@ -495,7 +481,7 @@ class WebhookConfigurationStrategy(Strategy):
             causes += validate_webhook(hook, f"webhooks[{i}]", self.mutating)
             name = hook.get("name") or ""
             if name and name in names:
-                causes.append(_dup(f"webhooks[{i}].name", name))
+                causes.append(v.duplicate(f"webhooks[{i}].name", name))
             names.add(name)
         return causes
 

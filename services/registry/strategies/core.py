@@ -412,8 +412,7 @@ class LimitRangeStrategy(Strategy):
             p = f"spec.limits[{i}]"
             typ = item.get("type") or ""
             if typ in seen:
-                causes.append({"reason": "FieldValueDuplicate", "message": f'Duplicate value: "{typ}"',
-                               "field": f"{p}.type"})
+                causes.append(v.duplicate(f"{p}.type", typ))
             seen.add(typ)
             parsed: dict[str, dict[str, Any]] = {}
             for part in ("max", "min", "default", "defaultRequest", "maxLimitRequestRatio"):

@@ -157,14 +157,6 @@ def default_template(template: Any) -> None:
 # Validation ---------------------------------------------------------------------------------------
 
 
-def duplicate(field: str, value: Any) -> v.Cause:
-    return {"reason": "FieldValueDuplicate", "message": f"Duplicate value: {v._quote(value)}", "field": field}
-
-
-def not_found(field: str, value: Any) -> v.Cause:
-    return {"reason": "FieldValueNotFound", "message": f"Not found: {v._quote(value)}", "field": field}
-
-
 def _port_name_errors(name: str) -> list[str]:
     """validation.IsValidPortName."""
     errs = []
@@ -196,7 +188,7 @@ def _validate_ports(ports: list[Any], path: str) -> list[v.Cause]:
         if name:
             causes += [v.invalid(f"{f}.name", name, m) for m in _port_name_errors(name)]
             if name in names:
-                causes.append(duplicate(f"{f}.name", name))
+                causes.append(v.duplicate(f"{f}.name", name))
             names.add(name)
         cp = p.get("containerPort")
         if not cp:
@@ -206,11 +198,7 @@ def _validate_ports(ports: list[Any], path: str) -> list[v.Cause]:
         hp = p.get("hostPort")
         if hp and not _valid_port(hp):
             causes.append(v.invalid(f"{f}.hostPort", hp, PORT_RANGE))
-        proto = p.get("protocol") or ""
-        if not proto:
-            causes.append(v.required(f"{f}.protocol"))
-        elif proto not in PROTOCOLS:
-            causes.append(v.not_supported(f"{f}.protocol", proto, PROTOCOLS))
+        causes += v.one_of(f"{f}.protocol", p.get("protocol"), PROTOCOLS)
     return causes
 
 
@@ -270,16 +258,9 @@ def _validate_container(c: Obj, f: str, volumes: set[str]) -> list[v.Cause]:
     causes: list[v.Cause] = []
     if not c.get("image"):
         causes.append(v.required(f"{f}.image"))
-    pull = c.get("imagePullPolicy") or ""
-    if not pull:
-        causes.append(v.required(f"{f}.imagePullPolicy"))
-    elif pull not in PULL_POLICIES:
-        causes.append(v.not_supported(f"{f}.imagePullPolicy", pull, PULL_POLICIES))
-    tmp = c.get("terminationMessagePolicy") or ""
-    if not tmp:
-        causes.append(v.required(f"{f}.terminationMessagePolicy"))
-    elif tmp not in TERMINATION_MESSAGE_POLICIES:
-        causes.append(v.not_supported(f"{f}.terminationMessagePolicy", tmp, TERMINATION_MESSAGE_POLICIES))
+    causes += v.one_of(f"{f}.imagePullPolicy", c.get("imagePullPolicy"), PULL_POLICIES)
+    causes += v.one_of(f"{f}.terminationMessagePolicy", c.get("terminationMessagePolicy"),
+                       TERMINATION_MESSAGE_POLICIES)
     causes += _validate_ports(c.get("ports") or [], f"{f}.ports")
     causes += _validate_env(c.get("env") or [], f"{f}.env")
     causes += _validate_resources(c.get("resources"), f"{f}.resources")
@@ -292,7 +273,7 @@ def _validate_container(c: Obj, f: str, volumes: set[str]) -> list[v.Cause]:
         if not name:
             causes.append(v.required(f"{mf}.name"))
         elif name not in volumes:
-            causes.append(not_found(f"{mf}.name", name))
+            causes.append(v.not_found(f"{mf}.name", name))
         path = m.get("mountPath") or ""
         if not path:
             causes.append(v.required(f"{mf}.mountPath"))
@@ -319,14 +300,7 @@ def validate_pod_spec(spec: Any, path: str) -> list[v.Cause]:
         if not isinstance(vol, dict):
             continue
         f = f"{path}.volumes[{i}]"
-        name = vol.get("name") or ""
-        if not name:
-            causes.append(v.required(f"{f}.name"))
-        else:
-            causes += [v.invalid(f"{f}.name", name, m) for m in v.is_dns1123_label(name)]
-            if name in volumes:
-                causes.append(duplicate(f"{f}.name", name))
-            volumes.add(name)
+        causes += v.unique_name(f"{f}.name", vol.get("name") or "", volumes, v.is_dns1123_label)
         sources = [k for k in vol if k != "name" and vol[k] is not None]
         if not sources:
             causes.append(v.required(f, "must specify a volume type"))
@@ -336,28 +310,13 @@ def validate_pod_spec(spec: Any, path: str) -> list[v.Cause]:
         causes.append(v.required(f"{path}.{CONTAINERS}"))
     names: set[str] = set()  # unique across the three lists
     for key, f, c in visit_containers(spec, path=path):
-        name = c.get("name") or ""
-        if not name:
-            causes.append(v.required(f"{f}.name"))
-        else:
-            causes += [v.invalid(f"{f}.name", name, m) for m in v.is_dns1123_label(name)]
-            if name in names:
-                causes.append(duplicate(f"{f}.name", name))
-            names.add(name)
+        causes += v.unique_name(f"{f}.name", c.get("name") or "", names, v.is_dns1123_label)
         if key == EPHEMERAL_CONTAINERS:
             causes += _validate_ephemeral_container(c, f)
         else:
             causes += _validate_container(c, f, volumes)
-    restart = spec.get("restartPolicy") or ""
-    if not restart:
-        causes.append(v.required(f"{path}.restartPolicy"))
-    elif restart not in RESTART_POLICIES:
-        causes.append(v.not_supported(f"{path}.restartPolicy", restart, RESTART_POLICIES))
-    dns = spec.get("dnsPolicy") or ""
-    if not dns:
-        causes.append(v.required(f"{path}.dnsPolicy"))
-    elif dns not in DNS_POLICIES:
-        causes.append(v.not_supported(f"{path}.dnsPolicy", dns, DNS_POLICIES))
+    causes += v.one_of(f"{path}.restartPolicy", spec.get("restartPolicy"), RESTART_POLICIES)
+    causes += v.one_of(f"{path}.dnsPolicy", spec.get("dnsPolicy"), DNS_POLICIES)
     tgps = spec.get("terminationGracePeriodSeconds")
     if isinstance(tgps, int) and tgps < 0:
         causes.append(v.invalid(f"{path}.terminationGracePeriodSeconds", tgps,

@@ -128,8 +128,7 @@ def _port_names(ports: list[Any], base: str) -> list[v.Cause]:
             continue
         causes += [v.invalid(field, name, m) for m in v.is_dns1123_label(name)]
         if name in seen:
-            causes.append({"reason": "FieldValueDuplicate", "message": f"Duplicate value: {v._quote(name)}",
-                           "field": field})
+            causes.append(v.duplicate(field, name))
         seen.add(name)
     return causes
 
@@ -387,8 +386,7 @@ class EndpointSliceStrategy(Strategy):
             if name:
                 causes += [v.invalid(f"ports[{i}].name", name, m) for m in v.is_dns1123_label(name)]
             if name in seen:
-                causes.append({"reason": "FieldValueDuplicate", "message": f"Duplicate value: {v._quote(name)}",
-                               "field": f"ports[{i}].name"})
+                causes.append(v.duplicate(f"ports[{i}].name", name))
             seen.add(name)
             port = p.get("port")
             if port is not None and (not isinstance(port, int) or not 0 <= port <= 65535):

@@ -114,8 +114,7 @@ class CSIDriverStrategy(Strategy):
         for i, tr in enumerate(spec.get("tokenRequests") or []):
             audience = tr.get("audience") or ""
             if audience in seen:
-                causes.append({"reason": "FieldValueDuplicate", "message": f'Duplicate value: "{audience}"',
-                               "field": f"spec.tokenRequests[{i}].audience"})
+                causes.append(v.duplicate(f"spec.tokenRequests[{i}].audience", audience))
             seen.add(audience)
             seconds = tr.get("expirationSeconds")
             if seconds is not None and seconds < 600:
