@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from apiary_pb import registry_pb2 as rpb
-from services.common import identity
+from services.common import errors, identity
 from services.registry.admission import AdmissionClient
 from services.registry.auth import AuthClient
 from services.registry.catalogue import DEFAULT_CATALOGUE
@@ -64,15 +64,22 @@ def request(verb: str, resource: str, namespace: str = "", name: str = "", body:
 
 
 class Client:
-    """Drives Handlers.handle and decodes the JSON answer."""
+    """Drives Handlers.handle and decodes the JSON answer; with errors_as_status, an API error is answered as
+    the proxy answers it (its code and kube's Status) instead of raised."""
 
-    def __init__(self, handlers: Handlers) -> None:
+    def __init__(self, handlers: Handlers, errors_as_status: bool = False) -> None:
         self.h = handlers
+        self.errors_as_status = errors_as_status
         self.last_warnings: list[str] = []
         self.last_timing: dict[str, float] = {}
 
     async def __call__(self, *args: Any, **kwargs: Any) -> tuple[int, Any]:
-        resp, timing = await self.h.handle(request(*args, **kwargs))
+        try:
+            resp, timing = await self.h.handle(request(*args, **kwargs))
+        except errors.APIError as e:
+            if not self.errors_as_status:
+                raise
+            return e.code, e.status()
         self.last_warnings, self.last_timing = resp.warnings, timing
         return resp.code, orjson.loads(resp.body)
 
@@ -80,6 +87,12 @@ class Client:
 @pytest.fixture
 def api(handlers: Handlers) -> Client:
     return Client(handlers)
+
+
+@pytest.fixture
+def status_api(handlers: Handlers) -> Client:
+    """The registry's answers, errors as the Status body the proxy would send."""
+    return Client(handlers, errors_as_status=True)
 
 
 def cm(name: str = "c", ns: str = "default", data: dict[str, str] | None = None, **meta: Any) -> dict[str, Any]:

@@ -2,13 +2,12 @@
 ToSelectableFields): the labels each kind accepts, kube's 400 for any other, and the selection itself."""
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from services.common import errors
 from services.registry.catalogue import DEFAULT_CATALOGUE
 from services.registry.strategies import strategy_for
+
+from .conftest import Client
 
 META = {"metadata.name", "metadata.namespace"}
 # kube 1.33's field labels (pkg/apis/*/v1/conversion.go; the default conversion's two for the rest)
@@ -40,13 +39,9 @@ def test_field_labels_are_kubes(group: str, plural: str) -> None:
 
 
 @pytest.fixture
-def api(api):  # type: ignore[no-untyped-def]
-    async def call(*args: Any, **kwargs: Any) -> tuple[int, Any]:
-        try:
-            return await api(*args, **kwargs)
-        except errors.APIError as e:
-            return e.code, e.status()
-    return call
+def api(status_api: Client) -> Client:
+    """This module's calls read errors as Status bodies."""
+    return status_api
 
 
 async def names(api, resource: str, selector: str, namespace: str = "default") -> list[str]:

@@ -6,20 +6,16 @@ from typing import Any
 
 import pytest
 
-from services.common import errors
 from services.registry.strategies import podspec
 from services.registry.strategies.workload import selector_string
 
+from .conftest import Client
+
 
 @pytest.fixture
-def api(api):  # type: ignore[no-untyped-def]
-    """The registry's answers, errors as the Status body the proxy would send."""
-    async def call(*args: Any, **kwargs: Any) -> tuple[int, Any]:
-        try:
-            return await api(*args, **kwargs)
-        except errors.APIError as e:
-            return e.code, {"message": e.message, "details": e.details or {}}
-    return call
+def api(status_api: Client) -> Client:
+    """This module's calls read errors as Status bodies."""
+    return status_api
 
 
 def pod(name: str = "p", **spec: Any) -> dict[str, Any]:
