@@ -3,8 +3,8 @@ cascade mode, dangling and cluster-scoped owners, blockOwnerDeletion; namespace 
 ServiceAccount and kube-root-ca.crt of every namespace."""
 from __future__ import annotations
 
+import functools
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,19 +12,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import Kubectl
+from tests.waiting import wait_for
 
 WAIT = 60.0  # seconds a controller gets to converge (the machine is shared; no timing is asserted)
 
 
-def eventually(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout:.0f}s: {what}")
-        time.sleep(0.2)
+eventually = functools.partial(wait_for, timeout=WAIT, interval=0.2)
 
 
 @pytest.fixture
@@ -70,14 +63,14 @@ def test_background_cascade_deletes_dependents(kubectl, ns):
         dependent(kubectl, ns, d, owner)
     kubectl.run("-n", ns, "delete", "cm", "owner", "--cascade=background")
     for d in ("d1", "d2"):
-        eventually(gone(kubectl, "-n", ns, "cm", d), f"dependent {d} collected")
+        eventually(gone(kubectl, "-n", ns, "cm", d), what=f"dependent {d} collected")
 
 
 def test_orphan_cascade_keeps_dependents_without_the_reference(kubectl, ns):
     owner = cm_owner(kubectl, ns, "owner")
     dependent(kubectl, ns, "kept", owner)
     kubectl.run("-n", ns, "delete", "cm", "owner", "--cascade=orphan")
-    eventually(gone(kubectl, "-n", ns, "cm", "owner"), "owner deleted once its dependents are orphaned")
+    eventually(gone(kubectl, "-n", ns, "cm", "owner"), what="owner deleted once its dependents are orphaned")
     kept = get(kubectl, "-n", ns, "cm", "kept")
     assert kept is not None and not kept["metadata"].get("ownerReferences")
 
@@ -90,28 +83,28 @@ def test_foreground_cascade_with_block_owner_deletion(kubectl, ns):
         "metadata": {"name": "held", "namespace": ns, "finalizers": ["example.com/hold"], "ownerReferences": [owner]}}))
     dependent(kubectl, ns, "plain", owner)
     kubectl.run("-n", ns, "delete", "cm", "owner", "--cascade=foreground", "--wait=false")
-    eventually(gone(kubectl, "-n", ns, "cm", "plain"), "the unblocked dependent collected")
+    eventually(gone(kubectl, "-n", ns, "cm", "plain"), what="the unblocked dependent collected")
     held = eventually(lambda: (o := get(kubectl, "-n", ns, "cm", "held")) and
-                      o["metadata"].get("deletionTimestamp") and o, "the blocking dependent marked for deletion")
+                      o["metadata"].get("deletionTimestamp") and o, what="the blocking dependent marked for deletion")
     assert held["metadata"]["finalizers"] == ["example.com/hold"]
     waiting = get(kubectl, "-n", ns, "cm", "owner")
     assert waiting is not None and waiting["metadata"]["deletionTimestamp"]
     assert "foregroundDeletion" in waiting["metadata"]["finalizers"]
     kubectl.run("-n", ns, "patch", "cm", "held", "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
-    eventually(gone(kubectl, "-n", ns, "cm", "owner"), "the owner goes once its blocking dependent is gone")
+    eventually(gone(kubectl, "-n", ns, "cm", "owner"), what="the owner goes once its blocking dependent is gone")
 
 
 def test_dangling_owner(kubectl, ns):
     dependent(kubectl, ns, "orphaned", {"apiVersion": "v1", "kind": "ConfigMap", "name": "never",
                                          "uid": str(uuid.uuid4())})
-    eventually(gone(kubectl, "-n", ns, "cm", "orphaned"), "a dependent of an owner that does not exist collected")
+    eventually(gone(kubectl, "-n", ns, "cm", "orphaned"), what="a dependent of an owner that does not exist collected")
 
 
 def test_owner_with_a_reused_name_is_not_the_owner(kubectl, ns):
     kubectl.run("-n", ns, "create", "configmap", "owner")
     dependent(kubectl, ns, "stale", {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
                                       "uid": str(uuid.uuid4())})
-    eventually(gone(kubectl, "-n", ns, "cm", "stale"), "a dependent whose owner's uid differs collected")
+    eventually(gone(kubectl, "-n", ns, "cm", "stale"), what="a dependent whose owner's uid differs collected")
     assert get(kubectl, "-n", ns, "cm", "owner") is not None
 
 
@@ -123,10 +116,10 @@ def test_cluster_scoped_owner_of_namespaced_dependent(kubectl, ns):
                  "uid": uid(kubectl, "clusterrole", role)}
         dependent(kubectl, ns, "owned", owner)
         dependent(kubectl, ns, "plain", {**owner, "name": "x", "uid": str(uuid.uuid4())})
-        eventually(gone(kubectl, "-n", ns, "cm", "plain"), "the other dependent (dangling) collected")
+        eventually(gone(kubectl, "-n", ns, "cm", "plain"), what="the other dependent (dangling) collected")
         assert get(kubectl, "-n", ns, "cm", "owned") is not None  # its owner lives
         kubectl.run("delete", "clusterrole", role)
-        eventually(gone(kubectl, "-n", ns, "cm", "owned"), "the dependent of the deleted ClusterRole collected")
+        eventually(gone(kubectl, "-n", ns, "cm", "owned"), what="the dependent of the deleted ClusterRole collected")
     finally:
         kubectl.run("delete", "clusterrole", role, "--ignore-not-found")
 
@@ -141,7 +134,7 @@ def test_live_owner_keeps_dependents(kubectl, ns):
     # one owner left: the dependent stays, its reference to the deleted owner removed
     eventually(lambda: [r["name"] for r in (get(kubectl, "-n", ns, "cm", "shared") or {})
                         .get("metadata", {}).get("ownerReferences", [])] == ["other"],
-               "the reference to the deleted owner removed")
+               what="the reference to the deleted owner removed")
 
 
 def test_deletecollection_with_propagation(kubectl, admin, ns):
@@ -156,8 +149,8 @@ def test_deletecollection_with_propagation(kubectl, admin, ns):
         r = admin.request("DELETE", f"/api/v1/namespaces/{ns}/configmaps", params={"labelSelector": f"policy={policy}"},
                           json={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": policy})
         assert r.status_code == 200, r.text
-    eventually(gone(kubectl, "-n", ns, "cm", "cascaded-dep"), "Background: the dependent collected")
-    eventually(gone(kubectl, "-n", ns, "cm", "orphaned"), "Orphan: the owner goes once its dependent is orphaned")
+    eventually(gone(kubectl, "-n", ns, "cm", "cascaded-dep"), what="Background: the dependent collected")
+    eventually(gone(kubectl, "-n", ns, "cm", "orphaned"), what="Orphan: the owner goes once its dependent is orphaned")
     kept = get(kubectl, "-n", ns, "cm", "orphaned-dep")
     assert kept is not None and not kept["metadata"].get("ownerReferences")
 
@@ -174,7 +167,7 @@ def test_namespace_deletion_empties_it(kubectl):
     kubectl.run("delete", "namespace", name, "--wait=false")
     ns = eventually(lambda: (o := get(kubectl, "namespace", name)) and any(
         c["type"] == "NamespaceFinalizersRemaining" and c["status"] == "True"
-        for c in o.get("status", {}).get("conditions", [])) and o, "the namespace says what it waits for")
+        for c in o.get("status", {}).get("conditions", [])) and o, what="the namespace says what it waits for")
     assert ns["status"]["phase"] == "Terminating"
     conds = {c["type"]: c for c in ns["status"]["conditions"]}
     assert conds["NamespaceContentRemaining"]["reason"] == "SomeResourcesRemain"
@@ -183,21 +176,21 @@ def test_namespace_deletion_empties_it(kubectl):
     assert conds["NamespaceDeletionDiscoveryFailure"]["status"] == "False"
     assert kubectl.run("-n", name, "get", "secrets,serviceaccounts", "-o", "name").stdout.strip() == ""
     kubectl.run("-n", name, "patch", "cm", "held", "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
-    eventually(gone(kubectl, "namespace", name), "the namespace deleted once empty")
+    eventually(gone(kubectl, "namespace", name), what="the namespace deleted once empty")
 
 
 def test_default_serviceaccount_and_root_ca_in_every_namespace(kubectl, stack, ns):
     ca = (stack.state / "pki" / "ca.crt").read_text()
-    eventually(lambda: get(kubectl, "-n", ns, "serviceaccount", "default"), "default ServiceAccount created")
-    cm = eventually(lambda: get(kubectl, "-n", ns, "configmap", "kube-root-ca.crt"), "kube-root-ca.crt created")
+    eventually(lambda: get(kubectl, "-n", ns, "serviceaccount", "default"), what="default ServiceAccount created")
+    cm = eventually(lambda: get(kubectl, "-n", ns, "configmap", "kube-root-ca.crt"), what="kube-root-ca.crt created")
     assert cm["data"] == {"ca.crt": ca}
     kubectl.run("-n", ns, "delete", "serviceaccount", "default")
     kubectl.run("-n", ns, "delete", "configmap", "kube-root-ca.crt")
-    eventually(lambda: get(kubectl, "-n", ns, "serviceaccount", "default"), "default ServiceAccount recreated")
-    eventually(lambda: get(kubectl, "-n", ns, "configmap", "kube-root-ca.crt"), "kube-root-ca.crt recreated")
+    eventually(lambda: get(kubectl, "-n", ns, "serviceaccount", "default"), what="default ServiceAccount recreated")
+    eventually(lambda: get(kubectl, "-n", ns, "configmap", "kube-root-ca.crt"), what="kube-root-ca.crt recreated")
     kubectl.run("-n", ns, "patch", "configmap", "kube-root-ca.crt", "--type=merge", "-p", '{"data":{"ca.crt":"x"}}')
     eventually(lambda: (get(kubectl, "-n", ns, "configmap", "kube-root-ca.crt") or {}).get("data") == {"ca.crt": ca},
-               "kube-root-ca.crt restored")
+               what="kube-root-ca.crt restored")
 
 
 def test_controller_manager_lease(kubectl):

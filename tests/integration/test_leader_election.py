@@ -2,12 +2,12 @@
 durations: one leads, the other waits; the leader killed with SIGKILL, the other takes the lease over."""
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from services.common.config import HEALTH_PORTS
+from tests.waiting import wait_for
 from tools.run import ROOT
 
 WAIT = 60.0
@@ -30,15 +31,7 @@ def master_status(port: int, lease: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def eventually(check, what: str):
-    deadline = time.monotonic() + WAIT
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {WAIT:.0f}s: {what}")
-        time.sleep(0.2)
+eventually = functools.partial(wait_for, timeout=WAIT, interval=0.2)
 
 
 @pytest.fixture
@@ -78,7 +71,7 @@ def test_one_leads_and_the_other_takes_over(kubectl, candidates):
         return {port: master_status(port, lease) for port in procs}
 
     leading = eventually(lambda: [p for p, s in statuses().items() if s == 1.0] if
-                         all(s is not None for s in statuses().values()) else None, "one candidate leads")
+                         all(s is not None for s in statuses().values()) else None, what="one candidate leads")
     assert len(leading) == 1
     leader = leading[0]
     (follower,) = [p for p in procs if p != leader]
@@ -87,7 +80,7 @@ def test_one_leads_and_the_other_takes_over(kubectl, candidates):
     assert holder
     os.killpg(procs[leader].pid, signal.SIGKILL)
     procs[leader].wait()
-    eventually(lambda: master_status(follower, lease) == 1.0, "the other candidate leads")
+    eventually(lambda: master_status(follower, lease) == 1.0, what="the other candidate leads")
     new_holder = kubectl.run("-n", "kube-system", "get", "lease", lease, "-o",
                              "jsonpath={.spec.holderIdentity} {.spec.leaseTransitions}").stdout.split()
     assert new_holder[0] != holder and int(new_holder[1]) >= 1
