@@ -45,6 +45,16 @@ def _is_zero(value: object) -> bool:
     return value in (0, "0%", "0")
 
 
+def _validate_rolling_update(ru: Obj, path: str) -> list[v.Cause]:
+    """A Deployment's or DaemonSet's rollingUpdate: maxUnavailable and maxSurge, never both 0."""
+    causes = _int_or_percent(ru.get("maxUnavailable"), f"{path}.maxUnavailable")
+    causes += _int_or_percent(ru.get("maxSurge"), f"{path}.maxSurge")
+    if _is_zero(ru.get("maxUnavailable")) and _is_zero(ru.get("maxSurge")):
+        causes.append(v.invalid(f"{path}.maxUnavailable", ru.get("maxUnavailable"),
+                                "may not be 0 when `maxSurge` is 0"))
+    return causes
+
+
 class DeploymentStrategy(WorkloadStrategy):
     selector_kind = "deployment"
 
@@ -74,12 +84,7 @@ class DeploymentStrategy(WorkloadStrategy):
             causes.append(v.forbidden("spec.strategy.rollingUpdate",
                                       "may not be specified when strategy `type` is 'Recreate'"))
         elif typ == "RollingUpdate" and isinstance(ru, dict):
-            path = "spec.strategy.rollingUpdate"
-            causes += _int_or_percent(ru.get("maxUnavailable"), f"{path}.maxUnavailable")
-            causes += _int_or_percent(ru.get("maxSurge"), f"{path}.maxSurge")
-            if _is_zero(ru.get("maxUnavailable")) and _is_zero(ru.get("maxSurge")):
-                causes.append(v.invalid(f"{path}.maxUnavailable", ru.get("maxUnavailable"),
-                                        "may not be 0 when `maxSurge` is 0"))
+            causes += _validate_rolling_update(ru, "spec.strategy.rollingUpdate")
         causes += non_negative(obj, "progressDeadlineSeconds")
         pds, mrs = spec.get("progressDeadlineSeconds"), spec.get("minReadySeconds") or 0
         if isinstance(pds, int) and pds <= mrs:
@@ -174,11 +179,5 @@ class DaemonSetStrategy(WorkloadStrategy):
         if typ not in ("OnDelete", "RollingUpdate"):
             causes.append(v.not_supported("spec.updateStrategy.type", typ, ["OnDelete", "RollingUpdate"]))
         elif typ == "RollingUpdate" and isinstance(us.get("rollingUpdate"), dict):
-            ru = us["rollingUpdate"]
-            path = "spec.updateStrategy.rollingUpdate"
-            causes += _int_or_percent(ru.get("maxUnavailable"), f"{path}.maxUnavailable")
-            causes += _int_or_percent(ru.get("maxSurge"), f"{path}.maxSurge")
-            if _is_zero(ru.get("maxUnavailable")) and _is_zero(ru.get("maxSurge")):
-                causes.append(v.invalid(f"{path}.maxUnavailable", ru.get("maxUnavailable"),
-                                        "may not be 0 when `maxSurge` is 0"))
+            causes += _validate_rolling_update(us["rollingUpdate"], "spec.updateStrategy.rollingUpdate")
         return causes

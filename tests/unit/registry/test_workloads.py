@@ -308,3 +308,20 @@ async def test_statefulset_and_daemonset(api) -> None:
     assert t["rows"][0]["cells"][:7] == ["ds", 0, 0, 0, 0, 0, "<none>"]
     code, body = await api("get", "daemonsets", "default", "ds", subresource="scale")
     assert code == 404
+
+
+@pytest.mark.parametrize("kind, resource, key", [("Deployment", "deployments", "strategy"),
+                                                 ("DaemonSet", "daemonsets", "updateStrategy")])
+async def test_rolling_update_limits(api, kind: str, resource: str, key: str) -> None:
+    """ValidateRollingUpdateDeployment and ValidateRollingUpdateDaemonSet: int or percent, not both 0."""
+    body = deployment("r") | {"apiVersion": "apps/v1", "kind": kind}
+    body["spec"][key] = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "0%", "maxSurge": 0}}
+    code, out = await api("create", resource, "default", body=body)
+    path = f"spec.{key}.rollingUpdate"
+    assert code == 422 and [(c["field"], c["message"]) for c in out["details"]["causes"]] == [
+        (f"{path}.maxUnavailable", 'Invalid value: "0%": may not be 0 when `maxSurge` is 0')]
+    body["spec"][key]["rollingUpdate"] = {"maxUnavailable": "150%", "maxSurge": -1}
+    code, out = await api("create", resource, "default", body=body)
+    assert code == 422 and [(c["field"], c["message"]) for c in out["details"]["causes"]] == [
+        (f"{path}.maxUnavailable", 'Invalid value: "150%": must not be greater than 100%'),
+        (f"{path}.maxSurge", "Invalid value: -1: must be greater than or equal to 0")]
