@@ -378,6 +378,21 @@ class NodeStrategy(Strategy):
 LIMIT_TYPES = ("Container", "Pod", "PersistentVolumeClaim")
 
 
+# ValidateLimitRange's order checks of one resource, in kube's order: (the part that may not exceed, the part
+# it is held against, the field reported, the part whose value the cause shows, kube's message)
+_LIMIT_ORDER = (
+    ("min", "max", "min", "min", "min value {low} is greater than max value {high}"),
+    ("min", "defaultRequest", "defaultRequest", "defaultRequest",
+     "min value {low} is greater than default request value {high}"),
+    ("defaultRequest", "max", "defaultRequest", "defaultRequest",
+     "default request value {low} is greater than max value {high}"),
+    ("defaultRequest", "default", "defaultRequest", "defaultRequest",
+     "default request value {low} is greater than default limit value {high}"),
+    ("min", "default", "default", "min", "min value {low} is greater than default value {high}"),
+    ("default", "max", "default", "max", "default value {low} is greater than max value {high}"),
+)
+
+
 class LimitRangeStrategy(Strategy):
     """core/v1 LimitRange (kube's pkg/registry/core/limitrange). Covered: SetDefaults_LimitRangeItem (for
     Container items: default from max, defaultRequest from default then min) and ValidateLimitRange's rules
@@ -434,28 +449,12 @@ class LimitRangeStrategy(Strategy):
                                                                  "'PersistentVolumeClaim'"))
             keys = set().union(*(parsed[k] for k in parsed))
             for k in sorted(keys):
-                mn, mx = parsed["min"].get(k), parsed["max"].get(k)
-                dr, df = parsed["defaultRequest"].get(k), parsed["default"].get(k)
+                for low, high, part, shown, text in _LIMIT_ORDER:
+                    a, b = parsed[low].get(k), parsed[high].get(k)
+                    if a and b and a[0] > b[0]:
+                        causes.append(v.invalid(f"{p}.{part}[{k}]", parsed[shown][k][1],
+                                                text.format(low=a[1], high=b[1])))
                 ratio = parsed["maxLimitRequestRatio"].get(k)
-                if mn and mx and mn[0] > mx[0]:
-                    causes.append(v.invalid(f"{p}.min[{k}]", mn[1], f"min value {mn[1]} is greater than max value "
-                                                                     f"{mx[1]}"))
-                if dr and mn and mn[0] > dr[0]:
-                    causes.append(v.invalid(f"{p}.defaultRequest[{k}]", dr[1],
-                                            f"min value {mn[1]} is greater than default request value {dr[1]}"))
-                if dr and mx and dr[0] > mx[0]:
-                    causes.append(v.invalid(f"{p}.defaultRequest[{k}]", dr[1],
-                                            f"default request value {dr[1]} is greater than max value {mx[1]}"))
-                if dr and df and dr[0] > df[0]:
-                    causes.append(v.invalid(f"{p}.defaultRequest[{k}]", dr[1],
-                                            f"default request value {dr[1]} is greater than default limit value "
-                                            f"{df[1]}"))
-                if df and mn and mn[0] > df[0]:
-                    causes.append(v.invalid(f"{p}.default[{k}]", mn[1],
-                                            f"min value {mn[1]} is greater than default value {df[1]}"))
-                if df and mx and df[0] > mx[0]:
-                    causes.append(v.invalid(f"{p}.default[{k}]", mx[1],
-                                            f"default value {df[1]} is greater than max value {mx[1]}"))
                 if ratio and ratio[0] < 1:
                     causes.append(v.invalid(f"{p}.maxLimitRequestRatio[{k}]", ratio[1],
                                             f"ratio {ratio[1]} is less than 1"))

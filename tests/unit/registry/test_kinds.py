@@ -241,6 +241,23 @@ async def test_limit_range_defaults_and_order_rules(api):
     assert table["rows"][0]["cells"] == ["lr", got["metadata"]["creationTimestamp"]]
 
 
+async def test_limit_range_order_messages(api):
+    """ValidateLimitRange's six order checks, each with kube's field, value and message."""
+    body = obj("v1", "LimitRange", "order", "default", spec={"limits": [{
+        "type": "Container", "min": {"cpu": "4", "memory": "2"}, "max": {"cpu": "2"},
+        "default": {"cpu": "3"}, "defaultRequest": {"cpu": "5", "memory": "1"}}]})
+    assert await refused(api, "create", "limitranges", "default", body=body) == [
+        'spec.limits[0].min[cpu]: Invalid value: "4": min value 4 is greater than max value 2',
+        'spec.limits[0].defaultRequest[cpu]: Invalid value: "5": default request value 5 is greater than max '
+        'value 2',
+        'spec.limits[0].defaultRequest[cpu]: Invalid value: "5": default request value 5 is greater than '
+        'default limit value 3',
+        'spec.limits[0].default[cpu]: Invalid value: "4": min value 4 is greater than default value 3',
+        'spec.limits[0].default[cpu]: Invalid value: "2": default value 3 is greater than max value 2',
+        'spec.limits[0].defaultRequest[memory]: Invalid value: "1": min value 2 is greater than default '
+        'request value 1']
+
+
 @pytest.mark.parametrize("resource,short", [("nodes", "no"), ("limitranges", "limits"), ("priorityclasses", "pc"),
                                             ("poddisruptionbudgets", "pdb"), ("ingresses", "ing"),
                                             ("networkpolicies", "netpol"), ("storageclasses", "sc")])
