@@ -53,11 +53,16 @@ def handlers(storage: FakeStorage, admission: FakeAdmission, auth: FakeAuth) -> 
                     AuthClient(auth))  # type: ignore[arg-type]
 
 
+ADMIN = identity.user_pb("admin", ["system:masters"])
+
+
 def request(verb: str, resource: str, namespace: str = "", name: str = "", body: Any = None,
             query: dict[str, str] | None = None, content_type: str = "application/json", table: bool = False,
-            subresource: str = "", user: Any = None) -> rpb.APIRequest:
+            subresource: str = "", user: Any = None, group: str | None = None,
+            version: str = "v1") -> rpb.APIRequest:
     raw = body if isinstance(body, bytes) else (orjson.dumps(body) if body is not None else b"")
-    return rpb.APIRequest(verb=verb, group=GROUPS.get(resource, ""), version="v1", resource=resource,
+    group = GROUPS.get(resource, "") if group is None else group
+    return rpb.APIRequest(verb=verb, group=group, version=version, resource=resource,
                           namespace=namespace, name=name, body=raw, query=query or {}, content_type=content_type,
                           table=table, subresource=subresource,
                           user=user if user is not None else identity.user_pb("alice", ["devs"]))

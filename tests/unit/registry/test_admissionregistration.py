@@ -12,6 +12,8 @@ from services.registry.strategies.admissionregistration import (
     ValidatingWebhookConfigurationStrategy,
 )
 
+from .conftest import ADMIN, Client
+
 MUTATING, VALIDATING = WEBHOOK_KINDS
 
 
@@ -89,16 +91,7 @@ MAP_POLICY = {"metadata": {"name": "stamp"}, "spec": {
 
 async def _call(handlers: Any, verb: str, version: str, name: str = "", body: Any = None,
                 resource: str = "mutatingadmissionpolicies") -> tuple[int, Any]:
-    import orjson
-
-    from apiary_pb import registry_pb2 as rpb
-    from services.common import identity
-
-    req = rpb.APIRequest(verb=verb, group=GROUP, version=version, resource=resource, name=name,
-                         body=orjson.dumps(body) if body is not None else b"", content_type="application/json",
-                         user=identity.user_pb("admin", ["system:masters"]))
-    resp, _ = await handlers.handle(req)
-    return resp.code, orjson.loads(resp.body)
+    return await Client(handlers)(verb, resource, name=name, body=body, group=GROUP, version=version, user=ADMIN)
 
 
 async def test_mutating_policy_versions_share_one_storage(handlers: Any, storage: Any) -> None:

@@ -9,11 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apiary_pb import envelope_pb2 as pb
-from apiary_pb import registry_pb2 as rpb
-from services.common import envelope, errors, identity
+from services.common import envelope, errors
 from services.registry.catalogue import DEFAULT_CATALOGUE
 from services.registry.strategies.events import CONVERSION as EVENTS
 from services.registry.strategies.events import TO_CORE
+
+from .conftest import ADMIN, Client
 
 GROUP = "admissionregistration.k8s.io"
 Obj = dict[str, Any]
@@ -31,11 +32,8 @@ def info(group: str, version: str, plural: str) -> Any:
 
 
 async def call(handlers: Any, verb: str, version: str, name: str = "", body: Any = None) -> tuple[int, Obj]:
-    req = rpb.APIRequest(verb=verb, group=GROUP, version=version, resource="mutatingadmissionpolicies", name=name,
-                         body=orjson.dumps(body) if body is not None else b"", content_type="application/json",
-                         user=identity.user_pb("admin", ["system:masters"]))
-    resp, _ = await handlers.handle(req)
-    return resp.code, orjson.loads(resp.body)
+    return await Client(handlers)(verb, "mutatingadmissionpolicies", name=name, body=body, group=GROUP,
+                                  version=version, user=ADMIN)
 
 
 async def test_mutating_policies_are_stored_in_the_storage_version(handlers: Any, storage: Any) -> None:
