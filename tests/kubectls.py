@@ -2,21 +2,24 @@
 (kubectl.1.27, kubectl.1.33) where they are installed.
 
 A test that takes the `kctl` fixture (tests/e2e/conftest.py makes it every e2e module's) runs once per
-version; `tag(kctl)` names what each version creates, `refused()` runs a command that must fail, and
-`namespace()` gives a test module or a test a namespace of its own.
+version; `tag(kctl)` names what each version creates, `refused()` runs a command that must fail,
+`until_refused()` retries one until something that arrives by watch refuses it, and `namespace()` gives a
+test module or a test a namespace of its own.
 """
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import Kubectl
+from tests.waiting import wait_for
 
 OTHER_VERSIONS = ("1.27", "1.33")
 # A suffix per test run: cluster-scoped objects (nodes, PriorityClasses, ClusterRoles, StorageClasses...)
@@ -49,6 +52,20 @@ def refused(kctl: Kubectl, *args: str, input: str | None = None) -> str:
     out = kctl.run(*args, input=input, check=False)
     assert out.returncode != 0, out.stdout
     return out.stderr
+
+
+def until_refused(kctl: Kubectl, create: Sequence[str], undo: Sequence[str], input: str | None = None,
+                  accept: Callable[[subprocess.CompletedProcess[str]], bool] = lambda proc: True,
+                  what: str = "the policy to take effect") -> subprocess.CompletedProcess[str]:
+    """Run create until what arrives by watch (a policy, its binding, a webhook) refuses it, running undo
+    after each create that passed; accept tells whether a refusal is the one awaited."""
+    def attempt() -> subprocess.CompletedProcess[str] | None:
+        proc = kctl.run(*create, input=input, check=False)
+        if proc.returncode == 0:
+            kctl.run(*undo)
+            return None
+        return proc if accept(proc) else None
+    return wait_for(attempt, what=what)
 
 
 @contextmanager

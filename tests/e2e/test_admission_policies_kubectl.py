@@ -6,6 +6,8 @@ import uuid
 from typing import Any
 
 import httpx
+
+from tests.kubectls import until_refused
 from tests.waiting import wait_for
 
 RULES = """    resourceRules:
@@ -64,13 +66,8 @@ def new_namespace(kubectl: Any, prefix: str) -> str:
 
 def create_until_refused(kubectl: Any, ns: str, name: str, *args: str) -> Any:
     """Create a configmap (deleting it again) until the policy, which arrives by watch, refuses it."""
-    def attempt() -> Any:
-        proc = kubectl.run("-n", ns, "create", "configmap", name, *args, check=False)
-        if proc.returncode == 0:
-            kubectl.run("-n", ns, "delete", "configmap", name)
-            return None
-        return proc
-    return wait_for(attempt, what="the policy to take effect")
+    return until_refused(kubectl, ("-n", ns, "create", "configmap", name, *args),
+                         ("-n", ns, "delete", "configmap", name))
 
 
 def test_deny_with_params_message_expression_and_selectors(kubectl: Any, admin: httpx.Client) -> None:
@@ -169,13 +166,9 @@ spec:
 """)
     three = ("--from-literal=a=1", "--from-literal=b=2", "--from-literal=c=3")
 
-    def refused_and_warned() -> Any:
-        proc = kubectl.run("-n", ns, "create", "configmap", "big", *three, check=False)
-        if proc.returncode == 0:
-            kubectl.run("-n", ns, "delete", "configmap", "big")
-            return None
-        return proc if "Warning:" in proc.stderr else None
-    proc = wait_for(refused_and_warned, what="both bindings")
+    proc = until_refused(kubectl, ("-n", ns, "create", "configmap", "big", *three),
+                         ("-n", ns, "delete", "configmap", "big"), accept=lambda p: "Warning:" in p.stderr,
+                         what="both bindings")
     assert (f"Warning: Validation failed for ValidatingAdmissionPolicy '{name}' with binding '{name}-warn': "
             "configmap big has 3 keys, at most 2 allowed") in proc.stderr
     assert f"binding '{name}-binding' denied request" in proc.stderr

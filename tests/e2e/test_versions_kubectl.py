@@ -9,15 +9,14 @@ from typing import Any
 
 import pytest
 
-from tests.kubectls import namespace
-from tests.waiting import wait_for
+from tests.kubectls import namespace, until_refused
 
 pytestmark = pytest.mark.stack
 
 
 @pytest.fixture(scope="module")
 def ns(kubectl: Any) -> Iterator[str]:
-    with namespace(kubectl, "versions") as name:  # labelled kubernetes.io/metadata.name=<name> by the registry
+    with namespace(kubectl, "versions") as name:  # the registry labels it kubernetes.io/metadata.name=<name>
         yield name
 
 
@@ -100,13 +99,9 @@ spec:
         kubernetes.io/metadata.name: {ns}
 """)
     try:
-        def refused() -> Any:
-            proc = kubectl.run("create", "-f", "-", input=events_v1("refused", ns, "forbidden"), check=False)
-            if proc.returncode == 0:
-                kubectl.run("-n", ns, "delete", "events.v1.events.k8s.io", "refused")
-                return None
-            return proc
-        proc = wait_for(refused, what="the policy to take effect")
+        proc = until_refused(kubectl, ("create", "-f", "-"),
+                             ("-n", ns, "delete", "events.v1.events.k8s.io", "refused"),
+                             input=events_v1("refused", ns, "forbidden"))
         assert "core/v1 view refused it" in proc.stderr and name in proc.stderr
         # the policy read the core/v1 fields of an events.k8s.io/v1 request: other notes pass
         kubectl.run("create", "-f", "-", input=events_v1("allowed", ns, "fine"))
