@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Kubectl
+from tests.kubectls import namespace
 from tests.waiting import wait_for
 
 WAIT = 60.0  # seconds a controller gets to converge (the machine is shared; no timing is asserted)
@@ -22,10 +23,8 @@ eventually = functools.partial(wait_for, timeout=WAIT, interval=0.2)
 
 @pytest.fixture
 def ns(kubectl: Kubectl) -> Iterator[str]:
-    name = f"gc-{uuid.uuid4().hex[:8]}"
-    kubectl.run("create", "namespace", name)
-    yield name
-    kubectl.run("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+    with namespace(kubectl, "gc") as name:
+        yield name
 
 
 def get(kubectl: Kubectl, *args: str) -> dict[str, Any] | None:
