@@ -31,7 +31,20 @@ class Attributes:
         self._object: dict[str, Any] | None = None
         self._old_object: dict[str, Any] | None = None
         self._replaced = False
-        self.reinvocation = ReinvocationContext()
+        self._reinvocation: ReinvocationContext | None = None
+
+    @property
+    def reinvocation(self) -> ReinvocationContext:
+        """The request's reinvocation context, made when a plug-in that can run twice (a mutating webhook or
+        policy that matched) first asks for it: most requests never meet one."""
+        if self._reinvocation is None:
+            self._reinvocation = ReinvocationContext()
+        return self._reinvocation
+
+    @property
+    def should_reinvoke(self) -> bool:
+        """Whether a reinvocable plug-in asked for a second pass of the mutating phase."""
+        return self._reinvocation is not None and self._reinvocation.should_reinvoke
 
     @property
     def operation(self) -> str:

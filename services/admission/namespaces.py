@@ -53,6 +53,8 @@ class InformerNamespaceLister:
         return orjson.loads(resp.body)
 
     async def wait_synced(self, timeout: float) -> bool:
+        if self.informer.synced.is_set():  # every request once synced: no timer task to make
+            return True
         try:
             await asyncio.wait_for(self.informer.synced.wait(), timeout)
         except asyncio.TimeoutError:

@@ -1,5 +1,5 @@
 """The admission plugin interface (k8s.io/apiserver/pkg/admission): a name, the operations it
-handles, and admit (mutating phase) and/or validate (validating phase).
+handles, the resources it concerns, and admit (mutating phase) and/or validate (validating phase).
 
 A plugin rejects a request by raising an APIError (usually Forbidden, NotFound or
 Invalid); mutating plugins change the object through Attributes.set_object.
@@ -11,11 +11,25 @@ from typing import Any, Protocol, runtime_checkable
 from .attributes import CONNECT, CREATE, DELETE, UPDATE, Attributes
 
 ALL_OPERATIONS = frozenset({CREATE, UPDATE, DELETE, CONNECT})
+GroupResource = tuple[str, str]
+PODS: GroupResource = ("", "pods")
 
 
 class Plugin:
+    """What a plug-in concerns is declared on its class, as data the chain reads once per kind of request
+    (chain.py), where kube's plug-ins check a.GetResource() and a.GetSubresource() first thing: a plug-in
+    is never asked about a request it does not concern.
+
+    operations: kube's admission.Handler operations; handles() may narrow them by state (no webhooks, no
+    LimitRanges: nothing to do). resources: the (group, resource) pairs it concerns, None for every
+    resource; validated_resources: those of its validating phase when they differ (None: resources).
+    subresources: whether it sees requests for a subresource (pods/status, deployments/scale, ...)."""
+
     name = ""
     operations: frozenset[str] = ALL_OPERATIONS
+    resources: frozenset[GroupResource] | None = None
+    validated_resources: frozenset[GroupResource] | None = None
+    subresources = True
 
     def handles(self, operation: str) -> bool:
         return operation in self.operations

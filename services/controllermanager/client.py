@@ -40,20 +40,29 @@ class Resource:
         return f"{base}/{name}" if name else base
 
 
+# The connection pool: every informer's watch holds a connection for as long as it runs, one per resource
+# the garbage collector watches (no bound: past it a watch would wait for a connection for ever), and the
+# requests keep theirs alive between calls. httpcore 1.0 closes an idle connection whenever the pool holds
+# more connections than max_keepalive_connections, busy ones counted (encode/httpcore#1000): with its
+# default of 20 and ~40 watches, every lease renewal and every request paid a new TLS handshake, on both
+# sides. An idle connection still goes after httpx's 5 s (a renewal every 2 s keeps one warm).
+POOL = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+
+
 class Client:
     def __init__(self, http: httpx.AsyncClient) -> None:
         self.http = http
 
     @classmethod
     def from_kubeconfig(cls, path: str, timeout: float = 30.0) -> "Client":
-        return cls(kubeconfig.client(path, timeout))
+        return cls(kubeconfig.client(path, timeout, POOL))
 
     async def close(self) -> None:
         await self.http.aclose()
 
     async def request(self, method: str, path: str, body: Obj | None = None, params: dict[str, str] | None = None,
-                      content_type: str = "application/json") -> Obj:
-        headers = {"Accept": "application/json"}
+                      content_type: str = "application/json", accept: str = "application/json") -> Obj:
+        headers = {"Accept": accept}
         content = None
         if body is not None:
             content, headers["Content-Type"] = orjson.dumps(body), content_type
@@ -103,13 +112,22 @@ class Client:
 
     async def discover(self) -> list[Resource]:
         """Every resource of the preferred version of every group (discovery.ServerPreferredResources),
-        subresources left out; a group whose server does not answer is skipped this time."""
+        subresources left out: from aggregated discovery, two requests (/api and /apis), as client-go asks
+        first; from each group-version's APIResourceList where the server answers only the legacy form. A
+        group whose server does not answer (Stale, or an error) is skipped this time."""
         out: list[Resource] = []
-        versions = [("", (await self.request("GET", "/api")).get("versions", ["v1"])[0])]
-        for g in (await self.request("GET", "/apis")).get("groups") or []:
-            preferred = (g.get("preferredVersion") or {}).get("version") or g["versions"][0]["version"]
-            versions.append((g["name"], preferred))
-        for group, version in versions:
+        legacy: list[tuple[str, str]] = []
+        for path in ("/api", "/apis"):
+            doc = await self.request("GET", path, accept=AGGREGATED_DISCOVERY)
+            if doc.get("kind") == "APIGroupDiscoveryList":
+                out += aggregated_resources(doc)
+            elif path == "/api":
+                legacy.append(("", (doc.get("versions") or ["v1"])[0]))
+            else:
+                for g in doc.get("groups") or []:
+                    preferred = (g.get("preferredVersion") or {}).get("version") or g["versions"][0]["version"]
+                    legacy.append((g["name"], preferred))
+        for group, version in legacy:
             path = f"/apis/{group}/{version}" if group else f"/api/{version}"
             try:
                 rl = await self.request("GET", path)
@@ -122,6 +140,29 @@ class Client:
                 out.append(Resource(group, version, r["name"], r["kind"], bool(r.get("namespaced")),
                                     frozenset(r.get("verbs") or ())))
         return out
+
+
+# client-go's Accept for discovery: the aggregated form (apidiscovery.k8s.io/v2), else the legacy lists.
+AGGREGATED_DISCOVERY = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+
+
+def aggregated_resources(doc: Obj) -> list[Resource]:
+    """The resources of each group's preferred (first) version in an APIGroupDiscoveryList; a group whose
+    preferred version is Stale (its aggregated server does not answer) is left out, as a failed group."""
+    out: list[Resource] = []
+    for item in doc.get("items") or []:
+        group = (item.get("metadata") or {}).get("name") or ""
+        versions = item.get("versions") or []
+        if not versions or versions[0].get("freshness") == "Stale":
+            continue
+        version = versions[0].get("version", "")
+        for r in versions[0].get("resources") or []:
+            kind = (r.get("responseKind") or {}).get("kind")
+            if not kind:
+                continue  # client-go drops a resource without responseKind
+            out.append(Resource(group, version, r["resource"], kind, r.get("scope") == "Namespaced",
+                                frozenset(r.get("verbs") or ())))
+    return out
 
 
 class RESTMapper:

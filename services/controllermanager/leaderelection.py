@@ -2,7 +2,9 @@
 controllers; the others retry every retry period and take the lease over once its holder has not renewed
 it for a lease duration (measured on the local clock from when this candidate last saw it change, as
 client-go does, so that clock skew between replicas does not matter). A leader that cannot renew within
-the renew deadline stops its controllers and becomes a candidate again; one that stops releases the lease."""
+the renew deadline stops its controllers and becomes a candidate again; one that stops releases the lease.
+A leader whose lease is still valid renews with one update of the Lease it last wrote (client-go's fast
+path), and reads it first only when that update fails."""
 from __future__ import annotations
 
 import asyncio
@@ -64,6 +66,7 @@ class LeaderElector:
         self.leading = False
         self._observed: dict[str, Any] = {}  # the lease's spec when it last changed ...
         self._observed_at = 0.0  # ... and when (monotonic)
+        self._lease: dict[str, Any] | None = None  # the Lease as this candidate last wrote it
         MASTER_STATUS.labels(config.name).set(0)
 
     async def run(self) -> None:
@@ -113,15 +116,21 @@ class LeaderElector:
         return {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.config.lease_duration),
                 "acquireTime": acquire_time, "renewTime": _now(), "leaseTransitions": transitions}
 
+    def _lease_valid(self) -> bool:
+        return time.monotonic() < self._observed_at + float(self._observed.get("leaseDurationSeconds") or 0)
+
     async def _try_acquire_or_renew(self) -> bool:
+        if self.leading and self._lease is not None and self._lease_valid() and await self._renew_optimistically():
+            return True
         ns, name = self.config.namespace, self.config.name
         try:
             lease = await self.client.get(LEASES, ns, name)
         except NotFound:
             spec = self._spec(0, _now())
             try:
-                await self.client.create(LEASES, ns, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                                                      "metadata": {"name": name, "namespace": ns}, "spec": spec})
+                self._lease = await self.client.create(LEASES, ns, {
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": name, "namespace": ns}, "spec": spec})
             except APIError as e:
                 log.info("creating lease %s/%s: %s", ns, name, e.message)
                 return False
@@ -147,11 +156,27 @@ class LeaderElector:
             new = self._spec(transitions + 1, _now())
         lease["spec"] = new
         try:
-            await self.client.update(LEASES, lease)
+            self._lease = await self.client.update(LEASES, lease)
         except Conflict:
             return False
         except Exception as e:  # noqa: BLE001
             log.info("updating lease %s/%s: %s", ns, name, e)
+            return False
+        self._observe(new)
+        return True
+
+    async def _renew_optimistically(self) -> bool:
+        """client-go's fast path: the renewal written over the Lease as last written (its resourceVersion
+        guards it); any failure, a conflict included, leaves the slow path to read it and decide."""
+        assert self._lease is not None
+        spec = self._observed
+        new = self._spec(int(spec.get("leaseTransitions") or 0), spec.get("acquireTime") or _now())
+        try:
+            self._lease = await self.client.update(LEASES, {**self._lease, "spec": new})
+        except Exception as e:  # noqa: BLE001 - the slow path follows at once
+            log.info("renewing lease %s/%s optimistically: %s; reading it", self.config.namespace,
+                     self.config.name, getattr(e, "message", e))
+            self._lease = None
             return False
         self._observe(new)
         return True

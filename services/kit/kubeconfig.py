@@ -32,8 +32,9 @@ def _file(section: dict[str, Any], key: str, base: Path) -> str:
     return str(base / value) if value and not os.path.isabs(value) else value
 
 
-def client(path: str, timeout: float = 10.0) -> httpx.AsyncClient:
-    """An httpx client with the kubeconfig's server as base URL and its credentials."""
+def client(path: str, timeout: float = 10.0, limits: httpx.Limits | None = None) -> httpx.AsyncClient:
+    """An httpx client with the kubeconfig's server as base URL and its credentials (limits: the connection
+    pool's, httpx's defaults unless given)."""
     base = Path(path).resolve().parent
     cfg = yaml.safe_load(Path(path).read_text()) or {}
     ctx_name = cfg.get("current-context") or (cfg.get("contexts") or [{}])[0].get("name", "")
@@ -53,7 +54,8 @@ def client(path: str, timeout: float = 10.0) -> httpx.AsyncClient:
     token = user.get("token") or (Path(user["tokenFile"]).read_text().strip() if user.get("tokenFile") else "")
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    return httpx.AsyncClient(base_url=cluster["server"], verify=ssl_ctx, headers=headers, timeout=timeout)
+    return httpx.AsyncClient(base_url=cluster["server"], verify=ssl_ctx, headers=headers, timeout=timeout,
+                             limits=limits or httpx.Limits(max_connections=100, max_keepalive_connections=20))
 
 
 def in_cluster(timeout: float = 10.0) -> httpx.AsyncClient:

@@ -15,7 +15,7 @@ from typing import Any
 from apiary_pb import registry_pb2_grpc as rgrpc
 
 from ..attributes import CREATE, UPDATE, Attributes
-from ..plugin import Plugin, PluginConfig
+from ..plugin import PODS, Plugin, PluginConfig
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
@@ -32,15 +32,17 @@ def _tolerates(tolerations: list[Any], taint: str) -> bool:
 class DefaultTolerationSeconds(Plugin):
     name = "DefaultTolerationSeconds"
     operations = frozenset({CREATE, UPDATE})
+    resources = frozenset({PODS})
+    subresources = False
 
     def __init__(self, not_ready_seconds: int = DEFAULT_SECONDS,
                  unreachable_seconds: int = DEFAULT_SECONDS) -> None:
         self.defaults = ((NOT_READY_TAINT, not_ready_seconds), (UNREACHABLE_TAINT, unreachable_seconds))
 
     async def admit(self, a: Attributes) -> None:
-        if a.group or a.resource != "pods" or a.subresource or a.object is None:
-            return
         pod = a.object
+        if pod is None:
+            return
         spec = pod.get("spec")
         if not isinstance(spec, dict):
             return

@@ -19,7 +19,7 @@ from services.common import errors, quantity
 
 from ..attributes import CREATE, Attributes
 from ..informers import InformerFactory, shared_informers
-from ..plugin import Plugin, PluginConfig
+from ..plugin import PODS, Plugin, PluginConfig
 
 Obj = dict[str, Any]
 ANNOTATION = "kubernetes.io/limit-ranger"
@@ -41,6 +41,8 @@ def _q(value: Any) -> Decimal | None:
 class LimitRanger(Plugin):
     name = "LimitRanger"
     operations = frozenset({CREATE})
+    resources = frozenset({PODS})
+    subresources = False
 
     def __init__(self, informers: InformerFactory) -> None:
         self.informers = informers
@@ -61,13 +63,7 @@ class LimitRanger(Plugin):
                 out += [i for i in (lr.get("spec") or {}).get("limits") or [] if i.get("type") == "Container"]
         return out
 
-    @staticmethod
-    def _applies(a: Attributes) -> bool:
-        return a.resource == "pods" and not a.group and not a.subresource
-
     async def admit(self, a: Attributes) -> None:
-        if not self._applies(a):
-            return
         items = self._items(a.namespace)
         pod = a.object
         if not items or pod is None:
@@ -98,8 +94,6 @@ class LimitRanger(Plugin):
             a.set_object(pod)
 
     async def validate(self, a: Attributes) -> None:
-        if not self._applies(a):
-            return
         pod = a.object
         items = self._items(a.namespace)
         if not items or pod is None:

@@ -27,16 +27,20 @@ from services.common.errors import forbidden
 
 from ..attributes import CREATE, UPDATE, Attributes
 from ..informers import cached_or_live, shared_informers
-from ..plugin import Plugin, PluginConfig
+from ..plugin import PODS, Plugin, PluginConfig
 
 GROUP = "scheduling.k8s.io"
 DEFAULT_PRIORITY = 0  # scheduling.DefaultPriorityWhenNoDefaultClassExists
 PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+PRIORITY_CLASSES = (GROUP, "priorityclasses")
 
 
 class Priority(Plugin):
     name = "Priority"
     operations = frozenset({CREATE, UPDATE})
+    resources = frozenset({PODS})  # pods are admitted, ...
+    validated_resources = frozenset({PRIORITY_CLASSES})  # ... classes validated
+    subresources = False
 
     def __init__(self, registry: rgrpc.RegistryStub) -> None:
         self.registry = registry
@@ -61,7 +65,7 @@ class Priority(Plugin):
         return found
 
     async def admit(self, a: Attributes) -> None:
-        if a.group or a.resource != "pods" or a.subresource or a.object is None:
+        if a.object is None:
             return
         pod = copy.deepcopy(a.object)
         spec = pod.get("spec")
@@ -104,9 +108,7 @@ class Priority(Plugin):
         a.set_object(pod)
 
     async def validate(self, a: Attributes) -> None:
-        if a.group != GROUP or a.resource != "priorityclasses" or a.subresource or a.object is None:
-            return
-        if not a.object.get("globalDefault"):
+        if a.object is None or not a.object.get("globalDefault"):
             return
         current = self.default_class()
         if current is None:

@@ -75,6 +75,7 @@ def _list(resources: dict[str, Decimal]) -> str:
 class ResourceQuota(Plugin):
     name = "ResourceQuota"
     operations = frozenset({CREATE})
+    subresources = False
 
     def __init__(self, informers: InformerFactory) -> None:
         self.informers = informers
@@ -103,7 +104,7 @@ class ResourceQuota(Plugin):
         return seen
 
     async def validate(self, a: Attributes) -> None:
-        if a.subresource or not a.namespace:
+        if not a.namespace:
             return
         keys = keys_for(a.group, a.resource)
         names = [k for k, q in self.quotas.store.items() if k.startswith(f"{a.namespace}/")

@@ -21,7 +21,7 @@ from services.common.errors import forbidden
 
 from ..attributes import CREATE, Attributes
 from ..informers import cached_or_live, shared_informers
-from ..plugin import Plugin, PluginConfig
+from ..plugin import PODS, Plugin, PluginConfig
 
 DEFAULT_ACCOUNT = "default"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -43,6 +43,8 @@ def access_volume(name: str) -> dict[str, Any]:
 class ServiceAccount(Plugin):
     name = "ServiceAccount"
     operations = frozenset({CREATE})
+    resources = frozenset({PODS})
+    subresources = False
 
     def __init__(self, registry: rgrpc.RegistryStub) -> None:
         self.registry = registry
@@ -59,8 +61,6 @@ class ServiceAccount(Plugin):
         return self.informer.synced.is_set()
 
     async def admit(self, a: Attributes) -> None:
-        if a.group or a.resource != "pods" or a.subresource:
-            return
         pod = a.object
         if pod is None:
             return

@@ -144,3 +144,68 @@ plugins:
         load_admission_configuration(str(bad))
     with pytest.raises(ConfigError):
         load_admission_configuration(str(tmp_path / "missing.yaml"))
+
+
+class PodsOnly(Plugin):
+    """Declares what it concerns: pods proper, CREATE; it records every call it gets."""
+    name = "PodsOnly"
+    operations = frozenset({"CREATE"})
+    resources = frozenset({("", "pods")})
+    subresources = False
+
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    async def admit(self, a: Attributes) -> None:
+        self.calls.append(f"admit {a.resource}/{a.subresource}")
+
+    async def validate(self, a: Attributes) -> None:
+        self.calls.append(f"validate {a.resource}/{a.subresource}")
+
+
+class Undeclared:
+    """An entry point plug-in on the protocol alone (no Plugin base, nothing declared): asked about everything."""
+    name = "Undeclared"
+
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def handles(self, operation: str) -> bool:
+        return True
+
+    async def validate(self, a: Attributes) -> None:
+        self.calls.append(f"undeclared {a.resource}")
+
+
+def request(resource: str, subresource: str = "", op: str = "CREATE") -> Attributes:
+    r = adpb.AdmissionRequest(operation=op, attributes=pb.RequestAttributes(
+        api_version="v1", resource=resource, subresource=subresource, namespace="a", name="x"))
+    r.object.CopyFrom(to_envelope({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}}))
+    return Attributes(r)
+
+
+async def test_the_chain_asks_only_the_plugins_a_request_concerns() -> None:
+    calls: list[str] = []
+    chain = Chain([PodsOnly(calls)])
+    for a in (request("configmaps"), request("pods", "status"), request("pods", op="UPDATE")):
+        await chain.admit(a)
+        assert not chain.has_validators(a)
+        await chain.validate(a)
+    assert calls == []
+    pod = request("pods")
+    await chain.admit(pod)
+    assert chain.has_validators(pod)
+    await chain.validate(pod)
+    assert calls == ["admit pods/", "validate pods/"]
+    # one without declarations is asked about every resource
+    chain = Chain([PodsOnly(calls), Undeclared(calls)])
+    assert chain.has_validators(request("configmaps"))
+    await chain.validate(request("configmaps"))
+    assert calls[-1] == "undeclared configmaps"
+
+
+async def test_no_reinvocation_context_without_a_reinvocable_plugin() -> None:
+    """The context of kube's reinvoker is made only when a webhook or policy that can run twice asks for it."""
+    a = cm_request()
+    await Chain([AddLabel([]), DenyAll([])]).admit(a)
+    assert a._reinvocation is None and not a.should_reinvoke

@@ -9,6 +9,7 @@ import pytest
 from apiary_pb import admission_pb2 as adpb
 from apiary_pb import envelope_pb2 as pb
 from services.admission.attributes import Attributes
+from services.admission.chain import Chain
 from services.admission.informers import InformerFactory
 from services.admission.plugins import ORDER
 from services.admission.plugins.limit_ranger import LimitRanger
@@ -81,8 +82,10 @@ async def test_bounds_with_kubes_messages():
 async def test_other_namespaces_and_resources_are_left_alone():
     p = plugin(limit_range("lr", default={"cpu": "1"}))
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p", "namespace": NS}}
+    chain = Chain([p])
     a = attributes(cm, resource="configmaps")
-    await p.admit(a)
+    assert chain.concerned("admit", a) == () and not chain.has_validators(a)
+    await chain.admit(a)
     assert a.object == cm
     elsewhere = pod({"name": "a"})
     elsewhere["metadata"]["namespace"] = "other"

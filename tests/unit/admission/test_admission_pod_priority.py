@@ -9,6 +9,7 @@ from apiary_pb import admission_pb2 as adpb
 from apiary_pb import envelope_pb2 as pb
 from services.admission.__main__ import parse_args, resolve_plugins
 from services.admission.attributes import Attributes
+from services.admission.chain import Chain
 from services.admission.plugins import ORDER, enabled_plugins, factory_for
 from services.admission.plugins.default_toleration_seconds import DefaultTolerationSeconds
 from services.admission.plugins.priority import Priority
@@ -121,10 +122,21 @@ async def test_update_keeps_what_create_set():
 
 
 async def test_subresources_and_other_kinds_are_left_alone():
-    p = priority_plugin()
+    """The chain asks the pod plug-ins about pods proper only (what they declare), in either phase."""
+    chain = Chain([priority_plugin(priority_class("d1", 500, default=True)), DefaultTolerationSeconds()])
     a = attributes(pod(priorityClassName="nope"), subresource="status")
-    await p.admit(a)
-    assert "priority" not in a.object["spec"]
+    await chain.admit(a)
+    assert a.object == pod(priorityClassName="nope")
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p", "namespace": NS}}
+    assert chain.concerned("admit", attributes(cm, resource="configmaps")) == ()
+    assert not chain.has_validators(attributes(cm, resource="configmaps"))
+    # a second default class is refused in the validating phase, which concerns PriorityClasses only
+    second = attributes(priority_class("d2", 5, default=True), resource="priorityclasses", group="scheduling.k8s.io")
+    assert [p.name for p in chain.concerned("admit", second)] == []
+    assert chain.has_validators(second)
+    with pytest.raises(Forbidden):
+        await chain.validate(second)
+    assert not chain.has_validators(attributes(pod(), resource="pods"))
 
 
 async def test_only_one_global_default():

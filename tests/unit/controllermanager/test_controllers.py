@@ -3,13 +3,15 @@ the namespace controller's conditions, --controllers, the work queue and the lea
 from __future__ import annotations
 
 import asyncio
+import copy
 
 import pytest
 
+from services.common.errors import Conflict, NotFound
 from services.controllermanager.__main__ import enabled_controllers
-from services.controllermanager.client import Resource, RESTMapper
+from services.controllermanager.client import Resource, RESTMapper, aggregated_resources
 from services.controllermanager.garbagecollector import Classified, Graph, changes, decide, node_of
-from services.controllermanager.leaderelection import Config
+from services.controllermanager.leaderelection import Config, LeaderElector
 from services.controllermanager.namespace import CONDITION_TYPES, conditions, remaining_messages
 from services.controllermanager.workqueue import WorkQueue
 
@@ -155,3 +157,85 @@ async def test_workqueue_dedups_and_retries():
     finally:
         await q.stop()
     assert seen.count("a") == 1 and seen.count("bad") == 2 and seen.count("slow") == 2
+
+
+class LeaseServer:
+    """One Lease with resourceVersion semantics: an update naming an old resourceVersion is a Conflict."""
+
+    def __init__(self) -> None:
+        self.lease: dict | None = None
+        self.rv = 0
+        self.calls: list[str] = []
+
+    def _stored(self, obj: dict) -> dict:
+        self.rv += 1
+        self.lease = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.rv)}}
+        return copy.deepcopy(self.lease)
+
+    async def get(self, res, namespace: str, name: str) -> dict:
+        self.calls.append("get")
+        if self.lease is None:
+            raise NotFound("leases.coordination.k8s.io \"kube-controller-manager\" not found")
+        return copy.deepcopy(self.lease)
+
+    async def create(self, res, namespace: str, obj: dict) -> dict:
+        self.calls.append("create")
+        return self._stored(obj)
+
+    async def update(self, res, obj: dict) -> dict:
+        self.calls.append("update")
+        assert self.lease is not None
+        if obj["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
+            raise Conflict("the object has been modified")
+        return self._stored(obj)
+
+
+async def test_a_valid_leader_renews_with_one_update():
+    """client-go's fast path: a leader renews by updating the Lease it last wrote, without reading it; when
+    someone else wrote it meanwhile, the conflict sends it to the slow path (read, then decide)."""
+    server = LeaseServer()
+    elector = LeaderElector(server, Config(), "me", None, None)  # type: ignore[arg-type]
+    assert await elector._try_acquire_or_renew()
+    assert server.calls == ["get", "create"]
+    elector.leading = True
+    for _ in range(3):
+        assert await elector._try_acquire_or_renew()
+    assert server.calls[2:] == ["update"] * 3
+    assert server.lease["spec"]["holderIdentity"] == "me" and server.lease["spec"]["leaseTransitions"] == 0
+    # another writer: the optimistic update conflicts, the slow path reads the Lease and renews over it
+    server._stored({**server.lease, "spec": {**server.lease["spec"], "renewTime": "elsewhere"}})
+    server.calls.clear()
+    assert await elector._try_acquire_or_renew()
+    assert server.calls == ["update", "get", "update"]
+    # not leading (a candidate): always the slow path
+    elector.leading = False
+    server.calls.clear()
+    assert await elector._try_acquire_or_renew()
+    assert server.calls == ["get", "update"]
+
+
+def test_aggregated_discovery_resources():
+    """The preferred (first) version of each group; a Stale group and a resource without responseKind are left
+    out, as client-go leaves them."""
+    def version(v: str, *resources: dict, freshness: str = "Current") -> dict:
+        return {"version": v, "freshness": freshness, "resources": list(resources)}
+
+    def resource(name: str, kind: str | None, scope: str = "Namespaced") -> dict:
+        r = {"resource": name, "scope": scope, "verbs": ["delete", "list", "watch"]}
+        if kind:
+            r["responseKind"] = {"group": "", "version": "", "kind": kind}
+        return r
+
+    doc = {"kind": "APIGroupDiscoveryList", "items": [
+        {"metadata": {"name": ""}, "versions": [version("v1", resource("configmaps", "ConfigMap"),
+                                                        resource("nodes", "Node", "Cluster"),
+                                                        resource("odd", None))]},
+        {"metadata": {"name": "apps"}, "versions": [version("v1", resource("deployments", "Deployment")),
+                                                    version("v1beta1", resource("deployments", "Deployment"))]},
+        {"metadata": {"name": "restaurant.example"}, "versions": [
+            version("v1beta1", resource("pizzas", "Pizza"), freshness="Stale")]},
+    ]}
+    verbs = frozenset({"delete", "list", "watch"})
+    assert aggregated_resources(doc) == [Resource("", "v1", "configmaps", "ConfigMap", True, verbs),
+                                         Resource("", "v1", "nodes", "Node", False, verbs),
+                                         Resource("apps", "v1", "deployments", "Deployment", True, verbs)]
