@@ -150,6 +150,8 @@ class Watches:
             if buf:
                 continue
             # Every event up to the cache's revision has been sent or handed over (the buffer is empty).
+            if before_deadline is not None and next_bookmark >= before_deadline:
+                before_deadline = None  # this is the deadline's one bookmark, even if its timer fired early
             yield bookmark(max(w.since, cacher.rev)).SerializeToString()
             now = time.monotonic()
             next_bookmark = now + interval
