@@ -16,9 +16,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tools.certs import read_tokens
 from tools.run import ROOT, Stack
+
+# Tests assert no timings: hypothesis's per-example deadline and its too-slow health check are timings, and
+# they failed property tests on a loaded machine (a generated example is as good when it is slow).
+settings.register_profile("apiary", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("apiary")
 
 TEST_STATE = ROOT / ".apiary" / "test"
 # APIARY_TEST_PORT_OFFSET lets several checkouts run their suites side by side.
