@@ -86,19 +86,21 @@ def _wake(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-async def next_part() -> None:
-    """Before a large answer's next part: let the small calls in flight go first (at most MAX_DEFER)."""
+async def next_part(fut: asyncio.Future[None] | None = None) -> None:
+    """Before a large answer's next part: let the small calls in flight go first (at most MAX_DEFER).
+    fut: the future to wait on, for a caller that may end the wait sooner by resolving it."""
     if not _small:
         return
     loop = asyncio.get_running_loop()
-    fut: asyncio.Future[None] = loop.create_future()
+    if fut is None:
+        fut = loop.create_future()
     _waiters.append(fut)
     timer = loop.call_later(MAX_DEFER, _wake, fut)
     try:
         await fut
     finally:
         timer.cancel()
-        try:  # woken by its timer or cancelled: still listed
+        try:  # woken by its timer, by its caller or cancelled: still listed
             _waiters.remove(fut)
         except ValueError:
             pass
