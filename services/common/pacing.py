@@ -10,7 +10,9 @@ large answer waits while any small call is in flight in its process, for at most
 seconds, so a large answer still moves at least one part per MAX_DEFER (no starvation under a
 steady stream of small calls), and at full speed when there is none. Since each hop of a LIST is
 flow-controlled end to end (mux.WINDOW), a hop that defers slows the hops behind it too: their
-CPU goes to the small call as well.
+CPU goes to the small call as well. The writer of a Calls stream (mux._Scheduler) holds parts the
+same way, so the parts a producer had already made are not sent (and read and relayed on the next
+hop) while the small call runs either.
 
 A small call is what `begin()` counts until its `end()` (the mux server's unary calls, the proxy's
 requests that are not long-running); a call whose answer turns out to come in parts stops counting
