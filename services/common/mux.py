@@ -127,13 +127,10 @@ class _Scheduler:
         self.turns: dict[int, _Outgoing] = {}  # answers with parts waiting, in their turn's order
         self.wake = asyncio.Event()
         self.closed = False
-        self.deferring: asyncio.Future[None] | None = None  # parts held for small calls (batches)
 
     def answer(self, item: Answer) -> None:
         self.whole.append(item)
         self.wake.set()
-        if self.deferring is not None and not self.deferring.done():
-            self.deferring.set_result(None)  # a whole answer goes at once
 
     def part(self, out: _Outgoing, item: Answer) -> None:
         out.queue.append(item)
@@ -154,23 +151,12 @@ class _Scheduler:
         """Each frame is built in the batch message itself (a large answer is copied once, not
         into a Frame and again into the Frames)."""
         whole, turns = self.whole, self.turns
-        deferred = False
         while True:
             while not whole and not turns:
                 if self.closed:
                     return
                 self.wake.clear()
                 await self.wake.wait()
-            if not whole and not deferred and pacing.in_flight() and not self.closed:
-                # Only parts wait: they are held while small calls are in flight in this process
-                # (at most pacing.MAX_DEFER, then one batch goes), as their producers are, so that
-                # the parts already made are not written (and read, on the next hop) meanwhile.
-                self.deferring = asyncio.get_running_loop().create_future()
-                await pacing.next_part(self.deferring)
-                self.deferring = None
-                deferred = True
-                continue
-            deferred = False
             batch = pb.Frames()
             add = batch.frames.add
             size = 0

@@ -10,9 +10,7 @@ large answer waits while any small call is in flight in its process, for at most
 seconds, so a large answer still moves at least one part per MAX_DEFER (no starvation under a
 steady stream of small calls), and at full speed when there is none. Since each hop of a LIST is
 flow-controlled end to end (mux.WINDOW), a hop that defers slows the hops behind it too: their
-CPU goes to the small call as well. The writer of a Calls stream (mux._Scheduler) holds parts the
-same way, so the parts a producer had already made are not sent (and read and relayed on the next
-hop) while the small call runs either.
+CPU goes to the small call as well.
 
 A small call is what `begin()` counts until its `end()` (the mux server's unary calls, the proxy's
 requests that are not long-running); a call whose answer turns out to come in parts stops counting
@@ -88,21 +86,19 @@ def _wake(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-async def next_part(fut: asyncio.Future[None] | None = None) -> None:
-    """Before a large answer's next part: let the small calls in flight go first (at most MAX_DEFER).
-    fut: the future to wait on, for a caller that may end the wait sooner by resolving it."""
+async def next_part() -> None:
+    """Before a large answer's next part: let the small calls in flight go first (at most MAX_DEFER)."""
     if not _small:
         return
     loop = asyncio.get_running_loop()
-    if fut is None:
-        fut = loop.create_future()
+    fut: asyncio.Future[None] = loop.create_future()
     _waiters.append(fut)
     timer = loop.call_later(MAX_DEFER, _wake, fut)
     try:
         await fut
     finally:
         timer.cancel()
-        try:  # woken by its timer, by its caller or cancelled: still listed
+        try:  # woken by its timer or cancelled: still listed
             _waiters.remove(fut)
         except ValueError:
             pass

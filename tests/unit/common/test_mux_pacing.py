@@ -98,64 +98,6 @@ async def test_parts_move_on_under_small_calls_that_never_end(monkeypatch: pytes
     assert pacing.in_flight() == 0
 
 
-async def test_the_writer_holds_parts_while_a_small_call_is_in_flight(monkeypatch: pytest.MonkeyPatch):
-    """Parts already made are not written while a small call is in flight (their producer waits
-    too); a whole answer goes at once; the small call's end lets the parts go."""
-    monkeypatch.setattr(pacing, "MAX_DEFER", 3600.0)
-    sched = mux._Scheduler()
-    out = mux._Outgoing(7, 0)
-    written: list[list[int]] = []
-    part = b"p" * mux.PART_BYTES
-
-    async def writer() -> None:
-        async for batch in sched.batches():
-            written.append([f.id for f in batch.frames])
-
-    small = pacing.begin()
-    task = asyncio.create_task(writer())
-    try:
-        sched.part(out, (7, part, None, True))
-        sched.part(out, (7, part, None, True))
-        await settle()
-        assert written == []  # held
-        sched.answer((8, b"whole", None, False))
-        await settle()
-        assert written and written[0][0] == 8  # the whole answer went at once (first in its batch)
-        held = sum(ids.count(7) for ids in written)
-        assert held < 2  # at most one part went along with it
-        small.end()
-        await settle()
-        assert sum(ids.count(7) for ids in written) == 2
-    finally:
-        small.end()
-        sched.close()
-        await asyncio.wait_for(task, 30)
-    assert pacing.in_flight() == 0
-
-
-async def test_the_writer_holds_parts_at_most_max_defer(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(pacing, "MAX_DEFER", 0.001)
-    sched = mux._Scheduler()
-    out = mux._Outgoing(7, 0)
-    written: list[int] = []
-
-    async def writer() -> None:
-        async for batch in sched.batches():
-            written.extend(f.id for f in batch.frames)
-            if len(written) == 2:
-                return
-
-    small = pacing.begin()
-    try:
-        sched.part(out, (7, b"p" * 10, None, True))
-        sched.part(out, (7, b"p" * 10, None, False))
-        await asyncio.wait_for(writer(), 30)  # both go while the small call is still in flight
-        assert written == [7, 7] and pacing.in_flight() == 1
-    finally:
-        small.end()
-    assert pacing.in_flight() == 0
-
-
 async def test_an_answer_in_parts_is_not_a_small_call():
     server = Server()
     c = mux.MuxClient(server.open, "fake", {"Handle": rpb.APIResponse})
