@@ -12,7 +12,8 @@ HTTPS (admin client certificate):
                     kubectl asks) is read by another client; ratio_p50 = p50 during / p50 idle
                     (goal <= 2), ratio_p90 likewise, ratio_max = the slowest GET / p90 idle;
                     stages_p50_ms: where a GET's time goes, idle and during (the median of each
-                    Server-Timing stage of the proxy, and "outside" them)
+                    Server-Timing stage of the proxy, and "outside" them); cpu_seconds: what each
+                    service spent meanwhile; load_average: the machine's at the LIST's end
   concurrent_lists  three full LISTs started together, each on its own connection: the time to the
                     first byte of the body and to the last byte of each (served one after another,
                     the first bytes are spread over the whole run; sharing the streams, together)
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import ssl
 import statistics
 import time
@@ -52,6 +54,12 @@ from tools.run import ROOT, Stack
 NS = "bench-fair"
 SERVICES = ("storage", "registry", "proxy")
 TXN_BYTES = 1 << 20  # under etcd's default --max-request-bytes (1.5 MiB)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss(pid: int) -> int:
@@ -237,11 +245,13 @@ async def _run(stack: Stack, n: int, kib: int, settle: float, gets: int) -> dict
             # One LIST, GETs meanwhile.
             during: list[float] = []
             stop = asyncio.Event()
+            cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
             listing = loop.run_in_executor(readers, read_list, port, pki, list_path)
             getter = asyncio.create_task(get_loop(stop, during))
             one = await listing
             stop.set()
             await getter
+            list_cpu = {name: round(cpu_seconds(pid) - cpu0[name], 2) for name, pid in pids.items()}
             assert one["status"] == 200 and one["tail"] == b"]}", one
             payload = one["bytes"]
 
@@ -274,6 +284,9 @@ async def _run(stack: Stack, n: int, kib: int, settle: float, gets: int) -> dict
                             "ratio_p90": round(pct(during, 0.9) / pct(idle, 0.9), 2),
                             "ratio_max": round(pct(during, 1.0) / pct(idle, 0.9), 2),
                             "goal_ratio": 2.0,
+                            # CPU each service spent meanwhile (the LIST's, and the GETs'): steadier
+                            # than the latencies on a shared machine
+                            "cpu_seconds": list_cpu, "load_average": [round(x, 2) for x in os.getloadavg()],
                             "stages_p50_ms": {"idle": stage_p50(idle_details), "during": stage_p50(details)}},
         "concurrent_lists": {"first_byte_s": [round(x, 3) for x in firsts],
                              "done_s": sorted(round(x["total_s"], 2) for x in three),

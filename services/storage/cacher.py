@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 from bisect import bisect_left, insort
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from apiary_pb import envelope_pb2 as pb
@@ -245,8 +245,11 @@ class Cacher:
         self.store: dict[str, bytes] = {}
         # key -> labels and fields, only for objects whose key does not tell them (selection_of)
         self.selection: dict[str, Selection] = {}
-        # key -> the JSON of store[key]; an entry goes as soon as the object changes (_forget_json)
-        self.json: dict[str, bytes] = {}
+        # key -> the JSON of store[key]; an entry goes as soon as the object changes (_forget_json),
+        # the oldest first when the budget is spent: an OrderedDict, whose oldest entry is found at
+        # once (a dict's next(iter()) walks the slots its evictions emptied: a LIST larger than the
+        # budget spent ~0.35 s of the event loop per 20,000 objects on that, growing with each)
+        self.json: OrderedDict[str, bytes] = OrderedDict()
         self.json_budget = json_budget or JSONBudget()
         self._sorted: list[str] | None = None  # the store's keys in order, kept while it is in use
         self.kind = ""  # the kind of the objects last seen (metrics)
@@ -525,8 +528,8 @@ class Cacher:
         # Oldest renderings of this cache go first; a cache with nothing left to give keeps none.
         cache = self.json
         while budget.used + cost > budget.limit and cache:
-            k = next(iter(cache))
-            budget.used -= len(cache.pop(k)) + len(k) + JSONBudget.ENTRY_OVERHEAD
+            k, old = cache.popitem(last=False)
+            budget.used -= len(old) + len(k) + JSONBudget.ENTRY_OVERHEAD
         if budget.used + cost <= budget.limit:
             cache[key] = js
             budget.used += cost
@@ -541,7 +544,7 @@ class Cacher:
         budget = self.json_budget
         for k, js in self.json.items():
             budget.used -= len(js) + len(k) + JSONBudget.ENTRY_OVERHEAD
-        self.json = {}
+        self.json = OrderedDict()
 
     def watch(self, prefix: str, pred: SelectionPredicate, since: int) -> CacheWatcher:
         """A watcher receiving every matching event after since, starting with those in history."""

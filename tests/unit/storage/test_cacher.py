@@ -256,6 +256,26 @@ def test_snapshot_json_renders_once_per_object_version(cacher):
     assert small.json == {} and small.json_budget.used == 0
 
 
+def test_snapshot_json_over_the_budget_keeps_the_newest_renderings():
+    from services.common import envelope
+    from services.storage.cacher import JSONBudget
+
+    names = ["a", "b", "c", "d"]
+    c = Cacher(etcd=None, prefix=PREFIX, json_budget=JSONBudget())  # type: ignore[arg-type]
+    for rev, name in enumerate(names, 11):
+        c._apply(put(rev, name))
+    costs = {f"{PREFIX}ns/{n}": len(envelope.to_json(pb.Object.FromString(c.store[f"{PREFIX}ns/{n}"])))
+             + len(f"{PREFIX}ns/{n}") + JSONBudget.ENTRY_OVERHEAD for n in names}
+    # room for the renderings of two objects: a list of four keeps the last two it rendered
+    c.json_budget.limit = costs[f"{PREFIX}ns/c"] + costs[f"{PREFIX}ns/d"]
+    assert json_names(snapshot_json(c, PREFIX, SelectionPredicate(), "Pod", "v1")) == names
+    assert list(c.json) == [f"{PREFIX}ns/c", f"{PREFIX}ns/d"]
+    assert c.json_budget.used == c.json_budget.limit
+    # "a" rendered anew pushes out the oldest rendering, "c"
+    assert json_names(snapshot_json(c, f"{PREFIX}ns/a", SelectionPredicate(), "Pod", "v1")) == ["a"]
+    assert list(c.json) == [f"{PREFIX}ns/d", f"{PREFIX}ns/a"]
+
+
 def test_snapshot_json_fills_a_missing_kind_without_keeping_it(cacher):
     import orjson
 
