@@ -509,19 +509,23 @@ class Cacher:
         store, get = self.store, self.json.get
         data = [store[k] for k in keys]
         done = [get(k) for k in keys]
+        # Scan resistance: a list whose objects outweigh half the budget would only push out what
+        # smaller reads keep rendered, and leave the process holding its own renderings after it
+        # (a 208 MB LIST kept the whole 128 MiB budget: issue 9's "memory back a minute after").
+        keep = sum(map(len, data)) <= self.json_budget.limit // 2
 
         def items() -> Iterator[bytes]:
             for key, d, js in zip(keys, data, done):
-                yield js if js is not None else self._render(key, d, kind, api_version)
+                yield js if js is not None else self._render(key, d, kind, api_version, keep)
         return items()
 
-    def _render(self, key: str, data: bytes, kind: str, api_version: str) -> bytes:
+    def _render(self, key: str, data: bytes, kind: str, api_version: str, keep: bool = True) -> bytes:
         obj = pb.Object.FromString(data)
         if fill_kind(obj, kind, api_version):
             return envelope.to_json(obj)  # not kept: it depends on the request
         js = envelope.to_json(obj)
-        if self.store.get(key) is not data:
-            return js  # the object changed since the snapshot this rendering is for
+        if not keep or self.store.get(key) is not data:
+            return js  # a scan's, or the object changed since the snapshot this rendering is for
         budget = self.json_budget
         cost = len(js) + len(key) + JSONBudget.ENTRY_OVERHEAD
         self._forget_json(key)

@@ -268,12 +268,31 @@ def test_snapshot_json_over_the_budget_keeps_the_newest_renderings():
              + len(f"{PREFIX}ns/{n}") + JSONBudget.ENTRY_OVERHEAD for n in names}
     # room for the renderings of two objects: a list of four keeps the last two it rendered
     c.json_budget.limit = costs[f"{PREFIX}ns/c"] + costs[f"{PREFIX}ns/d"]
+    assert sum(map(len, c.store.values())) <= c.json_budget.limit // 2  # not a scan (below)
     assert json_names(snapshot_json(c, PREFIX, SelectionPredicate(), "Pod", "v1")) == names
     assert list(c.json) == [f"{PREFIX}ns/c", f"{PREFIX}ns/d"]
     assert c.json_budget.used == c.json_budget.limit
     # "a" rendered anew pushes out the oldest rendering, "c"
     assert json_names(snapshot_json(c, f"{PREFIX}ns/a", SelectionPredicate(), "Pod", "v1")) == ["a"]
     assert list(c.json) == [f"{PREFIX}ns/d", f"{PREFIX}ns/a"]
+
+
+def test_a_list_larger_than_half_the_budget_keeps_none_of_its_renderings():
+    """Scan resistance: a list whose objects outweigh half the budget is rendered as it is read and
+    kept nowhere; what smaller reads rendered stays."""
+    from services.storage.cacher import JSONBudget
+
+    c = Cacher(etcd=None, prefix=PREFIX, json_budget=JSONBudget())  # type: ignore[arg-type]
+    for rev, name in enumerate(["a", "b", "c", "d"], 11):
+        c._apply(put(rev, name))
+    assert json_names(snapshot_json(c, f"{PREFIX}ns/a", SelectionPredicate(), "Pod", "v1")) == ["a"]
+    kept, used = dict(c.json), c.json_budget.used
+    c.json_budget.limit = 2 * sum(map(len, c.store.values())) - 2  # the four objects: just over half
+    assert json_names(snapshot_json(c, PREFIX, SelectionPredicate(), "Pod", "v1")) == ["a", "b", "c", "d"]
+    assert c.json == kept and c.json_budget.used == used
+    c.json_budget.limit = 10 << 20  # a small list of a large budget: kept
+    assert json_names(snapshot_json(c, PREFIX, SelectionPredicate(), "Pod", "v1")) == ["a", "b", "c", "d"]
+    assert len(c.json) == 4
 
 
 def test_snapshot_json_fills_a_missing_kind_without_keeping_it(cacher):
