@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 import grpc
+from prometheus_client import Counter, Gauge
 
 from . import auditid, config, grpcutil
 from .background import cancel_and_wait
@@ -72,6 +73,9 @@ TRIM_MAX_WAIT = 5.0
 _trim: asyncio.TimerHandle | None = None
 _trim_first = 0.0
 _freed = 0
+HEAP_TRIMS = Counter("apiary_heap_trims_total",
+                     "Times freed C-heap memory (large answers, closed connections) was given back to the system.")
+HEAP_TRIM_PENDING = Gauge("apiary_heap_trim_pending", "1 while a trim of the C heap is scheduled.")
 
 
 def _malloc_trim() -> None:
@@ -83,6 +87,8 @@ def _malloc_trim() -> None:
             ctypes.CDLL(name).malloc_trim(0)
         except (OSError, AttributeError):
             pass
+    HEAP_TRIMS.inc()
+    HEAP_TRIM_PENDING.set(0)
 
 
 def released(nbytes: int) -> None:
@@ -107,6 +113,7 @@ def released(nbytes: int) -> None:
     else:
         _trim.cancel()
     _trim = loop.call_at(now + TRIM_DELAY, _malloc_trim)
+    HEAP_TRIM_PENDING.set(1)
 
 
 def after_large_answer(nbytes: int) -> None:
