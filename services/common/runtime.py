@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 import grpc
+from prometheus_client import Counter, Gauge
 
 from . import auditid, config, grpcutil
 from .background import cancel_and_wait
@@ -64,34 +65,61 @@ def tune_malloc() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
-# A large answer (bytes sent) after which the C heap is trimmed, and how long after the last one.
+# Memory given back (a large answer's buffers, closed connections' buffers) after which the C heap
+# is trimmed: TRIM_DELAY after the last of a burst, and no later than TRIM_MAX_WAIT after its first.
 TRIM_AFTER_BYTES = 16 << 20
 TRIM_DELAY = 1.0
+TRIM_MAX_WAIT = 5.0
 _trim: asyncio.TimerHandle | None = None
+_trim_first = 0.0
+_freed = 0
+HEAP_TRIMS = Counter("apiary_heap_trims_total",
+                     "Times freed C-heap memory (large answers, closed connections) was given back to the system.")
+HEAP_TRIM_PENDING = Gauge("apiary_heap_trim_pending", "1 while a trim of the C heap is scheduled.")
 
 
 def _malloc_trim() -> None:
-    global _trim
-    _trim = None
+    global _trim, _freed
+    _trim, _freed = None, 0
     name = ctypes.util.find_library("c")
     if name:
         try:
             ctypes.CDLL(name).malloc_trim(0)
         except (OSError, AttributeError):
             pass
+    HEAP_TRIMS.inc()
+    HEAP_TRIM_PENDING.set(0)
+
+
+def released(nbytes: int) -> None:
+    """Count C-heap memory just freed, and give it back to the system once TRIM_AFTER_BYTES of it
+    have been counted and the burst is over: glibc returns memory freed in the middle of the heap
+    (and in gRPC's threads' arenas) only on malloc_trim, and with tune_malloc's mmap threshold every
+    buffer below 32 MiB is on the heap. A burst (back-to-back LISTs, 2,000 connections closing)
+    pays for one trim, of a few ms."""
+    global _trim, _trim_first, _freed
+    _freed += nbytes
+    if _freed < TRIM_AFTER_BYTES:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    now = loop.time()
+    if _trim is None:
+        _trim_first = now
+    elif now + TRIM_DELAY - _trim_first > TRIM_MAX_WAIT:
+        return  # a steady stream: the trim already scheduled comes first
+    else:
+        _trim.cancel()
+    _trim = loop.call_at(now + TRIM_DELAY, _malloc_trim)
+    HEAP_TRIM_PENDING.set(1)
 
 
 def after_large_answer(nbytes: int) -> None:
-    """Give the memory a large answer used back to the system soon after it is sent: its buffers
-    were freed in the middle of the heap (and in gRPC's threads' arenas), which glibc only returns
-    on malloc_trim. Once per TRIM_DELAY at most, so that back-to-back LISTs pay for one."""
-    global _trim
-    if nbytes < TRIM_AFTER_BYTES or _trim is not None:
-        return
-    try:
-        _trim = asyncio.get_running_loop().call_later(TRIM_DELAY, _malloc_trim)
-    except RuntimeError:
-        pass
+    """A large answer (bytes sent) has gone out: its buffers were freed (released)."""
+    if nbytes >= TRIM_AFTER_BYTES:
+        released(nbytes)
 
 
 def run(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:

@@ -20,7 +20,7 @@ from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import auditid, pacing
+from services.common import auditid, pacing, runtime
 from services.common.errors import APIError, BadRequest, InternalError, NotFound, ServiceUnavailable
 from services.common.informer import Informer
 from services.common.metrics import exposition as metrics_exposition
@@ -46,6 +46,7 @@ from .encoding import for_kind
 from .negotiation import APPLY_PATCH, negotiate_output
 from .authz_invalidation import AuthzCacheInvalidator
 from .requestinfo import RequestInfo
+from .server import CONNECTION_HEAP_BYTES
 
 log = logging.getLogger("services.proxy")
 
@@ -279,6 +280,10 @@ class ProxyApp:
                 self._audit_complete(ctx, failure, panic)
             if seat is not None:
                 self.apf.release(seat)
+            if ctx.connection_lost():
+                # the connection's buffers are freed with this request (its scope holds the transport),
+                # not when the connection was lost: the heap is trimmed after the last of a burst
+                runtime.released(CONNECTION_HEAP_BYTES)
             ctx.close()
             inflight.dec()
             elapsed = time.perf_counter() - ctx.started

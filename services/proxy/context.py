@@ -186,6 +186,11 @@ class Context:
             self._disconnect = asyncio.ensure_future(self._wait_disconnect())
         await asyncio.wait((self._disconnect,), timeout=1.0)
 
+    def connection_lost(self) -> bool:
+        """The client's connection is closed (or closing) under this request."""
+        transport = (self.scope.get("extensions") or {}).get(CONNECTION_EXTENSION)
+        return transport is not None and transport.is_closing()
+
     def close(self) -> None:
         if self._disconnect is not None and not self._disconnect.done():
             self._disconnect.cancel()

@@ -264,9 +264,26 @@ async def test_2000_watches_opened_and_reset_twice_do_not_grow_the_proxy(private
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.transport.abort()
 
+    def heap_trim() -> tuple[float, float]:
+        """The proxy's apiary_heap_trims_total and apiary_heap_trim_pending."""
+        text = httpx.get(f"http://127.0.0.1:{private.health_port('proxy')}/metrics", timeout=10).text
+        values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                  if line.startswith(("apiary_heap_trims_total ", "apiary_heap_trim_pending "))}
+        return values["apiary_heap_trims_total"], values["apiary_heap_trim_pending"]
+
+    def trimmed_since(before: float, within: float = 60) -> bool:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            done, pending = heap_trim()
+            if done > before and not pending:
+                return True
+            time.sleep(0.2)
+        return False
+
     base_fds = _fds(pid)
     rss = [_rss_kib(pid)]
     for cycle in range(2):
+        trims = (await asyncio.to_thread(heap_trim))[0]
         t = time.monotonic()
         writers = await asyncio.gather(*(open_watch() for _ in range(2000)))
         opened = time.monotonic() - t
@@ -275,9 +292,8 @@ async def test_2000_watches_opened_and_reset_twice_do_not_grow_the_proxy(private
             reset(w)
         del writers
         fds = await asyncio.to_thread(_wait_fds, pid, base_fds + 20, 60)
-        # not a synchronisation: the RSS is sampled after the proxy has been idle a while (memory
-        # given back once the watches are gone is what this measures)
-        await asyncio.sleep(2)
+        # the proxy gives the closed connections' heap back after the last of them (runtime.released)
+        assert await asyncio.to_thread(trimmed_since, trims)
         rss.append(_rss_kib(pid))
         print(f"\ncycle {cycle + 1}: 2000 watches open in {opened:.1f} s ({retried[0]} retried), proxy RSS "
               f"{peak // 1024} MiB with them, {rss[-1] // 1024} MiB after the reset ({fds} fds)")
@@ -285,8 +301,13 @@ async def test_2000_watches_opened_and_reset_twice_do_not_grow_the_proxy(private
         assert fds <= base_fds + 20
     print(f"proxy RSS (MiB): start {rss[0] // 1024}, after cycle 1 {rss[1] // 1024}, "
           f"after cycle 2 {rss[2] // 1024}")
-    # the second cycle reuses what the first one grew; a leak would add about as much again
-    assert rss[2] <= rss[1] * 1.10 + 10 * 1024
+    # Issue 9: the second cycle does not grow the proxy. What the first one keeps (~40 MiB: pymalloc
+    # arenas pinned by a few long-lived objects, 34 -> 75 of 1 MiB) is reused by the second (75 -> 76),
+    # and the C heap is trimmed after each reset. The allowance covers the pages touched between the
+    # trim and the sample (audit batches, the controller-manager's requests): twice the largest
+    # second-cycle growth measured on 2026-12-02 with the trim waited for (+8 MiB; before the fix,
+    # +19 to +27 MiB). A leak of 8 KiB per watch would add 16 MiB.
+    assert rss[2] <= rss[1] + 16 * 1024
 
 
 # priority and fairness under a flood ---------------------------------------------------------------

@@ -125,3 +125,32 @@ async def test_readyz_fails_once_the_service_stops() -> None:
     health.shutting_down = True
     ok, text = await health.ready()
     assert not ok and "[-]shutdown failed" in text
+
+
+async def test_freed_memory_is_trimmed_once_per_burst(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(runtime, "TRIM_DELAY", 0.05)
+    monkeypatch.setattr(runtime, "TRIM_MAX_WAIT", 60.0)
+    monkeypatch.setattr(runtime, "_trim", None)
+    monkeypatch.setattr(runtime, "_freed", 0)
+    real = runtime._malloc_trim
+    monkeypatch.setattr(runtime, "_malloc_trim", lambda: (trims.append(runtime._freed), real()))
+    # closed connections count up to the threshold: nothing until then, then one trim for the burst
+    for _ in range(runtime.TRIM_AFTER_BYTES // (256 << 10) - 1):
+        runtime.released(256 << 10)
+    assert runtime._trim is None
+    for _ in range(10):
+        runtime.released(256 << 10)
+    assert runtime._trim is not None
+    while runtime._trim is not None:
+        await asyncio.sleep(0.01)
+    assert trims == [runtime.TRIM_AFTER_BYTES + 9 * (256 << 10)]
+    assert runtime._freed == 0
+    # a small answer is not counted; a large one is trimmed after on its own
+    runtime.after_large_answer(1 << 20)
+    assert runtime._freed == 0 and runtime._trim is None
+    runtime.after_large_answer(runtime.TRIM_AFTER_BYTES)
+    assert runtime._trim is not None
+    while runtime._trim is not None:
+        await asyncio.sleep(0.01)
+    assert len(trims) == 2

@@ -309,3 +309,29 @@ async def test_stray_bytes_between_requests_do_not_keep_a_connection_open(pki):
     writer.close()
     stop.set()
     await asyncio.wait_for(task, 5)
+
+
+async def test_closed_connections_count_their_buffers_as_released(pki, monkeypatch):
+    """Each closed TLS connection counts its heap buffers to runtime.released (issue 9: the heap is
+    trimmed after a burst of them); a request does not, while its connection stays open."""
+    import services.proxy.server as server_module
+    freed: list[int] = []
+    monkeypatch.setattr(server_module, "released", freed.append)
+    server = make_server(echo_app, "127.0.0.1", 0, *pki["server"], client_ca_file=pki["ca"])
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve_until(server, stop))
+    for _ in range(100):
+        if server.started:
+            break
+        await asyncio.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    for _ in range(3):
+        async with httpx.AsyncClient(verify=_client_ctx(pki["ca"], pki["client"])) as c:
+            assert (await c.get(f"https://localhost:{port}/")).status_code == 200
+            assert (await c.get(f"https://localhost:{port}/")).status_code == 200
+    deadline = time.monotonic() + 10
+    while len(freed) < 3 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert freed == [server_module.CONNECTION_HEAP_BYTES] * 3
+    stop.set()
+    await asyncio.wait_for(task, 5)
