@@ -98,15 +98,7 @@ def _client_ctx(ca, cert=None):
 
 
 async def test_client_certificate_reaches_scope(pki):
-    server = make_server(echo_app, "127.0.0.1", 0, *pki["server"], client_ca_file=pki["ca"])
-    stop = asyncio.Event()
-    task = asyncio.create_task(serve_until(server, stop))
-    for _ in range(100):
-        if server.started:
-            break
-        await asyncio.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    url = f"https://localhost:{port}/"
+    server, stop, task, url = await _serve(echo_app, pki, client_ca_file=pki["ca"])
     async with httpx.AsyncClient(verify=_client_ctx(pki["ca"], pki["client"])) as c:
         want = {"cn": "alice", "o": ["dev", "ops"], "ca": ["client"]}
         assert (await c.get(url)).json() == want
@@ -317,18 +309,11 @@ async def test_closed_connections_count_their_buffers_as_released(pki, monkeypat
     import services.proxy.server as server_module
     freed: list[int] = []
     monkeypatch.setattr(server_module, "released", freed.append)
-    server = make_server(echo_app, "127.0.0.1", 0, *pki["server"], client_ca_file=pki["ca"])
-    stop = asyncio.Event()
-    task = asyncio.create_task(serve_until(server, stop))
-    for _ in range(100):
-        if server.started:
-            break
-        await asyncio.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
+    server, stop, task, url = await _serve(echo_app, pki, client_ca_file=pki["ca"])
     for _ in range(3):
         async with httpx.AsyncClient(verify=_client_ctx(pki["ca"], pki["client"])) as c:
-            assert (await c.get(f"https://localhost:{port}/")).status_code == 200
-            assert (await c.get(f"https://localhost:{port}/")).status_code == 200
+            assert (await c.get(url)).status_code == 200
+            assert (await c.get(url)).status_code == 200
     deadline = time.monotonic() + 10
     while len(freed) < 3 and time.monotonic() < deadline:
         await asyncio.sleep(0.02)

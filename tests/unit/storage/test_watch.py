@@ -37,6 +37,16 @@ def decoded(raw: bytes) -> tuple[str, str, str]:
     return ev.type, ev.object.metadata.name, ev.object.metadata.resource_version
 
 
+
+async def ends_when_closed(w, waiting) -> None:
+    """The watch's pending next event ends the loop once the watch is closed, yielding nothing."""
+    w.close()
+    try:
+        await waiting
+        raise AssertionError("the loop yielded after the watch was closed")
+    except StopAsyncIteration:
+        pass
+
 async def test_initial_events_then_live_events_then_bookmarks() -> None:
     c = cache()
     c._apply(put(11, "a"))
@@ -69,12 +79,7 @@ async def test_with_deliver_live_events_bypass_the_loop() -> None:
     c._apply(put(12, "b"))  # delivered by the cache's dispatch, not through the loop
     assert [decoded(e) for e in delivered] == [("ADDED", "a", "11"), ("ADDED", "b", "12")]
     assert not waiting.done()
-    w.close()
-    try:
-        await waiting
-        raise AssertionError("the loop yielded after the watch was closed")
-    except StopAsyncIteration:
-        pass
+    await ends_when_closed(w, waiting)
 
 
 async def test_a_watch_without_bookmarks_gets_none() -> None:
@@ -125,9 +130,4 @@ async def test_one_deadline_bookmark_when_its_timer_fires_early(monkeypatch) -> 
     waiting = asyncio.ensure_future(anext(events))
     await asyncio.sleep(0.05)  # not a synchronisation: fifty times the early-fire gap pass, and no bookmark comes
     assert not waiting.done()
-    w.close()
-    try:
-        await waiting
-        raise AssertionError("the loop yielded after the watch was closed")
-    except StopAsyncIteration:
-        pass
+    await ends_when_closed(w, waiting)
