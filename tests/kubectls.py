@@ -77,3 +77,21 @@ def namespace(kubectl: Kubectl, prefix: str) -> Iterator[str]:
         yield name
     finally:
         kubectl.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+def deny_in_namespace(name: str, ns: str) -> str:
+    """A manifest's second document: the ValidatingAdmissionPolicyBinding `name` of the policy `name`,
+    denying, for the namespace ns only (so that tests side by side do not see each other's policies)."""
+    return f"""---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {name}
+spec:
+  policyName: {name}
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {ns}
+"""

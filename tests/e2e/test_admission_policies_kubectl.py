@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from tests.kubectls import until_refused
+from tests.kubectls import deny_in_namespace, until_refused
 from tests.waiting import wait_for
 
 RULES = """    resourceRules:
@@ -224,19 +224,7 @@ spec:
   matchConstraints:
 {RULES}  validations:
   - expression: "object.nonexistent == 'x'"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: {name}
-spec:
-  policyName: {name}
-  validationActions: [Deny]
-  matchResources:
-    namespaceSelector:
-      matchLabels:
-        kubernetes.io/metadata.name: {ns}
-"""
+{deny_in_namespace(name, ns)}"""
     fail, ignore = f"fail-{ns}", f"ignore-{ns}"
     kubectl.run("apply", "-f", "-", input=policy(ignore, "Ignore"))
     kubectl.run("apply", "-f", "-", input=policy(fail, "Fail"))
@@ -362,19 +350,7 @@ spec:
     message: "address must be in 10.0.0.0/8"
   - expression: "!has(object.data.endpoint) || url(object.data.endpoint).getScheme() == 'https'"
     message: "endpoint must be https"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: {name}
-spec:
-  policyName: {name}
-  validationActions: [Deny]
-  matchResources:
-    namespaceSelector:
-      matchLabels:
-        kubernetes.io/metadata.name: {ns}
-""")
+{deny_in_namespace(name, ns)}""")
     refused = create_until_refused(kubectl, ns, "big", "--from-literal=memory=2Gi")
     assert "memory must be less than 1Gi" in refused.stderr
     kubectl.run("-n", ns, "create", "configmap", "ok", "--from-literal=memory=1000Mi",
@@ -406,19 +382,7 @@ spec:
     messageExpression: "request.userInfo.username + ' may not list secrets here'"
   - expression: "authorizer.requestResource.check('get').allowed()"
     message: "creators must be able to read what they create"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: {name}
-spec:
-  policyName: {name}
-  validationActions: [Deny]
-  matchResources:
-    namespaceSelector:
-      matchLabels:
-        kubernetes.io/metadata.name: {ns}
-""")
+{deny_in_namespace(name, ns)}""")
     alice = kubectl.with_token(tokens["alice"], "alice")
     refused = create_until_refused(alice, ns, "by-alice")
     assert f"ValidatingAdmissionPolicy '{name}' with binding '{name}' denied request: " \

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.kubectls import namespace, until_refused
+from tests.kubectls import deny_in_namespace, namespace, until_refused
 
 pytestmark = pytest.mark.stack
 
@@ -85,19 +85,7 @@ spec:
   validations:
   - expression: "object.message != 'forbidden' && request.requestKind.group == 'events.k8s.io'"
     message: core/v1 view refused it
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: {name}
-spec:
-  policyName: {name}
-  validationActions: [Deny]
-  matchResources:
-    namespaceSelector:
-      matchLabels:
-        kubernetes.io/metadata.name: {ns}
-""")
+{deny_in_namespace(name, ns)}""")
     try:
         proc = until_refused(kubectl, ("create", "-f", "-"),
                              ("-n", ns, "delete", "events.v1.events.k8s.io", "refused"),

@@ -19,7 +19,6 @@ moment ago). The default is the informer's view only, as kube's lister.
 """
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from apiary_pb import registry_pb2_grpc as rgrpc
@@ -67,7 +66,7 @@ class Priority(Plugin):
     async def admit(self, a: Attributes) -> None:
         if a.object is None:
             return
-        pod = copy.deepcopy(a.object)
+        pod = a.object  # changed in place, as kube's plug-ins (Attributes.patch diffs against the request)
         spec = pod.get("spec")
         if not isinstance(spec, dict):
             return
@@ -92,19 +91,16 @@ class Priority(Plugin):
                                 f"no PriorityClass with name {name} was found")
         priority = pc.get("value", 0) if pc is not None else DEFAULT_PRIORITY
         policy = pc.get("preemptionPolicy") if pc is not None else PREEMPT_LOWER_PRIORITY
-        given = spec.get("priority")
-        if given is not None and given != priority:
-            raise forbidden(a.resource, a.group, a.name_for_errors(),
-                            f"the integer value of priority ({given}) must not be provided in pod spec; priority "
-                            f"admission controller computed {priority} from the given PriorityClass name")
-        spec["priority"] = priority
+        computed = [("priority", "integer value of priority", priority)]
         if policy:
-            given = spec.get("preemptionPolicy")
-            if given is not None and given != policy:
+            computed.append(("preemptionPolicy", "string value of PreemptionPolicy", policy))
+        for field, what, value in computed:  # kube's messages: a value given in the spec must be the computed one
+            given = spec.get(field)
+            if given is not None and given != value:
                 raise forbidden(a.resource, a.group, a.name_for_errors(),
-                                f"the string value of PreemptionPolicy ({given}) must not be provided in pod spec; "
-                                f"priority admission controller computed {policy} from the given PriorityClass name")
-            spec["preemptionPolicy"] = policy
+                                f"the {what} ({given}) must not be provided in pod spec; priority admission "
+                                f"controller computed {value} from the given PriorityClass name")
+            spec[field] = value
         a.set_object(pod)
 
     async def validate(self, a: Attributes) -> None:

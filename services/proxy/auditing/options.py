@@ -96,41 +96,41 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 
 def validate(args: argparse.Namespace) -> list[str]:
     """kube's AuditOptions.Validate messages, for the backends that are configured."""
-    errs = []
+    errs: list[str] = []
     for plugin, enabled in (("log", bool(args.audit_log_path)), ("webhook", bool(args.audit_webhook_config_file))):
-        if not enabled:
-            continue
-        a = lambda name: getattr(args, f"audit_{plugin}_{name}")  # noqa: E731
-        if a("mode") not in MODES:
-            errs.append(f"invalid audit {plugin} mode {a('mode')}, allowed modes are \"{','.join(MODES)}\"")
-        elif a("mode") == BATCH:
-            if a("batch_buffer_size") <= 0:
-                errs.append(f"invalid audit batch {plugin} buffer size {a('batch_buffer_size')}, "
-                            "must be a positive number")
-            if a("batch_max_size") <= 0:
-                errs.append(f"invalid audit batch {plugin} max batch size {a('batch_max_size')}, "
-                            "must be a positive number")
-            if a("batch_max_wait") < 0:
-                errs.append(f"invalid audit batch {plugin} max batch wait, must not be negative")
-            if a("batch_throttle_enable"):
-                if a("batch_throttle_qps") <= 0:
-                    errs.append(f"invalid audit batch {plugin} throttle QPS {a('batch_throttle_qps'):g}, "
-                                "must be a positive number")
-                if a("batch_throttle_burst") <= 0:
-                    errs.append(f"invalid audit batch {plugin} throttle burst {a('batch_throttle_burst')}, "
-                                "must be a positive number")
-        if a("truncate_enabled"):
-            ev, batch = a("truncate_max_event_size"), a("truncate_max_batch_size")
-            if ev <= 0:
-                errs.append(f"invalid audit truncate {plugin} max event size {ev}, must be a positive number")
-            if batch <= 0:
-                errs.append(f"invalid audit truncate {plugin} max batch size {batch}, must be a positive number")
-            if 0 < batch < ev:
-                errs.append(f"invalid audit truncate {plugin} max event size {ev}, must be less than or equal "
-                            f"to max batch size {batch}")
-        if a("version") not in GROUP_VERSIONS:
-            errs.append(f"invalid audit {plugin} version {a('version')}, supported versions are "
-                        f"{', '.join(GROUP_VERSIONS)}")
+        if enabled:
+            errs += _validate_backend(args, plugin)
+    return errs
+
+
+def _validate_backend(args: argparse.Namespace, plugin: str) -> list[str]:
+    errs: list[str] = []
+    a = lambda name: getattr(args, f"audit_{plugin}_{name}")  # noqa: E731
+
+    def positive(kind: str, name: str, what: str, fmt: str = "") -> None:
+        if (value := a(name)) <= 0:
+            errs.append(f"invalid audit {kind} {plugin} {what} {value:{fmt}}, must be a positive number")
+
+    if a("mode") not in MODES:
+        errs.append(f"invalid audit {plugin} mode {a('mode')}, allowed modes are \"{','.join(MODES)}\"")
+    elif a("mode") == BATCH:
+        positive("batch", "batch_buffer_size", "buffer size")
+        positive("batch", "batch_max_size", "max batch size")
+        if a("batch_max_wait") < 0:
+            errs.append(f"invalid audit batch {plugin} max batch wait, must not be negative")
+        if a("batch_throttle_enable"):
+            positive("batch", "batch_throttle_qps", "throttle QPS", "g")
+            positive("batch", "batch_throttle_burst", "throttle burst")
+    if a("truncate_enabled"):
+        ev, batch = a("truncate_max_event_size"), a("truncate_max_batch_size")
+        positive("truncate", "truncate_max_event_size", "max event size")
+        positive("truncate", "truncate_max_batch_size", "max batch size")
+        if 0 < batch < ev:
+            errs.append(f"invalid audit truncate {plugin} max event size {ev}, must be less than or equal "
+                        f"to max batch size {batch}")
+    if a("version") not in GROUP_VERSIONS:
+        errs.append(f"invalid audit {plugin} version {a('version')}, supported versions are "
+                    f"{', '.join(GROUP_VERSIONS)}")
     return errs
 
 
