@@ -22,6 +22,7 @@ class Server:
         self.produced: dict[str, int] = {}
         self.closed: set[str] = set()
         self.sent: list[tuple[int, bool]] = []  # (id, more) of each frame, in the order sent
+        self.credits: list[int] = []  # each Frame.credit received, in order
 
     async def handle(self, request: rpb.APIRequest, context: Any) -> Any:
         name = request.name
@@ -41,7 +42,12 @@ class Server:
         return mux.Streamed(parts())
 
     async def open(self, requests: AsyncIterator[pb.Frames]) -> AsyncIterator[pb.Frames]:
-        async for batch in mux.serve_mux(requests, None, {"Handle": (rpb.APIRequest, self.handle)}):
+        async def counted() -> AsyncIterator[pb.Frames]:
+            async for batch in requests:
+                self.credits.extend(f.credit for f in batch.frames if f.credit)
+                yield batch
+
+        async for batch in mux.serve_mux(counted(), None, {"Handle": (rpb.APIRequest, self.handle)}):
             for f in batch.frames:
                 self.sent.append((f.id, f.more))
             yield batch
@@ -130,9 +136,27 @@ async def test_a_caller_that_stops_reading_stops_the_sender():
     assert (await c.call("Handle", rpb.APIRequest(name="after"))).body == b"after"
 
 
+async def test_the_window_is_granted_again_once_taken():
+    """One credit message per window of parts taken (each costs a gRPC message on both sides), none
+    after the last part; and never more than a window on its way."""
+    server = Server()
+    c = client(server)
+    n = 8 * mux.WINDOW + 1
+    parts = c.call_stream("Handle", rpb.APIRequest(name=f"parts-{n}"))
+    got = 0
+    async for _ in parts:
+        got += 1
+        await settle()
+        waiting = [len(e.frames) for e in c._parts_client._pending.values() if isinstance(e, mux._Parts)]
+        assert all(w <= mux.WINDOW for w in waiting), waiting
+    assert got == n
+    assert server.credits == [mux.WINDOW] * ((n - 1) // mux.WINDOW)
+
+
 async def test_a_caller_without_flow_control_gets_everything():
     """window=0 (a caller that does not grant credit) is answered without waiting for any."""
     server = Server()
     c = client(server)
     got = [p async for p, _ in c.call_stream("Handle", rpb.APIRequest(name="parts-12"), window=0)]
     assert len(got) == 12
+    assert server.credits == []  # nor does it send any
