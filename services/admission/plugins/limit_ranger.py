@@ -10,7 +10,6 @@ this plugin has nothing to admit.
 """
 from __future__ import annotations
 
-import copy
 from decimal import Decimal
 from typing import Any
 
@@ -36,6 +35,16 @@ def _q(value: Any) -> Decimal | None:
         return quantity.parse(value)
     except ValueError:
         return None
+
+
+def _missing(defaults: Obj, given: Any) -> list[str]:
+    """The defaulted resources a container's requests or limits do not name (none when they are not a
+    map: validation refuses the pod)."""
+    if given is None:
+        given = {}
+    elif not isinstance(given, dict):
+        return []
+    return sorted(k for k in defaults if k not in given)
 
 
 class LimitRanger(Plugin):
@@ -73,20 +82,24 @@ class LimitRanger(Plugin):
         for item in items:  # defaultContainerResourceRequirements: the last item naming a resource wins
             limits.update(item.get("default") or {})
             requests.update(item.get("defaultRequest") or {})
-        pod = copy.deepcopy(pod)
         notes: list[str] = []
-        for what, c in _containers(pod):
-            res = c.setdefault("resources", {})
-            set_requests = sorted(k for k in requests if k not in (res.get("requests") or {}))
-            set_limits = sorted(k for k in limits if k not in (res.get("limits") or {}))
+        for what, c in _containers(pod):  # in place, as kube's plug-ins (Attributes.patch diffs)
+            res = c.get("resources")
+            if res is None:
+                res = {}
+            elif not isinstance(res, dict):
+                continue  # not a ResourceRequirements: validation refuses the pod
+            set_requests = _missing(requests, res.get("requests"))
+            set_limits = _missing(limits, res.get("limits"))
+            if not set_requests and not set_limits:
+                continue
+            c["resources"] = res  # a key added only with a value set in it
             if set_requests:
                 res["requests"] = {**(res.get("requests") or {}), **{k: requests[k] for k in set_requests}}
                 notes.append(f"{', '.join(set_requests)} request for {what} {c.get('name', '')}")
             if set_limits:
                 res["limits"] = {**(res.get("limits") or {}), **{k: limits[k] for k in set_limits}}
                 notes.append(f"{', '.join(set_limits)} limit for {what} {c.get('name', '')}")
-            if not res:
-                c.pop("resources")
         if notes:
             meta = pod.setdefault("metadata", {})
             meta["annotations"] = {**(meta.get("annotations") or {}),
