@@ -37,16 +37,6 @@ def _q(value: Any) -> Decimal | None:
         return None
 
 
-def _missing(defaults: Obj, given: Any) -> list[str]:
-    """The defaulted resources a container's requests or limits do not name (none when they are not a
-    map: validation refuses the pod)."""
-    if given is None:
-        given = {}
-    elif not isinstance(given, dict):
-        return []
-    return sorted(k for k in defaults if k not in given)
-
-
 class LimitRanger(Plugin):
     name = "LimitRanger"
     operations = frozenset({CREATE})
@@ -84,13 +74,9 @@ class LimitRanger(Plugin):
             requests.update(item.get("defaultRequest") or {})
         notes: list[str] = []
         for what, c in _containers(pod):  # in place, as kube's plug-ins (Attributes.patch diffs)
-            res = c.get("resources")
-            if res is None:
-                res = {}
-            elif not isinstance(res, dict):
-                continue  # not a ResourceRequirements: validation refuses the pod
-            set_requests = _missing(requests, res.get("requests"))
-            set_limits = _missing(limits, res.get("limits"))
+            res = c.get("resources") or {}  # decoding refused any other type than a map or null
+            set_requests = sorted(k for k in requests if k not in (res.get("requests") or {}))
+            set_limits = sorted(k for k in limits if k not in (res.get("limits") or {}))
             if not set_requests and not set_limits:
                 continue
             c["resources"] = res  # a key added only with a value set in it
