@@ -46,10 +46,22 @@ def process_panels(job: str) -> list[Panel]:
     else:
         streams = Panel("Open gRPC streams", f'sum by (grpc_method) (grpc_server_streams_open{{job="{job}"}})',
                         legend="{{grpc_method}}")
+    memory = [Panel("Memory (RSS)", f'process_resident_memory_bytes{{job="{job}"}}', "bytes", "rss")]
+    if job == "proxy":  # it trims its heap after bursts of closed connections too (runtime.released)
+        memory += heap_trim_panels(job)
     return [
         Panel("CPU", f'rate(process_cpu_seconds_total{{job="{job}"}}[1m])', "percentunit", "cores"),
-        Panel("Memory (RSS)", f'process_resident_memory_bytes{{job="{job}"}}', "bytes", "rss"),
+        *memory,
         streams,
+    ]
+
+
+def heap_trim_panels(job: str) -> list[Panel]:
+    """When the process gave freed C-heap memory back to the system (runtime.released), to read beside its RSS:
+    both series exist from the start (a counter without labels is 0 until the first trim)."""
+    return [
+        Panel("C heap trims", f'increase(apiary_heap_trims_total{{job="{job}"}}[10m])', legend="trims"),
+        Panel("C heap trim pending", f'apiary_heap_trim_pending{{job="{job}"}}', legend="pending"),
     ]
 
 

@@ -97,10 +97,24 @@ def released(nbytes: int) -> None:
     (and in gRPC's threads' arenas) only on malloc_trim, and with tune_malloc's mmap threshold every
     buffer below 32 MiB is on the heap. A burst (back-to-back LISTs, 2,000 connections closing)
     pays for one trim, of a few ms."""
-    global _trim, _trim_first, _freed
+    global _freed
     _freed += nbytes
-    if _freed < TRIM_AFTER_BYTES:
-        return
+    if _freed >= TRIM_AFTER_BYTES:
+        _schedule_trim()
+
+
+def postpone_trim() -> None:
+    """Memory already counted (released) is still held a little longer, e.g. a closed connection's
+    buffers by the request that ran on it: the pending trim, if any, waits TRIM_DELAY from now (still
+    no later than TRIM_MAX_WAIT after the burst's first). Nothing is counted again."""
+    if _trim is not None:
+        _schedule_trim()
+
+
+def _schedule_trim() -> None:
+    """The trim TRIM_DELAY from now: the burst's first schedules it, the next ones move it, until
+    that would put it past TRIM_MAX_WAIT after the first."""
+    global _trim, _trim_first
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:

@@ -46,7 +46,6 @@ from .encoding import for_kind
 from .negotiation import APPLY_PATCH, negotiate_output
 from .authz_invalidation import AuthzCacheInvalidator
 from .requestinfo import RequestInfo
-from .server import CONNECTION_HEAP_BYTES
 
 log = logging.getLogger("services.proxy")
 
@@ -281,9 +280,9 @@ class ProxyApp:
             if seat is not None:
                 self.apf.release(seat)
             if ctx.connection_lost():
-                # the connection's buffers are freed with this request (its scope holds the transport),
-                # not when the connection was lost: the heap is trimmed after the last of a burst
-                runtime.released(CONNECTION_HEAP_BYTES)
+                # the lost connection's buffers (counted when it was lost) are freed with this request,
+                # whose scope holds the transport: the trim waits for the last of a burst of them
+                runtime.postpone_trim()
             ctx.close()
             inflight.dec()
             elapsed = time.perf_counter() - ctx.started

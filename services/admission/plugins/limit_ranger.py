@@ -10,7 +10,6 @@ this plugin has nothing to admit.
 """
 from __future__ import annotations
 
-import copy
 from decimal import Decimal
 from typing import Any
 
@@ -73,20 +72,20 @@ class LimitRanger(Plugin):
         for item in items:  # defaultContainerResourceRequirements: the last item naming a resource wins
             limits.update(item.get("default") or {})
             requests.update(item.get("defaultRequest") or {})
-        pod = copy.deepcopy(pod)
         notes: list[str] = []
-        for what, c in _containers(pod):
-            res = c.setdefault("resources", {})
+        for what, c in _containers(pod):  # in place, as kube's plug-ins (Attributes.patch diffs)
+            res = c.get("resources") or {}  # decoding refused any other type than a map or null
             set_requests = sorted(k for k in requests if k not in (res.get("requests") or {}))
             set_limits = sorted(k for k in limits if k not in (res.get("limits") or {}))
+            if not set_requests and not set_limits:
+                continue
+            c["resources"] = res  # a key added only with a value set in it
             if set_requests:
                 res["requests"] = {**(res.get("requests") or {}), **{k: requests[k] for k in set_requests}}
                 notes.append(f"{', '.join(set_requests)} request for {what} {c.get('name', '')}")
             if set_limits:
                 res["limits"] = {**(res.get("limits") or {}), **{k: limits[k] for k in set_limits}}
                 notes.append(f"{', '.join(set_limits)} limit for {what} {c.get('name', '')}")
-            if not res:
-                c.pop("resources")
         if notes:
             meta = pod.setdefault("metadata", {})
             meta["annotations"] = {**(meta.get("annotations") or {}),

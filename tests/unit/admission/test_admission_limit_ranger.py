@@ -95,3 +95,22 @@ async def test_other_namespaces_and_resources_are_left_alone():
     a = Attributes(r)
     await p.admit(a)
     assert "resources" not in a.object["spec"]["containers"][0]
+
+
+async def test_a_pod_with_nothing_to_default_is_left_as_it_came():
+    """The pod is changed in place: when no default applies (a range of bounds only, containers naming every
+    defaulted resource, an empty resources map) nothing is added, removed or replaced, and there is no patch."""
+    p = plugin(limit_range("bounds", min={"cpu": "100m"}),
+               limit_range("defaults", default={"cpu": "1"}, defaultRequest={"memory": "64Mi"}))
+    came = pod({"name": "full", "resources": {"limits": {"cpu": "2"}, "requests": {"memory": "1Gi"}}},
+               init=({"name": "setup", "resources": {"limits": {"cpu": "1"}, "requests": {"memory": "1Gi"}}},))
+    a = attributes(came)
+    await p.admit(a)
+    assert a.object == came and a.patch() == b"" and a.object_pb() is a.request.object
+    bounds_only = plugin(limit_range("bounds", min={"cpu": "100m"}, max={"cpu": "2"}))
+    came = pod({"name": "bare"}, {"name": "empty", "resources": {}})
+    a = attributes(came)
+    await bounds_only.admit(a)
+    assert a.object == came and a.patch() == b"" and a.object_pb() is a.request.object
+    assert "resources" not in a.object["spec"]["containers"][0]
+    assert a.object["spec"]["containers"][1]["resources"] == {}

@@ -154,3 +154,39 @@ async def test_freed_memory_is_trimmed_once_per_burst(monkeypatch: pytest.Monkey
     while runtime._trim is not None:
         await asyncio.sleep(0.01)
     assert len(trims) == 2
+
+
+async def test_postponing_the_trim_moves_it_and_counts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request that ends with its connection lost postpones the pending trim (its buffers were counted when
+    the connection was lost): the trim moves to TRIM_DELAY from then, no byte is counted again, and with no
+    trim pending (or one due at the burst's TRIM_MAX_WAIT) nothing changes."""
+    trims: list[int] = []
+    monkeypatch.setattr(runtime, "TRIM_DELAY", 0.2)
+    monkeypatch.setattr(runtime, "TRIM_MAX_WAIT", 60.0)
+    monkeypatch.setattr(runtime, "_trim", None)
+    monkeypatch.setattr(runtime, "_freed", 0)
+    real = runtime._malloc_trim
+    monkeypatch.setattr(runtime, "_malloc_trim", lambda: (trims.append(runtime._freed), real()))
+    runtime.released(256 << 10)
+    runtime.postpone_trim()
+    assert runtime._trim is None and runtime._freed == 256 << 10
+    runtime.released(runtime.TRIM_AFTER_BYTES)
+    first = runtime._trim
+    assert first is not None
+    await asyncio.sleep(0.05)
+    runtime.postpone_trim()
+    assert first.cancelled() and runtime._trim is not None and runtime._trim.when() > first.when()
+    assert runtime._freed == runtime.TRIM_AFTER_BYTES + (256 << 10)
+    while runtime._trim is not None:
+        await asyncio.sleep(0.01)
+    assert trims == [runtime.TRIM_AFTER_BYTES + (256 << 10)] and runtime._freed == 0
+    # past the burst's TRIM_MAX_WAIT the trim already scheduled comes first
+    monkeypatch.setattr(runtime, "TRIM_MAX_WAIT", runtime.TRIM_DELAY)
+    runtime.released(runtime.TRIM_AFTER_BYTES)
+    first = runtime._trim
+    await asyncio.sleep(0.05)
+    runtime.postpone_trim()
+    assert runtime._trim is first and not first.cancelled()
+    while runtime._trim is not None:
+        await asyncio.sleep(0.01)
+    assert trims[1:] == [runtime.TRIM_AFTER_BYTES]

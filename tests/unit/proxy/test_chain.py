@@ -324,6 +324,50 @@ async def test_watch_client_disconnect_cancels_stream(stack):
     await asyncio.wait_for(stack.registry.watch_cancelled.wait(), 2)
 
 
+async def test_a_request_ending_with_its_connection_lost_postpones_the_heap_trim(stack, monkeypatch):
+    """The lost connection's buffers were counted when it was lost (the HTTPS protocol's connection_lost); the
+    request that held it only postpones the pending trim, counting nothing again. A request whose connection
+    stays open does neither."""
+    from services.common import runtime
+    from services.proxy.context import CONNECTION_EXTENSION
+
+    calls = []
+    monkeypatch.setattr(runtime, "released", lambda nbytes: calls.append(("released", nbytes)))
+    monkeypatch.setattr(runtime, "postpone_trim", lambda: calls.append(("postpone_trim",)))
+
+    class Transport:
+        closing = False
+
+        def is_closing(self):
+            return self.closing
+
+    async def request(path, lose):
+        transport, sent, disconnect = Transport(), [], asyncio.Event()
+
+        async def receive():
+            if not sent:
+                sent.append(1)
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await disconnect.wait()
+            transport.closing = True
+            return {"type": "http.disconnect"}
+
+        async def send(msg):
+            if lose and msg.get("body", b"").endswith(b"\n"):  # a watch event is out: the client goes
+                disconnect.set()
+
+        scope = {"type": "http", "method": "GET", "path": path, "query_string": b"",
+                 "headers": [(b"authorization", b"Bearer admin-token")],
+                 "extensions": {CONNECTION_EXTENSION: transport}}
+        await asyncio.wait_for(stack.proxy(scope, receive, send), 5)
+
+    await request("/api/v1/watch/namespaces/demo/configmaps", lose=True)
+    assert calls == [("postpone_trim",)]
+    calls.clear()
+    await request("/api/v1/namespaces/demo/configmaps/c", lose=False)
+    assert calls == []
+
+
 async def test_discovery(stack):
     r = await stack.client.get("/api", headers={**ADMIN, "Accept": DISCOVERY_V2 + ",application/json"})
     assert r.headers["content-type"] == DISCOVERY_V2
