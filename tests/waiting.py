@@ -5,6 +5,7 @@ take a change a moment after the write that made it.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,3 +22,16 @@ def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condi
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {value!r})")
         time.sleep(interval)
+
+
+async def until(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition",
+                interval: float = 0.01) -> Any:
+    """wait_for inside an event loop: the loop runs (informers, work queues) between the checks."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {value!r})")
+        await asyncio.sleep(interval)

@@ -82,6 +82,9 @@ CONTROLLER_ROLES: dict[str, list[dict[str, Any]]] = {
     "namespace-controller": [_rule(["delete", "deletecollection", "get", "list"], ["*"], ["*"]),
                              _rule(["update"], [""], ["namespaces/finalize", "namespaces/status"]),
                              _events()],
+    # quota counts anything it is asked to, so it lists and watches everything
+    "resourcequota-controller": [_rule(["list", "watch"], ["*"], ["*"]),
+                                 _rule(["update"], [""], ["resourcequotas/status"]), _events()],
     "service-account-controller": [_rule(["create"], [""], ["serviceaccounts"]), _events()],
     "root-ca-cert-publisher": [_rule(["create", "update"], [""], ["configmaps"]), _events()],
 }

@@ -14,6 +14,7 @@ from .client import Client
 from .garbagecollector import GarbageCollector
 from .leaderelection import Config, LeaderElector, identity
 from .namespace import NamespaceController
+from .resourcequota import ResourceQuotaController
 from .serviceaccounts import RootCACertPublisher, ServiceAccountsController
 
 log = logging.getLogger("services.controllermanager")
@@ -22,6 +23,7 @@ log = logging.getLogger("services.controllermanager")
 CONTROLLERS = {
     "garbage-collector-controller": ("garbagecollector",),
     "namespace-controller": ("namespace",),
+    "resourcequota-controller": ("resourcequota",),
     "serviceaccount-controller": ("serviceaccount",),
     "root-ca-certificate-publisher-controller": ("root-ca-cert-publisher",),
 }
@@ -69,6 +71,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--leader-elect-resource-namespace", default="kube-system")
     p.add_argument("--concurrent-gc-syncs", type=int, default=4)
     p.add_argument("--concurrent-namespace-syncs", type=int, default=2)
+    p.add_argument("--concurrent-resource-quota-syncs", type=int, default=5,
+                   help="the number of resource quotas that are allowed to sync concurrently")
+    p.add_argument("--resource-quota-sync-period", type=_duration, default=300.0,
+                   help="the period for syncing quota usage status in the system (a full recount of every quota)")
     args = p.parse_args(argv)
     try:
         args.enabled = enabled_controllers(args.controllers.split(","))
@@ -103,6 +109,10 @@ class ControllerManager:
         if name == "namespace-controller":
             ns = NamespaceController(c, self.args.concurrent_namespace_syncs)
             return ns.start, ns.stop
+        if name == "resourcequota-controller":
+            rq = ResourceQuotaController(c, self.args.concurrent_resource_quota_syncs,
+                                         self.args.resource_quota_sync_period)
+            return rq.start, rq.stop
         if name == "serviceaccount-controller":
             sa = ServiceAccountsController(c)
             return sa.start, sa.stop
@@ -142,7 +152,7 @@ class ControllerManager:
             name, stop = self.running.pop()
             try:
                 await stop()
-            except Exception:  # noqa: BLE001 - the others must stop too
+            except Exception:
                 log.exception("stopping %s", name)
 
 

@@ -1,24 +1,43 @@
-"""ResourceQuota object counts with kubectl: the quota admission plugin and its controller."""
+"""ResourceQuota object counts with kubectl: the quota admission plug-in (admission service) charges creates,
+the resource quota controller (controller-manager) keeps status.hard and gives usage back after deletes."""
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
+
+import httpx
+
 from tests.waiting import wait_for
 
 
-def used(kubectl: Any, ns: str, key: str) -> str:
+def status(kubectl: Any, ns: str, part: str, key: str) -> str:
     escaped = key.replace(".", "\\.")
-    return kubectl.run("-n", ns, "get", "resourcequota", "q", "-o", f"jsonpath={{.status.used.{escaped}}}").stdout
+    return kubectl.run("-n", ns, "get", "resourcequota", "q", "-o",
+                       f"jsonpath={{.status.{part}.{escaped}}}").stdout
 
 
-def test_count_quota_refuses_over_limit_and_follows_deletes(kubectl: Any) -> None:
+def used(kubectl: Any, ns: str, key: str) -> str:
+    return status(kubectl, ns, "used", key)
+
+
+def replenishments(stack: Any) -> float:
+    """What the controller-manager's resource quota controller took from deletes (its work queue's adds)."""
+    metrics = httpx.get(f"http://127.0.0.1:{stack.health_port('controllermanager')}/metrics").text
+    m = re.search(r'^workqueue_adds_total\{name="resource_quota_controller_resource_changes"\} (\S+)$', metrics,
+                  re.MULTILINE)
+    assert m is not None, "the controller-manager runs no resource quota controller"
+    return float(m.group(1))
+
+
+def test_count_quota_refuses_over_limit_and_follows_deletes(kubectl: Any, stack: Any) -> None:
     ns = f"quota-{uuid.uuid4().hex[:6]}"
     kubectl.run("create", "namespace", ns)
     # the root-ca-cert-publisher's kube-root-ca.crt is a ConfigMap of every namespace, counted as kube counts it
     wait_for(lambda: kubectl.run("-n", ns, "get", "configmap", "kube-root-ca.crt", check=False).returncode == 0,
              what="kube-root-ca.crt")
     kubectl.run("-n", ns, "create", "quota", "q", "--hard=count/configmaps=3,secrets=5")
-    # the controller fills status.hard and status.used
+    # the controller fills status.hard and status.used (until then the quota limits nothing, as in kube)
     wait_for(lambda: used(kubectl, ns, "count/configmaps") == "1", what="status.used")
     assert used(kubectl, ns, "secrets") == "0"
     kubectl.run("-n", ns, "create", "configmap", "one")
@@ -31,9 +50,11 @@ def test_count_quota_refuses_over_limit_and_follows_deletes(kubectl: Any) -> Non
     table = kubectl.run("-n", ns, "get", "quota").stdout.splitlines()
     assert table[0].split() == ["NAME", "AGE", "REQUEST", "LIMIT"]
     assert "count/configmaps: 3/3, secrets: 0/5" in table[1]
-    # a delete gives the count back (the controller's replenishment); then a create fits again
+    # a delete gives the count back (the controller-manager's replenishment); then a create fits again
+    before = replenishments(stack)
     kubectl.run("-n", ns, "delete", "configmap", "one")
     wait_for(lambda: used(kubectl, ns, "count/configmaps") == "2", what="replenishment")
+    assert replenishments(stack) > before
     kubectl.run("-n", ns, "create", "configmap", "three")
     assert used(kubectl, ns, "count/configmaps") == "3"
     # other resources and other namespaces are not limited by it
@@ -41,8 +62,9 @@ def test_count_quota_refuses_over_limit_and_follows_deletes(kubectl: Any) -> Non
     assert used(kubectl, ns, "secrets") == "1"
     kubectl.run("-n", "default", "create", "configmap", f"free-{ns}")
     kubectl.run("-n", "default", "delete", "configmap", f"free-{ns}")
-    # raising the hard limit is seen at once by admission
+    # raising the hard limit: admission enforces status.hard, which the controller copies from spec.hard
     kubectl.run("-n", ns, "patch", "quota", "q", "-p", '{"spec":{"hard":{"count/configmaps":"4"}}}')
+    wait_for(lambda: status(kubectl, ns, "hard", "count/configmaps") == "4", what="status.hard after the raise")
     kubectl.run("-n", ns, "create", "configmap", "four")
     wait_for(lambda: used(kubectl, ns, "count/configmaps") == "4", what="status.used after the raise")
     kubectl.run("delete", "namespace", ns, "--wait=false")

@@ -10,11 +10,11 @@ from apiary_pb import admission_pb2 as adpb
 from apiary_pb import envelope_pb2 as pb
 from services.admission.attributes import Attributes
 from services.admission.matching import MatchResources, Rule
-from services.admission.plugins.resource_quota import keys_for, resource_of
 from services.admission.policy import EvalError, Expression, Needs
 from services.admission.typechecking import type_check
 from services.common import cel, quantity
 from services.common.envelope import to_envelope
+from services.common.quota import keys_for, resource_of
 
 
 def attrs(op: str = "CREATE", group: str = "", version: str = "v1", resource: str = "configmaps",

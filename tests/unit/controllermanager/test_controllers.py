@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from services.common.errors import Conflict, NotFound
-from services.controllermanager.__main__ import enabled_controllers
+from services.controllermanager.__main__ import enabled_controllers, parse_args
 from services.controllermanager.client import Resource, RESTMapper, aggregated_resources
 from services.controllermanager.garbagecollector import Classified, Graph, changes, decide, node_of
 from services.controllermanager.leaderelection import Config, LeaderElector
@@ -109,11 +109,21 @@ def test_namespace_conditions():
 
 def test_controllers_flag():
     every = enabled_controllers(["*"])
-    assert "garbage-collector-controller" in every and len(every) == 4
+    assert "garbage-collector-controller" in every and "resourcequota-controller" in every and len(every) == 5
+    assert enabled_controllers(["*", "-resourcequota"]) == [c for c in every if c != "resourcequota-controller"]
     assert "namespace-controller" not in enabled_controllers(["*", "-namespace"])
     assert enabled_controllers(["serviceaccount"]) == ["serviceaccount-controller"]
     with pytest.raises(ValueError, match="not in the list of known controllers"):
         enabled_controllers(["bogus"])
+
+
+def test_resource_quota_flags():
+    """kube's names and defaults: a full recount every 5m, 5 concurrent syncs."""
+    base = ["--kubeconfig", "kubeconfig", "--root-ca-file", "ca.crt"]
+    args = parse_args(base)
+    assert (args.resource_quota_sync_period, args.concurrent_resource_quota_syncs) == (300.0, 5)
+    args = parse_args([*base, "--resource-quota-sync-period", "1m30s", "--concurrent-resource-quota-syncs", "2"])
+    assert (args.resource_quota_sync_period, args.concurrent_resource_quota_syncs) == (90.0, 2)
 
 
 def test_leader_election_config_checks():
