@@ -9,10 +9,10 @@ from typing import Any
 
 import orjson
 
+from services.common import kubeconfig
 from services.common.errors import APIError
 from services.common.informer import HTTPListWatch, Informer
 from services.common.restclient import RESTClient
-from services.kit import kubeconfig
 
 log = logging.getLogger(__name__)
 

@@ -27,13 +27,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
-from services.common import runtime
+from services.common import kubeconfig, runtime
 from services.common.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
 from services.proxy import negotiation, openapi_v2
 from services.proxy import server as https
 from services.proxy.requestinfo import RequestInfo, parse, parse_query
 
-from . import authconfig, discovery, kubeconfig, openapi
+from . import authconfig, discovery, openapi
 from .api import AdmissionPlugin, Kind
 from .authconfig import Trust
 from .authn import Authenticator
@@ -124,7 +124,8 @@ class APIServer:
         cfg = self._config(path)
         if cfg is None:
             return None
-        c = cfg.httpx_client()
+        c = httpx.AsyncClient(base_url=cfg.server, verify=cfg.ssl, headers=cfg.headers, timeout=10.0,
+                              limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
         self._closers.append(c.aclose)
         return c
 

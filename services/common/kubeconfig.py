@@ -1,6 +1,8 @@
-"""HTTPS clients of the core API server (apiary) from a kubeconfig, as client-go's loader reads it:
-the current context's cluster (server, certificate-authority[-data], insecure-skip-tls-verify) and
-user (client-certificate[-data]/client-key[-data], token, tokenFile), or from a pod's ServiceAccount."""
+"""client-go's clientcmd, in small: how a client reaches the API server, read from a kubeconfig (the
+current context's cluster: server, certificate-authority[-data], insecure-skip-tls-verify; and user:
+client-certificate[-data]/client-key[-data], token, tokenFile) or from a pod's ServiceAccount, into a
+Config (rest.Config) that clients are made from: a RESTClient (aiohttp) here, an httpx client by the kit
+for its delegated authentication and authorization."""
 from __future__ import annotations
 
 import base64
@@ -11,10 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
-from services.common.restclient import RESTClient
+from .restclient import RESTClient
 
 
 def _named(items: list[dict[str, Any]] | None, name: str, what: str) -> dict[str, Any]:
@@ -27,7 +28,7 @@ def _named(items: list[dict[str, Any]] | None, name: str, what: str) -> dict[str
 def _file(section: dict[str, Any], key: str, base: Path) -> str:
     """The path of `key` or of its `key-data` written to a private temporary file."""
     if section.get(f"{key}-data"):
-        fd, path = tempfile.mkstemp(prefix="kit-", suffix=".pem")
+        fd, path = tempfile.mkstemp(prefix="kubeconfig-", suffix=".pem")
         with os.fdopen(fd, "wb") as f:
             f.write(base64.b64decode(section[f"{key}-data"]))
         return path
@@ -47,10 +48,6 @@ class Config:
         """An aiohttp client (services/common/restclient.py); made inside the event loop that uses it."""
         headers = {**self.headers, "User-Agent": user_agent} if user_agent else self.headers
         return RESTClient(self.server, self.ssl, headers, timeout)
-
-    def httpx_client(self, timeout: float = 10.0, limits: httpx.Limits | None = None) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.server, verify=self.ssl, headers=self.headers, timeout=timeout,
-                                 limits=limits or httpx.Limits(max_connections=100, max_keepalive_connections=20))
 
 
 def load(path: str) -> Config:
@@ -85,13 +82,3 @@ def load_in_cluster() -> Config:
     token = (sa / "token").read_text().strip()
     return Config(f"https://{host}:{port}", ssl_ctx, {"Authorization": f"Bearer {token}"})
 
-
-def client(path: str, timeout: float = 10.0, limits: httpx.Limits | None = None) -> httpx.AsyncClient:
-    """An httpx client with the kubeconfig's server as base URL and its credentials (limits: the connection
-    pool's, httpx's defaults unless given)."""
-    return load(path).httpx_client(timeout, limits)
-
-
-def in_cluster(timeout: float = 10.0) -> httpx.AsyncClient:
-    """An httpx client with the ServiceAccount's credentials of a pod."""
-    return load_in_cluster().httpx_client(timeout)
