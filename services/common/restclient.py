@@ -60,7 +60,7 @@ class RESTClient:
                                             headers=headers) as r:
                 content = await r.read()
         except UNREACHABLE as e:
-            raise ServiceUnavailable(f"{method} {path}: {e!r}") from None
+            raise ServiceUnavailable(f"{method} {path}: {type(e).__name__}: {e}") from None
         if r.status >= 400:
             raise status_error(r.status, content)
         return content
@@ -79,4 +79,4 @@ class RESTClient:
                     if line != b"\n":
                         yield line
         except UNREACHABLE as e:
-            raise ServiceUnavailable(f"watch {path}: {e!r}") from None
+            raise ServiceUnavailable(f"watch {path}: {type(e).__name__}: {e}") from None
