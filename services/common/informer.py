@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
 import orjson
 from prometheus_client import Gauge
 
@@ -20,8 +20,11 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from . import grpcutil
 from .background import cancel_and_wait
 from .backoff import Backoff
-from .errors import APIError, Gone, ServiceUnavailable
+from .errors import APIError, Gone
 from .identity import APISERVER
+
+if TYPE_CHECKING:  # the internal services read through the registry and never load aiohttp for it
+    from .restclient import RESTClient
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +82,8 @@ class RegistryListWatch:
 
 
 class HTTPListWatch:
-    """List and watch one collection of the API over HTTPS (`path`: /api/v1/configmaps, ...), with
-    whatever credentials the client carries; metadata_only asks for PartialObjectMetadata, as
+    """List and watch one collection of the API over HTTPS (`path`: /api/v1/configmaps, ...) through a
+    RESTClient, with whatever credentials it carries; metadata_only asks for PartialObjectMetadata, as
     client-go's metadata informers do, where the server offers it."""
 
     # A watch is ended by the server after this and resumed from the last resourceVersion seen.
@@ -89,9 +92,9 @@ class HTTPListWatch:
     METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
     METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
 
-    def __init__(self, client: Any, path: str, params: dict[str, str] | None = None,
+    def __init__(self, client: RESTClient, path: str, params: dict[str, str] | None = None,
                  metadata_only: bool = False) -> None:
-        # client: an httpx.AsyncClient; params: the list's and watch's selectors
+        # params: the list's and watch's selectors
         self.client, self.path, self.params = client, path, dict(params or {})
         self.metadata_only = metadata_only
         self._list_headers = {"Accept": self.METADATA_LIST if metadata_only else "application/json"}
@@ -104,23 +107,8 @@ class HTTPListWatch:
             return obj
         return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
 
-    @staticmethod
-    def _status(r: Any) -> None:
-        if r.status_code >= 400:
-            try:
-                body = orjson.loads(r.content)
-            except orjson.JSONDecodeError:
-                body = {"code": r.status_code, "message": r.text}
-            _raise_error_event(body if isinstance(body, dict) and body.get("kind") == "Status"
-                               else {"code": r.status_code, "message": r.text})
-
     async def list(self) -> tuple[list[dict[str, Any]], str]:
-        try:
-            r = await self.client.get(self.path, params=self.params, headers=self._list_headers)
-        except httpx.HTTPError as e:  # the server is away: retried as any unavailable answer
-            raise ServiceUnavailable(f"list {self.path}: {e!r}") from None
-        self._status(r)
-        body = orjson.loads(r.content)
+        body = orjson.loads(await self.client.request("GET", self.path, self.params, headers=self._list_headers))
         items = body.get("items") or []
         if self.metadata_only and body.get("kind") != "PartialObjectMetadataList":
             items = [self._object(o) for o in items]
@@ -129,21 +117,12 @@ class HTTPListWatch:
     async def watch(self, resource_version: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         params = {**self.params, "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(self.WATCH_SECONDS)}
-        try:
-            async with self.client.stream("GET", self.path, params=params, headers=self._watch_headers,
-                                          timeout=None) as r:
-                if r.status_code >= 400:
-                    await r.aread()
-                    self._status(r)
-                async for line in r.aiter_lines():
-                    if not line:
-                        continue
-                    ev = orjson.loads(line)
-                    if ev.get("type") == "ERROR":
-                        _raise_error_event(ev.get("object") or {})
-                    yield ev["type"], self._object(ev.get("object") or {})
-        except httpx.HTTPError as e:  # a broken stream: resumed from the last resourceVersion seen
-            raise ServiceUnavailable(f"watch {self.path}: {e!r}") from None
+        async with aclosing(self.client.lines(self.path, params, self._watch_headers)) as lines:
+            async for line in lines:
+                ev = orjson.loads(line)
+                if ev.get("type") == "ERROR":
+                    _raise_error_event(ev.get("object") or {})
+                yield ev["type"], self._object(ev.get("object") or {})
 
 
 class Informer:

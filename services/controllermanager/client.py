@@ -1,17 +1,18 @@
 """The controller-manager's client of the API (client-go's dynamic client and RESTMapper, in small):
-HTTPS to the proxy with the kubeconfig's credentials; errors come back as the Status they carry."""
+HTTPS to the proxy with the kubeconfig's credentials; errors come back as the Status they carry, an
+unreachable API as ServiceUnavailable."""
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import orjson
 
-from services.common.errors import APIError, ServiceUnavailable
+from services.common import kubeconfig
+from services.common.errors import APIError
 from services.common.informer import HTTPListWatch, Informer
-from services.kit import kubeconfig
+from services.common.restclient import RESTClient
 
 log = logging.getLogger(__name__)
 
@@ -40,25 +41,25 @@ class Resource:
         return f"{base}/{name}" if name else base
 
 
-# The connection pool: every informer's watch holds a connection for as long as it runs, one per resource
-# the garbage collector watches (no bound: past it a watch would wait for a connection for ever), and the
-# requests keep theirs alive between calls. httpcore 1.0 closes an idle connection whenever the pool holds
-# more connections than max_keepalive_connections, busy ones counted (encode/httpcore#1000): with its
-# default of 20 and ~40 watches, every lease renewal and every request paid a new TLS handshake, on both
-# sides. An idle connection still goes after httpx's 5 s (a renewal every 2 s keeps one warm).
-POOL = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+# kube's controller-manager names itself so (rest.DefaultKubernetesUserAgent); the registry records its
+# writes under the User-Agent's first word as field manager, as kube-apiserver does.
+USER_AGENT = "kube-controller-manager/v1.33.0-apiary (linux/amd64) apiary"
 
 
 class Client:
-    def __init__(self, http: httpx.AsyncClient) -> None:
-        self.http = http
+    """JSON objects over a RESTClient (services/common/restclient.py: one aiohttp session, its pool unbounded
+    because every informer's watch holds a connection)."""
+
+    def __init__(self, rest: RESTClient) -> None:
+        self.rest = rest
 
     @classmethod
     def from_kubeconfig(cls, path: str, timeout: float = 30.0) -> "Client":
-        return cls(kubeconfig.client(path, timeout, POOL))
+        """Made inside the event loop that uses it."""
+        return cls(kubeconfig.load(path).rest_client(timeout, USER_AGENT))
 
     async def close(self) -> None:
-        await self.http.aclose()
+        await self.rest.close()
 
     async def request(self, method: str, path: str, body: Obj | None = None, params: dict[str, str] | None = None,
                       content_type: str = "application/json", accept: str = "application/json") -> Obj:
@@ -66,19 +67,11 @@ class Client:
         content = None
         if body is not None:
             content, headers["Content-Type"] = orjson.dumps(body), content_type
+        answer = await self.rest.request(method, path, params, content, headers)
         try:
-            r = await self.http.request(method, path, content=content, params=params, headers=headers)
-        except httpx.HTTPError as e:  # the API is away: an unavailable answer, retried by the caller
-            raise ServiceUnavailable(f"{method} {path}: {e!r}") from None
-        try:
-            doc = orjson.loads(r.content) if r.content else {}
+            return orjson.loads(answer) if answer else {}
         except orjson.JSONDecodeError:
-            doc = {}
-        if r.status_code >= 400:
-            if isinstance(doc, dict) and doc.get("kind") == "Status":
-                raise APIError.from_status_dict(doc)
-            raise APIError.from_status_dict({"code": r.status_code, "message": r.text[:200]})
-        return doc
+            return {}
 
     async def get(self, res: Resource, namespace: str, name: str) -> Obj:
         return await self.request("GET", res.path(namespace, name))
@@ -107,7 +100,7 @@ class Client:
     def informer(self, res: Resource, namespace: str = "", params: dict[str, str] | None = None,
                  metadata_only: bool = False) -> Informer:
         """An informer on `res`; metadata_only keeps PartialObjectMetadata (client-go's metadata informer)."""
-        return Informer.over(HTTPListWatch(self.http, res.path(namespace), params, metadata_only), res.group,
+        return Informer.over(HTTPListWatch(self.rest, res.path(namespace), params, metadata_only), res.group,
                              res.version, res.resource)
 
     async def discover(self) -> list[Resource]:
@@ -131,7 +124,7 @@ class Client:
             path = f"/apis/{group}/{version}" if group else f"/api/{version}"
             try:
                 rl = await self.request("GET", path)
-            except (APIError, httpx.HTTPError) as e:
+            except APIError as e:
                 log.info("discovery of %s: %s", path, e)
                 continue
             for r in rl.get("resources") or []:

@@ -7,10 +7,11 @@ looked up with one GET before the create is refused, because it may have been ma
 """
 from __future__ import annotations
 
-import httpx
+import orjson
 
-from services.common.errors import Forbidden, NotFound
+from services.common.errors import APIError, Forbidden, InternalError, NotFound
 from services.common.informer import HTTPListWatch, Informer
+from services.common.restclient import RESTClient
 
 from .api import CREATE, AdmissionPlugin, Attributes
 
@@ -21,7 +22,7 @@ class NamespaceLifecycle(AdmissionPlugin):
     name = "NamespaceLifecycle"
     operations = (CREATE,)
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
+    def __init__(self, client: RESTClient) -> None:
         self.client = client
         self.namespaces = Informer.over(HTTPListWatch(client, NAMESPACES), "", "v1", "namespaces")
 
@@ -33,13 +34,14 @@ class NamespaceLifecycle(AdmissionPlugin):
 
     async def validate(self, a: Attributes) -> None:
         ns = self.namespaces.store.get(a.namespace)
-        if ns is None:
-            r = await self.client.get(f"{NAMESPACES}/{a.namespace}")
-            if r.status_code == 404:
+        if ns is None:  # as kube's plug-in: a namespace that is not there is NotFound, any other failure internal
+            try:
+                ns = orjson.loads(await self.client.request("GET", f"{NAMESPACES}/{a.namespace}"))
+            except NotFound:
                 raise NotFound(f'namespaces "{a.namespace}" not found',
-                               details={"name": a.namespace, "kind": "namespaces"})
-            r.raise_for_status()
-            ns = r.json()
+                               details={"name": a.namespace, "kind": "namespaces"}) from None
+            except APIError as e:
+                raise InternalError(e.message) from None
         if (ns.get("status") or {}).get("phase") == "Terminating":
             raise Forbidden(f"{a.kind.plural}.{a.group} \"{a.name}\" is forbidden: unable to create new content in "
                             f"namespace {a.namespace} because it is being terminated",

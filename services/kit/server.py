@@ -27,13 +27,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
-from services.common import runtime
+from services.common import kubeconfig, runtime
 from services.common.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
 from services.proxy import negotiation, openapi_v2
 from services.proxy import server as https
 from services.proxy.requestinfo import RequestInfo, parse, parse_query
 
-from . import authconfig, discovery, kubeconfig, openapi
+from . import authconfig, discovery, openapi
 from .api import AdmissionPlugin, Kind
 from .authconfig import Trust
 from .authn import Authenticator
@@ -79,7 +79,7 @@ class APIServer:
         self.authn = Authenticator(None, None)
         self.authz = Authorizer(None)
         self.min_request_timeout = 1800
-        self._clients: list[httpx.AsyncClient] = []
+        self._closers: list[Callable[[], Awaitable[None]]] = []  # the clients of the core API server
         self.lifecycle: NamespaceLifecycle | None = None
         self.reloader: authconfig.Reloader | None = None
         self._https: https.Server | None = None
@@ -112,14 +112,21 @@ class APIServer:
         for plugin in self.admission:
             plugin.initialize(self)
 
-    def _client(self, path: str) -> httpx.AsyncClient | None:
+    @staticmethod
+    def _config(path: str) -> kubeconfig.Config | None:
         if path:
-            c = kubeconfig.client(path)
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            c = kubeconfig.in_cluster()
-        else:
+            return kubeconfig.load(path)
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            return kubeconfig.load_in_cluster()
+        return None
+
+    def _client(self, path: str) -> httpx.AsyncClient | None:
+        cfg = self._config(path)
+        if cfg is None:
             return None
-        self._clients.append(c)
+        c = httpx.AsyncClient(base_url=cfg.server, verify=cfg.ssl, headers=cfg.headers, timeout=10.0,
+                              limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
+        self._closers.append(c.aclose)
         return c
 
     async def _delegation(self, args: Any) -> Trust:
@@ -137,9 +144,11 @@ class APIServer:
             self.reloader = authconfig.Reloader(authn_client, args, data, self._trust,
                                                 args.extension_authentication_resync)
         self.authn = Authenticator(trust.requestheader, authn_client, args.authentication_token_webhook_cache_ttl)
-        core = self._client(args.kubeconfig) if args.kubeconfig else authn_client
+        core = self._config(args.kubeconfig or args.authentication_kubeconfig)
         if core is not None and "NamespaceLifecycle" not in args.disable_admission_plugins:
-            self.lifecycle = NamespaceLifecycle(core)
+            rest = core.rest_client()
+            self._closers.append(rest.close)
+            self.lifecycle = NamespaceLifecycle(rest)
             self.admission.insert(0, self.lifecycle)
         self.authz = Authorizer(authz_client, args.authorization_webhook_cache_authorized_ttl,
                                 args.authorization_webhook_cache_unauthorized_ttl,
@@ -189,8 +198,8 @@ class APIServer:
             if self.reloader is not None:
                 await self.reloader.stop()
             await self.storage.stop()
-            for c in self._clients:
-                await c.aclose()
+            for close in self._closers:
+                await close()
 
     async def ready(self) -> tuple[bool, list[str]]:
         failed = []

@@ -197,3 +197,6 @@ def test_controller_manager_lease(kubectl):
     assert out[0].split() == ["NAME", "HOLDER", "AGE"]
     lease = get(kubectl, "-n", "kube-system", "lease", "kube-controller-manager")
     assert lease["spec"]["leaseDurationSeconds"] == 15 and lease["spec"]["holderIdentity"]
+    # its requests carry kube's User-Agent, so its writes are recorded under kube's field manager
+    lease = get(kubectl, "-n", "kube-system", "lease", "kube-controller-manager", "--show-managed-fields")
+    assert "kube-controller-manager" in {m["manager"] for m in lease["metadata"]["managedFields"]}
