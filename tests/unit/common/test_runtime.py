@@ -127,14 +127,20 @@ async def test_readyz_fails_once_the_service_stops() -> None:
     assert not ok and "[-]shutdown failed" in text
 
 
-async def test_freed_memory_is_trimmed_once_per_burst(monkeypatch: pytest.MonkeyPatch) -> None:
+def _counted_trims(monkeypatch: pytest.MonkeyPatch, delay: float) -> list[int]:
+    """No trim pending, nothing counted, TRIM_DELAY = delay; the bytes counted at each trim, in order."""
     trims: list[int] = []
-    monkeypatch.setattr(runtime, "TRIM_DELAY", 0.05)
+    monkeypatch.setattr(runtime, "TRIM_DELAY", delay)
     monkeypatch.setattr(runtime, "TRIM_MAX_WAIT", 60.0)
     monkeypatch.setattr(runtime, "_trim", None)
     monkeypatch.setattr(runtime, "_freed", 0)
     real = runtime._malloc_trim
     monkeypatch.setattr(runtime, "_malloc_trim", lambda: (trims.append(runtime._freed), real()))
+    return trims
+
+
+async def test_freed_memory_is_trimmed_once_per_burst(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims = _counted_trims(monkeypatch, delay=0.05)
     # closed connections count up to the threshold: nothing until then, then one trim for the burst
     for _ in range(runtime.TRIM_AFTER_BYTES // (256 << 10) - 1):
         runtime.released(256 << 10)
@@ -160,13 +166,7 @@ async def test_postponing_the_trim_moves_it_and_counts_nothing(monkeypatch: pyte
     """A request that ends with its connection lost postpones the pending trim (its buffers were counted when
     the connection was lost): the trim moves to TRIM_DELAY from then, no byte is counted again, and with no
     trim pending (or one due at the burst's TRIM_MAX_WAIT) nothing changes."""
-    trims: list[int] = []
-    monkeypatch.setattr(runtime, "TRIM_DELAY", 0.2)
-    monkeypatch.setattr(runtime, "TRIM_MAX_WAIT", 60.0)
-    monkeypatch.setattr(runtime, "_trim", None)
-    monkeypatch.setattr(runtime, "_freed", 0)
-    real = runtime._malloc_trim
-    monkeypatch.setattr(runtime, "_malloc_trim", lambda: (trims.append(runtime._freed), real()))
+    trims = _counted_trims(monkeypatch, delay=0.2)
     runtime.released(256 << 10)
     runtime.postpone_trim()
     assert runtime._trim is None and runtime._freed == 256 << 10
