@@ -26,6 +26,12 @@ def resource_of(key: str) -> tuple[str, str] | None:
     return ("", key) if key in LEGACY else None
 
 
+def hard(quota: Mapping[str, Any], part: str = "status") -> Mapping[str, Any]:
+    """A ResourceQuota's limits: what its status says the admission plug-in enforces, or (part="spec") what
+    its spec asks for."""
+    return (quota.get(part) or {}).get("hard") or {}
+
+
 def equals(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
     """Two resource lists with the same names and quantities ("1k" equals "1000"), as quota.Equals."""
     a, b = a or {}, b or {}

@@ -24,7 +24,7 @@ from typing import Any
 from services.common import quantity
 from services.common.background import cancel_and_wait
 from services.common.informer import Informer, object_key
-from services.common.quota import equals, keys_for, resource_of
+from services.common.quota import equals, hard, keys_for, resource_of
 
 from .client import Client, Resource
 from .workqueue import WorkQueue
@@ -39,10 +39,6 @@ QUOTABLE_VERBS = frozenset({"create", "list", "watch", "delete"})
 DISCOVERY_PERIOD = 30.0
 # how long a sync waits for a new monitor's first list before it fails (and is retried with backoff)
 MONITOR_SYNC_TIMEOUT = 30.0
-
-
-def _hard(q: Obj, part: str) -> Obj:
-    return (q.get(part) or {}).get("hard") or {}
 
 
 class ResourceQuotaController:
@@ -84,14 +80,14 @@ class ResourceQuotaController:
         if typ == "DELETED":
             return
         # status updates are this controller's and admission's own: only a spec.hard change needs a sync
-        if typ == "MODIFIED" and old is not None and equals(_hard(old, "spec"), _hard(obj, "spec")):
+        if typ == "MODIFIED" and old is not None and equals(hard(old, "spec"), hard(obj, "spec")):
             return
         self._add(obj)
 
     def _add(self, q: Obj) -> None:
         """kube's addQuota: limits or usage missing from status go first."""
         key = object_key(q)
-        spec, status = _hard(q, "spec"), _hard(q, "status")
+        spec, status = hard(q, "spec"), hard(q)
         used = (q.get("status") or {}).get("used") or {}
         if not equals(spec, status) or any(k not in used and resource_of(k) is not None for k in status):
             self.missing_usage.add(key)
@@ -107,7 +103,7 @@ class ResourceQuotaController:
         gr, namespace = item
         keys = keys_for(*gr)
         for key, q in list(self.quotas.store.items()):
-            if key.startswith(f"{namespace}/") and any(k in _hard(q, "status") for k in keys):
+            if key.startswith(f"{namespace}/") and any(k in hard(q) for k in keys):
                 self.queue.add(key)
 
     async def _resync_all(self) -> None:
@@ -124,19 +120,19 @@ class ResourceQuotaController:
         if q is None:
             return  # deleted
         namespace = q["metadata"].get("namespace", "")
-        hard = dict(_hard(q, "spec"))
+        limits = dict(hard(q, "spec"))
         status = q.get("status") or {}
         old_used = status.get("used") or {}
-        used = {k: v for k, v in old_used.items() if k in hard}
-        for k in hard:
+        used = {k: v for k, v in old_used.items() if k in limits}
+        for k in limits:
             gr = resource_of(k)
             if gr is not None:
                 used[k] = quantity.format_count(await self._count(namespace, gr))
-        if ("hard" in status and "used" in status and equals(hard, status.get("hard"))
+        if ("hard" in status and "used" in status and equals(limits, status.get("hard"))
                 and equals(used, old_used)):
             return
         # a Conflict (admission charged meanwhile) is retried by the queue, from the informer's newer version
-        await self.client.update(RESOURCEQUOTAS, {**q, "status": {"hard": hard, "used": used}}, "status")
+        await self.client.update(RESOURCEQUOTAS, {**q, "status": {"hard": limits, "used": used}}, "status")
 
     async def _count(self, namespace: str, gr: GroupResource) -> int:
         monitor = await self._monitor(gr)

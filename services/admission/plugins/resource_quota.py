@@ -11,7 +11,6 @@ usage goes down only through the controller (after a delete, and at its full res
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 from decimal import Decimal
 from typing import Any
@@ -23,7 +22,8 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import grpcutil, quantity
 from services.common.errors import APIError, InternalError, forbidden
 from services.common.identity import APISERVER
-from services.common.quota import keys_for
+from services.common.informer import object_key
+from services.common.quota import hard, keys_for
 
 from ..attributes import CREATE, Attributes
 from ..informers import InformerFactory, shared_informers
@@ -39,10 +39,6 @@ def _rv(obj: Obj) -> int:
         return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
     except ValueError:
         return 0
-
-
-def _hard(q: Obj) -> Obj:
-    return (q.get("status") or {}).get("hard") or {}
 
 
 def _list(resources: dict[str, Decimal]) -> str:
@@ -72,8 +68,7 @@ class ResourceQuota(Plugin):
 
     def _on_quota(self, event: str, obj: Obj, old: Obj | None) -> None:
         if event == "DELETED":
-            meta = obj.get("metadata") or {}
-            self._latest.pop(f"{meta.get('namespace')}/{meta.get('name')}", None)
+            self._latest.pop(object_key(obj), None)
 
     def _quota(self, key: str) -> Obj | None:
         seen, ours = self.quotas.store.get(key), self._latest.get(key)
@@ -86,7 +81,7 @@ class ResourceQuota(Plugin):
             return
         keys = keys_for(a.group, a.resource)
         names = sorted(k for k in self.quotas.store if k.startswith(f"{a.namespace}/")
-                       and any(x in _hard(self._quota(k) or {}) for x in keys))
+                       and any(x in hard(self._quota(k) or {}) for x in keys))
         if not names:
             return
         async with self._locks.setdefault(a.namespace, asyncio.Lock()):
@@ -102,8 +97,8 @@ class ResourceQuota(Plugin):
         """The quota with this create's usage added (checkRequest); None when it no longer limits it."""
         if q is None:
             return None
-        hard = _hard(q)
-        limited = [k for k in keys if k in hard]
+        limits = hard(q)
+        limited = [k for k in keys if k in limits]
         if not limited:
             return None
         used = (q.get("status") or {}).get("used") or {}
@@ -111,16 +106,16 @@ class ResourceQuota(Plugin):
             raise forbidden(a.resource, a.group, a.name_for_errors(),
                             f"status unknown for quota: {q['metadata']['name']}, resources: {','.join(sorted(limited))}")
         counts = {k: quantity.parse(used[k]) for k in limited}
-        over = [k for k in limited if counts[k] + 1 > quantity.parse(hard[k])]
+        over = [k for k in limited if counts[k] + 1 > quantity.parse(limits[k])]
         if over:
             raise forbidden(a.resource, a.group, a.name_for_errors(),
                             f"exceeded quota: {q['metadata']['name']}, "
                             f"requested: {_list({k: Decimal(1) for k in over})}, "
                             f"used: {_list({k: counts[k] for k in over})}, "
-                            f"limited: {_list({k: quantity.parse(hard[k]) for k in over})}")
-        new = copy.deepcopy(q)
-        new["status"]["used"] = {**used, **{k: quantity.format_count(counts[k] + 1) for k in limited}}
-        return new
+                            f"limited: {_list({k: quantity.parse(limits[k]) for k in over})}")
+        # a new quota around the charged usage: the informer's object (or our last write) stays as it was
+        return {**q, "status": {**q["status"],
+                                "used": {**used, **{k: quantity.format_count(counts[k] + 1) for k in limited}}}}
 
     async def _charge(self, a: Attributes, key: str, keys: tuple[str, ...]) -> None:
         """Write the charged quota; on a conflict, check again against the newest version and retry."""
