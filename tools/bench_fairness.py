@@ -45,8 +45,8 @@ import orjson
 from aetcd import rpc
 
 from services.common.runtime import tune_malloc
-from services.storage.codec import encode as codec_encode
-from services.storage.etcd import op_put
+from services.apiserver.storage.codec import encode as codec_encode
+from services.apiserver.storage.etcd import op_put
 from tools.bench import client_ctx
 from tools.bench_storage import configmap, ensure_namespace, key_of, now_rfc3339, proxy_conn
 from tools.run import ROOT, Stack

@@ -57,9 +57,9 @@ from services.common import mux
 from services.common.envelope import to_json
 from services.common.grpcutil import CHANNEL_OPTIONS
 from services.common.runtime import tune_malloc
-from services.storage.codec import decode as codec_decode
-from services.storage.codec import encode as codec_encode
-from services.storage.etcd import op_put
+from services.apiserver.storage.codec import decode as codec_decode
+from services.apiserver.storage.codec import encode as codec_encode
+from services.apiserver.storage.etcd import op_put
 from tools.bench import HELLO_PORT, Conn, client_ctx, cpu_seconds, start_hello, wait_hello
 from tools.run import Stack
 

@@ -16,10 +16,10 @@ import grpc
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from services.common.errors import APIError, error_from_rpc
-from services.storage.cacher import Cachers
-from services.storage.codec import Codec
-from services.storage.compactor import Compactor
-from services.storage.etcd import Etcd
+from services.apiserver.storage.cacher import Cachers
+from services.apiserver.storage.codec import Codec
+from services.apiserver.storage.compactor import Compactor
+from services.apiserver.storage.etcd import Etcd
 from services.storage.server import StorageServicer
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from services.apiserver.storage.cacher import Cachers
+from services.apiserver.storage.codec import Codec
+from services.apiserver.storage.compactor import Compactor
+from services.apiserver.storage.encryption import Encryption
+from services.apiserver.storage.etcd import Etcd
 from services.common import config, duration, runtime
 
-from .cacher import Cachers
-from .codec import Codec
-from .compactor import Compactor
-from .encryption import Encryption
-from .etcd import Etcd
 from .server import StorageServicer, add_to_server
 
 

@@ -20,14 +20,14 @@ from services.common.grpcutil import api_method, api_stream
 from services.common.protowire import bytes_field
 from services.common.selectors import SelectionPredicate
 
-from . import metrics
-from .cacher import Cacher, Cachers
-from .codec import Codec
-from .etcd import Etcd
-from .etcd3 import Store, parse_rv, storage_key
-from .keys import decode_continue, key_info, resource_label, resource_prefix
-from .watch import CONSISTENT_READ_WAIT, Watches
-from .wire import field, json_parts, serialize
+from services.apiserver.storage import metrics
+from services.apiserver.storage.cacher import Cacher, Cachers
+from services.apiserver.storage.codec import Codec
+from services.apiserver.storage.etcd import Etcd
+from services.apiserver.storage.etcd3 import Store, parse_rv, storage_key
+from services.apiserver.storage.keys import decode_continue, key_info, resource_label, resource_prefix
+from services.apiserver.storage.watch import CONSISTENT_READ_WAIT, Watches
+from services.apiserver.storage.wire import field, json_parts, serialize
 
 MATCH_VALUES = ("Exact", "NotOlderThan", "")
 

@@ -22,7 +22,7 @@ from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
 from services.common import grpcutil
 from services.common.errors import APIError, Gone, Invalid
-from services.storage.codec import STALE_FIELD
+from services.apiserver.storage.codec import STALE_FIELD
 
 ROOT = Path(__file__).resolve().parents[3]
 

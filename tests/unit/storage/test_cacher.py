@@ -10,8 +10,8 @@ from aetcd import rpc
 from apiary_pb import envelope_pb2 as pb
 from services.common.errors import Gone, Timeout
 from services.common.selectors import SelectionPredicate
-from services.storage import codec
-from services.storage.cacher import Cacher, key_fields
+from services.apiserver.storage import codec
+from services.apiserver.storage.cacher import Cacher, key_fields
 
 PREFIX = "/registry/pods/"
 
@@ -226,7 +226,7 @@ def test_snapshot_json_renders_once_per_object_version(cacher):
     import orjson
 
     from services.common import envelope
-    from services.storage.cacher import JSONBudget
+    from services.apiserver.storage.cacher import JSONBudget
 
     cacher._apply(put(11, "b", app="web"))
     cacher._apply(put(12, "a"))
@@ -258,7 +258,7 @@ def test_snapshot_json_renders_once_per_object_version(cacher):
 
 def test_snapshot_json_over_the_budget_keeps_the_newest_renderings():
     from services.common import envelope
-    from services.storage.cacher import JSONBudget
+    from services.apiserver.storage.cacher import JSONBudget
 
     names = ["a", "b", "c", "d"]
     c = Cacher(etcd=None, prefix=PREFIX, json_budget=JSONBudget())  # type: ignore[arg-type]
@@ -280,7 +280,7 @@ def test_snapshot_json_over_the_budget_keeps_the_newest_renderings():
 def test_a_list_larger_than_half_the_budget_keeps_none_of_its_renderings():
     """Scan resistance: a list whose objects outweigh half the budget is rendered as it is read and
     kept nowhere; what smaller reads rendered stays."""
-    from services.storage.cacher import JSONBudget
+    from services.apiserver.storage.cacher import JSONBudget
 
     c = Cacher(etcd=None, prefix=PREFIX, json_budget=JSONBudget())  # type: ignore[arg-type]
     for rev, name in enumerate(["a", "b", "c", "d"], 11):

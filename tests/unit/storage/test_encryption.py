@@ -13,9 +13,9 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from apiary_pb import envelope_pb2 as pb
 from services.common.errors import InternalError
-from services.storage import codec
-from services.storage.codec import Codec
-from services.storage.encryption import Encryption
+from services.apiserver.storage import codec
+from services.apiserver.storage.codec import Codec
+from services.apiserver.storage.encryption import Encryption
 
 K1, K2 = os.urandom(32), os.urandom(32)
 KEY = "/registry/secrets/default/s"

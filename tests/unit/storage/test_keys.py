@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from apiary_pb import envelope_pb2 as pb
 from services.common.errors import BadRequest, InternalError
-from services.storage import codec
-from services.storage.keys import (
+from services.apiserver.storage import codec
+from services.apiserver.storage.keys import (
     decode_continue,
     encode_continue,
     key_info,

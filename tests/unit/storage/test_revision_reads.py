@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from services.storage.etcd import RevisionReads
+from services.apiserver.storage.etcd import RevisionReads
 
 
 class FakeEtcd:

@@ -1,4 +1,4 @@
-"""The one watch loop (services/storage/watch.py) behind both the Watch and the Watches RPCs."""
+"""The one watch loop (services/apiserver/storage/watch.py) behind both the Watch and the Watches RPCs."""
 from __future__ import annotations
 
 import asyncio
@@ -8,9 +8,9 @@ from aetcd import rpc
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from services.common.selectors import SelectionPredicate
-from services.storage import codec
-from services.storage.cacher import Cacher
-from services.storage.watch import INITIAL_EVENTS_END, Watches
+from services.apiserver.storage import codec
+from services.apiserver.storage.cacher import Cacher
+from services.apiserver.storage.watch import INITIAL_EVENTS_END, Watches
 
 PREFIX = "/registry/pods/"
 
@@ -119,7 +119,7 @@ async def test_one_deadline_bookmark_when_its_timer_fires_early(monkeypatch) -> 
     of stop 18)."""
     import itertools
     import types
-    from services.storage import watch as watch_module
+    from services.apiserver.storage import watch as watch_module
     clock = itertools.chain([100.0, 100.0, 100.009], itertools.repeat(100.009))
     monkeypatch.setattr(watch_module, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))
     c = cache()
