@@ -1,59 +1,25 @@
-"""The kit's one door to apiary's storage: the storage service's code (etcd store, watch cache,
-codec, compactor) run in this process, called through its apiary.Storage methods without gRPC.
+"""The kit's one door to apiary's storage: the storage backend of the library (etcd store, watch
+cache, codec, compactor) run in this process, called directly as the storage service calls it.
 
-Every import of services.storage lives in this module, so a reshaping of the storage package
-touches the kit here only. The contract used is the apiary.Storage protocol (storage.proto), the
-same one the registry speaks over gRPC: keys, resourceVersion semantics, the watch cache with
-consistent reads, bookmarks and 410 Gone are therefore exactly the storage service's.
+Every import of services.apiserver.storage lives in this module, so a reshaping of the storage
+package touches the kit here only. The contract used is the apiary.Storage protocol
+(storage.proto), the same one the registry speaks over gRPC: keys, resourceVersion semantics, the
+watch cache with consistent reads, bookmarks and 410 Gone are therefore exactly the storage
+service's.
 """
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc
-
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
-from services.common.errors import APIError, error_from_rpc
+from services.apiserver.storage.backend import Backend
 from services.apiserver.storage.cacher import Cachers
 from services.apiserver.storage.codec import Codec
 from services.apiserver.storage.compactor import Compactor
 from services.apiserver.storage.etcd import Etcd
-from services.storage.server import StorageServicer
-
-
-class _Aborted(grpc.aio.AbortError):
-    """What context.abort raises here: the Status the servicer put in its trailers."""
-
-    def __init__(self, code: grpc.StatusCode, details: str, trailers: Any) -> None:
-        super().__init__(details)
-        self._code, self._details, self._trailers = code, details, trailers
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
-
-    def trailing_metadata(self) -> Any:
-        return self._trailers
-
-
-class _LocalContext:
-    """The slice of grpc.aio.ServicerContext the storage methods use."""
-
-    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()) -> None:
-        raise _Aborted(code, details, trailing_metadata)
-
-    def cancelled(self) -> bool:
-        return False
-
-    def invocation_metadata(self) -> tuple[()]:
-        return ()
-
-
-_CTX = _LocalContext()
+from services.common.errors import APIError
 
 
 def _object(answer: pb.Object | bytes) -> pb.Object:
@@ -67,7 +33,7 @@ class Storage:
                  compaction_interval: float = 0.0, history_seconds: float = 75.0) -> None:
         self.etcd = Etcd(etcd_servers, request_timeout)
         self.cachers = Cachers(self.etcd, Codec(), history_seconds=history_seconds)
-        self.servicer = StorageServicer(self.etcd, self.cachers, bookmark_interval)
+        self.backend = Backend(self.etcd, self.cachers, bookmark_interval)
         self.compactor = Compactor(self.etcd, compaction_interval) if compaction_interval > 0 else None
 
     async def start(self) -> None:
@@ -84,26 +50,20 @@ class Storage:
     async def ping(self) -> bool:
         return await self.etcd.ping()
 
-    async def _call(self, method: Any, request: Any) -> Any:
-        try:
-            return await method(request, _CTX)
-        except _Aborted as e:
-            raise error_from_rpc(e) from None
-
     async def create(self, key: str, obj: pb.Object) -> pb.Object:
-        return _object(await self._call(self.servicer.Create, spb.CreateRequest(key=key, object=obj)))
+        return _object(await self.backend.create(spb.CreateRequest(key=key, object=obj)))
 
     async def get(self, key: str, resource_version: str = "") -> pb.Object:
-        return _object(await self._call(self.servicer.Get, spb.GetRequest(key=key, resource_version=resource_version)))
+        return _object(await self.backend.get(spb.GetRequest(key=key, resource_version=resource_version)))
 
     async def update(self, key: str, obj: pb.Object, expected_resource_version: str = "") -> pb.Object:
         req = spb.UpdateRequest(key=key, object=obj, expected_resource_version=expected_resource_version)
-        return _object(await self._call(self.servicer.Update, req))
+        return _object(await self.backend.update(req))
 
     async def delete(self, key: str, precondition_uid: str = "", precondition_resource_version: str = "") -> pb.Object:
         req = spb.DeleteRequest(key=key, precondition_uid=precondition_uid,
                                 precondition_resource_version=precondition_resource_version)
-        return _object(await self._call(self.servicer.Delete, req))
+        return _object(await self.backend.delete(req))
 
     async def list(self, prefix: str, *, resource_version: str = "", resource_version_match: str = "",
                    limit: int = 0, continue_: str = "", label_selector: str = "",
@@ -113,7 +73,7 @@ class Storage:
                               resource_version_match=resource_version_match, limit=limit,
                               label_selector=label_selector, field_selector=field_selector)
         setattr(req, "continue", continue_)
-        answer = await self._call(self.servicer.List, req)
+        answer = await self.backend.list(req)
         if isinstance(answer, bytes):
             raw = spb.RawListResponse.FromString(answer)
             items = [pb.Object.FromString(b) for b in raw.items]
@@ -130,12 +90,11 @@ class Storage:
         req = spb.WatchRequest(prefix=prefix, resource_version=resource_version, label_selector=label_selector,
                                field_selector=field_selector, allow_bookmarks=allow_bookmarks,
                                send_initial_events=send_initial_events)
-        stream = self.servicer.Watch(req, _CTX)
+        stream = self.backend.watch(req)
         try:
             async for ev in stream:
-                yield pb.WatchEvent.FromString(ev) if isinstance(ev, bytes) else ev
-        except _Aborted as e:
-            err: APIError = error_from_rpc(e)
-            yield pb.WatchEvent(type="ERROR", status=err.to_pb())
+                yield pb.WatchEvent.FromString(ev)
+        except APIError as e:
+            yield pb.WatchEvent(type="ERROR", status=e.to_pb())
         finally:
             await stream.aclose()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from services.apiserver.storage.backend import Backend
 from services.apiserver.storage.cacher import Cachers
 from services.apiserver.storage.codec import Codec
 from services.apiserver.storage.compactor import Compactor
@@ -74,7 +75,8 @@ async def assemble(service: runtime.Service) -> str:
     service.component(stop=cachers.stop)
     compactor = Compactor(etcd, args.etcd_compaction_interval)
     service.component(compactor.start, compactor.stop)
-    add_to_server(StorageServicer(etcd, cachers, args.watch_bookmark_interval, codec), service.grpc_server())
+    backend = Backend(etcd, cachers, args.watch_bookmark_interval, codec)
+    add_to_server(StorageServicer(backend), service.grpc_server())
     service.check("etcd", etcd.ping)
     return f"gRPC on {args.bind_address}:{args.grpc_port} (etcd {etcd.endpoint})"
 

@@ -9,14 +9,13 @@ concatenating two serializations of a message merges them (map entries: the last
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from services.common.mux import PART_BYTES
 from services.common.protowire import bytes_field, field, varint
 
 from .codec import STALE_FIELD
 
-__all__ = ["STALE_SUFFIX", "ListParts", "field", "json_parts", "serialize", "varint", "watch_event"]
+__all__ = ["STALE_SUFFIX", "ListParts", "field", "json_parts", "varint", "watch_event"]
 
 
 _TYPES: dict[str, bytes] = {}
@@ -33,11 +32,6 @@ def watch_event(type_: str, obj: bytes) -> bytes:
 # Appended to a serialized Object: fields[STALE_FIELD] = "true" (an entry of `map<string,string>
 # fields = 5`; a later map entry replaces an earlier one with the same key).
 STALE_SUFFIX = field(5, field(1, STALE_FIELD.encode()) + field(2, b"true"))
-
-
-def serialize(message: Any) -> bytes:
-    """gRPC response serializer: a message, or bytes that are already its serialization."""
-    return message if type(message) is bytes else message.SerializeToString()
 
 
 class ListParts:

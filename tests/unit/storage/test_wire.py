@@ -5,7 +5,8 @@ from __future__ import annotations
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from services.apiserver.storage.codec import STALE_FIELD
-from services.apiserver.storage.wire import STALE_SUFFIX, serialize, varint, watch_event
+from services.apiserver.storage.wire import STALE_SUFFIX, varint, watch_event
+from services.storage.server import serialize
 
 
 def obj(name: str, size: int = 10) -> pb.Object:
