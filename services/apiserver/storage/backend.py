@@ -107,7 +107,7 @@ class Backend:
             fresh = await self._fresh_cacher(request.key, minimum)
             cacher = fresh[0] if fresh else None
         if cacher is not None:
-            data = cacher.get(request.key)
+            data = cacher.watch_cache.get(request.key)
             if data is None:
                 raise errors.not_found(info.resource, info.group, info.name)
             return data
@@ -139,7 +139,7 @@ class Backend:
             if rv == "0":
                 # As kube: a list at "any" version is served whole from the cache, limit ignored.
                 cacher = await self.cachers.get(resource_prefix(prefix))
-                at = cacher.rev
+                at = cacher.watch_cache.rev
             elif not revision and not limit:
                 # kube 1.31 (ConsistentListFromCache): unpaginated lists at "" or NotOlderThan come
                 # from the cache once it has caught up; paginated and Exact ones go to etcd.
@@ -148,14 +148,14 @@ class Backend:
                     cacher, at = fresh
             if cacher is not None:
                 if request.json:
-                    items = cacher.snapshot_json_items(prefix, pred, request.kind, request.api_version)
+                    items = cacher.watch_cache.snapshot_json_items(prefix, pred, request.kind, request.api_version)
                     rv = field(2, str(at).encode())
                     if request.chunked:  # rendered part by part as the caller takes them
                         return mux.Streamed(json_parts(rv, items))
                     js = b",".join(items)
                     # RawListResponse{resource_version, json_items} by hand: one copy of a large answer
                     return b"".join((rv, *bytes_field(5, js)))
-                items = cacher.snapshot(prefix, pred)
+                items = cacher.watch_cache.snapshot(prefix, pred)
                 if prefix == cacher.prefix and pred.empty:
                     metrics.STORAGE_OBJECTS.labels(resource).set(len(items))
                 return spb.RawListResponse(items=items, resource_version=str(at)).SerializeToString()

@@ -19,10 +19,10 @@ from services.common.errors import BadRequest, Gone, RequestEntityTooLarge
 from services.common.selectors import SelectionPredicate
 
 from . import metrics
-from .cacher import fill_kind, too_large
 from .codec import STALE_FIELD, Codec
 from .codec import encode as codec_encode
 from .encryption import NeedsDEK
+from .errors import too_large
 from .etcd import (
     Compacted,
     Etcd,
@@ -35,6 +35,7 @@ from .etcd import (
     op_put,
     op_txn,
 )
+from .json_cache import fill_kind
 from .keys import encode_continue, key_info, range_end, resource_prefix
 from .wire import ListParts, field
 

@@ -20,10 +20,12 @@ from services.common.errors import Gone, Timeout
 from services.common.selectors import SelectionPredicate
 
 from . import metrics
-from .cacher import ADDED, BOOKMARK, ERROR, Cacher, Cachers, CacheWatcher
+from .cache_watcher import CacheWatcher
+from .cacher import Cacher, Cachers
 from .etcd import Etcd
 from .etcd3 import Store, parse_rv, storage_key
 from .keys import resource_prefix
+from .watch_cache import ADDED, BOOKMARK, ERROR
 from .wire import watch_event
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
@@ -56,13 +58,16 @@ async def caught_up(etcd: Etcd, cacher: Cacher, prefix: str) -> bool:
 
 
 class Watches:
-    """Starts client watches on the caches and runs each one (events(), below)."""
+    """Starts client watches on the caches and runs each one (live(), below); clock times the
+    bookmarks."""
 
-    def __init__(self, etcd: Etcd, cachers: Cachers, store: Store, bookmark_interval: float = 60.0) -> None:
+    def __init__(self, etcd: Etcd, cachers: Cachers, store: Store, bookmark_interval: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.etcd = etcd
         self.cachers = cachers
         self.store = store
         self.bookmark_interval = bookmark_interval
+        self.clock = clock
 
     async def begin(self, request: spb.WatchRequest) -> Begun | pb.WatchEvent:
         """A registered cache watcher and the initial objects to send first, or the ERROR event
@@ -77,7 +82,7 @@ class Watches:
             rv = 0  # the cache under prefix is the current state: start from its snapshot (no await between)
         if rv is None:
             # Start from a fresh list; buffer what the cache sees meanwhile, keep what is newer.
-            w = cacher.watch(prefix, pred, cacher.rev)
+            w = cacher.watch(prefix, pred, cacher.watch_cache.rev)
             try:
                 initial, start_rev = await self.store.list_all(prefix, pred, cacher.resource)
             except BaseException:
@@ -88,8 +93,8 @@ class Watches:
         elif rv == 0 or request.send_initial_events:
             if rv:
                 await cacher.wait_fresh(prefix, rv)
-            initial = cacher.snapshot(prefix, pred)
-            w = cacher.watch(prefix, pred, cacher.rev)
+            initial = cacher.watch_cache.snapshot(prefix, pred)
+            w = cacher.watch(prefix, pred, cacher.watch_cache.rev)
         else:
             try:
                 w = cacher.watch(prefix, pred, rv)
@@ -106,7 +111,7 @@ class Watches:
         if request.send_initial_events and request.allow_bookmarks:
             out.append(bookmark(w.since, initial_events_end=True).SerializeToString())
         if objects:
-            metrics.WATCH_EVENTS.labels(cacher.kind).inc(len(objects))
+            metrics.WATCH_EVENTS.labels(cacher.watch_cache.kind).inc(len(objects))
         return out
 
     async def live(self, request: spb.WatchRequest, begun: Begun,
@@ -117,9 +122,10 @@ class Watches:
         watcher from its cache when it is done (finally: cacher.remove)."""
         cacher, w, _ = begun
         if deliver is not None and (sent := w.attach(deliver)):
-            metrics.WATCH_EVENTS.labels(cacher.kind).inc(sent)
+            metrics.WATCH_EVENTS.labels(cacher.watch_cache.kind).inc(sent)
         interval = self.bookmark_interval
-        now = time.monotonic()
+        clock = self.clock
+        now = clock()
         # kube's cacheWatcher.nextBookmarkTime: every interval, and once 2 s before the watch's deadline
         before_deadline = now + request.timeout_seconds - BOOKMARK_BEFORE_DEADLINE \
             if request.timeout_seconds else None
@@ -140,7 +146,7 @@ class Watches:
             if not request.allow_bookmarks:
                 await w.wake.wait()
                 continue
-            remaining = next_bookmark - time.monotonic()
+            remaining = next_bookmark - clock()
             if remaining > 0:
                 try:
                     await asyncio.wait_for(w.wake.wait(), remaining)
@@ -152,8 +158,8 @@ class Watches:
             # Every event up to the cache's revision has been sent or handed over (the buffer is empty).
             if before_deadline is not None and next_bookmark >= before_deadline:
                 before_deadline = None  # this is the deadline's one bookmark, even if its timer fired early
-            yield bookmark(max(w.since, cacher.rev)).SerializeToString()
-            now = time.monotonic()
+            yield bookmark(max(w.since, cacher.watch_cache.rev)).SerializeToString()
+            now = clock()
             next_bookmark = now + interval
             if before_deadline is not None and now < before_deadline < next_bookmark:
                 next_bookmark = before_deadline

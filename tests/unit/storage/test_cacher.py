@@ -11,7 +11,8 @@ from apiary_pb import envelope_pb2 as pb
 from services.common.errors import Gone, Timeout
 from services.common.selectors import SelectionPredicate
 from services.apiserver.storage import codec
-from services.apiserver.storage.cacher import Cacher, key_fields
+from services.apiserver.storage.cacher import Cacher
+from services.apiserver.storage.watch_cache import key_fields
 
 PREFIX = "/registry/pods/"
 
@@ -59,7 +60,7 @@ def names(items: list[bytes]) -> list[str]:
 @pytest.fixture
 def cacher() -> Cacher:
     c = Cacher(etcd=None, prefix=PREFIX, min_history=3, max_history=5)  # type: ignore[arg-type]
-    c.rev = c.complete_since = 10
+    c.watch_cache.rev = c.watch_cache.complete_since = 10
     return c
 
 
@@ -71,7 +72,7 @@ def test_events_fan_out_and_history_replays(cacher):
     assert drain(everything) == [("ADDED", "a", "11"), ("MODIFIED", "a", "12"), ("DELETED", "a", "13")]
     late = cacher.watch(PREFIX, SelectionPredicate(), 11)
     assert drain(late) == [("MODIFIED", "a", "12"), ("DELETED", "a", "13")]
-    assert cacher.store == {} and cacher.rev == 13
+    assert cacher.watch_cache.store == {} and cacher.watch_cache.rev == 13
 
 
 def test_deleted_event_carries_the_last_state(cacher):
@@ -104,18 +105,33 @@ def test_key_filters(cacher):
 def test_window_eviction_gives_410(cacher):
     for rev in range(11, 18):
         cacher._apply(put(rev, f"o{rev}"))
-    assert len(cacher.history) == 5
-    assert cacher.complete_since == 12
+    assert len(cacher.watch_cache.history) == 5
+    assert cacher.watch_cache.complete_since == 12
     with pytest.raises(Gone) as e:
         cacher.watch(PREFIX, SelectionPredicate(), 11)
     assert e.value.reason == "Expired" and e.value.message == "too old resource version: 11 (12)"
     assert [r for r, _ in cacher.watch(PREFIX, SelectionPredicate(), 12).buf] == [13, 14, 15, 16, 17]
 
 
+def test_window_drops_events_older_than_its_history_by_the_cache_clock():
+    """Past min_history, events older than history_seconds leave the window (the clock is the cache's)."""
+    now = 0.0
+    c = Cacher(etcd=None, prefix=PREFIX, min_history=2, history_seconds=10,  # type: ignore[arg-type]
+               clock=lambda: now)
+    c.watch_cache.rev = c.watch_cache.complete_since = 10
+    for rev in range(11, 14):
+        c._apply(put(rev, f"o{rev}"))
+    assert [ev.rev for ev in c.watch_cache.history] == [11, 12, 13]
+    now = 11.0
+    c._apply(put(14, "o14"))
+    assert [ev.rev for ev in c.watch_cache.history] == [13, 14]
+    assert c.watch_cache.complete_since == 12
+
+
 def test_progress_notification_does_not_move_the_revision(cacher):
     """etcd 3.5.1 can send a requested progress notification ahead of the events it covers."""
     cacher._apply(rpc.WatchResponse(header=rpc.ResponseHeader(revision=40)))
-    assert cacher.rev == 10
+    assert cacher.watch_cache.rev == 10
 
 
 class CountingEtcd:
@@ -135,13 +151,13 @@ class CountingEtcd:
 
 async def test_wait_fresh_asks_etcd_what_changed_under_the_prefix():
     c = Cacher(etcd=None, prefix=PREFIX)  # type: ignore[arg-type]
-    c.rev = c.complete_since = 10
+    c.watch_cache.rev = c.watch_cache.complete_since = 10
     c._apply(put(11, "a"))
     c._apply(put(12, "b"))
     # etcd is at 50 through other resources' writes; nothing changed here after 12: fresh at 50
     c.etcd = CountingEtcd([(f"{PREFIX}ns/a", 11), (f"{PREFIX}ns/b", 12)], 50)  # type: ignore[assignment]
     assert await c.wait_fresh(PREFIX, 50, timeout=1) == 50
-    assert c.rev == 12  # the cache's own revision only moves with its events
+    assert c.watch_cache.rev == 12  # the cache's own revision only moves with its events
     assert await c.wait_fresh(f"{PREFIX}ns/a", 50, timeout=1) == 50
     assert await c.wait_fresh(PREFIX, 12, timeout=1) == 12 and c.etcd.calls == 2  # caught up: no question
     # a change under the prefix after 12 (the event still on its way): not fresh until it arrives
@@ -151,7 +167,7 @@ async def test_wait_fresh_asks_etcd_what_changed_under_the_prefix():
     waiter = asyncio.create_task(c.wait_fresh(PREFIX, 50, timeout=2))
     await asyncio.sleep(0.1)
     c._apply(put(30, "c"))
-    assert await waiter == 50 and c.rev == 30
+    assert await waiter == 50 and c.watch_cache.rev == 30
     # a delete after the cache's revision shows as fewer keys in etcd than in the cache
     c.etcd = CountingEtcd([(f"{PREFIX}ns/a", 11), (f"{PREFIX}ns/c", 30)], 60)  # type: ignore[assignment]
     with pytest.raises(Timeout, match="Too large resource version: 60, current: 30"):
@@ -171,21 +187,21 @@ def test_snapshot(cacher):
     cacher._apply(put(11, "b", app="web"))
     cacher._apply(put(12, "a", app="web"))
     cacher._apply(put(13, "c"))
-    assert names(cacher.snapshot(PREFIX, SelectionPredicate.parse("app=web", ""))) == ["a", "b"]
-    assert names(cacher.snapshot(f"{PREFIX}ns/c", SelectionPredicate())) == ["c"]
-    assert names(cacher.snapshot(PREFIX, SelectionPredicate())) == ["a", "b", "c"]
-    assert names(cacher.snapshot(PREFIX, SelectionPredicate.parse("", "metadata.name=c"))) == ["c"]
-    assert names(cacher.snapshot(PREFIX, SelectionPredicate.parse("", "metadata.namespace=other"))) == []
-    assert names(cacher.snapshot(f"{PREFIX}ns/", SelectionPredicate.parse("!app", ""))) == ["c"]
-    assert names(cacher.snapshot(f"{PREFIX}n/", SelectionPredicate())) == []
+    assert names(cacher.watch_cache.snapshot(PREFIX, SelectionPredicate.parse("app=web", ""))) == ["a", "b"]
+    assert names(cacher.watch_cache.snapshot(f"{PREFIX}ns/c", SelectionPredicate())) == ["c"]
+    assert names(cacher.watch_cache.snapshot(PREFIX, SelectionPredicate())) == ["a", "b", "c"]
+    assert names(cacher.watch_cache.snapshot(PREFIX, SelectionPredicate.parse("", "metadata.name=c"))) == ["c"]
+    assert names(cacher.watch_cache.snapshot(PREFIX, SelectionPredicate.parse("", "metadata.namespace=other"))) == []
+    assert names(cacher.watch_cache.snapshot(f"{PREFIX}ns/", SelectionPredicate.parse("!app", ""))) == ["c"]
+    assert names(cacher.watch_cache.snapshot(f"{PREFIX}n/", SelectionPredicate())) == []
     # the sorted key index follows deletes and creates
     cacher._apply(delete(14, "a"))
     cacher._apply(put(15, "aa"))
-    assert names(cacher.snapshot(PREFIX, SelectionPredicate())) == ["aa", "b", "c"]
-    got = pb.Object.FromString(cacher.get(f"{PREFIX}ns/b"))
+    assert names(cacher.watch_cache.snapshot(PREFIX, SelectionPredicate())) == ["aa", "b", "c"]
+    got = pb.Object.FromString(cacher.watch_cache.get(f"{PREFIX}ns/b"))
     assert got.metadata.resource_version == "11" and got.metadata.labels["app"] == "web"
     # only objects whose key does not tell their selectable fields carry a selection entry
-    assert set(cacher.selection) == {f"{PREFIX}ns/b"}
+    assert set(cacher.watch_cache.selection) == {f"{PREFIX}ns/b"}
 
 
 def test_key_fields():
@@ -204,10 +220,10 @@ def test_selection_kept_when_the_key_does_not_tell(cacher):
     kv = rpc.KeyValue(key=f"{PREFIX}ns/p".encode(), value=codec.encode(o), mod_revision=11)
     cacher._apply(rpc.WatchResponse(header=rpc.ResponseHeader(revision=11),
                                     events=[rpc.Event(type=rpc.Event.PUT, kv=kv)]))
-    assert names(cacher.snapshot(PREFIX, SelectionPredicate.parse("", "status.phase=Running"))) == ["p"]
-    assert names(cacher.snapshot(PREFIX, SelectionPredicate.parse("", "status.phase!=Running"))) == []
+    assert names(cacher.watch_cache.snapshot(PREFIX, SelectionPredicate.parse("", "status.phase=Running"))) == ["p"]
+    assert names(cacher.watch_cache.snapshot(PREFIX, SelectionPredicate.parse("", "status.phase!=Running"))) == []
     both = SelectionPredicate.parse("", "metadata.name=p,metadata.namespace=ns")
-    assert names(cacher.snapshot(PREFIX, both)) == ["p"]
+    assert names(cacher.watch_cache.snapshot(PREFIX, both)) == ["p"]
     w = cacher.watch(PREFIX, SelectionPredicate.parse("", "status.phase=Running"), 10)
     assert drain(w) == [("ADDED", "p", "11")]
 
@@ -219,80 +235,80 @@ def json_names(blob: bytes) -> list[str]:
 
 def snapshot_json(c: Cacher, prefix: str, pred: SelectionPredicate, kind: str, api_version: str) -> bytes:
     """The items' JSON comma-separated, as storage answers a JSON list."""
-    return b",".join(c.snapshot_json_items(prefix, pred, kind, api_version))
+    return b",".join(c.watch_cache.snapshot_json_items(prefix, pred, kind, api_version))
 
 
 def test_snapshot_json_renders_once_per_object_version(cacher):
     import orjson
 
     from services.common import envelope
-    from services.apiserver.storage.cacher import JSONBudget
+    from services.apiserver.storage.json_cache import JSONBudget
 
     cacher._apply(put(11, "b", app="web"))
     cacher._apply(put(12, "a"))
     blob = snapshot_json(cacher, PREFIX, SelectionPredicate(), "Pod", "v1")
     # the JSON clients see, resourceVersion included, exactly as the registry would render it
-    expected = [envelope.to_json(pb.Object.FromString(d)) for d in cacher.snapshot(PREFIX, SelectionPredicate())]
+    expected = [envelope.to_json(pb.Object.FromString(d)) for d in cacher.watch_cache.snapshot(PREFIX, SelectionPredicate())]
     assert blob == b",".join(expected)
     assert orjson.loads(b"[" + blob + b"]")[1]["metadata"]["resourceVersion"] == "11"
-    kept = cacher.json[f"{PREFIX}ns/a"]
+    kept = cacher.watch_cache.json[f"{PREFIX}ns/a"]
     assert snapshot_json(cacher, PREFIX, SelectionPredicate(), "Pod", "v1") == blob
-    assert cacher.json[f"{PREFIX}ns/a"] is kept  # served again without rendering
+    assert cacher.watch_cache.json[f"{PREFIX}ns/a"] is kept  # served again without rendering
     assert json_names(snapshot_json(cacher, PREFIX, SelectionPredicate.parse("app=web", ""), "Pod", "v1")) == ["b"]
     assert json_names(snapshot_json(cacher, f"{PREFIX}ns/a", SelectionPredicate(), "Pod", "v1")) == ["a"]
     assert snapshot_json(cacher, f"{PREFIX}other/", SelectionPredicate(), "Pod", "v1") == b""
     # a change renders the new state; a delete forgets the rendering and gives back its budget
     cacher._apply(put(13, "a", app="db"))
-    assert f"{PREFIX}ns/a" not in cacher.json
+    assert f"{PREFIX}ns/a" not in cacher.watch_cache.json
     out = orjson.loads(b"[" + snapshot_json(cacher, PREFIX, SelectionPredicate(), "Pod", "v1") + b"]")
     assert out[0]["metadata"]["labels"] == {"app": "db"} and out[0]["metadata"]["resourceVersion"] == "13"
-    used = cacher.json_budget.used
+    used = cacher.watch_cache.json.budget.used
     cacher._apply(delete(14, "a"))
-    assert f"{PREFIX}ns/a" not in cacher.json and cacher.json_budget.used < used
+    assert f"{PREFIX}ns/a" not in cacher.watch_cache.json and cacher.watch_cache.json.budget.used < used
     # within the byte budget: the oldest renderings go first, the answer stays complete
     small = Cacher(etcd=None, prefix=PREFIX, json_budget=JSONBudget(limit=1))  # type: ignore[arg-type]
     small._apply(put(11, "x"))
     assert json_names(snapshot_json(small, PREFIX, SelectionPredicate(), "Pod", "v1")) == ["x"]
-    assert small.json == {} and small.json_budget.used == 0
+    assert small.watch_cache.json == {} and small.watch_cache.json.budget.used == 0
 
 
 def test_snapshot_json_over_the_budget_keeps_the_newest_renderings():
     from services.common import envelope
-    from services.apiserver.storage.cacher import JSONBudget
+    from services.apiserver.storage.json_cache import JSONBudget
 
     names = ["a", "b", "c", "d"]
     c = Cacher(etcd=None, prefix=PREFIX, json_budget=JSONBudget())  # type: ignore[arg-type]
     for rev, name in enumerate(names, 11):
         c._apply(put(rev, name))
-    costs = {f"{PREFIX}ns/{n}": len(envelope.to_json(pb.Object.FromString(c.store[f"{PREFIX}ns/{n}"])))
+    costs = {f"{PREFIX}ns/{n}": len(envelope.to_json(pb.Object.FromString(c.watch_cache.store[f"{PREFIX}ns/{n}"])))
              + len(f"{PREFIX}ns/{n}") + JSONBudget.ENTRY_OVERHEAD for n in names}
     # room for the renderings of two objects: a list of four keeps the last two it rendered
-    c.json_budget.limit = costs[f"{PREFIX}ns/c"] + costs[f"{PREFIX}ns/d"]
-    assert sum(map(len, c.store.values())) <= c.json_budget.limit // 2  # not a scan (below)
+    c.watch_cache.json.budget.limit = costs[f"{PREFIX}ns/c"] + costs[f"{PREFIX}ns/d"]
+    assert sum(map(len, c.watch_cache.store.values())) <= c.watch_cache.json.budget.limit // 2  # not a scan (below)
     assert json_names(snapshot_json(c, PREFIX, SelectionPredicate(), "Pod", "v1")) == names
-    assert list(c.json) == [f"{PREFIX}ns/c", f"{PREFIX}ns/d"]
-    assert c.json_budget.used == c.json_budget.limit
+    assert list(c.watch_cache.json) == [f"{PREFIX}ns/c", f"{PREFIX}ns/d"]
+    assert c.watch_cache.json.budget.used == c.watch_cache.json.budget.limit
     # "a" rendered anew pushes out the oldest rendering, "c"
     assert json_names(snapshot_json(c, f"{PREFIX}ns/a", SelectionPredicate(), "Pod", "v1")) == ["a"]
-    assert list(c.json) == [f"{PREFIX}ns/d", f"{PREFIX}ns/a"]
+    assert list(c.watch_cache.json) == [f"{PREFIX}ns/d", f"{PREFIX}ns/a"]
 
 
 def test_a_list_larger_than_half_the_budget_keeps_none_of_its_renderings():
     """Scan resistance: a list whose objects outweigh half the budget is rendered as it is read and
     kept nowhere; what smaller reads rendered stays."""
-    from services.apiserver.storage.cacher import JSONBudget
+    from services.apiserver.storage.json_cache import JSONBudget
 
     c = Cacher(etcd=None, prefix=PREFIX, json_budget=JSONBudget())  # type: ignore[arg-type]
     for rev, name in enumerate(["a", "b", "c", "d"], 11):
         c._apply(put(rev, name))
     assert json_names(snapshot_json(c, f"{PREFIX}ns/a", SelectionPredicate(), "Pod", "v1")) == ["a"]
-    kept, used = dict(c.json), c.json_budget.used
-    c.json_budget.limit = 2 * sum(map(len, c.store.values())) - 2  # the four objects: just over half
+    kept, used = dict(c.watch_cache.json), c.watch_cache.json.budget.used
+    c.watch_cache.json.budget.limit = 2 * sum(map(len, c.watch_cache.store.values())) - 2  # the four objects: just over half
     assert json_names(snapshot_json(c, PREFIX, SelectionPredicate(), "Pod", "v1")) == ["a", "b", "c", "d"]
-    assert c.json == kept and c.json_budget.used == used
-    c.json_budget.limit = 10 << 20  # a small list of a large budget: kept
+    assert c.watch_cache.json == kept and c.watch_cache.json.budget.used == used
+    c.watch_cache.json.budget.limit = 10 << 20  # a small list of a large budget: kept
     assert json_names(snapshot_json(c, PREFIX, SelectionPredicate(), "Pod", "v1")) == ["a", "b", "c", "d"]
-    assert len(c.json) == 4
+    assert len(c.watch_cache.json) == 4
 
 
 def test_snapshot_json_fills_a_missing_kind_without_keeping_it(cacher):
@@ -305,7 +321,7 @@ def test_snapshot_json_fills_a_missing_kind_without_keeping_it(cacher):
                                     events=[rpc.Event(type=rpc.Event.PUT, kv=kv)]))
     item = orjson.loads(snapshot_json(cacher, PREFIX, SelectionPredicate(), "Pod", "v1"))
     assert item["kind"] == "Pod" and item["apiVersion"] == "v1"
-    assert cacher.json == {}
+    assert cacher.watch_cache.json == {}
 
 
 def test_attached_watcher_gets_events_straight_from_the_dispatch(cacher):

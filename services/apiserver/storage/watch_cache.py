@@ -1,0 +1,381 @@
+"""The watch cache's state (kube's watchCache): the current objects of one resource prefix, a
+window of recent events, and the revision every change up to which has been applied.
+
+Everything that changes the state runs synchronously on the event loop, so a client watch can
+take a snapshot or a slice of history and register itself in one step without missing an event.
+
+Representation (memory and CPU): each cached object is kept only as its serialized apiary.Object
+bytes, resourceVersion included, so that Get, List and Watch answers are spliced from those bytes
+without decoding or encoding anything (see wire.py). A value is decoded once, when it enters the
+cache, to check it and to extract what selectors need: its labels and selectable fields are kept
+(in `selection`) only when the key does not already tell them, i.e. when the object has labels or
+fields beyond metadata.name/metadata.namespace. Watch events are serialized once per event and
+output type, and the same bytes go to every watcher.
+
+Lists answered as JSON use each object's JSON as clients see it, rendered once and kept beside its
+bytes until the object changes, within the process's budget (json_cache.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from bisect import bisect_left, insort
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+from aetcd import rpc
+
+from apiary_pb import envelope_pb2 as pb
+from services.common import envelope
+from services.common.errors import APIError
+from services.common.selectors import SelectionPredicate, object_fields
+
+from . import metrics
+from .codec import Codec
+from .errors import too_old
+from .json_cache import JSONBudget, RenderedJSON, fill_kind
+from .keys import resource_label
+from .wire import STALE_SUFFIX, watch_event
+
+log = logging.getLogger(__name__)
+
+PUT, DELETE = 0, 1
+ADDED, MODIFIED, DELETED, BOOKMARK, ERROR = "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"
+
+# (labels, selectable fields or None when the key tells them) of an object; None: the key says it all.
+Selection = tuple[Mapping[str, str], Mapping[str, str] | None]
+_NO_LABELS: Mapping[str, str] = {}
+
+
+def key_fields(key: str) -> dict[str, str]:
+    """metadata.name and metadata.namespace as the key spells them (keys.py's layout:
+    /registry/[<group>/]<resource>/[<namespace>/]<name>, a group recognised by its dot)."""
+    parts = key.split("/")
+    depth = 4 if len(parts) > 2 and "." in parts[2] else 3  # parts: "", "registry", [group,] resource
+    return {"metadata.name": parts[-1], "metadata.namespace": parts[-2] if len(parts) > depth + 1 else ""}
+
+
+def selection_of(key: str, obj: pb.Object) -> Selection | None:
+    """What a selector needs of obj, or None when its key says it all (no labels, no other fields)."""
+    labels = obj.metadata.labels
+    fields = object_fields(obj)
+    derived = key_fields(key)
+    # (item by item: copying a protobuf map into a dict iterates it in Python)
+    trivial = (len(fields) == 2 and fields.get("metadata.name") == derived["metadata.name"]
+               and fields.get("metadata.namespace") == derived["metadata.namespace"])
+    if not labels and trivial:
+        return None
+    return (dict(labels) if labels else _NO_LABELS), (None if trivial else dict(fields))
+
+
+def matches(pred: SelectionPredicate, key: str, sel: Selection | None) -> bool:
+    """pred against a cached object, given its key and its selection entry."""
+    if sel is None:
+        if not pred.label.empty and not pred.label.matches(_NO_LABELS):
+            return False
+        return pred.field.empty or pred.field.matches(key_fields(key))
+    labels, fields = sel
+    if not pred.label.empty and not pred.label.matches(labels):
+        return False
+    return pred.field.empty or pred.field.matches(key_fields(key) if fields is None else fields)
+
+
+class CacheEvent:
+    """One change seen by the cache, with the state before it (for selector transitions).
+
+    data is the object as the event reports it (for DELETED: its last state at the event's
+    revision); prev the state before, for an object leaving a watcher's selection; time when the
+    cache saw it (its clock), for the window's age."""
+
+    __slots__ = ("type", "key", "rev", "data", "sel", "prev", "prev_sel", "kind", "time", "_out")
+
+    def __init__(self, type_: str, key: str, rev: int, data: bytes, sel: Selection | None,
+                 prev: bytes | None, prev_sel: Selection | None, kind: str, time: float) -> None:
+        self.type, self.key, self.rev, self.data, self.sel = type_, key, rev, data, sel
+        self.prev, self.prev_sel, self.kind, self.time = prev, prev_sel, kind, time
+        self._out: dict[str, bytes] = {}
+
+    def watch_event(self, type_: str) -> bytes:
+        """The serialized WatchEvent as clients see it; built once and shared by every watcher."""
+        out = self._out.get(type_)
+        if out is None:
+            if type_ == DELETED and self.type != DELETED:
+                # An object leaving the selection: its previous state at this event's revision.
+                assert self.prev is not None
+                out = watch_event(DELETED, with_resource_version(self.prev, self.rev))
+            else:
+                out = watch_event(type_, self.data)
+            self._out[type_] = out
+        return out
+
+
+def with_resource_version(data: bytes, rev: int) -> bytes:
+    obj = pb.Object.FromString(data)
+    obj.metadata.resource_version = str(rev)
+    return obj.SerializeToString()
+
+
+class WatchCache:
+    """The objects under one resource prefix and the window of their recent events."""
+
+    def __init__(
+        self,
+        prefix: str,
+        *,
+        codec: Codec,
+        json_budget: JSONBudget,
+        history_seconds: float = 75.0,
+        min_history: int = 100,
+        max_history: int = 102_400,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.prefix = prefix
+        self.resource = resource_label(prefix)
+        self.codec = codec
+        self.history_seconds, self.min_history, self.max_history = history_seconds, min_history, max_history
+        self.clock = clock
+        # key -> the serialized apiary.Object with its resourceVersion (see the module docstring)
+        self.store: dict[str, bytes] = {}
+        # key -> labels and fields, only for objects whose key does not tell them (selection_of)
+        self.selection: dict[str, Selection] = {}
+        # key -> the JSON of store[key]; an entry goes as soon as the object changes
+        self.json = RenderedJSON(json_budget)
+        self._sorted: list[str] | None = None  # the store's keys in order, kept while it is in use
+        self.kind = ""  # the kind of the objects last seen (metrics)
+        self.stale: set[str] = set()  # keys whose values need re-encryption (codec.STALE_FIELD)
+        self.broken: dict[str, APIError] = {}  # undecodable values: reads of them are 500s, never 404s
+        self.history: deque[CacheEvent] = deque()
+        self.rev = 0  # every change up to this revision has been applied
+        self.complete_since = 0  # every event after this revision is in history
+        self.rev_changed = asyncio.Event()  # set (and replaced) whenever rev may have moved
+        # this resource's metric series, looked up once (a labels() call costs as much as the rest
+        # of a small event's bookkeeping)
+        self._events_total = metrics.WATCH_CACHE_EVENTS.labels(self.resource)
+        self._objects = metrics.STORAGE_OBJECTS.labels(self.resource)
+        self._capacity = metrics.WATCH_CACHE_CAPACITY.labels(self.resource)
+        self._rv = metrics.WATCH_CACHE_RV.labels(self.resource)
+
+    # Changes -----------------------------------------------------------------------------------
+
+    async def replace(self, kvs: Sequence[rpc.KeyValue], rev: int) -> None:
+        """Become the state listed at rev (kube's watchCache.Replace), with an empty window. The
+        new state is built aside (awaiting only a KMS plugin) and put in place in one step."""
+        store: dict[str, bytes] = {}
+        selection: dict[str, Selection] = {}
+        stale: set[str] = set()
+        broken: dict[str, APIError] = {}
+        codec = self.codec
+        encrypted = codec.encryption is not None
+        kind = self.kind
+        for kv in kvs:
+            key = kv.key.decode()
+            try:
+                if encrypted:
+                    await codec.prepare(kv.value, kv.key)
+                    if codec.is_stale(kv.key, kv.value):
+                        stale.add(key)
+                obj = codec.decode(kv.value, kv.mod_revision, kv.key)
+            except APIError as e:
+                log.error("watch cache %s: skipping %s", self.prefix, e.message)
+                broken[key] = e
+                continue
+            store[key] = obj.SerializeToString()
+            sel = selection_of(key, obj)
+            if sel is not None:
+                selection[key] = sel
+            kind = obj.kind
+        self.store, self.selection, self.stale, self.broken = store, selection, stale, broken
+        self.json.clear()
+        self._sorted = None
+        self.kind = kind
+        self.history.clear()
+        self.rev = self.complete_since = rev
+        self._bump()
+        self._objects.set(len(store))
+        self._capacity.set(0)
+        self._rv.set(rev)
+
+    def apply(self, resp: rpc.WatchResponse) -> list[CacheEvent]:
+        """Apply the events of an etcd watch response (kube's watchCache.processEvent); the events
+        for the watchers, in order."""
+        out: list[CacheEvent] = []
+        if not resp.events:
+            # A progress notification. Not taken as proof that nothing up to its revision is still
+            # on its way: before etcd 3.5.8 one can overtake the events it covers (etcd issue
+            # 15220), and this etcd is 3.5.1. Cacher.wait_fresh checks with etcd instead.
+            return out
+        store, selection, now = self.store, self.selection, self.clock()
+        for e in resp.events:
+            key = e.kv.key.decode()
+            rev = e.kv.mod_revision
+            if e.type == PUT:
+                try:
+                    obj = self.codec.decode(e.kv.value, rev, e.kv.key)
+                except APIError as err:
+                    log.error("watch cache %s: skipping event: %s", self.prefix, err.message)
+                    self.broken[key] = err
+                    self._discard(key)
+                    continue
+                self.broken.pop(key, None)
+                self.kind = obj.kind
+                data, sel = obj.SerializeToString(), selection_of(key, obj)
+                prev = store.get(key)
+                prev_sel = selection.get(key)
+                ev = CacheEvent(MODIFIED if prev is not None else ADDED, key, rev, data, sel, prev, prev_sel,
+                                obj.kind, now)
+                if prev is None and self._sorted is not None:
+                    insort(self._sorted, key)
+                elif prev is not None:
+                    self.json.forget(key)
+                store[key] = data
+                if sel is None:
+                    if prev_sel is not None:
+                        del selection[key]
+                else:
+                    selection[key] = sel
+                if self.codec.encryption is not None:
+                    if self.codec.is_stale(key, e.kv.value):
+                        self.stale.add(key)
+                    else:
+                        self.stale.discard(key)
+            else:
+                prev = store.get(key)
+                prev_sel = selection.get(key)
+                self._discard(key)
+                self.stale.discard(key)
+                self.broken.pop(key, None)
+                if prev is None:
+                    if not e.prev_kv.key:
+                        continue
+                    try:
+                        old = self.codec.decode(e.prev_kv.value, e.prev_kv.mod_revision, key)
+                    except Exception:  # noqa: BLE001 - an undecodable old state: nothing to report
+                        continue
+                    prev, prev_sel = old.SerializeToString(), selection_of(key, old)
+                last = pb.Object.FromString(prev)
+                last.metadata.resource_version = str(rev)
+                ev = CacheEvent(
+                    DELETED, key, rev, last.SerializeToString(), prev_sel, prev, prev_sel, last.kind, now
+                )
+            self.rev = max(self.rev, rev)
+            self.history.append(ev)
+            self._events_total.inc()
+            out.append(ev)
+        self._evict(now)
+        self._bump()
+        self._objects.set(len(self.store))
+        self._capacity.set(len(self.history))
+        self._rv.set(self.rev)
+        return out
+
+    def _bump(self) -> None:
+        self.rev_changed.set()
+        self.rev_changed = asyncio.Event()
+
+    def _discard(self, key: str) -> None:
+        self.json.forget(key)
+        if self.store.pop(key, None) is not None and self._sorted is not None:
+            i = bisect_left(self._sorted, key)
+            if i < len(self._sorted) and self._sorted[i] == key:
+                del self._sorted[i]
+        self.selection.pop(key, None)
+
+    def _evict(self, now: float) -> None:
+        h = self.history
+        while len(h) > self.max_history or (
+            len(h) > self.min_history and now - h[0].time > self.history_seconds
+        ):
+            self.complete_since = h.popleft().rev
+
+    # Reads -------------------------------------------------------------------------------------
+
+    def get(self, key: str) -> bytes | None:
+        """The serialized object (with fields[STALE_FIELD] when its value needs re-encryption)."""
+        data = self.store.get(key)
+        if data is None and key in self.broken:
+            raise self.broken[key]
+        if data is not None and key in self.stale:
+            return data + STALE_SUFFIX
+        return data
+
+    def snapshot(self, prefix: str, pred: SelectionPredicate) -> list[bytes]:
+        """The current objects (serialized) under prefix (or the one key) that match, sorted by key."""
+        store = self.store
+        return [store[k] for k in self._matching(prefix, pred)]
+
+    def _matching(self, prefix: str, pred: SelectionPredicate) -> list[str]:
+        """The keys of the objects under prefix (or the one key) that match pred, in order."""
+        self._check_broken(prefix)
+        keys = self.keys(prefix)
+        if pred.empty and prefix.endswith("/"):
+            return keys
+        store, selection = self.store, self.selection
+        return [k for k in keys if k in store and (pred.empty or matches(pred, k, selection.get(k)))]
+
+    def _check_broken(self, prefix: str) -> None:
+        if self.broken:
+            for k, err in self.broken.items():
+                if k == prefix or (prefix.endswith("/") and k.startswith(prefix)):
+                    raise err
+
+    def keys(self, prefix: str) -> list[str]:
+        """The keys under prefix (ending in "/") in order, or [prefix] for one object's key."""
+        if not prefix.endswith("/"):
+            return [prefix]
+        keys = self._sorted
+        if keys is None:
+            keys = self._sorted = sorted(self.store)
+        # Every key starting with prefix (which ends in "/") sorts in [prefix, prefix[:-1] + "0").
+        lo = bisect_left(keys, prefix)
+        hi = bisect_left(keys, prefix[:-1] + "0", lo)
+        return keys[lo:hi]
+
+    def held(self, prefix: str) -> int:
+        """How many keys the cache holds under prefix (or the one key), broken ones included."""
+        held = len(self.keys(prefix)) if prefix.endswith("/") else int(prefix in self.store)
+        return held + sum(
+            1 for k in self.broken if k == prefix or (prefix.endswith("/") and k.startswith(prefix))
+        )
+
+    def snapshot_json_items(self, prefix: str, pred: SelectionPredicate, kind: str,
+                            api_version: str) -> Iterator[bytes]:
+        """snapshot's objects as their JSON, one item each (kind and api_version fill in an object
+        stored without them; such JSON is not kept). The snapshot is taken at once (the objects'
+        bytes and what is already rendered: references only); the rest is rendered as the items
+        are read, so a large list is never rendered whole before it is sent."""
+        keys = self._matching(prefix, pred)
+        store, get = self.store, self.json.get
+        data = [store[k] for k in keys]
+        done = [get(k) for k in keys]
+        # Scan resistance: a list whose objects outweigh half the budget would only push out what
+        # smaller reads keep rendered, and leave the process holding its own renderings after it
+        # (a 208 MB LIST kept the whole 128 MiB budget: issue 9's "memory back a minute after").
+        keep = sum(map(len, data)) <= self.json.budget.limit // 2
+
+        def items() -> Iterator[bytes]:
+            for key, d, js in zip(keys, data, done):
+                yield js if js is not None else self._render(key, d, kind, api_version, keep)
+        return items()
+
+    def _render(self, key: str, data: bytes, kind: str, api_version: str, keep: bool = True) -> bytes:
+        obj = pb.Object.FromString(data)
+        if fill_kind(obj, kind, api_version):
+            return envelope.to_json(obj)  # not kept: it depends on the request
+        js = envelope.to_json(obj)
+        if keep and self.store.get(key) is data:  # not a scan's, and the object is still this one
+            self.json.keep(key, js)
+        return js
+
+    def events_after(self, rev: int) -> list[CacheEvent]:
+        """The events after rev, oldest first; 410 Gone when the window no longer holds them all."""
+        if rev < self.complete_since:
+            raise too_old(rev, self.complete_since)
+        h = self.history
+        n = 0
+        for ev in reversed(h):
+            if ev.rev <= rev:
+                break
+            n += 1
+        return [h[i] for i in range(len(h) - n, len(h))] if n else []
