@@ -1,7 +1,7 @@
 """apiary.Storage's operations, as kube's storage.Interface behind a resource's Store: writes go to
 the etcd3 store, reads and watches to the watch cache when it may answer (as kube's Cacher decides
-between its cache and etcd), the rest to etcd. Errors are APIErrors; the storage service
-(services/storage/server.py) serves these over gRPC, and the kit calls them in process.
+between its cache and etcd), the rest to etcd. Errors are APIErrors; the storage service serves
+these over gRPC (apiary.Storage), and the kit calls them in process.
 
 Answers from the watch cache are already serialized (bytes of the same message), so that no
 object is decoded or encoded on the way out (wire.py).

@@ -2,7 +2,7 @@
 
 Writes are transactions on the key's revision; an update of an encrypted resource compares plain
 values and rewrites a value an older provider or key wrote (key rotation). Reads here always go to
-etcd (server.py decides when the watch cache can answer instead). Lists are read page by page at
+etcd (backend.py decides when the watch cache can answer instead). Lists are read page by page at
 the first page's revision, so that a list, and a list in parts, is one consistent snapshot.
 """
 

@@ -20,9 +20,9 @@ from apiary_pb import envelope_pb2 as pb
 from apiary_pb import kms_v2_pb2 as kpb
 from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
+from services.apiserver.storage.codec import STALE_FIELD
 from services.common import grpcutil
 from services.common.errors import APIError, Gone, Invalid
-from services.apiserver.storage.codec import STALE_FIELD
 
 ROOT = Path(__file__).resolve().parents[3]
 

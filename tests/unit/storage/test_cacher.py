@@ -8,11 +8,11 @@ import pytest
 from aetcd import rpc
 
 from apiary_pb import envelope_pb2 as pb
-from services.common.errors import Gone, Timeout
-from services.common.selectors import SelectionPredicate
 from services.apiserver.storage import codec
 from services.apiserver.storage.cacher import Cacher
 from services.apiserver.storage.watch_cache import key_fields
+from services.common.errors import Gone, Timeout
+from services.common.selectors import SelectionPredicate
 
 PREFIX = "/registry/pods/"
 
@@ -118,14 +118,15 @@ def test_window_drops_events_older_than_its_history_by_the_cache_clock():
     now = 0.0
     c = Cacher(etcd=None, prefix=PREFIX, min_history=2, history_seconds=10,  # type: ignore[arg-type]
                clock=lambda: now)
-    c.watch_cache.rev = c.watch_cache.complete_since = 10
+    cache = c.watch_cache
+    cache.rev = cache.complete_since = 10
     for rev in range(11, 14):
         c._apply(put(rev, f"o{rev}"))
-    assert [ev.rev for ev in c.watch_cache.history] == [11, 12, 13]
+    assert [ev.rev for ev in cache.history] == [11, 12, 13]
     now = 11.0
     c._apply(put(14, "o14"))
-    assert [ev.rev for ev in c.watch_cache.history] == [13, 14]
-    assert c.watch_cache.complete_since == 12
+    assert [ev.rev for ev in cache.history] == [13, 14]
+    assert cache.complete_since == 12
 
 
 def test_progress_notification_does_not_move_the_revision(cacher):
@@ -151,13 +152,14 @@ class CountingEtcd:
 
 async def test_wait_fresh_asks_etcd_what_changed_under_the_prefix():
     c = Cacher(etcd=None, prefix=PREFIX)  # type: ignore[arg-type]
-    c.watch_cache.rev = c.watch_cache.complete_since = 10
+    cache = c.watch_cache
+    cache.rev = cache.complete_since = 10
     c._apply(put(11, "a"))
     c._apply(put(12, "b"))
     # etcd is at 50 through other resources' writes; nothing changed here after 12: fresh at 50
     c.etcd = CountingEtcd([(f"{PREFIX}ns/a", 11), (f"{PREFIX}ns/b", 12)], 50)  # type: ignore[assignment]
     assert await c.wait_fresh(PREFIX, 50, timeout=1) == 50
-    assert c.watch_cache.rev == 12  # the cache's own revision only moves with its events
+    assert cache.rev == 12  # the cache's own revision only moves with its events
     assert await c.wait_fresh(f"{PREFIX}ns/a", 50, timeout=1) == 50
     assert await c.wait_fresh(PREFIX, 12, timeout=1) == 12 and c.etcd.calls == 2  # caught up: no question
     # a change under the prefix after 12 (the event still on its way): not fresh until it arrives
@@ -167,7 +169,7 @@ async def test_wait_fresh_asks_etcd_what_changed_under_the_prefix():
     waiter = asyncio.create_task(c.wait_fresh(PREFIX, 50, timeout=2))
     await asyncio.sleep(0.1)
     c._apply(put(30, "c"))
-    assert await waiter == 50 and c.watch_cache.rev == 30
+    assert await waiter == 50 and cache.rev == 30
     # a delete after the cache's revision shows as fewer keys in etcd than in the cache
     c.etcd = CountingEtcd([(f"{PREFIX}ns/a", 11), (f"{PREFIX}ns/c", 30)], 60)  # type: ignore[assignment]
     with pytest.raises(Timeout, match="Too large resource version: 60, current: 30"):
@@ -184,24 +186,25 @@ def test_slow_watcher_is_cut_off(cacher):
 
 
 def test_snapshot(cacher):
+    cache = cacher.watch_cache
     cacher._apply(put(11, "b", app="web"))
     cacher._apply(put(12, "a", app="web"))
     cacher._apply(put(13, "c"))
-    assert names(cacher.watch_cache.snapshot(PREFIX, SelectionPredicate.parse("app=web", ""))) == ["a", "b"]
-    assert names(cacher.watch_cache.snapshot(f"{PREFIX}ns/c", SelectionPredicate())) == ["c"]
-    assert names(cacher.watch_cache.snapshot(PREFIX, SelectionPredicate())) == ["a", "b", "c"]
-    assert names(cacher.watch_cache.snapshot(PREFIX, SelectionPredicate.parse("", "metadata.name=c"))) == ["c"]
-    assert names(cacher.watch_cache.snapshot(PREFIX, SelectionPredicate.parse("", "metadata.namespace=other"))) == []
-    assert names(cacher.watch_cache.snapshot(f"{PREFIX}ns/", SelectionPredicate.parse("!app", ""))) == ["c"]
-    assert names(cacher.watch_cache.snapshot(f"{PREFIX}n/", SelectionPredicate())) == []
+    assert names(cache.snapshot(PREFIX, SelectionPredicate.parse("app=web", ""))) == ["a", "b"]
+    assert names(cache.snapshot(f"{PREFIX}ns/c", SelectionPredicate())) == ["c"]
+    assert names(cache.snapshot(PREFIX, SelectionPredicate())) == ["a", "b", "c"]
+    assert names(cache.snapshot(PREFIX, SelectionPredicate.parse("", "metadata.name=c"))) == ["c"]
+    assert names(cache.snapshot(PREFIX, SelectionPredicate.parse("", "metadata.namespace=other"))) == []
+    assert names(cache.snapshot(f"{PREFIX}ns/", SelectionPredicate.parse("!app", ""))) == ["c"]
+    assert names(cache.snapshot(f"{PREFIX}n/", SelectionPredicate())) == []
     # the sorted key index follows deletes and creates
     cacher._apply(delete(14, "a"))
     cacher._apply(put(15, "aa"))
-    assert names(cacher.watch_cache.snapshot(PREFIX, SelectionPredicate())) == ["aa", "b", "c"]
-    got = pb.Object.FromString(cacher.watch_cache.get(f"{PREFIX}ns/b"))
+    assert names(cache.snapshot(PREFIX, SelectionPredicate())) == ["aa", "b", "c"]
+    got = pb.Object.FromString(cache.get(f"{PREFIX}ns/b"))
     assert got.metadata.resource_version == "11" and got.metadata.labels["app"] == "web"
     # only objects whose key does not tell their selectable fields carry a selection entry
-    assert set(cacher.watch_cache.selection) == {f"{PREFIX}ns/b"}
+    assert set(cache.selection) == {f"{PREFIX}ns/b"}
 
 
 def test_key_fields():
@@ -220,10 +223,11 @@ def test_selection_kept_when_the_key_does_not_tell(cacher):
     kv = rpc.KeyValue(key=f"{PREFIX}ns/p".encode(), value=codec.encode(o), mod_revision=11)
     cacher._apply(rpc.WatchResponse(header=rpc.ResponseHeader(revision=11),
                                     events=[rpc.Event(type=rpc.Event.PUT, kv=kv)]))
-    assert names(cacher.watch_cache.snapshot(PREFIX, SelectionPredicate.parse("", "status.phase=Running"))) == ["p"]
-    assert names(cacher.watch_cache.snapshot(PREFIX, SelectionPredicate.parse("", "status.phase!=Running"))) == []
+    cache = cacher.watch_cache
+    assert names(cache.snapshot(PREFIX, SelectionPredicate.parse("", "status.phase=Running"))) == ["p"]
+    assert names(cache.snapshot(PREFIX, SelectionPredicate.parse("", "status.phase!=Running"))) == []
     both = SelectionPredicate.parse("", "metadata.name=p,metadata.namespace=ns")
-    assert names(cacher.watch_cache.snapshot(PREFIX, both)) == ["p"]
+    assert names(cache.snapshot(PREFIX, both)) == ["p"]
     w = cacher.watch(PREFIX, SelectionPredicate.parse("", "status.phase=Running"), 10)
     assert drain(w) == [("ADDED", "p", "11")]
 
@@ -244,27 +248,29 @@ def test_snapshot_json_renders_once_per_object_version(cacher):
     from services.common import envelope
     from services.apiserver.storage.json_cache import JSONBudget
 
+    cache = cacher.watch_cache
     cacher._apply(put(11, "b", app="web"))
     cacher._apply(put(12, "a"))
     blob = snapshot_json(cacher, PREFIX, SelectionPredicate(), "Pod", "v1")
     # the JSON clients see, resourceVersion included, exactly as the registry would render it
-    expected = [envelope.to_json(pb.Object.FromString(d)) for d in cacher.watch_cache.snapshot(PREFIX, SelectionPredicate())]
+    expected = [envelope.to_json(pb.Object.FromString(d))
+                for d in cache.snapshot(PREFIX, SelectionPredicate())]
     assert blob == b",".join(expected)
     assert orjson.loads(b"[" + blob + b"]")[1]["metadata"]["resourceVersion"] == "11"
-    kept = cacher.watch_cache.json[f"{PREFIX}ns/a"]
+    kept = cache.json[f"{PREFIX}ns/a"]
     assert snapshot_json(cacher, PREFIX, SelectionPredicate(), "Pod", "v1") == blob
-    assert cacher.watch_cache.json[f"{PREFIX}ns/a"] is kept  # served again without rendering
+    assert cache.json[f"{PREFIX}ns/a"] is kept  # served again without rendering
     assert json_names(snapshot_json(cacher, PREFIX, SelectionPredicate.parse("app=web", ""), "Pod", "v1")) == ["b"]
     assert json_names(snapshot_json(cacher, f"{PREFIX}ns/a", SelectionPredicate(), "Pod", "v1")) == ["a"]
     assert snapshot_json(cacher, f"{PREFIX}other/", SelectionPredicate(), "Pod", "v1") == b""
     # a change renders the new state; a delete forgets the rendering and gives back its budget
     cacher._apply(put(13, "a", app="db"))
-    assert f"{PREFIX}ns/a" not in cacher.watch_cache.json
+    assert f"{PREFIX}ns/a" not in cache.json
     out = orjson.loads(b"[" + snapshot_json(cacher, PREFIX, SelectionPredicate(), "Pod", "v1") + b"]")
     assert out[0]["metadata"]["labels"] == {"app": "db"} and out[0]["metadata"]["resourceVersion"] == "13"
-    used = cacher.watch_cache.json.budget.used
+    used = cache.json.budget.used
     cacher._apply(delete(14, "a"))
-    assert f"{PREFIX}ns/a" not in cacher.watch_cache.json and cacher.watch_cache.json.budget.used < used
+    assert f"{PREFIX}ns/a" not in cache.json and cache.json.budget.used < used
     # within the byte budget: the oldest renderings go first, the answer stays complete
     small = Cacher(etcd=None, prefix=PREFIX, json_budget=JSONBudget(limit=1))  # type: ignore[arg-type]
     small._apply(put(11, "x"))
@@ -278,19 +284,20 @@ def test_snapshot_json_over_the_budget_keeps_the_newest_renderings():
 
     names = ["a", "b", "c", "d"]
     c = Cacher(etcd=None, prefix=PREFIX, json_budget=JSONBudget())  # type: ignore[arg-type]
+    cache = c.watch_cache
     for rev, name in enumerate(names, 11):
         c._apply(put(rev, name))
-    costs = {f"{PREFIX}ns/{n}": len(envelope.to_json(pb.Object.FromString(c.watch_cache.store[f"{PREFIX}ns/{n}"])))
+    costs = {f"{PREFIX}ns/{n}": len(envelope.to_json(pb.Object.FromString(cache.store[f"{PREFIX}ns/{n}"])))
              + len(f"{PREFIX}ns/{n}") + JSONBudget.ENTRY_OVERHEAD for n in names}
     # room for the renderings of two objects: a list of four keeps the last two it rendered
-    c.watch_cache.json.budget.limit = costs[f"{PREFIX}ns/c"] + costs[f"{PREFIX}ns/d"]
-    assert sum(map(len, c.watch_cache.store.values())) <= c.watch_cache.json.budget.limit // 2  # not a scan (below)
+    cache.json.budget.limit = costs[f"{PREFIX}ns/c"] + costs[f"{PREFIX}ns/d"]
+    assert sum(map(len, cache.store.values())) <= cache.json.budget.limit // 2  # not a scan (below)
     assert json_names(snapshot_json(c, PREFIX, SelectionPredicate(), "Pod", "v1")) == names
-    assert list(c.watch_cache.json) == [f"{PREFIX}ns/c", f"{PREFIX}ns/d"]
-    assert c.watch_cache.json.budget.used == c.watch_cache.json.budget.limit
+    assert list(cache.json) == [f"{PREFIX}ns/c", f"{PREFIX}ns/d"]
+    assert cache.json.budget.used == cache.json.budget.limit
     # "a" rendered anew pushes out the oldest rendering, "c"
     assert json_names(snapshot_json(c, f"{PREFIX}ns/a", SelectionPredicate(), "Pod", "v1")) == ["a"]
-    assert list(c.watch_cache.json) == [f"{PREFIX}ns/d", f"{PREFIX}ns/a"]
+    assert list(cache.json) == [f"{PREFIX}ns/d", f"{PREFIX}ns/a"]
 
 
 def test_a_list_larger_than_half_the_budget_keeps_none_of_its_renderings():
@@ -299,16 +306,17 @@ def test_a_list_larger_than_half_the_budget_keeps_none_of_its_renderings():
     from services.apiserver.storage.json_cache import JSONBudget
 
     c = Cacher(etcd=None, prefix=PREFIX, json_budget=JSONBudget())  # type: ignore[arg-type]
+    cache = c.watch_cache
     for rev, name in enumerate(["a", "b", "c", "d"], 11):
         c._apply(put(rev, name))
     assert json_names(snapshot_json(c, f"{PREFIX}ns/a", SelectionPredicate(), "Pod", "v1")) == ["a"]
-    kept, used = dict(c.watch_cache.json), c.watch_cache.json.budget.used
-    c.watch_cache.json.budget.limit = 2 * sum(map(len, c.watch_cache.store.values())) - 2  # the four objects: just over half
+    kept, used = dict(cache.json), cache.json.budget.used
+    cache.json.budget.limit = 2 * sum(map(len, cache.store.values())) - 2  # the four objects: just over half
     assert json_names(snapshot_json(c, PREFIX, SelectionPredicate(), "Pod", "v1")) == ["a", "b", "c", "d"]
-    assert c.watch_cache.json == kept and c.watch_cache.json.budget.used == used
-    c.watch_cache.json.budget.limit = 10 << 20  # a small list of a large budget: kept
+    assert cache.json == kept and cache.json.budget.used == used
+    cache.json.budget.limit = 10 << 20  # a small list of a large budget: kept
     assert json_names(snapshot_json(c, PREFIX, SelectionPredicate(), "Pod", "v1")) == ["a", "b", "c", "d"]
-    assert len(c.watch_cache.json) == 4
+    assert len(cache.json) == 4
 
 
 def test_snapshot_json_fills_a_missing_kind_without_keeping_it(cacher):

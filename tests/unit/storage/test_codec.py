@@ -1,4 +1,5 @@
-"""Values in etcd (services/apiserver/storage/codec.py): round trips, determinism, and values it cannot read."""
+"""Values in etcd (services/apiserver/storage/codec.py): round trips, determinism, and values it
+cannot read."""
 from __future__ import annotations
 
 import base64
@@ -9,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apiary_pb import envelope_pb2 as pb
-from services.common.errors import InternalError
 from services.apiserver.storage import codec
 from services.apiserver.storage.codec import MAGIC, Codec
 from services.apiserver.storage.encryption import Encryption
+from services.common.errors import InternalError
 
 KEY = "/registry/secrets/default/s"
 names = st.from_regex(r"[a-z0-9]{1,12}", fullmatch=True)

@@ -12,10 +12,10 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from apiary_pb import envelope_pb2 as pb
-from services.common.errors import InternalError
 from services.apiserver.storage import codec
 from services.apiserver.storage.codec import Codec
 from services.apiserver.storage.encryption import Encryption
+from services.common.errors import InternalError
 
 K1, K2 = os.urandom(32), os.urandom(32)
 KEY = "/registry/secrets/default/s"

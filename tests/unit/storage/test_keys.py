@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apiary_pb import envelope_pb2 as pb
-from services.common.errors import BadRequest, InternalError
 from services.apiserver.storage import codec
+from services.common.errors import BadRequest, InternalError
 from services.apiserver.storage.keys import (
     decode_continue,
     encode_continue,

@@ -7,10 +7,10 @@ from aetcd import rpc
 
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
-from services.common.selectors import SelectionPredicate
 from services.apiserver.storage import codec
 from services.apiserver.storage.cacher import Cacher
 from services.apiserver.storage.watch import INITIAL_EVENTS_END, Watches
+from services.common.selectors import SelectionPredicate
 
 PREFIX = "/registry/pods/"
 
@@ -121,7 +121,8 @@ async def test_one_deadline_bookmark_when_its_timer_fires_early() -> None:
     clock = itertools.chain([100.0, 100.0, 100.009], itertools.repeat(100.009))
     c = cache()
     w = c.watch(PREFIX, SelectionPredicate(), c.watch_cache.rev)
-    watches = Watches(None, None, None, bookmark_interval=3600, clock=lambda: next(clock))  # type: ignore[arg-type]
+    watches = Watches(None, None, None, bookmark_interval=3600,  # type: ignore[arg-type]
+                      clock=lambda: next(clock))
     events = watches.live(spb.WatchRequest(prefix=PREFIX, allow_bookmarks=True, timeout_seconds=2.01), (c, w, []))
     assert decoded(await asyncio.wait_for(anext(events), 60))[0] == "BOOKMARK"
     waiting = asyncio.ensure_future(anext(events))
