@@ -204,9 +204,6 @@ class Cachers:
         self._cachers: dict[str, Cacher] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
-    def running(self, prefix: str) -> Cacher | None:
-        return self._cachers.get(prefix)
-
     async def get(self, prefix: str, at_revision: int = 0) -> Cacher:
         c = self._cachers.get(prefix)
         if c is not None:
