@@ -9,6 +9,7 @@ service's.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,7 +20,9 @@ from services.apiserver.storage.cacher import Cachers
 from services.apiserver.storage.codec import Codec
 from services.apiserver.storage.compactor import Compactor
 from services.apiserver.storage.etcd import Etcd
-from services.common.errors import APIError
+from services.common.errors import APIError, InternalError
+
+log = logging.getLogger(__name__)
 
 
 def _object(answer: pb.Object | bytes) -> pb.Object:
@@ -96,5 +99,8 @@ class Storage:
                 yield pb.WatchEvent.FromString(ev)
         except APIError as e:
             yield pb.WatchEvent(type="ERROR", status=e.to_pb())
+        except Exception as e:  # noqa: BLE001 - a 500 Status, as the storage service sends it
+            log.exception("Watch failed")
+            yield pb.WatchEvent(type="ERROR", status=InternalError(f"{type(e).__name__}: {e}").to_pb())
         finally:
             await stream.aclose()
