@@ -11,6 +11,7 @@ from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import grpcutil, mux
 from services.common.errors import APIError, NotFound, ServiceUnavailable, not_found
+from services.common.mux.streams import read_stream
 
 
 class Echo(rgrpc.RegistryServicer):
@@ -161,7 +162,7 @@ def _rpc_error(code: grpc.StatusCode, details: str, trailers: tuple = ()) -> grp
     (grpc.StatusCode.UNAVAILABLE, "Socket closed"),
 ])
 def test_a_stream_broken_under_the_peer_ends_its_calls_with_503(code: grpc.StatusCode, details: str) -> None:
-    err = asyncio.run(mux.read_stream(_EndedStream(_rpc_error(code, details)), lambda m: None, "peer", "stream"))
+    err = asyncio.run(read_stream(_EndedStream(_rpc_error(code, details)), lambda m: None, "peer", "stream"))
     assert isinstance(err, ServiceUnavailable)
     assert err.headers == {"Retry-After": "1"}
     assert details in err.message
@@ -170,6 +171,6 @@ def test_a_stream_broken_under_the_peer_ends_its_calls_with_503(code: grpc.Statu
 def test_a_stream_ended_by_the_peer_with_its_status_ends_its_calls_with_that_status() -> None:
     status = not_found("configmaps", "", "x")
     ended = _EndedStream(_rpc_error(status.grpc_code(), status.message, status.grpc_trailers()))
-    err = asyncio.run(mux.read_stream(ended, lambda m: None, "peer", "stream"))
+    err = asyncio.run(read_stream(ended, lambda m: None, "peer", "stream"))
     assert isinstance(err, NotFound)
     assert err.message == status.message
