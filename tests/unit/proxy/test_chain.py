@@ -18,6 +18,7 @@ from services.proxy.app import ProxyApp
 from services.proxy.filters.apf import SEAT_LONG_RUNNING, SEAT_MUTATING, SEAT_READ_ONLY, MaxInFlight
 from services.proxy.discovery import openapi_hash
 from services.proxy.negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1
+from tests.waiting import until
 
 from .fakes import OPENAPI_V1, start_fakes, with_cert
 
@@ -289,7 +290,7 @@ async def test_watch_streams_events_and_ends_after_timeout(stack):
     assert [orjson.loads(x)["object"]["metadata"]["name"] for x in lines] == ["c0", "c1"]
     assert all(orjson.loads(x)["type"] == "ADDED" for x in lines)
     await asyncio.wait_for(stack.registry.watch_cancelled.wait(), 2)
-    await asyncio.sleep(0.05)
+    await until(lambda: not stack.apf.held, what="the seat released")
     assert not stack.apf.held  # the seat was released once the watch started
 
 
