@@ -14,6 +14,7 @@ from apiary_pb import registry_pb2 as rpb
 from services.common import mux
 from services.common.mux.client import _Parts
 from services.common.mux.flow import QUEUED_PARTS
+from tests.waiting import until
 
 
 class Server:
@@ -128,10 +129,7 @@ async def test_a_caller_that_stops_reading_stops_the_sender():
     assert held < server.produced["parts-100"] <= held + 10
     # Giving up cancels the answer on the server, which closes its iterator.
     await parts.aclose()
-    for _ in range(100):
-        if "parts-100" in server.closed:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: "parts-100" in server.closed, what="the answer's iterator closed")
     assert "parts-100" in server.closed
     assert server.produced["parts-100"] < 100
     # The stream is still good for other calls.

@@ -168,10 +168,7 @@ async def test_apf_unreachable_falls_back_to_max_in_flight(stack):
         assert apf.acquired == 1
         port = int(apf_addr.rsplit(":", 1)[1])
         await apf_server.stop(None)
-        for _ in range(50):
-            if proxy.apf.falling_back:
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: proxy.apf.falling_back, what="the fallback to max-in-flight")
         assert proxy.apf.falling_back and REGISTRY.get_sample_value("apiary_apf_fallback") == 1
         r = await asyncio.wait_for(client.get(url, headers=ALICE), 5)
         assert r.status_code == 200 and "x-kubernetes-pf-flowschema-uid" not in r.headers

@@ -155,8 +155,7 @@ async def test_timeout_after_the_answer_started_closes_the_connection(proxy, pki
     server = make_server(with_cert(proxy.app), "127.0.0.1", 0, *pki["server"], client_ca_file=pki["ca"])
     stop = asyncio.Event()
     task = asyncio.create_task(serve_until(server, stop))
-    while not server.started:
-        await asyncio.sleep(0.02)
+    await until(lambda: server.started, what="the server started")
     url = f"https://localhost:{server.servers[0].sockets[0].getsockname()[1]}"
     async with httpx.AsyncClient(verify=_client_ctx(pki["ca"])) as c:
         t = time.monotonic()
