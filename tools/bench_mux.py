@@ -1,4 +1,4 @@
-"""Micro-benchmark: one unary gRPC call vs the same call multiplexed on a stream (services/common/mux.py).
+"""Micro-benchmark: one unary gRPC call vs the same call multiplexed on a stream (services/common/mux/).
 
     python -m tools.bench_mux
 

@@ -13,7 +13,7 @@ from .authenticators import Authenticator
 from .authenticators import Union as AuthenticatorUnion
 from . import authnconfig, authzconfig
 from .authenticators.anonymous import AnonymousAuthenticator
-from .authenticators.jwt import ALGORITHMS, validate_jwt
+from .authenticators.jwtconfig import ALGORITHMS, validate_jwt
 from .authenticators.serviceaccount import ServiceAccountAuthenticator
 from .authenticators.webhook import REQUEST_TIMEOUT as WEBHOOK_TIMEOUT
 from .authenticators.webhook import WebhookTokenAuthenticator

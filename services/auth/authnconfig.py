@@ -16,7 +16,8 @@ from apiary_pb import auth_pb2 as apb
 from apiary_pb import envelope_pb2 as pb
 
 from .authenticators.anonymous import AnonymousConfig
-from .authenticators.jwt import JWTAuthenticator, JWTConfig, parse_jwt, validate_jwt
+from .authenticators.jwt import JWTAuthenticator
+from .authenticators.jwtconfig import JWTConfig, parse_jwt, validate_jwt
 from .configfile import ReloadedFile
 from .fielderrors import ConfigError, FieldErrors
 

@@ -16,7 +16,7 @@ from prometheus_client import Counter, Gauge
 
 from services.common.background import cancel_and_wait
 
-from .authenticators.jwt import APISERVER_ID_HASH
+from .authenticators.jwks import APISERVER_ID_HASH
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ give way to the small calls in flight.
 On a machine with few cores, a LIST of hundreds of megabytes keeps the CPU of every process on its
 path busy (storage renders, the registry re-frames, the proxy encrypts); a GET arriving meanwhile
 gets its turns on each event loop between parts, and waits for CPU that the LIST's processes
-share. Fair sharing of the streams (mux.py) bounds how long one part holds a stream; this bounds how
+share. Fair sharing of the streams (mux/flow.py) bounds how long one part holds a stream; this bounds how
 much CPU the parts take while small calls are in flight: before each next part, the producer of a
 large answer waits while any small call is in flight in its process, for at most MAX_DEFER
 seconds, so a large answer still moves at least one part per MAX_DEFER (no starvation under a

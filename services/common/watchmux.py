@@ -4,7 +4,7 @@ A watch as its own server stream costs one gRPC message per event per watcher (a
 each in grpc.aio), so 1,000 watchers of a resource written 100 times a second would need five
 cores. Here a peer (the registry) opens all its watches on one `Watches` stream: the server sends
 each event once per stream, with the ids of every watch it goes to (WatchDelivery), and everything
-waiting when the previous write finished goes in one WatchBatch, as services/common/mux.py does
+waiting when the previous write finished goes in one WatchBatch, as services/common/mux/ does
 for unary calls.
 
 Server side: `serve` runs `start(id, request, sink)` for every WatchOpen; the watch delivers its
@@ -31,7 +31,7 @@ from apiary_pb import envelope_pb2 as pb
 
 from .errors import APIError, InternalError, ServiceUnavailable
 from .grpcutil import batches
-from .mux import Spread, read_stream
+from .mux.streams import Spread, read_stream
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from prometheus_client import Counter, Histogram
@@ -43,9 +43,12 @@ def _go_list(values: Iterable[str]) -> str:
 
 
 class WebhookTokenAuthenticator:
+    """Tokens reviewed by a webhook; its answers cached for cache_ttl on `clock` (monotonic seconds)."""
+
     def __init__(self, client: WebhookClient, version: str, api_audiences: Sequence[str],
-                 cache_ttl: float = DEFAULT_CACHE_TTL) -> None:
+                 cache_ttl: float = DEFAULT_CACHE_TTL, clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
+        self.clock = clock
         self.api_version = f"authentication.k8s.io/{version}"
         self.api_audiences = tuple(api_audiences)
         self.cache_ttl = cache_ttl
@@ -64,7 +67,7 @@ class WebhookTokenAuthenticator:
                                  audiences: Sequence[str]) -> tuple[pb.UserInfo, list[str]] | None:
         """(user, audiences) or None when the webhook says not authenticated; AuthenticationFailed on errors."""
         key = hashlib.sha256("\x00".join([token, *audiences]).encode()).digest()
-        now = time.monotonic()
+        now = self.clock()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > now:
             return _copy(hit[1])
@@ -74,7 +77,7 @@ class WebhookTokenAuthenticator:
                 self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
                 if len(self._cache) >= MAX_ENTRIES:
                     self._cache.clear()
-            self._cache[key] = (time.monotonic() + self.cache_ttl, result)
+            self._cache[key] = (self.clock() + self.cache_ttl, result)
         return _copy(result)
 
     async def _review(self, token: str, audiences: list[str]) -> tuple[pb.UserInfo, list[str]] | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,9 +76,13 @@ def review_spec(a: pb.RequestAttributes) -> dict[str, Any]:
 
 
 class WebhookAuthorizer:
-    def __init__(self, settings: WebhookSettings, client: WebhookClient) -> None:
+    """One authorizer of the chain asking a webhook; its answers cached on `clock` (monotonic seconds)."""
+
+    def __init__(self, settings: WebhookSettings, client: WebhookClient,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self.client = client
+        self.clock = clock
         self.name = f"Webhook/{settings.name}"
         self.calls = 0
         self._cache: dict[bytes, tuple[float, str, str]] = {}
@@ -116,7 +121,7 @@ class WebhookAuthorizer:
                 MATCH_ERRORS.labels("Webhook", s.name).inc()
                 return self._on_error(failed[0] if len(failed) == 1 else "[" + ", ".join(failed) + "]")
         key = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
-        now = time.monotonic()
+        now = self.clock()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > now:
             return hit[1], hit[2], "", hit[0] - now
@@ -149,7 +154,7 @@ class WebhookAuthorizer:
                 self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
                 if len(self._cache) >= MAX_ENTRIES:
                     self._cache.clear()
-            self._cache[key] = (time.monotonic() + ttl, decision, reason)
+            self._cache[key] = (self.clock() + ttl, decision, reason)
         return decision, reason, "", ttl
 
     def _on_error(self, error: str) -> tuple[str, str, str, float]:

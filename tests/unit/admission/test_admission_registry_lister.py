@@ -17,6 +17,7 @@ from services.admission.server import AdmissionServicer
 from services.common import grpcutil
 from services.common.envelope import to_envelope
 from services.common.errors import NotFound, not_found
+from tests.waiting import until
 
 
 class FakeRegistry(rgrpc.RegistryServicer):
@@ -67,9 +68,7 @@ async def test_chain_with_registry_informer() -> None:
     chain = build_chain(["NamespaceLifecycle"], {}, rgrpc.RegistryStub(channel))
     try:
         await chain.start()
-        async with asyncio.timeout(5):
-            while chain.not_ready():
-                await asyncio.sleep(0.01)
+        await until(lambda: not chain.not_ready(), what="the chain ready")
         servicer = AdmissionServicer(chain)
         await servicer.Admit(create("default"), None)
         assert fake.gets == []                        # served from the informer's cache

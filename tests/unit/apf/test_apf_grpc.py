@@ -13,6 +13,7 @@ from services.apf.__main__ import build, parse_args
 from services.apf.server import FlowControlServicer
 from services.common import grpcutil
 from services.common.identity import user_pb
+from tests.waiting import until
 
 ALICE = user_pb("alice", ["system:authenticated"])
 BOB = user_pb("bob", ["system:authenticated"])
@@ -68,12 +69,6 @@ class Stream:
         return self.inbox.pop(0)
 
 
-async def wait_for(cond, timeout: float = 2.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not cond():
-            await asyncio.sleep(0.01)
-
-
 async def test_two_streams_share_the_level_and_a_broken_stream_releases(apf) -> None:
     stub, ctl, servicer = apf
     qs = ctl.levels["global-default"].queueset
@@ -86,20 +81,20 @@ async def test_two_streams_share_the_level_and_a_broken_stream_releases(apf) -> 
 
     s2.acquire(1, BOB)       # same id on another stream: ids are per stream
     s1.acquire(2)            # queued behind s2's request
-    await wait_for(lambda: qs.requests_waiting == 2)
+    await until(lambda: qs.requests_waiting == 2)
 
     s1.call.cancel()         # the proxy holding the seat and a queued request goes away
     r = await s2.read()
     assert r.id == 1 and r.granted
-    await wait_for(lambda: qs.requests_waiting == 0 and qs.seats_executing == 1)
-    await wait_for(lambda: servicer.streams == 1)
+    await until(lambda: qs.requests_waiting == 0 and qs.seats_executing == 1)
+    await until(lambda: servicer.streams == 1)
 
     s2.release(1)
-    await wait_for(lambda: qs.seats_executing == 0)
+    await until(lambda: qs.seats_executing == 0)
     s2.acquire(2, BOB)
     assert (await s2.read()).granted
     s2.outbox.put_nowait(None)  # a clean end of stream releases too
-    await wait_for(lambda: qs.seats_executing == 0 and servicer.streams == 0)
+    await until(lambda: qs.seats_executing == 0 and servicer.streams == 0)
 
 
 async def test_queued_request_times_out(apf) -> None:
@@ -112,7 +107,7 @@ async def test_queued_request_times_out(apf) -> None:
     assert r.id == 2 and not r.granted and r.reason == "time-out" and r.retry_after_seconds >= 1
     s.release(2)             # releasing a rejected id is harmless
     s.release(1)
-    await wait_for(lambda: ctl.levels["global-default"].queueset.seats_executing == 0)
+    await until(lambda: ctl.levels["global-default"].queueset.seats_executing == 0)
     s.call.cancel()
 
 
@@ -123,11 +118,11 @@ async def test_release_of_a_queued_request_withdraws_it(apf) -> None:
     s.acquire(1)
     assert (await s.read()).granted
     s.acquire(2)
-    await wait_for(lambda: qs.requests_waiting == 1)
+    await until(lambda: qs.requests_waiting == 1)
     s.release(2)
-    await wait_for(lambda: qs.requests_waiting == 0)
+    await until(lambda: qs.requests_waiting == 0)
     s.release(1)
     s.acquire(3)
     assert (await s.read()).id == 3      # no answer was ever sent for the withdrawn id 2
     s.call.cancel()
-    await wait_for(lambda: qs.seats_executing == 0)
+    await until(lambda: qs.seats_executing == 0)

@@ -16,6 +16,7 @@ from services.auth.authenticators.webhook import WebhookTokenAuthenticator
 from services.common.duration import parse_duration
 from services.auth.fielderrors import ConfigError
 from services.auth.webhookclient import WebhookError
+from tests.fakeclock import FakeClock
 
 HEAD = "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\n"
 
@@ -163,6 +164,21 @@ def test_token_webhook_caches_positive_and_negative_answers() -> None:
         assert hook.calls == 4
         assert client.bodies[0]["apiVersion"] == "authentication.k8s.io/v1"
         assert client.bodies[0]["spec"] == {"token": "good", "audiences": ["api"]}
+
+    asyncio.run(run())
+
+
+def test_token_webhook_answers_expire_after_the_cache_ttl() -> None:
+    client = FakeClient({"good": {"authenticated": True, "user": {"username": "u"}}})
+    clock = FakeClock()
+    hook = WebhookTokenAuthenticator(client, "v1", ["api"], cache_ttl=60, clock=clock)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        for step in (0, 59):
+            clock.advance(step)
+            assert await hook.authenticate_token("good", ["api"]) is not None and hook.calls == 1
+        clock.advance(1)
+        assert await hook.authenticate_token("good", ["api"]) is not None and hook.calls == 2
 
     asyncio.run(run())
 

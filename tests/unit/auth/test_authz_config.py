@@ -18,6 +18,7 @@ from services.auth.authorizers.webhook import WebhookAuthorizer, WebhookSettings
 from services.auth.fielderrors import ConfigError
 from services.auth.webhookclient import WebhookError
 from services.common.identity import user_pb
+from tests.fakeclock import FakeClock
 
 HEAD = "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\n"
 
@@ -126,6 +127,29 @@ def test_allowed_and_denied_answers_are_cached() -> None:
         assert a.calls == 1
         assert client.bodies[0]["spec"]["resourceAttributes"]["namespace"] == "ns"
         assert client.bodies[0]["apiVersion"] == "authorization.k8s.io/v1"
+
+    asyncio.run(run())
+
+
+def test_cached_answers_expire_after_their_ttls() -> None:
+    clock = FakeClock()
+    allowed, denied = FakeClient({"allowed": True}), FakeClient({"allowed": False, "denied": True})
+    settings = WebhookSettings("hook", 3, "v1", 60, 30, NO_OPINION)
+    a = WebhookAuthorizer(settings, allowed, clock)  # type: ignore[arg-type]
+    d = WebhookAuthorizer(settings, denied, clock)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        assert (await a.evaluate(attrs()))[::3] == (ALLOW, 60) and (await d.evaluate(attrs()))[::3] == (DENY, 30)
+        clock.advance(29)
+        assert (await a.evaluate(attrs()))[::3] == (ALLOW, 31) and (await d.evaluate(attrs()))[::3] == (DENY, 1)
+        assert a.calls == d.calls == 1
+        clock.advance(2)  # past the unauthorizedTTL, within the authorizedTTL
+        await a.evaluate(attrs())
+        await d.evaluate(attrs())
+        assert a.calls == 1 and d.calls == 2
+        clock.advance(30)
+        await a.evaluate(attrs())
+        assert a.calls == 2
 
     asyncio.run(run())
 

@@ -20,6 +20,7 @@ from aiohttp.test_utils import TestServer
 from services.common.errors import AlreadyExists, Conflict, Gone, InternalError, NotFound, ServiceUnavailable
 from services.common.informer import HTTPListWatch, Informer
 from services.common.restclient import RESTClient
+from tests.waiting import until
 
 FULL = {"apiVersion": "v1", "kind": "ConfigMap", "data": {"big": "x" * 100},
         "metadata": {"name": "a", "namespace": "ns", "uid": "U", "resourceVersion": "5"}}
@@ -148,8 +149,7 @@ async def test_an_expired_watch_is_gone_and_the_informer_relists() -> None:
         inf = Informer.over(HTTPListWatch(c, PATH, metadata_only=True), "", "v1", "configmaps")
         inf.start()
         try:
-            while sum(1 for r in seen if not r.watch) < 3:  # listed again after each 410
-                await asyncio.sleep(0.01)
+            await until(lambda: sum(1 for r in seen if not r.watch) >= 3, what="listed again after each 410")
         finally:
             await inf.stop()
     assert inf.store == {"ns/a": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
@@ -188,8 +188,7 @@ async def test_a_broken_watch_resumes_from_the_last_resource_version_without_a_r
         inf = Informer.over(HTTPListWatch(c, PATH), "", "v1", "configmaps")
         inf.start()
         try:
-            while sum(1 for r in seen if r.watch) < 2:
-                await asyncio.sleep(0.01)
+            await until(lambda: sum(1 for r in seen if r.watch) >= 2, what="the watch resumed")
         finally:
             release.set()
             await inf.stop()
@@ -264,8 +263,7 @@ async def test_the_pool_holds_more_watches_than_aiohttps_default_limit_and_reque
         async with serving(handle, seen) as c:
             tasks = [asyncio.create_task(watch(c)) for _ in range(watches)]
             try:
-                while sum(1 for r in seen if r.watch) < watches:
-                    await asyncio.sleep(0.01)
+                await until(lambda: sum(1 for r in seen if r.watch) >= watches, what="every watch open")
                 for _ in range(5):
                     await c.request("GET", PATH)
             finally:

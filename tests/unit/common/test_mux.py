@@ -6,11 +6,14 @@ import socket
 
 import grpc
 import pytest
+from prometheus_client import REGISTRY
 
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import grpcutil, mux
 from services.common.errors import APIError, NotFound, ServiceUnavailable, not_found
+from services.common.mux.streams import read_stream
+from tests.waiting import until
 
 
 class Echo(rgrpc.RegistryServicer):
@@ -38,6 +41,11 @@ class Echo(rgrpc.RegistryServicer):
         async for frame in mux.serve_mux(request_iterator, context,
                                          mux.unary_methods(self, {"Handle": rpb.APIRequest})):
             yield frame
+
+
+def handles_started() -> float:
+    """Handle calls the servers of this process have started (serve_mux counts each frame's call)."""
+    return REGISTRY.get_sample_value("grpc_server_started_total", {"grpc_method": "Handle"}) or 0.0
 
 
 def free_port() -> int:
@@ -84,8 +92,9 @@ async def test_peer_restart_fails_pending_and_recovers():
     channel = grpcutil.make_channel(None, f"127.0.0.1:{port}")
     client = mux.MuxClient(rgrpc.RegistryStub(channel).Calls, "registry", {"Handle": rpb.APIResponse})
     try:
+        started = handles_started()
         pending = asyncio.create_task(client.call("Handle", rpb.APIRequest(name="x", query={"sleep": "5"})))
-        await asyncio.sleep(0.2)
+        await until(lambda: handles_started() > started, what="the call running on the server")
         await server.stop(None)
         with pytest.raises(APIError) as e:
             await pending
@@ -161,7 +170,7 @@ def _rpc_error(code: grpc.StatusCode, details: str, trailers: tuple = ()) -> grp
     (grpc.StatusCode.UNAVAILABLE, "Socket closed"),
 ])
 def test_a_stream_broken_under_the_peer_ends_its_calls_with_503(code: grpc.StatusCode, details: str) -> None:
-    err = asyncio.run(mux.read_stream(_EndedStream(_rpc_error(code, details)), lambda m: None, "peer", "stream"))
+    err = asyncio.run(read_stream(_EndedStream(_rpc_error(code, details)), lambda m: None, "peer", "stream"))
     assert isinstance(err, ServiceUnavailable)
     assert err.headers == {"Retry-After": "1"}
     assert details in err.message
@@ -170,6 +179,6 @@ def test_a_stream_broken_under_the_peer_ends_its_calls_with_503(code: grpc.Statu
 def test_a_stream_ended_by_the_peer_with_its_status_ends_its_calls_with_that_status() -> None:
     status = not_found("configmaps", "", "x")
     ended = _EndedStream(_rpc_error(status.grpc_code(), status.message, status.grpc_trailers()))
-    err = asyncio.run(mux.read_stream(ended, lambda m: None, "peer", "stream"))
+    err = asyncio.run(read_stream(ended, lambda m: None, "peer", "stream"))
     assert isinstance(err, NotFound)
     assert err.message == status.message

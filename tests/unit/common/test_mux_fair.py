@@ -1,4 +1,4 @@
-"""Sharing a Calls stream (services/common/mux.py): a small call is not held behind a large answer
+"""Sharing a Calls stream (services/common/mux/): a small call is not held behind a large answer
 in parts, answers in parts progress together, and a caller that stops reading stops the sender.
 
 The client and the server side run in one event loop, the client reading the server's messages
@@ -12,6 +12,9 @@ from typing import Any
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from services.common import mux
+from services.common.mux.client import _Parts
+from services.common.mux.flow import QUEUED_PARTS
+from tests.waiting import until
 
 
 class Server:
@@ -71,12 +74,12 @@ async def test_small_call_overtakes_a_large_answer():
     small = await c.call("Handle", rpb.APIRequest(name="small"))
     assert small.body == b"small"
     # The small answer was sent while most of the large one was still to be made ...
-    assert server.produced["parts-60"] <= mux.WINDOW + mux.QUEUED_PARTS + 2
+    assert server.produced["parts-60"] <= mux.WINDOW + QUEUED_PARTS + 2
     # ... and so is one sharing the large answer's own stream (whole answers go first).
     assert c._parts_client is not None
     same = await c._parts_client.call("Handle", rpb.APIRequest(name="same-stream"))
     assert same.body == b"same-stream"
-    assert server.produced["parts-60"] <= mux.WINDOW + mux.QUEUED_PARTS + 2
+    assert server.produced["parts-60"] <= mux.WINDOW + QUEUED_PARTS + 2
     rest = [p async for p, _ in big]
     assert len(rest) == 59 and rest[-1] == bytes([65 + 59 % 26]) * mux.PART_BYTES
 
@@ -103,7 +106,7 @@ async def test_answers_in_parts_progress_together():
     for fid, _ in server.sent[:min(lasts.values())]:
         run = run + 1 if fid == prev else 1
         longest, prev = max(longest, run), fid
-    assert longest <= mux.WINDOW + mux.QUEUED_PARTS
+    assert longest <= mux.WINDOW + QUEUED_PARTS
 
 
 async def test_a_caller_that_stops_reading_stops_the_sender():
@@ -114,8 +117,8 @@ async def test_a_caller_that_stops_reading_stops_the_sender():
     await settle()
     # Parts made: the one taken, the window, what the server queues and the one it looks ahead.
     held = server.produced["parts-100"]
-    assert held <= 1 + mux.WINDOW + mux.QUEUED_PARTS + 1
-    pending = [e for e in c._parts_client._pending.values() if isinstance(e, mux._Parts)]
+    assert held <= 1 + mux.WINDOW + QUEUED_PARTS + 1
+    pending = [e for e in c._parts_client._pending.values() if isinstance(e, _Parts)]
     assert len(pending) == 1 and len(pending[0].frames) <= mux.WINDOW
     await settle()
     assert server.produced["parts-100"] == held
@@ -126,10 +129,7 @@ async def test_a_caller_that_stops_reading_stops_the_sender():
     assert held < server.produced["parts-100"] <= held + 10
     # Giving up cancels the answer on the server, which closes its iterator.
     await parts.aclose()
-    for _ in range(100):
-        if "parts-100" in server.closed:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: "parts-100" in server.closed, what="the answer's iterator closed")
     assert "parts-100" in server.closed
     assert server.produced["parts-100"] < 100
     # The stream is still good for other calls.
@@ -147,7 +147,7 @@ async def test_the_window_is_granted_again_once_taken():
     async for _ in parts:
         got += 1
         await settle()
-        waiting = [len(e.frames) for e in c._parts_client._pending.values() if isinstance(e, mux._Parts)]
+        waiting = [len(e.frames) for e in c._parts_client._pending.values() if isinstance(e, _Parts)]
         assert all(w <= mux.WINDOW for w in waiting), waiting
     assert got == n
     assert server.credits == [mux.WINDOW] * ((n - 1) // mux.WINDOW)

@@ -1,4 +1,4 @@
-"""Pacing of large answers (services/common/pacing.py) on a Calls stream (mux.py): while a small call
+"""Pacing of large answers (services/common/pacing.py) on a Calls stream (mux/): while a small call
 is in flight in the process, the producer of an answer in parts takes no next part (up to
 pacing.MAX_DEFER), then moves on; the answer's own call never counts as small.
 

@@ -11,6 +11,7 @@ from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import auditid, grpcutil, mux
 from services.common.errors import APIError
+from services.common.mux import client as mux_client
 
 from .test_mux import Echo, free_port
 
@@ -84,7 +85,7 @@ async def test_calls_spread_over_replicas_and_fail_over():
 async def test_a_replica_back_gets_calls_again(monkeypatch):
     """Streams move every REBALANCE seconds (mux.Spread), the calls on them answered first: a
     replica that was down gets its share again."""
-    monkeypatch.setattr(mux, "REBALANCE", 0.3)
+    monkeypatch.setattr(mux_client, "REBALANCE", 0.3)
     a, pa = await start("a")
     b, pb_ = await start("b")
     address = f"127.0.0.1:{pa},127.0.0.1:{pb_}"

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from services.common import runtime
+from tests.waiting import until
 
 
 def args() -> argparse.Namespace:
@@ -62,8 +63,7 @@ async def test_start_and_stop_order() -> None:
     declare(service, log)
     stop = asyncio.Event()
     run = asyncio.create_task(service.run(stop))
-    while "start listener" not in log:
-        await asyncio.sleep(0)
+    await until(lambda: "start listener" in log, what="the listener started")
     stop.set()
     await run
     assert log == [
@@ -79,8 +79,7 @@ async def test_a_listener_that_ends_stops_the_service() -> None:
     service = runtime.Service("test", args())
     listener = declare(service, log)
     run = asyncio.create_task(service.run(asyncio.Event()))
-    while "start listener" not in log:
-        await asyncio.sleep(0)
+    await until(lambda: "start listener" in log, what="the listener started")
     listener.ended.set()
     await run
     assert log[-3:] == ["stop x", "close client a", "close client b"]
@@ -148,8 +147,7 @@ async def test_freed_memory_is_trimmed_once_per_burst(monkeypatch: pytest.Monkey
     for _ in range(10):
         runtime.released(256 << 10)
     assert runtime._trim is not None
-    while runtime._trim is not None:
-        await asyncio.sleep(0.01)
+    await until(lambda: runtime._trim is None, what="the trim")
     assert trims == [runtime.TRIM_AFTER_BYTES + 9 * (256 << 10)]
     assert runtime._freed == 0
     # a small answer is not counted; a large one is trimmed after on its own
@@ -157,8 +155,7 @@ async def test_freed_memory_is_trimmed_once_per_burst(monkeypatch: pytest.Monkey
     assert runtime._freed == 0 and runtime._trim is None
     runtime.after_large_answer(runtime.TRIM_AFTER_BYTES)
     assert runtime._trim is not None
-    while runtime._trim is not None:
-        await asyncio.sleep(0.01)
+    await until(lambda: runtime._trim is None, what="the trim")
     assert len(trims) == 2
 
 
@@ -177,8 +174,7 @@ async def test_postponing_the_trim_moves_it_and_counts_nothing(monkeypatch: pyte
     runtime.postpone_trim()
     assert first.cancelled() and runtime._trim is not None and runtime._trim.when() > first.when()
     assert runtime._freed == runtime.TRIM_AFTER_BYTES + (256 << 10)
-    while runtime._trim is not None:
-        await asyncio.sleep(0.01)
+    await until(lambda: runtime._trim is None, what="the trim")
     assert trims == [runtime.TRIM_AFTER_BYTES + (256 << 10)] and runtime._freed == 0
     # past the burst's TRIM_MAX_WAIT the trim already scheduled comes first
     monkeypatch.setattr(runtime, "TRIM_MAX_WAIT", runtime.TRIM_DELAY)
@@ -187,6 +183,5 @@ async def test_postponing_the_trim_moves_it_and_counts_nothing(monkeypatch: pyte
     await asyncio.sleep(0.05)
     runtime.postpone_trim()
     assert runtime._trim is first and not first.cancelled()
-    while runtime._trim is not None:
-        await asyncio.sleep(0.01)
+    await until(lambda: runtime._trim is None, what="the trim")
     assert trims[1:] == [runtime.TRIM_AFTER_BYTES]

@@ -8,6 +8,7 @@ import pytest
 from apiary_pb import envelope_pb2 as pb
 from services.common import watchmux
 from services.common.errors import APIError, Gone, ServiceUnavailable
+from tests.waiting import until
 
 
 def test_an_event_goes_once_with_every_watch_it_reaches():
@@ -57,15 +58,6 @@ def test_capacity_refuses_a_watch_that_does_not_drain():
     assert fresh.send(7, b"live1") and fresh.send(7, b"live2") and not fresh.send(7, b"live3")
     batch = asyncio.run(fresh.next_batch())
     assert [d.initial for d in batch.deliveries] == [True] * 5 + [False, False]
-
-
-async def until(pred, timeout: float = 2.0) -> None:
-    """Wait (bounded) until pred() holds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 async def _client_and_server(start):
@@ -197,7 +189,7 @@ async def test_relay_hands_events_to_callbacks():
         wid, sink = sinks[name]
         sink.send(wid, shared)
         sink.send(wid, b"second")
-    await asyncio.sleep(0.05)
+    await until(lambda: len(got["a"]) == 2 and ends["b"], what="both events at a, b stopped")
     assert got["a"] == [b"shared", b"second"] and got["a"][0] is got["b"][0]
     assert ends["b"] == [None]  # stopped by its callback, and cancelled on the server
     await until(lambda: b"b" in cancelled)
@@ -206,7 +198,7 @@ async def test_relay_hands_events_to_callbacks():
     assert ends["c"] == []
     wid, sink = sinks[b"a"]
     sink.end(wid)
-    await asyncio.sleep(0.05)
+    await until(lambda: ends["a"], what="the end of a")
     assert ends["a"] == [None]
     # a stream failure reaches every relay still open
     d_end: list = []
@@ -244,12 +236,15 @@ async def test_initial_events_beyond_the_capacity_reach_the_client():
 
 
 async def test_watch_batches_hands_over_everything_received():
+    got: list[list[bytes]] = []
+
     async def start(wid, raw, sink):
         for i in range(3):
             sink.send(wid, b"e%d" % i)
-        await asyncio.sleep(0.05)
+        await until(lambda: got, what="the first batch handed over")
         sink.send(wid, b"e3")
 
     client = await _client_and_server(start)
-    got = [batch async for batch in client.watch_batches(pb.WatchOpen(request=b"x"))]
+    async for batch in client.watch_batches(pb.WatchOpen(request=b"x")):
+        got.append(batch)
     assert got == [[b"e0", b"e1", b"e2"], [b"e3"]]

@@ -14,6 +14,7 @@ from services.controllermanager.garbagecollector import Classified, Graph, chang
 from services.controllermanager.leaderelection import Config, LeaderElector
 from services.controllermanager.namespace import CONDITION_TYPES, conditions, remaining_messages
 from services.controllermanager.workqueue import WorkQueue
+from tests.waiting import until
 
 CM = Resource("", "v1", "configmaps", "ConfigMap", True, frozenset({"list", "watch", "delete"}))
 CR = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False, frozenset())
@@ -154,16 +155,10 @@ async def test_workqueue_dedups_and_retries():
     q.start()
     try:
         q.add("slow")
-        for _ in range(200):
-            if "slow" in seen:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: "slow" in seen, what="slow being handled")
         q.add("slow")  # while being handled: handled once more afterwards, not at the same time
         gate.set()
-        for _ in range(200):
-            if seen.count("slow") == 2 and seen.count("bad") == 2:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: seen.count("slow") == 2 and seen.count("bad") == 2, what="slow and bad handled twice")
     finally:
         await q.stop()
     assert seen.count("a") == 1 and seen.count("bad") == 2 and seen.count("slow") == 2

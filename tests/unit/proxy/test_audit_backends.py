@@ -14,6 +14,7 @@ from services.proxy.auditing import options
 from services.proxy.auditing.buffered import BatchConfig, BufferedBackend
 from services.proxy.auditing.log import LogBackend
 from services.proxy.auditing.truncate import TruncateBackend
+from tests.waiting import until
 
 
 class Recorder:
@@ -45,10 +46,8 @@ async def test_batches_by_size_then_flushed_in_order_at_stop() -> None:
     await b.start()
     for ev in events(25):
         assert b.process([ev])
-    for _ in range(100):  # two full batches go without waiting for max_batch_wait
-        if len(rec.batches) == 2:
-            break
-        await asyncio.sleep(0.01)
+    # two full batches go without waiting for max_batch_wait
+    await until(lambda: len(rec.batches) == 2, what="two batches")
     assert [len(x) for x in rec.batches] == [10, 10]
     await b.stop()  # the five left are not lost
     assert [len(x) for x in rec.batches] == [10, 10, 5]
@@ -62,10 +61,7 @@ async def test_batch_sent_after_max_wait() -> None:
     await b.start()
     await asyncio.sleep(0.01)  # the collector waiting for a first event
     b.process(events(3))
-    for _ in range(500):
-        if rec.batches:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: rec.batches, what="a batch")
     assert rec.batches == [events(3)]
     await b.stop()
 
@@ -177,10 +173,7 @@ async def test_stop_ends_a_throttled_wait() -> None:
                                          throttle_burst=1))
     await b.start()
     b.process(events(3))
-    for _ in range(100):
-        if rec.batches:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: rec.batches, what="the burst")
     assert len(rec.batches) == 1  # the burst; the next batch waits ~1000 s for a token
     await asyncio.wait_for(b.stop(), 30)
     assert [x[0]["auditID"] for x in rec.batches] == ["id-0", "id-1", "id-2"]

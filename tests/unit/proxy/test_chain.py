@@ -18,6 +18,7 @@ from services.proxy.app import ProxyApp
 from services.proxy.filters.apf import SEAT_LONG_RUNNING, SEAT_MUTATING, SEAT_READ_ONLY, MaxInFlight
 from services.proxy.discovery import openapi_hash
 from services.proxy.negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1
+from tests.waiting import until
 
 from .fakes import OPENAPI_V1, start_fakes, with_cert
 
@@ -167,10 +168,7 @@ async def test_apf_unreachable_falls_back_to_max_in_flight(stack):
         assert apf.acquired == 1
         port = int(apf_addr.rsplit(":", 1)[1])
         await apf_server.stop(None)
-        for _ in range(50):
-            if proxy.apf.falling_back:
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: proxy.apf.falling_back, what="the fallback to max-in-flight")
         assert proxy.apf.falling_back and REGISTRY.get_sample_value("apiary_apf_fallback") == 1
         r = await asyncio.wait_for(client.get(url, headers=ALICE), 5)
         assert r.status_code == 200 and "x-kubernetes-pf-flowschema-uid" not in r.headers
@@ -289,7 +287,7 @@ async def test_watch_streams_events_and_ends_after_timeout(stack):
     assert [orjson.loads(x)["object"]["metadata"]["name"] for x in lines] == ["c0", "c1"]
     assert all(orjson.loads(x)["type"] == "ADDED" for x in lines)
     await asyncio.wait_for(stack.registry.watch_cancelled.wait(), 2)
-    await asyncio.sleep(0.05)
+    await until(lambda: not stack.apf.held, what="the seat released")
     assert not stack.apf.held  # the seat was released once the watch started
 
 

@@ -38,7 +38,7 @@ async def test_an_answer_before_the_client_goes() -> None:
 
     assert await ctx.race(answer()) == 42
     gone.set()  # gone right after: what follows the race is not cancelled
-    await asyncio.sleep(0.05)
+    await asyncio.wait((ctx.disconnected,), timeout=5)
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
     ctx.close()
 
@@ -51,11 +51,11 @@ async def test_the_client_going_cancels_the_wait() -> None:
 
     async def forever() -> None:
         try:
+            gone.set()  # the client goes while the request waits
             await asyncio.sleep(3600)
         finally:
             cleaned.set()
 
-    asyncio.get_running_loop().call_later(0.05, gone.set)
     with pytest.raises(ClientDisconnected):
         await ctx.race(forever())
     assert cleaned.is_set()
@@ -70,11 +70,17 @@ async def test_another_cancellation_stays_one() -> None:
     await ctx.read_body()
     ctx.watch_disconnect()
 
+    racing = asyncio.Event()
+
+    async def forever() -> None:
+        racing.set()
+        await asyncio.sleep(3600)
+
     async def request() -> None:
-        await ctx.race(asyncio.sleep(3600))
+        await ctx.race(forever())
 
     task = asyncio.ensure_future(request())
-    await asyncio.sleep(0.05)
+    await racing.wait()
     task.cancel()  # the request's deadline, say
     with pytest.raises(asyncio.CancelledError):
         await task

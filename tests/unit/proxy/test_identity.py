@@ -17,6 +17,7 @@ from services.proxy.filters.impersonation import impersonation_requests, split_s
 from services.proxy.filters.requestheader import RequestHeaderConfig, unescape_extra_key
 from services.proxy.authz_invalidation import RepeatFilter
 from services.proxy.requestinfo import RequestInfo
+from tests.waiting import until
 
 from .fakes import start_fakes, with_cert
 
@@ -245,13 +246,6 @@ def test_split_service_account():
 
 # authorization cache ---------------------------------------------------------------------------
 
-async def _wait(cond, timeout=5.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.01)
-
-
 async def test_rbac_event_invalidates_cached_decisions(stack):
     await stack.start(serve_rbac=True)
     stack.proxy.authz.settle = 0.2
@@ -265,7 +259,7 @@ async def test_rbac_event_invalidates_cached_decisions(stack):
     stack.registry.rbac_events["rolebindings"].put_nowait({"type": "DELETED", "object": {
         "kind": "RoleBinding", "apiVersion": "rbac.authorization.k8s.io/v1",
         "metadata": {"name": "alice-view", "namespace": "demo", "resourceVersion": "2"}}})
-    await _wait(lambda: stack.proxy.authz._generation > before)
+    await until(lambda: stack.proxy.authz._generation > before, what="the RBAC event")
     assert (await stack.client.get(CM, headers=ALICE)).status_code == 403
 
 
@@ -321,7 +315,7 @@ async def test_answer_from_before_an_event_is_not_stored():
     user = pb.UserInfo(name="alice")
     info = RequestInfo(path="", verb="get", is_resource_request=True, resource="configmaps", namespace="demo")
     task = asyncio.create_task(authz.authorize(user, info))
-    await asyncio.sleep(0.01)
+    await until(lambda: auth.calls == 1, what="the call in flight")
     authz.invalidate()  # an RBAC event lands while the call is in flight
     auth.release.set()
     await task

@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from services.proxy.server import ClientTrust, HTTPLimits, make_server, serve_until
+from tests.waiting import until
 
 
 def _name(cn, orgs=()):
@@ -145,10 +146,7 @@ async def _serve(app, pki, **kw):
     server = make_server(app, "127.0.0.1", 0, *pki["server"], **kw)
     stop = asyncio.Event()
     task = asyncio.create_task(serve_until(server, stop))
-    for _ in range(100):
-        if server.started:
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: server.started, what="the server started")
     return server, stop, task, f"https://localhost:{server.servers[0].sockets[0].getsockname()[1]}/"
 
 
@@ -314,9 +312,7 @@ async def test_closed_connections_count_their_buffers_as_released(pki, monkeypat
         async with httpx.AsyncClient(verify=_client_ctx(pki["ca"], pki["client"])) as c:
             assert (await c.get(url)).status_code == 200
             assert (await c.get(url)).status_code == 200
-    deadline = time.monotonic() + 10
-    while len(freed) < 3 and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
+    await until(lambda: len(freed) >= 3, what="three connections counted")
     assert freed == [server_module.CONNECTION_HEAP_BYTES] * 3
     stop.set()
     await asyncio.wait_for(task, 5)

@@ -15,6 +15,7 @@ from services.proxy.filters.timeout import (TIMEOUT_BODY, Deadlines, long_runnin
                                             request_timeout)
 from services.proxy.requestinfo import parse
 from services.proxy.server import make_server, serve_until
+from tests.waiting import until
 
 from .fakes import start_fakes, with_cert
 from .test_server import _client_ctx, pki  # noqa: F401 - the fixture
@@ -80,10 +81,12 @@ def test_long_running_requests_as_kube():
 async def test_deadlines_cancel_late_tasks_and_tell_them_from_other_cancellations():
     deadlines = Deadlines(tick=0.02)
     loop = asyncio.get_running_loop()
+    started: list[asyncio.Task] = []
 
     async def work(seconds):
         task = asyncio.current_task()
         deadlines.set(task, loop.time() + 0.1)
+        started.append(task)
         try:
             await asyncio.sleep(seconds)
             return "done"
@@ -100,7 +103,7 @@ async def test_deadlines_cancel_late_tasks_and_tell_them_from_other_cancellation
     assert await work(5) == "late"
     assert 0.09 < time.monotonic() - t < 1
     other = asyncio.create_task(work(5))
-    await asyncio.sleep(0.01)
+    await until(lambda: other in started, what="the task under its deadline")
     other.cancel()  # not the deadline: the cancellation stands
     with pytest.raises(asyncio.CancelledError):
         await other
@@ -152,8 +155,7 @@ async def test_timeout_after_the_answer_started_closes_the_connection(proxy, pki
     server = make_server(with_cert(proxy.app), "127.0.0.1", 0, *pki["server"], client_ca_file=pki["ca"])
     stop = asyncio.Event()
     task = asyncio.create_task(serve_until(server, stop))
-    while not server.started:
-        await asyncio.sleep(0.02)
+    await until(lambda: server.started, what="the server started")
     url = f"https://localhost:{server.servers[0].sockets[0].getsockname()[1]}"
     async with httpx.AsyncClient(verify=_client_ctx(pki["ca"])) as c:
         t = time.monotonic()

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from services.proxy.aggregator.transport import BackendError, Exchange, Transport
+from tests.waiting import until
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -226,8 +227,7 @@ async def test_a_cancelled_request_closes_its_connection() -> None:
     async with Server(silent) as s:
         t = Transport(None)
         task = asyncio.ensure_future(get(t, s.port))
-        while not s.requests:
-            await asyncio.sleep(0.01)
+        await until(lambda: s.requests, what="the request at the server")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

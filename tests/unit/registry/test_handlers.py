@@ -11,6 +11,7 @@ from services.common import errors
 from services.registry import watch
 from services.registry.bootstrap import bootstrap
 from services.registry.catalogue import DEFAULT_CATALOGUE
+from tests.waiting import until
 
 from .conftest import cm, request
 
@@ -479,6 +480,11 @@ async def test_table_list(api):
     assert "object" not in t["rows"][0]
 
 
+def watching(storage, resource: str) -> bool:
+    """A watch of resource is open on the fake storage (an event written now reaches it)."""
+    return any(prefix.startswith(f"/registry/{resource}/") for prefix, _ in storage.watchers)
+
+
 async def test_watch_frames(handlers, api, storage):
     req = request("watch", "configmaps", "default", query={"resourceVersion": "5"})
     got: list[dict] = []
@@ -490,7 +496,7 @@ async def test_watch_frames(handlers, api, storage):
                 return
 
     task = asyncio.create_task(consume())
-    await asyncio.sleep(0)
+    await until(lambda: watching(storage, "configmaps"), what="the watch open on storage")
     _, o = await api("create", "configmaps", "default", body=cm())
     await api("delete", "configmaps", "default", "c")
     await asyncio.wait_for(task, 1)
@@ -498,7 +504,7 @@ async def test_watch_frames(handlers, api, storage):
     assert got[0]["object"] == o
 
 
-async def test_watch_error_and_table(handlers, api):
+async def test_watch_error_and_table(handlers, api, storage):
     frames = [orjson.loads(f) async for f in watch.frames(
         handlers, request("watch", "configmaps", "default", query={"resourceVersion": "1"}))]
     assert frames == [{"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
@@ -507,7 +513,7 @@ async def test_watch_error_and_table(handlers, api):
     req = request("watch", "configmaps", "default", table=True)
     it = watch.frames(handlers, req)
     nxt = asyncio.create_task(it.__anext__())
-    await asyncio.sleep(0)
+    await until(lambda: watching(storage, "configmaps"), what="the watch open on storage")
     await api("create", "configmaps", "default", body=cm())
     ev = orjson.loads(await asyncio.wait_for(nxt, 1))
     assert ev["object"]["kind"] == "Table" and len(ev["object"]["rows"]) == 1

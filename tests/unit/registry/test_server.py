@@ -10,6 +10,7 @@ from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import errors, grpcutil
 from services.registry.server import RegistryServicer
+from tests.waiting import until
 
 from .conftest import cm, request
 
@@ -26,7 +27,7 @@ async def stub(handlers):
     await server.stop(None)
 
 
-async def test_handle_watch_discovery_over_grpc(stub):
+async def test_handle_watch_discovery_over_grpc(stub, storage):
     resp = await grpcutil.call(stub.Handle(request("create", "configmaps", "default", body=cm())))
     assert resp.code == 201 and resp.timing["storage"] >= 0 and "admission" in resp.timing
     with pytest.raises(errors.APIError) as e:
@@ -38,7 +39,8 @@ async def test_handle_watch_discovery_over_grpc(stub):
     call = stub.Watch(request("watch", "configmaps", "default"))
     frames = grpcutil.stream(call)
     nxt = asyncio.ensure_future(frames.__anext__())
-    await asyncio.sleep(0.1)
+    await until(lambda: any(prefix.startswith("/registry/configmaps/") for prefix, _ in storage.watchers),
+                what="the watch open on storage")
     await grpcutil.call(stub.Handle(request("create", "configmaps", "default", body=cm("d"))))
     frame = await asyncio.wait_for(nxt, 2)
     ev = orjson.loads(frame.data)

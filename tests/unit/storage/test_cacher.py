@@ -13,6 +13,7 @@ from services.apiserver.storage.cacher import Cacher
 from services.apiserver.storage.watch_cache import key_fields
 from services.common.errors import Gone, Timeout
 from services.common.selectors import SelectionPredicate
+from tests.waiting import until
 
 PREFIX = "/registry/pods/"
 
@@ -166,8 +167,9 @@ async def test_wait_fresh_asks_etcd_what_changed_under_the_prefix():
     c.etcd = CountingEtcd([(f"{PREFIX}ns/a", 11), (f"{PREFIX}ns/b", 12), (f"{PREFIX}ns/c", 30)], 50)  # type: ignore[assignment]
     with pytest.raises(Timeout, match="Too large resource version: 50, current: 12"):
         await c.wait_fresh(PREFIX, 50, timeout=0.2)
+    asked = c.etcd.calls
     waiter = asyncio.create_task(c.wait_fresh(PREFIX, 50, timeout=2))
-    await asyncio.sleep(0.1)
+    await until(lambda: c.etcd.calls > asked, what="the waiter asking etcd")
     c._apply(put(30, "c"))
     assert await waiter == 50 and cache.rev == 30
     # a delete after the cache's revision shows as fewer keys in etcd than in the cache

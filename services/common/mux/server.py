@@ -1,0 +1,168 @@
+"""The server side of a Calls stream: serve_mux runs each frame's method concurrently and answers through
+the stream's Scheduler (flow.py); a method answers in parts by returning Streamed."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from apiary_pb import envelope_pb2 as pb
+
+from .. import auditid, pacing
+from ..errors import APIError, InternalError
+from ..grpcutil import GRPC_STARTED
+from ..runtime import after_large_answer
+from .flow import Outgoing, Scheduler
+
+log = logging.getLogger(__name__)
+
+
+class Streamed:
+    """A method's answer in parts (each a serialized message of the method's response type, or a
+    part of one by the method's own convention), from a list or an async iterator."""
+
+    def __init__(self, parts: Any) -> None:
+        self.parts = parts
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if hasattr(self.parts, "__aiter__"):
+            async for part in self.parts:
+                yield part
+        else:
+            for part in self.parts:
+                yield part
+
+    async def aclose(self) -> None:
+        """Close the parts' iterator (an answer given up on: what it reads from is let go at once)."""
+        close = getattr(self.parts, "aclose", None)
+        if close is not None:
+            await close()
+        else:
+            getattr(self.parts, "close", lambda: None)()
+
+
+Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+
+
+def _error_pb(e: Exception, method: str) -> pb.Status:
+    if isinstance(e, APIError):
+        return e.to_pb()
+    log.exception("mux call %s failed", method, exc_info=e)
+    return InternalError(f"{type(e).__name__}: {e}").to_pb()
+
+
+async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.ServicerContext,
+                    methods: dict[str, tuple[type, Handler]]) -> AsyncIterator[pb.Frames]:
+    """Server side of a Calls stream: run each frame's method concurrently, answer in completion order
+    (whole answers first, answers in parts in turn: Scheduler).
+
+    methods maps a method name to (request class, the undecorated unary implementation). An
+    implementation may return bytes: the response already serialized, sent as they are.
+    """
+    sched = Scheduler()
+    tasks: dict[int, asyncio.Task[None]] = {}
+    outgoing: dict[int, Outgoing] = {}
+    requests_ended = False
+
+    async def send_parts(frame: pb.Frame, resp: Streamed) -> None:
+        out = outgoing[frame.id] = Outgoing(frame.id, 0 if requests_ended else frame.window)
+        parts = aiter(resp)
+        sent = 0
+        try:
+            prev: bytes | None = None
+            try:
+                async for part in parts:
+                    if prev is not None:
+                        await out.room()
+                        sched.part(out, (frame.id, prev, None, True))
+                        sent += len(prev)
+                        await pacing.next_part()  # small calls in flight go first (bounded)
+                        await asyncio.sleep(0)  # the next part waits for what else is ready
+                    prev = part
+            except Exception as e:  # noqa: BLE001 - the error goes after the parts made before it
+                if prev is not None:
+                    await out.room()
+                    sched.part(out, (frame.id, prev, None, True))
+                sched.part(out, (frame.id, b"", _error_pb(e, frame.method), False))
+                return
+            await out.room()
+            sched.part(out, (frame.id, prev or b"", None, False))
+        except asyncio.CancelledError:
+            sched.drop(out)
+            raise
+        finally:
+            del outgoing[frame.id]
+            await parts.aclose()  # type: ignore[attr-defined]
+            await resp.aclose()
+            after_large_answer(sent)
+
+    async def run(frame: pb.Frame) -> None:
+        GRPC_STARTED.labels(frame.method).inc()  # a call on the stream counts as a call
+        if frame.audit_id:  # this task's own context: log lines of the call carry it
+            auditid.AUDIT_ID.set(frame.audit_id)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("call %s", frame.method)
+        small = pacing.begin()  # until its answer is queued, or it turns out to come in parts
+        try:
+            entry = methods.get(frame.method)
+            if entry is None:
+                raise InternalError(f"unknown method {frame.method!r}")
+            req_cls, fn = entry
+            resp = await fn(req_cls.FromString(frame.payload), context)
+            if isinstance(resp, Streamed):
+                small.end()
+                await send_parts(frame, resp)
+                return
+            payload = resp if type(resp) is bytes else resp.SerializeToString()
+            sched.answer((frame.id, payload, None, False))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a failing call is a 500 for that call only
+            sched.answer((frame.id, b"", _error_pb(e, frame.method), False))
+        finally:
+            small.end()
+            tasks.pop(frame.id, None)
+
+    async def pump() -> None:
+        nonlocal requests_ended
+        try:
+            async for batch in requests:
+                for frame in batch.frames:
+                    if not frame.method:  # flow control of an answer in parts
+                        if frame.cancel:
+                            if (t := tasks.get(frame.id)) is not None:
+                                t.cancel()
+                        elif (o := outgoing.get(frame.id)) is not None:
+                            o.grant(frame.credit)
+                        continue
+                    tasks[frame.id] = asyncio.create_task(run(frame))
+        finally:
+            requests_ended = True
+            for o in outgoing.values():  # no credit can come any more: finish without flow control
+                o.credit = None
+                o.wake.set()
+            if tasks:
+                await asyncio.gather(*tasks.values(), return_exceptions=True)
+            sched.close()
+
+    reader = asyncio.create_task(pump())
+    try:
+        async for batch in sched.batches():
+            yield batch
+    finally:
+        reader.cancel()
+        for t in list(tasks.values()):
+            t.cancel()
+
+
+def unary_methods(servicer: Any, names: dict[str, type]) -> dict[str, tuple[type, Handler]]:
+    """{name: (request class, the servicer's method without its gRPC error wrapper)} for serve_mux."""
+    out: dict[str, tuple[type, Handler]] = {}
+    for name, req_cls in names.items():
+        fn = getattr(type(servicer), name)
+        fn = getattr(fn, "__wrapped__", fn)
+        out[name] = (req_cls, fn.__get__(servicer))
+    return out
