@@ -19,10 +19,10 @@ from typing import Any
 import orjson
 
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver import patch as patches
 from services.common import errors
 from services.common.decoding import loads_json, loads_json_fields
 from services.common.errors import APIError, BadRequest, MethodNotAllowed, UnsupportedMediaType
-from services.registry import patch as patches
 
 from .api import CREATE, DELETE, UPDATE, AdmissionPlugin, Attributes, FieldError, Kind, Obj, invalid, required
 from .scheme import Scheme, drop, unknown_fields
