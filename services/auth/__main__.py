@@ -7,6 +7,7 @@ import logging
 
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.fielderrors import ConfigError, FieldErrors
 from services.common import config, duration, runtime
 
 from .authenticators import Authenticator
@@ -28,7 +29,6 @@ from .authnconfig import JWTAuthenticators
 from .authorizers.webhook import WebhookAuthorizer, WebhookSettings
 from .authzconfig import AuthorizationConfigWatcher, AuthorizerChain
 from .escalation import EscalationChecker
-from .fielderrors import ConfigError, FieldErrors
 from .policy import AggregationController, PolicyInformers, reconcile_bootstrap
 from .reviews import Reviewer
 from .server import AuthServicer

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from services.apiserver.fielderrors import ConfigError, FieldErrors
 from services.common import cel
 from .authorizers import Authorizer
 from .authorizers.modes import AlwaysAllow, AlwaysDeny, RBACAuthorizer
@@ -21,7 +22,6 @@ from .authorizers.rbac import RBACIndex
 from .authorizers.webhook import WebhookAuthorizer, WebhookSettings
 from .configfile import ReloadedFile
 from services.common.duration import parse_duration
-from .fielderrors import ConfigError, FieldErrors
 from .webhookclient import WebhookClient, load_kubeconfig
 
 

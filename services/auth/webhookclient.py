@@ -18,7 +18,7 @@ import httpx
 import orjson
 import yaml
 
-from .fielderrors import ConfigError
+from services.apiserver.fielderrors import ConfigError
 
 
 class WebhookError(Exception):

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.fielderrors import ConfigError
 from services.apiserver.serving import HTTPLimits, Server, make_server, serve_until
 from services.common import config, duration, grpcutil, runtime
 
 from .aggregator.authentication_trust import AuthenticationTrust
-from services.auth.fielderrors import ConfigError
 
 from .app import ProxyApp
 from .auditing import options as audit_options
