@@ -58,7 +58,7 @@ def invalid(field: str, value: Any, detail: str) -> Cause:
 
 
 def invalid_go(field: str, rendered: str, detail: str) -> Cause:
-    """field.Invalid for a value kube prints with Go's %#v (a struct or a nil slice): `rendered` is that text."""
+    """field.Invalid for a value kube prints with Go's %#v (a struct, a nil slice): `rendered` is that text."""
     return {"reason": "FieldValueInvalid", "message": f"Invalid value: {rendered}: {detail}", "field": field}
 
 
@@ -72,7 +72,8 @@ def forbidden(field: str, detail: str) -> Cause:
 
 
 def too_long(field: str, limit: int) -> Cause:
-    return {"reason": "FieldValueTooLong", "message": f"Too long: must have at most {limit} bytes", "field": field}
+    return {"reason": "FieldValueTooLong", "message": f"Too long: must have at most {limit} bytes",
+            "field": field}
 
 
 def too_many(field: str, actual: int, limit: int) -> Cause:

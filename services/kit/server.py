@@ -27,10 +27,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
-from services.apiserver import negotiation, openapi_v2
+from services.apiserver import kubeconfig, negotiation, openapi_v2
 from services.apiserver import serving as https
 from services.apiserver.requestinfo import RequestInfo, parse, parse_query
-from services.common import kubeconfig, runtime
+from services.common import runtime
 from services.common.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
 
 from . import authconfig, discovery, openapi

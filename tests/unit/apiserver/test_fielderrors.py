@@ -21,7 +21,8 @@ def test_quote_is_strconv_quote(s, want):
 def test_values_and_lists():
     assert show(True) == "true" and show(None) == "null" and show(3) == "3" and show("x") == '"x"'
     assert quote_list(["a", "b c"]) == '["a" "b c"]'
-    assert not_supported("spec.mode", "X", ["A", "B"])["message"] == 'Unsupported value: "X": supported values: "A", "B"'
+    assert (not_supported("spec.mode", "X", ["A", "B"])["message"]
+            == 'Unsupported value: "X": supported values: "A", "B"')
     assert invalid("f", 1, "")["message"] == "Invalid value: 1"
 
 
