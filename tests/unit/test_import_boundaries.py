@@ -58,6 +58,13 @@ def _is_module(name: str, root: Path) -> bool:
     return (root / rel).with_suffix(".py").is_file() or (root / rel / "__init__.py").is_file()
 
 
+def _imports_by_name(call: ast.Call) -> bool:
+    """importlib.import_module("services...") or __import__("services...")."""
+    name = getattr(call.func, "attr", getattr(call.func, "id", ""))
+    return (name in ("import_module", "__import__") and bool(call.args) and isinstance(call.args[0], ast.Constant)
+            and isinstance(call.args[0].value, str))
+
+
 def _imports(path: Path, root: Path) -> set[str]:
     """The modules under services/ that the file at `path` imports."""
     module = _module_name(path, root)
@@ -75,15 +82,14 @@ def _imports(path: Path, root: Path) -> set[str]:
                 source = node.module or ""
             for a in node.names:  # `from pkg import mod` imports pkg.mod when mod is a module
                 found.add(f"{source}.{a.name}" if _is_module(f"{source}.{a.name}", root) else source)
-        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-              and isinstance(node.args[0].value, str)
-              and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("import_module", "__import__")):
+        elif isinstance(node, ast.Call) and _imports_by_name(node):
             found.add(node.args[0].value)  # importlib over a module's name
     return {name for name in found if name.split(".")[0] == root.name}
 
 
 def import_edges(root: Path = SERVICES) -> set[tuple[str, str]]:
-    return {(_module_name(p, root), target) for p in sorted(root.rglob("*.py")) for target in _imports(p, root)}
+    return {(_module_name(p, root), target)
+            for p in sorted(root.rglob("*.py")) for target in _imports(p, root)}
 
 
 def _package(module: str) -> str:
@@ -133,7 +139,8 @@ def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
     (root / "proxy" / "b.py").write_text("from ..registry.catalogue import X\nfrom .filters import Y\n")
     (root / "common" / "c.py").write_text("from services.apiserver import z\n")
     assert violations(root) == [
-        "services.common.c -> services.apiserver: the library package common imports apiserver, a layer above it",
+        "services.common.c -> services.apiserver: the library package common imports apiserver, "
+        "a layer above it",
         "services.kit.a -> services.proxy.filters: the library package kit imports the proxy service",
         "services.kit.a -> services.registry.catalogue: the library package kit imports the registry service",
         "services.kit.d -> services.registry: the library package kit imports the registry service",
