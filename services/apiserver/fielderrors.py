@@ -58,7 +58,7 @@ def invalid(field: str, value: Any, detail: str) -> Cause:
 
 
 def invalid_go(field: str, rendered: str, detail: str) -> Cause:
-    """field.Invalid for a value kube prints with Go's %#v (a struct, a nil slice): `rendered` is that text."""
+    """field.Invalid for a value kube prints with Go's %#v (a struct, a nil slice), `rendered`."""
     return {"reason": "FieldValueInvalid", "message": f"Invalid value: {rendered}: {detail}", "field": field}
 
 

@@ -61,8 +61,8 @@ def _is_module(name: str, root: Path) -> bool:
 def _imports_by_name(call: ast.Call) -> bool:
     """importlib.import_module("services...") or __import__("services...")."""
     name = getattr(call.func, "attr", getattr(call.func, "id", ""))
-    return (name in ("import_module", "__import__") and bool(call.args) and isinstance(call.args[0], ast.Constant)
-            and isinstance(call.args[0].value, str))
+    return (name in ("import_module", "__import__") and bool(call.args)
+            and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str))
 
 
 def _imports(path: Path, root: Path) -> set[str]:
