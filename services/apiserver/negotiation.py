@@ -201,12 +201,12 @@ def decode_body(verb: str, content_type: str, body: bytes, into: str = "",
     """The body as JSON, and the media type to hand the registry.
 
     Object bodies (create, update, delete options) come as JSON, YAML or Kubernetes protobuf (the
-    kinds typed clients send, decoded by `protobuf`, the server's serializer for its kinds; without one
-    protobuf is refused as any unknown type); patches name their type. `into` is the kind the URL
-    expects (for kube's error messages). A JSON body is passed on as it came, not parsed: the registry decodes it,
-    once, with the same limits and messages. Only what is not JSON is converted here (YAML, protobuf,
-    and an apply patch, which must be parsed to tell JSON from YAML). CPU-bound: call it through
-    the proxy's BodyDecoder, which keeps large bodies off the event loop.
+    kinds typed clients send, decoded by `protobuf`, the server's serializer for its kinds; without
+    one, protobuf is refused as any unknown type); patches name their type. `into` is the kind the
+    URL expects (for kube's error messages). A JSON body is passed on as it came, not parsed: the
+    registry decodes it, once, with the same limits and messages. Only what is not JSON is converted
+    here (YAML, protobuf, and an apply patch, which must be parsed to tell JSON from YAML).
+    CPU-bound: the proxy calls it through its BodyDecoder, which keeps large bodies off the event loop.
     """
     media = content_type.split(";", 1)[0].strip().lower() if content_type else ""
     if verb == "patch":
