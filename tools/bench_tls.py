@@ -3,7 +3,7 @@
     python -m tools.bench_tls
 
 Since client certificates are requested but not verified in the TLS handshake (a certificate that does
-not verify gets 401, as from kube-apiserver), services/proxy/server.py verifies them in Python, once
+not verify gets 401, as from kube-apiserver), services/apiserver/serving.py verifies them in Python, once
 per connection (an LRU keyed by the certificate's bytes). Measured in this one process, on TLS over
 memory BIOs and on a real server on loopback, against baselines from the same run:
 
@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from services.proxy.server import ClientTrust, make_server, request_client_certificates, serve_until
+from services.apiserver.serving import ClientTrust, make_server, request_client_certificates, serve_until
 
 
 def subject_of(cert: dict[str, Any]) -> dict[str, Any] | None:

@@ -6,11 +6,12 @@ import argparse
 from apiary_pb import admission_pb2_grpc as adgrpc
 from apiary_pb import auth_pb2_grpc as authgrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.fielderrors import ConfigError
 from services.common import config, runtime
 
 from . import authz
 from .chain import Chain
-from .configfile import ConfigError, load_admission_configuration
+from .configfile import load_admission_configuration
 from .plugins import enabled_plugins, factory_for
 from .plugins.default_toleration_seconds import DEFAULT_SECONDS, NOT_READY_KEY, UNREACHABLE_KEY
 from .server import AdmissionServicer

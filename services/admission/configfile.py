@@ -14,11 +14,9 @@ from typing import Any
 
 import yaml
 
+from services.apiserver.fielderrors import ConfigError
+
 API_VERSIONS = ("apiserver.config.k8s.io/v1", "apiserver.config.k8s.io/v1alpha1", "apiserver.k8s.io/v1alpha1")
-
-
-class ConfigError(ValueError):
-    pass
 
 
 def _load(path: str) -> Any:

@@ -7,6 +7,8 @@ import logging
 
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver import kubeconfig as kubeconfigs
+from services.apiserver.fielderrors import ConfigError, FieldErrors
 from services.common import config, duration, runtime
 
 from .authenticators import Authenticator
@@ -28,11 +30,10 @@ from .authnconfig import JWTAuthenticators
 from .authorizers.webhook import WebhookAuthorizer, WebhookSettings
 from .authzconfig import AuthorizationConfigWatcher, AuthorizerChain
 from .escalation import EscalationChecker
-from .fielderrors import ConfigError, FieldErrors
 from .policy import AggregationController, PolicyInformers, reconcile_bootstrap
 from .reviews import Reviewer
 from .server import AuthServicer
-from .webhookclient import WebhookClient, load_kubeconfig
+from .webhookclient import WebhookClient
 from .serviceaccount import DEFAULT_ISSUER, ServiceAccountLookup, TokenIssuer, load_private_key, load_public_keys
 
 log = logging.getLogger("services.auth")
@@ -146,7 +147,7 @@ def build(args: argparse.Namespace, registry: rgrpc.RegistryStub | None = None) 
     webhook = None
     if args.authentication_token_webhook_config_file:
         try:
-            conn = load_kubeconfig(args.authentication_token_webhook_config_file)
+            conn = kubeconfigs.load(args.authentication_token_webhook_config_file)
         except ConfigError as e:
             raise SystemExit(f"--authentication-token-webhook-config-file: {e}") from None
         ttl = args.authentication_token_webhook_cache_ttl
@@ -205,7 +206,7 @@ def _authorizers(args: argparse.Namespace, index: RBACIndex) -> tuple[list[Autho
     if not args.authorization_webhook_config_file:
         raise SystemExit("authorization-mode Webhook's authorization config file not passed")
     try:
-        conn = load_kubeconfig(args.authorization_webhook_config_file)
+        conn = kubeconfigs.load(args.authorization_webhook_config_file)
     except ConfigError as e:
         raise SystemExit(f"--authorization-webhook-config-file: {e}") from None
     # kube's legacy webhook: failures are NoOpinion, answers cached 5m (allowed) / 30s (denied)

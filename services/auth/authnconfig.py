@@ -14,12 +14,12 @@ import yaml
 
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.fielderrors import ConfigError, FieldErrors
 
 from .authenticators.anonymous import AnonymousConfig
 from .authenticators.jwt import JWTAuthenticator
 from .authenticators.jwtconfig import JWTConfig, parse_jwt, validate_jwt
 from .configfile import ReloadedFile
-from .fielderrors import ConfigError, FieldErrors
 
 GROUP = "apiserver.config.k8s.io"
 VERSIONS = ("v1", "v1beta1", "v1alpha1")

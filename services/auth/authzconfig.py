@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from services.apiserver import kubeconfig as kubeconfigs
+from services.apiserver.fielderrors import ConfigError, FieldErrors
 from services.common import cel
 from .authorizers import Authorizer
 from .authorizers.modes import AlwaysAllow, AlwaysDeny, RBACAuthorizer
@@ -21,8 +23,7 @@ from .authorizers.rbac import RBACIndex
 from .authorizers.webhook import WebhookAuthorizer, WebhookSettings
 from .configfile import ReloadedFile
 from services.common.duration import parse_duration
-from .fielderrors import ConfigError, FieldErrors
-from .webhookclient import WebhookClient, load_kubeconfig
+from .webhookclient import WebhookClient
 
 
 KIND = "AuthorizationConfiguration"
@@ -198,7 +199,7 @@ class AuthorizerChain:
                        _mtime(kubeconfig))
                 hook = self._webhooks.get(key)
                 if hook is None:
-                    hook = WebhookAuthorizer(settings, WebhookClient(load_kubeconfig(kubeconfig), settings.timeout))
+                    hook = WebhookAuthorizer(settings, WebhookClient(kubeconfigs.load(kubeconfig), settings.timeout))
                 webhooks[key] = hook
                 out.append(hook)
         self._webhooks = webhooks

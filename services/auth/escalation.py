@@ -12,6 +12,7 @@ import orjson
 
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.fielderrors import quote, quote_list
 from services.common.errors import BadRequest, forbidden, not_found
 from services.common.identity import SYSTEM_MASTERS
 
@@ -25,14 +26,10 @@ RESOURCES = {"Role": "roles", "ClusterRole": "clusterroles", "RoleBinding": "rol
 FULL_AUTHORITY = [Rule(("*",), ("*",), ("*",)), Rule(("*",), non_resource_urls=("*",))]
 
 
-def _go_quote_list(values: list[str]) -> str:
-    return "[" + " ".join(orjson.dumps(v).decode() for v in values) + "]"
-
-
 def not_held_message(user: pb.UserInfo, missing: list[Rule]) -> str:
     """kube's ConfirmNoEscalation message: the missing rules compacted, one per line, sorted."""
     lines = sorted({compact_string(r) for r in compact_rules(missing)})
-    return (f"user {orjson.dumps(user.name).decode()} (groups={_go_quote_list(list(user.groups))}) is attempting "
+    return (f"user {quote(user.name)} (groups={quote_list(user.groups)}) is attempting "
             "to grant RBAC permissions not currently held:\n" + "\n".join(lines))
 
 

@@ -9,6 +9,7 @@ import orjson
 
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver import fielderrors
 from services.common.errors import BadRequest, NotFound, invalid
 from services.common.identity import user_dict, user_pb
 
@@ -214,11 +215,8 @@ def _spec(obj: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def _cause(field: str, value: Any, detail: str) -> dict[str, str]:
-    if value is None:
-        shown = "null"
-    elif isinstance(value, str):
-        shown = f'"{value}"'
-    else:
-        shown = orjson.dumps(value).decode()
-    return {"reason": "FieldValueInvalid", "message": f"Invalid value: {shown}: {detail}", "field": field}
+def _cause(field: str, value: Any, detail: str) -> fielderrors.Cause:
+    """field.Invalid; a struct value as kube's %#v shows it, here as JSON."""
+    if value is None or isinstance(value, str):
+        return fielderrors.invalid(field, value, detail)
+    return fielderrors.invalid_go(field, orjson.dumps(value).decode(), detail)

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from services.common import kubeconfig
+from services.apiserver import kubeconfig
 from services.common.errors import APIError
 from services.common.informer import HTTPListWatch, Informer
 from services.common.restclient import RESTClient

@@ -29,6 +29,8 @@ against the core API server; discovery (aggregated and legacy); OpenAPI v2 and v
 watch; storage on etcd through apiary's storage code (watch cache, resourceVersion semantics);
 /metrics, /healthz, /readyz, /livez. See docs/kit.md.
 """
+from services.apiserver.fielderrors import Cause, duplicate, forbidden, invalid, required
+
 from .api import (
     CREATE,
     DELETE,
@@ -36,19 +38,14 @@ from .api import (
     AdmissionPlugin,
     Attributes,
     Column,
-    FieldError,
     Kind,
     Obj,
     Strategy,
     Version,
-    duplicate,
-    forbidden,
-    invalid,
-    required,
 )
 from .server import APIServer
 
 __all__ = [
-    "CREATE", "DELETE", "UPDATE", "APIServer", "AdmissionPlugin", "Attributes", "Column", "FieldError", "Kind",
+    "CREATE", "DELETE", "UPDATE", "APIServer", "AdmissionPlugin", "Attributes", "Cause", "Column", "Kind",
     "Obj", "Strategy", "Version", "duplicate", "forbidden", "invalid", "required",
 ]

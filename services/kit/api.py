@@ -13,52 +13,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.apiserver.fielderrors import Cause
 from services.common import errors
 
 Obj = dict[str, Any]
 
 CREATE, UPDATE, DELETE = "CREATE", "UPDATE", "DELETE"
-
-
-# Field errors (k8s.io/apimachinery/pkg/util/validation/field) ------------------------------------
-
-
-@dataclass(frozen=True)
-class FieldError:
-    """One cause of a 422, with kube's reason and message for its type."""
-
-    path: str
-    reason: str
-    message: str
-
-    def cause(self) -> dict[str, str]:
-        return {"reason": self.reason, "message": self.message, "field": self.path}
-
-
-def _value(v: Any) -> str:
-    if isinstance(v, str):
-        return f'"{v}"'
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if v is None:
-        return "null"
-    return str(v)
-
-
-def invalid(path: str, value: Any, detail: str) -> FieldError:
-    return FieldError(path, "FieldValueInvalid", f"Invalid value: {_value(value)}: {detail}")
-
-
-def required(path: str, detail: str = "") -> FieldError:
-    return FieldError(path, "FieldValueRequired", f"Required value{': ' + detail if detail else ''}")
-
-
-def duplicate(path: str, value: Any) -> FieldError:
-    return FieldError(path, "FieldValueDuplicate", f"Duplicate value: {_value(value)}")
-
-
-def forbidden(path: str, detail: str) -> FieldError:
-    return FieldError(path, "FieldValueForbidden", f"Forbidden: {detail}")
 
 
 # Kinds ---------------------------------------------------------------------------------------------
@@ -108,10 +68,10 @@ class Strategy:
     def prepare_for_update(self, obj: Obj, old: Obj) -> None:
         """Carry over what an update may not change."""
 
-    def validate(self, obj: Obj) -> list[FieldError]:
+    def validate(self, obj: Obj) -> list[Cause]:
         return []
 
-    def validate_update(self, obj: Obj, old: Obj) -> list[FieldError]:
+    def validate_update(self, obj: Obj, old: Obj) -> list[Cause]:
         return self.validate(obj)
 
 

@@ -6,7 +6,7 @@
 2. x509 client certificates issued by the client CA (CN is the user, O the groups);
 3. bearer tokens, checked with a TokenReview against the core API server, answers cached 10 s.
 
-The certificates are verified once per connection by the HTTPS layer (services.proxy.server's
+The certificates are verified once per connection by the HTTPS layer (services.apiserver.serving's
 ClientTrust), which names the bundles that issued the peer's certificate in scope["extensions"].
 """
 from __future__ import annotations

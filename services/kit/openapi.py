@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import orjson
 
-from services.proxy import openapi_v2
+from services.apiserver import openapi_v2
 
 from .api import Kind, Obj
 

@@ -19,12 +19,13 @@ from typing import Any
 import orjson
 
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver import patch as patches
+from services.apiserver.fielderrors import Cause, invalid, required
 from services.common import errors
 from services.common.decoding import loads_json, loads_json_fields
 from services.common.errors import APIError, BadRequest, MethodNotAllowed, UnsupportedMediaType
-from services.registry import patch as patches
 
-from .api import CREATE, DELETE, UPDATE, AdmissionPlugin, Attributes, FieldError, Kind, Obj, invalid, required
+from .api import CREATE, DELETE, UPDATE, AdmissionPlugin, Attributes, Kind, Obj
 from .scheme import Scheme, drop, unknown_fields
 from .storage import Storage
 from .table import row, table
@@ -176,11 +177,11 @@ class Resources:
             drop(obj, unknown)
         return obj
 
-    def _invalid(self, c: Call, name: str, errs: list[FieldError]) -> None:
+    def _invalid(self, c: Call, name: str, errs: list[Cause]) -> None:
         if errs:
-            raise errors.invalid(c.kind.kind, self.scheme.group, name, [e.cause() for e in errs])
+            raise errors.invalid(c.kind.kind, self.scheme.group, name, errs)
 
-    def _check_meta(self, c: Call, meta: Obj) -> list[FieldError]:
+    def _check_meta(self, c: Call, meta: Obj) -> list[Cause]:
         name = meta.get("name") or ""
         if not name:
             return [required("metadata.name", "name or generateName is required")]

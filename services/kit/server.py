@@ -27,11 +27,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
-from services.common import kubeconfig, runtime
+from services.apiserver import kubeconfig, negotiation, openapi_v2
+from services.apiserver import serving as https
+from services.apiserver.requestinfo import RequestInfo, parse, parse_query
+from services.common import runtime
 from services.common.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
-from services.proxy import negotiation, openapi_v2
-from services.proxy import server as https
-from services.proxy.requestinfo import RequestInfo, parse, parse_query
 
 from . import authconfig, discovery, openapi
 from .api import AdmissionPlugin, Kind

@@ -113,8 +113,8 @@ def default_pizza_v1beta1(obj: kit.Obj) -> None:
 # Pizza: validation (on the hub) ------------------------------------------------------------------------
 
 
-def validate_pizza(pizza: kit.Obj) -> list[kit.FieldError]:
-    errs: list[kit.FieldError] = []
+def validate_pizza(pizza: kit.Obj) -> list[kit.Cause]:
+    errs: list[kit.Cause] = []
     seen: set[str] = set()
     for i, t in enumerate(pizza["spec"]["toppings"]):
         path = f"spec.toppings[{i}]"
@@ -151,7 +151,7 @@ class PizzaStrategy(kit.Strategy):
     def prepare_for_update(self, obj: kit.Obj, old: kit.Obj) -> None:
         self._cost(obj)
 
-    def validate(self, obj: kit.Obj) -> list[kit.FieldError]:
+    def validate(self, obj: kit.Obj) -> list[kit.Cause]:
         return validate_pizza(obj)
 
 
@@ -170,7 +170,7 @@ def topping_from_hub(hub: kit.Obj) -> kit.Obj:
 
 
 class ToppingStrategy(kit.Strategy):
-    def validate(self, obj: kit.Obj) -> list[kit.FieldError]:
+    def validate(self, obj: kit.Obj) -> list[kit.Cause]:
         cost = obj["spec"]["cost"]
         return [kit.invalid("spec.cost", cost, "cannot be negative")] if cost < 0 else []
 

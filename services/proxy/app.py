@@ -20,12 +20,15 @@ from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver import requestinfo
+from services.apiserver.negotiation import APPLY_PATCH, negotiate_output
+from services.apiserver.requestinfo import RequestInfo
 from services.common import auditid, pacing, runtime
 from services.common.errors import APIError, BadRequest, InternalError, NotFound, ServiceUnavailable
 from services.common.informer import Informer
 from services.common.metrics import exposition as metrics_exposition
 
-from . import metrics, requestinfo
+from . import metrics
 from .aggregator import Aggregator
 from .context import ClientDisconnected, Context
 from .decoder import BodyDecoder
@@ -43,9 +46,7 @@ from .filters.timeout import (MIN_REQUEST_TIMEOUT, REQUEST_TIMEOUT, TIMEOUT_BODY
 from .handlers.resource import ResourceHandler, api_request
 from .handlers.watch import WatchHandler, watch_timeout
 from .encoding import for_kind
-from .negotiation import APPLY_PATCH, negotiate_output
 from .authz_invalidation import AuthzCacheInvalidator
-from .requestinfo import RequestInfo
 
 log = logging.getLogger("services.proxy")
 

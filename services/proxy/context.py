@@ -8,14 +8,16 @@ import uuid
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from services.apiserver.negotiation import JSON
+from services.apiserver.serving import CONNECTION_EXTENSION
 from services.common.errors import APIError, RequestEntityTooLarge
 
 from .encoding import encode_error
-from .negotiation import JSON
 
 if TYPE_CHECKING:
+    from services.apiserver.negotiation import Output
+
     from .filters.audit import Event
-    from .negotiation import Output
 
 T = TypeVar("T")
 
@@ -25,10 +27,6 @@ _WANTED_HEADERS = frozenset(
     (b"accept", b"audit-id", b"authorization", b"content-type", b"content-length", b"if-none-match"))
 _IMPERSONATE_PREFIX = b"impersonate-"
 _AUDIT_ID = re.compile(rb"[!-~]{1,128}")
-
-
-# The scope extension under which the server's protocol puts the connection's transport.
-CONNECTION_EXTENSION = "apiary.connection"
 
 
 def warning_headers(warnings: list[str] | object) -> list[tuple[bytes, bytes]]:

@@ -16,9 +16,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
+from services.apiserver import negotiation
+from services.apiserver.negotiation import JSON, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from services.common.errors import ServiceUnavailable
 
-from .negotiation import JSON, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, decode_body
+from .protobuf import decode_k8s_protobuf
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +28,15 @@ log = logging.getLogger(__name__)
 # 20-50x more per byte than JSON, so it goes to the worker sooner.
 INLINE_BYTES = 64 * 1024
 INLINE_YAML_BYTES = 4 * 1024
-# Passed on to the registry as they came (negotiation.decode_body): nothing to do in a worker. A body
+# Passed on to the registry as they came (decode_body): nothing to do in a worker. A body
 # without a content type is JSON too.
 PASSED_ON = frozenset({"", JSON, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH})
+
+
+def decode_body(verb: str, content_type: str, body: bytes, into: str = "") -> tuple[bytes, str]:
+    """negotiation.decode_body with the built-in kinds' protobuf serializer (a module-level function,
+    so that the worker processes can be handed it)."""
+    return negotiation.decode_body(verb, content_type, body, into, decode_k8s_protobuf)
 
 
 def _worker_init(parent: int) -> None:

@@ -19,14 +19,14 @@ import orjson
 
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver import openapi_v2
+from services.apiserver.negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1, JSON, negotiate_discovery
 from services.common import grpcutil
 from services.common.background import cancel_and_wait
 from services.common.backoff import Backoff
 from services.common.errors import APIError, NotFound
 
-from . import openapi_v2
 from .aggregator.discovery import merge_aggregated, merge_group_list
-from .negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1, JSON, negotiate_discovery
 
 log = logging.getLogger(__name__)
 

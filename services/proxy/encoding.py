@@ -11,11 +11,11 @@ from typing import Any
 
 import orjson
 
+from services.apiserver.negotiation import Output, json_to_yaml
 from services.common.decoding import loads_json
 from services.common.errors import APIError, NotAcceptable
 
 from . import protobuf
-from .negotiation import Output, json_to_yaml
 
 _META_GROUP = "meta.k8s.io/"
 

@@ -5,7 +5,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from .requestinfo import RequestInfo
+from services.apiserver.requestinfo import RequestInfo
 
 LABELS = ("verb", "group", "version", "resource", "subresource", "scope", "component")
 

@@ -8,9 +8,20 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import orjson
+from services.apiserver.fielderrors import (
+    Cause,
+    duplicate,
+    forbidden,
+    immutable,
+    invalid,
+    invalid_go,
+    not_found,
+    not_supported,
+    quote,
+    required,
+    too_long,
+)
 
-Cause = dict[str, str]
 NameValidator = Callable[[str], list[str]]
 
 DNS1123_LABEL_MAX = 63
@@ -144,60 +155,11 @@ def is_valid_path_segment_name(value: str) -> list[str]:
 # Causes ------------------------------------------------------------------------
 
 
-def _quote(value: Any) -> str:
-    if isinstance(value, str):
-        return orjson.dumps(value).decode()
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def invalid(field: str, value: Any, detail: str) -> Cause:
-    msg = f"Invalid value: {_quote(value)}"
-    return {"reason": "FieldValueInvalid", "message": f"{msg}: {detail}" if detail else msg, "field": field}
-
-
-def invalid_go(field: str, rendered: str, detail: str) -> Cause:
-    """field.Invalid for a value kube prints with Go's %#v (a struct or a nil slice): `rendered` is that text."""
-    return {"reason": "FieldValueInvalid", "message": f"Invalid value: {rendered}: {detail}", "field": field}
-
-
 def int_or_string_go(value: Any) -> str:
     """intstr.IntOrString as Go's %#v prints it in kube's messages."""
     if isinstance(value, int) and not isinstance(value, bool):
         return f'intstr.IntOrString{{Type:0, IntVal:{value}, StrVal:""}}'
-    return f"intstr.IntOrString{{Type:1, IntVal:0, StrVal:{_quote(str(value))}}}"
-
-
-def required(field: str, detail: str = "") -> Cause:
-    return {"reason": "FieldValueRequired",
-            "message": f"Required value: {detail}" if detail else "Required value", "field": field}
-
-
-def forbidden(field: str, detail: str) -> Cause:
-    return {"reason": "FieldValueForbidden", "message": f"Forbidden: {detail}", "field": field}
-
-
-def too_long(field: str, limit: int) -> Cause:
-    return {"reason": "FieldValueTooLong", "message": f"Too long: must have at most {limit} bytes", "field": field}
-
-
-def not_supported(field: str, value: Any, allowed: list[str]) -> Cause:
-    opts = ", ".join(_quote(a) for a in allowed)
-    return {"reason": "FieldValueNotSupported",
-            "message": f"Unsupported value: {_quote(value)}: supported values: {opts}", "field": field}
-
-
-def duplicate(field: str, value: Any) -> Cause:
-    return {"reason": "FieldValueDuplicate", "message": f"Duplicate value: {_quote(value)}", "field": field}
-
-
-def not_found(field: str, value: Any) -> Cause:
-    return {"reason": "FieldValueNotFound", "message": f"Not found: {_quote(value)}", "field": field}
-
-
-def immutable(field: str, value: Any) -> Cause:
-    return invalid(field, value, "field is immutable")
+    return f"intstr.IntOrString{{Type:1, IntVal:0, StrVal:{quote(str(value))}}}"
 
 
 def one_of(field: str, value: Any, allowed: list[str]) -> list[Cause]:
@@ -294,7 +256,7 @@ def validate_object_meta_update(meta: dict[str, Any], old: dict[str, Any]) -> li
         # ValidateNoNewFinalizers: an object being deleted only loses finalizers
         extra = sorted(set(meta.get("finalizers") or ()) - set(old.get("finalizers") or ()))
         if extra:
-            found = "[]string{" + ", ".join(orjson.dumps(f).decode() for f in extra) + "}"
+            found = "[]string{" + ", ".join(quote(f) for f in extra) + "}"
             causes.append(forbidden("metadata.finalizers", "no new finalizers can be added if the object is being "
                                                            f"deleted, found new finalizers {found}"))
     return causes

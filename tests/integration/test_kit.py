@@ -1,7 +1,7 @@
 """The kit's ASGI front in process on a real etcd: FastAPI routes beside the lean resource path.
 
 Requests are handed to the application as the HTTPS layer hands them (the verified client
-certificate in scope["extensions"]["tls"], services.proxy.server.TLSHttpToolsProtocol), so these
+certificate in scope["extensions"]["tls"], services.apiserver.serving.TLSHttpToolsProtocol), so these
 tests cover the front, the routes and the storage, not TLS (test_pizza.py does, over real HTTPS).
 """
 from __future__ import annotations

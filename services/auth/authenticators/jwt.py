@@ -21,6 +21,7 @@ from prometheus_client import Histogram
 
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.fielderrors import FieldErrors
 from services.common.identity import user_pb
 
 from services.common import cel

@@ -7,11 +7,12 @@ service account user name) so a decision never scans every binding.
 """
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from services.apiserver.fielderrors import quote_list
 
 ALL = "*"
 SA_PREFIX = "system:serviceaccount:"
@@ -304,24 +305,19 @@ class RBACIndex:
                 self.set_binding(ns, name, obj.get("roleRef") or {}, obj.get("subjects") or [])
 
 
-def _go_quote_list(values: Iterable[str]) -> str:
-    """Go's %q of a []string: ["a" "b"]."""
-    return "[" + " ".join(json.dumps(v) for v in values) + "]"
-
-
 def compact_string(rule: Rule) -> str:
     """kube's PolicyRule.CompactString, as escalation errors print missing rules."""
     parts = []
     if rule.api_groups:
-        parts.append("APIGroups:" + _go_quote_list(rule.api_groups))
+        parts.append("APIGroups:" + quote_list(rule.api_groups))
     if rule.resources:
-        parts.append("Resources:" + _go_quote_list(rule.resources))
+        parts.append("Resources:" + quote_list(rule.resources))
     if rule.non_resource_urls:
-        parts.append("NonResourceURLs:" + _go_quote_list(rule.non_resource_urls))
+        parts.append("NonResourceURLs:" + quote_list(rule.non_resource_urls))
     if rule.resource_names:
-        parts.append("ResourceNames:" + _go_quote_list(rule.resource_names))
+        parts.append("ResourceNames:" + quote_list(rule.resource_names))
     if rule.verbs:
-        parts.append("Verbs:" + _go_quote_list(rule.verbs))
+        parts.append("Verbs:" + quote_list(rule.verbs))
     return "{" + ", ".join(parts) + "}"
 
 

@@ -6,11 +6,11 @@ from typing import Any
 
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.requestinfo import RequestInfo
 from services.common.informer import Informer
 
 from ..context import Context
 from ..discovery import Discovery
-from ..requestinfo import RequestInfo
 from .availability import AvailabilityController
 from .discovery import RemoteDiscovery
 from .proxy import Backends, RemoteProxy

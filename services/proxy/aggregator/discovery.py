@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 import orjson
 
+from services.apiserver.negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1
 from services.common.background import cancel_and_wait
 from services.common.informer import Informer
 
-from ..negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1
 from .availability import AGGREGATOR, available
 from .proxy import Backends, identity_headers
 from .resolver import ResolveError, ServiceResolver, service_ref

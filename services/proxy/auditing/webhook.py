@@ -16,7 +16,7 @@ import random
 import httpx
 import orjson
 
-from services.auth.webhookclient import load_kubeconfig
+from services.apiserver import kubeconfig
 
 from . import Event
 from .metrics import plugin_error
@@ -33,17 +33,15 @@ class WebhookBackend:
 
     def __init__(self, config_file: str, initial_backoff: float = INITIAL_BACKOFF,
                  group_version: str = "audit.k8s.io/v1") -> None:
-        self.conn = load_kubeconfig(config_file)  # ConfigError: the proxy does not start
+        self.conn = kubeconfig.load(config_file)  # ConfigError: the proxy does not start
         self.initial_backoff, self.group_version = initial_backoff, group_version
-        headers = {"Content-Type": "application/json", "Accept": "application/json, */*"}
-        if self.conn.token:
-            headers["Authorization"] = f"Bearer {self.conn.token}"
-        self._headers = headers
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json, */*",
+                         **self.conn.headers}
         self._client: httpx.AsyncClient | None = None
         self._sends: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        self._client = httpx.AsyncClient(verify=self.conn.ssl_context, timeout=TIMEOUT, trust_env=False)
+        self._client = httpx.AsyncClient(verify=self.conn.ssl, timeout=TIMEOUT, trust_env=False)
 
     def process(self, events: list[Event]) -> bool:
         task = asyncio.get_running_loop().create_task(self.send(list(events)))

@@ -19,12 +19,12 @@ import orjson
 import yaml
 
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.requestinfo import RequestInfo
 from services.common.errors import APIError
 from services.common.identity import user_dict
 
 from ..auditing import Backend
 from ..auditing import metrics as audit_metrics
-from ..requestinfo import RequestInfo
 
 log = logging.getLogger(__name__)
 

@@ -23,12 +23,12 @@ from typing import Any
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.requestinfo import RequestInfo
 from services.common import auditid, grpcutil
 from services.common.errors import Forbidden, InternalError
 from services.common.identity import SYSTEM_MASTERS
 
 from .. import metrics
-from ..requestinfo import RequestInfo
 
 # How long an answer is reused while RBAC events invalidate the cache (kube's webhook authorizer
 # caches 10 s without any invalidation).

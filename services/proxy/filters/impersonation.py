@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.requestinfo import RequestInfo
 from services.common.errors import BadRequest
 from services.common.identity import AUTHENTICATED, UNAUTHENTICATED
 
-from ..requestinfo import RequestInfo
 from .authz import Authorizer
 from .requestheader import ANONYMOUS, header_text, unescape_extra_key
 

@@ -13,10 +13,9 @@ import asyncio
 
 import orjson
 
+from services.apiserver.requestinfo import RequestInfo
 from services.common.duration import parse_duration
 from services.common.errors import BadRequest
-
-from ..requestinfo import RequestInfo
 
 # How often the deadlines are checked: a request times out up to this much after its deadline.
 TICK = 0.1

@@ -15,6 +15,7 @@ import orjson
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import storage_pb2 as spb
+from services.apiserver import patch as patches
 from services.common import envelope, errors
 from services.common.decoding import parse_int64
 from services.common.errors import BadRequest
@@ -22,7 +23,6 @@ from services.common.identity import APISERVER
 
 from .. import eviction as eviction_rules
 from .. import fieldmanager, printers
-from .. import patch as patches
 from .. import validation as v
 from ..admission import Admission, AdmissionClient, options_json
 from ..auth import AuthClient

@@ -9,10 +9,11 @@ from apiary_pb import envelope_pb2 as pb
 from services.admission.__main__ import build_chain, parse_args, resolve_plugins
 from services.admission.attributes import Attributes
 from services.admission.chain import Chain
-from services.admission.configfile import ConfigError, load_admission_configuration
+from services.admission.configfile import load_admission_configuration
 from services.admission.plugin import Plugin
 from services.admission.plugins import enabled_plugins
 from services.admission.server import AdmissionServicer
+from services.apiserver.fielderrors import ConfigError
 from services.common.envelope import from_envelope, to_envelope
 from services.common.errors import Forbidden
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from services.apiserver.fielderrors import ConfigError
 from services.auth import authnconfig
 from services.common import cel
 from services.auth.__main__ import build, parse_args
@@ -14,7 +15,6 @@ from services.auth.authenticators import AuthenticationFailed
 from services.auth.authenticators.anonymous import AnonymousAuthenticator, AnonymousConfig
 from services.auth.authenticators.webhook import WebhookTokenAuthenticator
 from services.common.duration import parse_duration
-from services.auth.fielderrors import ConfigError
 from services.auth.webhookclient import WebhookError
 from tests.fakeclock import FakeClock
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.fielderrors import ConfigError
 from services.auth import authzconfig
 from services.common import cel
 from services.auth.__main__ import build, parse_args
@@ -15,7 +16,6 @@ from services.auth.authorizers import ALLOW, DENY, NO_OPINION, Union
 from services.auth.authorizers.modes import RBACAuthorizer
 from services.auth.authorizers.rbac import RBACIndex
 from services.auth.authorizers.webhook import WebhookAuthorizer, WebhookSettings
-from services.auth.fielderrors import ConfigError
 from services.auth.webhookclient import WebhookError
 from services.common.identity import user_pb
 from tests.fakeclock import FakeClock

@@ -7,10 +7,10 @@ import orjson
 import pytest
 
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.requestinfo import parse
 from services.common.errors import Forbidden
 from services.proxy.auditing.log import LogBackend
 from services.proxy.filters.audit import Auditor, Policy, PolicyError, now
-from services.proxy.requestinfo import parse
 
 from tools.run import DEFAULT_AUDIT_POLICY
 

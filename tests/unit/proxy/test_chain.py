@@ -11,13 +11,13 @@ from prometheus_client import REGISTRY
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1
 from services.common import grpcutil
 from services.common.errors import TooManyRequests
 from services.common.flowcontrol import EXEMPT_FLOW_SCHEMA_UID, EXEMPT_PRIORITY_LEVEL_UID
 from services.proxy.app import ProxyApp
-from services.proxy.filters.apf import SEAT_LONG_RUNNING, SEAT_MUTATING, SEAT_READ_ONLY, MaxInFlight
 from services.proxy.discovery import openapi_hash
-from services.proxy.negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1
+from services.proxy.filters.apf import SEAT_LONG_RUNNING, SEAT_MUTATING, SEAT_READ_ONLY, MaxInFlight
 from tests.waiting import until
 
 from .fakes import OPENAPI_V1, start_fakes, with_cert
@@ -327,7 +327,7 @@ async def test_a_request_ending_with_its_connection_lost_postpones_the_heap_trim
     request that held it only postpones the pending trim, counting nothing again. A request whose connection
     stays open does neither."""
     from services.common import runtime
-    from services.proxy.context import CONNECTION_EXTENSION
+    from services.apiserver.serving import CONNECTION_EXTENSION
 
     calls = []
     monkeypatch.setattr(runtime, "released", lambda nbytes: calls.append(("released", nbytes)))

@@ -1,9 +1,9 @@
 import pytest
 
+from services.apiserver.requestinfo import parse, parse_query
 from services.proxy.context import MAX_REQUEST_BODY_BYTES, Context, too_large
 from services.proxy.filters.authn import bearer_token
 from services.proxy.filters.authz import forbidden_error
-from services.proxy.requestinfo import parse, parse_query
 
 
 def info(method, url):

@@ -10,7 +10,7 @@ import yaml
 
 from apiary_pb import registry_pb2 as rpb
 from gnostic_pb import openapi_v2_pb2 as oa
-from services.proxy import openapi_v2
+from services.apiserver import openapi_v2
 from services.proxy.discovery import Discovery
 from services.registry import openapi
 from services.registry.catalogue import DEFAULT_CATALOGUE

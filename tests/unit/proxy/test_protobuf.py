@@ -14,8 +14,9 @@ from k8s_pb import meta_v1_pb2 as meta
 from k8s_pb import rbac_v1_pb2 as rbac
 from k8s_pb import resource_pb2 as resource
 from k8s_pb import runtime_pb2 as runtime
+from services.apiserver.negotiation import PROTOBUF
 from services.common.errors import BadRequest, UnsupportedMediaType
-from services.proxy.negotiation import PROTOBUF, decode_body
+from services.proxy.decoder import decode_body
 from services.proxy.protobuf import KINDS, decode_k8s_protobuf, message_to_json
 
 T = 1704164645  # 2024-01-02T03:04:05Z
@@ -255,6 +256,13 @@ def test_every_registered_kind_round_trips():
         obj.metadata.name = "x"
         assert decode(api_version, kind, obj) == {"apiVersion": api_version, "kind": kind,
                                                  "metadata": {"name": "x"}}
+
+
+def test_bare_prefix_is_an_empty_body():
+    # kube's protobuf serializer: the bare prefix is an "empty body", a 400 (transformDecodeError)
+    with pytest.raises(BadRequest) as e:
+        decode_body("create", "application/vnd.kubernetes.protobuf", b"k8s\x00", "ConfigMap")
+    assert e.value.message == "the object provided is unrecognized (must be of type ConfigMap): empty body (6b387300)"
 
 
 def test_bad_magic_is_400():

@@ -117,7 +117,7 @@ def test_role_rules_are_atomic(mine, theirs):
 @settings(max_examples=150, deadline=None)
 @given(ports, ports, st.lists(st.integers(1, 20), unique=True, max_size=3), names, names)
 def test_strategic_merge_patch_list_semantics(live_ports, patch_ports, deleted, finalizers, more):
-    from services.registry import patch as p
+    from services.apiserver import patch as p
     from services.registry.schemas import merge_keys
     keys = merge_keys(definition_for("", "v1", "Service"))
     doc = {"metadata": {"finalizers": finalizers}, "spec": {"ports": live_ports}}

@@ -2,8 +2,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.apiserver import patch as p
 from services.common import errors
-from services.registry import patch as p
 
 json_leaf = st.one_of(st.booleans(), st.integers(), st.text(max_size=5), st.lists(st.integers(), max_size=3))
 json_obj = st.recursive(

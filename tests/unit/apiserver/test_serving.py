@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from services.proxy.server import ClientTrust, HTTPLimits, make_server, serve_until
+from services.apiserver.serving import ClientTrust, HTTPLimits, make_server, serve_until
 from tests.waiting import until
 
 
@@ -304,7 +304,7 @@ async def test_stray_bytes_between_requests_do_not_keep_a_connection_open(pki):
 async def test_closed_connections_count_their_buffers_as_released(pki, monkeypatch):
     """Each closed TLS connection counts its heap buffers to runtime.released (issue 9: the heap is
     trimmed after a burst of them); a request does not, while its connection stays open."""
-    import services.proxy.server as server_module
+    import services.apiserver.serving as server_module
     freed: list[int] = []
     monkeypatch.setattr(server_module, "released", freed.append)
     server, stop, task, url = await _serve(echo_app, pki, client_ca_file=pki["ca"])

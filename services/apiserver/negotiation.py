@@ -1,6 +1,7 @@
 """Content negotiation: Accept parsing, request body decoding (JSON, YAML, patches), YAML output."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,8 +10,6 @@ import yaml
 
 from services.common.decoding import loads_json, yaml_to_json
 from services.common.errors import NotAcceptable, UnsupportedMediaType
-
-from .protobuf import decode_k8s_protobuf
 
 try:  # libyaml when available: an order of magnitude faster than the pure-Python codec
     _Dumper: Any = yaml.CSafeDumper
@@ -193,17 +192,21 @@ def _unsupported(accepted: tuple[str, ...]) -> UnsupportedMediaType:
 
 
 _OBJECT_TYPES = (JSON, YAML, PROTOBUF)
+# A server's protobuf serializer: (body, the kind the URL expects) -> the object as JSON.
+ProtobufDecoder = Callable[[bytes, str], bytes]
 
 
-def decode_body(verb: str, content_type: str, body: bytes, into: str = "") -> tuple[bytes, str]:
+def decode_body(verb: str, content_type: str, body: bytes, into: str = "",
+                protobuf: ProtobufDecoder | None = None) -> tuple[bytes, str]:
     """The body as JSON, and the media type to hand the registry.
 
     Object bodies (create, update, delete options) come as JSON, YAML or Kubernetes protobuf (the
-    kinds typed clients send); patches name their type. `into` is the kind the URL expects (for
-    kube's error messages). A JSON body is passed on as it came, not parsed: the registry decodes it,
-    once, with the same limits and messages. Only what is not JSON is converted here (YAML, protobuf,
-    and an apply patch, which must be parsed to tell JSON from YAML). CPU-bound: call it through
-    BodyDecoder, which keeps large bodies off the event loop.
+    kinds typed clients send, decoded by `protobuf`, the server's serializer for its kinds; without
+    one, protobuf is refused as any unknown type); patches name their type. `into` is the kind the
+    URL expects (for kube's error messages). A JSON body is passed on as it came, not parsed: the
+    registry decodes it, once, with the same limits and messages. Only what is not JSON is converted
+    here (YAML, protobuf, and an apply patch, which must be parsed to tell JSON from YAML).
+    CPU-bound: the proxy calls it through its BodyDecoder, which keeps large bodies off the event loop.
     """
     media = content_type.split(";", 1)[0].strip().lower() if content_type else ""
     if verb == "patch":
@@ -226,6 +229,6 @@ def decode_body(verb: str, content_type: str, body: bytes, into: str = "") -> tu
         return body, JSON
     if media == YAML:
         return yaml_to_json(body), JSON
-    if media == PROTOBUF:
-        return decode_k8s_protobuf(body, into), JSON
+    if media == PROTOBUF and protobuf is not None:
+        return protobuf(body, into), JSON
     raise _unsupported(_OBJECT_TYPES)

@@ -1,6 +1,6 @@
 import pytest
 
-from services.proxy.requestinfo import parse, parse_query
+from services.apiserver.requestinfo import parse, parse_query
 
 # (method, url, verb, resource?, api_prefix, group, version, namespace, resource, subresource, name)
 CASES = [

@@ -40,10 +40,11 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from services.common.runtime import released
 
-from .context import CONNECTION_EXTENSION
-
 log = logging.getLogger(__name__)
 
+# The scope extension under which the protocol puts the connection's transport (a handler that must
+# see the client go away watches it).
+CONNECTION_EXTENSION = "apiary.connection"
 # Requests still running this long after the stop signal are cancelled (watches end at once).
 GRACEFUL_SHUTDOWN = 10
 
