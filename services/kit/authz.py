@@ -14,7 +14,7 @@ import httpx
 from apiary_pb import envelope_pb2 as pb
 from services.common.errors import InternalError
 from services.common.identity import SYSTEM_MASTERS, user_dict
-from services.proxy.filters.authz import forbidden_error
+from services.apiserver.filters.authorization import forbidden_error
 from services.proxy.requestinfo import RequestInfo
 
 from .metrics import AUTHZ, AUTHZ_CACHE

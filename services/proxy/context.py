@@ -1,4 +1,5 @@
-"""Per-request state of the handler chain and the raw ASGI response helpers."""
+"""Per-request state of the handler chain (what kube keeps in the request's context.Context; the
+library's filters see it as services.apiserver.filters.RequestContext) and the raw ASGI response helpers."""
 from __future__ import annotations
 
 import asyncio
@@ -8,14 +9,18 @@ import uuid
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from apiary_pb import envelope_pb2 as pb
+from services.apiserver.filters import ClientDisconnected
 from services.common.errors import APIError, RequestEntityTooLarge
 
 from .encoding import encode_error
 from .negotiation import JSON
 
 if TYPE_CHECKING:
+    from .filters.apf import Seat
     from .filters.audit import Event
     from .negotiation import Output
+    from .requestinfo import RequestInfo
 
 T = TypeVar("T")
 
@@ -40,10 +45,6 @@ def warning_headers(warnings: list[str] | object) -> list[tuple[bytes, bytes]]:
     return out
 
 
-class ClientDisconnected(Exception):
-    """The client went away; nothing more is to be written."""
-
-
 def too_large(limit: int = MAX_REQUEST_BODY_BYTES) -> RequestEntityTooLarge:
     return RequestEntityTooLarge(f"Request entity too large: limit is {limit}")
 
@@ -51,7 +52,8 @@ def too_large(limit: int = MAX_REQUEST_BODY_BYTES) -> RequestEntityTooLarge:
 class Context:
     __slots__ = ("scope", "receive", "send", "audit_id", "started", "timings", "headers", "extra_headers",
                  "code", "response_started", "_disconnect", "method", "path", "query_string", "impersonation",
-                 "audit", "response_chunks", "output")
+                 "audit", "response_chunks", "output", "info", "query", "remote", "body", "user", "user_name",
+                 "seat", "mark", "failure", "panic", "apply")
 
     def __init__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         self.scope, self.receive, self.send = scope, receive, send
@@ -81,6 +83,18 @@ class Context:
         self.response_chunks: list[bytes] | None = None
         # the negotiated response form, once a resource request has one: errors are answered in it
         self.output: Output | None = None
+        # set by the filters as the request goes through them
+        self.info: RequestInfo | None = None
+        self.query: dict[str, str] = {}
+        self.remote: dict[str, Any] | None = None  # the remote APIService that serves the request
+        self.body = b""
+        self.user: pb.UserInfo | None = None
+        self.user_name = ""
+        self.seat: Seat | None = None
+        self.mark = 0.0  # when the last Server-Timing stage ended
+        self.failure: APIError | None = None  # the error answered, for the audit event
+        self.panic = False
+        self.apply = False  # a server-side apply (for the request metrics)
 
     def header(self, name: bytes) -> str:
         v = self.headers.get(name)

@@ -10,12 +10,13 @@ import time
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.filters import ClientDisconnected
+from services.apiserver.filters.timeout import REQUEST_TIMEOUT
 from services.common import mux, pacing
 from services.common.runtime import after_large_answer
 
-from ..context import ClientDisconnected, Context, warning_headers
+from ..context import Context, warning_headers
 from ..encoding import encode_answer
-from ..filters.timeout import REQUEST_TIMEOUT
 from ..negotiation import Output
 from ..requestinfo import RequestInfo
 

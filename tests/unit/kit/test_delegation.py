@@ -13,7 +13,7 @@ from services.common.identity import user_pb
 from services.kit import authz as authz_mod
 from services.kit.authn import Authenticator
 from services.kit.authz import Authorizer
-from services.proxy.filters.requestheader import RequestHeaderConfig
+from services.apiserver.filters.requestheader import RequestHeaderConfig
 from services.proxy.requestinfo import parse
 
 RH = RequestHeaderConfig.from_flags(allowed_names=["front-proxy-client"])

@@ -1,8 +1,8 @@
 import pytest
 
 from services.proxy.context import MAX_REQUEST_BODY_BYTES, Context, too_large
-from services.proxy.filters.authn import bearer_token
-from services.proxy.filters.authz import forbidden_error
+from services.apiserver.filters.authentication import bearer_token
+from services.apiserver.filters.authorization import forbidden_error
 from services.proxy.requestinfo import parse, parse_query
 
 

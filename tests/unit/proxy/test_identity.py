@@ -13,8 +13,8 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import grpcutil
 from services.proxy.app import ProxyApp
 from services.proxy.filters.authz import Authorizer
-from services.proxy.filters.impersonation import impersonation_requests, split_service_account
-from services.proxy.filters.requestheader import RequestHeaderConfig, unescape_extra_key
+from services.apiserver.filters.impersonation import impersonation_requests, split_service_account
+from services.apiserver.filters.requestheader import RequestHeaderConfig, unescape_extra_key
 from services.proxy.authz_invalidation import RepeatFilter
 from services.proxy.requestinfo import RequestInfo
 

@@ -11,8 +11,8 @@ from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import grpcutil
 from services.proxy.app import ProxyApp
-from services.proxy.filters.timeout import (TIMEOUT_BODY, Deadlines, long_running, parse_duration,
-                                            request_timeout)
+from services.apiserver.filters.timeout import (TIMEOUT_BODY, Deadlines, long_running, parse_duration,
+                                                request_timeout)
 from services.proxy.requestinfo import parse
 from services.proxy.server import make_server, serve_until
 
