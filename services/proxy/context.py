@@ -3,9 +3,9 @@ library's filters see it as services.apiserver.filters.RequestContext) and the r
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import time
-import uuid
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -49,6 +49,15 @@ def too_large(limit: int = MAX_REQUEST_BODY_BYTES) -> RequestEntityTooLarge:
     return RequestEntityTooLarge(f"Request entity too large: limit is {limit}")
 
 
+def new_audit_id() -> str:
+    """str(uuid.uuid4()) (kube's uuid.New()) without the UUID object: half the CPU on every request."""
+    b = bytearray(os.urandom(16))
+    b[6] = b[6] & 0x0F | 0x40  # version 4
+    b[8] = b[8] & 0x3F | 0x80  # the RFC 4122 variant
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
 class Context:
     __slots__ = ("scope", "receive", "send", "audit_id", "started", "timings", "headers", "extra_headers",
                  "code", "response_started", "_disconnect", "method", "path", "query_string", "impersonation",
@@ -73,7 +82,7 @@ class Context:
                 self.impersonation.append((k, v))
         # kube takes the client's Audit-ID (one token of visible characters here: it goes into logs)
         sent = self.headers.get(b"audit-id")
-        self.audit_id = sent.decode() if sent and _AUDIT_ID.fullmatch(sent) else str(uuid.uuid4())
+        self.audit_id = sent.decode() if sent and _AUDIT_ID.fullmatch(sent) else new_audit_id()
         self.extra_headers: list[tuple[bytes, bytes]] = []
         self.code = 0
         self.response_started = False
