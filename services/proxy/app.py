@@ -272,7 +272,6 @@ class ProxyApp:
         return content_type == APPLY_PATCH
 
 
-
 def build_handler_chain(api_handler: Handler, proxy: ProxyApp) -> Handler:
     """The filters in front of api_handler, outermost first: kube's DefaultBuildHandlerChain (which
     reads bottom to top), with the proxy's own filters in their places."""
