@@ -1,5 +1,6 @@
 """Who serves the request: apiary's registry, or a remote APIService's server (kube-aggregator's
-proxy handler decides the same before kube-apiserver's own chain runs)."""
+proxy handler). Known before the body is read, because a remote APIService's body is not read here
+but streamed to its server."""
 from __future__ import annotations
 
 from collections.abc import Awaitable
