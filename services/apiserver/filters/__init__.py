@@ -7,11 +7,12 @@ from the outermost filter to the API handler as kube's DefaultBuildHandlerChain 
 
 What kube keeps in the request's context.Context (RequestInfo, the user, the audit event, the
 deadline) lives on the per-request object the server makes (RequestContext below: the attributes
-the filters read and set), so a filter costs one call and no allocation of its own. A filter whose
-work before the next handler is synchronous returns the next handler's awaitable instead of being
-a coroutine itself. Errors are raised (services.common.errors.APIError) and answered once, by
-with_panic_recovery. Backends (the authenticator, the authorizer, the seat source, the audit
-policy and sinks) are passed in by the server's main, never imported here.
+the filters read and set), so a filter allocates nothing per request but its own coroutine, and a
+filter whose work before the next handler is synchronous not even that: it returns the next
+handler's awaitable. Errors are raised (services.common.errors.APIError) and answered once, by
+with_panic_recovery (past the deadline, with_timeout_for_non_long_running_requests answers 504).
+Backends (the authenticator, the authorizer, the seat source, the audit policy and sinks) are
+passed in where the chain is built, never imported here.
 """
 from __future__ import annotations
 
