@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import orjson
 
-from services.proxy.filters.requestheader import (
+from services.apiserver.filters.requestheader import (
     DEFAULT_EXTRA_PREFIXES,
     DEFAULT_GROUP_HEADERS,
     DEFAULT_UID_HEADERS,

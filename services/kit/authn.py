@@ -21,7 +21,7 @@ import httpx
 from apiary_pb import envelope_pb2 as pb
 from services.common.errors import Unauthorized
 from services.common.identity import user_pb
-from services.proxy.filters.requestheader import RequestHeaderConfig, with_authenticated_group
+from services.apiserver.filters.requestheader import RequestHeaderConfig, with_authenticated_group
 
 from .metrics import AUTHN
 

@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.filters.authorization import forbidden_error
 from services.apiserver.requestinfo import RequestInfo
 from services.common.errors import InternalError
 from services.common.identity import SYSTEM_MASTERS, user_dict
-from services.proxy.filters.authz import forbidden_error
 
 from .metrics import AUTHZ, AUTHZ_CACHE
 

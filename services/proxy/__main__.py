@@ -9,18 +9,22 @@ from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.apiserver.fielderrors import ConfigError
+from services.apiserver.filters.requestheader import (
+    DEFAULT_EXTRA_PREFIXES,
+    DEFAULT_GROUP_HEADERS,
+    DEFAULT_UID_HEADERS,
+    DEFAULT_USERNAME_HEADERS,
+    RequestHeaderConfig,
+)
+from services.apiserver.filters.timeout import MIN_REQUEST_TIMEOUT, REQUEST_TIMEOUT
 from services.apiserver.serving import HTTPLimits, Server, make_server, serve_until
 from services.common import config, duration, grpcutil, runtime
 
 from .aggregator.authentication_trust import AuthenticationTrust
-
 from .app import ProxyApp
 from .auditing import options as audit_options
-from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
 from .filters import audit
-from .filters.requestheader import (DEFAULT_EXTRA_PREFIXES, DEFAULT_GROUP_HEADERS, DEFAULT_UID_HEADERS,
-                                    DEFAULT_USERNAME_HEADERS, RequestHeaderConfig)
-from .filters.timeout import MIN_REQUEST_TIMEOUT, REQUEST_TIMEOUT
+from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
 
 
 def _csv(value: str) -> list[str]:

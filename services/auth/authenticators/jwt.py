@@ -21,10 +21,9 @@ from prometheus_client import Histogram
 
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import envelope_pb2 as pb
-from services.apiserver.fielderrors import FieldErrors
+from services.common import cel
 from services.common.identity import user_pb
 
-from services.common import cel
 from . import AuthenticationFailed
 from .jwks import FETCH_TIMEOUT, KEY_REFRESH_MIN_INTERVAL, KeySet, issuer_hash
 from .jwtconfig import ClaimValidationRule, JWTConfig

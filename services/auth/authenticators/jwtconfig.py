@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from cryptography import x509
 
 from services.common import cel
+
 from ..fielderrors import FieldErrors
 
 # kube's allowed signing algorithms for JWT authenticators (asymmetric only).

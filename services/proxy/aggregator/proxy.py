@@ -29,9 +29,10 @@ from urllib.parse import quote
 import httpx
 
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.filters import ClientDisconnected
 from services.common.errors import BadRequest, ServiceUnavailable
 
-from ..context import ClientDisconnected, Context
+from ..context import Context
 from .resolver import ResolveError, ServiceResolver, Target
 from .transport import BackendError, Exchange, Transport
 

@@ -1,4 +1,4 @@
-"""Authentication: request-header identity, verified client certificate, bearer token, anonymous.
+"""The proxy's authenticator: request-header identity, verified client certificate, bearer token, anonymous.
 
 The order is kube-apiserver's union: a request-header certificate with a username header wins and is
 formed here without an auth-service call; otherwise the auth service decides from the client-CA
@@ -19,25 +19,15 @@ from typing import Any
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.filters.requestheader import RequestHeaderConfig
 from services.common import auditid, grpcutil
 from services.common.errors import Unauthorized
 
 from .. import metrics
-from .requestheader import RequestHeaderConfig
 
 SUCCESS_TTL = 10.0
 MAX_ENTRIES = 10_000
 AUTH_TIMEOUT = 10.0
-
-
-def bearer_token(headers: dict[bytes, bytes]) -> str:
-    value = headers.get(b"authorization")
-    if not value:
-        return ""
-    scheme, _, token = value.decode("latin-1").strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return ""
-    return token.strip()
 
 
 class Authenticator:

@@ -1,4 +1,4 @@
-"""Authorization through the auth service, with kube's Forbidden messages and a decision cache
+"""The proxy's authorizer: the auth service's decisions (Forbidden as kube words it), with a decision cache
 (system:masters is allowed in the proxy, as kube-apiserver's privileged-group authorizer does).
 
 The cache is invalidated by events: the proxy watches RBAC objects
@@ -23,9 +23,10 @@ from typing import Any
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.filters.authorization import forbidden_error
 from services.apiserver.requestinfo import RequestInfo
 from services.common import auditid, grpcutil
-from services.common.errors import Forbidden, InternalError
+from services.common.errors import InternalError
 from services.common.identity import SYSTEM_MASTERS
 
 from .. import metrics
@@ -47,34 +48,6 @@ def attributes(user: pb.UserInfo, info: RequestInfo) -> pb.RequestAttributes:
         api_group=info.api_group, api_version=info.api_version, resource=info.resource,
         subresource=info.subresource, name=info.name, path=info.path,
     )
-
-
-def forbidden_error(user: str, info: RequestInfo, reason: str = "") -> Forbidden:
-    """responsewriters.ForbiddenStatusError: the same message, reason and details as kube-apiserver."""
-    msg = f'User "{user}" cannot {info.verb}'
-    if info.is_resource_request:
-        res = f"{info.resource}/{info.subresource}" if info.subresource else info.resource
-        msg += f' resource "{res}" in API group "{info.api_group}"'
-        msg += f' in the namespace "{info.namespace}"' if info.namespace else " at the cluster scope"
-    else:
-        msg += f' path "{info.path}"'
-    if reason:
-        msg += f": {reason}"
-    # apierrors.NewForbidden with the GroupResource of the request
-    group, resource, name = info.api_group, info.resource, info.name
-    if not group and not resource:
-        message = f"forbidden: {msg}"
-    else:
-        qualified = f"{resource}.{group}" if group else resource
-        message = f'{qualified} "{name}" is forbidden: {msg}' if name else f"{qualified} is forbidden: {msg}"
-    details: dict[str, Any] = {}
-    if name:
-        details["name"] = name
-    if group:
-        details["group"] = group
-    if resource:
-        details["kind"] = resource
-    return Forbidden(message, details=details)
 
 
 class Authorizer:

@@ -10,14 +10,15 @@ import time
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.filters import ClientDisconnected
+from services.apiserver.filters.timeout import REQUEST_TIMEOUT
 from services.apiserver.negotiation import Output
 from services.apiserver.requestinfo import RequestInfo
 from services.common import mux, pacing
 from services.common.runtime import after_large_answer
 
-from ..context import ClientDisconnected, Context, warning_headers
+from ..context import Context, warning_headers
 from ..encoding import encode_answer
-from ..filters.timeout import REQUEST_TIMEOUT
 
 
 def api_request(info: RequestInfo, ctx: Context, query: dict[str, str], user: pb.UserInfo, *,

@@ -15,14 +15,15 @@ import orjson
 
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.filters import ClientDisconnected
+from services.apiserver.filters.timeout import MIN_REQUEST_TIMEOUT
 from services.apiserver.negotiation import OUTPUT_JSON, Output
 from services.common import watchmux
 from services.common.decoding import parse_int64
 from services.common.errors import APIError, BadRequest
 
-from ..context import ClientDisconnected, Context
+from ..context import Context
 from ..encoding import encode_event
-from ..filters.timeout import MIN_REQUEST_TIMEOUT
 
 log = logging.getLogger(__name__)
 

@@ -8,13 +8,13 @@ import httpx
 import orjson
 import pytest
 
+from services.apiserver.filters.requestheader import RequestHeaderConfig
 from services.apiserver.requestinfo import parse
 from services.common.errors import Forbidden, Unauthorized
 from services.common.identity import user_pb
 from services.kit import authz as authz_mod
 from services.kit.authn import Authenticator
 from services.kit.authz import Authorizer
-from services.proxy.filters.requestheader import RequestHeaderConfig
 
 RH = RequestHeaderConfig.from_flags(allowed_names=["front-proxy-client"])
 

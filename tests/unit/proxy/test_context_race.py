@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from services.proxy.context import ClientDisconnected, Context
+from services.apiserver.filters import ClientDisconnected
+from services.proxy.context import Context
 
 
 def context() -> tuple[Context, asyncio.Event]:

@@ -1,9 +1,11 @@
+import uuid
+
 import pytest
 
+from services.apiserver.filters.authentication import bearer_token
+from services.apiserver.filters.authorization import forbidden_error
 from services.apiserver.requestinfo import parse, parse_query
-from services.proxy.context import MAX_REQUEST_BODY_BYTES, Context, too_large
-from services.proxy.filters.authn import bearer_token
-from services.proxy.filters.authz import forbidden_error
+from services.proxy.context import MAX_REQUEST_BODY_BYTES, Context, new_audit_id, too_large
 
 
 def info(method, url):
@@ -82,3 +84,11 @@ async def test_body_read_in_chunks():
     ctx = _ctx([{"type": "http.request", "body": b"ab", "more_body": True},
                 {"type": "http.request", "body": b"cd", "more_body": False}], 4)
     assert await ctx.read_body() == b"abcd"
+
+
+def test_audit_ids_are_random_version_4_uuids():
+    ids = {new_audit_id() for _ in range(1000)}
+    assert len(ids) == 1000
+    for i in ids:
+        u = uuid.UUID(i)
+        assert str(u) == i and u.version == 4 and u.variant == uuid.RFC_4122

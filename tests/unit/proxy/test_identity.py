@@ -10,13 +10,13 @@ from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.filters.impersonation import impersonation_requests, split_service_account
+from services.apiserver.filters.requestheader import RequestHeaderConfig, unescape_extra_key
 from services.apiserver.requestinfo import RequestInfo
 from services.common import grpcutil
 from services.proxy.app import ProxyApp
 from services.proxy.authz_invalidation import RepeatFilter
 from services.proxy.filters.authz import Authorizer
-from services.proxy.filters.impersonation import impersonation_requests, split_service_account
-from services.proxy.filters.requestheader import RequestHeaderConfig, unescape_extra_key
 from tests.waiting import until
 
 from .fakes import start_fakes, with_cert

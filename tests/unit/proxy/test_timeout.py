@@ -9,12 +9,17 @@ import pytest
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.filters.timeout import (
+    TIMEOUT_BODY,
+    Deadlines,
+    long_running,
+    parse_duration,
+    request_timeout,
+)
 from services.apiserver.requestinfo import parse
 from services.apiserver.serving import make_server, serve_until
 from services.common import grpcutil
 from services.proxy.app import ProxyApp
-from services.proxy.filters.timeout import (TIMEOUT_BODY, Deadlines, long_running, parse_duration,
-                                            request_timeout)
 from tests.unit.apiserver.test_serving import _client_ctx, pki  # noqa: F401 - the fixture
 from tests.waiting import until
 

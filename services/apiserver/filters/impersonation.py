@@ -8,7 +8,7 @@ then goes on as the impersonated user.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 
 from apiary_pb import envelope_pb2 as pb
@@ -16,7 +16,8 @@ from services.apiserver.requestinfo import RequestInfo
 from services.common.errors import BadRequest
 from services.common.identity import AUTHENTICATED, UNAUTHENTICATED
 
-from .authz import Authorizer
+from . import Handler, RequestContext
+from .authorization import Authorizer, forbidden_error
 from .requestheader import ANONYMOUS, header_text, unescape_extra_key
 
 USER_HEADER = b"impersonate-user"
@@ -132,7 +133,10 @@ class Impersonator:
                 uid = r.name
             # Forbidden with kube's message, e.g. users "bob" is forbidden: User "alice" cannot
             # impersonate resource "users" in API group "" at the cluster scope
-            await self.authz.authorize(requestor, r.attributes())
+            attributes = r.attributes()
+            allowed, reason = await self.authz.decide(requestor, attributes)
+            if not allowed:
+                raise forbidden_error(requestor.name, attributes, reason)
         if username != ANONYMOUS:
             if AUTHENTICATED not in groups and UNAUTHENTICATED not in groups:
                 groups.append(AUTHENTICATED)
@@ -142,3 +146,20 @@ class Impersonator:
         for key, values in extra.items():
             user.extra[key].values.extend(values)
         return user
+
+
+def with_impersonation(handler: Handler, impersonator: Impersonator) -> Handler:
+    """From here on the request acts as the user its Impersonate-* headers name (the audit event's
+    impersonatedUser); without them it goes on untouched."""
+    async def impersonate(ctx: RequestContext) -> None:
+        user = await impersonator.impersonate(ctx.user, ctx.impersonation)
+        ctx.user_name = f"{ctx.user_name} as {user.name}"
+        ctx.user = user
+        if ctx.audit is not None:
+            ctx.audit.impersonated(user)
+        ctx.mark = ctx.timing("impersonation", ctx.mark)
+        await handler(ctx)
+
+    def impersonation(ctx: RequestContext) -> Awaitable[None]:
+        return impersonate(ctx) if ctx.impersonation else handler(ctx)
+    return impersonation

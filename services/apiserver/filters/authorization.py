@@ -1,0 +1,60 @@
+"""Authorization: kube's WithAuthorization, and the Forbidden it answers (responsewriters.Forbidden).
+
+The authorizer (the proxy's: the auth service with a decision cache; the kit's: delegated
+SubjectAccessReview) is passed in.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from apiary_pb import envelope_pb2 as pb
+from services.common.errors import Forbidden
+from services.apiserver.requestinfo import RequestInfo
+
+from . import Handler, RequestContext
+
+
+class Authorizer(Protocol):
+    async def decide(self, user: pb.UserInfo, info: RequestInfo) -> tuple[bool, str]:
+        """(allowed, the authorizer's reason)."""
+
+
+def forbidden_error(user: str, info: RequestInfo, reason: str = "") -> Forbidden:
+    """responsewriters.ForbiddenStatusError: the same message, reason and details as kube-apiserver."""
+    msg = f'User "{user}" cannot {info.verb}'
+    if info.is_resource_request:
+        res = f"{info.resource}/{info.subresource}" if info.subresource else info.resource
+        msg += f' resource "{res}" in API group "{info.api_group}"'
+        msg += f' in the namespace "{info.namespace}"' if info.namespace else " at the cluster scope"
+    else:
+        msg += f' path "{info.path}"'
+    if reason:
+        msg += f": {reason}"
+    # apierrors.NewForbidden with the GroupResource of the request
+    group, resource, name = info.api_group, info.resource, info.name
+    if not group and not resource:
+        message = f"forbidden: {msg}"
+    else:
+        qualified = f"{resource}.{group}" if group else resource
+        message = f'{qualified} "{name}" is forbidden: {msg}' if name else f"{qualified} is forbidden: {msg}"
+    details: dict[str, Any] = {}
+    if name:
+        details["name"] = name
+    if group:
+        details["group"] = group
+    if resource:
+        details["kind"] = resource
+    return Forbidden(message, details=details)
+
+
+def with_authorization(handler: Handler, authorizer: Authorizer) -> Handler:
+    """ctx.user may do ctx.info, or the request is Forbidden; the decision is annotated on the audit event."""
+    async def authorization(ctx: RequestContext) -> None:
+        allowed, reason = await authorizer.decide(ctx.user, ctx.info)
+        if ctx.audit is not None:
+            ctx.audit.authorized(allowed, reason)
+        if not allowed:
+            raise forbidden_error(ctx.user.name, ctx.info, reason)
+        ctx.timing("authz", ctx.mark)
+        await handler(ctx)
+    return authorization
