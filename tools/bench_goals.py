@@ -57,7 +57,10 @@ def goal_lines(figures: dict[str, float], verdicts: dict[str, Verdict]) -> list[
             continue
         value = figures.get(g.metric)
         if value is None:
-            lines.append(f"{g.label:{width}}  {'not run':>14}  goal {want:12}")
+            # the figure ran, without this number: a latency beyond its measurement window
+            ran = any(m.startswith(g.metric.split(".")[0] + ".") for m in figures)
+            lines.append(f"{g.label:{width}}  {'beyond window' if ran else 'not run':>14}  goal {want:12} "
+                         f"{'NOT MET' if ran else ''}".rstrip())
             continue
         mark = "met" if g.met(value) else "NOT MET"
         verdict = verdicts.get(g.metric)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+HISTORY_DIR = Path(__file__).resolve().parent.parent / "docs" / "bench-history"
 HISTORY_WINDOW = 5
 DEFAULT_SPREAD = 0.10
 MIN_SPREAD = 0.03

@@ -86,3 +86,10 @@ def test_every_goal_is_printed_with_its_value_history_and_whether_it_is_met():
     storage_line = next(line for line in lines if line.startswith("storage RSS per object"))
     assert "not run" in storage_line and "<= 2" in storage_line
     assert "not measured" in next(line for line in lines if line.startswith("service ready"))
+
+
+def test_a_latency_beyond_the_window_is_not_met():
+    figures = flatten({"watch_https_200": {"deliveries_per_s": 4000.0, "p99_ms": None, "ratio": None}})
+    line = next(line for line in goal_lines(figures, {}) if line.startswith("200 HTTPS watchers, 100 writes/s: "
+                                                                            "delivery p99"))
+    assert "beyond window" in line and "NOT MET" in line
