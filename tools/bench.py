@@ -1,27 +1,32 @@
-"""`make bench`: apiary through the full stack, against baselines measured in the same run.
+"""`make bench`: apiary through the full stack, against baselines measured in the same run, beside
+the previous runs on this machine class and issue 24's goals (docs/benchmarks.md says how).
 
-Figures (each at a fixed concurrency, admin client certificate, HTTPS):
+Figures (each at a fixed concurrency, admin client certificate, HTTPS), each baseline measured in
+rounds with its figures (baseline, figure, baseline, figure...; medians, the median of the per-round
+ratios), the CPU each process spent per request beside every rate (from /proc; the load generator's
+own apart) and the gRPC calls each service served per request (from its /metrics):
   get     GET of one configmap                       baseline: bare hello-world on the same HTTP stack
   list    LIST of 1,000 configmaps                   baseline: bare hello-world on the same HTTP stack
   create  POST of a new configmap                    baseline: raw etcd puts from Python (aetcd)
-plus raw etcd gets, the CPU each apiary process spent per request (from /proc),
-and the gRPC calls each service served per request (from its /metrics); `python -m tools.bench core`
-runs only these three figures and their baselines.
+  get_open_loop, create_open_loop: GET and CREATE sent at half the rate each sustained, open loop
+plus raw etcd gets; `python -m tools.bench core` runs only these.
 get_oidc is the same GET with an OIDC bearer token from a local issuer (tools.fakeservers) trusted
 by --authentication-config, against the GET with a client certificate of a user with the same rights
-measured just before it (both warm, neither in system:masters).
+(both warm, neither in system:masters).
 apply and patch are a server-side apply and a strategic merge patch of a 3-container Deployment against
-a plain update (PUT) of the same objects, in the same run (`python -m tools.bench writes` runs only those).
+a plain update (PUT) of the same objects, in the same rounds (`python -m tools.bench writes` runs only those).
 The aggregation figures of tools/bench_pizza.py (the pizza server registered with apiary):
 aggregation_get, a GET of a pizza through the proxy against the same GET straight to the pizza
-server with the front-proxy certificate and the same identity (CPU per request of the proxy and of
-the pizza server beside it); pizza_get_cold_authz, that GET with the pizza server's authorization
-cache cold against warm; watch_pizzas_100, the delivery p99 of a watch of 100 pizzas' changes
-through the proxy at 100 writes/s against the same watch straight to the pizza server.
-Then the admission webhooks' figures of tools/bench_webhooks.py (CREATE with one validating and with
-one mutating webhook over the plain CREATE of the same run), the storage-scale figures of tools/bench_storage.py (LIST of 10,000, watch-cache memory for
-100,000 objects, 1,000-watcher fan-out) and the RBAC decision rates of tools/bench_rbac.py.
-Writes .apiary/bench.json; `--record` appends the run to docs/benchmarks.md.
+server with the front-proxy certificate and the same identity; pizza_get_cold_authz, that GET with
+the pizza server's authorization cache cold against warm; watch_pizzas_100, the delivery p99 of a
+watch of 100 pizzas' changes through the proxy at 100 writes/s against the same watch straight to
+the pizza server.
+Then the admission webhooks' figures of tools/bench_webhooks.py, the storage-scale figures of
+tools/bench_storage.py (LIST of 10,000 against the HTTPS floor, watch-cache memory for 100,000
+objects, watch fan-out on gRPC and through HTTPS with 200 and 1,000 watchers) and the RBAC decision
+rates of tools/bench_rbac.py. `--quick` (`make bench QUICK=1`): only the goals' figures, smaller.
+Writes .apiary/bench.json, appends the run to docs/bench-history/<machine>.jsonl (tools.bench_history);
+`--record` appends the figures to docs/benchmarks.md.
 """
 from __future__ import annotations
 
@@ -114,21 +119,25 @@ async def drive(n: int, concurrency: int, one: Callable[[int, Any], Awaitable[No
 
 
 async def open_loop(rate: float, seconds: float, one: Callable[[int, Conn], Awaitable[None]],
-                    make_conn: Callable[[], Conn], warm: int = 16) -> dict[str, float]:
+                    make_conn: Callable[[], Conn], connections: int = 64) -> dict[str, float]:
     """Requests sent at a fixed rate whatever the answers (open loop, as many independent clients
-    send), each on an idle connection of a pool (a new one when none is idle); latency counted from
-    the moment a request was due, so a server that falls behind is charged its queue."""
-    idle = [make_conn() for _ in range(warm)]
-    await asyncio.gather(*(one(-1 - k, c) for k, c in enumerate(idle)))  # handshakes and caches warm
+    send), each on the next idle connection of a warmed pool (a client's bounded pool: no handshake
+    storm when the server falls behind); latency counted from the moment a request was due, so the
+    time it queued for a connection or in the server is charged."""
+    pool = [make_conn() for _ in range(connections)]
+    await asyncio.gather(*(one(-1 - k, c) for k, c in enumerate(pool)))  # handshakes and caches warm
+    idle: asyncio.Queue[Conn] = asyncio.Queue()
+    for c in pool:
+        idle.put_nowait(c)
     lat: list[float] = []
     inflight: set[asyncio.Task] = set()
     peak = [0]
 
     async def send(i: int, due: float) -> None:
-        conn = idle.pop() if idle else make_conn()
+        conn = await idle.get()
         await one(i, conn)
         lat.append(time.perf_counter() - due)
-        idle.append(conn)
+        idle.put_nowait(conn)
 
     total = int(rate * seconds)
     start = time.perf_counter()
@@ -141,7 +150,7 @@ async def open_loop(rate: float, seconds: float, one: Callable[[int, Conn], Awai
         peak[0] = max(peak[0], len(inflight))
     await asyncio.gather(*inflight)
     out = latency_summary(lat, time.perf_counter() - start)
-    out.update(offered_rate=round(rate, 1), max_in_flight=peak[0])
+    out.update(offered_rate=round(rate, 1), max_in_flight=peak[0], connections=connections)
     return out
 
 
@@ -333,8 +342,7 @@ async def bench_core(stack: Stack, concurrency: int, n: int, rounds: int) -> dic
         open_get = await apiary.measure(open_loop(core["get"]["rate"] / 2, seconds, get, mk))
         open_create = await apiary.measure(open_loop(core["create"]["rate"] / 2, seconds, create, mk))
     finally:
-        hello.terminate()
-        hello.wait()
+        stop_hello(hello)
         await etcd.close()
     return {"hello": core["hello"], "etcd": {"put": core["etcd_put"], "get": raw_get},
             "apiary": {name: core[name] for name in ("get", "list", "create")},
@@ -633,6 +641,13 @@ def start_hello(stack: Stack) -> subprocess.Popen:
                              "--ca", str(pki / "ca.crt")], cwd=ROOT)
 
 
+def stop_hello(proc: subprocess.Popen) -> None:
+    """Killed, not terminated: uvicorn's graceful shutdown waits ~30 s for the bench's idle keep-alive
+    connections, and the baseline server keeps nothing worth a clean exit."""
+    proc.kill()
+    proc.wait()
+
+
 async def wait_hello(ctx: ssl.SSLContext) -> None:
     for _ in range(100):
         try:
@@ -818,15 +833,19 @@ def _cpu(v: object) -> str:
     return "" if v is None else str(v)
 
 
+# Beside a figure's measured value, the other numbers whose moves are shown (its goals' and cost's).
+NOTED_FIELDS = ("ratio", "p99_ms", "cpu_ms_per_request", "proxy_cpu_us_per_delivery", "delivered_pct")
+
+
 def history_note(name: str, r: dict, verdicts: dict[str, bench_history.Verdict]) -> str:
-    """Beside a figure: its measured value's previous run and flag, then any other number of it
-    that moved beyond its known spread."""
+    """Beside a figure: its measured value's previous run, known spread and flag, then those of
+    NOTED_FIELDS that moved beyond their spread."""
     main_key = next(iter(r))
     verdict = verdicts.get(f"{name}.{main_key}")
     parts = [verdict.describe() if verdict else "new"]
-    for metric, v in verdicts.items():
-        figure, field = metric.rsplit(".", 1)
-        if figure == name and field != main_key and v.flag():
+    for field in NOTED_FIELDS:
+        v = verdicts.get(f"{name}.{field}")
+        if field != main_key and v is not None and v.flag():
             parts.append(f"{field} {v.flag()} (prev {v.previous})")
     return "; ".join(parts)
 

@@ -66,7 +66,7 @@ from services.common.runtime import tune_malloc
 from services.storage.codec import decode as codec_decode
 from services.storage.codec import encode as codec_encode
 from services.storage.etcd import op_put
-from tools.bench import HELLO_PORT, Conn, client_ctx, cpu_seconds, start_hello, wait_hello
+from tools.bench import HELLO_PORT, Conn, client_ctx, cpu_seconds, start_hello, stop_hello, wait_hello
 from tools.run import ROOT, Stack
 
 TXN_OPS = 128          # etcd's default --max-txn-ops
@@ -247,8 +247,7 @@ async def _list_10k(stack: Stack, n: int, reps: int) -> dict[str, Any]:
             if s != 200 or len(blob) != size:
                 raise RuntimeError(f"blob: {s}, {len(blob)} bytes")
     finally:
-        hello.terminate()
-        hello.wait()
+        stop_hello(hello)
     apiary_s, floor_s = statistics.median(times), statistics.median(floor_times)
     ratio = statistics.median(a / f for a, f in zip(times, floor_times))
     p50, p99 = percentiles(times)
