@@ -890,7 +890,7 @@ def main() -> None:
                    "kept in the history apart from full runs")
     p.add_argument("--rounds", type=int, help="rounds of each baseline and its figure (default 3, quick 2)")
     p.add_argument("--concurrency", type=int, default=32)
-    p.add_argument("-n", type=int, help="requests per figure over all rounds (GET runs 2n; default 1500, quick 300)")
+    p.add_argument("-n", type=int, help="requests per figure over all rounds (GET runs 2n; default 1500, quick 1000)")
     p.add_argument("--history", type=Path, help="the history file to compare with and append to (default "
                    "docs/bench-history/<machine>.jsonl)")
     p.add_argument("--no-history", action="store_true", help="compare with the history but do not append this run")
@@ -903,7 +903,7 @@ def main() -> None:
     if args.mode == "hello-server":
         hello_server(args.port, args.cert, args.key, args.ca)
         return
-    n = args.n or (300 if args.quick else 1500)
+    n = args.n or (1000 if args.quick else 1500)
     rounds = args.rounds or (2 if args.quick else 3)
     if args.mode == "core":
         core = on_fresh_stack(lambda st: asyncio.run(bench_core(st, args.concurrency, n, rounds)))
