@@ -31,7 +31,7 @@ MIN_SPREAD = 0.03
 TRACKED = ("rate", "deliveries_per_s", "rss_delta_mb", "seconds", "p50_ms", "p99_ms", "ratio",
            "cpu_ms_per_request", "baseline_rate", "bytes_per_object", "proxy_cpu_us_per_delivery",
            "generator_cpu_us_per_delivery", "delivered_pct")
-HIGHER_IS_BETTER = {"rate", "deliveries_per_s", "baseline_rate", "delivered_pct"}
+HIGHER_IS_BETTER = {"rate", "deliveries_per_s", "delivered_pct"}
 
 
 def machine() -> str:
@@ -64,7 +64,8 @@ def flatten(results: dict[str, dict[str, Any]]) -> dict[str, float]:
 def better(metric: str, figures: dict[str, float]) -> int:
     """+1 when a higher value of metric is better, -1 when lower is (a ratio: by its figure's kind)."""
     figure, field = metric.rsplit(".", 1)
-    if field == "ratio":
+    if field in ("ratio", "baseline_rate"):
+        # a cost's ratio is a time or size over its floor's; a rate's ratio, a rate over its baseline's
         return -1 if figures.get(f"{figure}.ratio_is_cost") else 1
     return 1 if field in HIGHER_IS_BETTER else -1
 

@@ -28,6 +28,7 @@ def test_which_way_is_better():
     assert better("get.cpu_ms_per_request", figures) == -1
     assert better("get.ratio", figures) == 1          # a rate over a baseline's rate
     assert better("list_10k.ratio", figures) == -1    # a time over a floor's time
+    assert better("get.baseline_rate", figures) == 1 and better("list_10k.baseline_rate", figures) == -1
 
 
 def test_the_known_spread_is_the_last_runs_deviation_from_their_median():
