@@ -82,7 +82,7 @@ e2e: setup
 	$(PYTHON) -m pytest -q tests/e2e
 
 bench: setup
-	$(PYTHON) -m tools.bench
+	$(PYTHON) -m tools.bench $(if $(QUICK),--quick)
 
 clean: stop
 	rm -rf $(VENV) apiary_pb k8s_pb gnostic_pb $(SCHEMAS) .apiary

@@ -1,27 +1,32 @@
-"""`make bench`: apiary through the full stack, against baselines measured in the same run.
+"""`make bench`: apiary through the full stack, against baselines measured in the same run, beside
+the previous runs on this machine class and issue 24's goals (docs/benchmarks.md says how).
 
-Figures (each at a fixed concurrency, admin client certificate, HTTPS):
+Figures (each at a fixed concurrency, admin client certificate, HTTPS), each baseline measured in
+rounds with its figures (baseline, figure, baseline, figure...; medians, the median of the per-round
+ratios), the CPU each process spent per request beside every rate (from /proc; the load generator's
+own apart) and the gRPC calls each service served per request (from its /metrics):
   get     GET of one configmap                       baseline: bare hello-world on the same HTTP stack
   list    LIST of 1,000 configmaps                   baseline: bare hello-world on the same HTTP stack
   create  POST of a new configmap                    baseline: raw etcd puts from Python (aetcd)
-plus raw etcd gets, the CPU each apiary process spent per request (from /proc),
-and the gRPC calls each service served per request (from its /metrics); `python -m tools.bench core`
-runs only these three figures and their baselines.
+  get_open_loop, create_open_loop: GET and CREATE sent at half the rate each sustained, open loop
+plus raw etcd gets; `python -m tools.bench core` runs only these.
 get_oidc is the same GET with an OIDC bearer token from a local issuer (tools.fakeservers) trusted
 by --authentication-config, against the GET with a client certificate of a user with the same rights
-measured just before it (both warm, neither in system:masters).
+(both warm, neither in system:masters).
 apply and patch are a server-side apply and a strategic merge patch of a 3-container Deployment against
-a plain update (PUT) of the same objects, in the same run (`python -m tools.bench writes` runs only those).
+a plain update (PUT) of the same objects, in the same rounds (`python -m tools.bench writes` runs only those).
 The aggregation figures of tools/bench_pizza.py (the pizza server registered with apiary):
 aggregation_get, a GET of a pizza through the proxy against the same GET straight to the pizza
-server with the front-proxy certificate and the same identity (CPU per request of the proxy and of
-the pizza server beside it); pizza_get_cold_authz, that GET with the pizza server's authorization
-cache cold against warm; watch_pizzas_100, the delivery p99 of a watch of 100 pizzas' changes
-through the proxy at 100 writes/s against the same watch straight to the pizza server.
-Then the admission webhooks' figures of tools/bench_webhooks.py (CREATE with one validating and with
-one mutating webhook over the plain CREATE of the same run), the storage-scale figures of tools/bench_storage.py (LIST of 10,000, watch-cache memory for
-100,000 objects, 1,000-watcher fan-out) and the RBAC decision rates of tools/bench_rbac.py.
-Writes .apiary/bench.json; `--record` appends the run to docs/benchmarks.md.
+server with the front-proxy certificate and the same identity; pizza_get_cold_authz, that GET with
+the pizza server's authorization cache cold against warm; watch_pizzas_100, the delivery p99 of a
+watch of 100 pizzas' changes through the proxy at 100 writes/s against the same watch straight to
+the pizza server.
+Then the admission webhooks' figures of tools/bench_webhooks.py, the storage-scale figures of
+tools/bench_storage.py (LIST of 10,000 against the HTTPS floor, watch-cache memory for 100,000
+objects, watch fan-out on gRPC and through HTTPS with 200 and 1,000 watchers) and the RBAC decision
+rates of tools/bench_rbac.py. `--quick` (`make bench QUICK=1`): only the goals' figures, smaller.
+Writes .apiary/bench.json, appends the run to docs/bench-history/<machine>.jsonl (tools.bench_history);
+`--record` appends the figures to docs/benchmarks.md.
 """
 from __future__ import annotations
 
@@ -39,11 +44,14 @@ import sys
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
 from pathlib import Path
+from typing import Any, TypeVar
 
 from services.common.runtime import tune_malloc
 from tools import certs
+from tools import bench_history
+from tools.bench_goals import goal_lines
+from tools.bench_stats import interleave, latency_summary, median_of_rounds, ratio_of_rounds
 from tools.fakeservers import Issuer
 from tools.run import ROOT, Stack, replica_of
 
@@ -92,8 +100,9 @@ class Conn:
         return status, data
 
 
-async def drive(n: int, concurrency: int, one: Callable[[int, Conn], Awaitable[None]],
-                make_conn: Callable[[], Conn]) -> dict[str, float]:
+async def drive(n: int, concurrency: int, one: Callable[[int, Any], Awaitable[None]],
+                make_conn: Callable[[], Any]) -> dict[str, float]:
+    """n requests, `concurrency` at a time (closed loop: each worker sends its next on its answer)."""
     lat: list[float] = []
     counter = iter(range(n))
 
@@ -106,14 +115,43 @@ async def drive(n: int, concurrency: int, one: Callable[[int, Conn], Awaitable[N
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - start
-    lat.sort()
-    return {
-        "rate": round(len(lat) / elapsed, 1),
-        "p50_ms": round(statistics.median(lat) * 1000, 2),
-        "p99_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000, 2),
-        "requests": len(lat),
-    }
+    return latency_summary(lat, time.perf_counter() - start)
+
+
+async def open_loop(rate: float, seconds: float, one: Callable[[int, Conn], Awaitable[None]],
+                    make_conn: Callable[[], Conn], connections: int = 64) -> dict[str, float]:
+    """Requests sent at a fixed rate whatever the answers (open loop, as many independent clients
+    send), each on the next idle connection of a warmed pool (a client's bounded pool: no handshake
+    storm when the server falls behind); latency counted from the moment a request was due, so the
+    time it queued for a connection or in the server is charged."""
+    pool = [make_conn() for _ in range(connections)]
+    await asyncio.gather(*(one(-1 - k, c) for k, c in enumerate(pool)))  # handshakes and caches warm
+    idle: asyncio.Queue[Conn] = asyncio.Queue()
+    for c in pool:
+        idle.put_nowait(c)
+    lat: list[float] = []
+    inflight: set[asyncio.Task] = set()
+    peak = [0]
+
+    async def send(i: int, due: float) -> None:
+        conn = await idle.get()
+        await one(i, conn)
+        lat.append(time.perf_counter() - due)
+        idle.put_nowait(conn)
+
+    total = int(rate * seconds)
+    start = time.perf_counter()
+    for i in range(total):
+        due = start + i / rate
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        task = asyncio.create_task(send(i, due))
+        inflight.add(task)
+        task.add_done_callback(inflight.discard)
+        peak[0] = max(peak[0], len(inflight))
+    await asyncio.gather(*inflight)
+    out = latency_summary(lat, time.perf_counter() - start)
+    out.update(offered_rate=round(rate, 1), max_in_flight=peak[0], connections=connections)
+    return out
 
 
 def client_ctx(stack: Stack, name: str = "admin") -> ssl.SSLContext:
@@ -143,27 +181,39 @@ def grpc_calls(stack: Stack, name: str) -> dict[str, float]:
 
 
 class Probe:
-    """CPU seconds and gRPC calls per apiary service (all its replicas) over one measured phase."""
+    """CPU seconds and gRPC calls per process over one measured phase: the stack's services (all their
+    replicas, or only those named), any other process by pid (a baseline's server), and the bench's
+    own, the load generator (kept apart: it is no server's cost)."""
 
-    def __init__(self, stack: Stack) -> None:
+    def __init__(self, stack: Stack, services: tuple[str, ...] | None = None,
+                 others: dict[str, int] | None = None) -> None:
         self.stack = stack
-        self.pids = {n: stack.pid(n) for n in ("etcd", *stack.service_names())}
+        names = ("etcd", *stack.service_names())
+        self.pids = {n: stack.pid(n) for n in names if services is None or replica_of(n)[0] in services}
+        self.others = others or {}
 
     def snapshot(self, end: bool = False) -> dict[str, tuple[float, dict[str, float]]]:
         """At a phase's start the metrics are read before the CPU counters, at its end (end=True)
         after them: rendering /metrics costs a service milliseconds, which is not the phase's."""
         out: dict[str, tuple[float, dict[str, float]]] = {}
-        cpus = {n: cpu_seconds(p) if p else 0.0 for n, p in self.pids.items()} if end else {}
+        cpus = self._cpus() if end else {}
         scraped = {n: grpc_calls(self.stack, n) if n != "etcd" else {} for n in self.pids}
         if not end:
-            cpus = {n: cpu_seconds(p) if p else 0.0 for n, p in self.pids.items()}
+            cpus = self._cpus()
         for n in self.pids:
             service = replica_of(n)[0]
             cpu, calls = out.get(service, (0.0, {}))
             for method, v in scraped[n].items():
                 calls[method] = calls.get(method, 0.0) + v
             out[service] = (cpu + cpus[n], calls)
+        for n in self.others:
+            out[n] = (cpus[n], {})
+        out[CLIENT] = (cpus[CLIENT], {})
         return out
+
+    def _cpus(self) -> dict[str, float]:
+        pids = {**self.pids, **self.others}
+        return {**{n: cpu_seconds(p) if p else 0.0 for n, p in pids.items()}, CLIENT: time.process_time()}
 
     @staticmethod
     def per_request(before: dict, after: dict, n: int) -> tuple[dict[str, float], dict[str, float]]:
@@ -176,60 +226,127 @@ class Probe:
                     hops[f"{k}.{method}"] = round(d, 2)
         return cpu, hops
 
+    async def measure(self, phase: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+        """phase's figures with the CPU ms each process spent per request (the load generator's as
+        client_cpu_ms_per_request) and the gRPC calls each service served per request."""
+        before = self.snapshot()
+        r = await phase
+        cpu, hops = self.per_request(before, self.snapshot(end=True), r["requests"])
+        r["client_cpu_ms_per_request"] = cpu.pop(CLIENT)
+        r.update(cpu_ms_per_request=cpu, grpc_calls_per_request=hops)
+        return r
 
-async def bench_apiary(stack: Stack, concurrency: int, n: int, with_list: bool = True) -> dict[str, dict]:
-    ctx = client_ctx(stack)
-    # the connections go to each proxy replica in turn (a load balancer's spreading)
-    ports = [int(stack.server_of(r).rsplit(":", 1)[1]) for r in range(stack.replicas)]
-    turn = itertools.count()
 
-    def mk() -> Conn:
-        return Conn("127.0.0.1", ports[next(turn) % len(ports)], ctx)
+CLIENT = "bench"  # the load generator (this process) in a Probe's snapshot
 
-    setup = mk()
-    json_hdr = {"Content-Type": "application/json", "Accept": "application/json"}
-    for ns in ("bench", "bench-list"):
-        body = json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}).encode()
-        await setup.request("POST", "/api/v1/namespaces", body, json_hdr)
-    probe = Probe(stack)
-    results: dict[str, dict] = {}
 
-    async def create(i: int, c: Conn) -> None:
-        body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}"},
-                           "data": {"key": "value-" * 20}}).encode()
-        s, data = await c.request("POST", "/api/v1/namespaces/bench/configmaps", body, json_hdr)
-        if s != 201:
-            raise RuntimeError(f"create: {s} {data[:200]!r}")
+async def interleaved(rounds: int, phases: dict[str, Callable[[], Awaitable[dict[str, Any]]]]
+                      ) -> dict[str, dict[str, Any]]:
+    """Every phase once per round, in the order given (baseline, figure, baseline, figure...): each
+    phase's medians over the rounds, with the rounds themselves under "rounds"."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in phases}
+    for _, name in interleave(rounds, list(phases)):
+        runs[name].append(await phases[name]())
+    return {name: {**median_of_rounds(r), "rounds": r} for name, r in runs.items()}
 
-    async def get(i: int, c: Conn) -> None:
-        s, data = await c.request("GET", "/api/v1/namespaces/bench/configmaps/cm-0", headers={"Accept": "application/json"})
-        if s != 200:
-            raise RuntimeError(f"get: {s} {data[:200]!r}")
 
-    async def fill(i: int, c: Conn) -> None:
-        body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"item-{i}"},
-                           "data": {"key": "value-" * 20}}).encode()
-        await c.request("POST", "/api/v1/namespaces/bench-list/configmaps", body, json_hdr)
+JSON_HDR = {"Content-Type": "application/json", "Accept": "application/json"}
 
-    async def lst(i: int, c: Conn) -> None:
-        s, data = await c.request("GET", "/api/v1/namespaces/bench-list/configmaps", headers={"Accept": "application/json"})
-        # the 1,000 items (the controller-manager's kube-root-ca.crt is there too)
-        if s != 200 or data.count(b'"name":"item-') != 1000:
-            raise RuntimeError(f"list: {s} {data[:200]!r}")
 
-    for name, fn, count in (("create", create, n), ("get", get, 2 * n)):
-        before = probe.snapshot()
-        results[name] = await drive(count, concurrency, fn, mk)
-        cpu, hops = Probe.per_request(before, probe.snapshot(end=True), results[name]["requests"])
-        results[name].update(cpu_ms_per_request=cpu, grpc_calls_per_request=hops)
-    if not with_list:
-        return results
-    await drive(1000, concurrency, fill, mk)
-    before = probe.snapshot()
-    results["list"] = await drive(max(20, n // 20), min(concurrency, 8), lst, mk)
-    cpu, hops = Probe.per_request(before, probe.snapshot(end=True), results["list"]["requests"])
-    results["list"].update(cpu_ms_per_request=cpu, grpc_calls_per_request=hops)
-    return results
+def _configmap(name: str) -> bytes:
+    return json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                       "data": {"key": "value-" * 20}}).encode()
+
+
+async def bench_core(stack: Stack, concurrency: int, n: int, rounds: int) -> dict[str, Any]:
+    """apiary's GET, LIST of 1,000 and CREATE over HTTPS, each measured in rounds beside its baseline:
+    raw etcd puts then CREATE, the bare hello-world on the proxy's HTTP stack then GET and LIST. Then
+    raw etcd gets (a reference), and GET and CREATE in open loop at half their sustained rate."""
+    hello = start_hello(stack)
+    import aetcd
+
+    host, etcd_port = stack.etcd_url.removeprefix("http://").split(":")
+    etcd = aetcd.Client(host=host, port=int(etcd_port))
+    await etcd.connect()
+    try:
+        ctx = client_ctx(stack)
+        await wait_hello(ctx)
+        # the connections go to each proxy replica in turn (a load balancer's spreading)
+        ports = [int(stack.server_of(r).rsplit(":", 1)[1]) for r in range(stack.replicas)]
+        turn = itertools.count()
+
+        def mk() -> Conn:
+            return Conn("127.0.0.1", ports[next(turn) % len(ports)], ctx)
+
+        # The same connections serve every round (a TLS handshake per worker and round would weigh on
+        # the rounds' few requests): each phase's workers take the next of a fixed set.
+        proxy_conns, hello_conns = [mk() for _ in range(concurrency)], [
+            Conn("127.0.0.1", HELLO_PORT, ctx) for _ in range(concurrency)]
+        pooled, hello_pooled = itertools.cycle(proxy_conns).__next__, itertools.cycle(hello_conns).__next__
+        setup = mk()
+        for ns in ("bench", "bench-list"):
+            body = json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}).encode()
+            await setup.request("POST", "/api/v1/namespaces", body, JSON_HDR)
+        await setup.request("POST", "/api/v1/namespaces/bench/configmaps", _configmap("cm-0"), JSON_HDR)
+        names = itertools.count(1)
+        value = b"x" * 1024
+
+        async def put(i: int, _: None) -> None:
+            await etcd.put(f"/bench/raw/{i}".encode(), value)
+
+        async def etcd_get(i: int, _: None) -> None:
+            await etcd.get(f"/bench/raw/{i % 100}".encode())
+
+        async def create(i: int, c: Conn) -> None:
+            s, data = await c.request("POST", "/api/v1/namespaces/bench/configmaps",
+                                      _configmap(f"cm-{next(names)}"), JSON_HDR)
+            if s != 201:
+                raise RuntimeError(f"create: {s} {data[:200]!r}")
+
+        async def get(i: int, c: Conn) -> None:
+            s, data = await c.request("GET", "/api/v1/namespaces/bench/configmaps/cm-0",
+                                      headers={"Accept": "application/json"})
+            if s != 200:
+                raise RuntimeError(f"get: {s} {data[:200]!r}")
+
+        async def fill(i: int, c: Conn) -> None:
+            await c.request("POST", "/api/v1/namespaces/bench-list/configmaps", _configmap(f"item-{i}"), JSON_HDR)
+
+        async def lst(i: int, c: Conn) -> None:
+            s, data = await c.request("GET", "/api/v1/namespaces/bench-list/configmaps",
+                                      headers={"Accept": "application/json"})
+            # the 1,000 items (the controller-manager's kube-root-ca.crt is there too)
+            if s != 200 or data.count(b'"name":"item-') != 1000:
+                raise RuntimeError(f"list: {s} {data[:200]!r}")
+
+        async def say_hello(i: int, c: Conn) -> None:
+            await c.request("GET", "/hello")
+
+        await drive(1000, concurrency, fill, pooled)
+        await drive(concurrency, concurrency, get, pooled)  # every connection's handshake done
+        await drive(concurrency, concurrency, say_hello, hello_pooled)
+        apiary, etcd_probe = Probe(stack), Probe(stack, services=("etcd",))
+        hello_probe = Probe(stack, services=(), others={"hello": hello.pid})
+        per_round = max(1, rounds)
+        core = await interleaved(rounds, {
+            "etcd_put": lambda: etcd_probe.measure(drive(n // per_round, concurrency, put, lambda: None)),
+            "create": lambda: apiary.measure(drive(n // per_round, concurrency, create, pooled)),
+            "hello": lambda: hello_probe.measure(drive(2 * n // per_round, concurrency, say_hello, hello_pooled)),
+            "get": lambda: apiary.measure(drive(2 * n // per_round, concurrency, get, pooled)),
+            "list": lambda: apiary.measure(drive(max(10, n // 20 // per_round), min(concurrency, 8), lst, pooled)),
+        })
+        raw_get = await etcd_probe.measure(drive(n, concurrency, etcd_get, lambda: None))
+        await etcd.delete_prefix(b"/bench/raw/")
+        # Open loop at half the rate each sustained closed-loop (the issue's latency figure).
+        seconds = max(3.0, n / 200)
+        open_get = await apiary.measure(open_loop(core["get"]["rate"] / 2, seconds, get, mk))
+        open_create = await apiary.measure(open_loop(core["create"]["rate"] / 2, seconds, create, mk))
+    finally:
+        stop_hello(hello)
+        await etcd.close()
+    return {"hello": core["hello"], "etcd": {"put": core["etcd_put"], "get": raw_get},
+            "apiary": {name: core[name] for name in ("get", "list", "create")},
+            "open_loop": {"get": open_get, "create": open_create}}
 
 
 def bench_replicas(concurrency: int, n: int, replicas: int = 2) -> dict[str, dict]:
@@ -238,19 +355,49 @@ def bench_replicas(concurrency: int, n: int, replicas: int = 2) -> dict[str, dic
     stack = Stack(BENCH_STATE / "replicas", REPLICAS_OFFSET, replicas=replicas)
     stack.start(fresh=True)
     try:
-        return asyncio.run(bench_apiary(stack, concurrency, n, with_list=False))
+        return asyncio.run(bench_scaled(stack, concurrency, n))
     finally:
         stack.stop(quiet=True)
+
+
+async def bench_scaled(stack: Stack, concurrency: int, n: int) -> dict[str, dict]:
+    """CREATE then GET of configmaps through the stack's proxies (each replica in turn), with the CPU
+    of every process per request: the replicas figure, against the same on one replica."""
+    ctx = client_ctx(stack)
+    ports = [int(stack.server_of(r).rsplit(":", 1)[1]) for r in range(stack.replicas)]
+    turn = itertools.count()
+
+    def mk() -> Conn:
+        return Conn("127.0.0.1", ports[next(turn) % len(ports)], ctx)
+
+    setup = mk()
+    body = json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench-scaled"}}).encode()
+    await setup.request("POST", "/api/v1/namespaces", body, JSON_HDR)
+    path = "/api/v1/namespaces/bench-scaled/configmaps"
+
+    async def create(i: int, c: Conn) -> None:
+        s, data = await c.request("POST", path, _configmap(f"cm-{i}"), JSON_HDR)
+        if s != 201:
+            raise RuntimeError(f"create: {s} {data[:200]!r}")
+
+    async def get(i: int, c: Conn) -> None:
+        s, data = await c.request("GET", f"{path}/cm-0", headers={"Accept": "application/json"})
+        if s != 200:
+            raise RuntimeError(f"get: {s} {data[:200]!r}")
+
+    probe = Probe(stack)
+    return {"create": await probe.measure(drive(n, concurrency, create, mk)),
+            "get": await probe.measure(drive(2 * n, concurrency, get, mk))}
 
 
 WRITE_OBJECTS = 64
 
 
-async def bench_writes(stack: Stack, concurrency: int, n: int) -> dict[str, dict]:
+async def bench_writes(stack: Stack, concurrency: int, n: int, rounds: int) -> dict[str, dict]:
     """A plain update (PUT), a server-side apply and a strategic merge patch of the same 3-container
     Deployments (issue 14), each changing one env value of the first container, so each is a real write
     (a spec change: the generation moves) and the patch merges by key twice (containers, then env);
-    ratios against the update."""
+    ratios against the update, measured in rounds (update, apply, patch, update...)."""
     ctx = client_ctx(stack)
     port = int(stack.server.rsplit(":", 1)[1])
 
@@ -304,17 +451,31 @@ async def bench_writes(stack: Stack, concurrency: int, n: int) -> dict[str, dict
         "patch": checked("patch", "PATCH", "?fieldManager=bench-patch", "application/strategic-merge-patch+json",
                          smp),
     }
-    results: dict[str, dict] = {}
-    for name, fn in runs.items():
-        results[name] = await drive(n, concurrency, fn, mk)
-    return results
+    probe = Probe(stack)
+    return await interleaved(rounds, {name: (lambda fn=fn: probe.measure(drive(n // rounds, concurrency, fn, mk)))
+                                      for name, fn in runs.items()})
+
+
+def paired(r: dict, base: dict, baseline: str) -> dict[str, Any]:
+    """A figure against the baseline measured beside it: the medians of its rounds, the median of the
+    per-round ratios of the rates (a single ratio when there were no rounds) and, beside each rate,
+    the CPU ms per request of every process (summed in the history) and of the load generator."""
+    if r.get("rounds") and base.get("rounds"):
+        ratio = ratio_of_rounds(r["rounds"], base["rounds"])
+    else:
+        ratio = round(r["rate"] / base["rate"], 4)
+    out = {**{k: r[k] for k in ("rate", "p50_ms", "p99_ms")}, "baseline": baseline, "baseline_rate": base["rate"],
+           "ratio": ratio}
+    for prefix, src in (("", r), ("baseline_", base)):
+        for key in ("cpu_ms_per_request", "client_cpu_ms_per_request"):
+            if key in src:
+                out[prefix + key] = src[key]
+    return out
 
 
 def write_figures(raw: dict) -> dict[str, dict]:
     w = raw["writes"]
-    return {name: {**{k: w[name][k] for k in ("rate", "p50_ms", "p99_ms")}, "baseline": "update",
-                   "baseline_rate": w["update"]["rate"], "ratio": round(w[name]["rate"] / w["update"]["rate"], 4)}
-            for name in ("apply", "patch")}
+    return {name: paired(w[name], w["update"], "update") for name in ("apply", "patch")}
 
 
 POLICY_NS = "bench-policy"
@@ -422,7 +583,7 @@ def oidc_config(issuer: Issuer) -> str:
             "    groups: {claim: groups, prefix: 'oidc:'}\n")
 
 
-async def bench_oidc(stack: Stack, issuer: Issuer, concurrency: int, n: int) -> dict[str, dict]:
+async def bench_oidc(stack: Stack, issuer: Issuer, concurrency: int, n: int, rounds: int) -> dict[str, dict]:
     """GET of one configmap with a client certificate, then with an OIDC token, both warm and both for
     users with the same view rights (neither in system:masters, so both take an APF seat and a cached
     authorization decision: the figure compares the authentications)."""
@@ -462,11 +623,15 @@ async def bench_oidc(stack: Stack, issuer: Issuer, concurrency: int, n: int) -> 
         if time.monotonic() > deadline:
             raise RuntimeError("the OIDC token was never allowed to GET")
         await asyncio.sleep(0.5)
-    results = {}
-    for name, fn, ctx in (("get_cert", get, client_ctx(stack, "bench-user")), ("get_oidc", get_token, bearer)):
-        await drive(n // 5, concurrency, fn, lambda: Conn("127.0.0.1", port, ctx))   # warm
-        results[name] = await drive(2 * n, concurrency, fn, lambda: Conn("127.0.0.1", port, ctx))
-    return results
+    cert = client_ctx(stack, "bench-user")
+    await drive(n // 5, concurrency, get, lambda: Conn("127.0.0.1", port, cert))   # warm
+    await drive(n // 5, concurrency, get_token, lambda: Conn("127.0.0.1", port, bearer))
+    probe = Probe(stack)
+    return await interleaved(rounds, {
+        "get_cert": lambda: probe.measure(drive(2 * n // rounds, concurrency, get,
+                                                lambda: Conn("127.0.0.1", port, cert))),
+        "get_oidc": lambda: probe.measure(drive(2 * n // rounds, concurrency, get_token,
+                                                lambda: Conn("127.0.0.1", port, bearer)))})
 
 
 def start_hello(stack: Stack) -> subprocess.Popen:
@@ -476,6 +641,13 @@ def start_hello(stack: Stack) -> subprocess.Popen:
                              "--ca", str(pki / "ca.crt")], cwd=ROOT)
 
 
+def stop_hello(proc: subprocess.Popen) -> None:
+    """Killed, not terminated: uvicorn's graceful shutdown waits ~30 s for the bench's idle keep-alive
+    connections, and the baseline server keeps nothing worth a clean exit."""
+    proc.kill()
+    proc.wait()
+
+
 async def wait_hello(ctx: ssl.SSLContext) -> None:
     for _ in range(100):
         try:
@@ -483,53 +655,6 @@ async def wait_hello(ctx: ssl.SSLContext) -> None:
             return
         except OSError:
             await asyncio.sleep(0.1)
-
-
-async def bench_hello(stack: Stack, concurrency: int, n: int) -> dict:
-    proc = start_hello(stack)
-    try:
-        ctx = client_ctx(stack)
-        await wait_hello(ctx)
-
-        async def one(i: int, c: Conn) -> None:
-            await c.request("GET", "/hello")
-
-        return await drive(2 * n, concurrency, one, lambda: Conn("127.0.0.1", HELLO_PORT, ctx))
-    finally:
-        proc.terminate()
-        proc.wait()
-
-
-async def bench_etcd(stack: Stack, concurrency: int, n: int) -> dict[str, dict]:
-    import aetcd
-
-    host, port = stack.etcd_url.removeprefix("http://").split(":")
-    client = aetcd.Client(host=host, port=int(port))
-    await client.connect()
-    value = b"x" * 1024
-    out: dict[str, dict] = {}
-    try:
-        for name, op in (("put", lambda i: client.put(f"/bench/raw/{i}".encode(), value)),
-                         ("get", lambda i: client.get(f"/bench/raw/{i % 100}".encode()))):
-            lat: list[float] = []
-            sem = asyncio.Semaphore(concurrency)
-
-            async def one(i: int) -> None:
-                async with sem:
-                    t = time.perf_counter()
-                    await op(i)
-                    lat.append(time.perf_counter() - t)
-
-            start = time.perf_counter()
-            await asyncio.gather(*(one(i) for i in range(n)))
-            elapsed = time.perf_counter() - start
-            lat.sort()
-            out[name] = {"rate": round(n / elapsed, 1), "p50_ms": round(statistics.median(lat) * 1000, 2),
-                         "p99_ms": round(lat[int(n * 0.99) - 1] * 1000, 2), "requests": n}
-        await client.delete_prefix(b"/bench/raw/")
-    finally:
-        await client.close()
-    return out
 
 
 def hello_server(port: int, cert: str, key: str, ca: str) -> None:
@@ -560,12 +685,14 @@ def hello_server(port: int, cert: str, key: str, ca: str) -> None:
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
+    # kept alive between the rounds of `make bench`, as the proxy keeps its (--idle-timeout 90s)
     uvicorn.run(app, host="127.0.0.1", port=port, ssl_certfile=cert, ssl_keyfile=key, ssl_ca_certs=ca,
                 ssl_cert_reqs=ssl.CERT_OPTIONAL, http="httptools", loop="uvloop", log_level="warning",
-                access_log=False, lifespan="off")
+                access_log=False, lifespan="off", timeout_keep_alive=90)
 
 
-EXTRA_FIGURES = ("replicas_get", "replicas_create", "watch_pizzas_100", "list_10k", "storage_memory", "watch_fanout", "watch_fanout_single_100", "watch_fanout_https", "rbac_inprocess", "auth_grpc")
+EXTRA_FIGURES = ("replicas_get", "replicas_create", "watch_pizzas_100", "list_10k", "storage_memory", "watch_fanout",
+                 "watch_fanout_single_100", "watch_https_200", "watch_https_1000", "rbac_inprocess", "auth_grpc")
 
 
 def measured(r: dict) -> str:
@@ -610,10 +737,11 @@ def _cell(v: object) -> str:
 
 def extra_notes(name: str, r: dict) -> str:
     if name == "list_10k":
-        return (f"{r['seconds']} s through the proxy vs {r['baseline_seconds']} s to encode; goal ratio <= "
-                f"{r['goal_ratio']}; the storage service's List alone {r.get('storage_seconds')} s (ratio "
-                f"{r.get('storage_ratio')}); HTTPS floor (a constant body of the same size, same HTTP stack) "
-                f"{r.get('https_floor_seconds')} s (ratio {r.get('https_floor_ratio')})")
+        return (f"{r['objects']} objects, {r['response_bytes']} B: {r['seconds']} s through HTTPS vs "
+                f"{r['baseline_rate']} s for the same bytes from a bare HTTPS handler; goal ratio <= "
+                f"{r['goal_ratio']}; CPU ms per LIST {r['cpu_ms_per_request']} (bare handler "
+                f"{r['baseline_cpu_ms_per_request']}); the storage service's List alone {r.get('storage_seconds')} s; "
+                f"orjson encode of the same list {r.get('encode_seconds')} s")
     if name == "storage_memory":
         return (f"{r['objects']} objects, {r['bytes_per_object']} B RSS vs {r['json_bytes_per_object']} B JSON "
                 f"each; goal ratio <= {r['goal_ratio']}")
@@ -622,10 +750,13 @@ def extra_notes(name: str, r: dict) -> str:
                 f"(straight to the pizza server), delivered {r['delivered']}/{r['expected']}, {r['write_errors']} "
                 f"write errors; baseline: the same watch straight to the pizza server (p50 {r['baseline_p50_ms']} ms, "
                 f"{r['baseline_write_rate']} writes/s)")
-    if name.startswith("watch_fanout"):
+    if name.startswith(("watch_fanout", "watch_https")):
         cpu = f"storage CPU {r['storage_cpu_s']} s"
         if r.get("proxy_cpu_s") is not None:
-            cpu += f", registry {r['registry_cpu_s']} s, proxy {r['proxy_cpu_s']} s"
+            cpu += (f", registry {r['registry_cpu_s']} s, proxy {r['proxy_cpu_s']} s; per delivery: proxy "
+                    f"{r['proxy_cpu_us_per_delivery']} µs, registry {r['registry_cpu_us_per_delivery']} µs, storage "
+                    f"{r['storage_cpu_us_per_delivery']} µs, the watch clients' own {r['generator_cpu_us_per_delivery']} µs "
+                    f"({r['generator_processes']} processes)")
         return (f"{r['via']}, {r['watchers']} watchers, {r['write_rate']} writes/s, delivered "
                 f"{r['delivered']}/{r['expected']} within {r['window_s']} s, {cpu}, "
                 f"{r['write_errors']} write errors")
@@ -639,13 +770,11 @@ def aggregation_figures(pizza: dict) -> dict[str, dict]:
                 "baseline_rate": base["rate"], "ratio": round(r["rate"] / base["rate"], 4)}
 
     direct, proxied = pizza["get_direct_admin"], pizza["get_proxy"]
-    out = {"aggregation_get": {**figure(proxied, "pizza_get", direct),
-                               "cpu_ms_per_request": proxied.get("cpu_ms_per_request"),
-                               "baseline_cpu_ms_per_request": direct.get("cpu_ms_per_request")},
+    out = {"aggregation_get": paired(proxied, direct, "pizza_get"),
            "pizza_get_cold_authz": figure(pizza["get_cold_authz"], "pizza_get_warm", pizza["get_direct"])}
     wd, wp = pizza["watch_direct"], pizza["watch_proxy"]
     out["watch_pizzas_100"] = {"p99_ms": wp["p99_ms"], "p50_ms": wp["p50_ms"], "baseline": "watch_direct_p99_ms",
-                               "baseline_rate": wd["p99_ms"], "ratio": wp.get("ratio"),
+                               "baseline_rate": wd["p99_ms"], "ratio": wp.get("ratio"), "ratio_is_cost": True,
                                "baseline_p50_ms": wd["p50_ms"], "baseline_write_rate": wd["write_rate"],
                                **{k: wp[k] for k in ("write_rate", "delivered", "expected", "write_errors",
                                                      "watchers", "objects")}}
@@ -671,23 +800,19 @@ def storage_figures(raw: dict) -> dict[str, dict]:
 T = TypeVar("T")
 
 
-def bench_core(stack: Stack, concurrency: int, n: int) -> dict[str, dict]:
-    """The baselines and apiary's get, list and create, each asyncio run on its own as in `run`."""
-    return {"hello": asyncio.run(bench_hello(stack, concurrency, n)),
-            "etcd": asyncio.run(bench_etcd(stack, concurrency, n)),
-            "apiary": asyncio.run(bench_apiary(stack, concurrency, n))}
-
-
 def core_figures(raw: dict) -> dict[str, dict]:
-    """get and list against the bare HTTP stack, create against raw etcd puts (same run)."""
-    bases = {"get": ("http_hello", raw["hello"]["rate"]), "list": ("http_hello", raw["hello"]["rate"]),
-             "create": ("etcd_put", raw["etcd"]["put"]["rate"])}
-    out = {}
-    for name, (base, base_rate) in bases.items():
-        r = raw["apiary"][name]
-        out[name] = {"rate": r["rate"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "baseline": base,
-                     "baseline_rate": base_rate, "ratio": round(r["rate"] / base_rate, 4),
-                     "cpu_ms_per_request": r["cpu_ms_per_request"]}
+    """get and list against the bare HTTP stack, create against raw etcd puts (same rounds); GET and
+    CREATE in open loop at half their sustained rate against the goals' p99 (ratio = p99 / goal)."""
+    out = {"get": paired(raw["apiary"]["get"], raw["hello"], "http_hello"),
+           "list": paired(raw["apiary"]["list"], raw["hello"], "http_hello"),
+           "create": paired(raw["apiary"]["create"], raw["etcd"]["put"], "etcd_put")}
+    for name, goal in (("get", 20.0), ("create", 50.0)):
+        r = raw["open_loop"][name]
+        out[f"{name}_open_loop"] = {
+            "p99_ms": r["p99_ms"], "p50_ms": r["p50_ms"], "rate": r["rate"], "baseline": "goal_p99_ms",
+            "baseline_rate": goal, "ratio": round(r["p99_ms"] / goal, 2), "ratio_is_cost": True,
+            "offered_rate": r["offered_rate"], "max_in_flight": r["max_in_flight"],
+            "cpu_ms_per_request": r["cpu_ms_per_request"], "client_cpu_ms_per_request": r["client_cpu_ms_per_request"]}
     return out
 
 
@@ -701,6 +826,54 @@ def on_fresh_stack(measure: Callable[[Stack], T]) -> T:
         stack.stop(quiet=True)
 
 
+def _cpu(v: object) -> str:
+    """CPU ms per request summed over the processes (a dict by process), or the one number."""
+    if isinstance(v, dict):
+        return f"{sum(v.values()):.3f}"
+    return "" if v is None else str(v)
+
+
+# Beside a figure's measured value, the other numbers whose moves are shown (its goals' and cost's).
+NOTED_FIELDS = ("ratio", "p99_ms", "cpu_ms_per_request", "proxy_cpu_us_per_delivery", "delivered_pct")
+
+
+def history_note(name: str, r: dict, verdicts: dict[str, bench_history.Verdict]) -> str:
+    """Beside a figure: its measured value's previous run, known spread and flag, then those of
+    NOTED_FIELDS that moved beyond their spread."""
+    main_key = next(iter(r))
+    verdict = verdicts.get(f"{name}.{main_key}")
+    parts = [verdict.describe() if verdict else "new"]
+    for field in NOTED_FIELDS:
+        v = verdicts.get(f"{name}.{field}")
+        if field != main_key and v is not None and v.flag():
+            parts.append(f"{field} {v.flag()} (prev {v.previous})")
+    return "; ".join(parts)
+
+
+def figure_lines(results: dict[str, dict], verdicts: dict[str, bench_history.Verdict]) -> list[str]:
+    """Every figure on a line: its value, latency, baseline and ratio, the CPU ms per request of the
+    servers (summed; its baseline's beside it) and of the load generator, and its history."""
+    lines = [f"{'figure':24} {'measured':>24} {'p50 ms':>8} {'p99 ms':>8}  {'baseline':22} {'value':>9} "
+             f"{'ratio':>7} {'CPU ms/req':>10} {'baseline':>8} {'bench':>6}  vs previous run"]
+    for name, r in results.items():
+        lines.append(f"{name:24} {measured(r):>24} {_cell(r.get('p50_ms')):>8} {_cell(r.get('p99_ms')):>8}  "
+                     f"{str(r.get('baseline', '')):22} {_cell(r.get('baseline_rate')):>9} {_cell(r.get('ratio')):>7} "
+                     f"{_cpu(r.get('cpu_ms_per_request')):>10} {_cpu(r.get('baseline_cpu_ms_per_request')):>8} "
+                     f"{_cpu(r.get('client_cpu_ms_per_request')):>6}  {history_note(name, r, verdicts)}")
+        if name in EXTRA_FIGURES and (notes := extra_notes(name, r)):
+            lines.append(f"{'':24} {notes}")
+    return lines
+
+
+def timed(phases: dict[str, float], name: str, fn: Callable[[], T]) -> T:
+    """fn(), its wall-clock seconds kept under name (so the run's duration can be seen phase by phase)."""
+    t = time.perf_counter()
+    try:
+        return fn()
+    finally:
+        phases[name] = round(time.perf_counter() - t, 1)
+
+
 def main() -> None:
     # The load generator reads multi-MB answers like the services do (services/common/runtime.py).
     tune_malloc()
@@ -708,13 +881,19 @@ def main() -> None:
     p.add_argument("mode", nargs="?", default="run",
                    choices=["run", "core", "writes", "policy", "replicas", "aggregation", "hello-server"],
                    help="run: every figure; core: only get, list and create with their baselines and the CPU "
-                   "per request of each service; writes: only the apply and patch figures; policy: only CREATE with "
-                   "and without a ValidatingAdmissionPolicy; replicas: only GET and CREATE with 2 replicas of "
-                   "every service against 1; aggregation: only the GET of a pizza through the proxy against "
-                   "straight to the pizza server, --rounds times")
-    p.add_argument("--rounds", type=int, default=3, help="aggregation: rounds of both GETs, one ratio each")
+                   "per request of each service, and the open-loop figures; writes: only the apply and patch "
+                   "figures; policy: only CREATE with and without a ValidatingAdmissionPolicy; replicas: only GET "
+                   "and CREATE with 2 replicas of every service against 1; aggregation: only the GET of a pizza "
+                   "through the proxy against straight to the pizza server, --rounds times")
+    p.add_argument("--quick", action="store_true",
+                   help="run: the issue's goals only, at small sizes (within 2 minutes; `make bench QUICK=1`); "
+                   "kept in the history apart from full runs")
+    p.add_argument("--rounds", type=int, help="rounds of each baseline and its figure (default 3, quick 2)")
     p.add_argument("--concurrency", type=int, default=32)
-    p.add_argument("-n", type=int, default=1500, help="requests per figure (GET runs 2n)")
+    p.add_argument("-n", type=int, help="requests per figure over all rounds (GET runs 2n; default 1500, quick 1000)")
+    p.add_argument("--history", type=Path, help="the history file to compare with and append to (default "
+                   "docs/bench-history/<machine>.jsonl)")
+    p.add_argument("--no-history", action="store_true", help="compare with the history but do not append this run")
     p.add_argument("--record", action="store_true", help="append the figures to docs/benchmarks.md")
     p.add_argument("--port", type=int)
     p.add_argument("--cert")
@@ -724,21 +903,19 @@ def main() -> None:
     if args.mode == "hello-server":
         hello_server(args.port, args.cert, args.key, args.ca)
         return
+    n = args.n or (1000 if args.quick else 1500)
+    rounds = args.rounds or (2 if args.quick else 3)
     if args.mode == "core":
-        core = on_fresh_stack(lambda st: bench_core(st, args.concurrency, args.n))
+        core = on_fresh_stack(lambda st: asyncio.run(bench_core(st, args.concurrency, n, rounds)))
         print(json.dumps(core, indent=1))
-        for name, r in core_figures(core).items():
-            print(f"{name:8} {r['rate']:>9} {r['p50_ms']:>8} {r['p99_ms']:>8}  {r['baseline']:11} "
-                  f"{r['baseline_rate']:>9} {r['ratio']:>7}  CPU ms/request {sum(r['cpu_ms_per_request'].values()):.3f}")
+        print("\n".join(figure_lines(core_figures(core), {})))
         return
     if args.mode == "writes":
-        raw_writes = {"writes": on_fresh_stack(lambda st: asyncio.run(bench_writes(st, args.concurrency, args.n)))}
-        for name, r in write_figures(raw_writes).items():
-            print(f"{name:8} {r['rate']:>9} {r['p50_ms']:>8} {r['p99_ms']:>8}  {r['baseline']:11} "
-                  f"{r['baseline_rate']:>9} {r['ratio']:>7}")
+        raw_writes = {"writes": on_fresh_stack(lambda st: asyncio.run(bench_writes(st, args.concurrency, n, rounds)))}
+        print("\n".join(figure_lines(write_figures(raw_writes), {})))
         return
     if args.mode == "policy":
-        raw = {"policy": on_fresh_stack(lambda st: asyncio.run(bench_policy(st, args.concurrency, args.n)))}
+        raw = {"policy": on_fresh_stack(lambda st: asyncio.run(bench_policy(st, args.concurrency, n)))}
         r = policy_figures(raw)["create_vap"]
         print(f"create, no admission extension: {r['baseline_rate']}/s; with one matching "
               f"ValidatingAdmissionPolicy of three expressions: {r['rate']}/s (p50 {r['p50_ms']} ms, "
@@ -749,8 +926,7 @@ def main() -> None:
     if args.mode == "aggregation":
         from tools import bench_pizza
 
-        agg = on_fresh_stack(lambda st: bench_pizza.aggregation_rounds(st, args.concurrency // 2, args.n,
-                                                                       args.rounds))
+        agg = on_fresh_stack(lambda st: bench_pizza.aggregation_rounds(st, args.concurrency // 2, n, rounds))
         for i, r in enumerate(agg["rounds"]):
             d, p_ = r["get_direct_admin"], r["get_proxy"]
             print(f"round {i + 1}: through the proxy {p_['rate']}/s (p50 {p_['p50_ms']} ms), straight "
@@ -761,91 +937,109 @@ def main() -> None:
         (ROOT / ".apiary" / "bench-aggregation.json").write_text(json.dumps(agg, indent=2))
         return
     if args.mode == "replicas":
-        one = on_fresh_stack(lambda st: asyncio.run(bench_apiary(st, args.concurrency, args.n, with_list=False)))
-        two = bench_replicas(args.concurrency, args.n)
+        one = on_fresh_stack(lambda st: asyncio.run(bench_scaled(st, args.concurrency, n)))
+        two = bench_replicas(args.concurrency, n)
         for name in ("get", "create"):
             print(f"{name}: 1 replica {one[name]['rate']}/s, 2 replicas {two[name]['rate']}/s, ratio "
                   f"{round(two[name]['rate'] / one[name]['rate'], 4)}")
             print(f"  CPU ms/request, 1 replica: {one[name]['cpu_ms_per_request']}")
             print(f"  CPU ms/request, 2 replicas (both): {two[name]['cpu_ms_per_request']}")
         return
+    run(args, n, rounds)
+
+
+def run(args: argparse.Namespace, n: int, rounds: int) -> None:
+    """Every figure (or, quick, those of issue 24's goals at small sizes), printed beside the previous
+    run's and the goals; appended to the history."""
+    from tools import bench_pizza, bench_storage, bench_webhooks
+
+    began = time.perf_counter()
+    load_average = os.getloadavg()[0]
+    phases: dict[str, float] = {}
     issuer = Issuer(BENCH_STATE / "oidc", "bench-issuer").start()
     authn_config = BENCH_STATE / "oidc" / "authentication-config.yaml"
     authn_config.write_text(oidc_config(issuer))
     stack = Stack(BENCH_STATE, BENCH_OFFSET, extra={"auth": ["--authentication-config", str(authn_config)]})
-    stack.start(fresh=True)
+    c = args.concurrency
+    raw: dict[str, Any] = {}
     try:
-        raw = {
-            **bench_core(stack, args.concurrency, args.n),
-            "oidc": asyncio.run(bench_oidc(stack, issuer, args.concurrency, args.n)),
-            "writes": asyncio.run(bench_writes(stack, args.concurrency, args.n)),
-            "policy": asyncio.run(bench_policy(stack, args.concurrency, args.n)),
-        }
-        from tools import bench_pizza, bench_storage, bench_webhooks
-
-        raw["pizza"] = bench_pizza.run(stack, args.concurrency // 2, args.n, through_proxy=True)
-
-        raw["webhooks"] = bench_webhooks.run(stack, args.concurrency, args.n)
-        raw["storage"] = bench_storage.run(stack)
+        timed(phases, "start", lambda: stack.start(fresh=True))
+        raw.update(timed(phases, "core", lambda: asyncio.run(bench_core(stack, c, n, rounds))))
+        if not args.quick:
+            raw["oidc"] = timed(phases, "oidc", lambda: asyncio.run(bench_oidc(stack, issuer, c, n, rounds)))
+            raw["writes"] = timed(phases, "writes", lambda: asyncio.run(bench_writes(stack, c, n, rounds)))
+            raw["policy"] = timed(phases, "policy", lambda: asyncio.run(bench_policy(stack, c, n)))
+            raw["pizza"] = timed(phases, "pizza", lambda: bench_pizza.run(stack, c // 2, n, through_proxy=True,
+                                                                          rounds=rounds))
+            raw["webhooks"] = timed(phases, "webhooks", lambda: bench_webhooks.run(stack, c, n))
+        raw["storage"] = timed(phases, "storage", lambda: bench_storage.run(stack, quick=args.quick))
     finally:
         stack.stop(quiet=True)
         issuer.stop()
-    raw["replicas"] = bench_replicas(args.concurrency, args.n)
-    try:
+    if not args.quick:
+        raw["replicas"] = timed(phases, "replicas", lambda: bench_replicas(c, n))
         from tools import bench_rbac
-    except ImportError:
-        bench_rbac = None  # type: ignore[assignment]
-    if bench_rbac is not None:
-        raw["rbac"] = bench_rbac.run()
-    results = {name: {k: v for k, v in r.items() if k != "cpu_ms_per_request"}
-               for name, r in core_figures(raw).items()}
-    oidc = raw["oidc"]
-    results["get_oidc"] = {**{k: oidc["get_oidc"][k] for k in ("rate", "p50_ms", "p99_ms")},
-                           "baseline": "get_cert", "baseline_rate": oidc["get_cert"]["rate"],
-                           "ratio": round(oidc["get_oidc"]["rate"] / oidc["get_cert"]["rate"], 4)}
+
+        raw["rbac"] = timed(phases, "rbac", bench_rbac.run)
+    results = core_figures(raw)
+    if not args.quick:
+        results["get_oidc"] = paired(raw["oidc"]["get_oidc"], raw["oidc"]["get_cert"], "get_cert")
     results["etcd_get"] = {**{k: raw["etcd"]["get"][k] for k in ("rate", "p50_ms", "p99_ms")},
-                           "baseline": "etcd_get", "baseline_rate": raw["etcd"]["get"]["rate"], "ratio": 1.0}
-    results.update(write_figures(raw))
-    results.update(bench_webhooks.figures(raw["webhooks"]))
-    results.update(aggregation_figures(raw["pizza"]))
+                           "baseline": "etcd_get", "baseline_rate": raw["etcd"]["get"]["rate"], "ratio": 1.0,
+                           "cpu_ms_per_request": raw["etcd"]["get"]["cpu_ms_per_request"]}
+    if not args.quick:
+        results.update(write_figures(raw))
+        results.update(bench_webhooks.figures(raw["webhooks"]))
+        results.update(aggregation_figures(raw["pizza"]))
     results.update(storage_figures(raw))
-    results.update(policy_figures(raw))
-    for name in ("get", "create"):
-        two, one = raw["replicas"][name], raw["apiary"][name]
-        results[f"replicas_{name}"] = {"rate": two["rate"], "p50_ms": two["p50_ms"], "p99_ms": two["p99_ms"],
-                                       "baseline": f"{name}, 1 replica", "baseline_rate": one["rate"],
-                                       "ratio": round(two["rate"] / one["rate"], 4)}
+    if not args.quick:
+        results.update(policy_figures(raw))
+        for name in ("get", "create"):
+            two, one = raw["replicas"][name], raw["apiary"][name]
+            results[f"replicas_{name}"] = {
+                "rate": two["rate"], "p50_ms": two["p50_ms"], "p99_ms": two["p99_ms"],
+                "baseline": f"{name}, 1 replica", "baseline_rate": one["rate"],
+                "ratio": round(two["rate"] / one["rate"], 4), "cpu_ms_per_request": two["cpu_ms_per_request"],
+                "baseline_cpu_ms_per_request": one["cpu_ms_per_request"]}
     out = ROOT / ".apiary" / "bench.json"
     out.write_text(json.dumps(results, indent=2))
     (ROOT / ".apiary" / "bench-raw.json").write_text(json.dumps(raw, indent=2))
-    print(f"concurrency {args.concurrency}")
-    print(f"{'figure':8} {'rate/s':>9} {'p50 ms':>8} {'p99 ms':>8}  {'baseline':11} {'rate/s':>9} {'ratio':>7}")
-    for name, r in results.items():
-        if name in EXTRA_FIGURES:
-            continue
-        print(f"{name:8} {r['rate']:>9} {r['p50_ms']:>8} {r['p99_ms']:>8}  {r['baseline']:11} "
-              f"{r['baseline_rate']:>9} {r['ratio']:>7}")
+
+    mode = "quick" if args.quick else "full"
+    history = args.history or bench_history.HISTORY_DIR / f"{bench_history.machine()}.jsonl"
+    figures = bench_history.flatten(results)
+    verdicts = bench_history.compare(figures, bench_history.load(history, mode))
+    print(f"\n{mode} run, concurrency {c}, {rounds} rounds of each baseline and its figure (medians), "
+          f"load average {load_average:.2f} at the start; history {history}")
+    print("\n".join(figure_lines(results, verdicts)))
     for name in ("get", "list", "create"):
-        print(f"{name}: CPU ms/request {raw['apiary'][name]['cpu_ms_per_request']}")
+        print(f"{name}: CPU ms/request {raw['apiary'][name]['cpu_ms_per_request']}, the bench's own "
+              f"{raw['apiary'][name]['client_cpu_ms_per_request']}")
         print(f"{name}: gRPC calls/request {raw['apiary'][name]['grpc_calls_per_request']}")
-    agg = results["aggregation_get"]
-    print(f"aggregation_get: CPU ms/request {agg['cpu_ms_per_request']} (straight to the pizza server: "
-          f"{agg['baseline_cpu_ms_per_request']})")
-    for name in ("get", "create"):
-        print(f"{name}, 2 replicas: CPU ms/request (all replicas) {raw['replicas'][name]['cpu_ms_per_request']}")
-    extra = [n for n in EXTRA_FIGURES if n in results]
-    if extra:
-        print(f"\n{'figure':16} {'measured':>26} {'p50 ms':>8} {'p99 ms':>8}  {'baseline':20} {'value':>9} "
-              f"{'ratio':>7}")
-        for name in extra:
-            r = results[name]
-            print(f"{name:16} {measured(r):>26} {_cell(r.get('p50_ms')):>8} {_cell(r.get('p99_ms')):>8}  "
-                  f"{r['baseline']:20} {r['baseline_rate']:>9} {_cell(r.get('ratio')):>7}")
-            if notes := extra_notes(name, r):
-                print(f"{'':16} {notes}")
-    print(f"wrote {out}")
+    print("\ngoals (issue 24):")
+    print("\n".join(goal_lines(figures, verdicts)))
+    seconds = round(time.perf_counter() - began)
+    print(f"\nphases (s): {phases}; {seconds} s in all (budget {120 if args.quick else 600} s)")
+    if not args.no_history:
+        bench_history.append(history, {
+            "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "mode": mode, "commit": _commit(),
+            "machine": bench_history.machine(), "load_average": round(load_average, 2), "seconds": seconds,
+            "figures": figures})
+    print(f"wrote {out}" + ("" if args.no_history else f" and appended the run to {history}"))
     if args.record:
         record(results, raw, ROOT / "docs" / "benchmarks.md")
+
+
+def _commit() -> str:
+    """The checkout's commit, with + when it has uncommitted changes."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return sha + ("+" if dirty else "")
 
 
 if __name__ == "__main__":

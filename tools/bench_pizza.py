@@ -39,6 +39,7 @@ from services.kit.options import parser
 from services.kit.rest import Call
 from services.pizza import server as pizza
 from tools.bench import Conn, client_ctx, cpu_seconds, drive
+from tools.bench_stats import median_of_rounds, ratio_of_rounds
 from tools.run import PIZZA as PIZZA_SERVER
 from tools.run import ORDER, ROOT, Stack
 
@@ -356,7 +357,8 @@ def aggregation_rounds(stack: Stack, concurrency: int = 16, n: int = 1500, round
             "median_ratio": statistics.median(r["ratio"] for r in out)}
 
 
-def run(stack: Stack, concurrency: int = 16, n: int = 1500, through_proxy: bool = False) -> dict[str, Any]:
+def run(stack: Stack, concurrency: int = 16, n: int = 1500, through_proxy: bool = False,
+        rounds: int = 1) -> dict[str, Any]:
     """On the stack's own pizza server (tools.run.PIZZA, registered with apiary by the runner)."""
     agg = stack.aggregated_server(PIZZA_SERVER.name)
     assert agg is not None, "the stack runs no pizza server"
@@ -372,11 +374,16 @@ def run(stack: Stack, concurrency: int = 16, n: int = 1500, through_proxy: bool 
         _wait_served(stack)
         pids = {**{name: stack.pid(name) for name in ORDER}, "pizza": stack.pid(PIZZA_SERVER.name)}
         asyncio.run(get_through_proxy(stack, concurrency, 200))  # warm: pooled connections, caches
-        # the identity the proxy forwards for the admin certificate, sent straight
-        out["get_direct_admin"] = with_cpu(pids, lambda: asyncio.run(_get(
-            stack, port, ca, lambda i: "kubernetes-admin", concurrency, n, "system:masters")))
-        out["get_proxy"] = with_cpu(pids, lambda: asyncio.run(get_through_proxy(stack, concurrency, n)))
-        out["get_proxy"]["ratio"] = round(out["get_proxy"]["rate"] / out["get_direct_admin"]["rate"], 4)
+        # the identity the proxy forwards for the admin certificate, sent straight, then through the
+        # proxy, in rounds: medians, and the median of the rounds' ratios
+        direct, proxied = [], []
+        for _ in range(rounds):
+            direct.append(with_cpu(pids, lambda: asyncio.run(_get(
+                stack, port, ca, lambda i: "kubernetes-admin", concurrency, n // rounds, "system:masters"))))
+            proxied.append(with_cpu(pids, lambda: asyncio.run(get_through_proxy(stack, concurrency, n // rounds))))
+        out["get_direct_admin"] = {**median_of_rounds(direct), "rounds": direct}
+        out["get_proxy"] = {**median_of_rounds(proxied), "rounds": proxied,
+                            "ratio": ratio_of_rounds(proxied, direct)}
         out.update(watch_figures(stack, port, ca))
     out["fastapi_cost"] = asyncio.run(fastapi_cost(stack))
     return out

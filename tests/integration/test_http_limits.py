@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import ssl
+import statistics
 import struct
 import subprocess
 import sys
@@ -234,7 +235,17 @@ def test_watch_ends_after_its_timeout_seconds_beyond_the_request_timeout(private
         assert seconds - 0.1 < lasted < seconds + 5
 
 
-async def test_2000_watches_opened_and_reset_twice_do_not_grow_the_proxy(private: Stack) -> None:
+def _theil_sen_slope(values: list[int]) -> float:
+    """The median of the slopes between every pair of samples: a trend that one outlying sample (a
+    burst of pages touched just before it was taken) does not move, as one difference would."""
+    slopes = sorted((values[j] - values[i]) / (j - i) for i in range(len(values)) for j in range(i + 1, len(values)))
+    return statistics.median(slopes)
+
+
+WATCH_CYCLES = 5
+
+
+async def test_2000_watches_opened_and_reset_five_times_do_not_grow_the_proxy(private: Stack) -> None:
     pid = private.pid("proxy")
     assert pid is not None
     ctx = _ctx(private, _admin_cert(private))
@@ -282,7 +293,8 @@ async def test_2000_watches_opened_and_reset_twice_do_not_grow_the_proxy(private
 
     base_fds = _fds(pid)
     rss = [_rss_kib(pid)]
-    for cycle in range(2):
+    began = time.monotonic()
+    for cycle in range(WATCH_CYCLES):
         trims = (await asyncio.to_thread(heap_trim))[0]
         t = time.monotonic()
         writers = await asyncio.gather(*(open_watch() for _ in range(2000)))
@@ -299,15 +311,17 @@ async def test_2000_watches_opened_and_reset_twice_do_not_grow_the_proxy(private
               f"{peak // 1024} MiB with them, {rss[-1] // 1024} MiB after the reset ({fds} fds)")
         retried[0] = 0
         assert fds <= base_fds + 20
-    print(f"proxy RSS (MiB): start {rss[0] // 1024}, after cycle 1 {rss[1] // 1024}, "
-          f"after cycle 2 {rss[2] // 1024}")
-    # Issue 9: the second cycle does not grow the proxy. What the first one keeps (~40 MiB: pymalloc
-    # arenas pinned by a few long-lived objects, 34 -> 75 of 1 MiB) is reused by the second (75 -> 76),
-    # and the C heap is trimmed after each reset. The allowance covers the pages touched between the
-    # trim and the sample (audit batches, the controller-manager's requests): twice the largest
-    # second-cycle growth measured on 2026-12-02 with the trim waited for (+8 MiB; before the fix,
-    # +19 to +27 MiB). A leak of 8 KiB per watch would add 16 MiB.
-    assert rss[2] <= rss[1] + 16 * 1024
+    # Issue 9: the proxy does not grow from cycle to cycle. What the first cycle keeps (~40 MiB: pymalloc
+    # arenas pinned by a few long-lived objects, 34 -> 75 of 1 MiB) is reused by the next ones (75 -> 76),
+    # and the C heap is trimmed after each reset; what stays resident of the trimmed heap still varies by
+    # tens of MiB from one sample to the next (119 -> 162 -> 182 on a clean CI run, then flat). So the
+    # test judges the trend after the first cycle, not one difference: a leak grows with every cycle
+    # (8 KiB per watch: +16 MiB a cycle), a plateau with a high sample does not. The median slope
+    # over the samples after cycles 1..5 must stay under half of that leak's.
+    slope = _theil_sen_slope(rss[1:])
+    print(f"proxy RSS (MiB): start {rss[0] // 1024}, after each cycle {[r // 1024 for r in rss[1:]]}; "
+          f"median slope {slope / 1024:+.1f} MiB a cycle; {time.monotonic() - began:.0f} s")
+    assert slope <= 8 * 1024
 
 
 # priority and fairness under a flood ---------------------------------------------------------------
