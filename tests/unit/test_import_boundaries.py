@@ -33,16 +33,6 @@ PENDING = frozenset({
     ("services.admission.webhook.matching", "services.registry.resources"),
     # the proxy's protobuf decoding over the catalogue (helper "layers")
     ("services.proxy.protobuf", "services.registry.resources"),
-    # the kit's delegated authentication and authorization filters (helper "filters")
-    ("services.kit.authconfig", "services.proxy.filters.requestheader"),
-    ("services.kit.authn", "services.proxy.filters.requestheader"),
-    ("services.kit.authz", "services.proxy.filters.authz"),
-    # the kit's storage over the storage service's internals (helper "storelib")
-    ("services.kit.storage", "services.storage.cacher"),
-    ("services.kit.storage", "services.storage.codec"),
-    ("services.kit.storage", "services.storage.compactor"),
-    ("services.kit.storage", "services.storage.etcd"),
-    ("services.kit.storage", "services.storage.server"),
 })
 
 

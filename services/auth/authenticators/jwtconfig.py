@@ -12,9 +12,8 @@ from urllib.parse import urlsplit
 
 from cryptography import x509
 
+from services.apiserver.fielderrors import FieldErrors
 from services.common import cel
-
-from ..fielderrors import FieldErrors
 
 # kube's allowed signing algorithms for JWT authenticators (asymmetric only).
 ALGORITHMS = ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512")
