@@ -17,11 +17,11 @@ from prometheus_client import Histogram
 from apiary_pb import admission_pb2 as apb
 from apiary_pb import admission_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.resource import ResourceInfo
 from services.common import envelope, mux
 from services.common.errors import APIError
 
 from . import patch as patches
-from .catalogue import ResourceInfo
 from .rest import Obj, Scope
 
 ADMISSION_DURATION = Histogram(

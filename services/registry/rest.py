@@ -12,12 +12,11 @@ from typing import Any, Protocol
 
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
+from services.apis.strategies import Strategy
+from services.apiserver import validation as v
+from services.apiserver.resource import ResourceInfo
 from services.common import errors
 from services.common.errors import BadRequest
-
-from . import validation as v
-from .catalogue import ResourceInfo
-from .strategies import Strategy
 
 Obj = dict[str, Any]
 

@@ -15,27 +15,30 @@ import orjson
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import storage_pb2 as spb
+from services.apis.strategies import Strategy, now_rfc3339, strategy_for
+from services.apis.strategies.pods import BINDING, EVICTION
+from services.apis.strategies.services import ServiceStrategy
+from services.apis.strategies.workload import SCALE
+from services.apiserver import printers
+from services.apiserver import validation as v
+from services.apiserver.catalogue import Catalogue
+from services.apiserver.resource import ResourceInfo
 from services.common import envelope, errors
 from services.common.decoding import parse_int64
 from services.common.errors import BadRequest
 from services.common.identity import APISERVER
 
 from .. import eviction as eviction_rules
-from .. import fieldmanager, printers
+from .. import fieldmanager
 from .. import patch as patches
-from .. import validation as v
 from ..admission import Admission, AdmissionClient, options_json
 from ..auth import AuthClient
-from ..catalogue import Catalogue
 from ..escalation import check_escalation
 from ..generic.store import Store
-from ..resources import ResourceInfo
+from ..ipallocator import DEFAULT_SERVICE_CIDR, ClusterIPAllocator
 from ..rest import Obj, Scope, ValidateFunc, ensure_namespace, options_invalid
 from ..reviews import Reviews
 from ..storage_client import StorageClient
-from ..strategies import Strategy, StrategyOptions, now_rfc3339, strategy_for
-from ..strategies.pods import BINDING, EVICTION
-from ..strategies.workload import SCALE
 from . import lists
 from .request import (
     INLINE_DECODE_BYTES,
@@ -67,38 +70,68 @@ EVICTION_ATTEMPTS = 20
 SUCCESS_CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
 
+Verb = Callable[[Request], Awaitable[Response]]
+
+
 class Handlers:
     def __init__(self, catalogue: Catalogue, store: StorageClient, admission: AdmissionClient | None,
-                 auth: AuthClient | None = None, options: StrategyOptions = StrategyOptions()) -> None:
+                 auth: AuthClient | None = None, service_cluster_ip_range: str = DEFAULT_SERVICE_CIDR) -> None:
         self.catalogue = catalogue
         self.store = store               # the storage client: lists and watches read it directly
-        self.rest = Store(store)         # kube's generic Store: the writes
+        self.rest = Store(store, catalogue)  # kube's generic Store: the writes
         self.admission = admission
         self.auth = auth
         self.decoder = Decoder(catalogue)
         self.reviews = Reviews(auth, self.rest)
-        self._strategies = {r: strategy_for(r, options) for r in catalogue.resources}
+        self.service_cluster_ip_range = service_cluster_ip_range
+        self._strategies: dict[ResourceInfo, Strategy] = {}
+        self.verbs: dict[str, Verb] = {
+            "get": self.get, "list": self.list, "create": self.create, "update": self.update,
+            "patch": self.patch, "delete": self.delete, "deletecollection": self.delete_collection,
+        }
+        # kube's storage map: the subresources served by REST objects of their own, registered by their kind
+        # ("pods/binding": BindingREST, "pods/eviction": EvictionREST, "serviceaccounts/token": TokenREST) or
+        # for every kind whose definition lists them (/scale: ScaleREST); the others (status, finalize,
+        # ephemeralcontainers) are the kind's own verbs under its subresource strategy
+        self.subresources: dict[tuple[str, str, str], dict[str, Verb]] = {
+            ("", "pods", "binding"): {"create": self.bind},
+            ("", "pods", "eviction"): {"create": self.evict},
+            ("", "serviceaccounts", "token"): {"create": self.token_request},
+        }
+        self.every_kind: dict[str, dict[str, Verb]] = {
+            "scale": {"get": self.get_scale, "update": self.update_scale, "patch": self.patch_scale},
+        }
 
     # Entry point ---------------------------------------------------------------
 
+    def strategy(self, info: ResourceInfo) -> Strategy:
+        """The kind's strategy, made on first use (the catalogue may grow while the server runs)."""
+        strategy = self._strategies.get(info)
+        if strategy is None:
+            strategy = self._strategies[info] = self._install(info)
+        return strategy
+
+    def _install(self, info: ResourceInfo) -> Strategy:
+        """A kind's strategy with what it depends on: the Service strategy gets its ClusterIP allocator, as
+        kube's Service REST storage does."""
+        if info.strategy is ServiceStrategy:
+            return ServiceStrategy(info, ClusterIPAllocator(self.store, self.service_cluster_ip_range))
+        return strategy_for(info)
+
     def request(self, req: rpb.APIRequest, verb: str) -> Request:
-        return resolve(self.catalogue, self._strategies, req, verb)
+        return resolve(self.catalogue, self.strategy, req, verb)
 
     async def handle(self, req: rpb.APIRequest) -> tuple[Response, dict[str, float]]:
         verb = req.verb
         r = self.request(req, verb)
-        fn: Callable[[Request], Awaitable[Response]] | None = {
-            "get": self.get, "list": self.list, "create": self.create, "update": self.update,
-            "patch": self.patch, "delete": self.delete, "deletecollection": self.delete_collection,
-        }.get(verb)
+        fn: Verb | None = self.verbs.get(verb)
         if r.info.virtual:
             fn = self.review if verb == "create" else None
-        elif req.subresource == "token" and r.info.kind == "ServiceAccount" and not r.info.group:
-            fn = self.token_request if verb == "create" else None
-        elif req.subresource == "scale":
-            fn = {"get": self.get_scale, "update": self.update_scale, "patch": self.patch_scale}.get(verb)
-        elif req.subresource in ("binding", "eviction") and r.info.kind == "Pod" and not r.info.group:
-            fn = (self.bind if req.subresource == "binding" else self.evict) if verb == "create" else None
+        elif req.subresource:
+            own = self.subresources.get((r.info.group, r.info.plural, req.subresource)) or \
+                self.every_kind.get(req.subresource)
+            if own is not None:
+                fn = own.get(verb)
         if fn is None:
             raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
         check_options(r, verb)
@@ -131,7 +164,7 @@ class Handlers:
     async def get(self, r: Request) -> Response:
         env = await self.rest.get(r, r.req.name, r.query.get("resourceVersion", ""))
         if r.req.table:
-            t = printers.table(r.info.group, r.info.plural, [env],
+            t = printers.table(self.catalogue.convertor(r.info.group, r.info.plural), [env],
                                {"resourceVersion": env.metadata.resource_version},
                                r.query.get("includeObject", "Metadata"))
             return Response(200, orjson.dumps(t))
@@ -158,7 +191,7 @@ class Handlers:
             items = list(resp.items)
             if not r.req.table:
                 return Response(200, lists.from_envelopes(info, lists.list_meta(resp), items))
-            t = printers.table(info.group, info.plural, items, lists.list_meta(resp),
+            t = printers.table(self.catalogue.convertor(info.group, info.plural), items, lists.list_meta(resp),
                                r.query.get("includeObject", "Metadata"))
             return Response(200, orjson.dumps(t))
         # Storage answers with the items' JSON, rendered once per object version in its watch cache.
@@ -228,7 +261,7 @@ class Handlers:
         else:
             doc = await asyncio.to_thread(patches.decode_patch, body, ptype)
         merge_keys = r.strategy.merge_keys
-        manager = fieldmanager.for_resource(r.strategy.schema_name, r.info)
+        manager = fieldmanager.for_resource(r.strategy.schema_name, r.info, self.catalogue.field_paths(r.info))
         force = r.query.get("force") == "true"
         applied: Obj | None = None
         if ptype == patches.APPLY_PATCH:

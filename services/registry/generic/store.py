@@ -15,13 +15,14 @@ import uuid
 from collections.abc import Callable
 
 from apiary_pb import envelope_pb2 as pb
+from services.apis.strategies import now_rfc3339
+from services.apiserver.catalogue import Catalogue
+from services.apiserver.resource import ResourceInfo
 from services.common import envelope, errors
 
 from .. import fieldmanager
-from ..catalogue import ResourceInfo
 from ..rest import AdmitFunc, Obj, Scope, ValidateFunc, ensure_namespace, invalid
 from ..storage_client import StorageClient
-from ..strategies import now_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,9 @@ def generate_name(base: str) -> str:
 
 
 class Store:
-    def __init__(self, storage: StorageClient) -> None:
+    def __init__(self, storage: StorageClient, catalogue: Catalogue) -> None:
         self.storage = storage
+        self.catalogue = catalogue  # the versions sharing a kind's storage, for managedFields
 
     # Envelopes ---------------------------------------------------------------------------
 
@@ -126,7 +128,7 @@ class Store:
         if causes:
             raise invalid(r, obj, causes)
         # BeginCreate: what the object claims (a Service's ClusterIP), given back if the write fails
-        finish = await r.strategy.begin_create(self.storage, obj, r.dry_run)
+        finish = await r.strategy.begin_create(obj, r.dry_run)
         created = False
         try:
             env = self.to_envelope(r, obj)
@@ -157,11 +159,10 @@ class Store:
             if finish is not None:
                 await finish(created)
 
-    @staticmethod
-    def _manage_fields(r: Scope, obj: Obj, old: Obj | None, operation: str) -> None:
+    def _manage_fields(self, r: Scope, obj: Obj, old: Obj | None, operation: str) -> None:
         """An Update records what it changed; an Apply's fields were settled when it merged (patch)."""
         if operation == fieldmanager.UPDATE:
-            fieldmanager.for_resource(r.strategy.schema_name, r.info).update(
+            fieldmanager.for_resource(r.strategy.schema_name, r.info, self.catalogue.field_paths(r.info)).update(
                 old, obj, r.update_manager, r.req.subresource)
 
     # Update --------------------------------------------------------------------------------
@@ -196,7 +197,7 @@ class Store:
             meta["resourceVersion"] = cur_meta.get("resourceVersion", "")
             same = _same(new, current)
             # BeginUpdate: what the change claims or gives back (a Service turned from or into ExternalName)
-            finish = None if same or r.dry_run else await r.strategy.begin_update(self.storage, new, current)
+            finish = None if same or r.dry_run else await r.strategy.begin_update(new, current)
             written = False
             try:
                 env = current_env if same else self.to_envelope(r, new)
@@ -208,7 +209,7 @@ class Store:
                 if self._should_delete(info, new):
                     deleted = await self.storage.delete(info, r.namespace, name, cur_meta.get("uid", ""),
                                                         cur_meta.get("resourceVersion", ""), r.timing)
-                    await r.strategy.after_delete(self.storage, current)
+                    await r.strategy.after_delete(current)
                     return 200, deleted
                 env.metadata.resource_version = ""
                 updated = await self.storage.update(info, env, cur_meta.get("resourceVersion", ""), r.timing)
@@ -300,7 +301,7 @@ class Store:
                 if r.dry_run:
                     return current_env
                 deleted = await self.storage.delete(info, r.namespace, name, meta.get("uid", ""), rv, r.timing)
-                await r.strategy.after_delete(self.storage, current)  # AfterDelete: release what it held
+                await r.strategy.after_delete(current)  # AfterDelete: release what it held
                 return deleted
             except errors.Conflict:
                 if attempt == GUARANTEED_UPDATE_ATTEMPTS - 1:

@@ -14,9 +14,12 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from services.admission.__main__ import build_chain
 from services.admission.attributes import Attributes
 from services.admission.server import AdmissionServicer
+from services.apis.install import new_catalogue
 from services.common import grpcutil
 from services.common.envelope import to_envelope
 from services.common.errors import NotFound, not_found
+
+CATALOGUE = new_catalogue()
 
 
 class FakeRegistry(rgrpc.RegistryServicer):
@@ -64,17 +67,17 @@ async def test_chain_with_registry_informer() -> None:
     rgrpc.add_RegistryServicer_to_server(fake, server)
     await server.start()
     channel = grpcutil.make_channel(None, address)
-    chain = build_chain(["NamespaceLifecycle"], {}, rgrpc.RegistryStub(channel))
+    chain = build_chain(["NamespaceLifecycle"], {}, rgrpc.RegistryStub(channel), CATALOGUE)
     try:
         await chain.start()
         async with asyncio.timeout(5):
             while chain.not_ready():
                 await asyncio.sleep(0.01)
-        servicer = AdmissionServicer(chain)
+        servicer = AdmissionServicer(chain, CATALOGUE)
         await servicer.Admit(create("default"), None)
         assert fake.gets == []                        # served from the informer's cache
         with pytest.raises(NotFound, match='namespaces "nope" not found'):
-            await chain.admit(Attributes(create("nope")))
+            await chain.admit(Attributes(create("nope"), CATALOGUE))
         assert fake.gets == ["nope"]                  # a live lookup before refusing
     finally:
         await chain.stop()

@@ -6,14 +6,16 @@ import orjson
 import pytest
 
 from apiary_pb import registry_pb2 as rpb
+from services.apis.install import new_catalogue
 from services.common import errors, identity
 from services.registry.admission import AdmissionClient
 from services.registry.auth import AuthClient
-from services.registry.catalogue import DEFAULT_CATALOGUE
 from services.registry.endpoints.handlers import Handlers
 from services.registry.storage_client import StorageClient
 
 from .fakes import FakeAdmission, FakeAuth, FakeStorage
+
+CATALOGUE = new_catalogue()
 
 GROUPS = {
     "apiservices": "apiregistration.k8s.io",
@@ -49,7 +51,7 @@ def auth() -> FakeAuth:
 
 @pytest.fixture
 def handlers(storage: FakeStorage, admission: FakeAdmission, auth: FakeAuth) -> Handlers:
-    return Handlers(DEFAULT_CATALOGUE, StorageClient(storage), AdmissionClient(admission),  # type: ignore[arg-type]
+    return Handlers(CATALOGUE, StorageClient(storage), AdmissionClient(admission),  # type: ignore[arg-type]
                     AuthClient(auth))  # type: ignore[arg-type]
 
 

@@ -7,12 +7,14 @@ import orjson
 import pytest
 
 from apiary_pb import envelope_pb2 as pb
+from services.apis.install import new_catalogue
 from services.common import errors
 from services.registry import watch
 from services.registry.bootstrap import bootstrap
-from services.registry.catalogue import DEFAULT_CATALOGUE
 
 from .conftest import cm, request
+
+CATALOGUE = new_catalogue()
 
 
 async def test_create_get_list(api, storage):
@@ -440,8 +442,8 @@ async def test_apiservice(api):
 
 
 async def test_bootstrap_idempotent(handlers, storage, api):
-    await bootstrap(handlers, DEFAULT_CATALOGUE)
-    await bootstrap(handlers, DEFAULT_CATALOGUE)
+    await bootstrap(handlers, handlers.catalogue)
+    await bootstrap(handlers, handlers.catalogue)
     assert "/registry/namespaces/kube-system" in storage.data
     _, svc = await api("get", "apiservices", "", "v1.")
     assert svc["spec"] == {"group": "", "version": "v1", "groupPriorityMinimum": 18000, "versionPriority": 1}

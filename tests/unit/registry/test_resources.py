@@ -1,7 +1,7 @@
-"""One definition per resource (resources/), and schemas that are Kubernetes' own definitions.
+"""One definition per resource (services/apis), and schemas that are Kubernetes' own definitions.
 
 The expected schemas are computed here from the kubernetes-validate package itself, not read back from
-the generated services/registry/schemas.json, so a published schema that drifts from kube's fails."""
+the generated services/apis/schemas.json, so a published schema that drifts from kube's fails."""
 from __future__ import annotations
 
 import functools
@@ -10,17 +10,18 @@ from typing import Any
 import orjson
 import pytest
 
+from services.apis import install, schemas
+from services.apis.authentication import TOKEN_REQUEST
+from services.apis.strategies import Strategy, strategy_for
 from services.proxy import protobuf
-from services.registry import openapi, printers, schemas
-from services.registry.catalogue import DEFAULT_CATALOGUE, GROUP_PRIORITIES
-from services.registry.resources import all_kinds, group_versions
-from services.registry.resources.authentication import TOKEN_REQUEST
-from services.registry.strategies import Strategy, strategy_for
+from services.registry import openapi
 from tools import kube_definitions
 
 from .conftest import cm
 
-SERVED = [*DEFAULT_CATALOGUE.resources, TOKEN_REQUEST]
+CATALOGUE = install.new_catalogue()
+
+SERVED = [*CATALOGUE.resources, TOKEN_REQUEST]
 
 
 @functools.cache
@@ -31,7 +32,7 @@ def kube() -> dict[str, Any]:
 @functools.cache
 def published() -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for raw in openapi.documents(DEFAULT_CATALOGUE).values():
+    for raw in openapi.documents(CATALOGUE).values():
         out.update(orjson.loads(raw)["components"]["schemas"])
     return out
 
@@ -66,7 +67,7 @@ def test_published_definitions_are_kubes_shape():
 
 
 def test_definitions_name_everything_each_kind_needs():
-    kinds = all_kinds()
+    kinds = CATALOGUE.kinds()
     assert {r.kind for r in kinds} >= {
         "ConfigMap", "Event", "Namespace", "Secret", "ServiceAccount", "APIService", "Role", "ClusterRole",
         "RoleBinding", "ClusterRoleBinding", "TokenReview", "SelfSubjectReview", "TokenRequest",
@@ -78,9 +79,9 @@ def test_definitions_name_everything_each_kind_needs():
             assert protobuf.KINDS[(r.api_version, r.kind)].DESCRIPTOR.full_name == r.protobuf
     # the proxy decodes protobuf bodies of exactly the kinds whose definition names a message
     assert set(protobuf.KINDS) == {(r.api_version, r.kind) for r in kinds if r.protobuf}
-    assert GROUP_PRIORITIES == {(gv.group, gv.version): (gv.group_priority, gv.version_priority)
-                                for gv in group_versions()}
-    assert printers.convertor("", "configmaps") is DEFAULT_CATALOGUE.lookup("", "v1", "configmaps").table
+    assert CATALOGUE.priorities() == {(gv.group, gv.version): (gv.group_priority, gv.version_priority)
+                                      for gv in install.GROUP_VERSIONS}
+    assert CATALOGUE.convertor("", "configmaps") is CATALOGUE.lookup("", "v1", "configmaps").table
 
 
 def _kube_merge_keys(name: str, path: str = "", seen: frozenset[str] = frozenset()) -> dict[str, str]:

@@ -1,0 +1,195 @@
+"""Strategies: the per-kind rules of k8s.io/apiserver's registry/rest (PrepareForCreate/Update, Validate)."""
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import datetime
+import functools
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
+
+from services.apiserver import validation as v
+from services.apiserver.resource import ResourceInfo
+from services.common.errors import BadRequest
+
+Obj = dict[str, Any]
+
+
+def now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_B64 = re.compile(r"[A-Za-z0-9+/]")
+
+
+def base64_error(value: str) -> str | None:
+    """encoding/base64's error for a []byte JSON field, or None when the value decodes."""
+    try:
+        base64.b64decode(value, validate=True)
+        return None
+    except (binascii.Error, ValueError):
+        pass
+    for i, ch in enumerate(value):
+        if ch == "=":
+            return f"illegal base64 data at input byte {i}"
+        if not _B64.match(ch):
+            return f"illegal base64 data at input byte {i}"
+    return f"illegal base64 data at input byte {len(value) - len(value) % 4}"
+
+
+class Strategy:
+    """Rules shared by every kind; subclasses add their own."""
+
+    # Top-level fields an update of the main resource must keep from the old object (status, for kinds with one).
+    status_fields: tuple[str, ...] = ()
+    # Top-level fields whose change bumps metadata.generation (set to 1 on create); () : no generation.
+    spec_fields: tuple[str, ...] = ()
+    # RBAC kinds: a write must not grant what the caller does not hold (the auth service decides).
+    escalation_checked = False
+    # rest.GarbageCollectionDeleteStrategy: what a delete without propagationPolicy does to the
+    # dependents: "DeleteDependents" (Background, every kind apiary serves, as kube's v1 kinds),
+    # "OrphanDependents" (kube's old extensions/v1beta1 kinds) or "Unsupported".
+    default_garbage_collection_policy = "DeleteDependents"
+
+    def __init__(self, info: ResourceInfo) -> None:
+        self.info = info
+
+    @functools.cached_property
+    def schema_name(self) -> str:
+        """The kind's definition among Kubernetes' own (schemas.json), by group, version and kind."""
+        from .. import schemas  # on first use: the proxy reads the definitions without the schemas
+
+        return schemas.definition_for(self.info.group, self.info.version, self.info.kind)
+
+    @functools.cached_property
+    def merge_keys(self) -> dict[str, str]:
+        """Strategic-merge-patch list semantics, from the definition: path -> merge key ("" = a set of
+        primitives merged by value)."""
+        from .. import schemas
+
+        return schemas.merge_keys(self.schema_name)
+
+    @functools.cached_property
+    def replaced_fields(self) -> frozenset[str]:
+        """Maps strategic merge patch replaces whole (patchStrategy replace), from the definition."""
+        from .. import schemas
+
+        return schemas.replaced_fields(self.schema_name)
+
+    # Decoding ----------------------------------------------------------------
+
+    def cannot_handle(self, why: str) -> BadRequest:
+        i = self.info
+        return BadRequest(f'{i.kind} in version "{i.version}" cannot be handled as a {i.kind}: {why}')
+
+    def canonicalize(self, obj: Obj) -> None:
+        """Defaulting and the v1 -> internal conversion quirks (stringData, port defaults)."""
+
+    # kube's field label conversion: the metadata fields a selector may name (the default conversion's two;
+    # Node and Namespace take metadata.name only), and old names a selector may still use
+    meta_field_labels: ClassVar[frozenset[str]] = frozenset({"metadata.name", "metadata.namespace"})
+    field_label_aliases: ClassVar[dict[str, str]] = {}
+
+    @functools.cached_property
+    def field_labels(self) -> frozenset[str]:
+        """The fields a field selector may name for this kind (kube's field label conversion set)."""
+        return frozenset(self.selectable_fields({})) - {"metadata.namespace"} | self.meta_field_labels | \
+            frozenset(self.field_label_aliases)
+
+    def selectable_fields(self, obj: Obj) -> dict[str, str]:
+        meta = obj.get("metadata") or {}
+        fields = {"metadata.name": meta.get("name") or ""}
+        if self.info.namespaced:
+            fields["metadata.namespace"] = meta.get("namespace") or ""
+        return fields
+
+    # Create / update ---------------------------------------------------------
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        pass
+
+    def prepare_for_update(self, obj: Obj, old: Obj) -> None:
+        for f in self.status_fields:
+            if f in old:
+                obj[f] = copy.deepcopy(old[f])
+            else:
+                obj.pop(f, None)
+
+    def spec_changed(self, obj: Obj, old: Obj) -> bool:
+        """Whether an update moves metadata.generation (after PrepareForUpdate restored what it keeps)."""
+        return any(obj.get(f) != old.get(f) for f in self.spec_fields)
+
+    def validate_name(self, obj: Obj, name: str) -> list[str]:
+        return v.is_dns1123_subdomain(name)
+
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        meta = obj.get("metadata") or {}
+        return v.validate_object_meta(meta, self.info.namespaced, lambda n: self.validate_name(obj, n))
+
+    def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
+        return self.validate(obj) + v.validate_object_meta_update(obj.get("metadata") or {},
+                                                                  old.get("metadata") or {})
+
+    def for_subresource(self, subresource: str) -> "Strategy":
+        return self
+
+    # Storage hooks (genericregistry.Store's BeginCreate and AfterDelete) -------
+
+    async def begin_create(self, obj: Obj, dry_run: bool) -> Callable[[bool], Awaitable[None]] | None:
+        """Called after validation, before the write; may claim resources (a Service's ClusterIP) and
+        return a finish(success) that the store calls once the write succeeded or failed."""
+        return None
+
+    async def begin_update(self, obj: Obj, old: Obj) -> Callable[[bool], Awaitable[None]] | None:
+        """Called before an update's write (not for a dry run): as begin_create, for what an update
+        claims or gives back (a Service turned from or into an ExternalName one)."""
+        return None
+
+    async def after_delete(self, obj: Obj) -> None:
+        """Called once the object is gone from storage (releases what begin_create claimed)."""
+
+
+class SubresourceStrategy(Strategy):
+    """/status and /finalize: only `keep_new` fields change; everything else comes from the old object."""
+
+    def __init__(self, parent: Strategy, keep_new: tuple[str, ...]) -> None:
+        super().__init__(parent.info)
+        self.parent = parent
+        self.keep_new = keep_new
+        self.spec_fields = parent.spec_fields
+
+    def canonicalize(self, obj: Obj) -> None:
+        self.parent.canonicalize(obj)
+
+    def selectable_fields(self, obj: Obj) -> dict[str, str]:
+        return self.parent.selectable_fields(obj)
+
+    def prepare_for_update(self, obj: Obj, old: Obj) -> None:
+        meta, old_meta = obj.setdefault("metadata", {}), old.get("metadata") or {}
+        for k in ("labels", "annotations", "finalizers", "ownerReferences"):
+            if k in old_meta:
+                meta[k] = copy.deepcopy(old_meta[k])
+            else:
+                meta.pop(k, None)
+        for k in list(obj):
+            if k not in ("apiVersion", "kind", "metadata") and k not in self.keep_new:
+                obj.pop(k)
+        for k, val in old.items():
+            if k not in ("apiVersion", "kind", "metadata") and k not in self.keep_new:
+                obj[k] = copy.deepcopy(val)
+
+    def validate_name(self, obj: Obj, name: str) -> list[str]:
+        return self.parent.validate_name(obj, name)
+
+    def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
+        return self.parent.validate_update(obj, old)
+
+
+def strategy_for(info: ResourceInfo) -> Strategy:
+    """The kind's Strategy, as its definition names it (services/apis/<group>.py)."""
+    if info.strategy is None:
+        raise LookupError(f"{info.api_version} {info.kind} has no strategy in its definition")
+    strategy: Strategy = info.strategy(info)
+    return strategy
