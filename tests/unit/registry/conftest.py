@@ -17,21 +17,10 @@ from .fakes import FakeAdmission, FakeAuth, FakeStorage
 
 CATALOGUE = new_catalogue()
 
-GROUPS = {
-    "apiservices": "apiregistration.k8s.io",
-    "endpointslices": "discovery.k8s.io",
-    **dict.fromkeys(("ingresses", "ingressclasses", "networkpolicies"), "networking.k8s.io"),
-    "poddisruptionbudgets": "policy",
-    "priorityclasses": "scheduling.k8s.io",
-    **dict.fromkeys(("storageclasses", "csidrivers"), "storage.k8s.io"),
-    **dict.fromkeys(("deployments", "replicasets", "statefulsets", "daemonsets"), "apps"),
-    **dict.fromkeys(("jobs", "cronjobs"), "batch"),
-    "leases": "coordination.k8s.io",
-    **dict.fromkeys(("roles", "clusterroles", "rolebindings", "clusterrolebindings"), "rbac.authorization.k8s.io"),
-    **dict.fromkeys(("tokenreviews", "selfsubjectreviews"), "authentication.k8s.io"),
-    **dict.fromkeys(("subjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews",
-                     "localsubjectaccessreviews"), "authorization.k8s.io"),
-}
+# each resource's group (the first served, core first: "events" is core/v1's), as the catalogue serves it
+GROUPS: dict[str, str] = {}
+for _info in CATALOGUE.resources:
+    GROUPS.setdefault(_info.plural, _info.group)
 
 
 @pytest.fixture
