@@ -7,7 +7,6 @@ import copy
 import datetime
 import functools
 import re
-from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from services.apiserver import validation as v
@@ -134,21 +133,6 @@ class Strategy:
 
     def for_subresource(self, subresource: str) -> "Strategy":
         return self
-
-    # Storage hooks (genericregistry.Store's BeginCreate and AfterDelete) -------
-
-    async def begin_create(self, obj: Obj, dry_run: bool) -> Callable[[bool], Awaitable[None]] | None:
-        """Called after validation, before the write; may claim resources (a Service's ClusterIP) and
-        return a finish(success) that the store calls once the write succeeded or failed."""
-        return None
-
-    async def begin_update(self, obj: Obj, old: Obj) -> Callable[[bool], Awaitable[None]] | None:
-        """Called before an update's write (not for a dry run): as begin_create, for what an update
-        claims or gives back (a Service turned from or into an ExternalName one)."""
-        return None
-
-    async def after_delete(self, obj: Obj) -> None:
-        """Called once the object is gone from storage (releases what begin_create claimed)."""
 
 
 class SubresourceStrategy(Strategy):

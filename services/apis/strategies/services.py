@@ -142,19 +142,7 @@ class ClusterIPAllocator(Protocol):
 
 
 class ServiceStrategy(Strategy):
-    """A Service's rules; the ClusterIP allocator is given at install (None: a Service is only decoded and
-    validated, as the proxy and admission do)."""
     status_fields = ("status",)
-
-    def __init__(self, info: Any, allocator: ClusterIPAllocator | None = None) -> None:
-        super().__init__(info)
-        self._allocator = allocator
-
-    @property
-    def allocator(self) -> ClusterIPAllocator:
-        if self._allocator is None:
-            raise LookupError("this Service strategy was given no ClusterIP allocator")
-        return self._allocator
 
     def selectable_fields(self, obj: Obj) -> dict[str, str]:
         spec = obj.get("spec") or {}
@@ -260,6 +248,15 @@ class ServiceStrategy(Strategy):
             spec["clusterIP"] = old_spec["clusterIP"]
             spec["clusterIPs"] = list(old_spec.get("clusterIPs") or [old_spec["clusterIP"]])
 
+
+class ServiceAllocators:
+    """What a Service claims in storage besides itself, as kube's Service REST storage does in its hooks
+    (registry/core/service/storage/alloc.go): its ClusterIP, from the allocator the registry gives it. Its
+    methods are the Service Store's BeginCreate, BeginUpdate and AfterDelete."""
+
+    def __init__(self, allocator: ClusterIPAllocator) -> None:
+        self.allocator = allocator
+
     @staticmethod
     def _allocated(spec: Obj) -> str:
         ip = spec.get("clusterIP") or ""
@@ -294,7 +291,7 @@ class ServiceStrategy(Strategy):
                 ip = await alloc.allocate(wanted, dry_run)
             except ValueError as e:
                 name = (obj.get("metadata") or {}).get("name") or ""
-                raise errors.invalid(self.info.kind, self.info.group, name, [
+                raise errors.invalid("Service", "", name, [
                     v.invalid("spec.clusterIPs", spec.get("clusterIPs") or [wanted], str(e))]) from None
         else:
             ip = await alloc.allocate_next(dry_run)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import orjson
 
@@ -17,7 +18,7 @@ from apiary_pb import registry_pb2 as rpb
 from apiary_pb import storage_pb2 as spb
 from services.apis.strategies import Strategy, now_rfc3339, strategy_for
 from services.apis.strategies.pods import BINDING, EVICTION
-from services.apis.strategies.services import ServiceStrategy
+from services.apis.strategies.services import ServiceAllocators
 from services.apis.strategies.workload import SCALE
 from services.apiserver import printers
 from services.apiserver import validation as v
@@ -73,18 +74,29 @@ SUCCESS_CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status
 Verb = Callable[[Request], Awaitable[Response]]
 
 
+@dataclass(frozen=True)
+class KindStorage:
+    """One kind's storage, assembled at install: its strategy and its Store (with the kind's hooks)."""
+    strategy: Strategy
+    store: Store
+
+
 class Handlers:
     def __init__(self, catalogue: Catalogue, store: StorageClient, admission: AdmissionClient | None,
                  auth: AuthClient | None = None, service_cluster_ip_range: str = DEFAULT_SERVICE_CIDR) -> None:
         self.catalogue = catalogue
         self.store = store               # the storage client: lists and watches read it directly
-        self.rest = Store(store, catalogue)  # kube's generic Store: the writes
+        self.generic = Store(store, catalogue)  # kube's generic Store (the writes) of the kinds without hooks
         self.admission = admission
         self.auth = auth
         self.decoder = Decoder(catalogue)
-        self.reviews = Reviews(auth, self.rest)
+        self.reviews = Reviews(auth, self.generic)
         self.service_cluster_ip_range = service_cluster_ip_range
-        self._strategies: dict[ResourceInfo, Strategy] = {}
+        self._storage: dict[ResourceInfo, KindStorage] = {}
+        # the kinds whose storage is more than their strategy over the generic Store, by group and resource
+        self.installers: dict[tuple[str, str], Callable[[ResourceInfo], KindStorage]] = {
+            ("", "services"): self._service_storage,
+        }
         self.verbs: dict[str, Verb] = {
             "get": self.get, "list": self.list, "create": self.create, "update": self.update,
             "patch": self.patch, "delete": self.delete, "deletecollection": self.delete_collection,
@@ -104,19 +116,27 @@ class Handlers:
 
     # Entry point ---------------------------------------------------------------
 
-    def strategy(self, info: ResourceInfo) -> Strategy:
-        """The kind's strategy, made on first use (the catalogue may grow while the server runs)."""
-        strategy = self._strategies.get(info)
-        if strategy is None:
-            strategy = self._strategies[info] = self._install(info)
-        return strategy
+    def storage(self, info: ResourceInfo) -> KindStorage:
+        """The kind's storage, assembled on first use (the catalogue may grow while the server runs)."""
+        storage = self._storage.get(info)
+        if storage is None:
+            install = self.installers.get((info.group, info.plural))
+            storage = self._storage[info] = install(info) if install is not None else \
+                KindStorage(strategy_for(info), self.generic)
+        return storage
 
-    def _install(self, info: ResourceInfo) -> Strategy:
-        """A kind's strategy with what it depends on: the Service strategy gets its ClusterIP allocator, as
-        kube's Service REST storage does."""
-        if info.strategy is ServiceStrategy:
-            return ServiceStrategy(info, ClusterIPAllocator(self.store, self.service_cluster_ip_range))
-        return strategy_for(info)
+    def strategy(self, info: ResourceInfo) -> Strategy:
+        return self.storage(info).strategy
+
+    def rest(self, r: Request) -> Store:
+        """The Store of the request's kind."""
+        return self.storage(r.info).store
+
+    def _service_storage(self, info: ResourceInfo) -> KindStorage:
+        """A Service's Store claims its ClusterIP (kube's Service REST storage with its allocators)."""
+        allocators = ServiceAllocators(ClusterIPAllocator(self.store, self.service_cluster_ip_range))
+        return KindStorage(strategy_for(info), Store(self.store, self.catalogue, allocators.begin_create,
+                                                     allocators.begin_update, allocators.after_delete))
 
     def request(self, req: rpb.APIRequest, verb: str) -> Request:
         return resolve(self.catalogue, self.strategy, req, verb)
@@ -162,7 +182,7 @@ class Handlers:
     # Reads -----------------------------------------------------------------------
 
     async def get(self, r: Request) -> Response:
-        env = await self.rest.get(r, r.req.name, r.query.get("resourceVersion", ""))
+        env = await self.rest(r).get(r, r.req.name, r.query.get("resourceVersion", ""))
         if r.req.table:
             t = printers.table(self.catalogue.convertor(r.info.group, r.info.plural), [env],
                                {"resourceVersion": env.metadata.resource_version},
@@ -221,7 +241,7 @@ class Handlers:
         ensure_namespace(r, obj)
         admission = self._admission("CREATE", options_json(r, "CreateOptions"))
         obj = await admission.admit(r, obj["metadata"].get("name") or "", obj, None) or obj
-        return await self.rest.create(r, obj, self._validation(admission), operation)
+        return await self.rest(r).create(r, obj, self._validation(admission), operation)
 
     # Update and patch ------------------------------------------------------------------
 
@@ -230,7 +250,7 @@ class Handlers:
         # a patch is admitted with UpdateOptions, as kube's patchToUpdateOptions gives its admission attributes
         options = options_json(r, "UpdateOptions")
         admission = self._admission("UPDATE", options)
-        return await self.rest.update(r, transform, admission.admit, self._validation(admission), operation)
+        return await self.rest(r).update(r, transform, admission.admit, self._validation(admission), operation)
 
     async def update(self, r: Request) -> Response:
         obj = await self.decoder.decode(r, r.req.body)
@@ -322,7 +342,7 @@ class Handlers:
 
     async def delete(self, r: Request) -> Response:
         opts, admission = self._delete_admission(r)
-        env = await self.rest.delete(r, r.req.name, opts, admission.admit, self._validation(admission))
+        env = await self.rest(r).delete(r, r.req.name, opts, admission.admit, self._validation(admission))
         if env.metadata.deletion_timestamp or r.info.return_deleted_object:
             # still there, marked for deletion (finalizers pending): kube answers the object
             return Response(200, envelope.to_json(env))
@@ -330,14 +350,14 @@ class Handlers:
 
     async def delete_collection(self, r: Request) -> Response:
         opts, admission = self._delete_admission(r)
-        deleted = await self.rest.delete_collection(r, opts, r.query.get("labelSelector", ""), r.field_selector,
+        deleted = await self.rest(r).delete_collection(r, opts, r.query.get("labelSelector", ""), r.field_selector,
                                                     admission.admit, self._validation(admission))
         return Response(200, lists.from_envelopes(r.info, {"resourceVersion": ""}, deleted))
 
     # Scale (autoscaling/v1, read from and written into the parent's spec.replicas) ----------------
 
     async def get_scale(self, r: Request) -> Response:
-        env = await self.rest.get(r, r.req.name, r.query.get("resourceVersion", ""))
+        env = await self.rest(r).get(r, r.req.name, r.query.get("resourceVersion", ""))
         return Response(200, orjson.dumps(r.strategy.to_scale(envelope.from_envelope(env))))
 
     async def _write_scale(self, r: Request, scale_of: Callable[[Obj], Obj]) -> Response:
@@ -438,7 +458,7 @@ class Handlers:
         pinned = bool((opts.get("preconditions") or {}).get("resourceVersion"))
 
         async def delete(options: Obj) -> Response:
-            await self.rest.delete(r, r.req.name, options, admission.admit, self._validation(admission))
+            await self.rest(r).delete(r, r.req.name, options, admission.admit, self._validation(admission))
             return Response(201, orjson.dumps(SUCCESS_CREATED))
 
         def at_version(pod: Obj) -> Obj:
@@ -446,7 +466,7 @@ class Handlers:
             return {**opts, "preconditions": pre}
 
         for attempt in range(EVICTION_ATTEMPTS):
-            pod = envelope.from_envelope(await self.rest.get(r, r.req.name))
+            pod = envelope.from_envelope(await self.rest(r).get(r, r.req.name))
             if not eviction_rules.can_ignore_budget(pod):
                 break
             try:

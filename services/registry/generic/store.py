@@ -12,7 +12,7 @@ import copy
 import logging
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from apiary_pb import envelope_pb2 as pb
 from services.apis.strategies import now_rfc3339
@@ -81,15 +81,33 @@ def deletion_finalizers(opts: Obj, finalizers: list[str], default_policy: str) -
     return out
 
 
+# A hook's finish(success): called once the write it came before succeeded or failed.
+Finish = Callable[[bool], Awaitable[None]]
+BeginCreate = Callable[[Obj, bool], Awaitable[Finish | None]]  # (object, dry run)
+BeginUpdate = Callable[[Obj, Obj], Awaitable[Finish | None]]   # (object, current object)
+AfterDelete = Callable[[Obj], Awaitable[None]]                 # (the deleted object)
+
+
 def generate_name(base: str) -> str:
     """names.SimpleNameGenerator: base (cut to 58) + 5 random characters."""
     return base[:MAX_GENERATED_NAME_LENGTH] + "".join(random.choice(NAME_ALPHABET) for _ in range(5))
 
 
 class Store:
-    def __init__(self, storage: StorageClient, catalogue: Catalogue) -> None:
+    """One kind's Store. Its hooks are kube's: set by the kind's storage when it claims something besides the
+    object itself (a Service's ClusterIP), None for most kinds."""
+
+    def __init__(self, storage: StorageClient, catalogue: Catalogue, begin_create: BeginCreate | None = None,
+                 begin_update: BeginUpdate | None = None, after_delete: AfterDelete | None = None) -> None:
         self.storage = storage
         self.catalogue = catalogue  # the versions sharing a kind's storage, for managedFields
+        # BeginCreate: after validation, before the write; may claim what the object needs and return a
+        # finish(success), called once the write succeeded or failed
+        self.begin_create = begin_create
+        # BeginUpdate: before an update's write (not for a dry run), for what a change claims or gives back
+        self.begin_update = begin_update
+        # AfterDelete: once the object is gone from storage (releases what BeginCreate claimed)
+        self.after_delete = after_delete
 
     # Envelopes ---------------------------------------------------------------------------
 
@@ -128,7 +146,7 @@ class Store:
         if causes:
             raise invalid(r, obj, causes)
         # BeginCreate: what the object claims (a Service's ClusterIP), given back if the write fails
-        finish = await r.strategy.begin_create(obj, r.dry_run)
+        finish = None if self.begin_create is None else await self.begin_create(obj, r.dry_run)
         created = False
         try:
             env = self.to_envelope(r, obj)
@@ -197,7 +215,8 @@ class Store:
             meta["resourceVersion"] = cur_meta.get("resourceVersion", "")
             same = _same(new, current)
             # BeginUpdate: what the change claims or gives back (a Service turned from or into ExternalName)
-            finish = None if same or r.dry_run else await r.strategy.begin_update(new, current)
+            finish = None if same or r.dry_run or self.begin_update is None else \
+                await self.begin_update(new, current)
             written = False
             try:
                 env = current_env if same else self.to_envelope(r, new)
@@ -209,7 +228,8 @@ class Store:
                 if self._should_delete(info, new):
                     deleted = await self.storage.delete(info, r.namespace, name, cur_meta.get("uid", ""),
                                                         cur_meta.get("resourceVersion", ""), r.timing)
-                    await r.strategy.after_delete(current)
+                    if self.after_delete is not None:
+                        await self.after_delete(current)
                     return 200, deleted
                 env.metadata.resource_version = ""
                 updated = await self.storage.update(info, env, cur_meta.get("resourceVersion", ""), r.timing)
@@ -301,7 +321,8 @@ class Store:
                 if r.dry_run:
                     return current_env
                 deleted = await self.storage.delete(info, r.namespace, name, meta.get("uid", ""), rv, r.timing)
-                await r.strategy.after_delete(current)  # AfterDelete: release what it held
+                if self.after_delete is not None:
+                    await self.after_delete(current)  # release what it held
                 return deleted
             except errors.Conflict:
                 if attempt == GUARANTEED_UPDATE_ATTEMPTS - 1:
