@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import orjson
 
@@ -76,9 +76,13 @@ Verb = Callable[[Request], Awaitable[Response]]
 
 @dataclass(frozen=True)
 class KindStorage:
-    """One kind's storage, assembled at install: its strategy and its Store (with the kind's hooks)."""
+    """One kind's storage, assembled at install: its strategy, its Store (with the kind's hooks) and the
+    subresources served by REST objects of their own (kube's storage map: "pods/binding": BindingREST), each
+    a map of verbs; the others (status, finalize, ephemeralcontainers) are the kind's own verbs under its
+    subresource strategy."""
     strategy: Strategy
     store: Store
+    subresources: dict[str, dict[str, Verb]] = field(default_factory=dict)
 
 
 class Handlers:
@@ -94,24 +98,14 @@ class Handlers:
         self.service_cluster_ip_range = service_cluster_ip_range
         self._storage: dict[ResourceInfo, KindStorage] = {}
         # the kinds whose storage is more than their strategy over the generic Store, by group and resource
-        self.installers: dict[tuple[str, str], Callable[[ResourceInfo], KindStorage]] = {
+        self.installers: dict[tuple[str, str], Callable[[KindStorage], KindStorage]] = {
+            ("", "pods"): self._pod_storage,
             ("", "services"): self._service_storage,
+            ("", "serviceaccounts"): self._service_account_storage,
         }
         self.verbs: dict[str, Verb] = {
             "get": self.get, "list": self.list, "create": self.create, "update": self.update,
             "patch": self.patch, "delete": self.delete, "deletecollection": self.delete_collection,
-        }
-        # kube's storage map: the subresources served by REST objects of their own, registered by their kind
-        # ("pods/binding": BindingREST, "pods/eviction": EvictionREST, "serviceaccounts/token": TokenREST) or
-        # for every kind whose definition lists them (/scale: ScaleREST); the others (status, finalize,
-        # ephemeralcontainers) are the kind's own verbs under its subresource strategy
-        self.subresources: dict[tuple[str, str, str], dict[str, Verb]] = {
-            ("", "pods", "binding"): {"create": self.bind},
-            ("", "pods", "eviction"): {"create": self.evict},
-            ("", "serviceaccounts", "token"): {"create": self.token_request},
-        }
-        self.every_kind: dict[str, dict[str, Verb]] = {
-            "scale": {"get": self.get_scale, "update": self.update_scale, "patch": self.patch_scale},
         }
 
     # Entry point ---------------------------------------------------------------
@@ -120,10 +114,18 @@ class Handlers:
         """The kind's storage, assembled on first use (the catalogue may grow while the server runs)."""
         storage = self._storage.get(info)
         if storage is None:
-            install = self.installers.get((info.group, info.plural))
-            storage = self._storage[info] = install(info) if install is not None else \
-                KindStorage(strategy_for(info), self.generic)
+            storage = self._storage[info] = self._install(info)
         return storage
+
+    def _install(self, info: ResourceInfo) -> KindStorage:
+        """The kind's strategy over the generic Store, /scale served for every kind whose definition lists
+        it (kube's ScaleREST), then what the kind's own installer adds."""
+        storage = KindStorage(strategy_for(info), self.generic)
+        if info.subresource("scale") is not None:
+            storage.subresources["scale"] = {"get": self.get_scale, "update": self.update_scale,
+                                             "patch": self.patch_scale}
+        install = self.installers.get((info.group, info.plural))
+        return storage if install is None else install(storage)
 
     def strategy(self, info: ResourceInfo) -> Strategy:
         return self.storage(info).strategy
@@ -132,11 +134,20 @@ class Handlers:
         """The Store of the request's kind."""
         return self.storage(r.info).store
 
-    def _service_storage(self, info: ResourceInfo) -> KindStorage:
+    def _pod_storage(self, storage: KindStorage) -> KindStorage:
+        """pods/binding and pods/eviction (kube's BindingREST and EvictionREST)."""
+        return replace(storage, subresources={**storage.subresources, "binding": {"create": self.bind},
+                                              "eviction": {"create": self.evict}})
+
+    def _service_storage(self, storage: KindStorage) -> KindStorage:
         """A Service's Store claims its ClusterIP (kube's Service REST storage with its allocators)."""
         allocators = ServiceAllocators(ClusterIPAllocator(self.store, self.service_cluster_ip_range))
-        return KindStorage(strategy_for(info), Store(self.store, self.catalogue, allocators.begin_create,
-                                                     allocators.begin_update, allocators.after_delete))
+        return replace(storage, store=Store(self.store, self.catalogue, allocators.begin_create,
+                                            allocators.begin_update, allocators.after_delete))
+
+    def _service_account_storage(self, storage: KindStorage) -> KindStorage:
+        """serviceaccounts/token (kube's TokenREST)."""
+        return replace(storage, subresources={**storage.subresources, "token": {"create": self.token_request}})
 
     def request(self, req: rpb.APIRequest, verb: str) -> Request:
         return resolve(self.catalogue, self.strategy, req, verb)
@@ -148,8 +159,7 @@ class Handlers:
         if r.info.virtual:
             fn = self.review if verb == "create" else None
         elif req.subresource:
-            own = self.subresources.get((r.info.group, r.info.plural, req.subresource)) or \
-                self.every_kind.get(req.subresource)
+            own = self.storage(r.info).subresources.get(req.subresource)
             if own is not None:
                 fn = own.get(verb)
         if fn is None:
