@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from services.apiserver import validation as v
 
-from . import Obj, Strategy
+from . import Obj, Strategy, podspec
 from .workload import WorkloadStrategy, non_negative, raw_invalid
 
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
@@ -53,8 +53,6 @@ def validate_job_spec(spec: Obj, path: str) -> list[v.Cause]:
     if template is None:
         causes.append(v.required(f"{path}.template"))
         return causes
-    from . import podspec
-
     causes += podspec.validate_template(template, f"{path}.template")
     restart = ((template or {}).get("spec") or {}).get("restartPolicy")
     if restart in podspec.RESTART_POLICIES and restart not in JOB_RESTART_POLICIES:
