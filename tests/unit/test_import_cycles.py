@@ -123,3 +123,19 @@ def test_the_graph_sees_every_kind_of_import():
     assert "services.apiserver.resource" in g["services.apiserver.catalogue"]
     assert "services.apis.schemas" in g["services.apis.strategies"]  # imported inside a method
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+SERVICES = ("admission", "apf", "auth", "controllermanager", "kit", "pizza", "proxy", "registry", "storage")
+
+
+def test_the_resource_model_imports_no_service():
+    """The library and the built-in API groups stand below every service: the proxy and admission read the
+    kinds' definitions without the registry."""
+    g = graph()
+    for module, deps in g.items():
+        if module.startswith(("services.apiserver", "services.apis")):
+            bad = sorted(d for d in deps if d.split(".")[1] in SERVICES)
+            assert not bad, f"{module} imports {bad}"
+        if module.startswith(("services.proxy", "services.admission")):
+            bad = sorted(d for d in deps if d.startswith("services.registry"))
+            assert not bad, f"{module} imports {bad}"
