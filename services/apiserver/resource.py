@@ -33,7 +33,7 @@ class SubresourceInfo:
     version: str | None = None
 
 
-# eq=False: a definition is one object, hashed by identity (handlers key their strategies by it).
+# eq=False: a definition is one object, hashed by identity (the registry keys each kind's storage by it).
 @dataclass(frozen=True, eq=False)
 class ResourceInfo:
     group: str
