@@ -27,7 +27,10 @@ class Catalogue:
         self._listeners: list[Listener] = []
         self.generation = 0
         self.resources: tuple[ResourceInfo, ...] = ()
+        self._kinds: tuple[ResourceInfo, ...] = ()
         self._by_gvr: dict[tuple[str, str, str], ResourceInfo] = {}
+        self._by_gvk: dict[tuple[str, str, str], ResourceInfo] = {}
+        self._convertors: dict[tuple[str, str], TableConvertor] = {}
         self._equivalents: dict[ResourceInfo, tuple[ResourceInfo, ...]] = {}
         self._field_paths: dict[ResourceInfo, PathTranslator | None] = {}
         self.add(*group_versions)
@@ -70,7 +73,14 @@ class Catalogue:
 
     def _changed(self) -> None:
         self.resources = tuple(r for gv in self._group_versions for r in gv.resources)
+        self._kinds = tuple(r for gv in self._group_versions for r in gv.resources + gv.kinds)
         self._by_gvr = {(r.group, r.version, r.plural): r for r in self.resources}
+        self._by_gvk = {}
+        for r in self.resources:
+            if not r.virtual:
+                self._by_gvk.setdefault((r.group, r.version, r.kind), r)
+        # by group and resource: every version of a resource prints the same columns
+        self._convertors = {(r.group, r.plural): r.table for r in self._kinds if r.table is not None}
         self._equivalents.clear()
         self._field_paths.clear()
         self.generation += 1
@@ -84,12 +94,11 @@ class Catalogue:
 
     def lookup_kind(self, group: str, version: str, kind: str) -> ResourceInfo | None:
         """The stored resource of a kind (the RESTMapper's RESTMapping)."""
-        return next((r for r in self.resources
-                     if (r.group, r.version, r.kind) == (group, version, kind) and not r.virtual), None)
+        return self._by_gvk.get((group, version, kind))
 
     def kinds(self) -> tuple[ResourceInfo, ...]:
         """Every kind a request body may carry: the resources and the subresources' own kinds."""
-        return tuple(r for gv in self._group_versions for r in gv.resources + gv.kinds)
+        return self._kinds
 
     def group_versions(self) -> list[tuple[str, str]]:
         """(group, version) pairs in catalogue order, core first."""
@@ -109,8 +118,7 @@ class Catalogue:
 
     def convertor(self, group: str, resource: str) -> TableConvertor:
         """The Table columns of a resource (Name and Age for a kind without its own)."""
-        return next((r.table for r in self.kinds() if (r.group, r.plural) == (group, resource) and r.table),
-                    DEFAULT_TABLE)
+        return self._convertors.get((group, resource), DEFAULT_TABLE)
 
     # One storage, several versions ----------------------------------------------------------
 
