@@ -13,8 +13,8 @@ from services.common import config, runtime
 from . import authz
 from .chain import Chain
 from .configfile import ConfigError, load_admission_configuration
-from .plugins import enabled_plugins, factory_for
 from .plugin import WantsCatalogue
+from .plugins import enabled_plugins, factory_for
 from .plugins.default_toleration_seconds import DEFAULT_SECONDS, NOT_READY_KEY, UNREACHABLE_KEY
 from .server import AdmissionServicer
 

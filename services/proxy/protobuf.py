@@ -41,9 +41,9 @@ from k8s_pb import (  # noqa: F401
 )
 from k8s_pb import meta_v1_pb2 as meta_v1
 from k8s_pb import runtime_pb2 as runtime
+from services.apis.install import GROUP_VERSIONS
 from services.common.decoding import loads_json
 from services.common.errors import BadRequest, InternalError, UnsupportedMediaType
-from services.apis.install import GROUP_VERSIONS
 
 MAGIC = b"k8s\x00"
 
