@@ -3,9 +3,8 @@ v1 workload kinds."""
 from __future__ import annotations
 
 from services.apiserver.printers import TableConvertor
+from services.apiserver.registry.rest import Strategy
 from services.apiserver.resource import STATUS_VERBS, ResourceInfo, SubresourceInfo
-
-from .strategies import Strategy
 
 
 def review(group: str, version: str, kind: str, plural: str, strategy: type[Strategy], protobuf: str = "",

@@ -24,8 +24,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from services.apis.strategies import now_rfc3339
 from services.apis.strategies.workload import selector_matches
+from services.apiserver.registry.rest import now_rfc3339
 from services.common import errors
 
 Obj = dict[str, Any]

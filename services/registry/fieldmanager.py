@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from services.apis.strategies import now_rfc3339
 from services.apiserver.conversion import PathTranslator
+from services.apiserver.registry.rest import now_rfc3339
 from services.apiserver.resource import ResourceInfo
 from services.common import errors
 

@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
-from services.apis.strategies import Strategy
 from services.apiserver import validation as v
+from services.apiserver.registry.rest import Strategy
 from services.apiserver.resource import ResourceInfo
 from services.common import errors
 from services.common.errors import BadRequest
@@ -38,6 +38,11 @@ class Scope(Protocol):
 
     @property
     def dry_run(self) -> bool: ...
+
+    @property
+    def schema_name(self) -> str:
+        """The kind's definition among Kubernetes' own (services/apis/schemas.json)."""
+        ...
 
     @property
     def field_manager(self) -> str: ...

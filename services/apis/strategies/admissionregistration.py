@@ -6,9 +6,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from services.apiserver import validation as v
+from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
 from services.common import cel
-
-from . import Obj, Strategy, SubresourceStrategy
 
 # ---------------------------------------------------------------------------------------------------------
 # Admission policies (ValidatingAdmissionPolicy, MutatingAdmissionPolicy and their bindings)

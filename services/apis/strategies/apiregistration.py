@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from services.apiserver import validation as v
-
-from . import Obj, Strategy, SubresourceStrategy, now_rfc3339
+from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy, now_rfc3339
 
 
 def local_available_condition() -> dict[str, str]:

@@ -7,8 +7,8 @@ import re
 from typing import ClassVar
 
 from services.apiserver import validation as v
+from services.apiserver.registry.rest import Obj
 
-from . import Obj
 from .workload import WorkloadStrategy, non_negative
 
 _PERCENT = re.compile(r"^[0-9]+%$")

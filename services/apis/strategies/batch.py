@@ -8,8 +8,9 @@ import re
 from typing import ClassVar
 
 from services.apiserver import validation as v
+from services.apiserver.registry.rest import Obj, Strategy
 
-from . import Obj, Strategy, podspec
+from . import podspec
 from .workload import WorkloadStrategy, non_negative, raw_invalid
 
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"

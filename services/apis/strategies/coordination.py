@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from services.apiserver import validation as v
-
-from . import Obj, Strategy
+from services.apiserver.registry.rest import Obj, Strategy
 
 
 class LeaseStrategy(Strategy):

@@ -6,8 +6,9 @@ import datetime
 from typing import Any, ClassVar
 
 from services.apiserver import validation as v
+from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
 
-from . import Obj, Strategy, SubresourceStrategy, base64_error
+from . import base64_error
 
 MAX_SECRET_SIZE = 1024 * 1024
 IMMUTABLE_MSG = "field is immutable when `immutable` is set"

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from services.apiserver import validation as v
 from services.apiserver.conversion import renamed
+from services.apiserver.registry.rest import Obj
 
-from . import Obj
 from .core import EventStrategy
 
 TO_CORE = {"regarding": "involvedObject", "note": "message", "reportingController": "reportingComponent",

@@ -18,8 +18,8 @@ import re
 from typing import Any
 
 from services.apiserver import validation as v
+from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
 
-from . import Obj, Strategy, SubresourceStrategy
 from .rbac import validate_label_selector
 from .services import _iana_svc_name
 

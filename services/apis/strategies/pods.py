@@ -8,9 +8,10 @@ from typing import Any, ClassVar
 
 from services.apiserver import validation as v
 from services.apiserver.printers import age
+from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
 
 from ..kinds import body_kind
-from . import Obj, Strategy, SubresourceStrategy, podspec
+from . import podspec
 from .workload import WorkloadStrategy, go_map, raw_invalid, selector_matches
 
 POD_UPDATE_FORBIDDEN = ("pod updates may not change fields other than `spec.containers[*].image`,"

@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 
 from services.apiserver import validation as v
+from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
 
-from . import Obj, Strategy, SubresourceStrategy
 from .rbac import validate_label_selector
 
 _PERCENT = re.compile(r"^[0-9]+%$")

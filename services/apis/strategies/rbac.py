@@ -6,8 +6,7 @@ from typing import Any
 import orjson
 
 from services.apiserver import validation as v
-
-from . import Obj, Strategy
+from services.apiserver.registry.rest import Obj, Strategy
 
 GROUP = "rbac.authorization.k8s.io"
 SERVICE_ACCOUNT, USER, GROUP_KIND = "ServiceAccount", "User", "Group"

@@ -3,8 +3,7 @@ TokenRequest. The registry decodes them (GVK, schema, fieldValidation); it never
 from __future__ import annotations
 
 from services.apiserver import validation as v
-
-from . import Obj, Strategy
+from services.apiserver.registry.rest import Obj, Strategy
 
 DEFAULT_TOKEN_SECONDS = 60 * 60
 MIN_TOKEN_SECONDS = 10 * 60

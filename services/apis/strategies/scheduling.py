@@ -8,8 +8,7 @@ preemptionPolicy's values) and ValidatePriorityClassUpdate (value and preemption
 from __future__ import annotations
 
 from services.apiserver import validation as v
-
-from . import Obj, Strategy
+from services.apiserver.registry.rest import Obj, Strategy
 
 HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
 SYSTEM_CRITICAL_PRIORITY = 2 * HIGHEST_USER_DEFINABLE_PRIORITY

@@ -13,9 +13,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from services.apiserver import validation as v
+from services.apiserver.registry.rest import Obj, Strategy
 from services.common import errors
-
-from . import Obj, Strategy
 
 SERVICE_TYPES = ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"]
 PROTOCOLS = ["SCTP", "TCP", "UDP"]

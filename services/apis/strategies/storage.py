@@ -8,8 +8,7 @@ reclaimPolicy and volumeBindingMode cannot change).
 from __future__ import annotations
 
 from services.apiserver import validation as v
-
-from . import Obj, Strategy
+from services.apiserver.registry.rest import Obj, Strategy
 
 RECLAIM_POLICIES = ["Delete", "Retain"]
 BINDING_MODES = ["Immediate", "WaitForFirstConsumer"]

@@ -9,9 +9,10 @@ import copy
 from typing import Any, ClassVar
 
 from services.apiserver import validation as v
+from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
 
 from ..kinds import body_kind
-from . import Obj, Strategy, SubresourceStrategy, podspec
+from . import podspec
 
 SELECTOR_OPERATORS = ["In", "NotIn", "Exists", "DoesNotExist"]
 

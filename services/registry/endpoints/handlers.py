@@ -16,13 +16,14 @@ import orjson
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import storage_pb2 as spb
-from services.apis.strategies import Strategy, now_rfc3339, strategy_for
+from services.apis import schemas
 from services.apis.strategies.pods import BINDING, EVICTION
 from services.apis.strategies.services import ServiceAllocators
 from services.apis.strategies.workload import SCALE
 from services.apiserver import printers
 from services.apiserver import validation as v
 from services.apiserver.catalogue import Catalogue
+from services.apiserver.registry.rest import Strategy, now_rfc3339, strategy_for
 from services.apiserver.resource import ResourceInfo
 from services.common import envelope, errors
 from services.common.decoding import parse_int64
@@ -290,8 +291,8 @@ class Handlers:
             doc = patches.decode_patch(body, ptype)
         else:
             doc = await asyncio.to_thread(patches.decode_patch, body, ptype)
-        merge_keys = r.strategy.merge_keys
-        manager = fieldmanager.for_resource(r.strategy.schema_name, r.info, self.catalogue.field_paths(r.info))
+        schema_name = r.schema_name
+        manager = fieldmanager.for_resource(schema_name, r.info, self.catalogue.field_paths(r.info))
         force = r.query.get("force") == "true"
         applied: Obj | None = None
         if ptype == patches.APPLY_PATCH:
@@ -316,7 +317,8 @@ class Handlers:
             elif ptype == patches.MERGE_PATCH:
                 new = patches.apply_merge_patch(current, doc)
             elif ptype == patches.STRATEGIC_MERGE_PATCH:
-                new = patches.apply_strategic_merge_patch(current, doc, merge_keys, r.strategy.replaced_fields)
+                new = patches.apply_strategic_merge_patch(current, doc, schemas.merge_keys(schema_name),
+                                                          schemas.replaced_fields(schema_name))
             else:
                 assert applied is not None
                 new = manager.apply(current, applied, r.field_manager, r.req.subresource, force)

@@ -11,10 +11,10 @@ from typing import Any
 from apiary_pb import registry_pb2 as rpb
 from services.apis import schemas
 from services.apis.authentication import TOKEN_REQUEST
-from services.apis.strategies import Strategy
 from services.apis.strategies.reviews import TokenRequestStrategy
 from services.apiserver import validation as v
 from services.apiserver.catalogue import Catalogue
+from services.apiserver.registry.rest import Strategy
 from services.apiserver.resource import ResourceInfo
 from services.common import errors
 from services.common.decoding import loads_json, loads_json_fields, parse_int64
@@ -57,6 +57,11 @@ class Request:
     @property
     def query(self) -> Any:
         return self.req.query
+
+    @property
+    def schema_name(self) -> str:
+        """The kind's definition among Kubernetes' own (schemas.json), by its group, version and kind."""
+        return schemas.definition_for(self.info.group, self.info.version, self.info.kind)
 
     @property
     def namespace(self) -> str:
@@ -275,7 +280,7 @@ class Decoder:
         obj["apiVersion"], obj["kind"] = info.api_version, info.kind
         if obj.get("metadata") is None:
             obj["metadata"] = {}
-        unknown, type_error = schemas.check(obj, r.strategy.schema_name, info.kind)
+        unknown, type_error = schemas.check(obj, r.schema_name, info.kind)
         if type_error:
             raise r.strategy.cannot_handle(type_error)
         if unknown or duplicates:

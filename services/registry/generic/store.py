@@ -15,8 +15,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 from apiary_pb import envelope_pb2 as pb
-from services.apis.strategies import now_rfc3339
 from services.apiserver.catalogue import Catalogue
+from services.apiserver.registry.rest import now_rfc3339
 from services.apiserver.resource import ResourceInfo
 from services.common import envelope, errors
 
@@ -180,7 +180,7 @@ class Store:
     def _manage_fields(self, r: Scope, obj: Obj, old: Obj | None, operation: str) -> None:
         """An Update records what it changed; an Apply's fields were settled when it merged (patch)."""
         if operation == fieldmanager.UPDATE:
-            fieldmanager.for_resource(r.strategy.schema_name, r.info, self.catalogue.field_paths(r.info)).update(
+            fieldmanager.for_resource(r.schema_name, r.info, self.catalogue.field_paths(r.info)).update(
                 old, obj, r.update_manager, r.req.subresource)
 
     # Update --------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ import pytest
 from services.apis import schemas
 from services.apis.core import event_row
 from services.apis.install import new_catalogue
-from services.apis.strategies import strategy_for
 from services.apiserver import printers
+from services.apiserver.registry.rest import strategy_for
 from services.common import errors
 from services.registry import openapi
 

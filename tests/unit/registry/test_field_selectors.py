@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.apis.install import new_catalogue
-from services.apis.strategies import strategy_for
+from services.apiserver.registry.rest import strategy_for
 
 from .conftest import Client
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from apiary_pb import registry_pb2 as rpb
+from services.apis import schemas
 from services.apis.install import new_catalogue
-from services.apis.strategies import strategy_for
 from services.common import identity
 from services.registry import openapi
 
@@ -149,5 +149,5 @@ async def test_kind_round_trips_and_validates_against_its_schema(info, handlers)
     assert orjson.loads(orjson.dumps(got)) == got
     assert yaml.safe_load(yaml.safe_dump(got)) == got
     schema = {"components": {"schemas": components()},
-              "$ref": f"#/components/schemas/{strategy_for(info).schema_name}"}
+              "$ref": f"#/components/schemas/{schemas.definition_for(info.group, info.version, info.kind)}"}
     KubeValidator(schema).validate(got)

@@ -8,8 +8,8 @@ import pytest
 
 from apiary_pb import registry_pb2 as rpb
 from services.apis.install import new_catalogue
-from services.apis.strategies import strategy_for
 from services.apiserver import printers
+from services.apiserver.registry.rest import strategy_for
 from services.common import envelope, errors, identity
 from services.registry import discovery, watch
 

@@ -12,7 +12,7 @@ import pytest
 
 from services.apis import install, schemas
 from services.apis.authentication import TOKEN_REQUEST
-from services.apis.strategies import Strategy, strategy_for
+from services.apiserver.registry.rest import Strategy, strategy_for
 from services.proxy import protobuf
 from services.registry import openapi
 from tools import kube_definitions
@@ -43,7 +43,7 @@ def _gvks(name: str) -> list[dict[str, str]]:
 
 @pytest.mark.parametrize("info", SERVED, ids=lambda r: f"{r.api_version}/{r.kind}")
 def test_every_served_kind_publishes_kubes_definition(info):
-    name = strategy_for(info).schema_name
+    name = schemas.definition_for(info.group, info.version, info.kind)
     assert {"group": info.group, "version": info.version, "kind": info.kind} in _gvks(name)
     assert published()[name] == kube()[name]
     if not info.virtual:
@@ -99,9 +99,10 @@ def _kube_merge_keys(name: str, path: str = "", seen: frozenset[str] = frozenset
 
 @pytest.mark.parametrize("info", SERVED, ids=lambda r: f"{r.api_version}/{r.kind}")
 def test_strategic_merge_keys_come_from_the_definitions(info):
-    s = strategy_for(info)
-    assert s.merge_keys == _kube_merge_keys(s.schema_name)
-    assert s.merge_keys["metadata.ownerReferences"] == "uid" and s.merge_keys["metadata.finalizers"] == ""
+    name = schemas.definition_for(info.group, info.version, info.kind)
+    merge_keys = schemas.merge_keys(name)
+    assert merge_keys == _kube_merge_keys(name)
+    assert merge_keys["metadata.ownerReferences"] == "uid" and merge_keys["metadata.finalizers"] == ""
 
 
 async def test_strategic_merge_patch_merges_by_the_definitions_keys(api):

@@ -3,7 +3,8 @@ import base64
 import pytest
 
 from services.apis.install import new_catalogue
-from services.apis.strategies import base64_error, strategy_for
+from services.apis.strategies import base64_error
+from services.apiserver.registry.rest import strategy_for
 from services.common import errors
 
 CATALOGUE = new_catalogue()
