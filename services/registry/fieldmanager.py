@@ -25,6 +25,7 @@ import orjson
 
 from services.apiserver.conversion import PathTranslator
 from services.apiserver.registry.rest import now_rfc3339
+from services.apiserver.registry.store import APPLY, UPDATE
 from services.apiserver.resource import ResourceInfo
 from services.common import errors
 
@@ -32,7 +33,6 @@ from . import typed
 from .typed import Path
 
 Obj = dict[str, Any]
-APPLY, UPDATE = "Apply", "Update"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 KUBECTL = "kubectl"
 MAX_LAST_APPLIED = 256 * 1024

@@ -6,11 +6,11 @@ from __future__ import annotations
 from services.apis.authentication import TOKEN_REQUEST
 from services.apis.strategies.reviews import TokenRequestStrategy
 from services.apiserver import validation as v
+from services.apiserver.registry.scope import Obj, Scope, ensure_namespace
+from services.apiserver.registry.store import Store
 from services.common import errors
 
 from .auth import AuthClient
-from .generic.store import Store
-from .rest import Obj, Scope, ensure_namespace
 
 TOKEN_REQUEST_STRATEGY = TokenRequestStrategy(TOKEN_REQUEST)
 

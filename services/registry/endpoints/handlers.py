@@ -24,6 +24,8 @@ from services.apiserver import printers
 from services.apiserver import validation as v
 from services.apiserver.catalogue import Catalogue
 from services.apiserver.registry.rest import Strategy, now_rfc3339, strategy_for
+from services.apiserver.registry.scope import Obj, Scope, ValidateFunc, ensure_namespace, options_invalid
+from services.apiserver.registry.store import Store
 from services.apiserver.resource import ResourceInfo
 from services.common import envelope, errors
 from services.common.decoding import parse_int64
@@ -36,9 +38,7 @@ from .. import patch as patches
 from ..admission import Admission, AdmissionClient, options_json
 from ..auth import AuthClient
 from ..escalation import check_escalation
-from ..generic.store import Store
 from ..ipallocator import DEFAULT_SERVICE_CIDR, ClusterIPAllocator
-from ..rest import Obj, Scope, ValidateFunc, ensure_namespace, options_invalid
 from ..reviews import Reviews
 from ..storage_client import StorageClient
 from . import lists
@@ -91,7 +91,7 @@ class Handlers:
                  auth: AuthClient | None = None, service_cluster_ip_range: str = DEFAULT_SERVICE_CIDR) -> None:
         self.catalogue = catalogue
         self.store = store               # the storage client: lists and watches read it directly
-        self.generic = Store(store, catalogue)  # kube's generic Store (the writes) of the kinds without hooks
+        self.generic = Store(store, self._manage_fields)  # kube's generic Store: the writes of kinds without hooks
         self.admission = admission
         self.auth = auth
         self.decoder = Decoder(catalogue)
@@ -131,6 +131,12 @@ class Handlers:
     def strategy(self, info: ResourceInfo) -> Strategy:
         return self.storage(info).strategy
 
+    def _manage_fields(self, r: Scope, obj: Obj, old: Obj | None) -> None:
+        """The field manager's record of an Update (the Store's ManageFields): what r's manager changed, other
+        versions' entries read through the kind's conversions."""
+        fieldmanager.for_resource(r.schema_name, r.info, self.catalogue.field_paths(r.info)).update(
+            old, obj, r.update_manager, r.req.subresource)
+
     def rest(self, r: Request) -> Store:
         """The Store of the request's kind."""
         return self.storage(r.info).store
@@ -143,7 +149,7 @@ class Handlers:
     def _service_storage(self, storage: KindStorage) -> KindStorage:
         """A Service's Store claims its ClusterIP (kube's Service REST storage with its allocators)."""
         allocators = ServiceAllocators(ClusterIPAllocator(self.store, self.service_cluster_ip_range))
-        return replace(storage, store=Store(self.store, self.catalogue, allocators.begin_create,
+        return replace(storage, store=Store(self.store, self._manage_fields, allocators.begin_create,
                                             allocators.begin_update, allocators.after_delete))
 
     def _service_account_storage(self, storage: KindStorage) -> KindStorage:

@@ -15,13 +15,12 @@ from services.apis.strategies.reviews import TokenRequestStrategy
 from services.apiserver import validation as v
 from services.apiserver.catalogue import Catalogue
 from services.apiserver.registry.rest import Strategy
+from services.apiserver.registry.scope import Obj, options_invalid
 from services.apiserver.resource import ResourceInfo
 from services.common import errors
 from services.common.decoding import loads_json, loads_json_fields, parse_int64
 from services.common.errors import BadRequest
 from services.common.selectors import FieldSelector
-
-from ..rest import Obj, options_invalid
 
 # Larger bodies are decoded in a thread (see Decoder.decode).
 INLINE_DECODE_BYTES = 64 * 1024

@@ -74,7 +74,7 @@ async def test_already_exists(api):
 
 
 async def test_generate_name_retries(api, storage, monkeypatch):
-    from services.registry.generic import store as h
+    from services.apiserver.registry import store as h
     names = iter(["x-aaaaa", "x-aaaaa", "x-bbbbb"])
     monkeypatch.setattr(h, "generate_name", lambda base: next(names))
     body = cm(name="", generateName="x-")
@@ -84,7 +84,7 @@ async def test_generate_name_retries(api, storage, monkeypatch):
 
 
 def test_generate_name_alphabet():
-    from services.registry.generic.store import NAME_ALPHABET, generate_name
+    from services.apiserver.registry.store import NAME_ALPHABET, generate_name
     n = generate_name("a" * 70)
     assert len(n) == 63 and all(c in NAME_ALPHABET for c in n[-5:])
 

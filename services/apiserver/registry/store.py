@@ -1,9 +1,9 @@
 """kube's registry/generic Store: create, guaranteed update, delete and delete collection of any kind, with
-name generation, system fields, the strategy's rules and managedFields, over the storage client.
+name generation, system fields and the strategy's rules, over a storage client (Storage).
 
-Admission and the checks after the strategy's validation arrive as function arguments (rest.AdmitFunc,
-rest.ValidateFunc), as kube's handlers pass rest.ValidateObjectFunc: this module imports nothing from
-the endpoints. Each write serializes its object once: the envelope that validation sees is the one
+Admission and the checks after the strategy's validation arrive as function arguments (scope.AdmitFunc,
+scope.ValidateFunc), as kube's handlers pass rest.ValidateObjectFunc, and so does the field manager's record
+of an Update (ManageFields): this module imports nothing from the endpoints nor from a service. Each write serializes its object once: the envelope that validation sees is the one
 storage writes and the answer is rendered from.
 """
 from __future__ import annotations
@@ -13,16 +13,14 @@ import logging
 import random
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from apiary_pb import envelope_pb2 as pb
-from services.apiserver.catalogue import Catalogue
-from services.apiserver.registry.rest import now_rfc3339
-from services.apiserver.resource import ResourceInfo
 from services.common import envelope, errors
 
-from .. import fieldmanager
-from ..rest import AdmitFunc, Obj, Scope, ValidateFunc, ensure_namespace, invalid
-from ..storage_client import StorageClient
+from ..resource import ResourceInfo
+from .rest import now_rfc3339
+from .scope import AdmitFunc, Obj, Scope, ValidateFunc, ensure_namespace, invalid
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +79,31 @@ def deletion_finalizers(opts: Obj, finalizers: list[str], default_policy: str) -
     return out
 
 
+# managedFields' operations (the field manager's): an Update records what it changed, an Apply was merged
+APPLY, UPDATE = "Apply", "Update"
+Timing = dict[str, float]
+
+
+class Storage(Protocol):
+    """What the Store needs of storage (kube's storage.Interface): the registry's storage client."""
+
+    async def get(self, info: ResourceInfo, namespace: str, name: str, resource_version: str = "",
+                  timing: Timing | None = None) -> pb.Object: ...
+
+    async def create(self, info: ResourceInfo, obj: pb.Object, timing: Timing | None = None) -> pb.Object: ...
+
+    async def update(self, info: ResourceInfo, obj: pb.Object, expected_resource_version: str,
+                     timing: Timing | None = None) -> pb.Object: ...
+
+    async def delete(self, info: ResourceInfo, namespace: str, name: str, uid: str = "",
+                     resource_version: str = "", timing: Timing | None = None) -> pb.Object: ...
+
+    async def list_all(self, info: ResourceInfo, prefix: str, label_selector: str = "",
+                       field_selector: str = "") -> list[pb.Object]: ...
+
+
+# The field manager's record of an Update: (scope, the object, the current object or None on create).
+ManageFields = Callable[[Scope, Obj, Obj | None], None]
 # A hook's finish(success): called once the write it came before succeeded or failed.
 Finish = Callable[[bool], Awaitable[None]]
 BeginCreate = Callable[[Obj, bool], Awaitable[Finish | None]]  # (object, dry run)
@@ -97,10 +120,10 @@ class Store:
     """One kind's Store. Its hooks are kube's: set by the kind's storage when it claims something besides the
     object itself (a Service's ClusterIP), None for most kinds."""
 
-    def __init__(self, storage: StorageClient, catalogue: Catalogue, begin_create: BeginCreate | None = None,
+    def __init__(self, storage: Storage, manage_fields: ManageFields, begin_create: BeginCreate | None = None,
                  begin_update: BeginUpdate | None = None, after_delete: AfterDelete | None = None) -> None:
         self.storage = storage
-        self.catalogue = catalogue  # the versions sharing a kind's storage, for managedFields
+        self.manage_fields = manage_fields
         # BeginCreate: after validation, before the write; may claim what the object needs and return a
         # finish(success), called once the write succeeded or failed
         self.begin_create = begin_create
@@ -125,8 +148,7 @@ class Store:
 
     # Create ------------------------------------------------------------------------------
 
-    async def create(self, r: Scope, obj: Obj, validate: ValidateFunc, operation: str = fieldmanager.UPDATE
-                     ) -> pb.Object:
+    async def create(self, r: Scope, obj: Obj, validate: ValidateFunc, operation: str = UPDATE) -> pb.Object:
         """(after mutating admission) PrepareForCreate, name, system fields -> Validate -> validate -> write."""
         meta = obj.setdefault("metadata", {})
         claimed_version = meta.get("resourceVersion")
@@ -179,14 +201,13 @@ class Store:
 
     def _manage_fields(self, r: Scope, obj: Obj, old: Obj | None, operation: str) -> None:
         """An Update records what it changed; an Apply's fields were settled when it merged (patch)."""
-        if operation == fieldmanager.UPDATE:
-            fieldmanager.for_resource(r.schema_name, r.info, self.catalogue.field_paths(r.info)).update(
-                old, obj, r.update_manager, r.req.subresource)
+        if operation == UPDATE:
+            self.manage_fields(r, obj, old)
 
     # Update --------------------------------------------------------------------------------
 
     async def update(self, r: Scope, transform: Callable[[Obj], Obj], admit: AdmitFunc, validate: ValidateFunc,
-                     operation: str = fieldmanager.UPDATE) -> tuple[int, pb.Object]:
+                     operation: str = UPDATE) -> tuple[int, pb.Object]:
         """GuaranteedUpdate: read, transform, admit, validate, CAS write; retry on a storage conflict unless
         the caller pinned the resourceVersion."""
         info, name = r.info, r.req.name

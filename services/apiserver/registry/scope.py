@@ -1,6 +1,6 @@
-"""What the endpoints and the generic store share (k8s.io/apiserver registry/rest): the request scope a
-verb runs in, the admission and validation hooks a handler passes down to the store, and the object
-rules both apply.
+"""What the endpoints and the generic store share (k8s.io/apiserver's RequestScope and registry/rest): the
+request scope a verb runs in, the admission and validation hooks a handler passes down to the store, and the
+object rules both apply.
 
 It sits below both: the store takes behaviour as function arguments (kube's rest.ValidateObjectFunc)
 instead of reaching up into the handlers, so neither imports the other's module.
@@ -13,10 +13,11 @@ from typing import Any, Protocol
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from services.apiserver import validation as v
-from services.apiserver.registry.rest import Strategy
 from services.apiserver.resource import ResourceInfo
 from services.common import errors
 from services.common.errors import BadRequest
+
+from .rest import Strategy
 
 Obj = dict[str, Any]
 
