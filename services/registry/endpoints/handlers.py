@@ -108,6 +108,7 @@ class Handlers:
             "get": self.get, "list": self.list, "create": self.create, "update": self.update,
             "patch": self.patch, "delete": self.delete, "deletecollection": self.delete_collection,
         }
+        catalogue.subscribe(self._catalogue_changed)
 
     # Entry point ---------------------------------------------------------------
 
@@ -127,6 +128,11 @@ class Handlers:
                                              "patch": self.patch_scale}
         install = self.installers.get((info.group, info.plural))
         return storage if install is None else install(storage)
+
+    def _catalogue_changed(self, catalogue: Catalogue) -> None:
+        """A kind no longer served keeps no storage."""
+        served = set(catalogue.resources)
+        self._storage = {info: s for info, s in self._storage.items() if info in served}
 
     def strategy(self, info: ResourceInfo) -> Strategy:
         return self.storage(info).strategy

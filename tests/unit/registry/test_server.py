@@ -70,6 +70,7 @@ async def test_discovery_follows_the_catalogue(storage, admission, auth):
     assert "scheduling.k8s.io" not in [i["metadata"]["name"] for i in orjson.loads(d.aggregated_groups)["items"]]
     with pytest.raises(errors.NotFound):
         await handlers.handle(request("get", "priorityclasses", "", "system-node-critical"))
+    assert priorityclasses not in handlers._storage
     catalogue.add(GroupVersion("scheduling.k8s.io", "v1", 16600, 15, (priorityclasses,)))
     d = await servicer.Discovery(rpb.DiscoveryRequest(), None)  # type: ignore[arg-type]
     assert "scheduling.k8s.io/v1" in d.resource_lists and "apis/scheduling.k8s.io/v1" in d.openapi
