@@ -14,7 +14,7 @@ K8S_PROTOS := $(wildcard proto/k8s/k8s_pb/*.proto)
 GNOSTIC_GEN := gnostic_pb/.gen-stamp
 GNOSTIC_PROTOS := $(wildcard proto/gnostic/gnostic_pb/*.proto)
 # Kubernetes 1.33's OpenAPI definitions (from the kubernetes-validate package), as the registry publishes them.
-SCHEMAS := services/registry/schemas.json
+SCHEMAS := services/apis/schemas.json
 
 .PHONY: all setup run observe dashboards images stop status test unit integration e2e bench lint clean
 

@@ -92,8 +92,8 @@ def build(base: str | None = None) -> None:
     for gen in ("apiary_pb", "k8s_pb", "gnostic_pb"):
         if not (ROOT / gen).is_dir():
             raise SystemExit(f"{gen}/ is missing: run `make setup` first")
-    if not (ROOT / "services" / "registry" / "schemas.json").is_file():
-        raise SystemExit("services/registry/schemas.json is missing: run `make setup` first")
+    if not (ROOT / "services" / "apis" / "schemas.json").is_file():
+        raise SystemExit("services/apis/schemas.json is missing: run `make setup` first")
     base = base or base_image()
     wheelhouse()
     etcd_binary()

@@ -1,4 +1,4 @@
-"""Generate services/registry/schemas.json: Kubernetes 1.33's own OpenAPI definitions, in the shape
+"""Generate services/apis/schemas.json: Kubernetes 1.33's own OpenAPI definitions, in the shape
 kube-apiserver publishes them in /openapi/v3 (`make setup` runs this; the output is never committed).
 
 The source is the `kubernetes-validate` package, which ships kube's swagger definitions of each release
@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "services" / "registry" / "schemas.json"
+OUT = ROOT / "services" / "apis" / "schemas.json"
 KUBE_VERSION = "v1.33.0"
 # Kinds apiary serves that KUBE_VERSION's definitions lack, from the release that has them: the later
 # versions of MutatingAdmissionPolicy (v1beta1 from 1.34, v1 from 1.36; the same fields as v1alpha1).

@@ -6,12 +6,15 @@ import argparse
 from apiary_pb import admission_pb2_grpc as adgrpc
 from apiary_pb import auth_pb2_grpc as authgrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apis.install import new_catalogue
+from services.apiserver.catalogue import Catalogue
 from services.apiserver.fielderrors import ConfigError
 from services.common import config, runtime
 
 from . import authz
 from .chain import Chain
 from .configfile import load_admission_configuration
+from .plugin import WantsCatalogue
 from .plugins import enabled_plugins, factory_for
 from .plugins.default_toleration_seconds import DEFAULT_SECONDS, NOT_READY_KEY, UNREACHABLE_KEY
 from .server import AdmissionServicer
@@ -55,17 +58,25 @@ def resolve_plugins(args: argparse.Namespace) -> tuple[list[str], dict]:
     return names, configs
 
 
-def build_chain(names: list[str], configs: dict, registry: rgrpc.RegistryStub | None) -> Chain:
-    return Chain([factory_for(n)(configs.get(n), registry) for n in names])
+def build_chain(names: list[str], configs: dict, registry: rgrpc.RegistryStub | None,
+                catalogue: Catalogue) -> Chain:
+    """The plugins, each given the server's catalogue when it asks for it (set_catalogue: kube's plug-in
+    initializer handing its RESTMapper to the plug-ins that want one)."""
+    plugins = [factory_for(n)(configs.get(n), registry) for n in names]
+    for plugin in plugins:
+        if isinstance(plugin, WantsCatalogue):
+            plugin.set_catalogue(catalogue)
+    return Chain(plugins)
 
 
 async def assemble(service: runtime.Service) -> str:
     args = service.args
     names, configs = resolve_plugins(args)
     authz.configure(authgrpc.AuthStub(service.channel(args.auth_address)))
-    chain = build_chain(names, configs, rgrpc.RegistryStub(service.channel(args.registry_address)))
+    catalogue = new_catalogue()
+    chain = build_chain(names, configs, rgrpc.RegistryStub(service.channel(args.registry_address)), catalogue)
     service.component(chain.start, chain.stop)
-    adgrpc.add_AdmissionServicer_to_server(AdmissionServicer(chain), service.grpc_server())
+    adgrpc.add_AdmissionServicer_to_server(AdmissionServicer(chain, catalogue), service.grpc_server())
 
     async def plugins_ready() -> bool:
         return not chain.not_ready()

@@ -12,10 +12,9 @@ import orjson
 
 from apiary_pb import admission_pb2 as adpb
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.catalogue import Catalogue
+from services.apiserver.resource import ResourceInfo, convert_object
 from services.common.envelope import from_envelope, to_envelope
-from services.registry.catalogue import DEFAULT_CATALOGUE
-from services.registry.conversion import convert_object, equivalents
-from services.registry.resources import ResourceInfo
 
 from .reinvocation import ReinvocationContext
 
@@ -23,8 +22,9 @@ CREATE, UPDATE, DELETE, CONNECT = "CREATE", "UPDATE", "DELETE", "CONNECT"
 
 
 class Attributes:
-    def __init__(self, request: adpb.AdmissionRequest) -> None:
+    def __init__(self, request: adpb.AdmissionRequest, catalogue: Catalogue) -> None:
         self.request = request
+        self.catalogue = catalogue  # the served kinds: their versions and groups sharing one storage
         self.warnings: list[str] = []
         # Audit annotations of the request (key -> value), as kube's admission.Attributes.AddAnnotation.
         self.audit_annotations: dict[str, str] = {}
@@ -188,7 +188,7 @@ def in_version(a: Attributes, target: ResourceInfo | None) -> Attributes:
     """a as an extension matched in target's version sees it (a itself when target is None: an exact match)."""
     if target is None:
         return a
-    source = DEFAULT_CATALOGUE.lookup(a.group, a.version, a.resource)
+    source = a.catalogue.lookup(a.group, a.version, a.resource)
     if source is None:
         return a
     return VersionedAttributes(a, source, target)  # type: ignore[return-value]
@@ -197,7 +197,8 @@ def in_version(a: Attributes, target: ResourceInfo | None) -> Attributes:
 def equivalent_resources(a: Attributes) -> tuple[ResourceInfo, ...]:
     """The definitions of the other versions and groups sharing the request's storage (kube's
     EquivalentResourceMapper), in the catalogue's order."""
-    info = DEFAULT_CATALOGUE.lookup(a.group, a.version, a.resource)
+    info = a.catalogue.lookup(a.group, a.version, a.resource)
     if info is None:
         return ()
-    return tuple(o for o in equivalents(info)[1:] if not a.subresource or o.subresource(a.subresource) is not None)
+    return tuple(o for o in a.catalogue.equivalents(info)[1:]
+                 if not a.subresource or o.subresource(a.subresource) is not None)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.apiserver.resource import ResourceInfo
 from services.common.errors import APIError
 from services.common.selectors import LabelSelector, label_selector_from_dict
-from services.registry.resources import ResourceInfo
 
 from .attributes import Attributes, equivalent_resources
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from services.apiserver.catalogue import Catalogue
+
 from .attributes import CONNECT, CREATE, DELETE, UPDATE, Attributes
 
 ALL_OPERATIONS = frozenset({CREATE, UPDATE, DELETE, CONNECT})
@@ -43,6 +45,13 @@ class Plugin:
     def ready(self) -> bool:
         """Whether the plugin can decide yet (its caches are synced)."""
         return True
+
+
+@runtime_checkable
+class WantsCatalogue(Protocol):
+    """A plugin that reads the server's kinds (kube's WantsRESTMapper initializer)."""
+
+    def set_catalogue(self, catalogue: Catalogue) -> None: ...
 
 
 @runtime_checkable

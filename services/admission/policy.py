@@ -7,12 +7,12 @@ beyond what a selector needs)."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from services.apiserver.catalogue import Catalogue
 from services.common import cel
 from services.common.informer import Informer
 from services.common.selectors import label_selector_from_dict
@@ -56,16 +56,11 @@ class EvalError(Exception):
     pass
 
 
-@functools.cache
-def resource_for_kind(api_version: str, kind: str) -> tuple[str, str, str] | None:
+def resource_for_kind(catalogue: Catalogue, api_version: str, kind: str) -> tuple[str, str, str] | None:
     """(group, version, plural) of a served kind (the RESTMapper's role for paramKind)."""
-    from services.registry.resources import all_kinds  # the served kinds' definitions
-
     group, _, version = api_version.rpartition("/")
-    for info in all_kinds():
-        if info.group == group and info.version == version and info.kind == kind and not info.virtual:
-            return info.group, info.version, info.plural
-    return None
+    info = catalogue.lookup_kind(group, version, kind)
+    return None if info is None else (info.group, info.version, info.plural)
 
 
 class CompiledPolicy:
@@ -133,6 +128,8 @@ class PolicySource:
         self.bindings: Informer = informers.informer(GROUP, version, kind.lower() + "bindings")
         self.namespaces: Informer = informers.informer("", "v1", "namespaces")
         self.kind = kind
+        # the server's kinds (set_catalogue, as kube's plug-in initializer gives its RESTMapper): paramKind
+        self.catalogue = Catalogue()
         self._body_expressions = body_expressions
         self._compiled: dict[str, tuple[tuple[str, Any], CompiledPolicy]] = {}
         self._bindings: dict[str, tuple[str, Binding]] = {}
@@ -156,7 +153,8 @@ class PolicySource:
             return hit[1]
         cp = CompiledPolicy(policy, self._body_expressions)
         if cp.param_kind:  # start watching the params now, not at the first request that needs them
-            gvr = resource_for_kind(cp.param_kind.get("apiVersion", ""), cp.param_kind.get("kind", ""))
+            gvr = resource_for_kind(self.catalogue, cp.param_kind.get("apiVersion", ""),
+                                    cp.param_kind.get("kind", ""))
             if gvr is not None:
                 self.informers.informer(*gvr)
         self._compiled[meta.get("name", "")] = (version, cp)
@@ -201,7 +199,7 @@ class PolicySource:
         ref = b.param_ref
         if not ref:
             raise EvalError(f"policy '{cp.name}' has paramKind but binding '{b.name}' has no paramRef")
-        gvr = resource_for_kind(cp.param_kind.get("apiVersion", ""), cp.param_kind.get("kind", ""))
+        gvr = resource_for_kind(self.catalogue, cp.param_kind.get("apiVersion", ""), cp.param_kind.get("kind", ""))
         if gvr is None:
             raise EvalError(f"failed to find resource referenced by paramKind: "
                             f"'{cp.param_kind.get('apiVersion', '')}, Kind={cp.param_kind.get('kind', '')}'")

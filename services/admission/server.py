@@ -15,6 +15,7 @@ import grpc
 from apiary_pb import admission_pb2 as adpb
 from apiary_pb import admission_pb2_grpc as adgrpc
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.catalogue import Catalogue
 from services.common import grpcutil, mux
 from services.common.errors import APIError
 
@@ -23,8 +24,9 @@ from .chain import Chain
 
 
 class AdmissionServicer(adgrpc.AdmissionServicer):
-    def __init__(self, chain: Chain) -> None:
+    def __init__(self, chain: Chain, catalogue: Catalogue) -> None:
         self.chain = chain
+        self.catalogue = catalogue
         self._mux_methods = mux.unary_methods(
             self, {"Admit": adpb.AdmissionRequest, "Validate": adpb.AdmissionRequest})
 
@@ -37,7 +39,7 @@ class AdmissionServicer(adgrpc.AdmissionServicer):
     @grpcutil.api_method
     async def Admit(self, request: adpb.AdmissionRequest,
                     context: grpc.aio.ServicerContext) -> adpb.AdmissionResponse:
-        a = Attributes(request)
+        a = Attributes(request, self.catalogue)
         try:
             await self.chain.admit(a)
         except APIError as e:
@@ -49,7 +51,7 @@ class AdmissionServicer(adgrpc.AdmissionServicer):
     @grpcutil.api_method
     async def Validate(self, request: adpb.AdmissionRequest,
                        context: grpc.aio.ServicerContext) -> adpb.AdmissionResponse:
-        a = Attributes(request)
+        a = Attributes(request, self.catalogue)
         try:
             await self.chain.validate(a)
         except APIError as e:

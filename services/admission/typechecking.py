@@ -7,7 +7,6 @@ as kube). A field the schema does not have is kube's "undefined field" warning; 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import re
 from typing import Any
@@ -16,6 +15,7 @@ import orjson
 
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.catalogue import Catalogue
 from services.common import grpcutil
 from services.common.errors import APIError
 from services.common.identity import APISERVER
@@ -25,14 +25,12 @@ Obj = dict[str, Any]
 _PATH = re.compile(r"(?<![\w.])(object|oldObject)((?:\.[A-Za-z_]\w*)+)")
 
 
-@functools.cache
-def _kinds() -> dict[tuple[str, str, str], tuple[str, str]]:
+def _kinds(catalogue: Catalogue) -> dict[tuple[str, str, str], tuple[str, str]]:
     """(group, version, plural) -> (kind, definition name)."""
-    from services.registry import schemas
-    from services.registry.resources import all_kinds
+    from services.apis import schemas  # on first use: most admission servers never type-check
 
     out = {}
-    for info in all_kinds():
+    for info in catalogue.kinds():
         try:
             out[(info.group, info.version, info.plural)] = (info.kind, schemas.definition_for(
                 info.group, info.version, info.kind))
@@ -41,21 +39,22 @@ def _kinds() -> dict[tuple[str, str, str], tuple[str, str]]:
     return out
 
 
-def checked_kinds(policy: Obj) -> list[tuple[str, str]]:
+def checked_kinds(policy: Obj, catalogue: Catalogue) -> list[tuple[str, str]]:
     """(gvk text, definition) of each kind the resourceRules name exactly."""
+    kinds = _kinds(catalogue)
     out = []
     for rule in ((policy.get("spec") or {}).get("matchConstraints") or {}).get("resourceRules") or []:
         for g in rule.get("apiGroups") or []:
             for v in rule.get("apiVersions") or []:
                 for r in rule.get("resources") or []:
-                    hit = _kinds().get((g, v, r))
+                    hit = kinds.get((g, v, r))
                     if hit and "*" not in (g, v, r):
                         out.append((f"{g}/{v}, Kind={hit[0]}", hit[1]))
     return out
 
 
 def _undefined_field(expression: str, definition: str) -> str | None:
-    from services.registry import schemas
+    from services.apis import schemas
 
     for m in _PATH.finditer(expression):
         schema = schemas.ALL[definition]
@@ -88,9 +87,9 @@ def _expressions(spec: Obj) -> list[tuple[str, str]]:
     return out
 
 
-def type_check(policy: Obj) -> list[Obj]:
+def type_check(policy: Obj, catalogue: Catalogue) -> list[Obj]:
     """status.typeChecking.expressionWarnings."""
-    kinds = checked_kinds(policy)
+    kinds = checked_kinds(policy, catalogue)
     warnings = []
     for ref, expression in _expressions(policy.get("spec") or {}):
         found = [f"{gvk}: {err}" for gvk, d in kinds if (err := _undefined_field(expression, d))]
@@ -105,6 +104,7 @@ class TypeChecker:
     def __init__(self, registry: rgrpc.RegistryStub | None, version: str, plural: str) -> None:
         self.registry = registry
         self.version, self.plural = version, plural
+        self.catalogue = Catalogue()  # the server's kinds, given by set_catalogue
         self._tasks: set[asyncio.Task[None]] = set()
 
     def on_event(self, event: str, obj: Obj, old: Obj | None) -> None:
@@ -121,7 +121,7 @@ class TypeChecker:
         assert self.registry is not None
         body = dict(obj)
         body["status"] = {**(obj.get("status") or {}), "observedGeneration": obj["metadata"].get("generation"),
-                          "typeChecking": {"expressionWarnings": type_check(obj)}}
+                          "typeChecking": {"expressionWarnings": type_check(obj, self.catalogue)}}
         if not body["status"]["typeChecking"]["expressionWarnings"]:
             body["status"]["typeChecking"] = {}
         req = rpb.APIRequest(verb="update", group="admissionregistration.k8s.io", version=self.version,

@@ -2,7 +2,7 @@
 
 Typed clients (kubectl 1.32+) send their bodies as protobuf, and client-go's controllers ask for
 protobuf answers first; the rest of apiary speaks JSON, so the proxy converts here, in both directions,
-for the kinds whose definition in services/registry/resources names a message (KINDS; their Lists are
+for the kinds whose definition in services/apis names a message (KINDS; their Lists are
 the message of the same name + "List"), and for meta.v1's Status, WatchEvent and PartialObjectMetadata.
 
 The wire form is the 4 magic bytes b"k8s\\x00" and a runtime.Unknown whose raw field holds the typed
@@ -41,19 +41,20 @@ from k8s_pb import (  # noqa: F401
 )
 from k8s_pb import meta_v1_pb2 as meta_v1
 from k8s_pb import runtime_pb2 as runtime
+from services.apis.install import GROUP_VERSIONS
 from services.common.decoding import loads_json
 from services.common.errors import BadRequest, InternalError, UnsupportedMediaType
-from services.registry.resources import all_kinds
 
 MAGIC = b"k8s\x00"
 
 
 def _kinds() -> dict[tuple[str, str], type[Message]]:
-    """(apiVersion, kind) -> message class of the object in Unknown.raw, for every kind whose definition
-    (services/registry/resources) names its protobuf message."""
+    """(apiVersion, kind) -> message class of the object in Unknown.raw, for every built-in kind whose definition
+    (services/apis) names its protobuf message: kube's scheme registers the compiled-in types only (a kind added
+    at run time, as a CustomResourceDefinition's, has no protobuf form)."""
     pool = descriptor_pool.Default()
     return {(r.api_version, r.kind): message_factory.GetMessageClass(pool.FindMessageTypeByName(r.protobuf))
-            for r in all_kinds() if r.protobuf}
+            for gv in GROUP_VERSIONS for r in gv.resources + gv.kinds if r.protobuf}
 
 
 KINDS = _kinds()

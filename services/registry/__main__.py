@@ -11,17 +11,16 @@ from apiary_pb import auth_pb2_grpc as augrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
 from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
+from services.apis.install import new_catalogue
 from services.common import config, errors, grpcutil, runtime
 
 from .admission import AdmissionClient
 from .auth import AuthClient
 from .bootstrap import bootstrap
-from .catalogue import DEFAULT_CATALOGUE
 from .endpoints.handlers import Handlers
 from .ipallocator import DEFAULT_SERVICE_CIDR
 from .server import RegistryServicer
 from .storage_client import StorageClient
-from .strategies import StrategyOptions
 
 log = logging.getLogger("services.registry")
 
@@ -62,18 +61,19 @@ async def assemble(service: runtime.Service) -> str:
     args = service.args
     store = StorageClient(sgrpc.StorageStub(service.channel(args.storage_address)), args.storage_timeout,
                           grpcutil.target(args.storage_address).replicas)
+    catalogue = new_catalogue()
     # --auth-address: RBAC escalation checks, the access and token reviews, TokenRequest.
-    handlers = Handlers(DEFAULT_CATALOGUE, store,
+    handlers = Handlers(catalogue, store,
                         AdmissionClient(agrpc.AdmissionStub(service.channel(args.admission_address)),
                                         args.admission_timeout, grpcutil.target(args.admission_address).replicas),
                         AuthClient(augrpc.AuthStub(service.channel(args.auth_address)), args.auth_timeout),
-                        StrategyOptions(service_cluster_ip_range=args.service_cluster_ip_range))
+                        args.service_cluster_ip_range)
     rgrpc.add_RegistryServicer_to_server(RegistryServicer(handlers), service.grpc_server())
 
     bootstrapped = asyncio.Event()
 
     async def storage_ready() -> bool:
-        namespaces = DEFAULT_CATALOGUE.lookup("", "v1", "namespaces")
+        namespaces = catalogue.lookup("", "v1", "namespaces")
         assert namespaces is not None
         await store.list(namespaces, spb.ListRequest(prefix=namespaces.key_prefix, limit=1))
         return True

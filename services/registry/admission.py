@@ -1,6 +1,6 @@
 """The registry's side of admission: the admission service's client, and the mutating (Admit) and
-validating (Validate) phases as a handler passes them down to the generic store (rest.AdmitFunc,
-rest.ValidateFunc).
+validating (Validate) phases as a handler passes them down to the generic store (scope.AdmitFunc,
+scope.ValidateFunc).
 
 Admit sends the object once and gets back a JSON Patch (or nothing), not the object again; the old
 object and the validating phase's object are the envelopes the store already holds (storage's answer,
@@ -18,11 +18,10 @@ from apiary_pb import admission_pb2 as apb
 from apiary_pb import admission_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
 from services.apiserver import patch as patches
+from services.apiserver.registry.scope import Obj, Scope
+from services.apiserver.resource import ResourceInfo
 from services.common import envelope, mux
 from services.common.errors import APIError
-
-from .catalogue import ResourceInfo
-from .rest import Obj, Scope
 
 ADMISSION_DURATION = Histogram(
     "apiary_registry_admission_call_duration_seconds", "Time the registry waits on the admission service.",

@@ -10,9 +10,8 @@ from prometheus_client import Histogram
 from apiary_pb import auth_pb2 as aupb
 from apiary_pb import auth_pb2_grpc as augrpc
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.resource import ResourceInfo
 from services.common import auditid, grpcutil
-
-from .catalogue import ResourceInfo
 
 AUTH_DURATION = Histogram(
     "apiary_registry_auth_call_duration_seconds", "Time the registry waits on the auth service.",

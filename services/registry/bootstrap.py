@@ -7,12 +7,12 @@ import logging
 from typing import Any
 
 from apiary_pb import registry_pb2 as rpb
+from services.apis.strategies.scheduling import SYSTEM_PRIORITY_CLASSES
+from services.apiserver.catalogue import Catalogue
 from services.common import errors, identity
 
-from .catalogue import GROUP_PRIORITIES, Catalogue
 from .endpoints.handlers import Handlers
 from .endpoints.request import Request
-from .strategies.scheduling import SYSTEM_PRIORITY_CLASSES
 
 log = logging.getLogger(__name__)
 
@@ -20,8 +20,8 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 AUTOMANAGED_LABEL = "kube-aggregator.kubernetes.io/automanaged"
 
 
-def local_apiservice(group: str, version: str) -> dict[str, Any]:
-    gp, vp = GROUP_PRIORITIES.get((group, version), (1000, 15))
+def local_apiservice(catalogue: Catalogue, group: str, version: str) -> dict[str, Any]:
+    gp, vp = catalogue.priorities().get((group, version), (1000, 15))
     return {
         "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
         "metadata": {"name": f"{version}.{group}", "labels": {AUTOMANAGED_LABEL: "onstart"}},
@@ -49,4 +49,5 @@ async def bootstrap(handlers: Handlers, catalogue: Catalogue) -> None:
     for pc in SYSTEM_PRIORITY_CLASSES:
         await _ensure(handlers, "scheduling.k8s.io", "v1", "priorityclasses", copy.deepcopy(pc))
     for group, version in catalogue.group_versions():
-        await _ensure(handlers, "apiregistration.k8s.io", "v1", "apiservices", local_apiservice(group, version))
+        await _ensure(handlers, "apiregistration.k8s.io", "v1", "apiservices",
+                      local_apiservice(catalogue, group, version))

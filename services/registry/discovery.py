@@ -5,7 +5,8 @@ from typing import Any
 
 import orjson
 
-from .catalogue import GROUP_PRIORITIES, Catalogue, ResourceInfo
+from services.apiserver.catalogue import Catalogue
+from services.apiserver.resource import ResourceInfo
 
 Obj = dict[str, Any]
 
@@ -35,12 +36,13 @@ def _aggregated_resource(r: ResourceInfo) -> Obj:
 def _ordered_groups(catalogue: Catalogue) -> list[tuple[str, list[str]]]:
     """Groups with their versions, by kube-aggregator's priorities (highest first)."""
     groups: dict[str, list[str]] = {}
+    priorities = catalogue.priorities()
     for g, ver in catalogue.group_versions():
         groups.setdefault(g, []).append(ver)
     for g, versions in groups.items():
-        versions.sort(key=lambda ver: -GROUP_PRIORITIES.get((g, ver), (0, 0))[1])
+        versions.sort(key=lambda ver: -priorities.get((g, ver), (0, 0))[1])
     return sorted(groups.items(),
-                  key=lambda item: (-max(GROUP_PRIORITIES.get((item[0], ver), (0, 0))[0] for ver in item[1]),
+                  key=lambda item: (-max(priorities.get((item[0], ver), (0, 0))[0] for ver in item[1]),
                                     item[0]))
 
 
@@ -97,7 +99,7 @@ def resource_list(catalogue: Catalogue, group: str, version: str) -> Obj:
 
 
 def documents(catalogue: Catalogue) -> dict[str, Any]:
-    """Every discovery document, encoded once at start (the catalogue does not change at run time)."""
+    """Every discovery document, encoded once for each version of the catalogue."""
     return {
         "aggregated_core": orjson.dumps(aggregated(catalogue, core=True)),
         "aggregated_groups": orjson.dumps(aggregated(catalogue, core=False)),

@@ -3,10 +3,10 @@ unless the caller may escalate or bind (the auth service decides). Dry-run write
 from __future__ import annotations
 
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.registry.scope import Obj, Scope
 from services.common import envelope, errors, identity
 
 from .auth import AuthClient
-from .rest import Obj, Scope
 
 _GC_FIELDS = ("ownerReferences", "finalizers", "selfLink", "managedFields", "resourceVersion")
 

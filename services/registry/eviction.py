@@ -24,10 +24,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from services.apis.strategies.workload import selector_matches
+from services.apiserver.registry.rest import now_rfc3339
 from services.common import errors
-
-from .strategies import now_rfc3339
-from .strategies.workload import selector_matches
 
 Obj = dict[str, Any]
 MAX_DISRUPTED_POD_SIZE = 2000

@@ -23,16 +23,16 @@ from typing import Any
 
 import orjson
 
+from services.apiserver.conversion import PathTranslator
+from services.apiserver.registry.rest import now_rfc3339
+from services.apiserver.registry.store import APPLY, UPDATE
+from services.apiserver.resource import ResourceInfo
 from services.common import errors
 
 from . import typed
-from .conversion import PathTranslator, field_paths
-from .resources import ResourceInfo
-from .strategies import now_rfc3339
 from .typed import Path
 
 Obj = dict[str, Any]
-APPLY, UPDATE = "Apply", "Update"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 KUBECTL = "kubectl"
 MAX_LAST_APPLIED = 256 * 1024
@@ -288,9 +288,10 @@ def for_kind(schema_name: str, api_version: str, paths: PathTranslator | None = 
     return FieldManager(schema_name, api_version, paths)
 
 
-def for_resource(schema_name: str, info: ResourceInfo) -> FieldManager:
-    """The field manager of a request to info (its version, and the other versions' entries translated)."""
-    return FieldManager(schema_name, info.api_version, field_paths(info))
+def for_resource(schema_name: str, info: ResourceInfo, paths: PathTranslator | None) -> FieldManager:
+    """The field manager of a request to info (its version, and the other versions' entries translated by
+    paths, the catalogue's field_paths(info))."""
+    return FieldManager(schema_name, info.api_version, paths)
 
 
 def _named(paths: set[Path]) -> set[Path]:

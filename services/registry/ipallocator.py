@@ -17,9 +17,9 @@ from collections.abc import Callable
 import orjson
 
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.resource import ResourceInfo
 from services.common import errors
 
-from .resources import ResourceInfo
 from .storage_client import StorageClient as Store
 
 log = logging.getLogger(__name__)

@@ -1,13 +1,13 @@
 """OpenAPI v3 documents, one per group-version, as kube-apiserver serves /openapi/v3/<path>: paths from the
-resource definitions (resources/), schemas from Kubernetes' own definitions (schemas.py)."""
+resource definitions (services/apis), schemas from Kubernetes' own definitions (services/apis/schemas.py)."""
 from __future__ import annotations
 
 from typing import Any
 
 import orjson
 
-from . import schemas
-from .catalogue import Catalogue, ResourceInfo
+from services.apis import schemas
+from services.apiserver.catalogue import Catalogue, ResourceInfo
 
 Obj = dict[str, Any]
 

@@ -3,15 +3,16 @@ authorization review storages and serviceaccount's TokenREST): TokenReview, Self
 access reviews, and TokenRequest. The handler decodes the body; these take the object as decoded."""
 from __future__ import annotations
 
+from services.apis.authentication import TOKEN_REQUEST
+from services.apis.strategies.reviews import TokenRequestStrategy
+from services.apiserver import validation as v
+from services.apiserver.registry.scope import Obj, Scope, ensure_namespace
+from services.apiserver.registry.store import Store
 from services.common import errors
 
-from . import validation as v
 from .auth import AuthClient
-from .generic.store import Store
-from .rest import Obj, Scope, ensure_namespace
-from .strategies.reviews import TOKEN_REQUEST, TokenRequestStrategy
 
-TOKEN_REQUEST_STRATEGY = TokenRequestStrategy()
+TOKEN_REQUEST_STRATEGY = TokenRequestStrategy(TOKEN_REQUEST)
 
 
 class Reviews:

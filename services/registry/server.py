@@ -12,11 +12,11 @@ from prometheus_client import Counter, Histogram
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.catalogue import Catalogue
 from services.common import auditid, errors, grpcutil, mux, watchmux
 from services.common.protowire import bytes_field
 
 from . import discovery, openapi, watch
-from .catalogue import Catalogue
 from .endpoints.handlers import Handlers
 
 REQUEST_DURATION = Histogram(
@@ -50,7 +50,12 @@ class RegistryServicer(rgrpc.RegistryServicer):
     def __init__(self, handlers: Handlers) -> None:
         self.handlers = handlers
         self._discovery = discovery_response(handlers.catalogue)
+        handlers.catalogue.subscribe(self._catalogue_changed)
         self._mux_methods = {"Handle": (rpb.APIRequest, self._handle)}
+
+    def _catalogue_changed(self, catalogue: Catalogue) -> None:
+        """Discovery and OpenAPI are encoded once per version of the catalogue."""
+        self._discovery = discovery_response(catalogue)
 
     @grpcutil.api_method
     async def Handle(self, request: rpb.APIRequest, context: grpc.aio.ServicerContext) -> rpb.APIResponse:

@@ -11,9 +11,8 @@ from prometheus_client import Histogram
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
+from services.apiserver.resource import ResourceInfo
 from services.common import errors, mux, watchmux
-
-from .resources import ResourceInfo
 
 STORAGE_DURATION = Histogram(
     "apiary_registry_storage_call_duration_seconds", "Time the registry waits on the storage service.",

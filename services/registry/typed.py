@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from . import schemas
+from services.apis import schemas
 
 Path = tuple[str, ...]
 Schema = dict[str, Any]

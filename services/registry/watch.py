@@ -8,9 +8,9 @@ import orjson
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import storage_pb2 as spb
+from services.apiserver import printers
 from services.common import envelope, errors
 
-from . import printers
 from .endpoints.handlers import Handlers
 from .endpoints.request import check_list_options
 
@@ -73,6 +73,7 @@ class Plan:
             timeout_seconds=_timeout(q.get("timeoutSeconds", "")),
         )
         self.info, self.table = info, req.table
+        self.convertor = handlers.catalogue.convertor(info.group, info.plural)
         self.include = q.get("includeObject", "Metadata")
         self.kind, self.api_version = info.kind, info.api_version
         self._first_table = True
@@ -95,8 +96,7 @@ class Plan:
         if not obj.kind:
             obj.kind, obj.api_version = self.kind, self.api_version
         if self.table and ev.type != "BOOKMARK":
-            info = self.info
-            t = printers.table(info.group, info.plural, [obj], {"resourceVersion": obj.metadata.resource_version},
+            t = printers.table(self.convertor, [obj], {"resourceVersion": obj.metadata.resource_version},
                                self.include, with_columns=self._first_table)
             self._first_table = False
             return head + orjson.dumps(t) + b"}", False

@@ -11,11 +11,13 @@ import json
 from typing import Any
 
 import pytest
-from gnostic_pb import openapi_v2_pb2 as oa
 
-from services.registry.catalogue import DEFAULT_CATALOGUE
-from services.registry.resources.authentication import TOKEN_REQUEST
+from gnostic_pb import openapi_v2_pb2 as oa
+from services.apis.authentication import TOKEN_REQUEST
+from services.apis.install import new_catalogue
 from tools import kube_definitions
+
+CATALOGUE = new_catalogue()
 
 pytestmark = pytest.mark.stack
 NS = "kube-definitions-e2e"
@@ -53,7 +55,7 @@ def test_openapi_v3_and_v2_publish_kubes_definition_of_every_served_kind(admin):
     docs: dict[str, Any] = {}
     # TokenRequest is published with serviceaccounts/token, in the core group's document
     for info, key in [*((r, f"apis/{r.group}/{r.version}" if r.group else f"api/{r.version}")
-                        for r in DEFAULT_CATALOGUE.resources), (TOKEN_REQUEST, "api/v1")]:
+                        for r in CATALOGUE.resources), (TOKEN_REQUEST, "api/v1")]:
         if key not in docs:
             docs[key] = admin.get(root[key]["serverRelativeURL"]).json()["components"]["schemas"]
         name = _definition(info.group, info.version, info.kind)

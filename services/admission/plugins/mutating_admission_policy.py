@@ -16,6 +16,7 @@ from typing import Any
 import jsonpatch
 
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.catalogue import Catalogue
 from services.common import cel
 from services.common.errors import APIError, forbidden
 
@@ -75,6 +76,10 @@ class MutatingAdmissionPolicy(Plugin):
     def __init__(self, informers: InformerFactory) -> None:
         self.informers = informers
         self.source = PolicySource(informers, "v1", "MutatingAdmissionPolicy", body_expressions)
+
+    def set_catalogue(self, catalogue: Catalogue) -> None:
+        """The server's kinds: paramKind (kube's plug-in initializer gives a RESTMapper)."""
+        self.source.catalogue = catalogue
 
     async def start(self) -> None:
         self.informers.start()

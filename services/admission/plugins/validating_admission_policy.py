@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.catalogue import Catalogue
 from services.common.errors import APIError, forbidden
 
 from .. import authz
@@ -114,6 +115,10 @@ class ValidatingAdmissionPolicy(Plugin):
         self.source = PolicySource(informers, "v1", "ValidatingAdmissionPolicy", body_expressions)
         self.checker = TypeChecker(informers.registry, "v1", "validatingadmissionpolicies")
         self.source.policies.add_handler(self.checker.on_event)
+
+    def set_catalogue(self, catalogue: Catalogue) -> None:
+        """The server's kinds: paramKind and type checking (kube's plug-in initializer gives a RESTMapper)."""
+        self.source.catalogue = self.checker.catalogue = catalogue
 
     async def start(self) -> None:
         self.informers.start()

@@ -23,13 +23,13 @@ import orjson
 from prometheus_client import Counter, Histogram
 
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.resource import ResourceInfo
 from services.common import cel
 from services.common.errors import APIError, BadRequest, InternalError
 from services.common.identity import user_dict
 from services.common.informer import Informer
 from services.common.metrics import KubeCounter
 from services.common.serviceresolver import ServiceResolver
-from services.registry.resources import ResourceInfo
 
 from .. import authz
 from ..attributes import Attributes, in_version

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from services.apiserver.resource import ResourceInfo
 from services.common import cel
 from services.common.errors import BadRequest
 from services.common.selectors import LabelSelector, label_selector_from_dict
-from services.registry.resources import ResourceInfo
 
 from ..attributes import Attributes, equivalent_resources
 from ..policy import Needs

@@ -9,33 +9,38 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
 
 import orjson
 
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import storage_pb2 as spb
+from services.apis import schemas
+from services.apis.strategies.pods import BINDING, EVICTION
+from services.apis.strategies.services import ServiceAllocators
+from services.apis.strategies.workload import SCALE
 from services.apiserver import patch as patches
+from services.apiserver import printers
+from services.apiserver import validation as v
+from services.apiserver.catalogue import Catalogue
+from services.apiserver.registry.rest import Strategy, now_rfc3339, strategy_for
+from services.apiserver.registry.scope import Obj, Scope, ValidateFunc, ensure_namespace, options_invalid
+from services.apiserver.registry.store import Store
+from services.apiserver.resource import ResourceInfo
 from services.common import envelope, errors
 from services.common.decoding import parse_int64
 from services.common.errors import BadRequest
 from services.common.identity import APISERVER
 
 from .. import eviction as eviction_rules
-from .. import fieldmanager, printers
-from .. import validation as v
+from .. import fieldmanager
 from ..admission import Admission, AdmissionClient, options_json
 from ..auth import AuthClient
-from ..catalogue import Catalogue
 from ..escalation import check_escalation
-from ..generic.store import Store
-from ..resources import ResourceInfo
-from ..rest import Obj, Scope, ValidateFunc, ensure_namespace, options_invalid
+from ..ipallocator import DEFAULT_SERVICE_CIDR, ClusterIPAllocator
 from ..reviews import Reviews
 from ..storage_client import StorageClient
-from ..strategies import Strategy, StrategyOptions, now_rfc3339, strategy_for
-from ..strategies.pods import BINDING, EVICTION
-from ..strategies.workload import SCALE
 from . import lists
 from .request import (
     INLINE_DECODE_BYTES,
@@ -67,38 +72,109 @@ EVICTION_ATTEMPTS = 20
 SUCCESS_CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
 
+Verb = Callable[[Request], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class KindStorage:
+    """One kind's storage, assembled at install: its strategy, its Store (with the kind's hooks) and the
+    subresources served by REST objects of their own (kube's storage map: "pods/binding": BindingREST), each
+    a map of verbs; the others (status, finalize, ephemeralcontainers) are the kind's own verbs under its
+    subresource strategy."""
+    strategy: Strategy
+    store: Store
+    subresources: dict[str, dict[str, Verb]] = field(default_factory=dict)
+
+
 class Handlers:
     def __init__(self, catalogue: Catalogue, store: StorageClient, admission: AdmissionClient | None,
-                 auth: AuthClient | None = None, options: StrategyOptions = StrategyOptions()) -> None:
+                 auth: AuthClient | None = None, service_cluster_ip_range: str = DEFAULT_SERVICE_CIDR) -> None:
         self.catalogue = catalogue
         self.store = store               # the storage client: lists and watches read it directly
-        self.rest = Store(store)         # kube's generic Store: the writes
+        self.generic = Store(store, self._manage_fields)  # kube's generic Store: the writes of kinds without hooks
         self.admission = admission
         self.auth = auth
         self.decoder = Decoder(catalogue)
-        self.reviews = Reviews(auth, self.rest)
-        self._strategies = {r: strategy_for(r, options) for r in catalogue.resources}
+        self.reviews = Reviews(auth, self.generic)
+        self.service_cluster_ip_range = service_cluster_ip_range
+        self._storage: dict[ResourceInfo, KindStorage] = {}
+        # the kinds whose storage is more than their strategy over the generic Store, by group and resource
+        self.installers: dict[tuple[str, str], Callable[[KindStorage], KindStorage]] = {
+            ("", "pods"): self._pod_storage,
+            ("", "services"): self._service_storage,
+            ("", "serviceaccounts"): self._service_account_storage,
+        }
+        self.verbs: dict[str, Verb] = {
+            "get": self.get, "list": self.list, "create": self.create, "update": self.update,
+            "patch": self.patch, "delete": self.delete, "deletecollection": self.delete_collection,
+        }
+        catalogue.subscribe(self._catalogue_changed)
 
     # Entry point ---------------------------------------------------------------
 
+    def storage(self, info: ResourceInfo) -> KindStorage:
+        """The kind's storage, assembled on first use (the catalogue may grow while the server runs)."""
+        storage = self._storage.get(info)
+        if storage is None:
+            storage = self._storage[info] = self._install(info)
+        return storage
+
+    def _install(self, info: ResourceInfo) -> KindStorage:
+        """The kind's strategy over the generic Store, /scale served for every kind whose definition lists
+        it (kube's ScaleREST), then what the kind's own installer adds."""
+        storage = KindStorage(strategy_for(info), self.generic)
+        if info.subresource("scale") is not None:
+            storage.subresources["scale"] = {"get": self.get_scale, "update": self.update_scale,
+                                             "patch": self.patch_scale}
+        install = self.installers.get((info.group, info.plural))
+        return storage if install is None else install(storage)
+
+    def _catalogue_changed(self, catalogue: Catalogue) -> None:
+        """A kind no longer served keeps no storage."""
+        served = set(catalogue.resources)
+        self._storage = {info: s for info, s in self._storage.items() if info in served}
+
+    def strategy(self, info: ResourceInfo) -> Strategy:
+        return self.storage(info).strategy
+
+    def _manage_fields(self, r: Scope, obj: Obj, old: Obj | None) -> None:
+        """The field manager's record of an Update (the Store's ManageFields): what r's manager changed, other
+        versions' entries read through the kind's conversions."""
+        fieldmanager.for_resource(r.schema_name, r.info, self.catalogue.field_paths(r.info)).update(
+            old, obj, r.update_manager, r.req.subresource)
+
+    def rest(self, r: Request) -> Store:
+        """The Store of the request's kind."""
+        return self.storage(r.info).store
+
+    def _pod_storage(self, storage: KindStorage) -> KindStorage:
+        """pods/binding and pods/eviction (kube's BindingREST and EvictionREST)."""
+        return replace(storage, subresources={**storage.subresources, "binding": {"create": self.bind},
+                                              "eviction": {"create": self.evict}})
+
+    def _service_storage(self, storage: KindStorage) -> KindStorage:
+        """A Service's Store claims its ClusterIP (kube's Service REST storage with its allocators)."""
+        allocators = ServiceAllocators(ClusterIPAllocator(self.store, self.service_cluster_ip_range))
+        return replace(storage, store=Store(self.store, self._manage_fields, allocators.begin_create,
+                                            allocators.begin_update, allocators.after_delete))
+
+    def _service_account_storage(self, storage: KindStorage) -> KindStorage:
+        """serviceaccounts/token (kube's TokenREST)."""
+        return replace(storage, subresources={**storage.subresources, "token": {"create": self.token_request}})
+
     def request(self, req: rpb.APIRequest, verb: str) -> Request:
-        return resolve(self.catalogue, self._strategies, req, verb)
+        return resolve(self.catalogue, self.strategy, req, verb)
 
     async def handle(self, req: rpb.APIRequest) -> tuple[Response, dict[str, float]]:
         verb = req.verb
         r = self.request(req, verb)
-        fn: Callable[[Request], Awaitable[Response]] | None = {
-            "get": self.get, "list": self.list, "create": self.create, "update": self.update,
-            "patch": self.patch, "delete": self.delete, "deletecollection": self.delete_collection,
-        }.get(verb)
+        fn: Verb | None = self.verbs.get(verb)
         if r.info.virtual:
             fn = self.review if verb == "create" else None
-        elif req.subresource == "token" and r.info.kind == "ServiceAccount" and not r.info.group:
-            fn = self.token_request if verb == "create" else None
-        elif req.subresource == "scale":
-            fn = {"get": self.get_scale, "update": self.update_scale, "patch": self.patch_scale}.get(verb)
-        elif req.subresource in ("binding", "eviction") and r.info.kind == "Pod" and not r.info.group:
-            fn = (self.bind if req.subresource == "binding" else self.evict) if verb == "create" else None
+        elif req.subresource:
+            own = self.storage(r.info).subresources.get(req.subresource)
+            if own is not None:
+                fn = own.get(verb)
         if fn is None:
             raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
         check_options(r, verb)
@@ -129,9 +205,9 @@ class Handlers:
     # Reads -----------------------------------------------------------------------
 
     async def get(self, r: Request) -> Response:
-        env = await self.rest.get(r, r.req.name, r.query.get("resourceVersion", ""))
+        env = await self.rest(r).get(r, r.req.name, r.query.get("resourceVersion", ""))
         if r.req.table:
-            t = printers.table(r.info.group, r.info.plural, [env],
+            t = printers.table(self.catalogue.convertor(r.info.group, r.info.plural), [env],
                                {"resourceVersion": env.metadata.resource_version},
                                r.query.get("includeObject", "Metadata"))
             return Response(200, orjson.dumps(t))
@@ -158,7 +234,7 @@ class Handlers:
             items = list(resp.items)
             if not r.req.table:
                 return Response(200, lists.from_envelopes(info, lists.list_meta(resp), items))
-            t = printers.table(info.group, info.plural, items, lists.list_meta(resp),
+            t = printers.table(self.catalogue.convertor(info.group, info.plural), items, lists.list_meta(resp),
                                r.query.get("includeObject", "Metadata"))
             return Response(200, orjson.dumps(t))
         # Storage answers with the items' JSON, rendered once per object version in its watch cache.
@@ -188,7 +264,7 @@ class Handlers:
         ensure_namespace(r, obj)
         admission = self._admission("CREATE", options_json(r, "CreateOptions"))
         obj = await admission.admit(r, obj["metadata"].get("name") or "", obj, None) or obj
-        return await self.rest.create(r, obj, self._validation(admission), operation)
+        return await self.rest(r).create(r, obj, self._validation(admission), operation)
 
     # Update and patch ------------------------------------------------------------------
 
@@ -197,7 +273,7 @@ class Handlers:
         # a patch is admitted with UpdateOptions, as kube's patchToUpdateOptions gives its admission attributes
         options = options_json(r, "UpdateOptions")
         admission = self._admission("UPDATE", options)
-        return await self.rest.update(r, transform, admission.admit, self._validation(admission), operation)
+        return await self.rest(r).update(r, transform, admission.admit, self._validation(admission), operation)
 
     async def update(self, r: Request) -> Response:
         obj = await self.decoder.decode(r, r.req.body)
@@ -227,8 +303,8 @@ class Handlers:
             doc = patches.decode_patch(body, ptype)
         else:
             doc = await asyncio.to_thread(patches.decode_patch, body, ptype)
-        merge_keys = r.strategy.merge_keys
-        manager = fieldmanager.for_resource(r.strategy.schema_name, r.info)
+        schema_name = r.schema_name
+        manager = fieldmanager.for_resource(schema_name, r.info, self.catalogue.field_paths(r.info))
         force = r.query.get("force") == "true"
         applied: Obj | None = None
         if ptype == patches.APPLY_PATCH:
@@ -253,7 +329,8 @@ class Handlers:
             elif ptype == patches.MERGE_PATCH:
                 new = patches.apply_merge_patch(current, doc)
             elif ptype == patches.STRATEGIC_MERGE_PATCH:
-                new = patches.apply_strategic_merge_patch(current, doc, merge_keys, r.strategy.replaced_fields)
+                new = patches.apply_strategic_merge_patch(current, doc, schemas.merge_keys(schema_name),
+                                                          schemas.replaced_fields(schema_name))
             else:
                 assert applied is not None
                 new = manager.apply(current, applied, r.field_manager, r.req.subresource, force)
@@ -289,7 +366,7 @@ class Handlers:
 
     async def delete(self, r: Request) -> Response:
         opts, admission = self._delete_admission(r)
-        env = await self.rest.delete(r, r.req.name, opts, admission.admit, self._validation(admission))
+        env = await self.rest(r).delete(r, r.req.name, opts, admission.admit, self._validation(admission))
         if env.metadata.deletion_timestamp or r.info.return_deleted_object:
             # still there, marked for deletion (finalizers pending): kube answers the object
             return Response(200, envelope.to_json(env))
@@ -297,14 +374,14 @@ class Handlers:
 
     async def delete_collection(self, r: Request) -> Response:
         opts, admission = self._delete_admission(r)
-        deleted = await self.rest.delete_collection(r, opts, r.query.get("labelSelector", ""), r.field_selector,
+        deleted = await self.rest(r).delete_collection(r, opts, r.query.get("labelSelector", ""), r.field_selector,
                                                     admission.admit, self._validation(admission))
         return Response(200, lists.from_envelopes(r.info, {"resourceVersion": ""}, deleted))
 
     # Scale (autoscaling/v1, read from and written into the parent's spec.replicas) ----------------
 
     async def get_scale(self, r: Request) -> Response:
-        env = await self.rest.get(r, r.req.name, r.query.get("resourceVersion", ""))
+        env = await self.rest(r).get(r, r.req.name, r.query.get("resourceVersion", ""))
         return Response(200, orjson.dumps(r.strategy.to_scale(envelope.from_envelope(env))))
 
     async def _write_scale(self, r: Request, scale_of: Callable[[Obj], Obj]) -> Response:
@@ -405,7 +482,7 @@ class Handlers:
         pinned = bool((opts.get("preconditions") or {}).get("resourceVersion"))
 
         async def delete(options: Obj) -> Response:
-            await self.rest.delete(r, r.req.name, options, admission.admit, self._validation(admission))
+            await self.rest(r).delete(r, r.req.name, options, admission.admit, self._validation(admission))
             return Response(201, orjson.dumps(SUCCESS_CREATED))
 
         def at_version(pod: Obj) -> Obj:
@@ -413,7 +490,7 @@ class Handlers:
             return {**opts, "preconditions": pre}
 
         for attempt in range(EVICTION_ATTEMPTS):
-            pod = envelope.from_envelope(await self.rest.get(r, r.req.name))
+            pod = envelope.from_envelope(await self.rest(r).get(r, r.req.name))
             if not eviction_rules.can_ignore_budget(pod):
                 break
             try:

@@ -15,9 +15,8 @@ import orjson
 
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
+from services.apiserver.resource import ResourceInfo
 from services.common import envelope
-
-from ..catalogue import ResourceInfo
 
 Obj = dict[str, Any]
 _END = b"]}"

@@ -9,17 +9,18 @@ from decimal import Decimal
 from typing import Any
 
 from apiary_pb import registry_pb2 as rpb
+from services.apis import schemas
+from services.apis.authentication import TOKEN_REQUEST
+from services.apis.strategies.reviews import TokenRequestStrategy
+from services.apiserver import validation as v
+from services.apiserver.catalogue import Catalogue
+from services.apiserver.registry.rest import Strategy
+from services.apiserver.registry.scope import Obj, options_invalid
+from services.apiserver.resource import ResourceInfo
 from services.common import errors
 from services.common.decoding import loads_json, loads_json_fields, parse_int64
 from services.common.errors import BadRequest
 from services.common.selectors import FieldSelector
-
-from .. import schemas
-from .. import validation as v
-from ..catalogue import Catalogue, ResourceInfo
-from ..rest import Obj, options_invalid
-from ..strategies import Strategy
-from ..strategies.reviews import TOKEN_REQUEST, TokenRequestStrategy
 
 # Larger bodies are decoded in a thread (see Decoder.decode).
 INLINE_DECODE_BYTES = 64 * 1024
@@ -55,6 +56,11 @@ class Request:
     @property
     def query(self) -> Any:
         return self.req.query
+
+    @property
+    def schema_name(self) -> str:
+        """The kind's definition among Kubernetes' own (schemas.json), by its group, version and kind."""
+        return schemas.definition_for(self.info.group, self.info.version, self.info.kind)
 
     @property
     def namespace(self) -> str:
@@ -105,16 +111,17 @@ class Request:
 
     def as_token_request(self) -> Request:
         """serviceaccounts/<name>/token: the body is a TokenRequest, never admitted."""
-        return Request(self.req, TOKEN_REQUEST, TokenRequestStrategy(), self.timing, self.warnings, admit=False)
+        return Request(self.req, TOKEN_REQUEST, TokenRequestStrategy(TOKEN_REQUEST), self.timing, self.warnings,
+                       admit=False)
 
 
-def resolve(catalogue: Catalogue, strategies: dict[ResourceInfo, Strategy], req: rpb.APIRequest,
+def resolve(catalogue: Catalogue, strategy_of: Callable[[ResourceInfo], Strategy], req: rpb.APIRequest,
             verb: str) -> Request:
     """The resource, subresource and strategy a request names; 404 or 405 as kube's routes answer."""
     info = catalogue.lookup(req.group, req.version, req.resource)
     if info is None:
         raise errors.NotFound(NOT_FOUND_MESSAGE)
-    strategy = strategies[info]
+    strategy = strategy_of(info)
     if req.subresource:
         sub = info.subresource(req.subresource)
         if sub is None:
@@ -272,7 +279,7 @@ class Decoder:
         obj["apiVersion"], obj["kind"] = info.api_version, info.kind
         if obj.get("metadata") is None:
             obj["metadata"] = {}
-        unknown, type_error = schemas.check(obj, r.strategy.schema_name, info.kind)
+        unknown, type_error = schemas.check(obj, r.schema_name, info.kind)
         if type_error:
             raise r.strategy.cannot_handle(type_error)
         if unknown or duplicates:

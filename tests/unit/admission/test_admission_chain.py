@@ -13,9 +13,12 @@ from services.admission.configfile import load_admission_configuration
 from services.admission.plugin import Plugin
 from services.admission.plugins import enabled_plugins
 from services.admission.server import AdmissionServicer
+from services.apis.install import new_catalogue
 from services.apiserver.fielderrors import ConfigError
 from services.common.envelope import from_envelope, to_envelope
 from services.common.errors import Forbidden
+
+CATALOGUE = new_catalogue()
 
 
 class AddLabel(Plugin):
@@ -48,7 +51,7 @@ def cm_request(op: str = "CREATE") -> Attributes:
     r = adpb.AdmissionRequest(operation=op, attributes=pb.RequestAttributes(
         api_version="v1", resource="configmaps", namespace="a", name="cm"))
     r.object.CopyFrom(to_envelope({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}))
-    return Attributes(r)
+    return Attributes(r, CATALOGUE)
 
 
 async def test_mutating_then_validating() -> None:
@@ -72,7 +75,7 @@ async def test_mutating_then_validating() -> None:
 
 async def test_admit_answers_a_patch_not_the_object() -> None:
     """The servicer answers a mutation as a JSON Patch against the request's object."""
-    servicer = AdmissionServicer(Chain([AddLabel([])]))
+    servicer = AdmissionServicer(Chain([AddLabel([])]), CATALOGUE)
     req = cm_request().request
     resp = await servicer.Admit(req, None)
     assert orjson.loads(resp.patch) == [{"op": "add", "path": "/metadata/labels", "value": {"added": "yes"}}]
@@ -107,7 +110,7 @@ def test_flags_and_chain_build() -> None:
                                                 "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,LimitRanger,ServiceAccount,"
                                                     "Priority,DefaultTolerationSeconds"]))
     assert names == ["NamespaceLifecycle"] and configs == {}
-    chain = build_chain(names, configs, registry=object())  # the informer is created, not started
+    chain = build_chain(names, configs, registry=object(), catalogue=CATALOGUE)  # the informer is created, not started
     assert [p.name for p in chain.mutating] == ["NamespaceLifecycle"]
     assert chain.not_ready() == ["NamespaceLifecycle"]
     with pytest.raises(SystemExit):
@@ -182,7 +185,7 @@ def request(resource: str, subresource: str = "", op: str = "CREATE") -> Attribu
     r = adpb.AdmissionRequest(operation=op, attributes=pb.RequestAttributes(
         api_version="v1", resource=resource, subresource=subresource, namespace="a", name="x"))
     r.object.CopyFrom(to_envelope({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}}))
-    return Attributes(r)
+    return Attributes(r, CATALOGUE)
 
 
 async def test_the_chain_asks_only_the_plugins_a_request_concerns() -> None:

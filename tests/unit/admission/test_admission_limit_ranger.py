@@ -13,8 +13,11 @@ from services.admission.chain import Chain
 from services.admission.informers import InformerFactory
 from services.admission.plugins import ORDER
 from services.admission.plugins.limit_ranger import LimitRanger
+from services.apis.install import new_catalogue
 from services.common.envelope import to_envelope
 from services.common.errors import Forbidden
+
+CATALOGUE = new_catalogue()
 
 NS = "team"
 
@@ -35,7 +38,7 @@ def attributes(obj: dict, resource: str = "pods") -> Attributes:
     r = adpb.AdmissionRequest(operation="CREATE", attributes=pb.RequestAttributes(
         api_version="v1", resource=resource, namespace=NS, name="p"))
     r.object.CopyFrom(to_envelope(obj))
-    return Attributes(r)
+    return Attributes(r, CATALOGUE)
 
 
 def plugin(*ranges: dict) -> LimitRanger:
@@ -92,7 +95,7 @@ async def test_other_namespaces_and_resources_are_left_alone():
     r = adpb.AdmissionRequest(operation="CREATE", attributes=pb.RequestAttributes(
         api_version="v1", resource="pods", namespace="other", name="p"))
     r.object.CopyFrom(to_envelope(elsewhere))
-    a = Attributes(r)
+    a = Attributes(r, CATALOGUE)
     await p.admit(a)
     assert "resources" not in a.object["spec"]["containers"][0]
 

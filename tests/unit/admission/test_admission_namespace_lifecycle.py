@@ -10,8 +10,11 @@ from services.admission.attributes import Attributes
 from services.admission.chain import Chain
 from services.admission.plugins.namespace_lifecycle import NamespaceLifecycle
 from services.admission.server import AdmissionServicer
+from services.apis.install import new_catalogue
 from services.common.envelope import to_envelope
 from services.common.errors import Forbidden, InternalError, NotFound
+
+CATALOGUE = new_catalogue()
 
 
 def ns(name: str, phase: str = "Active", deleting: bool = False) -> dict[str, Any]:
@@ -52,7 +55,7 @@ def request(op: str, resource: str = "configmaps", namespace: str = "team", name
         api_group=group, api_version="v1", resource=resource, namespace=namespace, name=name))
     if obj is not None:
         r.object.CopyFrom(to_envelope(obj))
-    return Attributes(r)
+    return Attributes(r, CATALOGUE)
 
 
 def configmap(name: str = "cm", generate: bool = False) -> dict:
@@ -162,7 +165,7 @@ async def test_not_synced_and_live_lookup_failure() -> None:
 
 async def test_servicer_does_not_echo_the_object() -> None:
     """NamespaceLifecycle never mutates: Admit answers no patch, and neither phase sends the object back."""
-    servicer = AdmissionServicer(Chain([NamespaceLifecycle(FakeLister({"team": ns("team")}))]))
+    servicer = AdmissionServicer(Chain([NamespaceLifecycle(FakeLister({"team": ns("team")}))]), CATALOGUE)
     req = request("CREATE", obj=configmap()).request
     resp = await servicer.Admit(req, None)
     assert resp == adpb.AdmissionResponse(no_validators=True)

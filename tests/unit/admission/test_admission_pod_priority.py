@@ -13,8 +13,11 @@ from services.admission.chain import Chain
 from services.admission.plugins import ORDER, enabled_plugins, factory_for
 from services.admission.plugins.default_toleration_seconds import DefaultTolerationSeconds
 from services.admission.plugins.priority import Priority
+from services.apis.install import new_catalogue
 from services.common.envelope import to_envelope
 from services.common.errors import Forbidden
+
+CATALOGUE = new_catalogue()
 
 NS = "team"
 
@@ -38,7 +41,7 @@ def attributes(obj: dict, operation: str = "CREATE", old: dict | None = None, re
     r.object.CopyFrom(to_envelope(obj))
     if old is not None:
         r.old_object.CopyFrom(to_envelope(old))
-    return Attributes(r)
+    return Attributes(r, CATALOGUE)
 
 
 class _NoRegistry:

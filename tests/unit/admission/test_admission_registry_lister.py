@@ -14,10 +14,13 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from services.admission.__main__ import build_chain
 from services.admission.attributes import Attributes
 from services.admission.server import AdmissionServicer
+from services.apis.install import new_catalogue
 from services.common import grpcutil
 from services.common.envelope import to_envelope
 from services.common.errors import NotFound, not_found
 from tests.waiting import until
+
+CATALOGUE = new_catalogue()
 
 
 class FakeRegistry(rgrpc.RegistryServicer):
@@ -65,15 +68,15 @@ async def test_chain_with_registry_informer() -> None:
     rgrpc.add_RegistryServicer_to_server(fake, server)
     await server.start()
     channel = grpcutil.make_channel(None, address)
-    chain = build_chain(["NamespaceLifecycle"], {}, rgrpc.RegistryStub(channel))
+    chain = build_chain(["NamespaceLifecycle"], {}, rgrpc.RegistryStub(channel), CATALOGUE)
     try:
         await chain.start()
         await until(lambda: not chain.not_ready(), what="the chain ready")
-        servicer = AdmissionServicer(chain)
+        servicer = AdmissionServicer(chain, CATALOGUE)
         await servicer.Admit(create("default"), None)
         assert fake.gets == []                        # served from the informer's cache
         with pytest.raises(NotFound, match='namespaces "nope" not found'):
-            await chain.admit(Attributes(create("nope")))
+            await chain.admit(Attributes(create("nope"), CATALOGUE))
         assert fake.gets == ["nope"]                  # a live lookup before refusing
     finally:
         await chain.stop()

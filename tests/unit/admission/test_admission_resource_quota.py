@@ -15,8 +15,11 @@ from apiary_pb import registry_pb2 as rpb
 from services.admission.attributes import Attributes
 from services.admission.informers import InformerFactory
 from services.admission.plugins.resource_quota import ResourceQuota
+from services.apis.install import new_catalogue
 from services.common.envelope import to_envelope
 from services.common.errors import Forbidden
+
+CATALOGUE = new_catalogue()
 
 NS = "team"
 Obj = dict[str, Any]
@@ -76,7 +79,7 @@ def create(resource: str = "configmaps", name: str = "c", dry_run: bool = False)
         api_version="v1", resource=resource, namespace=NS, name=name))
     r.object.CopyFrom(to_envelope({"apiVersion": "v1", "kind": "ConfigMap",
                                    "metadata": {"name": name, "namespace": NS}}))
-    return Attributes(r)
+    return Attributes(r, CATALOGUE)
 
 
 async def test_a_quota_the_controller_has_not_synced_limits_nothing() -> None:

@@ -23,9 +23,12 @@ from services.admission.webhook.dispatcher import (
     rejection,
 )
 from services.admission.webhook.matching import rule_matches
+from services.apis.install import new_catalogue
 from services.common.envelope import to_envelope
 from services.common.errors import APIError
 from tools.fakeservers import AdmissionWebhook
+
+CATALOGUE = new_catalogue()
 
 
 def attrs(op: str = "CREATE", group: str = "", version: str = "v1", resource: str = "configmaps",
@@ -37,7 +40,7 @@ def attrs(op: str = "CREATE", group: str = "", version: str = "v1", resource: st
     if op != "DELETE":
         r.object.CopyFrom(to_envelope(obj or {"apiVersion": "v1", "kind": "ConfigMap",
                                               "metadata": {"name": name, "namespace": namespace}}))
-    return Attributes(r)
+    return Attributes(r, CATALOGUE)
 
 
 RULE = {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"],
@@ -228,6 +231,7 @@ SEES_ANNOTATION = ("Object{metadata: Object.metadata{labels: {'saw-hook': "
 
 def policy_plugin(reinvocation: str, expression: str = SEES_ANNOTATION) -> MutatingAdmissionPolicy:
     plugin = MutatingAdmissionPolicy(InformerFactory(object()))  # type: ignore[arg-type]  # filled by hand
+    plugin.set_catalogue(CATALOGUE)
     src = plugin.source
     src.policies.store = {"p": {"metadata": {"name": "p", "uid": "u1", "generation": 1}, "spec": {
         "matchConstraints": POLICY_RULES, "failurePolicy": "Fail", "reinvocationPolicy": reinvocation,
@@ -309,7 +313,7 @@ async def test_refusal_keeps_annotations_and_warnings(setup: Setup) -> None:
     def refuse(req: dict[str, Any]) -> dict[str, Any]:
         return {"allowed": False, "warnings": ["careful"], "auditAnnotations": {"why": "no"}}
     setup.hooks(False, setup.hook("refuse.hooks.test", setup.server(refuse)))
-    servicer = AdmissionServicer(Chain([ValidatingAdmissionWebhook(setup.sources)]))
+    servicer = AdmissionServicer(Chain([ValidatingAdmissionWebhook(setup.sources)]), CATALOGUE)
 
     class Context:
         async def abort(self, code: Any, message: str, trailing_metadata: Any = ()) -> None:
@@ -385,7 +389,7 @@ def events_v1_attrs() -> Attributes:
     r.object.CopyFrom(to_envelope({"apiVersion": "events.k8s.io/v1", "kind": "Event",
                                    "metadata": {"name": "e", "namespace": "a"}, "note": "it happened",
                                    "regarding": {"kind": "ConfigMap", "name": "c"}, "reason": "Tested"}))
-    return Attributes(r)
+    return Attributes(r, CATALOGUE)
 
 
 async def test_equivalent_webhook_is_called_in_its_version_and_its_patch_comes_back(setup: Setup) -> None:

@@ -12,9 +12,12 @@ from services.admission.attributes import Attributes
 from services.admission.matching import MatchResources, Rule
 from services.admission.policy import EvalError, Expression, Needs
 from services.admission.typechecking import type_check
+from services.apis.install import new_catalogue
 from services.common import cel, quantity
 from services.common.envelope import to_envelope
 from services.common.quota import keys_for, resource_of
+
+CATALOGUE = new_catalogue()
 
 
 def attrs(op: str = "CREATE", group: str = "", version: str = "v1", resource: str = "configmaps",
@@ -23,7 +26,7 @@ def attrs(op: str = "CREATE", group: str = "", version: str = "v1", resource: st
         api_group=group, api_version=version, resource=resource, subresource=sub, namespace=ns, name="x"))
     if obj is not None:
         req.object.CopyFrom(to_envelope(obj))
-    return Attributes(req)
+    return Attributes(req, CATALOGUE)
 
 
 @pytest.mark.parametrize("rule,a,want", [
@@ -105,7 +108,7 @@ def test_type_check_against_the_schema() -> None:
         {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"], "operations": ["*"]}]},
         "validations": [{"expression": "object.data.anything == 'x' && object.metadata.name != ''"},
                         {"expression": "object.spec.replicas > 1"}]}}
-    (w,) = type_check(policy)
+    (w,) = type_check(policy, CATALOGUE)
     assert w["fieldRef"] == "spec.validations[1].expression"
     assert w["warning"].startswith("/v1, Kind=ConfigMap: ERROR: <input>:1:7: undefined field 'spec'")
 

@@ -82,7 +82,7 @@ def test_too_many_json_patch_operations_is_413():
 
 
 def test_strategic_directives_from_the_schema():
-    from services.registry.schemas import definition_for, merge_keys
+    from services.apis.schemas import definition_for, merge_keys
     keys = merge_keys(definition_for("", "v1", "Service"))
     svc = {"spec": {"ports": [{"port": 80, "name": "a"}, {"port": 81, "name": "b"}], "selector": {"x": "1"}}}
     out = p.apply_strategic_merge_patch(svc, {"spec": {
@@ -101,7 +101,7 @@ def test_strategic_directives_from_the_schema():
 
 
 def test_patch_strategy_replace_from_the_schema():
-    from services.registry.schemas import definition_for, merge_keys, replaced_fields
+    from services.apis.schemas import definition_for, merge_keys, replaced_fields
     name = definition_for("policy", "v1", "PodDisruptionBudget")
     assert replaced_fields(name) == {"spec.selector"}
     doc = {"spec": {"selector": {"matchLabels": {"a": "1"}}, "minAvailable": 1}}

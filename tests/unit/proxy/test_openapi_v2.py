@@ -10,10 +10,12 @@ import yaml
 
 from apiary_pb import registry_pb2 as rpb
 from gnostic_pb import openapi_v2_pb2 as oa
+from services.apis.install import new_catalogue
 from services.apiserver import openapi_v2
 from services.proxy.discovery import Discovery
 from services.registry import openapi
-from services.registry.catalogue import DEFAULT_CATALOGUE
+
+CATALOGUE = new_catalogue()
 
 KUBECTL_ACCEPT = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
 CM = "io.k8s.api.core.v1.ConfigMap"
@@ -23,7 +25,7 @@ CM_ITEM = "/api/v1/namespaces/{namespace}/configmaps/{name}"
 
 @pytest.fixture(scope="module")
 def v3() -> dict[str, bytes]:
-    return openapi.documents(DEFAULT_CATALOGUE)
+    return openapi.documents(CATALOGUE)
 
 
 @pytest.fixture(scope="module")

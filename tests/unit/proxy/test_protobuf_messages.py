@@ -10,8 +10,8 @@ import orjson
 import pytest
 from google.protobuf import descriptor_pool, message_factory
 
+from services.apis.schemas import ALL, GVK, REF_PREFIX, definition_for
 from services.proxy.protobuf import ENCODABLE, decode_k8s_protobuf, encode_object
-from services.registry.schemas import ALL, GVK, REF_PREFIX, definition_for
 
 _SPECIAL: dict[str, Any] = {
     "io.k8s.apimachinery.pkg.apis.meta.v1.Time": "2024-01-02T03:04:05Z",

@@ -6,30 +6,21 @@ import orjson
 import pytest
 
 from apiary_pb import registry_pb2 as rpb
+from services.apis.install import new_catalogue
 from services.common import errors, identity
 from services.registry.admission import AdmissionClient
 from services.registry.auth import AuthClient
-from services.registry.catalogue import DEFAULT_CATALOGUE
 from services.registry.endpoints.handlers import Handlers
 from services.registry.storage_client import StorageClient
 
 from .fakes import FakeAdmission, FakeAuth, FakeStorage
 
-GROUPS = {
-    "apiservices": "apiregistration.k8s.io",
-    "endpointslices": "discovery.k8s.io",
-    **dict.fromkeys(("ingresses", "ingressclasses", "networkpolicies"), "networking.k8s.io"),
-    "poddisruptionbudgets": "policy",
-    "priorityclasses": "scheduling.k8s.io",
-    **dict.fromkeys(("storageclasses", "csidrivers"), "storage.k8s.io"),
-    **dict.fromkeys(("deployments", "replicasets", "statefulsets", "daemonsets"), "apps"),
-    **dict.fromkeys(("jobs", "cronjobs"), "batch"),
-    "leases": "coordination.k8s.io",
-    **dict.fromkeys(("roles", "clusterroles", "rolebindings", "clusterrolebindings"), "rbac.authorization.k8s.io"),
-    **dict.fromkeys(("tokenreviews", "selfsubjectreviews"), "authentication.k8s.io"),
-    **dict.fromkeys(("subjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews",
-                     "localsubjectaccessreviews"), "authorization.k8s.io"),
-}
+CATALOGUE = new_catalogue()
+
+# each resource's group (the first served, core first: "events" is core/v1's), as the catalogue serves it
+GROUPS: dict[str, str] = {}
+for _info in CATALOGUE.resources:
+    GROUPS.setdefault(_info.plural, _info.group)
 
 
 @pytest.fixture
@@ -49,7 +40,7 @@ def auth() -> FakeAuth:
 
 @pytest.fixture
 def handlers(storage: FakeStorage, admission: FakeAdmission, auth: FakeAuth) -> Handlers:
-    return Handlers(DEFAULT_CATALOGUE, StorageClient(storage), AdmissionClient(admission),  # type: ignore[arg-type]
+    return Handlers(CATALOGUE, StorageClient(storage), AdmissionClient(admission),  # type: ignore[arg-type]
                     AuthClient(auth))  # type: ignore[arg-type]
 
 

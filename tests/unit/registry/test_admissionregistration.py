@@ -5,14 +5,17 @@ from typing import Any
 
 import pytest
 
-from services.common.errors import BadRequest
-from services.registry.resources.admissionregistration import WEBHOOK_KINDS
-from services.registry.strategies.admissionregistration import (
+from services.apis.admissionregistration import WEBHOOK_KINDS
+from services.apis.install import new_catalogue
+from services.apis.strategies.admissionregistration import (
     MutatingWebhookConfigurationStrategy,
     ValidatingWebhookConfigurationStrategy,
 )
+from services.common.errors import BadRequest
 
 from .conftest import ADMIN, Client
+
+CATALOGUE = new_catalogue()
 
 MUTATING, VALIDATING = WEBHOOK_KINDS
 
@@ -125,10 +128,8 @@ async def test_mutating_policy_versions_share_one_storage(handlers: Any, storage
 
 
 def test_mutating_policy_versions_name_one_storage_version() -> None:
-    from services.registry.catalogue import DEFAULT_CATALOGUE
-
-    hashes = {DEFAULT_CATALOGUE.lookup(GROUP, v, p).storage_version_hash()  # type: ignore[union-attr]
+    hashes = {CATALOGUE.lookup(GROUP, v, p).storage_version_hash()  # type: ignore[union-attr]
               for v in ("v1", "v1beta1", "v1alpha1") for p in ("mutatingadmissionpolicies",)}
     assert len(hashes) == 1
-    assert DEFAULT_CATALOGUE.lookup(GROUP, "v1", "validatingadmissionpolicies").storage_version_hash() \
+    assert CATALOGUE.lookup(GROUP, "v1", "validatingadmissionpolicies").storage_version_hash() \
         not in hashes  # type: ignore[union-attr]

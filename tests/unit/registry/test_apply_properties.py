@@ -7,8 +7,8 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.apis.schemas import definition_for
 from services.registry import fieldmanager as fm
-from services.registry.schemas import definition_for
 
 RBAC = "rbac.authorization.k8s.io"
 MANAGERS = {kind: fm.FieldManager(definition_for(group, "v1", kind), f"{group}/v1" if group else "v1")
@@ -117,8 +117,8 @@ def test_role_rules_are_atomic(mine, theirs):
 @settings(max_examples=150, deadline=None)
 @given(ports, ports, st.lists(st.integers(1, 20), unique=True, max_size=3), names, names)
 def test_strategic_merge_patch_list_semantics(live_ports, patch_ports, deleted, finalizers, more):
+    from services.apis.schemas import merge_keys
     from services.apiserver import patch as p
-    from services.registry.schemas import merge_keys
     keys = merge_keys(definition_for("", "v1", "Service"))
     doc = {"metadata": {"finalizers": finalizers}, "spec": {"ports": live_ports}}
     ops = patch_ports + [{"port": d, "$patch": "delete"} for d in deleted if d not in {x["port"] for x in patch_ports}]

@@ -9,12 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apiary_pb import envelope_pb2 as pb
+from services.apis.install import new_catalogue
+from services.apis.strategies.events import CONVERSION as EVENTS
+from services.apis.strategies.events import TO_CORE
 from services.common import envelope, errors
-from services.registry.catalogue import DEFAULT_CATALOGUE
-from services.registry.strategies.events import CONVERSION as EVENTS
-from services.registry.strategies.events import TO_CORE
 
 from .conftest import ADMIN, Client
+
+CATALOGUE = new_catalogue()
 
 GROUP = "admissionregistration.k8s.io"
 Obj = dict[str, Any]
@@ -26,7 +28,7 @@ POLICY = {"metadata": {"name": "stamp"}, "spec": {
 
 
 def info(group: str, version: str, plural: str) -> Any:
-    found = DEFAULT_CATALOGUE.lookup(group, version, plural)
+    found = CATALOGUE.lookup(group, version, plural)
     assert found is not None
     return found
 

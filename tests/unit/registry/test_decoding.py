@@ -88,7 +88,7 @@ async def test_json_errors_are_the_registrys(api):
 
 
 def test_generic_store_imports_nothing_from_the_endpoints():
-    code = ("import sys, services.registry.generic.store\n"
-            "print(sorted(m for m in sys.modules if m.startswith('services.registry.endpoints')))")
+    code = ("import sys, services.apiserver.registry.store\n"
+            "print(sorted(m for m in sys.modules if m.startswith('services.registry')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -1,12 +1,15 @@
 import orjson
 
-from services.registry import discovery, openapi, schemas
-from services.registry.catalogue import DEFAULT_CATALOGUE
+from services.apis import schemas
+from services.apis.install import new_catalogue
+from services.registry import discovery, openapi
 from services.registry.server import discovery_response
+
+CATALOGUE = new_catalogue()
 
 
 def test_aggregated_core():
-    doc = discovery.aggregated(DEFAULT_CATALOGUE, core=True)
+    doc = discovery.aggregated(CATALOGUE, core=True)
     assert doc["kind"] == "APIGroupDiscoveryList" and doc["apiVersion"] == "apidiscovery.k8s.io/v2"
     (core,) = doc["items"]
     assert core["metadata"]["name"] == "" and core["versions"][0]["freshness"] == "Current"
@@ -30,7 +33,7 @@ def test_aggregated_core():
 
 
 def test_aggregated_groups_and_legacy():
-    doc = discovery.aggregated(DEFAULT_CATALOGUE, core=False)
+    doc = discovery.aggregated(CATALOGUE, core=False)
     # kube-aggregator's group priorities: apps 17800, events 17750, authentication 17700, authorization 17600,
     # apiregistration 17400, batch 17400, networking 17200, policy 17100, rbac 17000, storage 16800,
     # admissionregistration 16700, scheduling 16600, coordination 16500, discovery 16200.
@@ -44,7 +47,7 @@ def test_aggregated_groups_and_legacy():
     assert discovery.api_versions() == {
         "kind": "APIVersions", "versions": ["v1"],
         "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]}
-    rl = discovery.resource_list(DEFAULT_CATALOGUE, "", "v1")
+    rl = discovery.resource_list(CATALOGUE, "", "v1")
     assert rl["groupVersion"] == "v1" and rl["kind"] == "APIResourceList"
     names = [r["name"] for r in rl["resources"]]
     assert "namespaces/status" in names and "namespaces/finalize" in names
@@ -53,7 +56,7 @@ def test_aggregated_groups_and_legacy():
 
 
 def test_openapi_patch_ops_declare_field_validation_and_gvk():
-    docs = openapi.documents(DEFAULT_CATALOGUE)
+    docs = openapi.documents(CATALOGUE)
     assert set(docs) == {"api/v1", "apis/apiregistration.k8s.io/v1", "apis/rbac.authorization.k8s.io/v1",
                          "apis/apps/v1", "apis/batch/v1",
                          "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1",
@@ -82,7 +85,7 @@ def test_openapi_patch_ops_declare_field_validation_and_gvk():
 
 
 def test_discovery_response():
-    resp = discovery_response(DEFAULT_CATALOGUE)
+    resp = discovery_response(CATALOGUE)
     assert set(resp.resource_lists) == {"v1", "apps/v1", "batch/v1", "apiregistration.k8s.io/v1", "rbac.authorization.k8s.io/v1",
                                         "authentication.k8s.io/v1", "authorization.k8s.io/v1",
                                         "discovery.k8s.io/v1", "admissionregistration.k8s.io/v1",

@@ -5,13 +5,17 @@ import datetime
 
 import pytest
 
+from services.apis import schemas
+from services.apis.core import event_row
+from services.apis.install import new_catalogue
+from services.apiserver import printers
+from services.apiserver.registry.rest import strategy_for
 from services.common import errors
-from services.registry import openapi, printers, schemas
-from services.registry.catalogue import DEFAULT_CATALOGUE
-from services.registry.resources.core import event_row
-from services.registry.strategies import strategy_for
+from services.registry import openapi
 
-INFO = DEFAULT_CATALOGUE.lookup("", "v1", "events")
+CATALOGUE = new_catalogue()
+
+INFO = CATALOGUE.lookup("", "v1", "events")
 NOW = datetime.datetime(2024, 1, 1, 1, 0, tzinfo=datetime.timezone.utc)
 
 
@@ -114,7 +118,7 @@ def test_selectable_fields():
 
 
 def test_printer_columns_and_row():
-    cols = printers.column_definitions("", "events")
+    cols = printers.column_definitions(CATALOGUE.convertor("", "events"))
     assert [(c["name"], c["priority"]) for c in cols] == [
         ("Last Seen", 0), ("Type", 0), ("Reason", 0), ("Object", 0), ("Subobject", 1), ("Source", 1),
         ("Message", 0), ("First Seen", 1), ("Count", 1), ("Name", 1)]
@@ -137,7 +141,7 @@ def test_printer_fallbacks():
 
 
 def test_openapi_schema():
-    doc = openapi.document(DEFAULT_CATALOGUE, "", "v1")
+    doc = openapi.document(CATALOGUE, "", "v1")
     names = doc["components"]["schemas"]
     for n in ("Event", "EventList", "EventSource", "EventSeries", "ObjectReference"):
         assert schemas.CORE + n in names

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from services.registry.catalogue import DEFAULT_CATALOGUE
-from services.registry.strategies import strategy_for
+from services.apis.install import new_catalogue
+from services.apiserver.registry.rest import strategy_for
 
 from .conftest import Client
+
+CATALOGUE = new_catalogue()
 
 META = {"metadata.name", "metadata.namespace"}
 # kube 1.33's field labels (pkg/apis/*/v1/conversion.go; the default conversion's two for the rest)
@@ -33,7 +35,7 @@ KUBE_LABELS = {
 
 @pytest.mark.parametrize("group, plural", sorted(KUBE_LABELS))
 def test_field_labels_are_kubes(group: str, plural: str) -> None:
-    info = DEFAULT_CATALOGUE.lookup(group, "v1", plural)
+    info = CATALOGUE.lookup(group, "v1", plural)
     assert info is not None
     assert strategy_for(info).field_labels == KUBE_LABELS[(group, plural)]
 

@@ -6,10 +6,10 @@ import copy
 import orjson
 import pytest
 
+from services.apis.schemas import definition_for
 from services.common import errors
 from services.registry import fieldmanager as fm
 from services.registry import typed
-from services.registry.schemas import definition_for
 
 CM = fm.FieldManager(definition_for("", "v1", "ConfigMap"), "v1")
 SVC = fm.FieldManager(definition_for("", "v1", "Service"), "v1")

@@ -7,13 +7,15 @@ import orjson
 import pytest
 
 from apiary_pb import envelope_pb2 as pb
+from services.apis.install import new_catalogue
 from services.common import errors
 from services.registry import watch
 from services.registry.bootstrap import bootstrap
-from services.registry.catalogue import DEFAULT_CATALOGUE
 from tests.waiting import until
 
 from .conftest import cm, request
+
+CATALOGUE = new_catalogue()
 
 
 async def test_create_get_list(api, storage):
@@ -73,7 +75,7 @@ async def test_already_exists(api):
 
 
 async def test_generate_name_retries(api, storage, monkeypatch):
-    from services.registry.generic import store as h
+    from services.apiserver.registry import store as h
     names = iter(["x-aaaaa", "x-aaaaa", "x-bbbbb"])
     monkeypatch.setattr(h, "generate_name", lambda base: next(names))
     body = cm(name="", generateName="x-")
@@ -83,7 +85,7 @@ async def test_generate_name_retries(api, storage, monkeypatch):
 
 
 def test_generate_name_alphabet():
-    from services.registry.generic.store import NAME_ALPHABET, generate_name
+    from services.apiserver.registry.store import NAME_ALPHABET, generate_name
     n = generate_name("a" * 70)
     assert len(n) == 63 and all(c in NAME_ALPHABET for c in n[-5:])
 
@@ -441,8 +443,8 @@ async def test_apiservice(api):
 
 
 async def test_bootstrap_idempotent(handlers, storage, api):
-    await bootstrap(handlers, DEFAULT_CATALOGUE)
-    await bootstrap(handlers, DEFAULT_CATALOGUE)
+    await bootstrap(handlers, handlers.catalogue)
+    await bootstrap(handlers, handlers.catalogue)
     assert "/registry/namespaces/kube-system" in storage.data
     _, svc = await api("get", "apiservices", "", "v1.")
     assert svc["spec"] == {"group": "", "version": "v1", "groupPriorityMinimum": 18000, "versionPriority": 1}

@@ -7,8 +7,11 @@ from typing import Any
 
 import pytest
 
+from services.apis.install import new_catalogue
+from services.apis.networking import format_label_selector
 from services.common import errors
-from services.registry.resources.networking import format_label_selector
+
+CATALOGUE = new_catalogue()
 
 Obj = dict[str, Any]
 
@@ -57,9 +60,8 @@ async def test_priority_class_defaults_validation_and_update(api):
 
 async def test_system_priority_classes_are_bootstrapped(handlers, api):
     from services.registry.bootstrap import bootstrap
-    from services.registry.catalogue import DEFAULT_CATALOGUE
 
-    await bootstrap(handlers, DEFAULT_CATALOGUE)
+    await bootstrap(handlers, handlers.catalogue)
     code, got = await api("get", "priorityclasses", "", "system-node-critical")
     assert code == 200 and got["value"] == 2000001000
     code, got = await api("get", "priorityclasses", "", "system-cluster-critical")
@@ -262,9 +264,7 @@ async def test_limit_range_order_messages(api):
                                             ("poddisruptionbudgets", "pdb"), ("ingresses", "ing"),
                                             ("networkpolicies", "netpol"), ("storageclasses", "sc")])
 def test_short_names(resource, short):
-    from services.registry.catalogue import DEFAULT_CATALOGUE
-
-    assert [r.short_names for r in DEFAULT_CATALOGUE.resources if r.plural == resource] == [(short,)]
+    assert [r.short_names for r in CATALOGUE.resources if r.plural == resource] == [(short,)]
 
 
 async def test_csi_driver_defaults_immutable_fields_and_table(api):

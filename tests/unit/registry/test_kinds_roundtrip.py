@@ -11,10 +11,12 @@ import pytest
 import yaml
 
 from apiary_pb import registry_pb2 as rpb
+from services.apis import schemas
+from services.apis.install import new_catalogue
 from services.common import identity
 from services.registry import openapi
-from services.registry.catalogue import DEFAULT_CATALOGUE
-from services.registry.strategies import strategy_for
+
+CATALOGUE = new_catalogue()
 
 Obj = dict[str, Any]
 NS = "default"
@@ -90,7 +92,7 @@ SAMPLES: dict[str, Obj] = {
     "Lease": {"spec": {"holderIdentity": "a", "leaseDurationSeconds": 15, "leaseTransitions": 0}},
 }
 
-STORED = [r for r in DEFAULT_CATALOGUE.resources if not r.virtual]
+STORED = [r for r in CATALOGUE.resources if not r.virtual]
 
 
 def sample(info: Any) -> Obj | None:
@@ -118,7 +120,7 @@ KubeValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"
 def components() -> dict[str, Any]:
     """Every published OpenAPI v3 document's schemas, together."""
     out: dict[str, Any] = {}
-    for raw in openapi.documents(DEFAULT_CATALOGUE).values():
+    for raw in openapi.documents(CATALOGUE).values():
         out.update(orjson.loads(raw)["components"]["schemas"])
     return out
 
@@ -147,5 +149,5 @@ async def test_kind_round_trips_and_validates_against_its_schema(info, handlers)
     assert orjson.loads(orjson.dumps(got)) == got
     assert yaml.safe_load(yaml.safe_dump(got)) == got
     schema = {"components": {"schemas": components()},
-              "$ref": f"#/components/schemas/{strategy_for(info).schema_name}"}
+              "$ref": f"#/components/schemas/{schemas.definition_for(info.group, info.version, info.kind)}"}
     KubeValidator(schema).validate(got)

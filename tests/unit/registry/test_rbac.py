@@ -7,10 +7,13 @@ import orjson
 import pytest
 
 from apiary_pb import registry_pb2 as rpb
+from services.apis.install import new_catalogue
+from services.apiserver import printers
+from services.apiserver.registry.rest import strategy_for
 from services.common import envelope, errors, identity
-from services.registry import discovery, printers, watch
-from services.registry.catalogue import DEFAULT_CATALOGUE
-from services.registry.strategies import strategy_for
+from services.registry import discovery, watch
+
+CATALOGUE = new_catalogue()
 
 
 RBAC = "rbac.authorization.k8s.io"
@@ -33,7 +36,7 @@ def binding(name: str = "b", ns: str = "default", kind: str = "RoleBinding", ref
 
 
 def _validate(resource: str, obj: dict) -> list[dict]:
-    info = DEFAULT_CATALOGUE.lookup(RBAC, "v1", resource)
+    info = CATALOGUE.lookup(RBAC, "v1", resource)
     strategy = strategy_for(info)
     strategy.canonicalize(obj)
     return strategy.validate(obj)
@@ -210,20 +213,22 @@ async def test_system_masters_and_other_kinds_skip_the_check(api, auth):
 
 def test_rbac_printers():
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    assert [c["name"] for c in printers.column_definitions(RBAC, "roles")] == ["Name", "Created At"]
-    assert [c["name"] for c in printers.column_definitions(RBAC, "clusterroles")] == ["Name", "Created At"]
-    cols = printers.column_definitions(RBAC, "rolebindings")
+    for resource in ("roles", "clusterroles"):
+        assert [c["name"] for c in printers.column_definitions(CATALOGUE.convertor(RBAC, resource))] == \
+            ["Name", "Created At"]
+    cols = printers.column_definitions(CATALOGUE.convertor(RBAC, "rolebindings"))
     assert [(c["name"], c["priority"]) for c in cols] == [
         ("Name", 0), ("Role", 0), ("Age", 0), ("Users", 1), ("Groups", 1), ("ServiceAccounts", 1)]
-    assert cols == printers.column_definitions(RBAC, "clusterrolebindings")
+    assert cols == printers.column_definitions(CATALOGUE.convertor(RBAC, "clusterrolebindings"))
     r = role()
     r["metadata"]["creationTimestamp"] = "2024-05-01T10:00:00Z"
     env = envelope.to_envelope(r)
-    assert printers.row(RBAC, "roles", r, env, "None")["cells"] == ["editor", "2024-05-01T10:00:00Z"]
+    assert printers.row(CATALOGUE.convertor(RBAC, "roles"), r, env, "None")["cells"] == \
+        ["editor", "2024-05-01T10:00:00Z"]
     b = binding(subjects=[{"kind": "User", "name": "u1"}, {"kind": "User", "name": "u2"},
                           {"kind": "Group", "name": "g"}, {"kind": "ServiceAccount", "name": "sa", "namespace": "ns"}])
     b["metadata"]["creationTimestamp"] = now
-    cells = printers.row(RBAC, "rolebindings", b, envelope.to_envelope(b), "None")["cells"]
+    cells = printers.row(CATALOGUE.convertor(RBAC, "rolebindings"), b, envelope.to_envelope(b), "None")["cells"]
     assert cells[:2] == ["b", "Role/editor"] and cells[2].endswith("s")
     assert cells[3:] == ["u1, u2", "g", "ns/sa"]
 
@@ -290,7 +295,7 @@ async def test_review_watch_is_not_allowed(handlers):
 
 
 def test_review_discovery_and_finalizer_scope():
-    doc = discovery.aggregated(DEFAULT_CATALOGUE, core=False)
+    doc = discovery.aggregated(CATALOGUE, core=False)
     authz = next(i for i in doc["items"] if i["metadata"]["name"] == "authorization.k8s.io")
     res = {r["resource"]: r for r in authz["versions"][0]["resources"]}
     assert set(res) == {"localsubjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews",
@@ -299,11 +304,11 @@ def test_review_discovery_and_finalizer_scope():
     assert all(r["verbs"] == ["create"] for r in res.values())
     assert res["selfsubjectaccessreviews"]["responseKind"] == {"group": "authorization.k8s.io", "version": "v1",
                                                                "kind": "SelfSubjectAccessReview"}
-    legacy = discovery.resource_list(DEFAULT_CATALOGUE, "authentication.k8s.io", "v1")
+    legacy = discovery.resource_list(CATALOGUE, "authentication.k8s.io", "v1")
     assert [(r["name"], r["verbs"], "storageVersionHash" in r) for r in legacy["resources"]] == [
         ("selfsubjectreviews", ["create"], False), ("tokenreviews", ["create"], False)]
-    assert "localsubjectaccessreviews" not in [r.plural for r in DEFAULT_CATALOGUE.namespaced()]
-    assert {"roles", "rolebindings"} <= {r.plural for r in DEFAULT_CATALOGUE.namespaced()}
+    assert "localsubjectaccessreviews" not in [r.plural for r in CATALOGUE.namespaced()]
+    assert {"roles", "rolebindings"} <= {r.plural for r in CATALOGUE.namespaced()}
 
 
 # serviceaccounts/token -----------------------------------------------------------------
@@ -347,11 +352,11 @@ async def test_token_request_validation(api):
 
 
 def test_token_subresource_discovery():
-    core = discovery.aggregated(DEFAULT_CATALOGUE, core=True)
+    core = discovery.aggregated(CATALOGUE, core=True)
     sa = next(r for r in core["items"][0]["versions"][0]["resources"] if r["resource"] == "serviceaccounts")
     assert sa["subresources"] == [{"subresource": "token", "verbs": ["create"], "responseKind": {
         "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"}}]
-    legacy = discovery.resource_list(DEFAULT_CATALOGUE, "", "v1")
+    legacy = discovery.resource_list(CATALOGUE, "", "v1")
     tok = next(r for r in legacy["resources"] if r["name"] == "serviceaccounts/token")
     assert (tok["group"], tok["version"], tok["kind"], tok["verbs"]) == (
         "authentication.k8s.io", "v1", "TokenRequest", ["create"])
@@ -359,7 +364,7 @@ def test_token_subresource_discovery():
 
 def test_openapi_for_rbac_and_reviews():
     from services.registry import openapi
-    docs = openapi.documents(DEFAULT_CATALOGUE)
+    docs = openapi.documents(CATALOGUE)
     rbac = orjson.loads(docs["apis/rbac.authorization.k8s.io/v1"])
     op = rbac["paths"]["/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles/{name}"]["patch"]
     assert "fieldValidation" in [p["name"] for p in op["parameters"]]

@@ -1,7 +1,7 @@
-"""One definition per resource (resources/), and schemas that are Kubernetes' own definitions.
+"""One definition per resource (services/apis), and schemas that are Kubernetes' own definitions.
 
 The expected schemas are computed here from the kubernetes-validate package itself, not read back from
-the generated services/registry/schemas.json, so a published schema that drifts from kube's fails."""
+the generated services/apis/schemas.json, so a published schema that drifts from kube's fails."""
 from __future__ import annotations
 
 import functools
@@ -10,17 +10,18 @@ from typing import Any
 import orjson
 import pytest
 
+from services.apis import install, schemas
+from services.apis.authentication import TOKEN_REQUEST
+from services.apiserver.registry.rest import Strategy, strategy_for
 from services.proxy import protobuf
-from services.registry import openapi, printers, schemas
-from services.registry.catalogue import DEFAULT_CATALOGUE, GROUP_PRIORITIES
-from services.registry.resources import all_kinds, group_versions
-from services.registry.resources.authentication import TOKEN_REQUEST
-from services.registry.strategies import Strategy, strategy_for
+from services.registry import openapi
 from tools import kube_definitions
 
 from .conftest import cm
 
-SERVED = [*DEFAULT_CATALOGUE.resources, TOKEN_REQUEST]
+CATALOGUE = install.new_catalogue()
+
+SERVED = [*CATALOGUE.resources, TOKEN_REQUEST]
 
 
 @functools.cache
@@ -31,7 +32,7 @@ def kube() -> dict[str, Any]:
 @functools.cache
 def published() -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for raw in openapi.documents(DEFAULT_CATALOGUE).values():
+    for raw in openapi.documents(CATALOGUE).values():
         out.update(orjson.loads(raw)["components"]["schemas"])
     return out
 
@@ -42,7 +43,7 @@ def _gvks(name: str) -> list[dict[str, str]]:
 
 @pytest.mark.parametrize("info", SERVED, ids=lambda r: f"{r.api_version}/{r.kind}")
 def test_every_served_kind_publishes_kubes_definition(info):
-    name = strategy_for(info).schema_name
+    name = schemas.definition_for(info.group, info.version, info.kind)
     assert {"group": info.group, "version": info.version, "kind": info.kind} in _gvks(name)
     assert published()[name] == kube()[name]
     if not info.virtual:
@@ -66,7 +67,7 @@ def test_published_definitions_are_kubes_shape():
 
 
 def test_definitions_name_everything_each_kind_needs():
-    kinds = all_kinds()
+    kinds = CATALOGUE.kinds()
     assert {r.kind for r in kinds} >= {
         "ConfigMap", "Event", "Namespace", "Secret", "ServiceAccount", "APIService", "Role", "ClusterRole",
         "RoleBinding", "ClusterRoleBinding", "TokenReview", "SelfSubjectReview", "TokenRequest",
@@ -78,9 +79,9 @@ def test_definitions_name_everything_each_kind_needs():
             assert protobuf.KINDS[(r.api_version, r.kind)].DESCRIPTOR.full_name == r.protobuf
     # the proxy decodes protobuf bodies of exactly the kinds whose definition names a message
     assert set(protobuf.KINDS) == {(r.api_version, r.kind) for r in kinds if r.protobuf}
-    assert GROUP_PRIORITIES == {(gv.group, gv.version): (gv.group_priority, gv.version_priority)
-                                for gv in group_versions()}
-    assert printers.convertor("", "configmaps") is DEFAULT_CATALOGUE.lookup("", "v1", "configmaps").table
+    assert CATALOGUE.priorities() == {(gv.group, gv.version): (gv.group_priority, gv.version_priority)
+                                      for gv in install.GROUP_VERSIONS}
+    assert CATALOGUE.convertor("", "configmaps") is CATALOGUE.lookup("", "v1", "configmaps").table
 
 
 def _kube_merge_keys(name: str, path: str = "", seen: frozenset[str] = frozenset()) -> dict[str, str]:
@@ -98,9 +99,10 @@ def _kube_merge_keys(name: str, path: str = "", seen: frozenset[str] = frozenset
 
 @pytest.mark.parametrize("info", SERVED, ids=lambda r: f"{r.api_version}/{r.kind}")
 def test_strategic_merge_keys_come_from_the_definitions(info):
-    s = strategy_for(info)
-    assert s.merge_keys == _kube_merge_keys(s.schema_name)
-    assert s.merge_keys["metadata.ownerReferences"] == "uid" and s.merge_keys["metadata.finalizers"] == ""
+    name = schemas.definition_for(info.group, info.version, info.kind)
+    merge_keys = schemas.merge_keys(name)
+    assert merge_keys == _kube_merge_keys(name)
+    assert merge_keys["metadata.ownerReferences"] == "uid" and merge_keys["metadata.finalizers"] == ""
 
 
 async def test_strategic_merge_patch_merges_by_the_definitions_keys(api):

@@ -8,8 +8,14 @@ import pytest
 
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apis.install import new_catalogue
+from services.apiserver.resource import GroupVersion
 from services.common import errors, grpcutil
+from services.registry.admission import AdmissionClient
+from services.registry.auth import AuthClient
+from services.registry.endpoints.handlers import Handlers
 from services.registry.server import RegistryServicer
+from services.registry.storage_client import StorageClient
 from tests.waiting import until
 
 from .conftest import cm, request
@@ -49,3 +55,28 @@ async def test_handle_watch_discovery_over_grpc(stub, storage):
 
     d = await grpcutil.call(stub.Discovery(rpb.DiscoveryRequest()))
     assert "api/v1" in d.openapi and orjson.loads(d.aggregated_core)["items"][0]["metadata"]["name"] == ""
+
+
+async def test_discovery_follows_the_catalogue(storage, admission, auth):
+    """Kinds removed and added while the server runs (as CustomResourceDefinitions will be) are in discovery
+    and OpenAPI at once."""
+    catalogue = new_catalogue()
+    handlers = Handlers(catalogue, StorageClient(storage), AdmissionClient(admission),  # type: ignore[arg-type]
+                        AuthClient(auth))  # type: ignore[arg-type]
+    servicer = RegistryServicer(handlers)
+    priorityclasses = catalogue.lookup("scheduling.k8s.io", "v1", "priorityclasses")
+    assert priorityclasses is not None
+    catalogue.remove(priorityclasses)
+    d = await servicer.Discovery(rpb.DiscoveryRequest(), None)  # type: ignore[arg-type]
+    assert "scheduling.k8s.io/v1" not in d.resource_lists and "apis/scheduling.k8s.io/v1" not in d.openapi
+    assert "scheduling.k8s.io" not in [i["metadata"]["name"] for i in orjson.loads(d.aggregated_groups)["items"]]
+    with pytest.raises(errors.NotFound):
+        await handlers.handle(request("get", "priorityclasses", "", "system-node-critical"))
+    assert priorityclasses not in handlers._storage
+    catalogue.add(GroupVersion("scheduling.k8s.io", "v1", 16600, 15, (priorityclasses,)))
+    d = await servicer.Discovery(rpb.DiscoveryRequest(), None)  # type: ignore[arg-type]
+    assert "scheduling.k8s.io/v1" in d.resource_lists and "apis/scheduling.k8s.io/v1" in d.openapi
+    code = (await handlers.handle(request("create", "priorityclasses", body={
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "high"},
+        "value": 1000})))[0].code
+    assert code == 201

@@ -2,13 +2,16 @@ import base64
 
 import pytest
 
+from services.apis.install import new_catalogue
+from services.apis.strategies import base64_error
+from services.apiserver.registry.rest import strategy_for
 from services.common import errors
-from services.registry.catalogue import DEFAULT_CATALOGUE
-from services.registry.strategies import base64_error, strategy_for
+
+CATALOGUE = new_catalogue()
 
 
 def _s(resource, group=""):
-    return strategy_for(DEFAULT_CATALOGUE.lookup(group, "v1", resource))
+    return strategy_for(CATALOGUE.lookup(group, "v1", resource))
 
 
 def test_base64_error_positions():

@@ -1,4 +1,4 @@
-from services.registry import validation as v
+from services.apiserver import validation as v
 
 
 def test_dns1123_subdomain_message():

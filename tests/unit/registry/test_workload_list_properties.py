@@ -11,12 +11,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hypothesis import example, HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from services.apis.schemas import definition_for, merge_keys, replaced_fields
 from services.apiserver import patch as p
 from services.registry import fieldmanager as fm
-from services.registry.schemas import definition_for, merge_keys, replaced_fields
 
 DEPLOYMENT = definition_for("apps", "v1", "Deployment")
 KEYS = merge_keys(DEPLOYMENT)

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from services.registry.strategies import podspec
-from services.registry.strategies.workload import selector_string
+from services.apis.strategies import podspec
+from services.apis.strategies.workload import selector_string
 
 from .conftest import Client
 

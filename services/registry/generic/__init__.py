@@ -1,1 +1,0 @@
-"""kube's registry/generic: the Store every kind is served by."""
