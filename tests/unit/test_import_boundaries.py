@@ -18,7 +18,6 @@ SERVICE_PACKAGES = frozenset({"proxy", "auth", "apf", "admission", "registry", "
 LIBRARY_LAYERS = ("common", "apiserver", "apis", "kit")
 
 
-
 def _module_name(path: Path, root: Path) -> str:
     parts = list(path.relative_to(root.parent).with_suffix("").parts)
     if parts[-1] == "__init__":

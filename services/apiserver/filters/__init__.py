@@ -30,6 +30,7 @@ class ClientDisconnected(Exception):
 class RequestContext(Protocol):
     """What the filters read and set on a request (the proxy's Context is one)."""
 
+    scope: dict[str, Any]  # the ASGI scope
     audit_id: str
     method: str
     path: str
@@ -39,6 +40,7 @@ class RequestContext(Protocol):
     extra_headers: list[tuple[bytes, bytes]]
     code: int
     response_started: bool
+    response_chunks: list[bytes] | None  # the answer's bytes, kept when the audit level is RequestResponse
     # set by the filters, for those after them and the handler
     info: Any  # RequestInfo
     query: dict[str, str]

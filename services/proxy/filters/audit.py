@@ -18,22 +18,19 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import yaml
 
 from apiary_pb import envelope_pb2 as pb
-from services.apiserver.filters import Handler
+from services.apiserver.filters import Handler, RequestContext
 from services.apiserver.requestinfo import RequestInfo
 from services.common.errors import APIError, InternalError
 from services.common.identity import user_dict
 
 from ..auditing import Backend
 from ..auditing import metrics as audit_metrics
-
-if TYPE_CHECKING:
-    from ..context import Context
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +339,7 @@ def now() -> str:
     return _timestamp()
 
 
-def _begin(auditor: Auditor, ctx: Context, user: pb.UserInfo | None) -> bool:
+def _begin(auditor: Auditor, ctx: RequestContext, user: pb.UserInfo | None) -> bool:
     """Begin the request's audit event; False when its RequestReceived stage could not be stored."""
     qs = ctx.query_string.decode("latin-1")
     forwarded, agent = [], ""
@@ -369,7 +366,7 @@ def with_audit(handler: Handler, auditor: Auditor | None) -> Handler:
     if auditor is None:
         return handler
 
-    def audit(ctx: Context) -> Awaitable[None]:
+    def audit(ctx: RequestContext) -> Awaitable[None]:
         if not _begin(auditor, ctx, ctx.user):
             audit_metrics.REQUEST_REJECTED.inc()  # blocking-strict: kube fails the request
             raise InternalError("Internal error occurred: failed to store audit event")
@@ -377,12 +374,12 @@ def with_audit(handler: Handler, auditor: Auditor | None) -> Handler:
     return audit
 
 
-def failed_authentication_audit(auditor: Auditor | None) -> Callable[[Context], None] | None:
+def failed_authentication_audit(auditor: Auditor | None) -> Callable[[RequestContext], None] | None:
     """kube's WithFailedAuthenticationAudit: a request refused 401 is audited too, without a user."""
     if auditor is None:
         return None
 
-    def failed(ctx: Context) -> None:
+    def failed(ctx: RequestContext) -> None:
         _begin(auditor, ctx, None)
     return failed
 
@@ -393,7 +390,7 @@ def with_audit_init(handler: Handler, auditor: Auditor | None) -> Handler:
     if auditor is None:
         return handler
 
-    async def audit_init(ctx: Context) -> None:
+    async def audit_init(ctx: RequestContext) -> None:
         try:
             await handler(ctx)
         finally:
@@ -402,7 +399,7 @@ def with_audit_init(handler: Handler, auditor: Auditor | None) -> Handler:
     return audit_init
 
 
-def _complete(ctx: Context) -> None:
+def _complete(ctx: RequestContext) -> None:
     ev, failure = ctx.audit, ctx.failure
     if failure is not None and failure.audit_annotations:  # a refusal's admission annotations
         ev.annotations.update(failure.audit_annotations)
