@@ -30,7 +30,7 @@
                   against the objects' total JSON size (goal ratio <= 2).
 
 Objects are written straight into etcd (batched transactions) in the exact stored format
-(services/storage/codec.py: magic + apiary.Object, configmaps are not encrypted), the way the
+(services/apiserver/storage/codec.py: magic + apiary.Object, configmaps are not encrypted), the way the
 registry creates them: uid, creationTimestamp, fields metadata.name / metadata.namespace.
 
     python -m tools.bench_storage [--state .apiary/bench-dev] [--port-offset 5000]

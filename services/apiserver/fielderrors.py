@@ -1,6 +1,6 @@
 """Field errors as k8s.io/apimachinery's util/validation/field makes and prints them.
 
-One vocabulary for the causes of an API's 422 (the registry's strategies, the kit's kinds) and for
+One vocabulary for the causes of an API's 422 (the built-in kinds' strategies, the kit's kinds) and for
 the messages of configuration files (authentication, authorization, audit webhooks), so that Go's %q
 and kube's "<field>: <Type>: <value>: <detail>" are written once.
 """

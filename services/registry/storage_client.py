@@ -28,7 +28,7 @@ class StorageClient:
     def __init__(self, stub: sgrpc.StorageStub, timeout: float = 30.0, replicas: int = 1) -> None:
         self.stub = stub
         self.timeout = timeout
-        # Create/Get/List/Update/Delete share one long-lived stream (services/common/mux.py).
+        # Create/Get/List/Update/Delete share one long-lived stream (services/common/mux/).
         self.calls = mux.MuxClient(stub.Calls, "storage", {
             "Create": pb.Object, "Get": pb.Object, "Update": pb.Object, "Delete": pb.Object,
             "List": spb.ListResponse,

@@ -1,6 +1,6 @@
 """apiary.Storage, the gRPC face of the storage backend (services/apiserver/storage/backend.py):
 each method calls the backend's and turns its APIErrors into Status errors. The unary methods
-also run on the registry's long-lived Calls stream (services/common/mux.py), and the watches on its
+also run on the registry's long-lived Calls stream (services/common/mux/), and the watches on its
 Watches stream (services/common/watchmux.py).
 """
 
@@ -73,7 +73,7 @@ class StorageServicer(sgrpc.StorageServicer):
 
     async def Calls(self, request_iterator: AsyncIterator[pb.Frames],
                     context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Frames]:
-        """The unary methods on the registry's long-lived stream (services/common/mux.py)."""
+        """The unary methods on the registry's long-lived stream (services/common/mux/)."""
         async for frame in mux.serve_mux(request_iterator, context, self._mux_methods):
             yield frame
 

@@ -3,7 +3,7 @@ served kind, `kubectl explain` shows their nested fields and descriptions, and k
 validation checks the review kinds against them.
 
 Expected schemas and descriptions are read from the kubernetes-validate package here, independently of
-the services/registry/schemas.json the registry loads."""
+the services/apis/schemas.json the registry loads."""
 from __future__ import annotations
 
 import functools

@@ -2,7 +2,7 @@
 
 As kube's headerrequest authenticator: the headers count only on a connection whose client
 certificate the request-header CA issued and whose CN is allowed (any CN when the allowed list is
-empty); the checks on the certificate happen in the TLS layer (server.ClientTrust) and in
+empty); the checks on the certificate happen in the TLS layer (serving.ClientTrust) and in
 Authenticator. The user is the first non-empty username header; groups are every non-empty value
 of the group headers (not split on commas); extra keys are the rest of the header name after the
 prefix, lower-cased and URL-unescaped.

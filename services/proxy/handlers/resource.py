@@ -43,7 +43,7 @@ class ResourceHandler:
     def __init__(self, registry: rgrpc.RegistryStub, timeout: float = REQUEST_TIMEOUT, replicas: int = 1) -> None:
         self.registry = registry
         self.timeout = timeout
-        # Every request shares one long-lived stream to the registry (services/common/mux.py).
+        # Every request shares one long-lived stream to the registry (services/common/mux/).
         self.calls = mux.MuxClient(registry.Calls, "registry", {"Handle": rpb.APIResponse}, replicas)
 
     async def handle(self, ctx: Context, req: rpb.APIRequest, output: Output) -> None:

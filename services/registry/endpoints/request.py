@@ -106,7 +106,7 @@ class Request:
                        audit_annotations=self.audit_annotations)
 
     def as_body_kind(self, strategy: Strategy) -> Request:
-        """A subresource whose body is a kind of its own (Scale, Binding, Eviction; resources.body_kind)."""
+        """A subresource whose body is a kind of its own (Scale, Binding, Eviction; kinds.body_kind)."""
         return Request(self.req, strategy.info, strategy, self.timing, self.warnings, admit=False)
 
     def as_token_request(self) -> Request:

@@ -16,7 +16,7 @@ from services.common.selectors import FieldSelector
 
 
 class FakeCallStream:
-    """A stand-in for a `Calls` stream (services/common/mux.py) that runs each frame on a fake stub."""
+    """A stand-in for a `Calls` stream (services/common/mux/) that runs each frame on a fake stub."""
 
     def __init__(self, stub: object, requests: dict[str, type], batches: AsyncIterator[pb.Frames]) -> None:
         self.stub, self.requests = stub, requests
