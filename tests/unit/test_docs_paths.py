@@ -1,4 +1,5 @@
-"""Every file or module the docs (README.md, docs/*.md) name exists, so a module moved or renamed cannot leave the docs behind.
+"""Every file or module the docs (README.md, docs/*.md) name exists, so a module moved or renamed cannot
+leave the docs behind.
 
 A path is checked as written (`services/proxy/app.py`, `tests/unit/<service>/` up to its placeholder,
 `services/auth/authenticators/{jwt,jwks}.py` for each name in braces); a path ending in a name
@@ -17,10 +18,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 
-# Made by `make setup` (generated code, git-ignored) or by a run (`make bench`'s history), not in the repository.
+# Made by `make setup` (generated, git-ignored) or by a run (`make bench`'s history), not in the repository.
 GENERATED = frozenset({"services/apis/schemas.json", "docs/bench-history/"})
 
-PATH = re.compile(r"(?<![\w./-])((?:services|tests|tools|proto|k8s|docs|observability)/(?:[\w./<>*-]|\{[\w.,]*\})*)")
+TOP = "services|tests|tools|proto|k8s|docs|observability"
+PATH = re.compile(rf"(?<![\w./-])((?:{TOP})/(?:[\w./<>*-]|\{{[\w.,]*\}})*)")
 MODULE = re.compile(r"(?<![\w./-])(services(?:\.\w+)+)")
 FILE_SUFFIXES = frozenset({".py", ".md", ".json", ".yaml", ".yml", ".proto", ".txt", ".toml", ".sh"})
 
@@ -51,7 +53,9 @@ def _module_file(parts: list[str]) -> Path | None:
 def _names_something(parts: list[str], attribute: str) -> bool:
     """`parts` is a module (file or package) that defines `attribute`, or a package holding it as a module."""
     module = _module_file(parts)
-    return module is not None and (attribute in _defines(module) or _module_file([*parts, attribute]) is not None)
+    if module is None:
+        return False
+    return attribute in _defines(module) or _module_file([*parts, attribute]) is not None
 
 
 def _expand(path: str) -> list[str]:
@@ -59,7 +63,8 @@ def _expand(path: str) -> list[str]:
     match = re.search(r"\{([^{}]*)\}", path)
     if match is None:
         return [path]
-    return [p for alt in match[1].split(",") for p in _expand(path[:match.start()] + alt + path[match.end():])]
+    before, after = path[:match.start()], path[match.end():]
+    return [p for alt in match[1].split(",") for p in _expand(before + alt + after)]
 
 
 def path_exists(path: str) -> bool:
@@ -96,7 +101,8 @@ def test_the_docs_name_only_what_exists(doc: Path) -> None:
 def test_stale_references_are_found() -> None:
     assert stale_references(
         "services/proxy/app.py and services/apis/<group>.py, tests/unit/<service>/, services/common/mux/,"
-        " services/common/backoff.Backoff, services/auth/authenticators/{jwt,jwks}.py, services.common.errors.APIError,"
+        " services/common/backoff.Backoff, services/auth/authenticators/{jwt,jwks}.py,"
+        " services.common.errors.APIError,"
         " services/apis/schemas.json; python -m services.storage"
     ) == []
     assert stale_references(
