@@ -226,7 +226,7 @@ class WatchMuxClient:
         self._watches: dict[int, _Watch] = {}
         self._stream: _Stream | None = None
         self._spread: Spread | None = None
-        if replicas > 1:  # new watches go to each replica in turn (mux.Spread)
+        if replicas > 1:  # new watches go to each replica in turn (mux.streams.Spread)
             self._spread = Spread(self._open, replicas)
             self._ensure = self._spread.pick  # type: ignore[method-assign]
 

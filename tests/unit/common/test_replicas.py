@@ -83,7 +83,7 @@ async def test_calls_spread_over_replicas_and_fail_over():
 
 
 async def test_a_replica_back_gets_calls_again(monkeypatch):
-    """Streams move every REBALANCE seconds (mux.Spread), the calls on them answered first: a
+    """Streams move every REBALANCE seconds (mux.streams.Spread), the calls on them answered first: a
     replica that was down gets its share again."""
     monkeypatch.setattr(mux_client, "REBALANCE", 0.3)
     a, pa = await start("a")
