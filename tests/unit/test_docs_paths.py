@@ -1,5 +1,5 @@
-"""Every file or module the docs (README.md, docs/*.md) name exists, so a module moved or renamed cannot
-leave the docs behind.
+"""Every file or module the docs (README.md, k8s/README.md, docs/*.md) name exists, so a module moved or
+renamed cannot leave the docs behind.
 
 A path is checked as written (`services/proxy/app.py`, `tests/unit/<service>/` up to its placeholder,
 `services/auth/authenticators/{jwt,jwks}.py` for each name in braces); a path ending in a name
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+DOCS = sorted([ROOT / "README.md", ROOT / "k8s" / "README.md", *(ROOT / "docs").glob("*.md")])
 
 # Made by `make setup` (generated, git-ignored) or by a run (`make bench`'s history), not in the repository.
 GENERATED = frozenset({"services/apis/schemas.json", "docs/bench-history/"})
