@@ -23,6 +23,7 @@ import orjson
 Headers = Mapping[str, str] | Iterable[tuple[str, str]]
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 DEADLINE_EXCEEDED = "context deadline exceeded"
+KEEPALIVE = 60.0  # idle connections kept this long, below the 90 s after which kube's servers close them
 
 
 @dataclass(frozen=True)
@@ -71,25 +72,22 @@ class Client:
     """Requests to paths below `base_url` ("": the URL itself, as a webhook's), or to absolute URLs when
     `base_url` is empty, over one pool.
 
-    `timeout` bounds a whole exchange (None: no bound), `connect_timeout` the connection alone; either
-    may be given per request. The pool has no bound on connections and keeps idle ones `keepalive` s."""
+    `timeout` bounds a whole exchange (None: no bound; a request may give its own), `connect_timeout` the
+    connection alone. The pool has no bound on connections."""
 
     def __init__(self, base_url: str = "", tls: ssl.SSLContext | None = None, headers: Mapping[str, str] | None = None,
-                 timeout: float | None = 30.0, connect_timeout: float | None = None, keepalive: float = 60.0,
-                 max_field_size: int = 8190) -> None:
+                 timeout: float | None = 30.0, connect_timeout: float | None = None) -> None:
         self.base_url = base_url
         self.tls = tls
         self.headers = dict(headers or {})
         self.timeout, self.connect_timeout = timeout, connect_timeout
-        self.keepalive, self.max_field_size = keepalive, max_field_size
         self._session: aiohttp.ClientSession | None = None
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 headers=self.headers, trust_env=False, skip_auto_headers=("User-Agent",),
-                max_field_size=self.max_field_size,
-                connector=aiohttp.TCPConnector(ssl=self.tls or True, limit=0, keepalive_timeout=self.keepalive))
+                connector=aiohttp.TCPConnector(ssl=self.tls or True, limit=0, keepalive_timeout=KEEPALIVE))
         return self._session
 
     async def request(self, method: str, url: str, body: bytes | None = None, headers: Headers | None = None,
