@@ -28,6 +28,7 @@ import yaml
 from services.common.restclient import RESTClient
 
 from .fielderrors import ConfigError
+from .httpclient import Client
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,11 @@ class Config:
         """An aiohttp client (services/common/restclient.py); made inside the event loop that uses it."""
         headers = {**self.headers, "User-Agent": user_agent} if user_agent else self.headers
         return RESTClient(self.server, self.ssl, headers, timeout)
+
+    def client(self, timeout: float | None = 30.0) -> Client:
+        """An outbound client (services/apiserver/httpclient.py) of the server's URL with this config's TLS
+        and headers; made inside the event loop that uses it."""
+        return Client(self.server, self.ssl, self.headers, timeout)
 
 
 def _read(path: str) -> dict[str, Any]:

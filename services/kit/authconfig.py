@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import orjson
 
 from services.apiserver.filters.requestheader import (
@@ -22,6 +21,7 @@ from services.apiserver.filters.requestheader import (
     DEFAULT_USERNAME_HEADERS,
     RequestHeaderConfig,
 )
+from services.apiserver.httpclient import CallError, Client
 
 log = logging.getLogger(__name__)
 EXTENSION_CONFIGMAP = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
@@ -69,16 +69,16 @@ def resolve(args: Any, published: dict[str, str]) -> Trust:
     return Trust(client_ca, rh_ca, requestheader)
 
 
-async def published(client: httpx.AsyncClient) -> dict[str, str] | None:
+async def published(client: Client) -> dict[str, str] | None:
     """The ConfigMap's data; None when it cannot be read (kube's servers then go on without it)."""
     try:
         r = await client.get(EXTENSION_CONFIGMAP)
-    except httpx.HTTPError as e:
+    except CallError as e:
         log.warning("unable to get configmap/extension-apiserver-authentication in kube-system: %s", e)
         return None
-    if r.status_code != 200:
+    if r.status != 200:
         log.warning("unable to get configmap/extension-apiserver-authentication in kube-system: %s %s",
-                    r.status_code, r.text[:200])
+                    r.status, r.text[:200])
         return None
     return r.json().get("data") or {}
 
@@ -86,7 +86,7 @@ async def published(client: httpx.AsyncClient) -> dict[str, str] | None:
 class Reloader:
     """Polls the ConfigMap; when its data changes, hands the new Trust to `apply`."""
 
-    def __init__(self, client: httpx.AsyncClient, args: Any, seen: dict[str, str],
+    def __init__(self, client: Client, args: Any, seen: dict[str, str],
                  apply: Callable[[Trust], None], interval: float = 30.0) -> None:
         self.client, self.args, self.seen, self.apply, self.interval = client, args, seen, apply, interval
         self._task: asyncio.Task[None] | None = None

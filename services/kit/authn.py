@@ -16,12 +16,11 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-import httpx
-
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.filters.requestheader import RequestHeaderConfig, with_authenticated_group
+from services.apiserver.httpclient import CallError, Client
 from services.common.errors import Unauthorized
 from services.common.identity import user_pb
-from services.apiserver.filters.requestheader import RequestHeaderConfig, with_authenticated_group
 
 from .metrics import AUTHN
 
@@ -50,7 +49,7 @@ class TokenCache:
 
 
 class Authenticator:
-    def __init__(self, requestheader: RequestHeaderConfig | None, apiary: httpx.AsyncClient | None,
+    def __init__(self, requestheader: RequestHeaderConfig | None, apiary: Client | None,
                  token_ttl: float = 10.0) -> None:
         self.requestheader = requestheader
         self.apiary = apiary
@@ -82,7 +81,7 @@ class Authenticator:
         if not found:
             try:
                 user = await self._review(token)
-            except httpx.HTTPError:
+            except CallError:
                 raise Unauthorized(UNAUTHORIZED) from None  # not cached: the next request asks again
             self.tokens.put(key, user)
         if user is None:
@@ -94,12 +93,13 @@ class Authenticator:
             return None
         review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
         try:
-            r = await self.apiary.post(TOKEN_REVIEW, json=review)
-        except httpx.HTTPError:
+            r = await self.apiary.post_json(TOKEN_REVIEW, review)
+        except CallError:
             AUTHN.labels("error").inc()
             raise
-        AUTHN.labels(str(r.status_code)).inc()
-        r.raise_for_status()
+        AUTHN.labels(str(r.status)).inc()
+        if not r.ok:
+            raise CallError("POST", TOKEN_REVIEW, f"the server responded with the status code {r.status}")
         status = r.json().get("status") or {}
         if not status.get("authenticated"):
             return None

@@ -9,10 +9,9 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
-import httpx
-
 from apiary_pb import envelope_pb2 as pb
 from services.apiserver.filters.authorization import forbidden_error
+from services.apiserver.httpclient import CallError, Client
 from services.apiserver.requestinfo import RequestInfo
 from services.common.errors import InternalError
 from services.common.identity import SYSTEM_MASTERS, user_dict
@@ -35,7 +34,7 @@ def _always_allowed(paths: Iterable[str]) -> tuple[frozenset[str], tuple[str, ..
 
 
 class Authorizer:
-    def __init__(self, apiary: httpx.AsyncClient | None, authorized_ttl: float = 10.0,
+    def __init__(self, apiary: Client | None, authorized_ttl: float = 10.0,
                  unauthorized_ttl: float = 10.0, always_allow_paths: Iterable[str] = ()) -> None:
         self.apiary = apiary
         self.authorized_ttl, self.unauthorized_ttl = authorized_ttl, unauthorized_ttl
@@ -91,12 +90,12 @@ class Authorizer:
             spec["nonResourceAttributes"] = {"path": info.path, "verb": info.verb}
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
         try:
-            r = await self.apiary.post(SUBJECT_ACCESS_REVIEW, json=review)
-        except httpx.HTTPError as e:
+            r = await self.apiary.post_json(SUBJECT_ACCESS_REVIEW, review)
+        except CallError as e:
             AUTHZ.labels("error").inc()
             raise InternalError(f"error contacting the authorizer: {e}") from None
-        AUTHZ.labels(str(r.status_code)).inc()
-        if r.status_code != 201 and r.status_code != 200:
-            raise InternalError(f"the authorizer answered {r.status_code}: {r.text[:200]}")
+        AUTHZ.labels(str(r.status)).inc()
+        if r.status != 201 and r.status != 200:
+            raise InternalError(f"the authorizer answered {r.status}: {r.text[:200]}")
         status = r.json().get("status") or {}
         return bool(status.get("allowed")) and not status.get("denied"), status.get("reason", "")

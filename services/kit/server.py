@@ -19,7 +19,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import httpx
 import orjson
 from fastapi import FastAPI
 from fastapi.responses import Response
@@ -27,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
-from services.apiserver import kubeconfig, negotiation, openapi_v2
+from services.apiserver import httpclient, kubeconfig, negotiation, openapi_v2
 from services.apiserver import serving as https
 from services.apiserver.requestinfo import RequestInfo, parse, parse_query
 from services.common import runtime
@@ -47,7 +46,6 @@ from .scheme import Scheme
 from .storage import Storage
 
 log = logging.getLogger("services.kit")
-logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per delegated review is noise
 
 JSON = "application/json"
 
@@ -120,12 +118,11 @@ class APIServer:
             return kubeconfig.load_in_cluster()
         return None
 
-    def _client(self, path: str) -> httpx.AsyncClient | None:
+    def _client(self, path: str) -> httpclient.Client | None:
         cfg = self._config(path)
         if cfg is None:
             return None
-        c = httpx.AsyncClient(base_url=cfg.server, verify=cfg.ssl, headers=cfg.headers, timeout=10.0,
-                              limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
+        c = cfg.client(10.0)
         self._closers.append(c.aclose)
         return c
 

@@ -14,9 +14,9 @@ from collections import OrderedDict
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 import orjson
 
+from services.apiserver import httpclient
 from services.common.serviceresolver import ResolveError, ServiceResolver
 
 Obj = dict[str, Any]
@@ -40,34 +40,29 @@ def review_version(hook: Obj) -> str | None:
 
 
 class Clients:
-    """Pooled keep-alive HTTPS sessions, one per CA bundle, least recently used closed beyond MAX_CLIENTS.
-
-    aiohttp rather than httpx (which the aggregator uses): a webhook call is on every matching write, and
-    aiohttp's client spends about a quarter of httpx's CPU per call (1 ms against 4 ms, measured on the
-    development machine with a loopback webhook)."""
+    """Pooled keep-alive HTTPS clients (services/apiserver/httpclient.py), one per CA bundle, the least
+    recently used closed beyond MAX_CLIENTS."""
 
     def __init__(self) -> None:
-        self._clients: OrderedDict[bytes, tuple[aiohttp.ClientSession, ssl.SSLContext]] = OrderedDict()
+        self._clients: OrderedDict[bytes, httpclient.Client] = OrderedDict()
 
-    def client(self, ca_bundle: bytes) -> tuple[aiohttp.ClientSession, ssl.SSLContext]:
+    def client(self, ca_bundle: bytes) -> httpclient.Client:
         found = self._clients.get(ca_bundle)
         if found is not None:
             self._clients.move_to_end(ca_bundle)
             return found
         ctx = (ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=ca_bundle.decode("latin-1"))
                if ca_bundle else ssl.create_default_context(ssl.Purpose.SERVER_AUTH))
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, limit=0, keepalive_timeout=60),
-                                        trust_env=False, skip_auto_headers=("User-Agent",))
-        self._clients[ca_bundle] = (session, ctx)
+        client = self._clients[ca_bundle] = httpclient.Client(tls=ctx)
         while len(self._clients) > MAX_CLIENTS:
-            _, (old, _) = self._clients.popitem(last=False)
-            asyncio.ensure_future(old.close())
-        return session, ctx
+            _, old = self._clients.popitem(last=False)
+            asyncio.ensure_future(old.aclose())
+        return client
 
     async def aclose(self) -> None:
         clients, self._clients = list(self._clients.values()), OrderedDict()
-        for session, _ in clients:
-            await session.close()
+        for client in clients:
+            await client.aclose()
 
 
 class WebhookCaller:
@@ -109,17 +104,11 @@ class WebhookCaller:
             ca = b""
         body = orjson.dumps({"kind": "AdmissionReview", "apiVersion": api_version, "request": request})
         timeout = float(hook.get("timeoutSeconds") or 10)
-        session, ctx = self.clients.client(ca)
         try:
-            async with session.post(url, data=body, ssl=ctx, server_hostname=server_name or None,
-                                    timeout=aiohttp.ClientTimeout(total=timeout),
-                                    headers={"Content-Type": "application/json",
-                                             "Accept": "application/json"}) as resp:
-                status, content = resp.status, await resp.read()
-        except (TimeoutError, aiohttp.ServerTimeoutError):
-            raise CallError(name, f'failed to call webhook: Post "{url}": context deadline exceeded') from None
-        except (aiohttp.ClientError, ssl.SSLError, OSError) as e:
-            raise CallError(name, f'failed to call webhook: Post "{url}": {_reason(e)}') from None
+            resp = await self.clients.client(ca).post_json(url, body, timeout=timeout, server_name=server_name)
+        except httpclient.CallError as e:
+            raise CallError(name, f"failed to call webhook: {e}") from None
+        status, content = resp.status, resp.content
         if status < 200 or status >= 300:
             text = content.decode("utf-8", "replace").strip()
             raise CallError(name, f"failed to call webhook: the server responded with the status code "
@@ -143,12 +132,3 @@ class WebhookCaller:
                                   f"\"{request['uid']}\", got \"{response.get('uid', '')}\"")
         return response
 
-
-def _reason(e: BaseException) -> str:
-    """Go's words for the common network failures (kube's messages come from net/http), else the error."""
-    text = " ".join((str(e) or type(e).__name__).split())
-    if isinstance(e, (aiohttp.ClientConnectorCertificateError, ssl.SSLCertVerificationError)):
-        return f"tls: failed to verify certificate: {text}"
-    if isinstance(e, aiohttp.ClientConnectorError) and isinstance(e.os_error, ConnectionRefusedError):
-        return f"dial tcp {e.host}:{e.port}: connect: connection refused"
-    return text

@@ -16,9 +16,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import jwt
 from prometheus_client import Gauge
+
+from services.apiserver.httpclient import Client
 
 from .jwtconfig import JWTConfig
 
@@ -56,17 +57,17 @@ class KeySet:
         self.fetched_at = 0.0
         self.ready = asyncio.Event()
         self._lock = asyncio.Lock()
-        self._client: httpx.AsyncClient | None = None
+        self._client: Client | None = None
         self._task: asyncio.Task[None] | None = None
         self._jwks = b""
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> Client:
         if self._client is None:
             if self.config.certificate_authority:
                 ctx = ssl.create_default_context(cadata=self.config.certificate_authority)
             else:
                 ctx = ssl.create_default_context()
-            self._client = httpx.AsyncClient(verify=ctx, timeout=FETCH_TIMEOUT, trust_env=False)
+            self._client = Client(tls=ctx, timeout=FETCH_TIMEOUT)
         return self._client
 
     def start(self) -> None:
@@ -118,8 +119,8 @@ class KeySet:
         c = self.config
         discovery = c.discovery_url or c.url.rstrip("/") + "/.well-known/openid-configuration"
         r = await client.get(discovery)
-        if r.status_code != 200:
-            raise ValueError(f"{r.status_code} {r.reason_phrase}: {r.text[:200]}")
+        if r.status != 200:
+            raise ValueError(f"{r.status} {r.reason}: {r.text[:200]}")
         doc = r.json()
         if not c.discovery_url and doc.get("issuer") != c.url:
             raise ValueError(f"oidc: issuer did not match the issuer returned by provider, expected "
@@ -128,8 +129,8 @@ class KeySet:
         if not isinstance(jwks_uri, str) or not jwks_uri:
             raise ValueError("oidc: discovery document has no jwks_uri")
         r = await client.get(jwks_uri)
-        if r.status_code != 200:
-            raise ValueError(f"oidc: get keys failed: {r.status_code} {r.reason_phrase}")
+        if r.status != 200:
+            raise ValueError(f"oidc: get keys failed: {r.status} {r.reason}")
         keys: dict[str, Any] = {}
         unnamed: list[Any] = []
         for k in (r.json().get("keys") or []):

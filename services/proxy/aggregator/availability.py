@@ -15,20 +15,20 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import orjson
 from prometheus_client import REGISTRY, Gauge
 from prometheus_client.core import CounterMetricFamily
 
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.httpclient import CallError
 from services.common import grpcutil
 from services.common.background import cancel_and_wait
 from services.common.errors import APIError
 from services.common.identity import APISERVER, user_pb
 from services.common.informer import Informer
 
-from .proxy import Backends, identity_headers
+from .proxy import Backends, probe_headers
 from .resolver import ResolveError, ServiceResolver, Target, service_ref
 
 log = logging.getLogger(__name__)
@@ -188,17 +188,13 @@ class AvailabilityController:
         host = f"[{target.host}]" if ":" in target.host else target.host
         url = f"https://{host}:{target.port}{path}"
         client = self.backends.client(obj)
-        headers = [(b"accept", b"application/json"), *identity_headers(AGGREGATOR)]
         try:
-            resp = await asyncio.wait_for(client.get(url, headers=headers,
-                                                     extensions={"sni_hostname": target.server_name}),
-                                          CHECK_TIMEOUT)
-        except TimeoutError:
-            return f"failing or missing response from {url}: Get \"{url}\": context deadline exceeded"
-        except (httpx.HTTPError, OSError) as e:
-            return f"failing or missing response from {url}: Get \"{url}\": {e}"
-        if not 200 <= resp.status_code < 300:
-            return f"failing or missing response from {url}: bad status from {url}: {resp.status_code}"
+            resp = await client.get(url, probe_headers(AGGREGATOR, "application/json"), CHECK_TIMEOUT,
+                                    target.server_name)
+        except CallError as e:
+            return f"failing or missing response from {url}: {e}"
+        if not resp.ok:
+            return f"failing or missing response from {url}: bad status from {url}: {resp.status}"
         return None
 
     @staticmethod

@@ -14,25 +14,25 @@ import asyncio
 import copy
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import httpx
 import orjson
 
+from services.apiserver.httpclient import Response
 from services.apiserver.negotiation import DISCOVERY_V2, DISCOVERY_V2BETA1
 from services.common.background import cancel_and_wait
 from services.common.informer import Informer
 
 from .availability import AGGREGATOR, available
-from .proxy import Backends, identity_headers
+from .proxy import Backends, probe_headers
 from .resolver import ResolveError, ServiceResolver, service_ref
 
 log = logging.getLogger(__name__)
 
 REFRESH_PERIOD = 60.0
 FETCH_TIMEOUT = 5.0
-_ACCEPT = f"{DISCOVERY_V2},{DISCOVERY_V2BETA1},application/json".encode()
+_ACCEPT = f"{DISCOVERY_V2},{DISCOVERY_V2BETA1},application/json"
 _KUBE_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
 
 Obj = dict[str, Any]
@@ -183,54 +183,57 @@ class RemoteDiscovery:
             self.openapi[name] = doc
         return entry != before or doc != openapi_before
 
-    def _target(self, api: Obj) -> tuple[str, httpx.AsyncClient, dict[str, Any]]:
+    def _target(self, api: Obj) -> tuple[str, Callable[[str, str], Awaitable[Response]]]:
+        """The server's URL, and a GET of a path there as the aggregator accepting a content type."""
         try:
             target = self.resolver.resolve(api)
         except ResolveError as e:
             raise RuntimeError(e.message) from None
         host = f"[{target.host}]" if ":" in target.host else target.host
-        return f"https://{host}:{target.port}", self.backends.client(api), {"sni_hostname": target.server_name}
+        base, client = f"https://{host}:{target.port}", self.backends.client(api)
+
+        def get(path: str, accept: str) -> Awaitable[Response]:
+            return client.get(base + path, probe_headers(AGGREGATOR, accept), FETCH_TIMEOUT, target.server_name)
+        return base, get
 
     async def fetch_openapi(self, api: Obj) -> tuple[str, bytes] | None:
         """The server's OpenAPI v3 document of the APIService's group-version (None: it has none)."""
         spec = api.get("spec") or {}
         path = f"apis/{spec.get('group', '')}/{spec.get('version', '')}"
-        base, client, ext = self._target(api)
-        headers = [(b"accept", b"application/json"), *identity_headers(AGGREGATOR)]
-        timeout = httpx.Timeout(FETCH_TIMEOUT)
-        resp = await client.get(f"{base}/openapi/v3", headers=headers, extensions=ext, timeout=timeout)
-        if resp.status_code == 404:
+        base, get = self._target(api)
+        resp = await get("/openapi/v3", "application/json")
+        if resp.status == 404:
             return None
-        resp.raise_for_status()
+        _raise_for_status(resp, base + "/openapi/v3")
         url = ((orjson.loads(resp.content).get("paths") or {}).get(path) or {}).get("serverRelativeURL")
         if not url:
             return None
-        resp = await client.get(f"{base}{url}", headers=headers, extensions=ext, timeout=timeout)
-        resp.raise_for_status()
+        resp = await get(url, "application/json")
+        _raise_for_status(resp, base + url)
         orjson.loads(resp.content)  # a document that does not parse is not served
         return path, resp.content
 
     async def fetch(self, api: Obj) -> Obj:
         spec = api.get("spec") or {}
         group, version = spec.get("group") or "", spec.get("version") or ""
-        base, client, ext = self._target(api)
-        headers = identity_headers(AGGREGATOR)
-        timeout = httpx.Timeout(FETCH_TIMEOUT)
-        resp = await client.get(f"{base}/apis", headers=[(b"accept", _ACCEPT), *headers], extensions=ext,
-                                timeout=timeout)
-        if resp.status_code == 200 and "as=APIGroupDiscoveryList" in resp.headers.get("content-type", ""):
+        _, get = self._target(api)
+        resp = await get("/apis", _ACCEPT)
+        if resp.status == 200 and "as=APIGroupDiscoveryList" in resp.headers.get("content-type", ""):
             for item in orjson.loads(resp.content).get("items") or []:
                 if (item.get("metadata") or {}).get("name") != group:
                     continue
                 for v in item.get("versions") or []:
                     if v.get("version") == version:
                         return {**v, "freshness": "Current"}
-        resp = await client.get(f"{base}/apis/{group}/{version}", headers=[(b"accept", b"application/json"),
-                                                                           *headers],
-                                extensions=ext, timeout=timeout)
-        if resp.status_code != 200:
-            raise RuntimeError(f"GET /apis/{group}/{version}: {resp.status_code}")
+        resp = await get(f"/apis/{group}/{version}", "application/json")
+        if resp.status != 200:
+            raise RuntimeError(f"GET /apis/{group}/{version}: {resp.status}")
         return legacy_to_aggregated(orjson.loads(resp.content), group, version)
+
+
+def _raise_for_status(resp: Response, url: str) -> None:
+    if not resp.ok:
+        raise RuntimeError(f"GET {url}: {resp.status} {resp.reason}")
 
 
 def merge_aggregated(local: Obj, remote: dict[str, Obj], apiservices: dict[str, Obj]) -> Obj:

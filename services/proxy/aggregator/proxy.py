@@ -12,7 +12,7 @@ APIService with the same TLS configuration.
 Forwarding runs on transport.py's lean client (kept-alive HTTP/1.1 connections, pooled per TLS
 configuration and per address and server name; aiohttp's client before it cost about 0.45 ms more
 of the proxy's CPU per forwarded GET, httpx's ten times that: docs/benchmarks.md); the availability
-and discovery probes, a few requests a minute, keep httpx's client.
+and discovery probes, a few requests a minute, use the library's client (services/apiserver/httpclient.py).
 """
 from __future__ import annotations
 
@@ -26,10 +26,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
 from apiary_pb import envelope_pb2 as pb
 from services.apiserver.filters import ClientDisconnected
+from services.apiserver.httpclient import Client
 from services.common.errors import BadRequest, ServiceUnavailable
 
 from ..context import Context
@@ -90,6 +89,11 @@ def identity_headers(user: pb.UserInfo) -> list[tuple[bytes, bytes]]:
     return out
 
 
+def probe_headers(user: pb.UserInfo, accept: str) -> list[tuple[str, str]]:
+    """The headers of a probe asked as `user` (identity_headers), accepting `accept`."""
+    return [("accept", accept), *((k.decode(), v.decode()) for k, v in identity_headers(user))]
+
+
 TLSKey = tuple[bytes, bool]
 
 
@@ -118,7 +122,7 @@ class _LRU(OrderedDict[Any, Any]):
 
 class Backends:
     """Pooled HTTPS clients, one per TLS configuration (CA bundle, insecure): `transport` forwards
-    requests, `client` serves the availability and discovery probes (httpx)."""
+    requests, `client` serves the availability and discovery probes."""
 
     def __init__(self, cert_file: str = "", key_file: str = "") -> None:
         self.cert_file, self.key_file = cert_file, key_file
@@ -134,13 +138,10 @@ class Backends:
                 del self._contexts[next(iter(self._contexts))]
         return ctx
 
-    def client(self, apiservice: dict[str, Any]) -> httpx.AsyncClient:
+    def client(self, apiservice: dict[str, Any]) -> Client:
         key = tls_key(apiservice)
-        return self._clients.get_or_make(key, lambda: httpx.AsyncClient(
-            verify=self._tls(key),
-            timeout=httpx.Timeout(connect=CONNECT_TIMEOUT, read=None, write=None, pool=CONNECT_TIMEOUT),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=100, keepalive_expiry=60),
-            follow_redirects=False, trust_env=False))
+        return self._clients.get_or_make(key, lambda: Client(tls=self._tls(key), timeout=None,
+                                                             connect_timeout=CONNECT_TIMEOUT))
 
     def transport(self, apiservice: dict[str, Any]) -> Transport:
         # by the caBundle's text as the APIService carries it: the same string object on every request,

@@ -13,6 +13,11 @@ A connection goes back to its pool only once its answer was read to the end and 
 alive; a request cancelled midway (deadline, client gone) closes its connection. A request without a
 body that fails on a reused connection before any answer arrives is sent once more on a new
 connection, as Go's transport does: the server may have closed the idle connection meanwhile.
+
+It stays beside the services' one outbound client (services/apiserver/httpclient.py, aiohttp) because
+forwarding is on every request to an aggregated server and streams both ways, where this lean client
+measured faster; every other outbound call (webhooks, JWKS, the availability and discovery probes) is
+a whole JSON exchange, made through the library's client.
 """
 from __future__ import annotations
 

@@ -13,10 +13,10 @@ import asyncio
 import logging
 import random
 
-import httpx
 import orjson
 
 from services.apiserver import kubeconfig
+from services.apiserver.httpclient import CallError, Client
 
 from . import Event
 from .metrics import plugin_error
@@ -35,13 +35,12 @@ class WebhookBackend:
                  group_version: str = "audit.k8s.io/v1") -> None:
         self.conn = kubeconfig.load(config_file)  # ConfigError: the proxy does not start
         self.initial_backoff, self.group_version = initial_backoff, group_version
-        self._headers = {"Content-Type": "application/json", "Accept": "application/json, */*",
-                         **self.conn.headers}
-        self._client: httpx.AsyncClient | None = None
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json, */*"}
+        self._client: Client | None = None
         self._sends: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        self._client = httpx.AsyncClient(verify=self.conn.ssl, timeout=TIMEOUT, trust_env=False)
+        self._client = self.conn.client(TIMEOUT)
 
     def process(self, events: list[Event]) -> bool:
         task = asyncio.get_running_loop().create_task(self.send(list(events)))
@@ -57,14 +56,14 @@ class WebhookBackend:
         delay, reason = self.initial_backoff, ""
         for attempt in range(BACKOFF_STEPS):
             try:
-                r = await self._client.post(self.conn.server, content=body, headers=self._headers)
-                if 200 <= r.status_code < 300:
+                r = await self._client.request("POST", "", body, self._headers)
+                if r.ok:
                     return
-                reason = f"the server responded with the status code {r.status_code}"
-                if r.status_code != 429 and r.status_code < 500:
+                reason = f"the server responded with the status code {r.status}"
+                if r.status != 429 and r.status < 500:
                     break  # the webhook refused this batch: sending it again will not help
-            except httpx.HTTPError as e:
-                reason = f'Post "{self.conn.server}": {e or type(e).__name__}'
+            except CallError as e:
+                reason = str(e)
             if attempt + 1 < BACKOFF_STEPS:
                 await asyncio.sleep(delay * (1 + random.random() * BACKOFF_JITTER))
                 delay *= BACKOFF_FACTOR

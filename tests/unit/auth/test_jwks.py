@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
+import orjson
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
+from services.apiserver.httpclient import Response
 from services.auth.authenticators.jwks import KeySet
 from services.auth.authenticators.jwtconfig import JWTConfig
 from tests.fakeclock import FakeClock
@@ -22,21 +25,24 @@ def jwk(kid: str | None) -> dict[str, object]:
 
 
 class Issuer:
-    """A discovery document and a JWKS served over a mock transport; counts the key fetches."""
+    """A discovery document and a JWKS served in place of the key set's client; counts the key fetches."""
 
     def __init__(self, keys: list[dict[str, object]], issuer: str = ISSUER) -> None:
         self.keys, self.issuer, self.fetches = keys, issuer, 0
 
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/.well-known/openid-configuration":
-            return httpx.Response(200, json={"issuer": self.issuer, "jwks_uri": f"{ISSUER}/keys"})
+    async def get(self, url: str, **_: Any) -> Response:
+        if urlsplit(url).path == "/.well-known/openid-configuration":
+            return Response(200, orjson.dumps({"issuer": self.issuer, "jwks_uri": f"{ISSUER}/keys"}))
         self.fetches += 1
-        return httpx.Response(200, json={"keys": self.keys})
+        return Response(200, orjson.dumps({"keys": self.keys}))
+
+    async def aclose(self) -> None:
+        pass
 
 
 def key_set(issuer: Issuer, clock: FakeClock) -> KeySet:
     keys = KeySet(JWTConfig(url=ISSUER, audiences=["a"]), clock)
-    keys._client = httpx.AsyncClient(transport=httpx.MockTransport(issuer.handle))
+    keys._client = issuer  # type: ignore[assignment]
     return keys
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 
+from services.apiserver.httpclient import Response
 from services.kit.authconfig import Reloader, Trust, resolve
 from services.kit.options import parser
 
@@ -42,12 +42,12 @@ def test_the_configmap_fills_what_the_flags_leave_out(tmp_path: Path) -> None:
 async def test_a_changed_configmap_is_applied_once() -> None:
     current = {"data": data(["front-proxy-client"])}
 
-    def apiary(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json={"kind": "ConfigMap", "data": current["data"]})
+    class Apiary:
+        async def get(self, url: str, **_: Any) -> Response:
+            return Response(200, orjson.dumps({"kind": "ConfigMap", "data": current["data"]}))
 
     applied: list[Trust] = []
-    client = httpx.AsyncClient(transport=httpx.MockTransport(apiary), base_url="https://apiary")
-    reloader = Reloader(client, args(), data(["front-proxy-client"]), applied.append)
+    reloader = Reloader(Apiary(), args(), data(["front-proxy-client"]), applied.append)  # type: ignore[arg-type]
     assert await reloader.check() is False and not applied
     current["data"] = data(["front-proxy-client", "new-proxy"])
     assert await reloader.check() is True
