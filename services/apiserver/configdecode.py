@@ -1,0 +1,68 @@
+"""kube's configuration files decoded into typed models the way its scheme decodes them: YAML read as
+JSON, the apiVersion and kind looked up among the versions kube accepts, then the fields into a Go-like
+struct: an absent or null field is its zero value, a value of the wrong type is refused, and unknown
+fields are refused where kube decodes strictly (Struct) and dropped where it does not (LenientStruct).
+
+What a decoder cannot say (required values, ranges, cross-field rules, CEL) is each format's
+validation, written against the models with services.apiserver.fielderrors.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .fielderrors import ConfigError, decoding_error
+
+__all__ = ["Document", "Field", "LenientStruct", "Struct", "decode", "read_yaml"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Struct(BaseModel):
+    """A Go struct of a strictly decoded configuration: fields named by their json tags (aliases)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_zero(cls, data: Any) -> Any:
+        """encoding/json leaves a field at its zero value when the document says null."""
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None}
+        return data
+
+
+class Document(Struct):
+    """A strictly decoded top-level object: its TypeMeta are fields like the others."""
+
+    api_version: str = Field("", alias="apiVersion")
+    kind: str = ""
+
+
+class LenientStruct(Struct):
+    """A Go struct of a configuration kube decodes without strictness: unknown fields are dropped."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+def read_yaml(data: bytes | str) -> Any:
+    """The document, or ConfigError with the YAML parser's message."""
+    try:
+        return yaml.safe_load(data)
+    except yaml.YAMLError as e:
+        raise ConfigError(str(e)) from None
+
+
+def decode(obj: Any, kinds: Mapping[tuple[str, str], type[M]]) -> M:
+    """obj (a parsed document) as the model its (apiVersion, kind) names; KeyError when none does,
+    ConfigError with kube's decoder message when the fields do not fit the model."""
+    if not isinstance(obj, dict):
+        raise KeyError((None, None))
+    model = kinds[(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))]
+    try:
+        return model.model_validate(obj)
+    except ValidationError as e:
+        raise ConfigError(decoding_error(e.errors())) from None
