@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .fielderrors import ConfigError, decoding_error
+from .fielderrors import ConfigError, decoding_error, quote
 
-__all__ = ["Document", "Field", "LenientStruct", "Struct", "decode", "read_yaml"]
+__all__ = ["Document", "Field", "LenientStruct", "Struct", "UnknownKind", "decode", "read_yaml"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -56,12 +56,20 @@ def read_yaml(data: bytes | str) -> Any:
         raise ConfigError(str(e)) from None
 
 
-def decode(obj: Any, kinds: Mapping[tuple[str, str], type[M]]) -> M:
-    """obj (a parsed document) as the model its (apiVersion, kind) names; KeyError when none does,
-    ConfigError with kube's decoder message when the fields do not fit the model."""
+class UnknownKind(ConfigError):
+    """A document whose apiVersion and kind name no model of the format (the scheme's message)."""
+
+
+def decode(obj: Any, kinds: Mapping[tuple[str, str], type[M]], scheme: str = "pkg/apis/apiserver") -> M:
+    """obj (a parsed document) as the model its (apiVersion, kind) names, or ConfigError with kube's
+    decoder message."""
     if not isinstance(obj, dict):
-        raise KeyError((None, None))
-    model = kinds[(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))]
+        raise ConfigError("expected an object")
+    api_version, kind = str(obj.get("apiVersion") or ""), str(obj.get("kind") or "")
+    model = kinds.get((api_version, kind))
+    if model is None:
+        raise UnknownKind(f"no kind {quote(kind)} is registered for version {quote(api_version)} "
+                          f"in scheme {quote(scheme)}")
     try:
         return model.model_validate(obj)
     except ValidationError as e:

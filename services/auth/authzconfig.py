@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from services.apiserver import kubeconfig as kubeconfigs
-from services.apiserver.configdecode import Document, Field, Struct, decode, read_yaml
+from services.apiserver.configdecode import Document, Field, Struct, UnknownKind, decode, read_yaml
 from services.apiserver.fielderrors import ConfigError, FieldErrors
 from services.common import cel
 from .authorizers import Authorizer
@@ -154,16 +154,11 @@ def _webhook(errs: FieldErrors, path: str, name: str, w: WebhookConfiguration) -
 def parse(data: bytes, path: str) -> list[tuple[str, str, WebhookSettings | None, str]]:
     """[(type, name, webhook settings, kubeconfig path)], validated with kube's messages."""
     try:
-        obj = read_yaml(data)
-        config = decode(obj, KINDS)
+        config = decode(read_yaml(data), KINDS)
+    except UnknownKind:
+        raise
     except ConfigError as e:
         raise ConfigError(f"failed to decode authorization configuration file {path!r}: {e}") from None
-    except KeyError:
-        if not isinstance(obj, dict):
-            raise ConfigError(f"failed to decode authorization configuration file {path!r}: "
-                              "expected an object") from None
-        raise ConfigError(f"no kind \"{obj.get('kind')}\" is registered for version \"{obj.get('apiVersion')}\" "
-                          f"in scheme \"pkg/apis/apiserver\"") from None
     errs = FieldErrors()
     if not config.authorizers:
         errs.required("authorizers", "at least one authorization mode must be defined")
