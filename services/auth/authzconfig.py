@@ -15,15 +15,15 @@ from services.apiserver import kubeconfig as kubeconfigs
 from services.apiserver.configdecode import Document, Field, Struct, UnknownKind, decode, read_yaml
 from services.apiserver.fielderrors import ConfigError, FieldErrors
 from services.common import cel
+from services.common.duration import parse_duration
+
 from .authorizers import Authorizer
 from .authorizers.modes import AlwaysAllow, AlwaysDeny, RBACAuthorizer
 from .authorizers.privileged import PrivilegedGroupAuthorizer
 from .authorizers.rbac import RBACIndex
 from .authorizers.webhook import WebhookAuthorizer, WebhookSettings
 from .configfile import ReloadedFile
-from services.common.duration import parse_duration
 from .webhookclient import WebhookClient
-
 
 KNOWN_TYPES = ["AlwaysAllow", "AlwaysDeny", "Node", "RBAC", "Webhook"]
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

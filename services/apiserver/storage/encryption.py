@@ -13,7 +13,6 @@ update of a stale value is always written, so that replacing every object re-enc
 from __future__ import annotations
 
 import abc
-
 import asyncio
 import base64
 import logging
@@ -31,7 +30,6 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from apiary_pb import kms_v2_pb2 as kpb
 from apiary_pb import kms_v2_pb2_grpc as kgrpc
-
 from services.apiserver.configdecode import decode, read_yaml
 from services.apiserver.fielderrors import ConfigError, quote
 from services.common.duration import parse_duration
@@ -345,7 +343,8 @@ class Encryption:
         except OSError as e:
             raise ConfigError(f"error reading encryption provider configuration {path}: {e}") from None
         except ConfigError as e:
-            raise ConfigError(f"error decoding encryption provider configuration file {quote(str(path))}: {e}") from None
+            raise ConfigError(f"error decoding encryption provider configuration file {quote(str(path))}: "
+                              f"{e}") from None
         return cls.parse(doc)
 
     @classmethod

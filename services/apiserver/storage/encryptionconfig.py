@@ -103,8 +103,9 @@ def _validate_keys(errs: FieldErrors, keys: list[Key], path: str, sizes: list[in
             errs.invalid(f"{path}[{i}].secret", "REDACTED", "secrets must be base64 encoded")
             continue
         if len(secret) not in sizes:
-            errs.invalid(f"{path}[{i}].secret", "REDACTED", f"secret is not of the expected length, got "
-                                                             f"{len(secret)}, expected one of [{' '.join(map(str, sizes))}]")
+            expected = " ".join(map(str, sizes))
+            errs.invalid(f"{path}[{i}].secret", "REDACTED",
+                         f"secret is not of the expected length, got {len(secret)}, expected one of [{expected}]")
 
 
 def _validate_kms(errs: FieldErrors, c: KMSConfiguration, path: str, names: set[str]) -> None:
