@@ -20,7 +20,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from cryptography.exceptions import InvalidTag
@@ -30,13 +30,14 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from apiary_pb import kms_v2_pb2 as kpb
 from apiary_pb import kms_v2_pb2_grpc as kgrpc
-from services.apiserver.configdecode import decode, read_yaml
 from services.apiserver.fielderrors import ConfigError, quote
 from services.common.duration import parse_duration
 
 from . import metrics
-from .encryptionconfig import KINDS, ProviderConfiguration, validate
 from .keys import key_info
+
+if TYPE_CHECKING:
+    from .encryptionconfig import ProviderConfiguration
 
 log = logging.getLogger(__name__)
 
@@ -338,6 +339,8 @@ class Encryption:
 
     @classmethod
     def load(cls, path: str | Path) -> Encryption:
+        from services.apiserver.configdecode import read_yaml
+
         try:
             doc = read_yaml(Path(path).read_bytes())
         except OSError as e:
@@ -350,6 +353,11 @@ class Encryption:
     @classmethod
     def parse(cls, doc: Any) -> Encryption:
         """The transformers of a configuration, validated with kube's messages (ConfigError)."""
+        # Imported here: the typed models (pydantic) are for a storage started with a configuration.
+        from services.apiserver.configdecode import decode
+
+        from .encryptionconfig import KINDS, validate
+
         config = decode(doc, KINDS)
         errs = validate(config)
         if errs:
