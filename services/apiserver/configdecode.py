@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .fielderrors import ConfigError, decoding_error, quote
 
-__all__ = ["Document", "Field", "LenientStruct", "Struct", "UnknownKind", "decode", "read_yaml"]
+__all__ = ["Document", "Field", "LenientStruct", "StrictDecodingError", "Struct", "UnknownKind", "decode",
+           "read_yaml"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -60,6 +61,11 @@ class UnknownKind(ConfigError):
     """A document whose apiVersion and kind name no model of the format (the scheme's message)."""
 
 
+class StrictDecodingError(ConfigError):
+    """A document that decodes but for unknown fields (runtime.IsStrictDecodingError): kube reads some
+    files leniently after this one."""
+
+
 def decode(obj: Any, kinds: Mapping[tuple[str, str], type[M]], scheme: str = "pkg/apis/apiserver") -> M:
     """obj (a parsed document) as the model its (apiVersion, kind) names, or ConfigError with kube's
     decoder message."""
@@ -73,4 +79,6 @@ def decode(obj: Any, kinds: Mapping[tuple[str, str], type[M]], scheme: str = "pk
     try:
         return model.model_validate(obj)
     except ValidationError as e:
-        raise ConfigError(decoding_error(e.errors())) from None
+        errors = e.errors()
+        strict = all(error["type"] == "extra_forbidden" for error in errors)
+        raise (StrictDecodingError if strict else ConfigError)(decoding_error(errors)) from None

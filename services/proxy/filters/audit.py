@@ -23,7 +23,8 @@ from typing import Any
 import orjson
 
 from apiary_pb import envelope_pb2 as pb
-from services.apiserver.configdecode import Document, Field, Struct, UnknownKind, decode, read_yaml
+from services.apiserver.configdecode import (Document, Field, StrictDecodingError, Struct, UnknownKind, decode,
+                                               read_yaml)
 from services.apiserver.fielderrors import ConfigError, FieldErrors, invalid_go, quote
 from services.apiserver.filters import Handler, RequestContext
 from services.apiserver.requestinfo import RequestInfo
@@ -130,9 +131,7 @@ class Policy:
         try:
             try:
                 policy = decode(doc, POLICY_KINDS)
-            except ConfigError as e:
-                if not str(e).startswith("strict decoding error"):
-                    raise
+            except StrictDecodingError as e:
                 log.warning("Audit policy contains errors, falling back to lenient decoding: %s", e)
                 policy = PolicyDocument.model_validate(doc, extra="ignore")
         except UnknownKind:
