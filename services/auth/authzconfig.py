@@ -8,12 +8,12 @@ chain, with a log line and kube's apiserver_authorization_config_controller_* me
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 from services.apiserver import kubeconfig as kubeconfigs
 from services.apiserver.configdecode import Document, Field, Struct, UnknownKind, decode, read_yaml
 from services.apiserver.fielderrors import ConfigError, FieldErrors
+from services.apiserver.validation import is_dns1123_subdomain
 from services.common import cel
 from services.common.duration import parse_duration
 
@@ -26,7 +26,6 @@ from .configfile import ReloadedFile
 from .webhookclient import WebhookClient
 
 KNOWN_TYPES = ["AlwaysAllow", "AlwaysDeny", "Node", "RBAC", "Webhook"]
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class WebhookMatchCondition(Struct):
@@ -182,10 +181,8 @@ def parse(data: bytes, path: str) -> list[tuple[str, str, WebhookSettings | None
             errs.required(f"{p}.name")
         elif name in seen_names:
             errs.duplicate(f"{p}.name", name)
-        elif len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
-            errs.invalid(f"{p}.name", name, "authorizer name is invalid: a lowercase RFC 1123 subdomain must "
-                                            "consist of lower case alphanumeric characters, '-' or '.', and must "
-                                            "start and end with an alphanumeric character")
+        elif msgs := is_dns1123_subdomain(name):
+            errs.invalid(f"{p}.name", name, f"authorizer name is invalid: {', '.join(msgs)}")
         seen_names.add(name)
         settings, kubeconfig = None, ""
         if atype == "Webhook":
