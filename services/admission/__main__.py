@@ -13,7 +13,6 @@ from services.common import config, runtime
 
 from . import authz
 from .chain import Chain
-from .configfile import load_admission_configuration
 from .plugin import WantsCatalogue
 from .plugins import enabled_plugins, factory_for
 from .plugins.default_toleration_seconds import DEFAULT_SECONDS, NOT_READY_KEY, UNREACHABLE_KEY
@@ -45,8 +44,11 @@ def resolve_plugins(args: argparse.Namespace) -> tuple[list[str], dict]:
     """The enabled plugins and their configurations. Raises SystemExit on bad flags or files."""
     try:
         names = enabled_plugins(args.enable_admission_plugins, args.disable_admission_plugins)
-        configs = (load_admission_configuration(args.admission_control_config_file)
-                   if args.admission_control_config_file else {})
+        configs = {}
+        if args.admission_control_config_file:
+            from .configfile import load_admission_configuration  # its typed models only for a file given
+
+            configs = load_admission_configuration(args.admission_control_config_file)
         if "DefaultTolerationSeconds" in names:  # kube's flags of this plugin, given to it as its configuration
             configs["DefaultTolerationSeconds"] = {
                 NOT_READY_KEY: args.default_not_ready_toleration_seconds,

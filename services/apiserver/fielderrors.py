@@ -133,3 +133,42 @@ class FieldErrors(list[Cause]):
 
 class ConfigError(ValueError):
     """A configuration file that cannot be used; str() is the message kube would print."""
+
+
+def field_path(loc: Iterable[str | int]) -> str:
+    """A pydantic error location as kube writes a field path: authorizers[1].webhook.timeout."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out
+
+
+# pydantic's error types, as the Go type encoding/json names in "cannot unmarshal X into ... of type T".
+_GO_TYPES = {"string_type": "string", "bool_type": "bool", "int_type": "int", "int_from_float": "int",
+             "float_type": "float64", "list_type": "slice", "dict_type": "map", "model_type": "struct",
+             "model_attributes_type": "struct"}
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    return "object" if isinstance(value, dict) else "null"
+
+
+def decoding_error(errors: list[dict[str, Any]]) -> str:
+    """pydantic's errors (ValidationError.errors()) as kube's decoder words them: a value of the wrong
+    type as encoding/json's first one, otherwise the unknown fields as its strict decoding error."""
+    for e in errors:
+        if e["type"] in _GO_TYPES:
+            return (f"json: cannot unmarshal {_json_type(e['input'])} into Go struct field "
+                    f"{field_path(e['loc'])} of type {_GO_TYPES[e['type']]}")
+    unknown = [f"unknown field {quote(field_path(e['loc']))}" for e in errors if e["type"] == "extra_forbidden"]
+    if unknown:
+        return "strict decoding error: " + ", ".join(unknown)
+    return "; ".join(f"{field_path(e['loc'])}: {e['msg']}" for e in errors)

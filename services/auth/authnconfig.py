@@ -10,58 +10,69 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.configdecode import Document, Struct, UnknownKind, read_yaml
+from services.apiserver.configdecode import decode as decode_as
 from services.apiserver.fielderrors import ConfigError, FieldErrors
 
 from .authenticators.anonymous import AnonymousConfig
 from .authenticators.jwt import JWTAuthenticator
-from .authenticators.jwtconfig import JWTConfig, parse_jwt, validate_jwt
+from .authenticators.jwtconfig import JWTAuthenticatorSpec, JWTConfig, parse_jwt, validate_jwt
 from .configfile import ReloadedFile
 
-GROUP = "apiserver.config.k8s.io"
-VERSIONS = ("v1", "v1beta1", "v1alpha1")
-KIND = "AuthenticationConfiguration"
 MAX_JWT = 64
 
 
-def decode(data: bytes, path: str) -> dict[str, Any]:
+class AnonymousAuthCondition(Struct):
+    path: str = ""
+
+
+class AnonymousAuthConfig(Struct):
+    enabled: bool = False
+    conditions: list[AnonymousAuthCondition] = []
+
+
+class AuthenticationConfiguration(Document):
+    jwt: list[JWTAuthenticatorSpec] = []
+    anonymous: AnonymousAuthConfig | None = None
+
+
+# kube decodes the file strictly (--authentication-config), in any of these versions.
+KINDS = {(f"apiserver.config.k8s.io/{v}", "AuthenticationConfiguration"): AuthenticationConfiguration
+         for v in ("v1", "v1beta1", "v1alpha1")}
+
+
+def decode(data: bytes, path: str) -> AuthenticationConfiguration:
     if not data:
         raise ConfigError("empty config data")
     try:
-        obj = yaml.safe_load(data)
-    except yaml.YAMLError as e:
+        obj = read_yaml(data)
+    except ConfigError as e:
         raise ConfigError(f"failed to decode authentication configuration file {path!r}: {e}") from None
-    if not isinstance(obj, dict):
-        raise ConfigError(f"failed to decode authentication configuration file {path!r}: "
-                          f"expected an AuthenticationConfiguration object")
-    api_version, kind = obj.get("apiVersion"), obj.get("kind")
-    group, _, version = str(api_version or "").rpartition("/")
-    if group != GROUP or version not in VERSIONS or kind != KIND:
-        raise ConfigError(f"no kind \"{kind}\" is registered for version \"{api_version}\" in scheme "
-                          f"\"pkg/apis/apiserver\"" if kind or api_version else
-                          "Object 'Kind' is missing in authentication configuration")
-    return obj
+    if isinstance(obj, dict) and not obj.get("kind") and not obj.get("apiVersion"):
+        raise ConfigError("Object 'Kind' is missing in authentication configuration")
+    try:
+        return decode_as(obj, KINDS)
+    except UnknownKind:
+        raise
+    except ConfigError as e:
+        raise ConfigError(f"failed to decode authentication configuration file {path!r}: {e}") from None
 
 
-def parse(obj: dict[str, Any], disallowed_issuers: frozenset[str] = frozenset()) -> list[JWTConfig]:
+def parse(config: AuthenticationConfiguration, disallowed_issuers: frozenset[str] = frozenset()) -> list[JWTConfig]:
     """The validated jwt authenticators, their CEL compiled; ConfigError with kube's messages."""
-    return parse_all(obj, disallowed_issuers)[0]
+    return parse_all(config, disallowed_issuers)[0]
 
 
-def parse_all(obj: dict[str, Any],
-              disallowed_issuers: frozenset[str] = frozenset()) -> tuple[list[JWTConfig], AnonymousConfig | None]:
+def parse_all(config: AuthenticationConfiguration, disallowed_issuers: frozenset[str] = frozenset()
+              ) -> tuple[list[JWTConfig], AnonymousConfig | None]:
     """The jwt authenticators and the anonymous section (None when absent)."""
-    raw = obj.get("jwt") or []
-    if not isinstance(raw, list):
-        raise ConfigError("jwt: Invalid value: expected a list of JWT authenticators")
     errs = FieldErrors()
-    if len(raw) > MAX_JWT:
-        errs.too_many("jwt", len(raw), MAX_JWT)
+    if len(config.jwt) > MAX_JWT:
+        errs.too_many("jwt", len(config.jwt), MAX_JWT)
         raise ConfigError(str(errs))
-    configs = [parse_jwt(r) for r in raw]
+    configs = [parse_jwt(spec) for spec in config.jwt]
     seen, seen_discovery = set(), set()
     for i, c in enumerate(configs):
         validate_jwt(c, f"jwt[{i}]", errs, disallowed_issuers)
@@ -72,23 +83,19 @@ def parse_all(obj: dict[str, Any],
             if c.discovery_url in seen_discovery:
                 errs.duplicate(f"jwt[{i}].issuer.discoveryURL", c.discovery_url)
             seen_discovery.add(c.discovery_url)
-    anonymous = obj.get("anonymous")
     anon: AnonymousConfig | None = None
-    if anonymous is not None:
-        anonymous = anonymous if isinstance(anonymous, dict) else {}
-        conditions = anonymous.get("conditions") or []
+    if (anonymous := config.anonymous) is not None:
         paths: list[str] = []
-        for i, c in enumerate(conditions if isinstance(conditions, list) else []):
-            path = c.get("path") if isinstance(c, dict) else None
-            if not isinstance(path, str) or not path:
+        for i, condition in enumerate(anonymous.conditions):
+            if not condition.path:
                 errs.required(f"anonymous.conditions[{i}].path")
-            elif path in paths:
-                errs.duplicate(f"anonymous.conditions[{i}].path", path)
+            elif condition.path in paths:
+                errs.duplicate(f"anonymous.conditions[{i}].path", condition.path)
             else:
-                paths.append(path)
-        if not anonymous.get("enabled") and conditions:
+                paths.append(condition.path)
+        if not anonymous.enabled and anonymous.conditions:
             errs.invalid("anonymous.conditions", "", "enabled should be set to true when conditions are defined")
-        anon = AnonymousConfig(bool(anonymous.get("enabled")), frozenset(paths))
+        anon = AnonymousConfig(anonymous.enabled, frozenset(paths))
     if errs:
         raise ConfigError(str(errs))
     return configs, anon
@@ -134,7 +141,7 @@ def legacy_oidc_config(issuer_url: str, client_id: str, username_claim: str, use
     if groups_claim:
         raw["claimMappings"]["groups"] = {"claim": groups_claim, "prefix": groups_prefix}
     raw["claimValidationRules"] = [{"claim": k, "requiredValue": v} for k, v in sorted(required_claims.items())]
-    c = parse_jwt(raw)
+    c = parse_jwt(JWTAuthenticatorSpec.model_validate(raw))
     c.algorithms = tuple(signing_algs)
     return c
 

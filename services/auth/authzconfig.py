@@ -8,73 +8,103 @@ chain, with a log line and kube's apiserver_authorization_config_controller_* me
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
-import yaml
-
 from services.apiserver import kubeconfig as kubeconfigs
+from services.apiserver.configdecode import Document, Field, Struct, UnknownKind, decode, read_yaml
 from services.apiserver.fielderrors import ConfigError, FieldErrors
+from services.apiserver.validation import is_dns1123_subdomain
 from services.common import cel
+from services.common.duration import parse_duration
+
 from .authorizers import Authorizer
 from .authorizers.modes import AlwaysAllow, AlwaysDeny, RBACAuthorizer
 from .authorizers.privileged import PrivilegedGroupAuthorizer
 from .authorizers.rbac import RBACIndex
 from .authorizers.webhook import WebhookAuthorizer, WebhookSettings
 from .configfile import ReloadedFile
-from services.common.duration import parse_duration
 from .webhookclient import WebhookClient
 
-
-KIND = "AuthorizationConfiguration"
-GROUP = "apiserver.config.k8s.io"
-VERSIONS = ("v1", "v1beta1", "v1alpha1")
 KNOWN_TYPES = ["AlwaysAllow", "AlwaysDeny", "Node", "RBAC", "Webhook"]
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
-def _duration(errs: FieldErrors, path: str, raw: Any) -> float:
-    if raw in (None, "", 0):
+
+class WebhookMatchCondition(Struct):
+    expression: str = ""
+
+
+class WebhookConnectionInfo(Struct):
+    type: str = ""
+    kube_config_file: str | None = Field(None, alias="kubeConfigFile")
+
+
+class WebhookConfiguration(Struct):
+    authorized_ttl: str = Field("", alias="authorizedTTL")
+    unauthorized_ttl: str = Field("", alias="unauthorizedTTL")
+    timeout: str = ""
+    subject_access_review_version: str = Field("", alias="subjectAccessReviewVersion")
+    match_condition_subject_access_review_version: str = Field("", alias="matchConditionSubjectAccessReviewVersion")
+    failure_policy: str = Field("", alias="failurePolicy")
+    connection_info: WebhookConnectionInfo = Field(WebhookConnectionInfo(), alias="connectionInfo")
+    match_conditions: list[WebhookMatchCondition] = Field([], alias="matchConditions")
+
+
+class AuthorizerConfiguration(Struct):
+    type: str = ""
+    name: str = ""
+    webhook: WebhookConfiguration | None = None
+
+
+class AuthorizationConfiguration(Document):
+    authorizers: list[AuthorizerConfiguration] = []
+
+
+# kube decodes the file strictly (k8s.io/apiserver/pkg/apis/apiserver/load), in any of these versions.
+KINDS = {(f"apiserver.config.k8s.io/{v}", "AuthorizationConfiguration"): AuthorizationConfiguration
+         for v in ("v1", "v1beta1", "v1alpha1")}
+
+
+def _duration(errs: FieldErrors, path: str, raw: str) -> float:
+    if not raw:
         return 0.0
     try:
-        return parse_duration(str(raw))
+        return parse_duration(raw)
     except ValueError as e:
-        errs.invalid(path, str(raw), str(e))
+        errs.invalid(path, raw, str(e))
         return 0.0
 
 
-def _webhook(errs: FieldErrors, path: str, name: str, w: dict[str, Any]) -> tuple[WebhookSettings, str]:
-    timeout = _duration(errs, f"{path}.timeout", w.get("timeout"))
-    if not w.get("timeout"):
+def _webhook(errs: FieldErrors, path: str, name: str, w: WebhookConfiguration) -> tuple[WebhookSettings, str]:
+    timeout = _duration(errs, f"{path}.timeout", w.timeout)
+    if not w.timeout:
         errs.required(f"{path}.timeout")
     elif timeout > 30 or timeout < 0:
-        errs.invalid(f"{path}.timeout", str(w.get("timeout")), "must be > 0s and <= 30s")
+        errs.invalid(f"{path}.timeout", w.timeout, "must be > 0s and <= 30s")
     ttls = {}
-    for key in ("authorizedTTL", "unauthorizedTTL"):
-        ttls[key] = _duration(errs, f"{path}.{key}", w.get(key))
-        if not w.get(key):
+    for key, raw in (("authorizedTTL", w.authorized_ttl), ("unauthorizedTTL", w.unauthorized_ttl)):
+        ttls[key] = _duration(errs, f"{path}.{key}", raw)
+        if not raw:
             errs.required(f"{path}.{key}")
         elif ttls[key] < 0:
-            errs.invalid(f"{path}.{key}", str(w.get(key)), "must be > 0s")
-    version = w.get("subjectAccessReviewVersion") or ""
+            errs.invalid(f"{path}.{key}", raw, "must be > 0s")
+    version = w.subject_access_review_version
     if not version:
         errs.required(f"{path}.subjectAccessReviewVersion")
     elif version not in ("v1", "v1beta1"):
         errs.not_supported(f"{path}.subjectAccessReviewVersion", version, ["v1", "v1beta1"])
-    conditions = w.get("matchConditions") or []
-    mc_version = w.get("matchConditionSubjectAccessReviewVersion") or ""
+    conditions = w.match_conditions
+    mc_version = w.match_condition_subject_access_review_version
     if not mc_version:
         if conditions:
             errs.required(f"{path}.matchConditionSubjectAccessReviewVersion",
                           "required if match conditions are specified")
     elif mc_version != "v1":
         errs.not_supported(f"{path}.matchConditionSubjectAccessReviewVersion", mc_version, ["v1"])
-    policy = w.get("failurePolicy") or ""
+    policy = w.failure_policy
     if not policy:
         errs.required(f"{path}.failurePolicy")
     elif policy not in ("NoOpinion", "Deny"):
         errs.not_supported(f"{path}.failurePolicy", policy, ["NoOpinion", "Deny"])
-    conn = w.get("connectionInfo") if isinstance(w.get("connectionInfo"), dict) else {}
-    ctype, kubeconfig = conn.get("type") or "", conn.get("kubeConfigFile")
+    ctype, kubeconfig = w.connection_info.type, w.connection_info.kube_config_file
     if not ctype:
         errs.required(f"{path}.connectionInfo.type")
     elif ctype == "InClusterConfig":
@@ -103,8 +133,8 @@ def _webhook(errs: FieldErrors, path: str, name: str, w: dict[str, Any]) -> tupl
     seen: set[str] = set()
     for i, c in enumerate(conditions):
         p = f"{path}.matchConditions[{i}].expression"
-        expr = c.get("expression") if isinstance(c, dict) else None
-        if not isinstance(expr, str) or not expr.strip():
+        expr = c.expression
+        if not expr.strip():
             errs.required(p)
             continue
         if expr in seen:
@@ -117,32 +147,26 @@ def _webhook(errs: FieldErrors, path: str, name: str, w: dict[str, Any]) -> tupl
             errs.invalid(p, expr, f"compilation failed: {e}")
     settings = WebhookSettings(name, timeout, version or "v1", ttls["authorizedTTL"], ttls["unauthorizedTTL"],
                                policy or "NoOpinion", programs)
-    return settings, str(kubeconfig or "")
+    return settings, kubeconfig or ""
 
 
 def parse(data: bytes, path: str) -> list[tuple[str, str, WebhookSettings | None, str]]:
     """[(type, name, webhook settings, kubeconfig path)], validated with kube's messages."""
     try:
-        obj = yaml.safe_load(data)
-    except yaml.YAMLError as e:
+        config = decode(read_yaml(data), KINDS)
+    except UnknownKind:
+        raise
+    except ConfigError as e:
         raise ConfigError(f"failed to decode authorization configuration file {path!r}: {e}") from None
-    if not isinstance(obj, dict):
-        raise ConfigError(f"failed to decode authorization configuration file {path!r}: expected an object")
-    group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
-    if group != GROUP or version not in VERSIONS or obj.get("kind") != KIND:
-        raise ConfigError(f"no kind \"{obj.get('kind')}\" is registered for version \"{obj.get('apiVersion')}\" "
-                          f"in scheme \"pkg/apis/apiserver\"")
     errs = FieldErrors()
-    raw = obj.get("authorizers") or []
-    if not raw:
+    if not config.authorizers:
         errs.required("authorizers", "at least one authorization mode must be defined")
     out: list[tuple[str, str, WebhookSettings | None, str]] = []
     seen_types: set[str] = set()
     seen_names: set[str] = set()
-    for i, a in enumerate(raw if isinstance(raw, list) else []):
+    for i, a in enumerate(config.authorizers):
         p = f"authorizers[{i}]"
-        a = a if isinstance(a, dict) else {}
-        atype, name = str(a.get("type") or ""), str(a.get("name") or "")
+        atype, name = a.type, a.name
         if not atype:
             errs.required(f"{p}.type")
             continue
@@ -157,18 +181,16 @@ def parse(data: bytes, path: str) -> list[tuple[str, str, WebhookSettings | None
             errs.required(f"{p}.name")
         elif name in seen_names:
             errs.duplicate(f"{p}.name", name)
-        elif len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
-            errs.invalid(f"{p}.name", name, "authorizer name is invalid: a lowercase RFC 1123 subdomain must "
-                                            "consist of lower case alphanumeric characters, '-' or '.', and must "
-                                            "start and end with an alphanumeric character")
+        elif msgs := is_dns1123_subdomain(name):
+            errs.invalid(f"{p}.name", name, f"authorizer name is invalid: {', '.join(msgs)}")
         seen_names.add(name)
         settings, kubeconfig = None, ""
         if atype == "Webhook":
-            if not isinstance(a.get("webhook"), dict):
+            if a.webhook is None:
                 errs.required(f"{p}.webhook", "required when type=Webhook")
                 continue
-            settings, kubeconfig = _webhook(errs, f"{p}.webhook", name, a["webhook"])
-        elif a.get("webhook") is not None:
+            settings, kubeconfig = _webhook(errs, f"{p}.webhook", name, a.webhook)
+        elif a.webhook is not None:
             errs.invalid(f"{p}.webhook", "non-null", "may only be specified when type=Webhook")
         out.append((atype, name, settings, kubeconfig))
     if errs:

@@ -13,20 +13,16 @@ update of a stale value is always written, so that replacing every object re-enc
 from __future__ import annotations
 
 import abc
-
 import asyncio
 import base64
-import binascii
 import logging
 import os
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
-import yaml
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -34,15 +30,18 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from apiary_pb import kms_v2_pb2 as kpb
 from apiary_pb import kms_v2_pb2_grpc as kgrpc
+from services.apiserver.fielderrors import ConfigError, quote
+from services.common.duration import parse_duration
 
 from . import metrics
 from .keys import key_info
 
+if TYPE_CHECKING:
+    from .encryptionconfig import ProviderConfiguration
+
 log = logging.getLogger(__name__)
 
 ENC_PREFIX = b"k8s:enc:"
-CONFIG_KIND = "EncryptionConfiguration"
-CONFIG_VERSIONS = ("apiserver.config.k8s.io/v1", "apiserver.config.k8s.io/v1beta1")
 KMS_TIMEOUT = 3.0
 
 
@@ -80,22 +79,6 @@ class Identity(Provider):
 
     def decrypt(self, data: bytes, ad: bytes) -> bytes:
         return data
-
-
-def _key_bytes(provider: str, key: dict[str, Any], sizes: Iterable[int]) -> bytes:
-    name = key.get("name")
-    secret = key.get("secret")
-    if not name or not isinstance(name, str):
-        raise ValueError(f"{provider}: every key needs a name")
-    if not isinstance(secret, str):
-        raise ValueError(f"{provider} key {name!r}: secret must be a base64 string")
-    try:
-        raw = base64.b64decode(secret, validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError(f"{provider} key {name!r}: secret is not valid base64") from None
-    if len(raw) not in sizes:
-        raise ValueError(f"{provider} key {name!r}: secret must be {' or '.join(map(str, sizes))} bytes")
-    return raw
 
 
 class AESCBCProvider(Provider):
@@ -356,30 +339,31 @@ class Encryption:
 
     @classmethod
     def load(cls, path: str | Path) -> Encryption:
+        from services.apiserver.configdecode import read_yaml
+
         try:
-            doc = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError) as e:
-            raise ValueError(f"error reading encryption provider configuration {path}: {e}") from None
+            doc = read_yaml(Path(path).read_bytes())
+        except OSError as e:
+            raise ConfigError(f"error reading encryption provider configuration {path}: {e}") from None
+        except ConfigError as e:
+            raise ConfigError(f"error decoding encryption provider configuration file {quote(str(path))}: "
+                              f"{e}") from None
         return cls.parse(doc)
 
     @classmethod
     def parse(cls, doc: Any) -> Encryption:
-        if not isinstance(doc, dict) or doc.get("kind") != CONFIG_KIND:
-            raise ValueError(f"encryption provider configuration: kind must be {CONFIG_KIND}")
-        if doc.get("apiVersion") not in CONFIG_VERSIONS:
-            raise ValueError(f"encryption provider configuration: apiVersion must be {CONFIG_VERSIONS[0]}")
-        rules: list[tuple[list[str], Transformer]] = []
-        for i, entry in enumerate(doc.get("resources") or []):
-            resources = entry.get("resources") if isinstance(entry, dict) else None
-            if not resources or not all(isinstance(r, str) for r in resources):
-                raise ValueError(f"resources[{i}].resources: a list of resources is required")
-            providers: list[Provider] = []
-            for j, p in enumerate(entry.get("providers") or []):
-                providers.extend(_providers(p, f"resources[{i}].providers[{j}]"))
-            if not providers:
-                raise ValueError(f"resources[{i}].providers: at least one provider is required")
-            rules.append((list(resources), Transformer(providers)))
-        return cls(rules)
+        """The transformers of a configuration, validated with kube's messages (ConfigError)."""
+        # Imported here: the typed models (pydantic) are for a storage started with a configuration.
+        from services.apiserver.configdecode import decode
+
+        from .encryptionconfig import KINDS, validate
+
+        config = decode(doc, KINDS)
+        errs = validate(config)
+        if errs:
+            raise ConfigError(str(errs))
+        return cls([(list(r.resources), Transformer([p for c in r.providers for p in _providers(c)]))
+                    for r in config.resources])
 
     def for_key(self, key: str) -> Transformer | None:
         """The transformer of the key's resource; None when it is stored in the clear."""
@@ -416,39 +400,11 @@ def _matches(pattern: str, resource: str, group: str) -> bool:
     return name == resource and (not pgroup or pgroup == group or not group)
 
 
-def _providers(spec: Any, where: str) -> list[Provider]:
-    """One provider entry; each key of aescbc/aesgcm/secretbox reads as a provider of its own."""
-    if not isinstance(spec, dict) or len(spec) != 1:
-        raise ValueError(f"{where}: exactly one provider type is required")
-    kind, conf = next(iter(spec.items()))
-    conf = conf or {}
-    if kind == "identity":
-        return [Identity()]
-    if kind in ("aescbc", "aesgcm", "secretbox"):
-        keys = conf.get("keys") or []
-        if not keys:
-            raise ValueError(f"{where}.{kind}.keys: at least one key is required")
-        cls = {"aescbc": AESCBCProvider, "aesgcm": AESGCMProvider, "secretbox": Secretbox}[kind]
-        sizes = (32,) if kind == "secretbox" else (16, 24, 32)
-        return [cls(k.get("name"), _key_bytes(kind, k, sizes)) for k in keys]
-    if kind == "kms":
-        if conf.get("apiVersion") != "v2":
-            raise ValueError(f"{where}.kms.apiVersion: only v2 is supported")
-        name, endpoint = conf.get("name"), conf.get("endpoint")
-        if not name or not endpoint:
-            raise ValueError(f"{where}.kms: name and endpoint are required")
-        timeout = _seconds(conf.get("timeout"), KMS_TIMEOUT)
-        return [KMSv2Provider(name, endpoint, timeout)]
-    raise ValueError(f"{where}: unknown provider {kind!r}")
-
-
-def _seconds(value: Any, default: float) -> float:
-    if value is None:
-        return default
-    text = str(value).strip()
-    for suffix, mult in (("ms", 0.001), ("s", 1.0), ("m", 60.0)):
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * mult
-    return float(text)
-
-
+def _providers(c: ProviderConfiguration) -> list[Provider]:
+    """One validated provider entry; each key of aescbc/aesgcm/secretbox reads as a provider of its own."""
+    if c.kms is not None:
+        return [KMSv2Provider(c.kms.name, c.kms.endpoint, parse_duration(c.kms.timeout))]
+    for keyed, cls in ((c.aescbc, AESCBCProvider), (c.aesgcm, AESGCMProvider), (c.secretbox, Secretbox)):
+        if keyed is not None:
+            return [cls(k.name, base64.b64decode(k.secret)) for k in keyed.keys]
+    return [Identity()]

@@ -1,17 +1,18 @@
 """The jwt section of kube's AuthenticationConfiguration (apiserver.config.k8s.io/v1 JWTAuthenticator):
-parsed into JWTConfig and validated with kube's messages (validateJWTAuthenticator), its CEL claim
-mappings and validation rules compiled as they are validated, so a token is never checked against an
-expression that did not compile.
+decoded into typed models (the *Spec classes, strictly, as kube decodes the file), read into JWTConfig
+and validated with kube's messages (validateJWTAuthenticator), its CEL claim mappings and validation
+rules compiled as they are validated, so a token is never checked against an expression that did not
+compile.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
 
 from cryptography import x509
 
+from services.apiserver.configdecode import Field, Struct
 from services.apiserver.fielderrors import FieldErrors
 from services.common import cel
 
@@ -63,35 +64,72 @@ class JWTConfig:
         return self.url, self.discovery_url, self.certificate_authority
 
 
-def _str(d: dict[str, Any], key: str) -> str:
-    v = d.get(key)
-    return v if isinstance(v, str) else ""
+class PrefixedClaimOrExpressionSpec(Struct):
+    claim: str = ""
+    prefix: str | None = None
+    expression: str = ""
 
 
-def parse_jwt(raw: Any) -> JWTConfig:
-    raw = raw if isinstance(raw, dict) else {}
-    issuer = raw.get("issuer") if isinstance(raw.get("issuer"), dict) else {}
-    cm = raw.get("claimMappings") if isinstance(raw.get("claimMappings"), dict) else {}
+class ClaimOrExpressionSpec(Struct):
+    claim: str = ""
+    expression: str = ""
 
-    def coe(d: Any) -> ClaimOrExpression:
-        d = d if isinstance(d, dict) else {}
-        prefix = d.get("prefix")
-        return ClaimOrExpression(_str(d, "claim"), prefix if isinstance(prefix, str) else None, _str(d, "expression"))
 
-    auds = issuer.get("audiences") or []
+class ExtraMappingSpec(Struct):
+    key: str = ""
+    value_expression: str = Field("", alias="valueExpression")
+
+
+class ClaimMappingsSpec(Struct):
+    username: PrefixedClaimOrExpressionSpec = PrefixedClaimOrExpressionSpec()
+    groups: PrefixedClaimOrExpressionSpec = PrefixedClaimOrExpressionSpec()
+    uid: ClaimOrExpressionSpec = ClaimOrExpressionSpec()
+    extra: list[ExtraMappingSpec] = []
+
+
+class ClaimValidationRuleSpec(Struct):
+    claim: str = ""
+    required_value: str = Field("", alias="requiredValue")
+    expression: str = ""
+    message: str = ""
+
+
+class UserValidationRuleSpec(Struct):
+    expression: str = ""
+    message: str = ""
+
+
+class IssuerSpec(Struct):
+    url: str = ""
+    discovery_url: str = Field("", alias="discoveryURL")
+    certificate_authority: str = Field("", alias="certificateAuthority")
+    audiences: list[str] = []
+    audience_match_policy: str = Field("", alias="audienceMatchPolicy")
+
+
+class JWTAuthenticatorSpec(Struct):
+    """One entry of the file's jwt list (kube's JWTAuthenticator), as decoded."""
+
+    issuer: IssuerSpec = IssuerSpec()
+    claim_validation_rules: list[ClaimValidationRuleSpec] = Field([], alias="claimValidationRules")
+    claim_mappings: ClaimMappingsSpec = Field(ClaimMappingsSpec(), alias="claimMappings")
+    user_validation_rules: list[UserValidationRuleSpec] = Field([], alias="userValidationRules")
+
+
+def parse_jwt(spec: JWTAuthenticatorSpec) -> JWTConfig:
+    """The authenticator's configuration, its expressions not compiled yet (validate_jwt compiles them)."""
+    issuer, cm = spec.issuer, spec.claim_mappings
     return JWTConfig(
-        url=_str(issuer, "url"), discovery_url=_str(issuer, "discoveryURL"),
-        audiences=[a if isinstance(a, str) else str(a) for a in auds] if isinstance(auds, list) else [],
-        audience_match_policy=_str(issuer, "audienceMatchPolicy"),
-        certificate_authority=_str(issuer, "certificateAuthority"),
-        username=coe(cm.get("username")), groups=coe(cm.get("groups")), uid=coe(cm.get("uid")),
-        extra=[ExtraMapping(_str(e, "key"), _str(e, "valueExpression"))
-               for e in (cm.get("extra") or []) if isinstance(e, dict)],
-        claim_validation_rules=[ClaimValidationRule(_str(r, "claim"), _str(r, "requiredValue"), _str(r, "expression"),
-                                                    _str(r, "message"))
-                                for r in (raw.get("claimValidationRules") or []) if isinstance(r, dict)],
-        user_validation_rules=[ClaimValidationRule(expression=_str(r, "expression"), message=_str(r, "message"))
-                               for r in (raw.get("userValidationRules") or []) if isinstance(r, dict)],
+        url=issuer.url, discovery_url=issuer.discovery_url, audiences=list(issuer.audiences),
+        audience_match_policy=issuer.audience_match_policy, certificate_authority=issuer.certificate_authority,
+        username=ClaimOrExpression(cm.username.claim, cm.username.prefix, cm.username.expression),
+        groups=ClaimOrExpression(cm.groups.claim, cm.groups.prefix, cm.groups.expression),
+        uid=ClaimOrExpression(cm.uid.claim, None, cm.uid.expression),
+        extra=[ExtraMapping(e.key, e.value_expression) for e in cm.extra],
+        claim_validation_rules=[ClaimValidationRule(r.claim, r.required_value, r.expression, r.message)
+                                for r in spec.claim_validation_rules],
+        user_validation_rules=[ClaimValidationRule(expression=r.expression, message=r.message)
+                               for r in spec.user_validation_rules],
     )
 
 

@@ -21,11 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.configdecode import (Document, Field, StrictDecodingError, Struct, UnknownKind, decode,
+                                               read_yaml)
+from services.apiserver.fielderrors import ConfigError, FieldErrors, invalid_go, quote
 from services.apiserver.filters import Handler, RequestContext
 from services.apiserver.requestinfo import RequestInfo
+from services.apiserver.validation import is_dns1123_subdomain
 from services.common.errors import APIError, InternalError
 from services.common.identity import user_dict
 
@@ -116,39 +119,34 @@ class Policy:
     @classmethod
     def load(cls, path: str | Path) -> Policy:
         try:
-            doc = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError) as e:
+            doc = read_yaml(Path(path).read_bytes())
+        except (OSError, ConfigError) as e:
             raise PolicyError(f"failed to read audit policy file {path}: {e}") from None
         return cls.parse(doc)
 
     @classmethod
     def parse(cls, doc: Any) -> Policy:
-        if not isinstance(doc, dict) or doc.get("kind") != "Policy" or doc.get("apiVersion") not in (
-                "audit.k8s.io/v1", "audit.k8s.io/v1beta1"):
-            raise PolicyError("audit policy: expected kind Policy of apiVersion audit.k8s.io/v1")
-        policy_omit = _stages(doc.get("omitStages"), "omitStages")
-        rules = []
-        for i, r in enumerate(doc.get("rules") or []):
-            where = f"rules[{i}]"
-            if not isinstance(r, dict):
-                raise PolicyError(f"audit policy: {where} must be an object")
-            level = r.get("level")
-            if level not in _LEVELS:
-                raise PolicyError(f'audit policy: {where}.level: Unsupported value: "{level}": supported values: '
-                                  + ", ".join(f'"{lv}"' for lv in _LEVELS))
-            urls = _strings(r.get("nonResourceURLs"), f"{where}.nonResourceURLs")
-            res = r.get("resources") or []
-            ns = _strings(r.get("namespaces"), f"{where}.namespaces")
-            if urls and (res or ns):
-                raise PolicyError(f"audit policy: {where}: rules cannot apply to both regular resources and "
-                                  "non-resource URLs")
-            groups = tuple(GroupResources(str(g.get("group") or ""), _strings(g.get("resources"), where),
-                                          _strings(g.get("resourceNames"), where)) for g in res)
-            rules.append(Rule(level, _strings(r.get("users"), where), _strings(r.get("userGroups"), where),
-                              _strings(r.get("verbs"), where), groups, ns, urls,
-                              _stages(r.get("omitStages"), f"{where}.omitStages") | policy_omit,
-                              r.get("omitManagedFields")))
-        return cls(rules, policy_omit, bool(doc.get("omitManagedFields", False)))
+        """kube's LoadPolicyFromBytes: decoded strictly, or leniently with a warning when only unknown
+        fields stand in the way; then ValidatePolicy."""
+        try:
+            try:
+                policy = decode(doc, POLICY_KINDS)
+            except StrictDecodingError as e:
+                log.warning("Audit policy contains errors, falling back to lenient decoding: %s", e)
+                policy = PolicyDocument.model_validate(doc, extra="ignore")
+        except UnknownKind:
+            raise PolicyError("audit policy: expected kind Policy of apiVersion audit.k8s.io/v1") from None
+        except ConfigError as e:
+            raise PolicyError(f"audit policy: failed decoding: {e}") from None
+        if errs := _validate(policy):
+            raise PolicyError(f"audit policy: {errs}")
+        omit = frozenset(policy.omit_stages)
+        rules = [Rule(r.level, tuple(r.users), tuple(r.user_groups), tuple(r.verbs),
+                      tuple(GroupResources(g.group, tuple(g.resources), tuple(g.resource_names))
+                            for g in r.resources),
+                      tuple(r.namespaces), tuple(r.non_resource_urls), frozenset(r.omit_stages) | omit,
+                      r.omit_managed_fields) for r in policy.rules]
+        return cls(rules, omit, policy.omit_managed_fields)
 
     def decide(self, user: pb.UserInfo | None, info: RequestInfo) -> Decision:
         for r in self.rules:
@@ -158,20 +156,77 @@ class Policy:
         return Decision(NONE, self.omit_stages, self.omit_managed_fields)
 
 
-def _strings(v: Any, where: str) -> tuple[str, ...]:
-    if v is None:
-        return ()
-    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
-        raise PolicyError(f"audit policy: {where} must be a list of strings")
-    return tuple(v)
+class PolicyGroupResources(Struct):
+    group: str = ""
+    resources: list[str] = []
+    resource_names: list[str] = Field([], alias="resourceNames")
 
 
-def _stages(v: Any, where: str) -> frozenset[str]:
-    stages = _strings(v, where)
-    for s in stages:
-        if s not in _STAGES:
-            raise PolicyError(f'audit policy: {where}: Unsupported value: "{s}"')
-    return frozenset(stages)
+class PolicyRule(Struct):
+    level: str = ""
+    users: list[str] = []
+    user_groups: list[str] = Field([], alias="userGroups")
+    verbs: list[str] = []
+    resources: list[PolicyGroupResources] = []
+    namespaces: list[str] = []
+    non_resource_urls: list[str] = Field([], alias="nonResourceURLs")
+    omit_stages: list[str] = Field([], alias="omitStages")
+    omit_managed_fields: bool | None = Field(None, alias="omitManagedFields")
+
+
+class PolicyDocument(Document):
+    """audit.k8s.io/v1 Policy as the file holds it."""
+
+    metadata: dict[str, Any] = {}
+    rules: list[PolicyRule] = []
+    omit_stages: list[str] = Field([], alias="omitStages")
+    omit_managed_fields: bool = Field(False, alias="omitManagedFields")
+
+
+POLICY_KINDS = {(v, "Policy"): PolicyDocument for v in ("audit.k8s.io/v1", "audit.k8s.io/v1beta1")}
+
+
+def _validate(policy: PolicyDocument) -> FieldErrors:
+    """kube's ValidatePolicy."""
+    errs = FieldErrors()
+    _validate_stages(errs, policy.omit_stages, "omitStages")
+    for i, r in enumerate(policy.rules):
+        where = f"rules[{i}]"
+        if not r.level:
+            errs.required(f"{where}.level")
+        elif r.level not in _LEVELS:
+            errs.not_supported(f"{where}.level", r.level, list(_LEVELS))
+        for j, url in enumerate(r.non_resource_urls):
+            if url == "*":
+                continue
+            if not url.startswith("/"):
+                errs.invalid(f"{where}.nonResourceURLs[{j}]", url,
+                             "non-resource URL rules must begin with a '/' character")
+            if "*" in url[:-1]:
+                errs.invalid(f"{where}.nonResourceURLs[{j}]", url,
+                             "non-resource URL wildcards '*' must be the final character of the rule")
+        for g in r.resources:
+            if g.group and (msgs := is_dns1123_subdomain(g.group)):
+                errs.invalid(f"{where}.resources.group", g.group, ",".join(msgs))
+            if g.resource_names and not g.resources:
+                errs.append(invalid_go(f"{where}.resources.resourceNames", _go_strings(g.resource_names),
+                                       "using resourceNames requires at least one resource"))
+        _validate_stages(errs, r.omit_stages, f"{where}.omitStages")
+        if r.non_resource_urls and (r.resources or r.namespaces):
+            errs.append(invalid_go(f"{where}.nonResourceURLs", _go_strings(r.non_resource_urls),
+                                   "rules cannot apply to both regular resources and non-resource URLs"))
+    return errs
+
+
+def _go_strings(values: list[str]) -> str:
+    """Go's %#v of a []string."""
+    return "[]string{" + ", ".join(map(quote, values)) + "}"
+
+
+def _validate_stages(errs: FieldErrors, stages: list[str], where: str) -> None:
+    for i, stage in enumerate(stages):
+        if stage not in _STAGES:
+            errs.not_supported(f"{where}[{i}]", stage, list(_STAGES))
 
 
 _second, _second_text = -1, ""

@@ -247,3 +247,8 @@ def test_cel_undeclared_references_are_refused_at_compile_time():
     # a comprehension's own variable is not a reference
     program = cel.compile_expression("claims.groups.all(g, g.startsWith('x'))", ("claims",))
     assert program.evaluate(cel.activation(claims={"groups": ["xa", "xb"]})) is True
+
+
+def test_the_file_is_decoded_strictly() -> None:
+    with pytest.raises(ConfigError, match='strict decoding error: unknown field "jwt\\[0\\].claimMappings.uid.prefix"'):
+        authnconfig.decode((HEAD + "jwt:\n" + jwt_entry(mappings="uid: {claim: sub, prefix: x}")).encode(), "f")

@@ -209,3 +209,9 @@ def test_the_decision_carries_the_webhooks_ttl() -> None:
     assert asyncio.run(Union([skipped, RBACAuthorizer(RBACIndex())]).authorize(attrs())).ttl == float("inf")
     down, _ = authorizer(None, NO_OPINION)
     assert asyncio.run(Union([down, RBACAuthorizer(RBACIndex())]).authorize(attrs())).ttl == 0
+
+
+def test_the_file_is_decoded_strictly() -> None:
+    assert errors("authorizers:\n- {type: RBAC, name: rbac, mode: x}\n") == (
+        "failed to decode authorization configuration file 'f': strict decoding error: unknown field "
+        '"authorizers[0].mode"')

@@ -157,3 +157,10 @@ def test_remembered_decisions_are_the_policys() -> None:
     for _ in range(2):  # the second time from the cache
         assert [auditor.decide(u, i).level for u, i in cases] == [p.decide(u, i).level for u, i in cases]
     assert [auditor.decide(u, i).level for u, i in cases[:5]] == ["Request", "Metadata", "None", "Metadata", "Request"]
+
+
+def test_unknown_fields_fall_back_to_lenient_decoding_and_rules_are_validated() -> None:
+    assert policy([{"level": "Metadata", "colour": "red"}]).rules[0].level == "Metadata"
+    with pytest.raises(PolicyError, match="rules\\[0\\].nonResourceURLs\\[0\\]: Invalid value: \"healthz\": "
+                                          "non-resource URL rules must begin with a '/' character"):
+        policy([{"level": "None", "nonResourceURLs": ["healthz"]}])

@@ -142,3 +142,13 @@ def test_corrupt_values_are_internal_errors_naming_the_key(value):
 def test_bad_configurations_are_refused(doc):
     with pytest.raises(ValueError):
         Encryption.parse(doc)
+
+
+def test_validation_messages_are_kubes() -> None:
+    with pytest.raises(ValueError) as e:
+        config({"aescbc": {"keys": [{"name": "k", "secret": base64.b64encode(b"short").decode()}]}},
+               {"kms": {"apiVersion": "v2", "name": "a:b", "endpoint": "unix:///k.sock"}})
+    assert str(e.value) == (
+        '[resources[0].providers[0].aescbc.keys[0].secret: Invalid value: "REDACTED": secret is not of the expected '
+        "length, got 5, expected one of [16 24 32], resources[0].providers[1].kms.name: Invalid value: \"a:b\": "
+        "invalid KMS provider name a:b, must not contain ':']")
