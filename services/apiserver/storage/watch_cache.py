@@ -42,6 +42,9 @@ from .wire import STALE_SUFFIX, watch_event
 log = logging.getLogger(__name__)
 
 PUT, DELETE = 0, 1
+# How many of a cache's latest events keep their serialized WatchEvents (CacheEvent): the fan-out
+# of an event is over long before this many more are applied.
+RENDERED_EVENTS = 256
 ADDED, MODIFIED, DELETED, BOOKMARK, ERROR = "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"
 
 # (labels, selectable fields or None when the key tells them) of an object; None: the key says it all.
@@ -87,7 +90,10 @@ class CacheEvent:
 
     data is the object as the event reports it (for DELETED: its last state at the event's
     revision); prev the state before, for an object leaving a watcher's selection; time when the
-    cache saw it (its clock), for the window's age."""
+    cache saw it (its clock), for the window's age. Its serialized WatchEvents are kept only while
+    the event is among the cache's latest (RENDERED_EVENTS): every watcher gets the same bytes
+    during the fan-out, and the window does not hold a second copy of each object (kube's
+    cachingObject lives for the dispatch, not in the watch cache's buffer)."""
 
     __slots__ = ("type", "key", "rev", "data", "sel", "prev", "prev_sel", "kind", "time", "_out")
 
@@ -95,11 +101,13 @@ class CacheEvent:
                  prev: bytes | None, prev_sel: Selection | None, kind: str, time: float) -> None:
         self.type, self.key, self.rev, self.data, self.sel = type_, key, rev, data, sel
         self.prev, self.prev_sel, self.kind, self.time = prev, prev_sel, kind, time
-        self._out: dict[str, bytes] = {}
+        self._out: dict[str, bytes] | None = None  # the renderings, while the event is recent
 
     def watch_event(self, type_: str) -> bytes:
-        """The serialized WatchEvent as clients see it; built once and shared by every watcher."""
-        out = self._out.get(type_)
+        """The serialized WatchEvent as clients see it; built once and shared by every watcher
+        while the event is recent, built again for a watcher replaying it later."""
+        kept = self._out
+        out = kept.get(type_) if kept is not None else None
         if out is None:
             if type_ == DELETED and self.type != DELETED:
                 # An object leaving the selection: its previous state at this event's revision.
@@ -107,7 +115,8 @@ class CacheEvent:
                 out = watch_event(DELETED, with_resource_version(self.prev, self.rev))
             else:
                 out = watch_event(type_, self.data)
-            self._out[type_] = out
+            if kept is not None:
+                kept[type_] = out
         return out
 
 
@@ -147,6 +156,7 @@ class WatchCache:
         self.stale: set[str] = set()  # keys whose values need re-encryption (codec.STALE_FIELD)
         self.broken: dict[str, APIError] = {}  # undecodable values: reads of them are 500s, never 404s
         self.history: deque[CacheEvent] = deque()
+        self._rendered: deque[CacheEvent] = deque()  # the latest events, whose renderings are kept
         self.rev = 0  # every change up to this revision has been applied
         self.complete_since = 0  # every event after this revision is in history
         self.rev_changed = asyncio.Event()  # set (and replaced) whenever rev may have moved
@@ -191,6 +201,7 @@ class WatchCache:
         self._sorted = None
         self.kind = kind
         self.history.clear()
+        self._rendered.clear()
         self.rev = self.complete_since = rev
         self._bump()
         self._objects.set(len(store))
@@ -219,12 +230,11 @@ class WatchCache:
                     self._discard(key)
                     continue
                 self.broken.pop(key, None)
-                self.kind = obj.kind
                 data, sel = obj.SerializeToString(), selection_of(key, obj)
                 prev = store.get(key)
                 prev_sel = selection.get(key)
                 ev = CacheEvent(MODIFIED if prev is not None else ADDED, key, rev, data, sel, prev, prev_sel,
-                                obj.kind, now)
+                                self._kind(obj), now)
                 if prev is None and self._sorted is not None:
                     insort(self._sorted, key)
                 elif prev is not None:
@@ -257,10 +267,11 @@ class WatchCache:
                 last = pb.Object.FromString(prev)
                 last.metadata.resource_version = str(rev)
                 ev = CacheEvent(
-                    DELETED, key, rev, last.SerializeToString(), prev_sel, prev, prev_sel, last.kind, now
+                    DELETED, key, rev, last.SerializeToString(), prev_sel, prev, prev_sel, self._kind(last), now
                 )
             self.rev = max(self.rev, rev)
             self.history.append(ev)
+            self._keep_renderings(ev)
             self._events_total.inc()
             out.append(ev)
         self._evict(now)
@@ -269,6 +280,23 @@ class WatchCache:
         self._capacity.set(len(self.history))
         self._rv.set(self.rev)
         return out
+
+    def _kind(self, obj: pb.Object) -> str:
+        """obj's kind, as the one string object the cache already holds when it is the same (each
+        event in the window would otherwise hold its own copy)."""
+        kind = obj.kind
+        if kind != self.kind:
+            self.kind = kind
+        return self.kind
+
+    def _keep_renderings(self, ev: CacheEvent) -> None:
+        """Let ev keep its serialized WatchEvents, and the event that is no longer among the latest
+        RENDERED_EVENTS give its up."""
+        rendered = self._rendered
+        if len(rendered) >= RENDERED_EVENTS:
+            rendered.popleft()._out = None
+        ev._out = {}
+        rendered.append(ev)
 
     def _bump(self) -> None:
         self.rev_changed.set()
