@@ -10,7 +10,9 @@ without decoding or encoding anything (see wire.py). A value is decoded once, wh
 cache, to check it and to extract what selectors need: its labels and selectable fields are kept
 (in `selection`) only when the key does not already tell them, i.e. when the object has labels or
 fields beyond metadata.name/metadata.namespace. Watch events are serialized once per event and
-output type, and the same bytes go to every watcher.
+output type, and the same bytes go to every watcher; the window keeps its events column-wise and
+their serializations only while they are among the latest (EventWindow), so that it costs less
+than the objects it refers to.
 
 Lists answered as JSON use each object's JSON as clients see it, rendered once and kept beside its
 bytes until the object changes, within the process's budget (json_cache.py).
@@ -21,9 +23,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from bisect import bisect_left, insort
+from array import array
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import islice
 
 from aetcd import rpc
 
@@ -42,8 +46,8 @@ from .wire import STALE_SUFFIX, watch_event
 log = logging.getLogger(__name__)
 
 PUT, DELETE = 0, 1
-# How many of a cache's latest events keep their serialized WatchEvents (CacheEvent): the fan-out
-# of an event is over long before this many more are applied.
+# How many of a cache's latest events are kept as CacheEvents, with their serialized WatchEvents:
+# the fan-out of an event is over long before this many more are applied.
 RENDERED_EVENTS = 256
 ADDED, MODIFIED, DELETED, BOOKMARK, ERROR = "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"
 
@@ -126,6 +130,137 @@ def with_resource_version(data: bytes, rev: int) -> bytes:
     return obj.SerializeToString()
 
 
+_TYPES = (ADDED, MODIFIED, DELETED)
+_TYPE_CODES = {t: i for i, t in enumerate(_TYPES)}
+
+
+class _Block:
+    """Up to EventWindow.BLOCK consecutive events, column by column (one array or list per field)."""
+
+    __slots__ = ("revs", "times", "types", "keys", "data", "sels", "prevs", "prev_sels", "kinds")
+
+    def __init__(self) -> None:
+        self.revs, self.times, self.types = array("q"), array("d"), bytearray()
+        self.keys: list[str | None] = []
+        self.data: list[bytes | None] = []
+        self.sels: list[Selection | None] = []
+        self.prevs: list[bytes | None] = []
+        self.prev_sels: list[Selection | None] = []
+        self.kinds: list[str] = []
+
+    def add(self, ev: CacheEvent) -> None:
+        self.revs.append(ev.rev)
+        self.times.append(ev.time)
+        self.types.append(_TYPE_CODES[ev.type])
+        self.keys.append(ev.key)
+        self.data.append(ev.data)
+        self.sels.append(ev.sel)
+        self.prevs.append(ev.prev)
+        self.prev_sels.append(ev.prev_sel)
+        self.kinds.append(ev.kind)
+
+    def event(self, i: int) -> CacheEvent:
+        key, data = self.keys[i], self.data[i]
+        assert key is not None and data is not None, "an evicted event"
+        return CacheEvent(_TYPES[self.types[i]], key, self.revs[i], data, self.sels[i], self.prevs[i],
+                          self.prev_sels[i], self.kinds[i], self.times[i])
+
+    def drop(self, i: int) -> None:
+        """Let go of event i's objects (it left the window)."""
+        self.keys[i] = self.data[i] = self.prevs[i] = self.sels[i] = self.prev_sels[i] = None
+
+
+class EventWindow:
+    """A cache's recent events, oldest first (kube's watchCache keeps them in a cyclic buffer).
+
+    Held column-wise in blocks, about 65 B an event besides the objects' bytes, where an object
+    per event took ~150 B (its header, its slots, its revision's int): with 100,000 events in the
+    window, a cache of small objects spent more on its window than on its objects. The latest
+    RENDERED_EVENTS are also kept as the CacheEvents the fan-out had, with their renderings, so a
+    watch replaying them gets the bytes the others got."""
+
+    BLOCK = 256
+
+    def __init__(self) -> None:
+        self._blocks: deque[_Block] = deque()
+        self._head = 0  # how many events of the first block have left the window
+        self._len = 0
+        self._recent: deque[CacheEvent] = deque()
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[CacheEvent]:
+        return iter(self.since(0))
+
+    def append(self, ev: CacheEvent) -> None:
+        blocks = self._blocks
+        if not blocks or len(blocks[-1].revs) == self.BLOCK:
+            blocks.append(_Block())
+        blocks[-1].add(ev)
+        self._len += 1
+        recent = self._recent
+        if len(recent) >= RENDERED_EVENTS:
+            recent.popleft()._out = None
+        ev._out = {}
+        recent.append(ev)
+
+    def oldest_time(self) -> float:
+        return self._blocks[0].times[self._head]
+
+    def popleft(self) -> int:
+        """Drop the oldest event; its revision."""
+        first = self._blocks[0]
+        rev = first.revs[self._head]
+        first.drop(self._head)
+        self._head += 1
+        self._len -= 1
+        if self._head == len(first.revs):
+            self._blocks.popleft()
+            self._head = 0
+        if len(self._recent) > self._len:
+            self._recent.popleft()._out = None
+        return rev
+
+    def clear(self) -> None:
+        for ev in self._recent:
+            ev._out = None
+        self._blocks.clear()
+        self._recent.clear()
+        self._head = self._len = 0
+
+    def since(self, rev: int) -> list[CacheEvent]:
+        """The events after rev, oldest first."""
+        if not self._blocks:
+            return []
+        first = self._blocks[0]
+        n = 0  # how many there are, counted from the newest block back
+        for b in reversed(self._blocks):
+            start = self._head if b is first else 0
+            if b.revs[start] > rev:
+                n += len(b.revs) - start
+                continue
+            n += len(b.revs) - bisect_right(b.revs, rev, start)
+            break
+        recent = self._recent
+        if n <= len(recent):
+            return list(islice(recent, len(recent) - n, None))
+        out: list[CacheEvent] = []
+        want, skip = n - len(recent), self._len - n  # from the columns; before the first wanted
+        for b in self._blocks:
+            start = self._head if b is first else 0
+            if skip >= len(b.revs) - start:
+                skip -= len(b.revs) - start
+                continue
+            stop = min(len(b.revs), start + skip + want - len(out))
+            out.extend(b.event(i) for i in range(start + skip, stop))
+            skip = 0
+            if len(out) == want:
+                break
+        out.extend(recent)
+        return out
+
+
 class WatchCache:
     """The objects under one resource prefix and the window of their recent events."""
 
@@ -155,8 +290,7 @@ class WatchCache:
         self.kind = ""  # the kind of the objects last seen (metrics)
         self.stale: set[str] = set()  # keys whose values need re-encryption (codec.STALE_FIELD)
         self.broken: dict[str, APIError] = {}  # undecodable values: reads of them are 500s, never 404s
-        self.history: deque[CacheEvent] = deque()
-        self._rendered: deque[CacheEvent] = deque()  # the latest events, whose renderings are kept
+        self.history = EventWindow()
         self.rev = 0  # every change up to this revision has been applied
         self.complete_since = 0  # every event after this revision is in history
         self.rev_changed = asyncio.Event()  # set (and replaced) whenever rev may have moved
@@ -201,7 +335,6 @@ class WatchCache:
         self._sorted = None
         self.kind = kind
         self.history.clear()
-        self._rendered.clear()
         self.rev = self.complete_since = rev
         self._bump()
         self._objects.set(len(store))
@@ -271,7 +404,6 @@ class WatchCache:
                 )
             self.rev = max(self.rev, rev)
             self.history.append(ev)
-            self._keep_renderings(ev)
             self._events_total.inc()
             out.append(ev)
         self._evict(now)
@@ -289,15 +421,6 @@ class WatchCache:
             self.kind = kind
         return self.kind
 
-    def _keep_renderings(self, ev: CacheEvent) -> None:
-        """Let ev keep its serialized WatchEvents, and the event that is no longer among the latest
-        RENDERED_EVENTS give its up."""
-        rendered = self._rendered
-        if len(rendered) >= RENDERED_EVENTS:
-            rendered.popleft()._out = None
-        ev._out = {}
-        rendered.append(ev)
-
     def _bump(self) -> None:
         self.rev_changed.set()
         self.rev_changed = asyncio.Event()
@@ -313,9 +436,9 @@ class WatchCache:
     def _evict(self, now: float) -> None:
         h = self.history
         while len(h) > self.max_history or (
-            len(h) > self.min_history and now - h[0].time > self.history_seconds
+            len(h) > self.min_history and now - h.oldest_time() > self.history_seconds
         ):
-            self.complete_since = h.popleft().rev
+            self.complete_since = h.popleft()
 
     # Reads -------------------------------------------------------------------------------------
 
@@ -400,10 +523,4 @@ class WatchCache:
         """The events after rev, oldest first; 410 Gone when the window no longer holds them all."""
         if rev < self.complete_since:
             raise too_old(rev, self.complete_since)
-        h = self.history
-        n = 0
-        for ev in reversed(h):
-            if ev.rev <= rev:
-                break
-            n += 1
-        return [h[i] for i in range(len(h) - n, len(h))] if n else []
+        return self.history.since(rev)
