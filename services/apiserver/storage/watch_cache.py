@@ -28,6 +28,7 @@ from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice
+from typing import TypeVar
 
 from aetcd import rpc
 
@@ -54,6 +55,7 @@ ADDED, MODIFIED, DELETED, BOOKMARK, ERROR = "ADDED", "MODIFIED", "DELETED", "BOO
 # (labels, selectable fields or None when the key tells them) of an object; None: the key says it all.
 Selection = tuple[Mapping[str, str], Mapping[str, str] | None]
 _NO_LABELS: Mapping[str, str] = {}
+T = TypeVar("T")
 
 
 def key_fields(key: str) -> dict[str, str]:
@@ -135,46 +137,66 @@ _TYPE_CODES = {t: i for i, t in enumerate(_TYPES)}
 
 
 class _Block:
-    """Up to EventWindow.BLOCK consecutive events, column by column (one array or list per field)."""
+    """Up to EventWindow.BLOCK consecutive events of one kind, column by column (an array or a list
+    per field). The columns that would hold only None (no previous states in a block of creations,
+    no selections for objects whose key tells them) are made only when a value comes."""
 
-    __slots__ = ("revs", "times", "types", "keys", "data", "sels", "prevs", "prev_sels", "kinds")
+    __slots__ = ("kind", "revs", "times", "types", "keys", "data", "prevs", "sels", "prev_sels")
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
         self.revs, self.times, self.types = array("q"), array("d"), bytearray()
         self.keys: list[str | None] = []
         self.data: list[bytes | None] = []
-        self.sels: list[Selection | None] = []
-        self.prevs: list[bytes | None] = []
-        self.prev_sels: list[Selection | None] = []
-        self.kinds: list[str] = []
+        self.prevs: list[bytes | None] | None = None
+        self.sels: list[Selection | None] | None = None
+        self.prev_sels: list[Selection | None] | None = None
 
     def add(self, ev: CacheEvent) -> None:
+        n = len(self.revs)
         self.revs.append(ev.rev)
         self.times.append(ev.time)
         self.types.append(_TYPE_CODES[ev.type])
         self.keys.append(ev.key)
         self.data.append(ev.data)
-        self.sels.append(ev.sel)
-        self.prevs.append(ev.prev)
-        self.prev_sels.append(ev.prev_sel)
-        self.kinds.append(ev.kind)
+        if ev.prev is not None or self.prevs is not None:
+            self.prevs = _column(self.prevs, n, ev.prev)
+        if ev.sel is not None or self.sels is not None:
+            self.sels = _column(self.sels, n, ev.sel)
+        if ev.prev_sel is not None or self.prev_sels is not None:
+            self.prev_sels = _column(self.prev_sels, n, ev.prev_sel)
 
     def event(self, i: int) -> CacheEvent:
         key, data = self.keys[i], self.data[i]
         assert key is not None and data is not None, "an evicted event"
-        return CacheEvent(_TYPES[self.types[i]], key, self.revs[i], data, self.sels[i], self.prevs[i],
-                          self.prev_sels[i], self.kinds[i], self.times[i])
+        return CacheEvent(_TYPES[self.types[i]], key, self.revs[i], data, _at(self.sels, i), _at(self.prevs, i),
+                          _at(self.prev_sels, i), self.kind, self.times[i])
 
     def drop(self, i: int) -> None:
         """Let go of event i's objects (it left the window)."""
-        self.keys[i] = self.data[i] = self.prevs[i] = self.sels[i] = self.prev_sels[i] = None
+        self.keys[i] = self.data[i] = None
+        for column in (self.prevs, self.sels, self.prev_sels):
+            if column is not None:
+                column[i] = None
+
+
+def _column(column: list[T | None] | None, n: int, value: T | None) -> list[T | None]:
+    """column with value appended as its item n (made of Nones up to there when there was none)."""
+    if column is None:
+        column = [None] * n
+    column.append(value)
+    return column
+
+
+def _at(column: list[T | None] | None, i: int) -> T | None:
+    return None if column is None else column[i]
 
 
 class EventWindow:
     """A cache's recent events, oldest first (kube's watchCache keeps them in a cyclic buffer).
 
-    Held column-wise in blocks, about 65 B an event besides the objects' bytes, where an object
-    per event took ~150 B (its header, its slots, its revision's int): with 100,000 events in the
+    Held column-wise in blocks, 33-57 B an event besides the objects' bytes, where an object per
+    event took ~150 B (its header, its slots, its revision's int): with 100,000 events in the
     window, a cache of small objects spent more on its window than on its objects. The latest
     RENDERED_EVENTS are also kept as the CacheEvents the fan-out had, with their renderings, so a
     watch replaying them gets the bytes the others got."""
@@ -195,8 +217,8 @@ class EventWindow:
 
     def append(self, ev: CacheEvent) -> None:
         blocks = self._blocks
-        if not blocks or len(blocks[-1].revs) == self.BLOCK:
-            blocks.append(_Block())
+        if not blocks or len(blocks[-1].revs) == self.BLOCK or blocks[-1].kind != ev.kind:
+            blocks.append(_Block(ev.kind))
         blocks[-1].add(ev)
         self._len += 1
         recent = self._recent

@@ -21,7 +21,9 @@ def ev(rev: int) -> CacheEvent:
     type_ = (ADDED, MODIFIED, DELETED)[rev % 3]
     sel = ({"app": str(rev)}, None) if rev % 5 == 0 else None
     prev = None if type_ == ADDED else b"prev-%d" % rev
-    return CacheEvent(type_, f"/registry/pods/ns/o{rev}", rev, b"data-%d" % rev, sel, prev, None, "Pod", rev / 10)
+    prev_sel = ({"app": "old"}, None) if rev % 4 == 0 else None
+    kind = "Pod" if rev % 50 else "Binding"  # a block holds one kind
+    return CacheEvent(type_, f"/registry/pods/ns/o{rev}", rev, b"data-%d" % rev, sel, prev, prev_sel, kind, rev / 10)
 
 
 def same(a: CacheEvent, b: CacheEvent) -> bool:
