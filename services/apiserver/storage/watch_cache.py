@@ -198,8 +198,8 @@ class EventWindow:
     Held column-wise in blocks, 33-57 B an event besides the objects' bytes, where an object per
     event took ~150 B (its header, its slots, its revision's int): with 100,000 events in the
     window, a cache of small objects spent more on its window than on its objects. The latest
-    RENDERED_EVENTS are also kept as the CacheEvents the fan-out had, with their renderings, so a
-    watch replaying them gets the bytes the others got."""
+    RENDERED_EVENTS (and the whole last batch) are also kept as the CacheEvents the fan-out had, with
+    their renderings, so a watch replaying them gets the bytes the others got."""
 
     BLOCK = 256
 
@@ -221,11 +221,16 @@ class EventWindow:
             blocks.append(_Block(ev.kind))
         blocks[-1].add(ev)
         self._len += 1
-        recent = self._recent
-        if len(recent) >= RENDERED_EVENTS:
-            recent.popleft()._out = None
         ev._out = {}
-        recent.append(ev)
+        self._recent.append(ev)
+
+    def forget_renderings(self) -> None:
+        """Let the events before the latest RENDERED_EVENTS go back to their columns alone, their
+        renderings dropped. Called before a batch is applied, so that the previous batch kept its
+        renderings through its fan-out, however many events it had."""
+        recent = self._recent
+        while len(recent) > RENDERED_EVENTS:
+            recent.popleft()._out = None
 
     def oldest_time(self) -> float:
         return self._blocks[0].times[self._head]
@@ -373,6 +378,7 @@ class WatchCache:
             # 15220), and this etcd is 3.5.1. Cacher.wait_fresh checks with etcd instead.
             return out
         store, selection, now = self.store, self.selection, self.clock()
+        self.history.forget_renderings()
         for e in resp.events:
             key = e.kv.key.decode()
             rev = e.kv.mod_revision

@@ -63,6 +63,8 @@ def test_only_the_latest_events_keep_their_renderings():
     for e in events:
         window.append(e)
     rendered = [e.watch_event(e.type) for e in events]
+    assert all(e._out for e in events)  # a batch keeps them through its fan-out, however large
+    window.forget_renderings()  # the next batch comes
     assert [e._out is not None for e in events] == [False] * 10 + [True] * RENDERED_EVENTS
     replay = window.since(0)
     assert replay[10:] == events[10:]  # the same objects: a replay shares their renderings
