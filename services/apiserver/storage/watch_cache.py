@@ -10,7 +10,9 @@ without decoding or encoding anything (see wire.py). A value is decoded once, wh
 cache, to check it and to extract what selectors need: its labels and selectable fields are kept
 (in `selection`) only when the key does not already tell them, i.e. when the object has labels or
 fields beyond metadata.name/metadata.namespace. Watch events are serialized once per event and
-output type, and the same bytes go to every watcher.
+output type, and the same bytes go to every watcher; the window keeps its events column-wise and
+their serializations only while they are among the latest (EventWindow), so that it costs less
+than the objects it refers to.
 
 Lists answered as JSON use each object's JSON as clients see it, rendered once and kept beside its
 bytes until the object changes, within the process's budget (json_cache.py).
@@ -21,9 +23,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from bisect import bisect_left, insort
+from array import array
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import islice
+from typing import TypeVar
 
 from aetcd import rpc
 
@@ -42,11 +47,15 @@ from .wire import STALE_SUFFIX, watch_event
 log = logging.getLogger(__name__)
 
 PUT, DELETE = 0, 1
+# How many of a cache's latest events are kept as CacheEvents, with their serialized WatchEvents:
+# the fan-out of an event is over long before this many more are applied.
+RENDERED_EVENTS = 256
 ADDED, MODIFIED, DELETED, BOOKMARK, ERROR = "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"
 
 # (labels, selectable fields or None when the key tells them) of an object; None: the key says it all.
 Selection = tuple[Mapping[str, str], Mapping[str, str] | None]
 _NO_LABELS: Mapping[str, str] = {}
+T = TypeVar("T")
 
 
 def key_fields(key: str) -> dict[str, str]:
@@ -87,7 +96,10 @@ class CacheEvent:
 
     data is the object as the event reports it (for DELETED: its last state at the event's
     revision); prev the state before, for an object leaving a watcher's selection; time when the
-    cache saw it (its clock), for the window's age."""
+    cache saw it (its clock), for the window's age. Its serialized WatchEvents are kept only while
+    the event is among the cache's latest (RENDERED_EVENTS): every watcher gets the same bytes
+    during the fan-out, and the window does not hold a second copy of each object (kube's
+    cachingObject lives for the dispatch, not in the watch cache's buffer)."""
 
     __slots__ = ("type", "key", "rev", "data", "sel", "prev", "prev_sel", "kind", "time", "_out")
 
@@ -95,11 +107,13 @@ class CacheEvent:
                  prev: bytes | None, prev_sel: Selection | None, kind: str, time: float) -> None:
         self.type, self.key, self.rev, self.data, self.sel = type_, key, rev, data, sel
         self.prev, self.prev_sel, self.kind, self.time = prev, prev_sel, kind, time
-        self._out: dict[str, bytes] = {}
+        self._out: dict[str, bytes] | None = None  # the renderings, while the event is recent
 
     def watch_event(self, type_: str) -> bytes:
-        """The serialized WatchEvent as clients see it; built once and shared by every watcher."""
-        out = self._out.get(type_)
+        """The serialized WatchEvent as clients see it; built once and shared by every watcher
+        while the event is recent, built again for a watcher replaying it later."""
+        kept = self._out
+        out = kept.get(type_) if kept is not None else None
         if out is None:
             if type_ == DELETED and self.type != DELETED:
                 # An object leaving the selection: its previous state at this event's revision.
@@ -107,7 +121,8 @@ class CacheEvent:
                 out = watch_event(DELETED, with_resource_version(self.prev, self.rev))
             else:
                 out = watch_event(type_, self.data)
-            self._out[type_] = out
+            if kept is not None:
+                kept[type_] = out
         return out
 
 
@@ -115,6 +130,162 @@ def with_resource_version(data: bytes, rev: int) -> bytes:
     obj = pb.Object.FromString(data)
     obj.metadata.resource_version = str(rev)
     return obj.SerializeToString()
+
+
+_TYPES = (ADDED, MODIFIED, DELETED)
+_TYPE_CODES = {t: i for i, t in enumerate(_TYPES)}
+
+
+class _Block:
+    """Up to EventWindow.BLOCK consecutive events of one kind, column by column (an array or a list
+    per field). The columns that would hold only None (no previous states in a block of creations,
+    no selections for objects whose key tells them) are made only when a value comes."""
+
+    __slots__ = ("kind", "revs", "times", "types", "keys", "data", "prevs", "sels", "prev_sels")
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.revs, self.times, self.types = array("q"), array("d"), bytearray()
+        self.keys: list[str | None] = []
+        self.data: list[bytes | None] = []
+        self.prevs: list[bytes | None] | None = None
+        self.sels: list[Selection | None] | None = None
+        self.prev_sels: list[Selection | None] | None = None
+
+    def add(self, ev: CacheEvent) -> None:
+        n = len(self.revs)
+        self.revs.append(ev.rev)
+        self.times.append(ev.time)
+        self.types.append(_TYPE_CODES[ev.type])
+        self.keys.append(ev.key)
+        self.data.append(ev.data)
+        if ev.prev is not None or self.prevs is not None:
+            self.prevs = _column(self.prevs, n, ev.prev)
+        if ev.sel is not None or self.sels is not None:
+            self.sels = _column(self.sels, n, ev.sel)
+        if ev.prev_sel is not None or self.prev_sels is not None:
+            self.prev_sels = _column(self.prev_sels, n, ev.prev_sel)
+
+    def event(self, i: int) -> CacheEvent:
+        key, data = self.keys[i], self.data[i]
+        assert key is not None and data is not None, "an evicted event"
+        return CacheEvent(_TYPES[self.types[i]], key, self.revs[i], data, _at(self.sels, i), _at(self.prevs, i),
+                          _at(self.prev_sels, i), self.kind, self.times[i])
+
+    def drop(self, i: int) -> None:
+        """Let go of event i's objects (it left the window)."""
+        self.keys[i] = self.data[i] = None
+        for column in (self.prevs, self.sels, self.prev_sels):
+            if column is not None:
+                column[i] = None
+
+
+def _column(column: list[T | None] | None, n: int, value: T | None) -> list[T | None]:
+    """column with value appended as its item n (made of Nones up to there when there was none)."""
+    if column is None:
+        column = [None] * n
+    column.append(value)
+    return column
+
+
+def _at(column: list[T | None] | None, i: int) -> T | None:
+    return None if column is None else column[i]
+
+
+class EventWindow:
+    """A cache's recent events, oldest first (kube's watchCache keeps them in a cyclic buffer).
+
+    Held column-wise in blocks, 33-57 B an event besides the objects' bytes, where an object per
+    event took ~150 B (its header, its slots, its revision's int): with 100,000 events in the
+    window, a cache of small objects spent more on its window than on its objects. The latest
+    RENDERED_EVENTS (and the whole last batch) are also kept as the CacheEvents the fan-out had, with
+    their renderings, so a watch replaying them gets the bytes the others got."""
+
+    BLOCK = 256
+
+    def __init__(self) -> None:
+        self._blocks: deque[_Block] = deque()
+        self._head = 0  # how many events of the first block have left the window
+        self._len = 0
+        self._recent: deque[CacheEvent] = deque()
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[CacheEvent]:
+        return iter(self.since(0))
+
+    def append(self, ev: CacheEvent) -> None:
+        blocks = self._blocks
+        if not blocks or len(blocks[-1].revs) == self.BLOCK or blocks[-1].kind != ev.kind:
+            blocks.append(_Block(ev.kind))
+        blocks[-1].add(ev)
+        self._len += 1
+        ev._out = {}
+        self._recent.append(ev)
+
+    def forget_renderings(self) -> None:
+        """Let the events before the latest RENDERED_EVENTS go back to their columns alone, their
+        renderings dropped. Called before a batch is applied, so that the previous batch kept its
+        renderings through its fan-out, however many events it had."""
+        recent = self._recent
+        while len(recent) > RENDERED_EVENTS:
+            recent.popleft()._out = None
+
+    def oldest_time(self) -> float:
+        return self._blocks[0].times[self._head]
+
+    def popleft(self) -> int:
+        """Drop the oldest event; its revision."""
+        first = self._blocks[0]
+        rev = first.revs[self._head]
+        first.drop(self._head)
+        self._head += 1
+        self._len -= 1
+        if self._head == len(first.revs):
+            self._blocks.popleft()
+            self._head = 0
+        if len(self._recent) > self._len:
+            self._recent.popleft()._out = None
+        return rev
+
+    def clear(self) -> None:
+        for ev in self._recent:
+            ev._out = None
+        self._blocks.clear()
+        self._recent.clear()
+        self._head = self._len = 0
+
+    def since(self, rev: int) -> list[CacheEvent]:
+        """The events after rev, oldest first."""
+        if not self._blocks:
+            return []
+        first = self._blocks[0]
+        n = 0  # how many there are, counted from the newest block back
+        for b in reversed(self._blocks):
+            start = self._head if b is first else 0
+            if b.revs[start] > rev:
+                n += len(b.revs) - start
+                continue
+            n += len(b.revs) - bisect_right(b.revs, rev, start)
+            break
+        recent = self._recent
+        if n <= len(recent):
+            return list(islice(recent, len(recent) - n, None))
+        out: list[CacheEvent] = []
+        want, skip = n - len(recent), self._len - n  # from the columns; before the first wanted
+        for b in self._blocks:
+            start = self._head if b is first else 0
+            if skip >= len(b.revs) - start:
+                skip -= len(b.revs) - start
+                continue
+            stop = min(len(b.revs), start + skip + want - len(out))
+            out.extend(b.event(i) for i in range(start + skip, stop))
+            skip = 0
+            if len(out) == want:
+                break
+        out.extend(recent)
+        return out
 
 
 class WatchCache:
@@ -146,7 +317,7 @@ class WatchCache:
         self.kind = ""  # the kind of the objects last seen (metrics)
         self.stale: set[str] = set()  # keys whose values need re-encryption (codec.STALE_FIELD)
         self.broken: dict[str, APIError] = {}  # undecodable values: reads of them are 500s, never 404s
-        self.history: deque[CacheEvent] = deque()
+        self.history = EventWindow()
         self.rev = 0  # every change up to this revision has been applied
         self.complete_since = 0  # every event after this revision is in history
         self.rev_changed = asyncio.Event()  # set (and replaced) whenever rev may have moved
@@ -207,6 +378,7 @@ class WatchCache:
             # 15220), and this etcd is 3.5.1. Cacher.wait_fresh checks with etcd instead.
             return out
         store, selection, now = self.store, self.selection, self.clock()
+        self.history.forget_renderings()
         for e in resp.events:
             key = e.kv.key.decode()
             rev = e.kv.mod_revision
@@ -219,12 +391,11 @@ class WatchCache:
                     self._discard(key)
                     continue
                 self.broken.pop(key, None)
-                self.kind = obj.kind
                 data, sel = obj.SerializeToString(), selection_of(key, obj)
                 prev = store.get(key)
                 prev_sel = selection.get(key)
                 ev = CacheEvent(MODIFIED if prev is not None else ADDED, key, rev, data, sel, prev, prev_sel,
-                                obj.kind, now)
+                                self._kind(obj), now)
                 if prev is None and self._sorted is not None:
                     insort(self._sorted, key)
                 elif prev is not None:
@@ -257,7 +428,7 @@ class WatchCache:
                 last = pb.Object.FromString(prev)
                 last.metadata.resource_version = str(rev)
                 ev = CacheEvent(
-                    DELETED, key, rev, last.SerializeToString(), prev_sel, prev, prev_sel, last.kind, now
+                    DELETED, key, rev, last.SerializeToString(), prev_sel, prev, prev_sel, self._kind(last), now
                 )
             self.rev = max(self.rev, rev)
             self.history.append(ev)
@@ -269,6 +440,14 @@ class WatchCache:
         self._capacity.set(len(self.history))
         self._rv.set(self.rev)
         return out
+
+    def _kind(self, obj: pb.Object) -> str:
+        """obj's kind, as the one string object the cache already holds when it is the same (each
+        event in the window would otherwise hold its own copy)."""
+        kind = obj.kind
+        if kind != self.kind:
+            self.kind = kind
+        return self.kind
 
     def _bump(self) -> None:
         self.rev_changed.set()
@@ -285,9 +464,9 @@ class WatchCache:
     def _evict(self, now: float) -> None:
         h = self.history
         while len(h) > self.max_history or (
-            len(h) > self.min_history and now - h[0].time > self.history_seconds
+            len(h) > self.min_history and now - h.oldest_time() > self.history_seconds
         ):
-            self.complete_since = h.popleft().rev
+            self.complete_since = h.popleft()
 
     # Reads -------------------------------------------------------------------------------------
 
@@ -372,10 +551,4 @@ class WatchCache:
         """The events after rev, oldest first; 410 Gone when the window no longer holds them all."""
         if rev < self.complete_since:
             raise too_old(rev, self.complete_since)
-        h = self.history
-        n = 0
-        for ev in reversed(h):
-            if ev.rev <= rev:
-                break
-            n += 1
-        return [h[i] for i in range(len(h) - n, len(h))] if n else []
+        return self.history.since(rev)
