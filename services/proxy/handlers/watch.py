@@ -283,15 +283,18 @@ class WatchHandler:
             await asyncio.wait(waiters, timeout=max(deadline - loop.time(), 0), return_when=asyncio.FIRST_COMPLETED)
             if ctx.disconnected is not None and ctx.disconnected.done():
                 return
-            await w.drain()
-            if not w.cut_off:
-                await ctx.end_stream()
-                return
-            log.info("watch %s cut off: its client does not keep up", req.resource)
+            if w.cut_off:
+                log.info("watch %s cut off: its client does not keep up", req.resource)
             try:
-                await asyncio.wait_for(ctx.end_stream(), CUT_OFF_GRACE)
+                await asyncio.wait_for(self._end(ctx, w), CUT_OFF_GRACE if w.cut_off else None)
             except TimeoutError:
                 await ctx.abort()
         finally:
             relay.cancel()
             w.close()
+
+    @staticmethod
+    async def _end(ctx: Context, w: ClientWatch) -> None:
+        """What is waiting, then the answer's end."""
+        await w.drain()
+        await ctx.end_stream()

@@ -156,3 +156,34 @@ async def test_a_watcher_that_stops_reading_is_cut_off_and_holds_back_no_other(s
     await until(lambda: "/slow" in served.ended, what="the slow watch's handler ended")
     fast_writer.close()
     slow_writer.close()
+
+
+async def test_without_the_connection_a_send_that_does_not_return_is_cut_off(monkeypatch):
+    """Under a server that does not hand over its connection, events go through the ASGI send; while
+    one is stuck there, what waits behind it is bounded the same way, and the answer is given up."""
+    monkeypatch.setattr(watch, "BUFFER_BYTES", 64 << 10)
+    monkeypatch.setattr(watch, "CUT_OFF_GRACE", 0.1)
+    handler = watch.WatchHandler(SimpleNamespace(Watches=None))
+    handler.watches = watches = FakeWatches()
+    sent: list[bytes] = []
+
+    async def send(message):
+        if message.get("more_body"):
+            sent.append(message["body"])
+            if len(sent) == 2:
+                await asyncio.sleep(3600)  # the client stopped reading
+
+    async def receive():
+        await asyncio.sleep(3600)
+
+    scope = {"type": "http", "method": "GET", "path": "/w", "query_string": b"", "headers": []}
+    handling = asyncio.create_task(handler.handle(Context(scope, receive, send), rpb.APIRequest(), 60.0,
+                                                  lambda: None))
+    await until(lambda: watches.relays, what="the watch relayed")
+    for i in range(100):
+        watches.emit(event(i, pad=2048))
+        await asyncio.sleep(0.001)
+    assert not watches.relays  # cut off: it gets nothing more
+    await asyncio.wait_for(handling, 5)  # and its handler is done
+    names = [orjson.loads(x)["object"]["metadata"]["name"] for x in b"".join(sent).splitlines()]
+    assert 0 < len(names) < 100 and names == [f"c{i}" for i in range(len(names))]
