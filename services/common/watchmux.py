@@ -10,13 +10,14 @@ for unary calls.
 Server side: `serve` runs `start(id, request, sink)` for every WatchOpen; the watch delivers its
 events with `sink.send(id, event)`, which costs a dictionary lookup and an append, and the stream's
 writer turns what is pending into one WatchBatch. The watch cache calls `send` straight from its
-event dispatch (services/storage/cacher.py), so a live event costs no task switch per watcher.
+event dispatch (services/apiserver/storage/cacher.py), so a live event costs no task switch per watcher.
 
 Client side: `WatchMuxClient.watch(request)` is an async iterator of serialized events, like
 iterating a single-watch call; a stream failure ends every watch on it with the error.
 `WatchMuxClient.relay(request, on_event, on_end)` hands each event to a callback as the batch is
 read instead: the registry relays its watches from storage to the proxy this way, each event
-turned into a frame once and sent on to every watch it goes to without a task switch per watch.
+turned into a frame once and sent on to every watch it goes to without a task switch per watch, and
+the proxy hands each event to its clients' connections (services/proxy/handlers/watch.py).
 """
 from __future__ import annotations
 
