@@ -879,12 +879,13 @@ def main() -> None:
     tune_malloc()
     p = argparse.ArgumentParser(prog="python -m tools.bench")
     p.add_argument("mode", nargs="?", default="run",
-                   choices=["run", "core", "writes", "policy", "replicas", "aggregation", "hello-server"],
+                   choices=["run", "core", "writes", "policy", "replicas", "aggregation", "watch", "hello-server"],
                    help="run: every figure; core: only get, list and create with their baselines and the CPU "
                    "per request of each service, and the open-loop figures; writes: only the apply and patch "
                    "figures; policy: only CREATE with and without a ValidatingAdmissionPolicy; replicas: only GET "
                    "and CREATE with 2 replicas of every service against 1; aggregation: only the GET of a pizza "
-                   "through the proxy against straight to the pizza server, --rounds times")
+                   "through the proxy against straight to the pizza server, --rounds times; watch: only the HTTPS "
+                   "watch fan-out figures (watch_https_200, watch_https_1000), --rounds times on one stack")
     p.add_argument("--quick", action="store_true",
                    help="run: the issue's goals only, at small sizes (within 2 minutes; `make bench QUICK=1`); "
                    "kept in the history apart from full runs")
@@ -936,6 +937,9 @@ def main() -> None:
         print(f"aggregation_get ratios {agg['ratios']}, median {agg['median_ratio']}")
         (ROOT / ".apiary" / "bench-aggregation.json").write_text(json.dumps(agg, indent=2))
         return
+    if args.mode == "watch":
+        watch_rounds(args.quick, rounds)
+        return
     if args.mode == "replicas":
         one = on_fresh_stack(lambda st: asyncio.run(bench_scaled(st, args.concurrency, n)))
         two = bench_replicas(args.concurrency, n)
@@ -946,6 +950,26 @@ def main() -> None:
             print(f"  CPU ms/request, 2 replicas (both): {two[name]['cpu_ms_per_request']}")
         return
     run(args, n, rounds)
+
+
+def watch_rounds(quick: bool, rounds: int) -> None:
+    """The two HTTPS watch fan-out figures, one after the other in each round, on one fresh stack."""
+    from tools import bench_storage
+
+    seconds, drain = (3.0, 5.0) if quick else (10.0, 10.0)
+
+    def measure(st: Stack) -> list[dict[str, dict]]:
+        return [{"watch_https_200": bench_storage.watch_fanout_https(st, seconds=seconds, drain=drain),
+                 "watch_https_1000": bench_storage.watch_fanout_https(st, watchers=1000, rate=20.0,
+                                                                       seconds=seconds, drain=drain)}
+                for _ in range(rounds)]
+
+    for i, figures in enumerate(on_fresh_stack(measure)):
+        for name, r in figures.items():
+            print(f"round {i + 1} {name}: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, delivered "
+                  f"{r['delivered_pct']} %, CPU µs per delivery: proxy {r['proxy_cpu_us_per_delivery']}, registry "
+                  f"{r['registry_cpu_us_per_delivery']}, storage {r['storage_cpu_us_per_delivery']}, watch clients "
+                  f"{r['generator_cpu_us_per_delivery']} (load average {os.getloadavg()[0]:.1f})")
 
 
 def run(args: argparse.Namespace, n: int, rounds: int) -> None:

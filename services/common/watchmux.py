@@ -16,7 +16,8 @@ Client side: `WatchMuxClient.watch(request)` is an async iterator of serialized 
 iterating a single-watch call; a stream failure ends every watch on it with the error.
 `WatchMuxClient.relay(request, on_event, on_end)` hands each event to a callback as the batch is
 read instead: the registry relays its watches from storage to the proxy this way, each event
-turned into a frame once and sent on to every watch it goes to without a task switch per watch.
+turned into a frame once and sent on to every watch it goes to without a task switch per watch, and
+the proxy hands each event to its clients' connections (services/proxy/handlers/watch.py).
 """
 from __future__ import annotations
 

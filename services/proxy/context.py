@@ -254,6 +254,16 @@ class Context:
             self.response_chunks.append(chunk)
         await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
 
+    def chunk_transport(self) -> asyncio.WriteTransport | None:
+        """The connection under a chunked answer already started, for a stream that writes its HTTP/1.1
+        chunks itself without a task switch per write (a watch); None where the server does not hand
+        it over, for HTTP/1.0, or when the body is kept for the audit."""
+        transport = (self.scope.get("extensions") or {}).get(CONNECTION_EXTENSION)
+        if (transport is None or not self.response_started or self.response_chunks is not None
+                or self.scope.get("http_version") != "1.1" or self.method == "HEAD"):
+            return None
+        return transport
+
     async def end_stream(self, last: bytes = b"") -> None:
         """The answer's end, with its last part when it is at hand (one send less)."""
         if last and self.response_chunks is not None:

@@ -22,6 +22,7 @@ class CacheWatcher:
         self.prefix = prefix
         self.exact = not prefix.endswith("/")
         self.pred = pred
+        self.everything = pred.empty  # no selector: every event under the prefix goes as it is
         self.since = since
         self.capacity = capacity
         self.buf: deque[tuple[int, bytes]] = deque()
@@ -31,19 +32,19 @@ class CacheWatcher:
         self.kind = ""  # of the last event pushed (metrics)
         self.deliver: Callable[[bytes], bool] | None = None
 
-    def wants(self, key: str) -> bool:
-        return key == self.prefix if self.exact else key.startswith(self.prefix)
-
     def push(self, ev: CacheEvent, replay: bool = False) -> bool:
         """Queue (or deliver) ev if it concerns this watch; True when it was delivered straight away."""
-        if ev.rev <= self.since or self.closed or not self.wants(ev.key):
+        if ev.rev <= self.since or self.closed:
             return False
-        pred = self.pred
-        if pred.empty:
+        key = ev.key  # (inline and without property calls: this runs once per watcher per event)
+        if key != self.prefix if self.exact else not key.startswith(self.prefix):
+            return False
+        if self.everything:
             out = ev.type
         else:
-            cur = ev.type != DELETED and matches(pred, ev.key, ev.sel)
-            old = ev.prev is not None and matches(pred, ev.key, ev.prev_sel)
+            pred = self.pred
+            cur = ev.type != DELETED and matches(pred, key, ev.sel)
+            old = ev.prev is not None and matches(pred, key, ev.prev_sel)
             if cur:
                 out = MODIFIED if old else ADDED
             elif old:
