@@ -99,6 +99,10 @@ class ProxyApp:
         self.discovery = Discovery(registry)
         self.apiservices = Informer(registry, "apiregistration.k8s.io", "v1", "apiservices")
         self.apiservices.add_handler(lambda *_: self.discovery.invalidate())
+        # a CRD's resources join or leave the registry's discovery without an APIService change (a second CRD
+        # of a group, a CRD established or deleted): its events refresh discovery too
+        self.crds = Informer(registry, "apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        self.crds.add_handler(lambda *_: self.discovery.invalidate())
         # remote APIServices: forwarding, availability, their discovery (kube-aggregator)
         self.aggregator = Aggregator(registry, self.apiservices, self.discovery, proxy_client_cert_file,
                                      proxy_client_key_file)
@@ -148,6 +152,7 @@ class ProxyApp:
         self.apf.start()
         self.discovery.start()
         self.apiservices.start()
+        self.crds.start()
         self.aggregator.start()
         self.authz_invalidation.start()
 
@@ -160,6 +165,7 @@ class ProxyApp:
         await self.deadlines.stop()
         await self.authz_invalidation.stop()
         await self.aggregator.stop()
+        await self.crds.stop()
         await self.apiservices.stop()
         await self.discovery.stop()
         await self.apf.stop()

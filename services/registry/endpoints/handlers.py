@@ -291,6 +291,11 @@ class Handlers:
 
     async def patch(self, r: Request) -> Response:
         ptype = patches.patch_type(r.req.content_type)
+        if ptype == patches.STRATEGIC_MERGE_PATCH and schemas.is_custom(r.schema_name):
+            # custom resources have no patch strategies (as kube's CR handler answers)
+            raise errors.UnsupportedMediaType(
+                "the body of the request was in an unknown format - accepted media types include: "
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
         causes: list[v.Cause] = []
         if ptype == patches.APPLY_PATCH and not r.field_manager:
             causes.append(v.required("fieldManager", "is required for apply patch"))

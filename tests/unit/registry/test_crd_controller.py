@@ -1,0 +1,130 @@
+"""The registry's CRD controller over the handlers: names accepted, Established, the custom resource served
+(pruned, defaulted, validated against its schema) with its APIService, a name conflict, and deletion
+(objects first, then the CRD, then the resource leaves the catalogue)."""
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from services.apis.install import new_catalogue
+from services.common import errors, identity
+from services.registry.admission import AdmissionClient
+from services.registry.auth import AuthClient
+from services.registry.crd import CRDController
+from services.registry.endpoints.handlers import Handlers
+from services.registry.storage_client import StorageClient
+
+from .conftest import Client
+from .fakes import FakeAdmission, FakeAuth, FakeStorage
+from .test_crd_validation import CRONTAB
+
+ADMIN = identity.user_pb("admin", ["system:masters"])
+G = "apiextensions.k8s.io"
+CT = "stable.example.com"
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[tuple[Client, CRDController]]:
+    handlers = Handlers(new_catalogue(), StorageClient(FakeStorage()), AdmissionClient(FakeAdmission()),  # type: ignore[arg-type]
+                        AuthClient(FakeAuth()))  # type: ignore[arg-type]
+    controller = CRDController(handlers)
+    task = asyncio.create_task(controller.run())
+    yield Client(handlers), controller
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def eventually(check: Callable[[], object], timeout: float = 3.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            if await check():  # type: ignore[misc]
+                return
+        except errors.APIError:
+            pass
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+def conditions(crd: dict) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in crd["status"].get("conditions") or []}
+
+
+def schema_crd() -> dict:
+    body = copy.deepcopy(CRONTAB)
+    body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].update({
+        "replicas": {"type": "integer", "minimum": 1, "default": 1}, "image": {"type": "string"}})
+    body["spec"]["versions"][0]["subresources"] = {"status": {}}
+    body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"] = {
+        "type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return body
+
+
+async def test_established_and_served(env):
+    api, controller = env
+    await api("create", "customresourcedefinitions", body=schema_crd(), group=G, user=ADMIN)
+
+    async def established() -> bool:
+        _, got = await api("get", "customresourcedefinitions", "", "crontabs.stable.example.com", group=G, user=ADMIN)
+        return conditions(got).get("Established") == ("True", "InitialNamesAccepted")
+    await eventually(established)
+    _, got = await api("get", "customresourcedefinitions", "", "crontabs.stable.example.com", group=G, user=ADMIN)
+    assert conditions(got)["NamesAccepted"] == ("True", "NoConflicts")
+    assert got["status"]["acceptedNames"] == {"plural": "crontabs", "singular": "crontab", "kind": "CronTab",
+                                              "listKind": "CronTabList", "shortNames": ["ct"]}
+    info = controller.catalogue.lookup(CT, "v1", "crontabs")
+    assert info is not None and info.namespaced and info.short_names == ("ct",)
+    _, apiservice = await api("get", "apiservices", "", "v1.stable.example.com", group="apiregistration.k8s.io",
+                              user=ADMIN)
+    assert apiservice["spec"]["groupPriorityMinimum"] == 1000
+    assert apiservice["status"]["conditions"][0]["reason"] == "Local"
+
+    body = {"apiVersion": f"{CT}/v1", "kind": "CronTab", "metadata": {"name": "c", "namespace": "default"},
+            "spec": {"cronSpec": "* * * * */5", "image": "img", "unknown": 1}, "status": {"x": 1}}
+    code, obj = await api("create", "crontabs", "default", body=body, group=CT, user=ADMIN)
+    assert code == 201
+    assert obj["spec"] == {"cronSpec": "* * * * */5", "image": "img", "replicas": 1}
+    assert "status" not in obj and obj["metadata"]["generation"] == 1
+    assert api.last_warnings == ['unknown field "spec.unknown"']
+    bad = copy.deepcopy(body)
+    bad["metadata"]["name"], bad["spec"]["replicas"] = "d", 0
+    with pytest.raises(errors.Invalid) as e:
+        await api("create", "crontabs", "default", body=bad, group=CT, user=ADMIN)
+    assert e.value.message == ('CronTab.stable.example.com "d" is invalid: spec.replicas: Invalid value: 0: '
+                               'spec.replicas in body should be greater than or equal to 1')
+    with pytest.raises(errors.UnsupportedMediaType):
+        await api("patch", "crontabs", "default", "c", body={"spec": {}}, group=CT, user=ADMIN,
+                  content_type="application/strategic-merge-patch+json")
+
+    await api("delete", "customresourcedefinitions", "", "crontabs.stable.example.com", group=G, user=ADMIN)
+
+    async def gone() -> bool:
+        return controller.catalogue.lookup(CT, "v1", "crontabs") is None and \
+            not (await api("list", "customresourcedefinitions", group=G, user=ADMIN))[1]["items"]
+    await eventually(gone)
+    with pytest.raises(errors.NotFound):
+        await api("get", "apiservices", "", "v1.stable.example.com", group="apiregistration.k8s.io", user=ADMIN)
+
+
+async def test_second_crd_with_taken_names_is_not_accepted(env):
+    api, controller = env
+    await api("create", "customresourcedefinitions", body=copy.deepcopy(CRONTAB), group=G, user=ADMIN)
+    other = copy.deepcopy(CRONTAB)
+    other["metadata"]["name"] = "crontabz.stable.example.com"
+    other["spec"]["names"] = {"plural": "crontabz", "singular": "crontabz", "kind": "CronTab"}
+    await api("create", "customresourcedefinitions", body=other, group=G, user=ADMIN)
+
+    async def refused() -> bool:
+        _, got = await api("get", "customresourcedefinitions", "", "crontabz.stable.example.com", group=G,
+                           user=ADMIN)
+        return conditions(got).get("NamesAccepted") == ("False", "ListKindConflict")
+    await eventually(refused)
+    _, got = await api("get", "customresourcedefinitions", "", "crontabz.stable.example.com", group=G, user=ADMIN)
+    assert conditions(got)["Established"] == ("False", "NotAccepted")
+    assert got["status"]["acceptedNames"] == {"plural": "crontabz", "singular": "crontabz", "kind": ""}
+    assert [c["message"] for c in got["status"]["conditions"]][0] == '"CronTabList" is already in use'
+    assert controller.catalogue.lookup(CT, "v1", "crontabz") is None
