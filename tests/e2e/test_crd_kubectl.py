@@ -25,7 +25,8 @@ CRD = {
         "names": {"plural": "crontabs", "singular": "crontab", "kind": "CronTab", "shortNames": ["ct"]},
         "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
             "type": "object", "properties": {"spec": {"type": "object", "properties": {
-                "cronSpec": {"type": "string", "pattern": r"^(\d+|\*)(/\d+)?(\s+(\d+|\*)(/\d+)?){4}$"},
+                "cronSpec": {"type": "string", "description": "The schedule, in cron format.",
+                             "pattern": r"^(\d+|\*)(/\d+)?(\s+(\d+|\*)(/\d+)?){4}$"},
                 "image": {"type": "string"},
                 "replicas": {"type": "integer", "minimum": 1, "maximum": 10, "default": 1}}}}}}}],
     },
@@ -65,6 +66,9 @@ def test_crontab_end_to_end(kubectl, stack):
     conds = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
     assert conds == {"NamesAccepted": "True", "Established": "True"}
     assert crd["status"]["acceptedNames"]["shortNames"] == ["ct"]
+    # the schema is published in /openapi/v3: kubectl explain reads it
+    explained = kubectl.run("explain", "crontabs.spec.cronSpec").stdout
+    assert "The schedule, in cron format." in explained, explained
     header = kubectl.run("get", "crd", NAME).stdout.splitlines()[0].split()
     assert header == ["NAME", "CREATED", "AT"]
 
