@@ -8,7 +8,9 @@ import time
 
 import pytest
 import yaml
+from k8s_pb import runtime_pb2 as runtime
 from kubernetes import client, config
+from services.proxy.protobuf import MAGIC
 
 from tests.kubectls import RUN, refused
 from tests.waiting import wait_for
@@ -17,6 +19,7 @@ pytestmark = pytest.mark.stack
 NS = f"crd-e2e-{RUN}"
 GROUP = f"stable{RUN}.example.com"
 NAME = f"crontabs.{GROUP}"
+PB = "application/vnd.kubernetes.protobuf"
 
 CRD = {
     "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": NAME},
@@ -54,7 +57,24 @@ def test_single_review_passes_client_side_validation(kubectl):
     assert json.loads(out.stdout)["status"]["allowed"] is False
 
 
-def test_crontab_end_to_end(kubectl, stack):
+def protobuf_checks(admin) -> None:
+    """kube refuses protobuf for custom resources: a body with 415, an Accept without JSON with 406; an Accept
+    that also takes JSON is answered in JSON."""
+    path = f"/apis/{GROUP}/v1/namespaces/{NS}/crontabs"
+    unknown = runtime.Unknown(raw=b"\n\x00")
+    unknown.typeMeta.apiVersion, unknown.typeMeta.kind = f"{GROUP}/v1", "CronTab"
+    r = admin.post(path, content=MAGIC + unknown.SerializeToString(), headers={"Content-Type": PB})
+    assert r.status_code == 415, r.content
+    assert r.json()["message"] == ("the body of the request was in an unknown format - accepted media types "
+                                   "include: application/json, application/yaml")
+    r = admin.get(path, headers={"Accept": PB})
+    assert r.status_code == 406, r.content
+    r = admin.get(path, headers={"Accept": f"{PB}, application/json"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+    assert r.json()["kind"] == "CronTabList"
+
+
+def test_crontab_end_to_end(kubectl, stack, admin):
     start = time.monotonic()
     assert "created" in kubectl.run("apply", "-f", "-", input=json.dumps(CRD)).stdout
     kubectl.run("wait", "--for=condition=Established", f"crd/{NAME}", "--timeout=30s")
@@ -89,6 +109,8 @@ def test_crontab_end_to_end(kubectl, stack):
     assert "spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1" in err
     assert 'spec.cronSpec: Invalid value: "x": spec.cronSpec in body should match' in err
     assert "NotFound" in refused(kubectl, "-n", NS, "get", "crontab", "bad")
+
+    protobuf_checks(admin)
 
     # the official Python client's CustomObjectsApi
     api_client = config.new_client_from_config(config_file=str(stack.kubeconfig))
