@@ -7,6 +7,7 @@ import asyncio
 import copy
 from collections.abc import AsyncIterator, Callable
 
+import orjson
 import pytest
 
 from services.apis.install import new_catalogue
@@ -96,6 +97,16 @@ async def test_established_and_served(env):
         await api("create", "crontabs", "default", body=bad, group=CT, user=ADMIN)
     assert e.value.message == ('CronTab.stable.example.com "d" is invalid: spec.replicas: Invalid value: 0: '
                                'spec.replicas in body should be greater than or equal to 1')
+    # server-side apply, a spec change (generation moves) and /status (it does not)
+    applied = {"apiVersion": f"{CT}/v1", "kind": "CronTab", "metadata": {"name": "c", "namespace": "default"},
+               "spec": {"cronSpec": "* * * * */5", "image": "img2"}}
+    code, obj = await api("patch", "crontabs", "default", "c", body=orjson.dumps(applied), group=CT, user=ADMIN,
+                          content_type="application/apply-patch+yaml", query={"fieldManager": "me"})
+    assert code == 200 and obj["spec"]["image"] == "img2" and obj["metadata"]["generation"] == 2
+    assert obj["metadata"]["managedFields"][-1]["fieldsV1"] == {"f:spec": {"f:cronSpec": {}, "f:image": {}}}
+    code, obj = await api("update", "crontabs", "default", "c", body={**obj, "status": {"ready": True}}, group=CT,
+                          user=ADMIN, subresource="status")
+    assert obj["status"] == {"ready": True} and obj["metadata"]["generation"] == 2
     with pytest.raises(errors.UnsupportedMediaType):
         await api("patch", "crontabs", "default", "c", body={"spec": {}}, group=CT, user=ADMIN,
                   content_type="application/strategic-merge-patch+json")
