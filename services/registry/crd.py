@@ -250,16 +250,26 @@ class CRDController:
                               namespace=namespace, subresource=subresource, user=identity.APISERVER,
                               body=orjson.dumps(body) if body is not None else b"", content_type="application/json")
 
-    async def _write_status(self, crd: Obj, status: Obj) -> None:
+    async def _write_status(self, crd: Obj, status: Obj) -> Obj:
         body = {**crd, "status": status}
         resp, _ = await self.handlers.handle(self._request("update", GROUP, VERSION, RESOURCE, crd["metadata"]["name"],
                                                            body, "status"))
         # kube's mutation cache: the next CRD of the group sees these names taken before the watch brings them
-        self.informer.store[crd["metadata"]["name"]] = orjson.loads(resp.body)
+        written: Obj = orjson.loads(resp.body)
+        self.informer.store[crd["metadata"]["name"]] = written
+        return written
 
     async def _clean_up(self, crd: Obj) -> None:
         """kube's finalizer controller: every object of the CRD goes, then the finalizer (and with it the CRD)."""
         name = crd["metadata"]["name"]
+        if name not in self._installed and condition_true(crd, "NamesAccepted"):
+            self._install(name, crd)  # (a replica started after the deletion began still finds the objects)
+        if not condition_true(crd, "Terminating"):
+            status = crd.get("status") or {}
+            conditions = [c for c in status.get("conditions") or [] if c.get("type") != "Terminating"]
+            conditions.append(_condition("Terminating", "True", "InstanceDeletionInProgress",
+                                         "CustomResource deletion is in progress", []))
+            crd = await self._write_status(crd, {**status, "conditions": conditions})
         installed = self._installed.get(name)
         for gv in (installed[1] if installed else [])[:1]:
             info = gv.resources[0]

@@ -111,7 +111,9 @@ async def test_established_and_served(env):
         await api("patch", "crontabs", "default", "c", body={"spec": {}}, group=CT, user=ADMIN,
                   content_type="application/strategic-merge-patch+json")
 
-    await api("delete", "customresourcedefinitions", "", "crontabs.stable.example.com", group=G, user=ADMIN)
+    code, deleting = await api("delete", "customresourcedefinitions", "", "crontabs.stable.example.com", group=G,
+                               user=ADMIN)
+    assert code == 200 and deleting["metadata"]["deletionTimestamp"]
 
     async def gone() -> bool:
         return controller.catalogue.lookup(CT, "v1", "crontabs") is None and \
