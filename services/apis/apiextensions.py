@@ -3,10 +3,11 @@
 Catalogue once the CRD is established."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from services.apiserver.conversion import same_fields
-from services.apiserver.printers import CREATED_AT_TABLE
+from services.apiserver.printers import CREATED_AT_TABLE, NAME, TableConvertor, column
 from services.apiserver.resource import GroupVersion, ResourceInfo
 
 from .kinds import status
@@ -54,7 +55,38 @@ def custom_resources(crd: Obj) -> list[GroupVersion]:
             categories=tuple(names.get("categories") or ()),
             subresources=(status(kind),) if status_enabled else (),
             strategy=custom_resource_strategy(kind, schema, status_enabled),
+            table=printer_columns(ver.get("additionalPrinterColumns") or []),
             conversion=None if version == stored else same_fields(f"{group}/{stored}", kind),
         )
         out.append(GroupVersion(group, version, CRD_GROUP_PRIORITY, CRD_VERSION_PRIORITY, (info,)))
     return out
+
+
+_STEP = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")
+
+
+def _json_path(obj: Any, path: str) -> Any:
+    """A printer column's simple JSONPath (.spec.replicas, .status.conditions[0].type); None when absent."""
+    value = obj
+    for name, index in _STEP.findall(path.strip().strip("{}")):
+        if name and isinstance(value, dict):
+            value = value.get(name)
+        elif index and isinstance(value, list) and int(index) < len(value):
+            value = value[int(index)]
+        else:
+            return None
+    return value
+
+
+def printer_columns(columns: list[Obj]) -> TableConvertor | None:
+    """A version's additionalPrinterColumns after Name (kube's CR table convertor); None: Name and Age."""
+    if not columns:
+        return None
+    paths = [c.get("jsonPath") or "" for c in columns]
+
+    def cells(obj: Obj) -> list[Any]:
+        values = [_json_path(obj, p) for p in paths]
+        return [(obj.get("metadata") or {}).get("name", ""),
+                *(v if isinstance(v, (str, int, float, bool)) or v is None else str(v) for v in values)]
+    return TableConvertor((NAME, *(column(c.get("name") or "", c.get("type") or "string", c.get("description") or "",
+                                          c.get("format") or "", c.get("priority") or 0) for c in columns)), cells)

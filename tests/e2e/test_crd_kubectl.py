@@ -1,6 +1,7 @@
 """CustomResourceDefinitions end to end with kubectl and the official Python client: kube's CronTab example
-from the CRD documentation (create, Established, pruning, defaults, get by plural and short name, a 422 with
-kube's message, deletion of the CRD and its objects), and kubectl's client-side validation, which lists CRDs."""
+from the CRD documentation (create, Established, pruning, defaults, get by plural and short name with its
+printer columns, explain, a 422 with kube's message, protobuf refused, deletion of the CRD and its objects),
+and kubectl's client-side validation, which lists CRDs."""
 from __future__ import annotations
 
 import json
@@ -31,7 +32,12 @@ CRD = {
                 "cronSpec": {"type": "string", "description": "The schedule, in cron format.",
                              "pattern": r"^(\d+|\*)(/\d+)?(\s+(\d+|\*)(/\d+)?){4}$"},
                 "image": {"type": "string"},
-                "replicas": {"type": "integer", "minimum": 1, "maximum": 10, "default": 1}}}}}}}],
+                "replicas": {"type": "integer", "minimum": 1, "maximum": 10, "default": 1}}}}}},
+            "additionalPrinterColumns": [
+                {"name": "Spec", "type": "string", "jsonPath": ".spec.cronSpec"},
+                {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
+                {"name": "Image", "type": "string", "jsonPath": ".spec.image", "priority": 1},
+                {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]}],
     },
 }
 
@@ -102,7 +108,11 @@ def test_crontab_end_to_end(kubectl, stack, admin):
     assert obj["spec"] == {"cronSpec": "* * * * */5", "image": "my-awesome-cron-image", "replicas": 1}
     for resource in ("crontabs", "ct", f"crontabs.{GROUP}"):
         lines = kubectl.run("-n", NS, "get", resource).stdout.splitlines()
-        assert lines[0].split() == ["NAME", "AGE"] and lines[1].split()[0] == "my-new-cron-object"
+        assert lines[0].split() == ["NAME", "SPEC", "REPLICAS", "AGE"]
+        assert lines[1].split()[:7] == ["my-new-cron-object", "*", "*", "*", "*", "*/5", "1"]
+    wide = kubectl.run("-n", NS, "get", "ct", "-o", "wide").stdout.splitlines()
+    assert wide[0].split() == ["NAME", "SPEC", "REPLICAS", "IMAGE", "AGE"]
+    assert wide[1].split()[7] == "my-awesome-cron-image"
 
     err = refused(kubectl, "-n", NS, "create", "-f", "-", input=crontab("bad", replicas=0, cronSpec="x"))
     assert 'The CronTab "bad" is invalid: ' in err

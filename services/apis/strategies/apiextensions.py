@@ -97,6 +97,8 @@ def validate_spec(spec: Obj) -> list[v.Cause]:
         storage += 1 if ver.get("storage") else 0
         if errs := v.is_dns1035_label(name):
             causes.append(v.invalid(f"spec.versions[{i}].name", name, ",".join(errs)))
+        causes += _validate_printer_columns(ver.get("additionalPrinterColumns") or [],
+                                            f"spec.versions[{i}].additionalPrinterColumns")
         schema = (ver.get("schema") or {}).get("openAPIV3Schema")
         path = f"spec.versions[{i}].schema.openAPIV3Schema"
         if schema is None:
@@ -122,6 +124,30 @@ def validate_spec(spec: Obj) -> list[v.Cause]:
         causes.append(v.not_supported("spec.conversion.strategy", strategy, CONVERSION_STRATEGIES))
     elif strategy == "Webhook" and not (spec.get("conversion") or {}).get("webhook"):
         causes.append(v.required("spec.conversion.webhook", "required when strategy is set to Webhook"))
+    return causes
+
+
+PRINTER_COLUMN_TYPES = ("boolean", "date", "integer", "number", "string")
+PRINTER_COLUMN_FORMATS = ("byte", "date", "date-time", "double", "float", "int32", "int64", "name", "password")
+
+
+def _validate_printer_columns(columns: list[Obj], path: str) -> list[v.Cause]:
+    """ValidateCustomResourceColumnDefinition."""
+    causes: list[v.Cause] = []
+    for i, col in enumerate(columns):
+        at = f"{path}[{i}]"
+        if not col.get("name"):
+            causes.append(v.required(f"{at}.name"))
+        if not col.get("type"):
+            causes.append(v.required(f"{at}.type", f"must be one of {', '.join(PRINTER_COLUMN_TYPES)}"))
+        elif col["type"] not in PRINTER_COLUMN_TYPES:
+            causes.append(v.not_supported(f"{at}.type", col["type"], PRINTER_COLUMN_TYPES))
+        if col.get("format") and col["format"] not in PRINTER_COLUMN_FORMATS:
+            causes.append(v.not_supported(f"{at}.format", col["format"], PRINTER_COLUMN_FORMATS))
+        if (col.get("priority") or 0) < 0:
+            causes.append(v.invalid(f"{at}.priority", col["priority"], "must be greater than or equal to 0"))
+        if not col.get("jsonPath"):
+            causes.append(v.required(f"{at}.jsonPath"))
     return causes
 
 

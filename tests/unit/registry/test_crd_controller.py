@@ -60,6 +60,10 @@ def schema_crd() -> dict:
     body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].update({
         "replicas": {"type": "integer", "minimum": 1, "default": 1}, "image": {"type": "string"}})
     body["spec"]["versions"][0]["subresources"] = {"status": {}}
+    body["spec"]["versions"][0]["additionalPrinterColumns"] = [
+        {"name": "Spec", "type": "string", "jsonPath": ".spec.cronSpec"},
+        {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas", "priority": 1},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]
     body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"] = {
         "type": "object", "x-kubernetes-preserve-unknown-fields": True}
     return body
@@ -91,6 +95,10 @@ async def test_established_and_served(env):
     assert obj["spec"] == {"cronSpec": "* * * * */5", "image": "img", "replicas": 1}
     assert "status" not in obj and obj["metadata"]["generation"] == 1
     assert api.last_warnings == ['unknown field "spec.unknown"']
+    _, table = await api("list", "crontabs", "default", group=CT, user=ADMIN, table=True)
+    assert [(c["name"], c["type"], c["priority"]) for c in table["columnDefinitions"]] == [
+        ("Name", "string", 0), ("Spec", "string", 0), ("Replicas", "integer", 1), ("Age", "date", 0)]
+    assert table["rows"][0]["cells"] == ["c", "* * * * */5", 1, obj["metadata"]["creationTimestamp"]]
     bad = copy.deepcopy(body)
     bad["metadata"]["name"], bad["spec"]["replicas"] = "d", 0
     with pytest.raises(errors.Invalid) as e:

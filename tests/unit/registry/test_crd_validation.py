@@ -98,3 +98,14 @@ async def test_update_keeps_group_and_plural(api):
         await api("update", "customresourcedefinitions", "", "crontabs.stable.example.com", body=got, group=G,
                   user=ADMIN)
     assert 'spec.group: Invalid value: "other.example.com": field is immutable' in str(e.value.message)
+
+
+async def test_printer_columns(api):
+    body = crd()
+    body["spec"]["versions"][0]["additionalPrinterColumns"] = [{"name": "X", "type": "object", "jsonPath": ".x"},
+                                                               {"type": "string"}]
+    assert await invalid(api, body) == [
+        'spec.versions[0].additionalPrinterColumns[0].type: Unsupported value: "object": supported values: '
+        '"boolean", "date", "integer", "number", "string"',
+        "spec.versions[0].additionalPrinterColumns[1].name: Required value",
+        "spec.versions[0].additionalPrinterColumns[1].jsonPath: Required value"]
