@@ -10,7 +10,7 @@ from services.apiserver.conversion import same_fields
 from services.apiserver.printers import CREATED_AT_TABLE, NAME, TableConvertor, column
 from services.apiserver.resource import GroupVersion, ResourceInfo
 
-from .kinds import status
+from .kinds import SCALE, status
 from .strategies.apiextensions import CustomResourceDefinitionStrategy, custom_resource_strategy, storage_version
 
 Obj = dict[str, Any]
@@ -47,14 +47,16 @@ def custom_resources(crd: Obj) -> list[GroupVersion]:
             continue
         version = ver.get("name") or ""
         schema = (ver.get("schema") or {}).get("openAPIV3Schema") or {}
-        status_enabled = (ver.get("subresources") or {}).get("status") is not None
+        subresources = ver.get("subresources") or {}
+        status_enabled = subresources.get("status") is not None
+        scale = subresources.get("scale")
         info = ResourceInfo(
             group=group, version=version, kind=kind, plural=plural,
             singular=names.get("singular") or kind.lower(), namespaced=spec.get("scope") == "Namespaced",
             key_prefix=f"/registry/{group}/{plural}/", short_names=tuple(names.get("shortNames") or ()),
             categories=tuple(names.get("categories") or ()),
-            subresources=(status(kind),) if status_enabled else (),
-            strategy=custom_resource_strategy(kind, schema, status_enabled),
+            subresources=((SCALE,) if scale is not None else ()) + ((status(kind),) if status_enabled else ()),
+            strategy=custom_resource_strategy(kind, schema, status_enabled, scale),
             table=printer_columns(ver.get("additionalPrinterColumns") or []),
             conversion=None if version == stored else same_fields(f"{group}/{stored}", kind),
         )

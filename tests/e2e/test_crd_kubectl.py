@@ -1,7 +1,7 @@
 """CustomResourceDefinitions end to end with kubectl and the official Python client: kube's CronTab example
 from the CRD documentation (create, Established, pruning, defaults, get by plural and short name with its
-printer columns, explain, a 422 with kube's message, protobuf refused, deletion of the CRD and its objects),
-and kubectl's client-side validation, which lists CRDs."""
+printer columns, explain, kubectl scale, a 422 with kube's message, protobuf refused, deletion of the CRD and
+its objects), and kubectl's client-side validation, which lists CRDs."""
 from __future__ import annotations
 
 import json
@@ -33,6 +33,8 @@ CRD = {
                              "pattern": r"^(\d+|\*)(/\d+)?(\s+(\d+|\*)(/\d+)?){4}$"},
                 "image": {"type": "string"},
                 "replicas": {"type": "integer", "minimum": 1, "maximum": 10, "default": 1}}}}}},
+            "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.replicas",
+                                                     "statusReplicasPath": ".status.replicas"}},
             "additionalPrinterColumns": [
                 {"name": "Spec", "type": "string", "jsonPath": ".spec.cronSpec"},
                 {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
@@ -113,6 +115,10 @@ def test_crontab_end_to_end(kubectl, stack, admin):
     wide = kubectl.run("-n", NS, "get", "ct", "-o", "wide").stdout.splitlines()
     assert wide[0].split() == ["NAME", "SPEC", "REPLICAS", "IMAGE", "AGE"]
     assert wide[1].split()[7] == "my-awesome-cron-image"
+
+    # the scale subresource
+    assert "scaled" in kubectl.run("-n", NS, "scale", "crontab", "my-new-cron-object", "--replicas=3").stdout
+    assert kubectl.run("-n", NS, "get", "ct", "my-new-cron-object", "-o", "jsonpath={.spec.replicas}").stdout == "3"
 
     err = refused(kubectl, "-n", NS, "create", "-f", "-", input=crontab("bad", replicas=0, cronSpec="x"))
     assert 'The CronTab "bad" is invalid: ' in err

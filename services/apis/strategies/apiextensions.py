@@ -99,6 +99,9 @@ def validate_spec(spec: Obj) -> list[v.Cause]:
             causes.append(v.invalid(f"spec.versions[{i}].name", name, ",".join(errs)))
         causes += _validate_printer_columns(ver.get("additionalPrinterColumns") or [],
                                             f"spec.versions[{i}].additionalPrinterColumns")
+        scale = (ver.get("subresources") or {}).get("scale")
+        if isinstance(scale, dict):
+            causes += _validate_scale(scale, f"spec.versions[{i}].subresources.scale")
         schema = (ver.get("schema") or {}).get("openAPIV3Schema")
         path = f"spec.versions[{i}].schema.openAPIV3Schema"
         if schema is None:
@@ -124,6 +127,21 @@ def validate_spec(spec: Obj) -> list[v.Cause]:
         causes.append(v.not_supported("spec.conversion.strategy", strategy, CONVERSION_STRATEGIES))
     elif strategy == "Webhook" and not (spec.get("conversion") or {}).get("webhook"):
         causes.append(v.required("spec.conversion.webhook", "required when strategy is set to Webhook"))
+    return causes
+
+
+def _validate_scale(scale: Obj, path: str) -> list[v.Cause]:
+    """ValidateCustomResourceDefinitionSubresources' scale paths."""
+    causes: list[v.Cause] = []
+    for key, under, what in (("specReplicasPath", (".spec.",), ".spec"),
+                             ("statusReplicasPath", (".status.",), ".status"),
+                             ("labelSelectorPath", (".spec.", ".status."), "either .spec or .status")):
+        value = scale.get(key)
+        if not value:
+            if key != "labelSelectorPath":
+                causes.append(v.required(f"{path}.{key}"))
+        elif not value.startswith(under):
+            causes.append(v.invalid(f"{path}.{key}", value, f"should be a json path under {what}"))
     return causes
 
 
@@ -241,6 +259,7 @@ class CustomResourceStrategy(Strategy):
 
     schema: ClassVar[dict[str, Any]] = {}
     status_enabled: ClassVar[bool] = False
+    scale_paths: ClassVar[dict[str, str]] = {}
     # any change but metadata (and status, with the subresource) moves metadata.generation
     spec_fields = ("spec",)
 
@@ -269,8 +288,41 @@ class CustomResourceStrategy(Strategy):
             return SubresourceStrategy(self, ("status",))
         return self
 
+    # Scale (the version's subresources.scale paths) ----------------------------------------------
 
-def custom_resource_strategy(kind: str, schema: Obj, status_enabled: bool) -> type[CustomResourceStrategy]:
+    def to_scale(self, obj: Obj) -> Obj:
+        """The object's autoscaling/v1 Scale, read through specReplicasPath, statusReplicasPath and
+        labelSelectorPath (kube's customresource scale REST)."""
+        meta = obj.get("metadata") or {}
+        paths = self.scale_paths
+        status: Obj = {"replicas": _get_path(obj, paths.get("statusReplicasPath") or "") or 0}
+        selector = _get_path(obj, paths.get("labelSelectorPath") or "")
+        if isinstance(selector, str) and selector:
+            status["selector"] = selector
+        return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                             if k in meta},
+                "spec": {"replicas": _get_path(obj, paths.get("specReplicasPath") or "") or 0}, "status": status}
+
+    def scale_into(self, obj: Obj, replicas: int) -> None:
+        node = obj
+        *parents, last = (self.scale_paths.get("specReplicasPath") or ".spec.replicas").lstrip(".").split(".")
+        for name in parents:
+            node = node.setdefault(name, {})
+        node[last] = replicas
+
+
+def _get_path(obj: Obj, path: str) -> Any:
+    """A scale path's value (.spec.replicas); None when absent."""
+    node: Any = obj
+    for name in path.lstrip(".").split(".") if path else ():
+        node = node.get(name) if isinstance(node, dict) else None
+    return node if path else None
+
+
+def custom_resource_strategy(kind: str, schema: Obj, status_enabled: bool,
+                             scale_paths: Obj | None = None) -> type[CustomResourceStrategy]:
     """The strategy class of one served version of a CustomResourceDefinition."""
     return type(f"{kind}Strategy", (CustomResourceStrategy,),
-                {"schema": copy.deepcopy(schema), "status_enabled": status_enabled})
+                {"schema": copy.deepcopy(schema), "status_enabled": status_enabled,
+                 "scale_paths": dict(scale_paths or {})})

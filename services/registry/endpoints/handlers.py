@@ -402,7 +402,7 @@ class Handlers:
             rv = (scale.get("metadata") or {}).get("resourceVersion")
             if rv:
                 current["metadata"]["resourceVersion"] = rv
-            current.setdefault("spec", {})["replicas"] = (scale.get("spec") or {}).get("replicas") or 0
+            r.strategy.scale_into(current, (scale.get("spec") or {}).get("replicas") or 0)
             return current
 
         code, env = await self._update(r, transform)

@@ -59,7 +59,9 @@ def schema_crd() -> dict:
     body = copy.deepcopy(CRONTAB)
     body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].update({
         "replicas": {"type": "integer", "minimum": 1, "default": 1}, "image": {"type": "string"}})
-    body["spec"]["versions"][0]["subresources"] = {"status": {}}
+    body["spec"]["versions"][0]["subresources"] = {"status": {}, "scale": {
+        "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.labelSelector"}}
     body["spec"]["versions"][0]["additionalPrinterColumns"] = [
         {"name": "Spec", "type": "string", "jsonPath": ".spec.cronSpec"},
         {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas", "priority": 1},
@@ -115,6 +117,17 @@ async def test_established_and_served(env):
     code, obj = await api("update", "crontabs", "default", "c", body={**obj, "status": {"ready": True}}, group=CT,
                           user=ADMIN, subresource="status")
     assert obj["status"] == {"ready": True} and obj["metadata"]["generation"] == 2
+    # /scale through the definition's paths
+    await api("update", "crontabs", "default", "c", group=CT, user=ADMIN, subresource="status",
+              body={**obj, "status": {"replicas": 2, "labelSelector": "app=c"}})
+    _, scale = await api("get", "crontabs", "default", "c", group=CT, user=ADMIN, subresource="scale")
+    assert (scale["kind"], scale["spec"], scale["status"]) == ("Scale", {"replicas": 1},
+                                                              {"replicas": 2, "selector": "app=c"})
+    code, scale = await api("patch", "crontabs", "default", "c", body={"spec": {"replicas": 5}}, group=CT,
+                            user=ADMIN, subresource="scale", content_type="application/merge-patch+json")
+    assert code == 200 and scale["spec"]["replicas"] == 5
+    _, got = await api("get", "crontabs", "default", "c", group=CT, user=ADMIN)
+    assert got["spec"]["replicas"] == 5 and got["metadata"]["generation"] == 3
     with pytest.raises(errors.UnsupportedMediaType):
         await api("patch", "crontabs", "default", "c", body={"spec": {}}, group=CT, user=ADMIN,
                   content_type="application/strategic-merge-patch+json")

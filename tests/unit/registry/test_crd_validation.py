@@ -109,3 +109,15 @@ async def test_printer_columns(api):
         '"boolean", "date", "integer", "number", "string"',
         "spec.versions[0].additionalPrinterColumns[1].name: Required value",
         "spec.versions[0].additionalPrinterColumns[1].jsonPath: Required value"]
+
+
+async def test_scale_paths(api):
+    body = crd()
+    body["spec"]["versions"][0]["subresources"] = {"scale": {"specReplicasPath": ".status.replicas",
+                                                             "labelSelectorPath": ".metadata.labels"}}
+    assert await invalid(api, body) == [
+        'spec.versions[0].subresources.scale.specReplicasPath: Invalid value: ".status.replicas": should be a json '
+        "path under .spec",
+        "spec.versions[0].subresources.scale.statusReplicasPath: Required value",
+        'spec.versions[0].subresources.scale.labelSelectorPath: Invalid value: ".metadata.labels": should be a json '
+        "path under either .spec or .status"]
