@@ -90,7 +90,6 @@ class CRDController:
         self._queued: set[str] = set()
         # per CRD name: what is installed (its signature) and the definitions it added
         self._installed: dict[str, tuple[Any, list[GroupVersion]]] = {}
-        self._task: asyncio.Task[None] | None = None
 
     # Lifecycle ------------------------------------------------------------------------------
 
@@ -103,7 +102,9 @@ class CRDController:
                 try:
                     await self.sync(name)
                 except errors.Conflict:
-                    self._enqueue(name)  # the informer brings the newer object; try again with it
+                    # another replica wrote first: the informer brings the newer object, tried again with it
+                    await asyncio.sleep(0.05)
+                    self._enqueue(name)
                 except errors.APIError as e:
                     log.info("crd %s: %s; retrying", name, e.message)
                     await asyncio.sleep(0.2)

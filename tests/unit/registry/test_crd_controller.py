@@ -162,3 +162,35 @@ async def test_second_crd_with_taken_names_is_not_accepted(env):
     assert got["status"]["acceptedNames"] == {"plural": "crontabz", "singular": "crontabz", "kind": ""}
     assert [c["message"] for c in got["status"]["conditions"]][0] == '"CronTabList" is already in use'
     assert controller.catalogue.lookup(CT, "v1", "crontabz") is None
+
+
+async def test_two_replicas_agree():
+    """Two registry replicas over one storage: both serve the resource, the status is written once and stays."""
+    storage = FakeStorage()
+    replicas = [Handlers(new_catalogue(), StorageClient(storage), AdmissionClient(FakeAdmission()),  # type: ignore[arg-type]
+                         AuthClient(FakeAuth())) for _ in range(2)]  # type: ignore[arg-type]
+    controllers = [CRDController(h) for h in replicas]
+    tasks = [asyncio.create_task(c.run()) for c in controllers]
+    try:
+        api = Client(replicas[0])
+        await api("create", "customresourcedefinitions", body=copy.deepcopy(CRONTAB), group=G, user=ADMIN)
+
+        async def established_and_served() -> bool:
+            _, got = await api("get", "customresourcedefinitions", "", "crontabs.stable.example.com", group=G,
+                               user=ADMIN)
+            return conditions(got).get("Established") == ("True", "InitialNamesAccepted") and \
+                all(c.catalogue.lookup(CT, "v1", "crontabs") is not None for c in controllers)
+        await eventually(established_and_served)
+        _, first = await api("get", "customresourcedefinitions", "", "crontabs.stable.example.com", group=G,
+                             user=ADMIN)
+        await asyncio.sleep(0.2)
+        _, later = await api("get", "customresourcedefinitions", "", "crontabs.stable.example.com", group=G,
+                             user=ADMIN)
+        assert later["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+        code, _ = await Client(replicas[1])("create", "crontabs", "default", group=CT, user=ADMIN, body={
+            "apiVersion": f"{CT}/v1", "kind": "CronTab", "metadata": {"name": "x"}, "spec": {"cronSpec": "* * * * *"}})
+        assert code == 201
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
