@@ -194,3 +194,22 @@ async def test_two_replicas_agree():
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_two_versions_over_one_storage(env):
+    api, controller = env
+    body = copy.deepcopy(CRONTAB)
+    v1 = body["spec"]["versions"][0]
+    body["spec"]["versions"] = [{**copy.deepcopy(v1), "name": "v1beta1", "storage": False}, v1]
+    await api("create", "customresourcedefinitions", body=body, group=G, user=ADMIN)
+
+    async def served() -> bool:
+        return controller.catalogue.lookup(CT, "v1beta1", "crontabs") is not None
+    await eventually(served)
+    code, created = await api("create", "crontabs", "default", group=CT, version="v1beta1", user=ADMIN, body={
+        "apiVersion": f"{CT}/v1beta1", "kind": "CronTab", "metadata": {"name": "old"}, "spec": {"replicas": 2}})
+    assert code == 201 and created["apiVersion"] == f"{CT}/v1beta1"
+    _, got = await api("get", "crontabs", "default", "old", group=CT, user=ADMIN)
+    assert got["apiVersion"] == f"{CT}/v1" and got["spec"] == {"replicas": 2}
+    _, listed = await api("list", "crontabs", "default", group=CT, version="v1beta1", user=ADMIN)
+    assert [i["apiVersion"] for i in listed["items"]] == [f"{CT}/v1beta1"]
