@@ -56,7 +56,10 @@ def custom_resources(crd: Obj) -> list[GroupVersion]:
             key_prefix=f"/registry/{group}/{plural}/", short_names=tuple(names.get("shortNames") or ()),
             categories=tuple(names.get("categories") or ()),
             subresources=((SCALE,) if scale is not None else ()) + ((status(kind),) if status_enabled else ()),
-            strategy=custom_resource_strategy(kind, schema, status_enabled, scale),
+            strategy=custom_resource_strategy(
+                kind, schema, status_enabled, scale,
+                (ver.get("deprecationWarning") or f"{group}/{version} {kind} is deprecated")
+                if ver.get("deprecated") else ""),
             table=printer_columns(ver.get("additionalPrinterColumns") or []),
             conversion=None if version == stored else same_fields(f"{group}/{stored}", kind),
         )

@@ -320,9 +320,9 @@ def _get_path(obj: Obj, path: str) -> Any:
     return node if path else None
 
 
-def custom_resource_strategy(kind: str, schema: Obj, status_enabled: bool,
-                             scale_paths: Obj | None = None) -> type[CustomResourceStrategy]:
+def custom_resource_strategy(kind: str, schema: Obj, status_enabled: bool, scale_paths: Obj | None = None,
+                             deprecation_warning: str = "") -> type[CustomResourceStrategy]:
     """The strategy class of one served version of a CustomResourceDefinition."""
     return type(f"{kind}Strategy", (CustomResourceStrategy,),
                 {"schema": copy.deepcopy(schema), "status_enabled": status_enabled,
-                 "scale_paths": dict(scale_paths or {})})
+                 "scale_paths": dict(scale_paths or {}), "deprecation_warning": deprecation_warning})

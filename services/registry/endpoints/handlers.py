@@ -168,6 +168,8 @@ class Handlers:
     async def handle(self, req: rpb.APIRequest) -> tuple[Response, dict[str, float]]:
         verb = req.verb
         r = self.request(req, verb)
+        if deprecated := self.strategy(r.info).deprecation_warning:
+            r.warnings.append(deprecated)
         fn: Verb | None = self.verbs.get(verb)
         if r.info.virtual:
             fn = self.review if verb == "create" else None

@@ -200,7 +200,7 @@ async def test_two_versions_over_one_storage(env):
     api, controller = env
     body = copy.deepcopy(CRONTAB)
     v1 = body["spec"]["versions"][0]
-    body["spec"]["versions"] = [{**copy.deepcopy(v1), "name": "v1beta1", "storage": False}, v1]
+    body["spec"]["versions"] = [{**copy.deepcopy(v1), "name": "v1beta1", "storage": False, "deprecated": True}, v1]
     await api("create", "customresourcedefinitions", body=body, group=G, user=ADMIN)
 
     async def served() -> bool:
@@ -209,6 +209,7 @@ async def test_two_versions_over_one_storage(env):
     code, created = await api("create", "crontabs", "default", group=CT, version="v1beta1", user=ADMIN, body={
         "apiVersion": f"{CT}/v1beta1", "kind": "CronTab", "metadata": {"name": "old"}, "spec": {"replicas": 2}})
     assert code == 201 and created["apiVersion"] == f"{CT}/v1beta1"
+    assert api.last_warnings == [f"{CT}/v1beta1 CronTab is deprecated"]
     _, got = await api("get", "crontabs", "default", "old", group=CT, user=ADMIN)
     assert got["apiVersion"] == f"{CT}/v1" and got["spec"] == {"replicas": 2}
     _, listed = await api("list", "crontabs", "default", group=CT, version="v1beta1", user=ADMIN)
