@@ -11,7 +11,11 @@ from services.apiserver.printers import CREATED_AT_TABLE, NAME, TableConvertor, 
 from services.apiserver.resource import GroupVersion, ResourceInfo
 
 from .kinds import SCALE, status
-from .strategies.apiextensions import CustomResourceDefinitionStrategy, custom_resource_strategy, storage_version
+from .strategies.apiextensions import (
+    CustomResourceDefinitionStrategy,
+    custom_resource_strategy,
+    storage_version,
+)
 
 Obj = dict[str, Any]
 GROUP = "apiextensions.k8s.io"

@@ -192,7 +192,7 @@ def _num(n: Any) -> str:
 
 def _date_time(s: str) -> bool:
     try:
-        datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
+        datetime.datetime.fromisoformat(s)
     except ValueError:
         return False
     return "T" in s or "t" in s or " " in s

@@ -109,7 +109,7 @@ class CRDController:
                     log.info("crd %s: %s; retrying", name, e.message)
                     await asyncio.sleep(0.2)
                     self._enqueue(name)
-                except Exception:  # noqa: BLE001 - one bad CRD must not stop the others
+                except Exception:  # one bad CRD must not stop the others
                     log.exception("crd %s: sync failed", name)
         finally:
             await self.informer.stop()

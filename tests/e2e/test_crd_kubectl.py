@@ -9,10 +9,10 @@ import time
 
 import pytest
 import yaml
-from k8s_pb import runtime_pb2 as runtime
 from kubernetes import client, config
-from services.proxy.protobuf import MAGIC
 
+from k8s_pb import runtime_pb2 as runtime
+from services.proxy.protobuf import MAGIC
 from tests.kubectls import RUN, refused
 from tests.waiting import wait_for
 

@@ -51,8 +51,8 @@ def test_value_errors_have_kube_paths_and_messages():
     obj = {"spec": {"cronSpec": "nope", "image": "", "replicas": 11, "mode": "c", "port": True,
                     "when": "yesterday", "tags": ["a", "b", "c"]}}
     assert messages(structural.validate(obj, SCHEMA)) == [
-        'spec.cronSpec: Invalid value: "nope": spec.cronSpec in body should match '
-        r"'^(\d+|\*)(/\d+)?(\s+(\d+|\*)(/\d+)?){4}$'",
+        ('spec.cronSpec: Invalid value: "nope": spec.cronSpec in body should match '
+        r"'^(\d+|\*)(/\d+)?(\s+(\d+|\*)(/\d+)?){4}$'"),
         'spec.image: Invalid value: "": spec.image in body should be at least 1 chars long',
         "spec.replicas: Invalid value: 11: spec.replicas in body should be less than or equal to 10",
         'spec.mode: Unsupported value: "c": supported values: "a", "b"',
@@ -78,12 +78,12 @@ def test_structural_errors():
                           "list": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}}
     assert messages(structural.structural_errors(bad, path)) == [
         f"{path}.type: Required value: must not be empty at the root",
-        f"{path}.properties[metadata]: Forbidden: must not specify anything other than name and generateName, "
-        "but metadata is implicitly specified",
-        f"{path}.properties[list].uniqueItems: Forbidden: uniqueItems cannot be set to true since the runtime "
-        "complexity becomes quadratic",
-        f"{path}.properties[spec].additionalProperties: Forbidden: additionalProperties and properties are "
-        "mutual exclusive",
+        (f"{path}.properties[metadata]: Forbidden: must not specify anything other than name and generateName, "
+        "but metadata is implicitly specified"),
+        (f"{path}.properties[list].uniqueItems: Forbidden: uniqueItems cannot be set to true since the runtime "
+        "complexity becomes quadratic"),
+        (f"{path}.properties[spec].additionalProperties: Forbidden: additionalProperties and properties are "
+        "mutual exclusive"),
         f"{path}.properties[spec].type: Required value: must not be empty for specified object fields",
         f"{path}.properties[spec].properties[a].type: Required value: must not be empty for specified object fields",
     ]

@@ -160,7 +160,7 @@ async def test_second_crd_with_taken_names_is_not_accepted(env):
     _, got = await api("get", "customresourcedefinitions", "", "crontabz.stable.example.com", group=G, user=ADMIN)
     assert conditions(got)["Established"] == ("False", "NotAccepted")
     assert got["status"]["acceptedNames"] == {"plural": "crontabz", "singular": "crontabz", "kind": ""}
-    assert [c["message"] for c in got["status"]["conditions"]][0] == '"CronTabList" is already in use'
+    assert next(c["message"] for c in got["status"]["conditions"]) == '"CronTabList" is already in use'
     assert controller.catalogue.lookup(CT, "v1", "crontabz") is None
 
 

@@ -71,10 +71,10 @@ async def test_versions(api):
     v1 = copy.deepcopy(CRONTAB["spec"]["versions"][0])
     two = [v1, {**copy.deepcopy(v1), "name": "v2"}]
     causes = await invalid(api, crd(versions=two))
-    assert causes == ['spec.versions: Invalid value: []apiextensions.CustomResourceDefinitionVersion{'
+    assert causes == [('spec.versions: Invalid value: []apiextensions.CustomResourceDefinitionVersion{'
                       'apiextensions.CustomResourceDefinitionVersion{Name:"v1", Served:true, Storage:true}, '
                       'apiextensions.CustomResourceDefinitionVersion{Name:"v2", Served:true, Storage:true}}: '
-                      'must have exactly one version marked as storage version']
+                      'must have exactly one version marked as storage version')]
     none_served = [{**copy.deepcopy(v1), "served": False}]
     assert (await invalid(api, crd(versions=none_served)))[0].endswith("must have at least one version marked as served")
     no_schema = [{"name": "v1", "served": True, "storage": True}]
@@ -86,8 +86,8 @@ async def test_schema_must_be_structural(api):
     schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": {"a": {}}}}}
     versions = [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}]
     assert await invalid(api, crd(versions=versions)) == [
-        "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[a].type: Required value: "
-        "must not be empty for specified object fields"]
+        ("spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[a].type: Required value: "
+        "must not be empty for specified object fields")]
 
 
 async def test_update_keeps_group_and_plural(api):
@@ -105,8 +105,8 @@ async def test_printer_columns(api):
     body["spec"]["versions"][0]["additionalPrinterColumns"] = [{"name": "X", "type": "object", "jsonPath": ".x"},
                                                                {"type": "string"}]
     assert await invalid(api, body) == [
-        'spec.versions[0].additionalPrinterColumns[0].type: Unsupported value: "object": supported values: '
-        '"boolean", "date", "integer", "number", "string"',
+        ('spec.versions[0].additionalPrinterColumns[0].type: Unsupported value: "object": supported values: '
+        '"boolean", "date", "integer", "number", "string"'),
         "spec.versions[0].additionalPrinterColumns[1].name: Required value",
         "spec.versions[0].additionalPrinterColumns[1].jsonPath: Required value"]
 
@@ -116,8 +116,8 @@ async def test_scale_paths(api):
     body["spec"]["versions"][0]["subresources"] = {"scale": {"specReplicasPath": ".status.replicas",
                                                              "labelSelectorPath": ".metadata.labels"}}
     assert await invalid(api, body) == [
-        'spec.versions[0].subresources.scale.specReplicasPath: Invalid value: ".status.replicas": should be a json '
-        "path under .spec",
+        ('spec.versions[0].subresources.scale.specReplicasPath: Invalid value: ".status.replicas": should be a json '
+        "path under .spec"),
         "spec.versions[0].subresources.scale.statusReplicasPath: Required value",
-        'spec.versions[0].subresources.scale.labelSelectorPath: Invalid value: ".metadata.labels": should be a json '
-        "path under either .spec or .status"]
+        ('spec.versions[0].subresources.scale.labelSelectorPath: Invalid value: ".metadata.labels": should be a json '
+        "path under either .spec or .status")]
