@@ -5,11 +5,11 @@ from __future__ import annotations
 from services.apiserver.catalogue import Catalogue
 from services.apiserver.resource import GroupVersion
 
-from . import (admissionregistration, apiregistration, apps, authentication, authorization, batch, coordination, core,
-               discovery, events, networking, policy, rbac, scheduling, storage)
+from . import (admissionregistration, apiextensions, apiregistration, apps, authentication, authorization, batch,
+               coordination, core, discovery, events, networking, policy, rbac, scheduling, storage)
 
 GROUPS = (core, apiregistration, authentication, authorization, apps, batch, rbac, discovery, admissionregistration,
-          coordination, events, networking, policy, scheduling, storage)
+          apiextensions, coordination, events, networking, policy, scheduling, storage)
 
 GROUP_VERSIONS: tuple[GroupVersion, ...] = tuple(gv for group in GROUPS for gv in group.GROUP_VERSIONS)
 

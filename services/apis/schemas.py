@@ -55,6 +55,50 @@ def _by_gvk() -> dict[tuple[str, str, str], str]:
 _BY_GVK = _by_gvk()
 
 
+# The definitions of custom resources (registered by the registry's CRD controller as it serves them).
+_CUSTOM: set[str] = set()
+
+
+def custom_definition_name(group: str, version: str, kind: str) -> str:
+    """How kube names a custom resource's definition: com.example.stable.v1.CronTab."""
+    return ".".join([*reversed(group.split(".")), version, kind])
+
+
+def register_custom(group: str, version: str, kind: str, schema: Schema) -> None:
+    """Publish a custom resource's schema (and its List's) as kube-apiserver does for a served CRD version."""
+    name = custom_definition_name(group, version, kind)
+    list_name = name + "List"
+    ALL[name] = {**schema, GVK: [{"group": group, "kind": kind, "version": version}]}
+    ALL[list_name] = {
+        "description": f"{kind}List is a list of {kind}", "type": "object", "required": ["items"],
+        "properties": {
+            "apiVersion": ALL[name]["properties"]["apiVersion"],
+            "items": {"description": f"List of {kind.lower()}s.", "type": "array", "items": {"$ref": REF_PREFIX + name}},
+            "kind": ALL[name]["properties"]["kind"],
+            "metadata": {"allOf": [{"$ref": REF_PREFIX + META + "ListMeta"}]},
+        },
+        GVK: [{"group": group, "kind": kind + "List", "version": version}],
+    }
+    _BY_GVK[(group, version, kind)] = name
+    _BY_GVK[(group, version, kind + "List")] = list_name
+    _CUSTOM.update((name, list_name))
+    merge_keys.cache_clear()
+    replaced_fields.cache_clear()
+
+
+def unregister_custom(group: str, version: str, kind: str) -> None:
+    name = custom_definition_name(group, version, kind)
+    for n, k in ((name, kind), (name + "List", kind + "List")):
+        ALL.pop(n, None)
+        _BY_GVK.pop((group, version, k), None)
+        _CUSTOM.discard(n)
+
+
+def is_custom(schema_name: str) -> bool:
+    """A custom resource's definition: its types are checked by its schema's validation (422), not decoding."""
+    return schema_name in _CUSTOM
+
+
 def definition_for(group: str, version: str, kind: str) -> str:
     """The name of a kind's definition, by its group, version and kind (KeyError when kube has none)."""
     return _BY_GVK[(group, version, kind)]
@@ -214,7 +258,7 @@ def check(obj: dict[str, Any], schema_name: str, kind: str) -> tuple[list[str], 
                     sub = f"{path}.{k}" if path else k
                     if k in props:
                         walk(v, props[k], sub)
-                    else:
+                    elif not schema.get("x-kubernetes-preserve-unknown-fields"):
                         unknown.append(sub)
             elif "additionalProperties" in schema:
                 for k, v in value.items():
@@ -224,4 +268,4 @@ def check(obj: dict[str, Any], schema_name: str, kind: str) -> tuple[list[str], 
                 walk(v, schema["items"], f"{path}[{i}]")
 
     walk(obj, ALL[schema_name], "")
-    return unknown, (type_error[0] if type_error else None)
+    return unknown, (type_error[0] if type_error and schema_name not in _CUSTOM else None)

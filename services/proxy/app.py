@@ -30,10 +30,10 @@ from services.apiserver.filters.timeout import (
     with_timeout_for_non_long_running_requests,
 )
 from services.apiserver.filters.wrap import with_panic_recovery
-from services.apiserver.negotiation import APPLY_PATCH, negotiate_output
+from services.apiserver.negotiation import APPLY_PATCH, PROTOBUF, negotiate_output
 from services.apiserver.requestinfo import RequestInfo
 from services.common import auditid, runtime
-from services.common.errors import NotFound, ServiceUnavailable
+from services.common.errors import NotFound, ServiceUnavailable, UnsupportedMediaType
 from services.common.informer import Informer
 from services.common.metrics import exposition as metrics_exposition
 
@@ -99,6 +99,10 @@ class ProxyApp:
         self.discovery = Discovery(registry)
         self.apiservices = Informer(registry, "apiregistration.k8s.io", "v1", "apiservices")
         self.apiservices.add_handler(lambda *_: self.discovery.invalidate())
+        # a CRD's resources join or leave the registry's discovery without an APIService change (a second CRD
+        # of a group, a CRD established or deleted): its events refresh discovery too
+        self.crds = Informer(registry, "apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        self.crds.add_handler(lambda *_: self.discovery.invalidate())
         # remote APIServices: forwarding, availability, their discovery (kube-aggregator)
         self.aggregator = Aggregator(registry, self.apiservices, self.discovery, proxy_client_cert_file,
                                      proxy_client_key_file)
@@ -148,6 +152,7 @@ class ProxyApp:
         self.apf.start()
         self.discovery.start()
         self.apiservices.start()
+        self.crds.start()
         self.aggregator.start()
         self.authz_invalidation.start()
 
@@ -160,6 +165,7 @@ class ProxyApp:
         await self.deadlines.stop()
         await self.authz_invalidation.stop()
         await self.aggregator.stop()
+        await self.crds.stop()
         await self.apiservices.stop()
         await self.discovery.stop()
         await self.apf.stop()
@@ -239,6 +245,10 @@ class ProxyApp:
         if not self.discovery.serves(info.api_group, info.api_version):
             raise NotFound("the server could not find the requested resource")
 
+    def _custom_group(self, group: str) -> bool:
+        """Whether a CustomResourceDefinition defines group's resources."""
+        return bool(group) and any((crd.get("spec") or {}).get("group") == group for crd in self.crds.store.values())
+
     async def _resource(self, ctx: Context, info: RequestInfo) -> bool:
         """Forward to the registry; returns whether this was a server-side apply (for metrics)."""
         user, query, body, seat = ctx.user, ctx.query, ctx.body, ctx.seat
@@ -269,6 +279,11 @@ class ProxyApp:
         content_type = ""
         if body or info.verb in ("create", "update", "patch"):
             kind = self.discovery.kind(info.api_group, info.api_version, info.resource)
+            if info.verb in ("create", "update") and self._custom_group(info.api_group) and \
+                    ctx.header(b"content-type").split(";", 1)[0].strip().lower() == PROTOBUF:
+                # a custom resource's serializers are JSON and YAML only (kube's unstructured negotiation)
+                raise UnsupportedMediaType("the body of the request was in an unknown format - accepted media types "
+                                           "include: application/json, application/yaml")
             body, content_type = await self.decoder.decode(info.verb, ctx.header(b"content-type"), body, kind)
             if ctx.audit is not None:
                 ctx.audit.set_request(body)

@@ -17,6 +17,7 @@ from services.common import config, errors, grpcutil, runtime
 from .admission import AdmissionClient
 from .auth import AuthClient
 from .bootstrap import bootstrap
+from .crd import CRDController
 from .endpoints.handlers import Handlers
 from .ipallocator import DEFAULT_SERVICE_CIDR
 from .server import RegistryServicer
@@ -84,6 +85,14 @@ async def assemble(service: runtime.Service) -> str:
     service.check("storage", storage_ready)
     service.check("bootstrap-controller", bootstrap_done)
     service.task(lambda: _bootstrap_until_done(handlers, bootstrapped), "bootstrap")
+    # CustomResourceDefinitions: served by every replica once its informer has them (kube's crd-informer-synced)
+    crds = CRDController(handlers)
+
+    async def crd_informer_synced() -> bool:
+        return crds.informer.synced.is_set()
+
+    service.check("crd-informer-synced", crd_informer_synced)
+    service.task(crds.run, "crd-controller")
     return f"gRPC on {args.bind_address}:{args.grpc_port}"
 
 

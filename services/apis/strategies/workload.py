@@ -205,6 +205,10 @@ class WorkloadStrategy(Strategy):
     def scale_selector(self, obj: Obj) -> str:
         return selector_string((obj.get("spec") or {}).get("selector"))
 
+    def scale_into(self, obj: Obj, replicas: int) -> None:
+        """A Scale's spec.replicas written into the object (kube's scaleUpdatedObjectInfo)."""
+        obj.setdefault("spec", {})["replicas"] = replicas
+
     def to_scale(self, obj: Obj) -> Obj:
         """The object's autoscaling/v1 Scale."""
         meta = obj.get("metadata") or {}

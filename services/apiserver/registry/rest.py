@@ -32,6 +32,8 @@ class Strategy:
     # dependents: "DeleteDependents" (Background, every kind apiary serves, as kube's v1 kinds),
     # "OrphanDependents" (kube's old extensions/v1beta1 kinds) or "Unsupported".
     default_garbage_collection_policy = "DeleteDependents"
+    # A deprecated served version's warning, sent with every answer to a request on it ("" : none).
+    deprecation_warning = ""
 
     def __init__(self, info: ResourceInfo) -> None:
         self.info = info

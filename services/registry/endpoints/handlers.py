@@ -168,6 +168,8 @@ class Handlers:
     async def handle(self, req: rpb.APIRequest) -> tuple[Response, dict[str, float]]:
         verb = req.verb
         r = self.request(req, verb)
+        if deprecated := self.strategy(r.info).deprecation_warning:
+            r.warnings.append(deprecated)
         fn: Verb | None = self.verbs.get(verb)
         if r.info.virtual:
             fn = self.review if verb == "create" else None
@@ -291,6 +293,11 @@ class Handlers:
 
     async def patch(self, r: Request) -> Response:
         ptype = patches.patch_type(r.req.content_type)
+        if ptype == patches.STRATEGIC_MERGE_PATCH and schemas.is_custom(r.schema_name):
+            # custom resources have no patch strategies (as kube's CR handler answers)
+            raise errors.UnsupportedMediaType(
+                "the body of the request was in an unknown format - accepted media types include: "
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
         causes: list[v.Cause] = []
         if ptype == patches.APPLY_PATCH and not r.field_manager:
             causes.append(v.required("fieldManager", "is required for apply patch"))
@@ -397,7 +404,7 @@ class Handlers:
             rv = (scale.get("metadata") or {}).get("resourceVersion")
             if rv:
                 current["metadata"]["resourceVersion"] = rv
-            current.setdefault("spec", {})["replicas"] = (scale.get("spec") or {}).get("replicas") or 0
+            r.strategy.scale_into(current, (scale.get("spec") or {}).get("replicas") or 0)
             return current
 
         code, env = await self._update(r, transform)

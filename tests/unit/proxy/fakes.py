@@ -123,6 +123,8 @@ def configmap(name: str, ns: str = "demo") -> dict:
 
 
 AGGREGATOR_RESOURCES = ("services", "endpoints", "endpointslices")
+# informers served an empty list and a quiet watch, never recorded: the aggregator's and the proxy's CRDs
+QUIET_RESOURCES = AGGREGATOR_RESOURCES + ("customresourcedefinitions",)
 
 
 class FakeRegistry(rgrpc.RegistryServicer):
@@ -145,7 +147,7 @@ class FakeRegistry(rgrpc.RegistryServicer):
 
     @grpcutil.api_method
     async def Handle(self, request, context):
-        if request.resource in AGGREGATOR_RESOURCES and request.verb == "list":
+        if request.resource in QUIET_RESOURCES and request.verb == "list":
             return rpb.APIResponse(code=200, body=b'{"kind":"List","apiVersion":"v1","metadata":'
                                                   b'{"resourceVersion":"1"},"items":[]}')
         if self._aggregator_background(request):
@@ -198,7 +200,7 @@ class FakeRegistry(rgrpc.RegistryServicer):
 
     @grpcutil.api_stream
     async def Watch(self, request, context):
-        if request.resource in AGGREGATOR_RESOURCES:
+        if request.resource in QUIET_RESOURCES:
             await asyncio.sleep(3600)
         if self._aggregator_background(request):
             raise errors.NotFound("the server could not find the requested resource")

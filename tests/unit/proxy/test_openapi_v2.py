@@ -34,10 +34,16 @@ def swagger(v3) -> dict[str, Any]:
 
 
 def _walk(node: Any):
+    """Every schema node: the values of a properties map are schemas, the map itself is not (JSONSchemaProps
+    has properties named $ref and type)."""
     if isinstance(node, dict):
         yield node
-        for v in node.values():
-            yield from _walk(v)
+        for k, v in node.items():
+            if k == "properties" and isinstance(v, dict):
+                for prop in v.values():
+                    yield from _walk(prop)
+            else:
+                yield from _walk(v)
     elif isinstance(node, list):
         for v in node:
             yield from _walk(v)

@@ -453,6 +453,7 @@ async def test_bootstrap_idempotent(handlers, storage, api):
     _, t = await api("list", "apiservices", table=True)
     assert [r["cells"][:3] for r in t["rows"]] == [["v1.", "Local", "True"],
                                                   ["v1.admissionregistration.k8s.io", "Local", "True"],
+                                                  ["v1.apiextensions.k8s.io", "Local", "True"],
                                                   ["v1.apiregistration.k8s.io", "Local", "True"],
                                                   ["v1.apps", "Local", "True"],
                                                   ["v1.authentication.k8s.io", "Local", "True"],

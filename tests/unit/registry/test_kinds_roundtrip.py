@@ -48,6 +48,12 @@ SAMPLES: dict[str, Obj] = {
     "ServiceAccount": {},
     "APIService": {"spec": {"group": "example.com", "version": "v1", "groupPriorityMinimum": 100,
                             "versionPriority": 10}},
+    "CustomResourceDefinition": {"spec": {
+        "group": "stable.example.com", "scope": "Namespaced",
+        "names": {"plural": "crontabs", "singular": "crontab", "kind": "CronTab", "listKind": "CronTabList"},
+        "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+            "type": "object", "properties": {"spec": {"type": "object", "properties": {
+                "cronSpec": {"type": "string"}}}}}}}]}},
     "ClusterRole": {"rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]},
     "Role": {"rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]},
     "ClusterRoleBinding": {"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
@@ -99,8 +105,8 @@ def sample(info: Any) -> Obj | None:
     return SAMPLES.get(f"{info.api_version}/{info.kind}", SAMPLES.get(info.kind))
 
 
-# Kinds whose name is not free (an APIService is named version.group).
-NAMES = {"APIService": "v1.example.com"}
+# Kinds whose name is not free (an APIService is named version.group, a CRD plural.group).
+NAMES = {"APIService": "v1.example.com", "CustomResourceDefinition": "crontabs.stable.example.com"}
 
 
 def _type(validator: Any, types: Any, instance: Any, schema: Obj) -> Any:

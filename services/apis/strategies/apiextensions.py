@@ -1,0 +1,328 @@
+"""Strategy of apiextensions.k8s.io/v1 CustomResourceDefinition (apiextensions-apiserver's
+registry/customresourcedefinition and apis/apiextensions/validation), and the strategy every custom resource
+gets from its definition (registry/customresource): schema validation, pruning and defaulting."""
+from __future__ import annotations
+
+import copy
+from typing import Any, ClassVar
+
+from services.apiserver import structural
+from services.apiserver import validation as v
+from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
+
+SCOPES = ("Cluster", "Namespaced")
+CONVERSION_STRATEGIES = ("None", "Webhook")
+# Held by every CRD until its objects are gone (the registry's CRD controller removes it then).
+CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
+
+
+def is_established(crd: Obj) -> bool:
+    return condition_true(crd, "Established")
+
+
+def condition_true(crd: Obj, kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True"
+               for c in (crd.get("status") or {}).get("conditions") or [])
+
+
+def storage_version(spec: Obj) -> str:
+    return next((ver.get("name") or "" for ver in spec.get("versions") or [] if ver.get("storage")), "")
+
+
+def generic_meta(causes: list[v.Cause]) -> list[v.Cause]:
+    """apimachinery's ValidateObjectMeta, which apiextensions uses, from the core one: finalizer names only need to
+    be qualified names (the CRD's own customresourcecleanup.apiextensions.k8s.io has no "/")."""
+    return [c for c in causes if not c["message"].endswith("nor is it fully qualified")]
+
+
+def _go_versions(versions: list[Any]) -> str:
+    """spec.versions as kube's field.Invalid prints it (Go's %#v, abridged to the fields that matter here)."""
+    items = ", ".join(
+        f'apiextensions.CustomResourceDefinitionVersion{{Name:{v.quote(str(x.get("name") or ""))}, '
+        f'Served:{"true" if x.get("served") else "false"}, Storage:{"true" if x.get("storage") else "false"}}}'
+        for x in versions if isinstance(x, dict))
+    return f"[]apiextensions.CustomResourceDefinitionVersion{{{items}}}"
+
+
+def validate_names(names: Obj, path: str) -> list[v.Cause]:
+    """ValidateCustomResourceDefinitionNames."""
+    causes: list[v.Cause] = []
+    for key in ("plural", "singular"):
+        value = names.get(key) or ""
+        if value and (errs := v.is_dns1035_label(value)):
+            causes.append(v.invalid(f"{path}.{key}", value, ",".join(errs)))
+    for key in ("kind", "listKind"):
+        value = names.get(key) or ""
+        if value and (errs := v.is_dns1035_label(value.lower())):
+            causes.append(v.invalid(f"{path}.{key}", value,
+                                    "may have mixed case, but should otherwise match: " + ",".join(errs)))
+    for i, short in enumerate(names.get("shortNames") or []):
+        if errs := v.is_dns1035_label(short):
+            causes.append(v.invalid(f"{path}.shortNames[{i}]", short, ",".join(errs)))
+    kind = names.get("kind") or ""
+    if kind and kind == names.get("listKind"):
+        causes.append(v.invalid(f"{path}.listKind", kind, "kind and listKind may not be the same"))
+    for i, category in enumerate(names.get("categories") or []):
+        if errs := v.is_dns1035_label(category):
+            causes.append(v.invalid(f"{path}.categories[{i}]", category, ",".join(errs)))
+    return causes
+
+
+def validate_spec(spec: Obj) -> list[v.Cause]:
+    """ValidateCustomResourceDefinitionSpec: group, scope, versions, names, schemas."""
+    causes: list[v.Cause] = []
+    group = spec.get("group") or ""
+    if not group:
+        causes.append(v.required("spec.group"))
+    elif errs := v.is_dns1123_subdomain(group):
+        causes.append(v.invalid("spec.group", group, ",".join(errs)))
+    elif len(group.split(".")) < 2:
+        causes.append(v.invalid("spec.group", group, "should be a domain with at least one dot"))
+    scope = spec.get("scope") or ""
+    if not scope:
+        causes.append(v.required("spec.scope"))
+    elif scope not in SCOPES:
+        causes.append(v.not_supported("spec.scope", scope, SCOPES))
+    versions = spec.get("versions") or []
+    seen: set[str] = set()
+    unique, served, storage = True, False, 0
+    if not versions:
+        causes.append(v.invalid_go("spec.versions", "[]apiextensions.CustomResourceDefinitionVersion(nil)",
+                                   "must have exactly one version marked as storage version"))
+    for i, ver in enumerate(versions):
+        name = ver.get("name") or ""
+        unique = unique and name not in seen
+        seen.add(name)
+        served = served or bool(ver.get("served"))
+        storage += 1 if ver.get("storage") else 0
+        if errs := v.is_dns1035_label(name):
+            causes.append(v.invalid(f"spec.versions[{i}].name", name, ",".join(errs)))
+        causes += _validate_printer_columns(ver.get("additionalPrinterColumns") or [],
+                                            f"spec.versions[{i}].additionalPrinterColumns")
+        scale = (ver.get("subresources") or {}).get("scale")
+        if isinstance(scale, dict):
+            causes += _validate_scale(scale, f"spec.versions[{i}].subresources.scale")
+        schema = (ver.get("schema") or {}).get("openAPIV3Schema")
+        path = f"spec.versions[{i}].schema.openAPIV3Schema"
+        if schema is None:
+            causes.append(v.required(path, "schemas are required"))
+        else:
+            causes += structural.structural_errors(schema, path)
+    if versions:
+        if not served:
+            causes.append(v.invalid_go("spec.versions", _go_versions(versions),
+                                       "must have at least one version marked as served"))
+        if storage != 1:
+            causes.append(v.invalid_go("spec.versions", _go_versions(versions),
+                                       "must have exactly one version marked as storage version"))
+        if not unique:
+            causes.append(v.invalid_go("spec.versions", _go_versions(versions), "must contain unique version names"))
+    names = spec.get("names") or {}
+    for key in ("plural", "singular", "kind", "listKind"):
+        if not names.get(key):
+            causes.append(v.required(f"spec.names.{key}"))
+    causes += validate_names(names, "spec.names")
+    strategy = (spec.get("conversion") or {}).get("strategy") or "None"
+    if strategy not in CONVERSION_STRATEGIES:
+        causes.append(v.not_supported("spec.conversion.strategy", strategy, CONVERSION_STRATEGIES))
+    elif strategy == "Webhook" and not (spec.get("conversion") or {}).get("webhook"):
+        causes.append(v.required("spec.conversion.webhook", "required when strategy is set to Webhook"))
+    return causes
+
+
+def _validate_scale(scale: Obj, path: str) -> list[v.Cause]:
+    """ValidateCustomResourceDefinitionSubresources' scale paths."""
+    causes: list[v.Cause] = []
+    for key, under, what in (("specReplicasPath", (".spec.",), ".spec"),
+                             ("statusReplicasPath", (".status.",), ".status"),
+                             ("labelSelectorPath", (".spec.", ".status."), "either .spec or .status")):
+        value = scale.get(key)
+        if not value:
+            if key != "labelSelectorPath":
+                causes.append(v.required(f"{path}.{key}"))
+        elif not value.startswith(under):
+            causes.append(v.invalid(f"{path}.{key}", value, f"should be a json path under {what}"))
+    return causes
+
+
+PRINTER_COLUMN_TYPES = ("boolean", "date", "integer", "number", "string")
+PRINTER_COLUMN_FORMATS = ("byte", "date", "date-time", "double", "float", "int32", "int64", "name", "password")
+
+
+def _validate_printer_columns(columns: list[Obj], path: str) -> list[v.Cause]:
+    """ValidateCustomResourceColumnDefinition."""
+    causes: list[v.Cause] = []
+    for i, col in enumerate(columns):
+        at = f"{path}[{i}]"
+        if not col.get("name"):
+            causes.append(v.required(f"{at}.name"))
+        if not col.get("type"):
+            causes.append(v.required(f"{at}.type", f"must be one of {', '.join(PRINTER_COLUMN_TYPES)}"))
+        elif col["type"] not in PRINTER_COLUMN_TYPES:
+            causes.append(v.not_supported(f"{at}.type", col["type"], PRINTER_COLUMN_TYPES))
+        if col.get("format") and col["format"] not in PRINTER_COLUMN_FORMATS:
+            causes.append(v.not_supported(f"{at}.format", col["format"], PRINTER_COLUMN_FORMATS))
+        if (col.get("priority") or 0) < 0:
+            causes.append(v.invalid(f"{at}.priority", col["priority"], "must be greater than or equal to 0"))
+        if not col.get("jsonPath"):
+            causes.append(v.required(f"{at}.jsonPath"))
+    return causes
+
+
+class CustomResourceDefinitionStrategy(Strategy):
+    status_fields = ("status",)
+    spec_fields = ("spec",)
+
+    def canonicalize(self, obj: Obj) -> None:
+        """The v1 defaults: singular and listKind from kind, conversion None, a service port of 443."""
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            return
+        names = spec.get("names")
+        if isinstance(names, dict) and names.get("kind"):
+            names.setdefault("singular", names["kind"].lower())
+            names.setdefault("listKind", names["kind"] + "List")
+        conversion = spec.setdefault("conversion", {"strategy": "None"})
+        service = ((conversion.get("webhook") or {}).get("clientConfig") or {}).get("service")
+        if isinstance(service, dict):
+            service.setdefault("port", 443)
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        spec = obj.get("spec") or {}
+        stored = storage_version(spec)
+        obj["status"] = {"acceptedNames": {"plural": "", "kind": ""}, "storedVersions": [stored] if stored else []}
+        meta = obj.setdefault("metadata", {})
+        if CLEANUP_FINALIZER not in (meta.get("finalizers") or []):
+            meta["finalizers"] = [*(meta.get("finalizers") or []), CLEANUP_FINALIZER]
+
+    def prepare_for_update(self, obj: Obj, old: Obj) -> None:
+        super().prepare_for_update(obj, old)
+        _keep_stored_version(obj)
+
+    def validate_name(self, obj: Obj, name: str) -> list[str]:
+        errs = v.is_dns1123_subdomain(name)
+        spec = obj.get("spec") or {}
+        if name != f"{(spec.get('names') or {}).get('plural') or ''}.{spec.get('group') or ''}":
+            errs.append('must be spec.names.plural+"."+spec.group')
+        return errs
+
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        causes = generic_meta(super().validate(obj))
+        causes += validate_spec(obj.get("spec") or {})
+        causes += validate_names((obj.get("status") or {}).get("acceptedNames") or {}, "status.acceptedNames")
+        return causes
+
+    def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
+        causes = super().validate_update(obj, old)
+        spec, old_spec = obj.get("spec") or {}, old.get("spec") or {}
+        names, old_names = spec.get("names") or {}, old_spec.get("names") or {}
+        if is_established(old):
+            if spec.get("scope") != old_spec.get("scope"):
+                causes.append(v.immutable("spec.scope", spec.get("scope") or ""))
+            if names.get("kind") != old_names.get("kind"):
+                causes.append(v.immutable("spec.names.kind", names.get("kind") or ""))
+        if spec.get("group") != old_spec.get("group"):
+            causes.append(v.immutable("spec.group", spec.get("group") or ""))
+        if names.get("plural") != old_names.get("plural"):
+            causes.append(v.immutable("spec.names.plural", names.get("plural") or ""))
+        served = {ver.get("name") for ver in spec.get("versions") or []}
+        for i, stored in enumerate((obj.get("status") or {}).get("storedVersions") or []):
+            if stored not in served:
+                causes.append(v.invalid(f"status.storedVersions[{i}]", stored, "must appear in spec.versions"))
+        return causes
+
+    def for_subresource(self, subresource: str) -> Strategy:
+        if subresource == "status":
+            return CustomResourceDefinitionStatusStrategy(self, ("status",))
+        return self
+
+
+class CustomResourceDefinitionStatusStrategy(SubresourceStrategy):
+    def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
+        return v.validate_object_meta_update(obj.get("metadata") or {}, old.get("metadata") or {}) + \
+            validate_names((obj.get("status") or {}).get("acceptedNames") or {}, "status.acceptedNames")
+
+
+def _keep_stored_version(crd: Obj) -> None:
+    """The storage version joins status.storedVersions (kube's PrepareForUpdate)."""
+    stored = storage_version(crd.get("spec") or {})
+    status = crd.setdefault("status", {})
+    versions = status.setdefault("storedVersions", [])
+    if stored and stored not in versions:
+        versions.append(stored)
+
+
+class CustomResourceStrategy(Strategy):
+    """A custom resource's rules, read from one served version of its definition: the schema prunes, defaults
+    and validates; with a status subresource, the main resource keeps status and /status keeps the rest.
+    Subclassed per definition (custom_resource_strategy) since a strategy is built from its ResourceInfo."""
+
+    schema: ClassVar[dict[str, Any]] = {}
+    status_enabled: ClassVar[bool] = False
+    scale_paths: ClassVar[dict[str, str]] = {}
+    # any change but metadata (and status, with the subresource) moves metadata.generation
+    spec_fields = ("spec",)
+
+    def __init__(self, info: Any) -> None:
+        super().__init__(info)
+        if self.status_enabled:
+            self.status_fields = ("status",)
+
+    def canonicalize(self, obj: Obj) -> None:
+        structural.prune(obj, self.schema)
+        structural.apply_defaults(obj, self.schema)
+
+    def spec_changed(self, obj: Obj, old: Obj) -> bool:
+        skip = {"apiVersion", "kind", "metadata"} | set(self.status_fields)
+        return any(obj.get(k) != old.get(k) for k in (set(obj) | set(old)) - skip)
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        if self.status_enabled:
+            obj.pop("status", None)
+
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        return generic_meta(super().validate(obj)) + structural.validate(obj, self.schema)
+
+    def for_subresource(self, subresource: str) -> Strategy:
+        if subresource == "status":
+            return SubresourceStrategy(self, ("status",))
+        return self
+
+    # Scale (the version's subresources.scale paths) ----------------------------------------------
+
+    def to_scale(self, obj: Obj) -> Obj:
+        """The object's autoscaling/v1 Scale, read through specReplicasPath, statusReplicasPath and
+        labelSelectorPath (kube's customresource scale REST)."""
+        meta = obj.get("metadata") or {}
+        paths = self.scale_paths
+        status: Obj = {"replicas": _get_path(obj, paths.get("statusReplicasPath") or "") or 0}
+        selector = _get_path(obj, paths.get("labelSelectorPath") or "")
+        if isinstance(selector, str) and selector:
+            status["selector"] = selector
+        return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                             if k in meta},
+                "spec": {"replicas": _get_path(obj, paths.get("specReplicasPath") or "") or 0}, "status": status}
+
+    def scale_into(self, obj: Obj, replicas: int) -> None:
+        node = obj
+        *parents, last = (self.scale_paths.get("specReplicasPath") or ".spec.replicas").lstrip(".").split(".")
+        for name in parents:
+            node = node.setdefault(name, {})
+        node[last] = replicas
+
+
+def _get_path(obj: Obj, path: str) -> Any:
+    """A scale path's value (.spec.replicas); None when absent."""
+    node: Any = obj
+    for name in path.lstrip(".").split(".") if path else ():
+        node = node.get(name) if isinstance(node, dict) else None
+    return node if path else None
+
+
+def custom_resource_strategy(kind: str, schema: Obj, status_enabled: bool, scale_paths: Obj | None = None,
+                             deprecation_warning: str = "") -> type[CustomResourceStrategy]:
+    """The strategy class of one served version of a CustomResourceDefinition."""
+    return type(f"{kind}Strategy", (CustomResourceStrategy,),
+                {"schema": copy.deepcopy(schema), "status_enabled": status_enabled,
+                 "scale_paths": dict(scale_paths or {}), "deprecation_warning": deprecation_warning})
