@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from services.apiserver import typed
+
 Schema = dict[str, Any]
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1."
@@ -22,7 +24,7 @@ AGG = "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1."
 RBAC = "io.k8s.api.rbac.v1."
 AUTHN = "io.k8s.api.authentication.v1."
 AUTHZ = "io.k8s.api.authorization.v1."
-REF_PREFIX = "#/components/schemas/"
+REF_PREFIX = typed.REF_PREFIX
 GVK = "x-kubernetes-group-version-kind"
 
 _SOURCE = Path(__file__).with_name("schemas.json")
@@ -62,13 +64,7 @@ def definition_for(group: str, version: str, kind: str) -> str:
 
 def resolve(schema: Schema) -> Schema:
     """Follow $ref (bare or wrapped in allOf, as kube's v3 documents wrap them)."""
-    while True:
-        if "$ref" in schema:
-            schema = ALL[schema["$ref"][len(REF_PREFIX):]]
-        elif "allOf" in schema and len(schema["allOf"]) == 1 and "properties" not in schema:
-            schema = schema["allOf"][0]
-        else:
-            return schema
+    return typed.resolve(schema, ALL)
 
 
 def refs_of(names: list[str]) -> dict[str, Schema]:
