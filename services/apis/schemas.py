@@ -9,6 +9,7 @@ decoding (kube's "cannot unmarshal" errors), and the list semantics of strategic
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -179,8 +180,10 @@ def _is_a(want: str | None, value: Any) -> bool:
     raise KeyError(want)
 
 
-def check(obj: dict[str, Any], schema_name: str, kind: str) -> tuple[list[str], str | None]:
-    """Walk obj against the schema: (unknown field paths, first type error or None).
+def check(obj: dict[str, Any], schema_name: str, kind: str,
+          definitions: Mapping[str, Schema] = ALL) -> tuple[list[str], str | None]:
+    """Walk obj against the schema among the definitions (Kubernetes' own unless given): (unknown field
+    paths, first type error or None).
 
     Type errors follow encoding/json: `json: cannot unmarshal number into Go struct field
     ConfigMap.data of type string`.
@@ -189,7 +192,7 @@ def check(obj: dict[str, Any], schema_name: str, kind: str) -> tuple[list[str], 
     type_error: list[str] = []
 
     def walk(value: Any, schema: Schema, path: str) -> None:
-        schema = resolve(schema)
+        schema = typed.resolve(schema, definitions)
         if value is None:
             return
         want = schema.get("type")
@@ -219,5 +222,5 @@ def check(obj: dict[str, Any], schema_name: str, kind: str) -> tuple[list[str], 
             for i, v in enumerate(value):
                 walk(v, schema["items"], f"{path}[{i}]")
 
-    walk(obj, ALL[schema_name], "")
+    walk(obj, definitions[schema_name], "")
     return unknown, (type_error[0] if type_error else None)

@@ -20,31 +20,34 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import httpx
-import orjson
 from fastapi import FastAPI
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
+from apiary_pb import registry_pb2 as rpb
 from services.apiserver import kubeconfig, negotiation, openapi_v2
 from services.apiserver import serving as https
+from services.apiserver.endpoints.handlers import Admission, Handlers
 from services.apiserver.requestinfo import RequestInfo, parse, parse_query
 from services.common import runtime
 from services.common.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
 
 from . import authconfig, discovery, openapi
-from .api import AdmissionPlugin, Kind
+from .admission import PluginAdmission
+from .api import AdmissionPlugin, Kind, Obj
 from .authconfig import Trust
 from .authn import Authenticator
 from .authz import Authorizer
 from .informer import Informer
+from .kinds import Definitions, catalogue
 from .lifecycle import NamespaceLifecycle
 from .metrics import LATENCY, LONGRUNNING, REGISTRY, REQUESTS
 from .options import parser
 from .rest import Call, Resources, until_timeout
 from .scheme import Scheme
-from .storage import Storage
+from .storage import ResourceStorage, Storage
 
 log = logging.getLogger("services.kit")
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per delegated review is noise
@@ -76,6 +79,8 @@ class APIServer:
         self.informers: dict[str, Informer] = {}
         self.storage: Storage | None = None
         self.resources: Resources | None = None
+        self.handlers: Handlers[ResourceStorage] | None = None
+        self.definitions = Definitions(group, self.kinds, self.versions)
         self.authn = Authenticator(None, None)
         self.authz = Authorizer(None)
         self.min_request_timeout = 1800
@@ -106,6 +111,13 @@ class APIServer:
                                bookmark_interval=args.watch_bookmark_interval,
                                compaction_interval=args.etcd_compaction_interval)
         self.resources = Resources(self.scheme, self.storage, prefix, self.admission)
+        by_plural = {k.plural: k for k in self.kinds}
+
+        def admission(operation: str, options: Obj) -> Admission:
+            return PluginAdmission(self.admission, by_plural, operation)
+
+        self.handlers = Handlers(catalogue(self.group, self.kinds, self.versions, prefix),
+                                 ResourceStorage(self.storage), self.definitions, admission)
         self.min_request_timeout = args.min_request_timeout
         for kind in self.kinds:
             kind.strategy.initialize(self)
@@ -321,19 +333,21 @@ class APIServer:
             ctype = _header(headers, b"content-type")
             if body and info.verb != "patch":
                 body, _ = negotiation.decode_body(info.verb, ctype, body)
-        call = Call(kind, info.api_version, info.namespace, info.path_name, query, user, body, ctype,
-                    table=out.table and info.verb in ("get", "list", "watch"))
+        table = out.table and info.verb in ("get", "list", "watch")
         if info.verb == "watch":
+            call = Call(kind, info.api_version, info.namespace, info.path_name, query, user, body, ctype, table)
             return await self._watch(receive, send, call, out)
-        if info.verb == "deletecollection":
-            raise APIError("the server does not allow this method on the requested resource",
-                           code=405, reason="MethodNotAllowed")
-        code, obj = await self.resources.dispatch(info.verb, call)
-        data = orjson.dumps(obj)
+        assert self.handlers is not None
+        req = rpb.APIRequest(verb=info.verb, group=info.api_group, version=info.api_version,
+                             resource=info.resource, namespace=info.namespace, name=info.path_name, query=query,
+                             body=body, content_type=ctype, table=table, user=user,
+                             user_agent=_header(headers, b"user-agent"))
+        resp, _ = await self.handlers.handle(req)
+        data = resp.body
         if out.format == "yaml":
             data = negotiation.json_to_yaml(data)
-        await _respond(send, code, data, out.content_type, warnings=call.warnings)
-        return code
+        await _respond(send, resp.code, data, out.content_type, warnings=resp.warnings)
+        return resp.code
 
     async def _watch(self, receive: Any, send: Send, call: Call, out: Any) -> int:
         assert self.resources is not None

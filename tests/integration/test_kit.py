@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from fastapi import Request
 
@@ -106,6 +107,30 @@ async def test_resource_path_statuses(widgets: httpx.AsyncClient) -> None:
     r = await widgets.get(base, params={"limit": "1"})
     assert r.status_code == 200 and len(r.json()["items"]) == 1
     r = await widgets.patch(f"{base}/nope", content=b"{}", headers={"Content-Type": "application/apply-patch+yaml"})
-    assert r.status_code == 415
+    assert r.status_code == 422 and r.json()["details"]["causes"][0]["field"] == "fieldManager"
     r = await widgets.get(base, headers={"Accept": "application/xml"})
     assert r.status_code == 406
+
+
+async def test_server_side_apply_conflicts_between_managers(widgets: httpx.AsyncClient) -> None:
+    """A kit kind is served by the library's handlers: managedFields, apply conflicts, force, dry-run."""
+    url = f"/apis/{GROUP}/v1/namespaces/default/widgets/applied"
+    apply = {"Content-Type": "application/apply-patch+yaml"}
+
+    def config(size: int) -> bytes:
+        return orjson.dumps({"apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": {"name": "applied"},
+                             "spec": {"size": size}})
+
+    r = await widgets.patch(url, params={"fieldManager": "alice"}, content=config(1), headers=apply)
+    assert r.status_code == 201, r.text
+    assert [(m["manager"], m["operation"]) for m in r.json()["metadata"]["managedFields"]] == [("alice", "Apply")]
+    r = await widgets.patch(url, params={"fieldManager": "bob"}, content=config(2), headers=apply)
+    assert r.status_code == 409 and r.json()["message"] == \
+        'Apply failed with 1 conflict: conflict with "alice": .spec'  # an object without properties is atomic
+    r = await widgets.patch(url, params={"fieldManager": "bob", "force": "true", "dryRun": "All"},
+                            content=config(2), headers=apply)
+    assert r.status_code == 200 and r.json()["spec"] == {"size": 2}
+    assert (await widgets.get(url)).json()["spec"] == {"size": 1}
+    r = await widgets.patch(url, params={"fieldManager": "bob", "force": "true"}, content=config(2), headers=apply)
+    assert r.status_code == 200 and r.json()["spec"] == {"size": 2}
+    assert [m["manager"] for m in r.json()["metadata"]["managedFields"]] == ["bob"]
