@@ -30,6 +30,13 @@ from apiary_pb import registry_pb2 as rpb
 from services.apiserver import kubeconfig, negotiation, openapi_v2
 from services.apiserver import serving as https
 from services.apiserver.endpoints.handlers import Admission, Handlers
+from services.apiserver.filters.timeout import (
+    REQUEST_TIMEOUT,
+    TIMEOUT_BODY,
+    TIMEOUT_CONTENT_TYPE,
+    long_running,
+    request_timeout,
+)
 from services.apiserver.requestinfo import RequestInfo, parse, parse_query
 from services.common import runtime
 from services.common.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
@@ -84,6 +91,7 @@ class APIServer:
         self.authn = Authenticator(None, None)
         self.authz = Authorizer(None)
         self.min_request_timeout = 1800
+        self.request_timeout = REQUEST_TIMEOUT
         self._closers: list[Callable[[], Awaitable[None]]] = []  # the clients of the core API server
         self.lifecycle: NamespaceLifecycle | None = None
         self.reloader: authconfig.Reloader | None = None
@@ -119,6 +127,7 @@ class APIServer:
         self.handlers = Handlers(catalogue(self.group, self.kinds, self.versions, prefix),
                                  ResourceStorage(self.storage), self.definitions, admission)
         self.min_request_timeout = args.min_request_timeout
+        self.request_timeout = args.request_timeout
         for kind in self.kinds:
             kind.strategy.initialize(self)
         for plugin in self.admission:
@@ -227,25 +236,42 @@ class APIServer:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        start = time.perf_counter()
+        start, arrival = time.perf_counter(), asyncio.get_running_loop().time()
         method, path = scope["method"], scope["path"]
         query = parse_query(scope.get("query_string", b""))
         headers = scope["headers"]
         labels = ("", "", "", "")
         code = 500
+        started = False
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
         try:
             try:
                 info = parse(method, path, query)
             except ValueError as e:
                 raise NotFound(str(e)) from None
             labels = (info.verb.upper(), info.api_group, info.api_version, info.resource)
-            user = await self.authn.authenticate(scope)
-            if not self.authz.always_allowed(path):
-                if user is None:
-                    raise Unauthorized("Unauthorized")
-                await self.authz.authorize(user, info)
-            scope["user"] = user
-            code = await self._route(scope, receive, send, info, query, headers, user)
+            # kube's WithRequestDeadline: --request-timeout from the arrival, or a shorter ?timeout=, for
+            # what is not long-running (a watch ends after its own timeoutSeconds)
+            deadline = None if long_running(info) else arrival + request_timeout(query, self.request_timeout)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    user = await self.authn.authenticate(scope)
+                    if not self.authz.always_allowed(path):
+                        if user is None:
+                            raise Unauthorized("Unauthorized")
+                        await self.authz.authorize(user, info)
+                    scope["user"] = user
+                    code = await self._route(scope, receive, tracked, info, query, headers, user)
+            except TimeoutError:
+                if started:  # kube aborts a handler whose answer is going out: the client sees a cut
+                    raise
+                code = 504  # as kube's WithTimeoutForNonLongRunningRequests writes it
+                await _respond(send, code, TIMEOUT_BODY, TIMEOUT_CONTENT_TYPE)
         except APIError as e:
             code, body = _status(e)
             await _respond(send, code, body, JSON, e.headers)

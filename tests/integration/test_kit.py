@@ -6,6 +6,7 @@ tests cover the front, the routes and the storage, not TLS (test_pizza.py does, 
 """
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -134,3 +135,36 @@ async def test_server_side_apply_conflicts_between_managers(widgets: httpx.Async
     r = await widgets.patch(url, params={"fieldManager": "bob", "force": "true"}, content=config(2), headers=apply)
     assert r.status_code == 200 and r.json()["spec"] == {"size": 2}
     assert [m["manager"] for m in r.json()["metadata"]["managedFields"]] == ["bob"]
+
+
+class Slow(kit.AdmissionPlugin):
+    """Holds a write of a widget named "slow" for half a second."""
+
+    async def admit(self, a: kit.Attributes) -> None:
+        if a.name == "slow":
+            await asyncio.sleep(0.5)
+
+
+async def test_request_deadline_answers_504(etcd: str) -> None:
+    """kube's request deadline: a ?timeout= shorter than --request-timeout ends the request with 504."""
+    server = widget_server()
+    server.admission.append(Slow())
+    args = parser("widgets", "", "/widgets").parse_args([
+        "--tls-cert-file", "unused", "--tls-private-key-file", "unused", "--etcd-servers", etcd,
+        "--etcd-prefix", f"/widgets-{uuid.uuid4().hex[:8]}"])
+    server.configure(args)
+    assert server.storage is not None
+    await server.storage.start()
+    try:
+        app = WithCertificate(server, "admin", ["system:masters"])
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://kit") as c:
+            base = f"/apis/{GROUP}/v1/namespaces/default/widgets"
+            r = await c.post(base, params={"timeout": "100ms"}, json={"metadata": {"name": "slow"}})
+            assert r.status_code == 504 and r.json()["reason"] == "Timeout"
+            assert r.json()["message"] == "Timeout: request did not complete within the allotted timeout"
+            r = await c.post(base, params={"timeout": "5s"}, json={"metadata": {"name": "quick"}})
+            assert r.status_code == 201, r.text
+            r = await c.get(base, params={"timeout": "soon"})
+            assert r.status_code == 400
+    finally:
+        await server.storage.stop()
