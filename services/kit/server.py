@@ -16,16 +16,18 @@ import logging
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import httpx
+import orjson
 from fastapi import FastAPI
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
+from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from services.apiserver import kubeconfig, negotiation, openapi_v2
 from services.apiserver import serving as https
@@ -38,8 +40,9 @@ from services.apiserver.filters.timeout import (
     request_timeout,
 )
 from services.apiserver.requestinfo import RequestInfo, parse, parse_query
-from services.common import runtime
+from services.common import envelope, runtime
 from services.common.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
+from services.common.informer import Informer
 
 from . import authconfig, discovery, openapi
 from .admission import PluginAdmission
@@ -47,14 +50,12 @@ from .api import AdmissionPlugin, Kind, Obj
 from .authconfig import Trust
 from .authn import Authenticator
 from .authz import Authorizer
-from .informer import Informer
-from .kinds import Definitions, catalogue
+from .kinds import Definitions, catalogue, hub
 from .lifecycle import NamespaceLifecycle
 from .metrics import LATENCY, LONGRUNNING, REGISTRY, REQUESTS
 from .options import parser
-from .rest import Call, Resources, until_timeout
-from .scheme import Scheme
-from .storage import ResourceStorage, Storage
+from .storage import ResourceStorage, Storage, StorageListWatch
+from .watch import events, until_timeout
 
 log = logging.getLogger("services.kit")
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per delegated review is noise
@@ -77,7 +78,7 @@ class APIServer:
         self.group, self.kinds, self.versions = group, list(kinds), list(versions)
         self.admission = list(admission)
         self.name, self.default_etcd_prefix = name, etcd_prefix
-        self.scheme = Scheme(group, self.kinds)
+        self.by_plural = {k.plural: k for k in self.kinds}
         self.app = FastAPI(title=name, openapi_url=None, docs_url=None, redoc_url=None)
         self.app.add_exception_handler(APIError, self._fastapi_api_error)  # type: ignore[arg-type]
         self.app.add_exception_handler(StarletteHTTPException, self._fastapi_http_error)  # type: ignore[arg-type]
@@ -85,7 +86,6 @@ class APIServer:
         self.openapi = openapi.Documents(group, self.versions, self.kinds)
         self.informers: dict[str, Informer] = {}
         self.storage: Storage | None = None
-        self.resources: Resources | None = None
         self.handlers: Handlers[ResourceStorage] | None = None
         self.definitions = Definitions(group, self.kinds, self.versions)
         self.authn = Authenticator(None, None)
@@ -100,14 +100,29 @@ class APIServer:
     # what plug-ins and routes use --------------------------------------------------------------------
 
     def informer(self, plural: str) -> Informer:
-        """The in-process informer of a kind (hub objects); made before the server starts."""
+        """The in-process informer of a kind (services.common.informer over this server's storage: hub
+        objects in its `store` by namespace/name); made before the server starts."""
         if plural not in self.informers:
-            if self.storage is None or self.resources is None:
+            if self.storage is None or self.handlers is None:
                 raise RuntimeError("informers exist once the server is configured (in AdmissionPlugin.initialize)")
-            kind = self.scheme.kinds[plural]
-            self.informers[plural] = Informer(self.storage, self.resources.collection(kind, ""),
-                                              lambda o, k=kind: self.scheme.from_storage(k, o))
+            kind = self.by_plural[plural]
+            info = self.handlers.catalogue.lookup(self.group, kind.storage_version, plural)
+            assert info is not None
+
+            def decode(obj: pb.Object, kind: Kind = kind) -> Obj:
+                return hub(kind, kind.storage_version, envelope.from_envelope(obj))
+            self.informers[plural] = Informer.over(StorageListWatch(self.storage, info.key_prefix, decode),
+                                                   self.group, kind.storage_version, plural)
         return self.informers[plural]
+
+    async def get(self, plural: str, version: str, namespace: str, name: str, user: pb.UserInfo) -> Obj:
+        """An object as `user` reads it through the kind's handlers (for custom routes)."""
+        assert self.handlers is not None
+        resp, _ = await self.handlers.handle(rpb.APIRequest(verb="get", group=self.group, version=version,
+                                                            resource=plural, namespace=namespace, name=name,
+                                                            user=user))
+        obj: Obj = orjson.loads(resp.body)
+        return obj
 
     # configuration -------------------------------------------------------------------------------------
 
@@ -118,11 +133,8 @@ class APIServer:
         self.storage = Storage(args.etcd_servers, request_timeout=args.etcd_request_timeout,
                                bookmark_interval=args.watch_bookmark_interval,
                                compaction_interval=args.etcd_compaction_interval)
-        self.resources = Resources(self.scheme, self.storage, prefix, self.admission)
-        by_plural = {k.plural: k for k in self.kinds}
-
         def admission(operation: str, options: Obj) -> Admission:
-            return PluginAdmission(self.admission, by_plural, operation)
+            return PluginAdmission(self.admission, self.by_plural, operation)
 
         self.handlers = Handlers(catalogue(self.group, self.kinds, self.versions, prefix),
                                  ResourceStorage(self.storage), self.definitions, admission)
@@ -226,7 +238,7 @@ class APIServer:
         failed = []
         if self.storage is None or not await self.storage.ping():
             failed.append("etcd")
-        failed += [f"informer-sync:{p}" for p, inf in self.informers.items() if not inf.has_synced()]
+        failed += [f"informer-sync:{p}" for p, inf in self.informers.items() if not inf.synced.is_set()]
         failed += [f"admission:{p.name}" for p in self.admission if not p.ready()]
         return not failed, failed
 
@@ -288,7 +300,7 @@ class APIServer:
                      query: dict[str, str], headers: list[tuple[bytes, bytes]], user: Any) -> int:
         accept = _header(headers, b"accept")
         if info.is_resource_request and info.api_group == self.group and not info.subresource:
-            kind = self.scheme.kinds.get(info.resource)
+            kind = self.by_plural.get(info.resource)
             if kind is not None and info.api_version in kind.versions and info.api_version in self.versions:
                 return await self._resource(scope, receive, send, info, kind, query, headers, accept, user)
         static = self._static(scope["path"], accept)
@@ -349,7 +361,6 @@ class APIServer:
 
     async def _resource(self, scope: dict[str, Any], receive: Any, send: Send, info: RequestInfo, kind: Kind,
                         query: dict[str, str], headers: list[tuple[bytes, bytes]], accept: str, user: Any) -> int:
-        assert self.resources is not None
         if kind.namespaced != bool(info.namespace) and info.verb not in ("list", "watch"):
             raise NotFound("the server could not find the requested resource")
         out = negotiation.negotiate_output(accept)
@@ -360,14 +371,13 @@ class APIServer:
             if body and info.verb != "patch":
                 body, _ = negotiation.decode_body(info.verb, ctype, body)
         table = out.table and info.verb in ("get", "list", "watch")
-        if info.verb == "watch":
-            call = Call(kind, info.api_version, info.namespace, info.path_name, query, user, body, ctype, table)
-            return await self._watch(receive, send, call, out)
-        assert self.handlers is not None
+        assert self.handlers is not None and self.storage is not None
         req = rpb.APIRequest(verb=info.verb, group=info.api_group, version=info.api_version,
                              resource=info.resource, namespace=info.namespace, name=info.path_name, query=query,
                              body=body, content_type=ctype, table=table, user=user,
                              user_agent=_header(headers, b"user-agent"))
+        if info.verb == "watch":
+            return await self._watch(receive, send, events(self.handlers, self.storage, req), query, info)
         resp, _ = await self.handlers.handle(req)
         data = resp.body
         if out.format == "yaml":
@@ -375,14 +385,14 @@ class APIServer:
         await _respond(send, resp.code, data, out.content_type, warnings=resp.warnings)
         return resp.code
 
-    async def _watch(self, receive: Any, send: Send, call: Call, out: Any) -> int:
-        assert self.resources is not None
+    async def _watch(self, receive: Any, send: Send, lines: AsyncIterator[bytes], query: dict[str, str],
+                     info: RequestInfo) -> int:
         try:
-            timeout = float(call.query["timeoutSeconds"]) if call.query.get("timeoutSeconds") else \
+            timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else \
                 self.min_request_timeout * (1 + random.random())
         except ValueError:
-            raise BadRequest(f'timeoutSeconds: Invalid value: "{call.query["timeoutSeconds"]}"') from None
-        events = until_timeout(self.resources.watch(call), timeout)
+            raise BadRequest(f'timeoutSeconds: Invalid value: "{query["timeoutSeconds"]}"') from None
+        events = until_timeout(lines, timeout)
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", JSON.encode()), (b"cache-control", b"no-cache, private")]})
 
@@ -395,8 +405,8 @@ class APIServer:
                 pass
 
         tasks = [asyncio.ensure_future(pump()), asyncio.ensure_future(disconnected())]
-        streams = LONGRUNNING.labels("WATCH", self.group, call.version, call.kind.plural,
-                                     "namespace" if call.namespace else "cluster", "apiserver")
+        streams = LONGRUNNING.labels("WATCH", self.group, info.api_version, info.resource,
+                                     "namespace" if info.namespace else "cluster", "apiserver")
         streams.inc()
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)

@@ -10,7 +10,7 @@ service's.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from apiary_pb import envelope_pb2 as pb
@@ -196,3 +196,24 @@ class ResourceStorage:
             token = getattr(resp, "continue")
             if not token:
                 return out
+
+
+class StorageListWatch:
+    """The informer's ListWatch (services.common.informer) over one kind's objects in this storage, each
+    decoded by `decode` (to the kit's hub form)."""
+
+    def __init__(self, storage: Storage, prefix: str, decode: Callable[[pb.Object], dict[str, Any]]) -> None:
+        self.storage, self.prefix, self.decode = storage, prefix, decode
+
+    async def list(self) -> tuple[list[dict[str, Any]], str]:
+        items, rv, _, _ = await self.storage.list(self.prefix)
+        return [self.decode(o) for o in items], rv
+
+    async def watch(self, resource_version: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        async for ev in self.storage.watch(self.prefix, resource_version=resource_version, allow_bookmarks=True):
+            if ev.type == "ERROR":
+                raise APIError.from_pb(ev.status)
+            if ev.type == "BOOKMARK":
+                yield ev.type, {"metadata": {"resourceVersion": ev.object.metadata.resource_version}}
+                continue
+            yield ev.type, self.decode(ev.object)

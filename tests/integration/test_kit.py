@@ -19,7 +19,6 @@ from fastapi import Request
 from services import kit
 from services.common.errors import Conflict
 from services.kit.options import parser
-from services.kit.rest import Call
 
 GROUP = "widgets.example.com"
 
@@ -43,8 +42,7 @@ def widget_server() -> kit.APIServer:
     @server.app.post(f"/apis/{GROUP}/v1/namespaces/{{namespace}}/widgets/{{name}}/polish")
     async def polish(namespace: str, name: str, request: Request) -> dict[str, Any]:
         """A custom subresource: reads the widget through the kit and answers who asked."""
-        assert server.resources is not None
-        obj = await server.resources.get(kit_call(server, namespace, name, request.scope["user"]))
+        obj = await server.get("widgets", "v1", namespace, name, request.scope["user"])
         return {"polished": obj["metadata"]["name"], "by": request.scope["user"].name}
 
     @server.app.get("/hello")
@@ -52,10 +50,6 @@ def widget_server() -> kit.APIServer:
         raise Conflict("not now")
 
     return server
-
-
-def kit_call(server: kit.APIServer, namespace: str, name: str, user: Any) -> Call:
-    return Call(server.scheme.kinds["widgets"], "v1", namespace, name, {}, user)
 
 
 @pytest.fixture
