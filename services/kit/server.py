@@ -29,8 +29,9 @@ from starlette.requests import Request
 
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
-from services.apiserver import kubeconfig, negotiation, openapi_v2
+from services.apiserver import discovery, kubeconfig, negotiation, openapi_v2
 from services.apiserver import serving as https
+from services.apiserver.catalogue import Catalogue
 from services.apiserver.endpoints.handlers import Admission, Handlers
 from services.apiserver.filters.timeout import (
     REQUEST_TIMEOUT,
@@ -44,7 +45,7 @@ from services.common import envelope, runtime
 from services.common.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
 from services.common.informer import Informer
 
-from . import authconfig, discovery, openapi
+from . import authconfig, openapi
 from .admission import PluginAdmission
 from .api import AdmissionPlugin, Kind, Obj
 from .authconfig import Trust
@@ -69,6 +70,18 @@ def _status(e: APIError) -> tuple[int, bytes]:
     return e.code, e.body()
 
 
+class Discovery:
+    """The discovery documents of the server's group (the library's, from its catalogue), encoded once."""
+
+    def __init__(self, group: str, kinds: Catalogue) -> None:
+        self.group_list = orjson.dumps(discovery.api_group_list(kinds))
+        self.group = orjson.dumps(discovery.api_group(kinds, group))
+        self.versions = {v: orjson.dumps(discovery.resource_list(kinds, group, v))
+                         for _, v in kinds.group_versions()}
+        self.aggregated = {av: orjson.dumps(discovery.aggregated(kinds, core=False, api_version=av))
+                           for av in ("v2", "v2beta1")}
+
+
 class APIServer:
     """An aggregated API server of one group: kinds, versions in preference order, admission plug-ins."""
 
@@ -82,7 +95,7 @@ class APIServer:
         self.app = FastAPI(title=name, openapi_url=None, docs_url=None, redoc_url=None)
         self.app.add_exception_handler(APIError, self._fastapi_api_error)  # type: ignore[arg-type]
         self.app.add_exception_handler(StarletteHTTPException, self._fastapi_http_error)  # type: ignore[arg-type]
-        self.discovery = discovery.Documents(group, self.versions, self.kinds)
+        self.discovery = Discovery(group, catalogue(group, self.kinds, self.versions, etcd_prefix))
         self.openapi = openapi.Documents(group, self.versions, self.kinds)
         self.informers: dict[str, Informer] = {}
         self.storage: Storage | None = None

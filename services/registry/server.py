@@ -12,12 +12,13 @@ from prometheus_client import Counter, Histogram
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver import discovery
 from services.apiserver.catalogue import Catalogue
 from services.apiserver.endpoints.handlers import Handlers
 from services.common import auditid, errors, grpcutil, mux, watchmux
 from services.common.protowire import bytes_field
 
-from . import discovery, openapi, watch
+from . import openapi, watch
 from .storage_client import StorageClient
 
 REQUEST_DURATION = Histogram(

@@ -2,7 +2,8 @@ import orjson
 
 from services.apis import schemas
 from services.apis.install import new_catalogue
-from services.registry import discovery, openapi
+from services.apiserver import discovery
+from services.registry import openapi
 from services.registry.server import discovery_response
 
 CATALOGUE = new_catalogue()

@@ -8,10 +8,10 @@ import pytest
 
 from apiary_pb import registry_pb2 as rpb
 from services.apis.install import new_catalogue
-from services.apiserver import printers
+from services.apiserver import discovery, printers
 from services.apiserver.registry.rest import strategy_for
 from services.common import envelope, errors, identity
-from services.registry import discovery, watch
+from services.registry import watch
 
 CATALOGUE = new_catalogue()
 
