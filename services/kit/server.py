@@ -391,11 +391,12 @@ class APIServer:
                              user_agent=_header(headers, b"user-agent"))
         if info.verb == "watch":
             return await self._watch(receive, send, events(self.handlers, self.storage, req), query, info)
-        resp, _ = await self.handlers.handle(req)
+        resp, timing = await self.handlers.handle(req)
         data = resp.body
         if out.format == "yaml":
             data = negotiation.json_to_yaml(data)
-        await _respond(send, resp.code, data, out.content_type, warnings=resp.warnings)
+        stages = {"Server-Timing": ", ".join(f"{name};dur={ms:.2f}" for name, ms in timing.items())} if timing else None
+        await _respond(send, resp.code, data, out.content_type, stages, warnings=resp.warnings)
         return resp.code
 
     async def _watch(self, receive: Any, send: Send, lines: AsyncIterator[bytes], query: dict[str, str],

@@ -10,8 +10,9 @@ service's.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
@@ -26,6 +27,7 @@ from services.common import errors, mux
 from services.common.errors import APIError, InternalError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _object(answer: pb.Object | bytes) -> pb.Object:
@@ -109,6 +111,16 @@ class Storage:
             await stream.aclose()
 
 
+async def _timed(call: Awaitable[T], timing: dict[str, float] | None) -> T:
+    """The call's answer; its time added to the request's storage stage (Server-Timing)."""
+    t0 = time.perf_counter()
+    try:
+        return await call
+    finally:
+        if timing is not None:
+            timing["storage"] = timing.get("storage", 0.0) + (time.perf_counter() - t0) * 1000
+
+
 class ResourceStorage:
     """The library's storage of a resource's Store and verbs (endpoints.handlers.ListStorage) over the
     in-process backend: objects in the request's version, stored in the kind's storage version."""
@@ -120,7 +132,7 @@ class ResourceStorage:
                   timing: dict[str, float] | None = None) -> pb.Object:
         req = spb.GetRequest(key=info.key(namespace, name), resource_version=resource_version)
         try:
-            return info.served(_object(await self.backend.get(req)))
+            return info.served(_object(await _timed(self.backend.get(req), timing)))
         except APIError as e:
             raise interpret(e, info, name) from None
 
@@ -128,7 +140,7 @@ class ResourceStorage:
         m = obj.metadata
         req = spb.CreateRequest(key=info.key(m.namespace, m.name), object=info.stored(obj))
         try:
-            return info.served(_object(await self.backend.create(req)))
+            return info.served(_object(await _timed(self.backend.create(req), timing)))
         except APIError as e:
             if e.code == 409:
                 raise errors.already_exists(info.plural, info.group, m.name) from None
@@ -140,7 +152,7 @@ class ResourceStorage:
         req = spb.UpdateRequest(key=info.key(m.namespace, m.name), object=info.stored(obj),
                                 expected_resource_version=expected_resource_version)
         try:
-            return info.served(_object(await self.backend.update(req)))
+            return info.served(_object(await _timed(self.backend.update(req), timing)))
         except APIError as e:
             raise interpret(e, info, m.name) from None
 
@@ -149,14 +161,14 @@ class ResourceStorage:
         req = spb.DeleteRequest(key=info.key(namespace, name), precondition_uid=uid,
                                 precondition_resource_version=resource_version)
         try:
-            return info.served(_object(await self.backend.delete(req)))
+            return info.served(_object(await _timed(self.backend.delete(req), timing)))
         except APIError as e:
             raise interpret(e, info, name) from None
 
     async def list(self, info: ResourceInfo, req: spb.ListRequest,
                    timing: dict[str, float] | None = None) -> spb.ListResponse:
         """The items in info's version."""
-        answer = await self.backend.list(req)
+        answer = await _timed(self.backend.list(req), timing)
         if isinstance(answer, mux.Streamed):
             raise InternalError("a chunked list has no whole answer")
         resp = spb.ListResponse.FromString(answer) if isinstance(answer, bytes) else answer
@@ -167,7 +179,7 @@ class ResourceStorage:
 
     async def list_raw(self, info: ResourceInfo, req: spb.ListRequest,
                        timing: dict[str, float] | None = None) -> spb.RawListResponse:
-        answer = await self.backend.list(req)
+        answer = await _timed(self.backend.list(req), timing)
         if isinstance(answer, bytes):
             return spb.RawListResponse.FromString(answer)
         if isinstance(answer, mux.Streamed):

@@ -162,3 +162,11 @@ async def test_request_deadline_answers_504(etcd: str) -> None:
             assert r.status_code == 400
     finally:
         await server.storage.stop()
+
+
+async def test_server_timing_names_the_storage_stage(widgets: httpx.AsyncClient) -> None:
+    base = f"/apis/{GROUP}/v1/namespaces/default/widgets"
+    r = await widgets.post(base, json={"metadata": {"name": "timed"}})
+    assert r.status_code == 201 and "storage;dur=" in r.headers["server-timing"]
+    r = await widgets.get(f"{base}/timed")
+    assert r.status_code == 200 and "storage;dur=" in r.headers["server-timing"]
