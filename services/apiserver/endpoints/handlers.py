@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -134,7 +134,6 @@ Installer = Callable[[KindStorage], KindStorage]
 class Handlers(Generic[S]):
     def __init__(self, catalogue: Catalogue, store: S, definitions: Definitions,
                  admission: AdmissionFactory | None = None, *, validators: Sequence[ObjectValidator] = (),
-                 installers: Mapping[tuple[str, str], Installer] | None = None,
                  scale: Strategy | None = None) -> None:
         self.catalogue = catalogue
         self.store = store               # the storage: lists and watches read it directly
@@ -146,8 +145,9 @@ class Handlers(Generic[S]):
         self.scale = scale               # the Scale kind of /scale subresources (autoscaling/v1), if served
         self.decoder = Decoder(catalogue)
         self._storage: dict[ResourceInfo, KindStorage] = {}
-        # the kinds whose storage is more than their strategy over the generic Store, by group and resource
-        self.installers: dict[tuple[str, str], Installer] = dict(installers or {})
+        # the kinds whose storage is more than their strategy over the generic Store, by group and resource: the
+        # server adds its own (the registry's core kinds), which take these handlers
+        self.installers: dict[tuple[str, str], Installer] = {}
         self.verbs: dict[str, Verb] = {
             "get": self.get, "list": self.list, "create": self.create, "update": self.update,
             "patch": self.patch, "delete": self.delete, "deletecollection": self.delete_collection,
