@@ -68,16 +68,17 @@ def resolve(schema: Schema) -> Schema:
     return typed.resolve(schema, ALL)
 
 
-def refs_of(names: list[str]) -> dict[str, Schema]:
-    """The named schemas and everything they reference, for one OpenAPI document."""
+def refs_of(names: list[str], definitions: Mapping[str, Schema] = ALL) -> dict[str, Schema]:
+    """The named schemas and everything they reference, for one OpenAPI document (among the definitions:
+    Kubernetes' own unless given)."""
     out: dict[str, Schema] = {}
     todo = list(names)
     while todo:
         name = todo.pop()
         if name in out:
             continue
-        out[name] = ALL[name]
-        todo.extend(_refs(ALL[name]))
+        out[name] = definitions[name]
+        todo.extend(_refs(definitions[name]))
     return dict(sorted(out.items()))
 
 

@@ -12,13 +12,14 @@ from prometheus_client import Counter, Histogram
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.apiserver import discovery
+from services.apis import schemas
+from services.apiserver import discovery, openapi
 from services.apiserver.catalogue import Catalogue
 from services.apiserver.endpoints.handlers import Handlers
 from services.common import auditid, errors, grpcutil, mux, watchmux
 from services.common.protowire import bytes_field
 
-from . import openapi, watch
+from . import watch
 from .storage_client import StorageClient
 
 REQUEST_DURATION = Histogram(
@@ -35,7 +36,7 @@ def discovery_response(catalogue: Catalogue) -> rpb.DiscoveryResponse:
     return rpb.DiscoveryResponse(
         aggregated_core=docs["aggregated_core"], aggregated_groups=docs["aggregated_groups"],
         api_versions=docs["api_versions"], api_group_list=docs["api_group_list"],
-        resource_lists=docs["resource_lists"], openapi=openapi.documents(catalogue),
+        resource_lists=docs["resource_lists"], openapi=openapi.documents(catalogue, schemas),
     )
 
 
