@@ -1,7 +1,7 @@
 """A kit Kind compiled to the library's resource model (kube's scheme and install for an aggregated server):
 one ResourceInfo per served version, with a Strategy over the kind's hub strategy, its Table, and a
-Conversion to the storage version through the hub; and the kinds' OpenAPI definitions, so that the
-library's handlers decode, validate and manage fields of a kit kind as they do of a built-in one.
+Conversion to the storage version through the hub (the kinds' OpenAPI definitions are openapi.py's), so
+that the library's handlers serve a kit kind as they serve a built-in one.
 
 A version's object is what clients send and receive; the hub (kube's internal version) is what the kit's
 strategy and admission plug-ins see: `hub` and `served` convert a whole object between the two.
@@ -9,10 +9,9 @@ strategy and admission plug-ins see: `hub` and `served` convert a whole object b
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from services.apis import schemas
 from services.apiserver import printers
 from services.apiserver import validation as v
 from services.apiserver.catalogue import Catalogue
@@ -21,7 +20,6 @@ from services.apiserver.registry.rest import Strategy
 from services.apiserver.resource import STANDARD_VERBS, GroupVersion, ResourceInfo
 
 from .api import Kind, Obj
-from .openapi import schema_name, v3_document
 
 TYPE_META = ("apiVersion", "kind", "metadata")
 
@@ -144,27 +142,3 @@ def catalogue(group: str, kinds: Sequence[Kind], versions: Sequence[str], etcd_p
                         tuple(resource_info(group, k, version, etcd_prefix) for k in kinds if version in k.versions))
            for i, version in enumerate(versions)]
     return Catalogue(gvs)
-
-
-class Definitions:
-    """The kinds' OpenAPI definitions (as the server publishes them) beside Kubernetes' own, which they
-    reference (ObjectMeta): what the library's decoder and field manager read."""
-
-    def __init__(self, group: str, kinds: Sequence[Kind], versions: Sequence[str]) -> None:
-        self.ALL: Mapping[str, Obj] = {**schemas.ALL, **{
-            name: s for version in versions
-            for name, s in v3_document(group, version, kinds)["components"]["schemas"].items()
-            if not name.startswith(schemas.META)}}
-
-    def definition_for(self, group: str, version: str, kind: str) -> str:
-        return schema_name(group, version, kind)
-
-    def check(self, obj: dict[str, Any], name: str, kind: str) -> tuple[list[str], str | None]:
-        return schemas.check(obj, name, kind, self.ALL)
-
-    def merge_keys(self, name: str) -> dict[str, str]:
-        """A kit kind declares no strategic merge keys: every list is replaced."""
-        return {}
-
-    def replaced_fields(self, name: str) -> frozenset[str]:
-        return frozenset()

@@ -51,9 +51,10 @@ from .api import AdmissionPlugin, Kind, Obj
 from .authconfig import Trust
 from .authn import Authenticator
 from .authz import Authorizer
-from .kinds import Definitions, catalogue, hub
+from .kinds import catalogue, hub
 from .lifecycle import NamespaceLifecycle
 from .metrics import LATENCY, LONGRUNNING, REGISTRY, REQUESTS
+from .openapi import Definitions
 from .options import parser
 from .storage import ResourceStorage, Storage, StorageListWatch
 from .watch import events, until_timeout
@@ -95,12 +96,13 @@ class APIServer:
         self.app = FastAPI(title=name, openapi_url=None, docs_url=None, redoc_url=None)
         self.app.add_exception_handler(APIError, self._fastapi_api_error)  # type: ignore[arg-type]
         self.app.add_exception_handler(StarletteHTTPException, self._fastapi_http_error)  # type: ignore[arg-type]
-        self.discovery = Discovery(group, catalogue(group, self.kinds, self.versions, etcd_prefix))
-        self.openapi = openapi.Documents(group, self.versions, self.kinds)
+        self.definitions = Definitions(group, self.kinds, self.versions)
+        served = catalogue(group, self.kinds, self.versions, etcd_prefix)
+        self.discovery = Discovery(group, served)
+        self.openapi = openapi.Documents(group, self.versions, served, self.definitions)
         self.informers: dict[str, Informer] = {}
         self.storage: Storage | None = None
         self.handlers: Handlers[ResourceStorage] | None = None
-        self.definitions = Definitions(group, self.kinds, self.versions)
         self.authn = Authenticator(None, None)
         self.authz = Authorizer(None)
         self.min_request_timeout = 1800

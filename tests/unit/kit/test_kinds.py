@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.apiserver.printers import human_duration
-from services.kit.kinds import Definitions
+from services.kit.openapi import Definitions
 from services.pizza.restaurant import GROUP, kinds
 
 PIZZA, TOPPING = kinds()
