@@ -35,8 +35,9 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
+from apiary_pb import registry_pb2 as rpb
+from services.common import identity
 from services.kit.options import parser
-from services.kit.rest import Call
 from services.pizza import server as pizza
 from tools.bench import Conn, client_ctx, cpu_seconds, drive
 from tools.bench_stats import median_of_rounds, ratio_of_rounds
@@ -111,23 +112,22 @@ async def fastapi_cost(stack: Stack, n: int = 3000) -> dict[str, float]:
 
     @s.app.get("/bench/namespaces/{namespace}/pizzas/{name}")
     async def get(namespace: str, name: str, request: Request) -> Response:
-        assert s.resources is not None
-        obj = await s.resources.get(Call(s.scheme.kinds["pizzas"], "v1beta1", namespace, name, {},
-                                         request.scope["user"]))
+        obj = await s.get("pizzas", "v1beta1", namespace, name, request.scope["user"])
         return Response(orjson.dumps(obj), media_type="application/json")
 
     args = parser("bench", "", "/pizza").parse_args([
         "--tls-cert-file", "-", "--tls-private-key-file", "-", "--etcd-servers", stack.etcd_url,
         "--etcd-prefix", f"/pizza-{uuid.uuid4().hex[:8]}"])
     s.configure(args)
-    assert s.storage is not None and s.resources is not None
+    assert s.storage is not None and s.handlers is not None
     await s.storage.start()
     tls = {"cn": "admin", "o": ["system:masters"], "ca": ["client"]}
     try:
-        await s.storage.create(s.resources.key(s.scheme.kinds["pizzas"], "default", "margherita"),
-                               s.scheme.to_storage(s.scheme.kinds["pizzas"], {
-                                   "metadata": {"name": "margherita", "namespace": "default", "uid": "u"},
-                                   "spec": {"toppings": [{"name": "tomato", "quantity": 1}]}}))
+        await s.handlers.handle(rpb.APIRequest(
+            verb="create", group=GROUP, version="v1beta1", resource="pizzas", namespace="default",
+            content_type="application/json", user=identity.user_pb("admin", ["system:masters"]),
+            body=orjson.dumps({"metadata": {"name": "margherita"},
+                               "spec": {"toppings": [{"name": "tomato", "quantity": 1}]}})))
 
         async def one(path: str) -> float:
             scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",

@@ -9,10 +9,13 @@ decoding (kube's "cannot unmarshal" errors), and the list semantics of strategic
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from services.apiserver import typed
 
 Schema = dict[str, Any]
 
@@ -22,7 +25,7 @@ AGG = "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1."
 RBAC = "io.k8s.api.rbac.v1."
 AUTHN = "io.k8s.api.authentication.v1."
 AUTHZ = "io.k8s.api.authorization.v1."
-REF_PREFIX = "#/components/schemas/"
+REF_PREFIX = typed.REF_PREFIX
 GVK = "x-kubernetes-group-version-kind"
 
 _SOURCE = Path(__file__).with_name("schemas.json")
@@ -94,11 +97,6 @@ def unregister_custom(group: str, version: str, kind: str) -> None:
         _CUSTOM.discard(n)
 
 
-def is_custom(schema_name: str) -> bool:
-    """A custom resource's definition: its types are checked by its schema's validation (422), not decoding."""
-    return schema_name in _CUSTOM
-
-
 def definition_for(group: str, version: str, kind: str) -> str:
     """The name of a kind's definition, by its group, version and kind (KeyError when kube has none)."""
     return _BY_GVK[(group, version, kind)]
@@ -106,25 +104,20 @@ def definition_for(group: str, version: str, kind: str) -> str:
 
 def resolve(schema: Schema) -> Schema:
     """Follow $ref (bare or wrapped in allOf, as kube's v3 documents wrap them)."""
-    while True:
-        if "$ref" in schema:
-            schema = ALL[schema["$ref"][len(REF_PREFIX):]]
-        elif "allOf" in schema and len(schema["allOf"]) == 1 and "properties" not in schema:
-            schema = schema["allOf"][0]
-        else:
-            return schema
+    return typed.resolve(schema, ALL)
 
 
-def refs_of(names: list[str]) -> dict[str, Schema]:
-    """The named schemas and everything they reference, for one OpenAPI document."""
+def refs_of(names: list[str], definitions: Mapping[str, Schema] = ALL) -> dict[str, Schema]:
+    """The named schemas and everything they reference, for one OpenAPI document (among the definitions:
+    Kubernetes' own unless given)."""
     out: dict[str, Schema] = {}
     todo = list(names)
     while todo:
         name = todo.pop()
         if name in out:
             continue
-        out[name] = ALL[name]
-        todo.extend(_refs(ALL[name]))
+        out[name] = definitions[name]
+        todo.extend(_refs(definitions[name]))
     return dict(sorted(out.items()))
 
 
@@ -227,8 +220,10 @@ def _is_a(want: str | None, value: Any) -> bool:
     raise KeyError(want)
 
 
-def check(obj: dict[str, Any], schema_name: str, kind: str) -> tuple[list[str], str | None]:
-    """Walk obj against the schema: (unknown field paths, first type error or None).
+def check(obj: dict[str, Any], schema_name: str, kind: str,
+          definitions: Mapping[str, Schema] = ALL) -> tuple[list[str], str | None]:
+    """Walk obj against the schema among the definitions (Kubernetes' own unless given): (unknown field
+    paths, first type error or None).
 
     Type errors follow encoding/json: `json: cannot unmarshal number into Go struct field
     ConfigMap.data of type string`.
@@ -237,7 +232,7 @@ def check(obj: dict[str, Any], schema_name: str, kind: str) -> tuple[list[str], 
     type_error: list[str] = []
 
     def walk(value: Any, schema: Schema, path: str) -> None:
-        schema = resolve(schema)
+        schema = typed.resolve(schema, definitions)
         if value is None:
             return
         want = schema.get("type")
@@ -267,5 +262,5 @@ def check(obj: dict[str, Any], schema_name: str, kind: str) -> tuple[list[str], 
             for i, v in enumerate(value):
                 walk(v, schema["items"], f"{path}[{i}]")
 
-    walk(obj, ALL[schema_name], "")
+    walk(obj, definitions[schema_name], "")
     return unknown, (type_error[0] if type_error and schema_name not in _CUSTOM else None)

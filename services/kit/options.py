@@ -19,6 +19,9 @@ def parser(prog: str, description: str, etcd_prefix: str) -> argparse.ArgumentPa
     s.add_argument("--tls-private-key-file", required=True, help="the serving certificate's key (PEM)")
     s.add_argument("--min-request-timeout", type=int, default=1800,
                    help="a watch without timeoutSeconds ends after a random time between this and twice this")
+    s.add_argument("--request-timeout", type=flag, default=60.0,
+                   help="the deadline of a request that is not long-running (a shorter ?timeout= narrows it); 504 "
+                        "past it")
     e = p.add_argument_group("etcd")
     e.add_argument("--etcd-servers", default="http://127.0.0.1:2379", help="comma-separated etcd client URLs")
     e.add_argument("--etcd-prefix", default=etcd_prefix,

@@ -16,7 +16,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
@@ -26,24 +26,37 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
-from services.apiserver import httpclient, kubeconfig, negotiation, openapi_v2
+from apiary_pb import envelope_pb2 as pb
+from apiary_pb import registry_pb2 as rpb
+from services.apiserver import discovery, httpclient, kubeconfig, negotiation, openapi_v2
 from services.apiserver import serving as https
+from services.apiserver.catalogue import Catalogue
+from services.apiserver.endpoints.handlers import Admission, Handlers
+from services.apiserver.filters.timeout import (
+    REQUEST_TIMEOUT,
+    TIMEOUT_BODY,
+    TIMEOUT_CONTENT_TYPE,
+    long_running,
+    request_timeout,
+)
 from services.apiserver.requestinfo import RequestInfo, parse, parse_query
-from services.common import runtime
+from services.common import envelope, runtime
 from services.common.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
+from services.common.informer import Informer
 
-from . import authconfig, discovery, openapi
-from .api import AdmissionPlugin, Kind
+from . import authconfig, openapi
+from .admission import PluginAdmission
+from .api import AdmissionPlugin, Kind, Obj
 from .authconfig import Trust
 from .authn import Authenticator
 from .authz import Authorizer
-from .informer import Informer
+from .kinds import catalogue, hub
 from .lifecycle import NamespaceLifecycle
 from .metrics import LATENCY, LONGRUNNING, REGISTRY, REQUESTS
+from .openapi import Definitions
 from .options import parser
-from .rest import Call, Resources, until_timeout
-from .scheme import Scheme
-from .storage import Storage
+from .storage import ResourceStorage, Storage, StorageListWatch
+from .watch import events, until_timeout
 
 log = logging.getLogger("services.kit")
 
@@ -56,6 +69,18 @@ def _status(e: APIError) -> tuple[int, bytes]:
     return e.code, e.body()
 
 
+class Discovery:
+    """The discovery documents of the server's group (the library's, from its catalogue), encoded once."""
+
+    def __init__(self, group: str, kinds: Catalogue) -> None:
+        self.group_list = orjson.dumps(discovery.api_group_list(kinds))
+        self.group = orjson.dumps(discovery.api_group(kinds, group))
+        self.versions = {v: orjson.dumps(discovery.resource_list(kinds, group, v))
+                         for _, v in kinds.group_versions()}
+        self.aggregated = {av: orjson.dumps(discovery.aggregated(kinds, core=False, api_version=av))
+                           for av in ("v2", "v2beta1")}
+
+
 class APIServer:
     """An aggregated API server of one group: kinds, versions in preference order, admission plug-ins."""
 
@@ -65,18 +90,21 @@ class APIServer:
         self.group, self.kinds, self.versions = group, list(kinds), list(versions)
         self.admission = list(admission)
         self.name, self.default_etcd_prefix = name, etcd_prefix
-        self.scheme = Scheme(group, self.kinds)
+        self.by_plural = {k.plural: k for k in self.kinds}
         self.app = FastAPI(title=name, openapi_url=None, docs_url=None, redoc_url=None)
         self.app.add_exception_handler(APIError, self._fastapi_api_error)  # type: ignore[arg-type]
         self.app.add_exception_handler(StarletteHTTPException, self._fastapi_http_error)  # type: ignore[arg-type]
-        self.discovery = discovery.Documents(group, self.versions, self.kinds)
-        self.openapi = openapi.Documents(group, self.versions, self.kinds)
+        self.definitions = Definitions(group, self.kinds, self.versions)
+        served = catalogue(group, self.kinds, self.versions, etcd_prefix)
+        self.discovery = Discovery(group, served)
+        self.openapi = openapi.Documents(group, self.versions, served, self.definitions)
         self.informers: dict[str, Informer] = {}
         self.storage: Storage | None = None
-        self.resources: Resources | None = None
+        self.handlers: Handlers[ResourceStorage] | None = None
         self.authn = Authenticator(None, None)
         self.authz = Authorizer(None)
         self.min_request_timeout = 1800
+        self.request_timeout = REQUEST_TIMEOUT
         self._closers: list[Callable[[], Awaitable[None]]] = []  # the clients of the core API server
         self.lifecycle: NamespaceLifecycle | None = None
         self.reloader: authconfig.Reloader | None = None
@@ -85,14 +113,29 @@ class APIServer:
     # what plug-ins and routes use --------------------------------------------------------------------
 
     def informer(self, plural: str) -> Informer:
-        """The in-process informer of a kind (hub objects); made before the server starts."""
+        """The in-process informer of a kind (services.common.informer over this server's storage: hub
+        objects in its `store` by namespace/name); made before the server starts."""
         if plural not in self.informers:
-            if self.storage is None or self.resources is None:
+            if self.storage is None or self.handlers is None:
                 raise RuntimeError("informers exist once the server is configured (in AdmissionPlugin.initialize)")
-            kind = self.scheme.kinds[plural]
-            self.informers[plural] = Informer(self.storage, self.resources.collection(kind, ""),
-                                              lambda o, k=kind: self.scheme.from_storage(k, o))
+            kind = self.by_plural[plural]
+            info = self.handlers.catalogue.lookup(self.group, kind.storage_version, plural)
+            assert info is not None
+
+            def decode(obj: pb.Object, kind: Kind = kind) -> Obj:
+                return hub(kind, kind.storage_version, envelope.from_envelope(obj))
+            self.informers[plural] = Informer.over(StorageListWatch(self.storage, info.key_prefix, decode),
+                                                   self.group, kind.storage_version, plural)
         return self.informers[plural]
+
+    async def get(self, plural: str, version: str, namespace: str, name: str, user: pb.UserInfo) -> Obj:
+        """An object as `user` reads it through the kind's handlers (for custom routes)."""
+        assert self.handlers is not None
+        resp, _ = await self.handlers.handle(rpb.APIRequest(verb="get", group=self.group, version=version,
+                                                            resource=plural, namespace=namespace, name=name,
+                                                            user=user))
+        obj: Obj = orjson.loads(resp.body)
+        return obj
 
     # configuration -------------------------------------------------------------------------------------
 
@@ -103,8 +146,13 @@ class APIServer:
         self.storage = Storage(args.etcd_servers, request_timeout=args.etcd_request_timeout,
                                bookmark_interval=args.watch_bookmark_interval,
                                compaction_interval=args.etcd_compaction_interval)
-        self.resources = Resources(self.scheme, self.storage, prefix, self.admission)
+        def admission(operation: str, options: Obj) -> Admission:
+            return PluginAdmission(self.admission, self.by_plural, operation)
+
+        self.handlers = Handlers(catalogue(self.group, self.kinds, self.versions, prefix),
+                                 ResourceStorage(self.storage), self.definitions, admission)
         self.min_request_timeout = args.min_request_timeout
+        self.request_timeout = args.request_timeout
         for kind in self.kinds:
             kind.strategy.initialize(self)
         for plugin in self.admission:
@@ -202,7 +250,7 @@ class APIServer:
         failed = []
         if self.storage is None or not await self.storage.ping():
             failed.append("etcd")
-        failed += [f"informer-sync:{p}" for p, inf in self.informers.items() if not inf.has_synced()]
+        failed += [f"informer-sync:{p}" for p, inf in self.informers.items() if not inf.synced.is_set()]
         failed += [f"admission:{p.name}" for p in self.admission if not p.ready()]
         return not failed, failed
 
@@ -212,25 +260,42 @@ class APIServer:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        start = time.perf_counter()
+        start, arrival = time.perf_counter(), asyncio.get_running_loop().time()
         method, path = scope["method"], scope["path"]
         query = parse_query(scope.get("query_string", b""))
         headers = scope["headers"]
         labels = ("", "", "", "")
         code = 500
+        started = False
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
         try:
             try:
                 info = parse(method, path, query)
             except ValueError as e:
                 raise NotFound(str(e)) from None
             labels = (info.verb.upper(), info.api_group, info.api_version, info.resource)
-            user = await self.authn.authenticate(scope)
-            if not self.authz.always_allowed(path):
-                if user is None:
-                    raise Unauthorized("Unauthorized")
-                await self.authz.authorize(user, info)
-            scope["user"] = user
-            code = await self._route(scope, receive, send, info, query, headers, user)
+            # kube's WithRequestDeadline: --request-timeout from the arrival, or a shorter ?timeout=, for
+            # what is not long-running (a watch ends after its own timeoutSeconds)
+            deadline = None if long_running(info) else arrival + request_timeout(query, self.request_timeout)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    user = await self.authn.authenticate(scope)
+                    if not self.authz.always_allowed(path):
+                        if user is None:
+                            raise Unauthorized("Unauthorized")
+                        await self.authz.authorize(user, info)
+                    scope["user"] = user
+                    code = await self._route(scope, receive, tracked, info, query, headers, user)
+            except TimeoutError:
+                if started:  # kube aborts a handler whose answer is going out: the client sees a cut
+                    raise
+                code = 504  # as kube's WithTimeoutForNonLongRunningRequests writes it
+                await _respond(send, code, TIMEOUT_BODY, TIMEOUT_CONTENT_TYPE)
         except APIError as e:
             code, body = _status(e)
             await _respond(send, code, body, JSON, e.headers)
@@ -247,7 +312,7 @@ class APIServer:
                      query: dict[str, str], headers: list[tuple[bytes, bytes]], user: Any) -> int:
         accept = _header(headers, b"accept")
         if info.is_resource_request and info.api_group == self.group and not info.subresource:
-            kind = self.scheme.kinds.get(info.resource)
+            kind = self.by_plural.get(info.resource)
             if kind is not None and info.api_version in kind.versions and info.api_version in self.versions:
                 return await self._resource(scope, receive, send, info, kind, query, headers, accept, user)
         static = self._static(scope["path"], accept)
@@ -308,7 +373,6 @@ class APIServer:
 
     async def _resource(self, scope: dict[str, Any], receive: Any, send: Send, info: RequestInfo, kind: Kind,
                         query: dict[str, str], headers: list[tuple[bytes, bytes]], accept: str, user: Any) -> int:
-        assert self.resources is not None
         if kind.namespaced != bool(info.namespace) and info.verb not in ("list", "watch"):
             raise NotFound("the server could not find the requested resource")
         out = negotiation.negotiate_output(accept)
@@ -318,28 +382,30 @@ class APIServer:
             ctype = _header(headers, b"content-type")
             if body and info.verb != "patch":
                 body, _ = negotiation.decode_body(info.verb, ctype, body)
-        call = Call(kind, info.api_version, info.namespace, info.path_name, query, user, body, ctype,
-                    table=out.table and info.verb in ("get", "list", "watch"))
+        table = out.table and info.verb in ("get", "list", "watch")
+        assert self.handlers is not None and self.storage is not None
+        req = rpb.APIRequest(verb=info.verb, group=info.api_group, version=info.api_version,
+                             resource=info.resource, namespace=info.namespace, name=info.path_name, query=query,
+                             body=body, content_type=ctype, table=table, user=user,
+                             user_agent=_header(headers, b"user-agent"))
         if info.verb == "watch":
-            return await self._watch(receive, send, call, out)
-        if info.verb == "deletecollection":
-            raise APIError("the server does not allow this method on the requested resource",
-                           code=405, reason="MethodNotAllowed")
-        code, obj = await self.resources.dispatch(info.verb, call)
-        data = orjson.dumps(obj)
+            return await self._watch(receive, send, events(self.handlers, self.storage, req), query, info)
+        resp, timing = await self.handlers.handle(req)
+        data = resp.body
         if out.format == "yaml":
             data = negotiation.json_to_yaml(data)
-        await _respond(send, code, data, out.content_type, warnings=call.warnings)
-        return code
+        stages = {"Server-Timing": ", ".join(f"{name};dur={ms:.2f}" for name, ms in timing.items())} if timing else None
+        await _respond(send, resp.code, data, out.content_type, stages, warnings=resp.warnings)
+        return resp.code
 
-    async def _watch(self, receive: Any, send: Send, call: Call, out: Any) -> int:
-        assert self.resources is not None
+    async def _watch(self, receive: Any, send: Send, lines: AsyncIterator[bytes], query: dict[str, str],
+                     info: RequestInfo) -> int:
         try:
-            timeout = float(call.query["timeoutSeconds"]) if call.query.get("timeoutSeconds") else \
+            timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else \
                 self.min_request_timeout * (1 + random.random())
         except ValueError:
-            raise BadRequest(f'timeoutSeconds: Invalid value: "{call.query["timeoutSeconds"]}"') from None
-        events = until_timeout(self.resources.watch(call), timeout)
+            raise BadRequest(f'timeoutSeconds: Invalid value: "{query["timeoutSeconds"]}"') from None
+        events = until_timeout(lines, timeout)
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", JSON.encode()), (b"cache-control", b"no-cache, private")]})
 
@@ -352,8 +418,8 @@ class APIServer:
                 pass
 
         tasks = [asyncio.ensure_future(pump()), asyncio.ensure_future(disconnected())]
-        streams = LONGRUNNING.labels("WATCH", self.group, call.version, call.kind.plural,
-                                     "namespace" if call.namespace else "cluster", "apiserver")
+        streams = LONGRUNNING.labels("WATCH", self.group, info.api_version, info.resource,
+                                     "namespace" if info.namespace else "cluster", "apiserver")
         streams.inc()
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)

@@ -22,11 +22,11 @@ class PizzaToppings(kit.AdmissionPlugin):
         self.toppings = server.informer("toppings")
 
     def ready(self) -> bool:
-        return self.toppings is not None and self.toppings.has_synced()
+        return self.toppings is not None and self.toppings.synced.is_set()
 
     async def validate(self, a: kit.Attributes) -> None:
         if not self.ready():
             raise a.forbidden("not yet ready to handle request")
         for t in a.obj["spec"]["toppings"]:
-            if self.toppings.get(t["name"]) is None:
+            if t["name"] not in self.toppings.store:
                 raise a.forbidden(f"unknown topping: {t['name']}")

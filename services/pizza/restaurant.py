@@ -140,7 +140,7 @@ class PizzaStrategy(kit.Strategy):
     def _cost(self, pizza: kit.Obj) -> None:
         total = 0.0
         for t in pizza["spec"]["toppings"]:
-            topping = self.toppings.get(t["name"]) if self.toppings is not None else None
+            topping = self.toppings.store.get(t["name"]) if self.toppings is not None else None
             if topping is not None:
                 total += topping["spec"]["cost"] * t["quantity"]
         pizza["status"] = {"cost": round(total, 6)}

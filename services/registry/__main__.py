@@ -12,14 +12,15 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
 from services.apis.install import new_catalogue
+from services.apiserver.endpoints.handlers import Handlers
 from services.common import config, errors, grpcutil, runtime
 
 from .admission import AdmissionClient
 from .auth import AuthClient
 from .bootstrap import bootstrap
 from .crd import CRDController
-from .endpoints.handlers import Handlers
 from .ipallocator import DEFAULT_SERVICE_CIDR
+from .rest import new_handlers
 from .server import RegistryServicer
 from .storage_client import StorageClient
 
@@ -45,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-async def _bootstrap_until_done(handlers: Handlers, done: asyncio.Event) -> None:
+async def _bootstrap_until_done(handlers: Handlers[StorageClient], done: asyncio.Event) -> None:
     delay = 0.2
     while True:
         try:
@@ -64,11 +65,12 @@ async def assemble(service: runtime.Service) -> str:
                           grpcutil.target(args.storage_address).replicas)
     catalogue = new_catalogue()
     # --auth-address: RBAC escalation checks, the access and token reviews, TokenRequest.
-    handlers = Handlers(catalogue, store,
-                        AdmissionClient(agrpc.AdmissionStub(service.channel(args.admission_address)),
-                                        args.admission_timeout, grpcutil.target(args.admission_address).replicas),
-                        AuthClient(augrpc.AuthStub(service.channel(args.auth_address)), args.auth_timeout),
-                        args.service_cluster_ip_range)
+    handlers = new_handlers(catalogue, store,
+                            AdmissionClient(agrpc.AdmissionStub(service.channel(args.admission_address)),
+                                            args.admission_timeout,
+                                            grpcutil.target(args.admission_address).replicas),
+                            AuthClient(augrpc.AuthStub(service.channel(args.auth_address)), args.auth_timeout),
+                            args.service_cluster_ip_range)
     rgrpc.add_RegistryServicer_to_server(RegistryServicer(handlers), service.grpc_server())
 
     bootstrapped = asyncio.Event()

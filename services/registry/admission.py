@@ -111,16 +111,3 @@ class Admission:
         await self.client.validate(r.info, r.req.subresource, self.operation, r.namespace, name, obj, old,
                                    r.req.user, r.dry_run, self.options, r.timing, r.warnings,
                                    r.audit_annotations)
-
-
-def options_json(r: Scope, kind: str) -> Obj:
-    """CreateOptions/UpdateOptions/PatchOptions as admission plugins see them."""
-    out: Obj = {"kind": kind, "apiVersion": "meta.k8s.io/v1"}
-    if r.dry_run:
-        out["dryRun"] = ["All"]
-    if r.field_manager:
-        out["fieldManager"] = r.field_manager
-    fv = r.req.query.get("fieldValidation")
-    if fv:
-        out["fieldValidation"] = fv
-    return out

@@ -9,10 +9,11 @@ from typing import Any
 from apiary_pb import registry_pb2 as rpb
 from services.apis.strategies.scheduling import SYSTEM_PRIORITY_CLASSES
 from services.apiserver.catalogue import Catalogue
+from services.apiserver.endpoints.handlers import Handlers
+from services.apiserver.endpoints.request import Request
 from services.common import errors, identity
 
-from .endpoints.handlers import Handlers
-from .endpoints.request import Request
+from .storage_client import StorageClient
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,8 @@ def local_apiservice(catalogue: Catalogue, group: str, version: str) -> dict[str
     }
 
 
-async def _ensure(handlers: Handlers, group: str, version: str, resource: str, obj: dict[str, Any]) -> None:
+async def _ensure(handlers: Handlers[StorageClient], group: str, version: str, resource: str,
+                  obj: dict[str, Any]) -> None:
     req = rpb.APIRequest(verb="create", group=group, version=version, resource=resource, user=identity.APISERVER)
     r: Request = handlers.request(req, "create")
     # Created on the server's own behalf, as kube's bootstrap controllers do before admission is up.
@@ -41,7 +43,7 @@ async def _ensure(handlers: Handlers, group: str, version: str, resource: str, o
         pass
 
 
-async def bootstrap(handlers: Handlers, catalogue: Catalogue) -> None:
+async def bootstrap(handlers: Handlers[StorageClient], catalogue: Catalogue) -> None:
     for ns in SYSTEM_NAMESPACES:
         await _ensure(handlers, "", "v1", "namespaces",
                       {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})

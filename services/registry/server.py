@@ -12,12 +12,15 @@ from prometheus_client import Counter, Histogram
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apis import schemas
+from services.apiserver import discovery, openapi
 from services.apiserver.catalogue import Catalogue
+from services.apiserver.endpoints.handlers import Handlers
 from services.common import auditid, errors, grpcutil, mux, watchmux
 from services.common.protowire import bytes_field
 
-from . import discovery, openapi, watch
-from .endpoints.handlers import Handlers
+from . import watch
+from .storage_client import StorageClient
 
 REQUEST_DURATION = Histogram(
     "apiserver_registry_request_duration_seconds", "Time the registry spends on a request, by verb and resource.",
@@ -33,7 +36,7 @@ def discovery_response(catalogue: Catalogue) -> rpb.DiscoveryResponse:
     return rpb.DiscoveryResponse(
         aggregated_core=docs["aggregated_core"], aggregated_groups=docs["aggregated_groups"],
         api_versions=docs["api_versions"], api_group_list=docs["api_group_list"],
-        resource_lists=docs["resource_lists"], openapi=openapi.documents(catalogue),
+        resource_lists=docs["resource_lists"], openapi=openapi.documents(catalogue, schemas),
     )
 
 
@@ -47,7 +50,7 @@ async def _parts(first: rpb.APIResponse, more: AsyncIterator[bytes]) -> AsyncIte
 
 
 class RegistryServicer(rgrpc.RegistryServicer):
-    def __init__(self, handlers: Handlers) -> None:
+    def __init__(self, handlers: Handlers[StorageClient]) -> None:
         self.handlers = handlers
         self._discovery = discovery_response(handlers.catalogue)
         handlers.catalogue.subscribe(self._catalogue_changed)

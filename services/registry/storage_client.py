@@ -12,6 +12,7 @@ from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
 from services.apiserver.resource import ResourceInfo
+from services.apiserver.storage.errors import interpret
 from services.common import errors, mux, watchmux
 
 STORAGE_DURATION = Histogram(
@@ -48,7 +49,7 @@ class StorageClient:
         try:
             return info.served(await self._call("get", info, "Get", req, timing))
         except errors.APIError as e:
-            raise _translate(e, info, name) from None
+            raise interpret(e, info, name) from None
 
     async def create(self, info: ResourceInfo, obj: pb.Object, timing: Timing | None = None) -> pb.Object:
         m = obj.metadata
@@ -67,7 +68,7 @@ class StorageClient:
         try:
             return info.served(await self._call("update", info, "Update", req, timing))
         except errors.APIError as e:
-            raise _translate(e, info, m.name) from None
+            raise interpret(e, info, m.name) from None
 
     async def delete(self, info: ResourceInfo, namespace: str, name: str, uid: str = "",
                      resource_version: str = "", timing: Timing | None = None) -> pb.Object:
@@ -76,7 +77,7 @@ class StorageClient:
         try:
             return info.served(await self._call("delete", info, "Delete", req, timing))
         except errors.APIError as e:
-            raise _translate(e, info, name) from None
+            raise interpret(e, info, name) from None
 
     async def list(self, info: ResourceInfo, req: spb.ListRequest, timing: Timing | None = None) -> spb.ListResponse:
         """The items in info's version (converted from the storage version, type meta filled in)."""
@@ -134,14 +135,3 @@ def _timed(op: str, info: ResourceInfo, timing: Timing | None) -> Iterator[None]
         STORAGE_DURATION.labels(op, info.plural).observe(dt)
         if timing is not None:
             timing["storage"] = timing.get("storage", 0.0) + dt * 1000
-
-
-def _translate(e: errors.APIError, info: ResourceInfo, name: str) -> errors.APIError:
-    """Storage speaks in keys; clients expect kube's messages about the resource and name."""
-    if e.code == 404:
-        return errors.not_found(info.plural, info.group, name)
-    if e.code == 409:
-        # keep storage's reason (modified, or a failed uid/resourceVersion precondition)
-        _, sep, why = e.message.partition('": ')
-        return errors.conflict(info.plural, info.group, name, why if sep else errors.MODIFIED)
-    return e

@@ -9,10 +9,11 @@ from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import storage_pb2 as spb
 from services.apiserver import printers
+from services.apiserver.endpoints.handlers import Handlers
+from services.apiserver.endpoints.request import check_list_options
 from services.common import envelope, errors
 
-from .endpoints.handlers import Handlers
-from .endpoints.request import check_list_options
+from .storage_client import StorageClient
 
 _TYPES = {t: f'{{"type":"{t}","object":'.encode() for t in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")}
 
@@ -60,7 +61,7 @@ class Plan:
     """One client watch as the registry serves it: the storage watch, and how its events become
     frames. APIErrors of the request itself (unknown resource, bad options) are raised here."""
 
-    def __init__(self, handlers: Handlers, req: rpb.APIRequest) -> None:
+    def __init__(self, handlers: Handlers[StorageClient], req: rpb.APIRequest) -> None:
         r = handlers.request(req, "watch")
         check_list_options(r, watch=True)
         info, q = r.info, req.query
@@ -106,7 +107,7 @@ class Plan:
         return frame, False
 
 
-async def frames(handlers: Handlers, req: rpb.APIRequest) -> AsyncIterator[bytes]:
+async def frames(handlers: Handlers[StorageClient], req: rpb.APIRequest) -> AsyncIterator[bytes]:
     """The watch stream; failures after it started (410 and the like) are ERROR frames, then the end."""
     plan = Plan(handlers, req)
     try:

@@ -6,18 +6,19 @@ tests cover the front, the routes and the storage, not TLS (test_pizza.py does, 
 """
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from fastapi import Request
 
 from services import kit
 from services.common.errors import Conflict
 from services.kit.options import parser
-from services.kit.rest import Call
 
 GROUP = "widgets.example.com"
 
@@ -41,8 +42,7 @@ def widget_server() -> kit.APIServer:
     @server.app.post(f"/apis/{GROUP}/v1/namespaces/{{namespace}}/widgets/{{name}}/polish")
     async def polish(namespace: str, name: str, request: Request) -> dict[str, Any]:
         """A custom subresource: reads the widget through the kit and answers who asked."""
-        assert server.resources is not None
-        obj = await server.resources.get(kit_call(server, namespace, name, request.scope["user"]))
+        obj = await server.get("widgets", "v1", namespace, name, request.scope["user"])
         return {"polished": obj["metadata"]["name"], "by": request.scope["user"].name}
 
     @server.app.get("/hello")
@@ -50,10 +50,6 @@ def widget_server() -> kit.APIServer:
         raise Conflict("not now")
 
     return server
-
-
-def kit_call(server: kit.APIServer, namespace: str, name: str, user: Any) -> Call:
-    return Call(server.scheme.kinds["widgets"], "v1", namespace, name, {}, user)
 
 
 @pytest.fixture
@@ -106,6 +102,71 @@ async def test_resource_path_statuses(widgets: httpx.AsyncClient) -> None:
     r = await widgets.get(base, params={"limit": "1"})
     assert r.status_code == 200 and len(r.json()["items"]) == 1
     r = await widgets.patch(f"{base}/nope", content=b"{}", headers={"Content-Type": "application/apply-patch+yaml"})
-    assert r.status_code == 415
+    assert r.status_code == 422 and r.json()["details"]["causes"][0]["field"] == "fieldManager"
     r = await widgets.get(base, headers={"Accept": "application/xml"})
     assert r.status_code == 406
+
+
+async def test_server_side_apply_conflicts_between_managers(widgets: httpx.AsyncClient) -> None:
+    """A kit kind is served by the library's handlers: managedFields, apply conflicts, force, dry-run."""
+    url = f"/apis/{GROUP}/v1/namespaces/default/widgets/applied"
+    apply = {"Content-Type": "application/apply-patch+yaml"}
+
+    def config(size: int) -> bytes:
+        return orjson.dumps({"apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": {"name": "applied"},
+                             "spec": {"size": size}})
+
+    r = await widgets.patch(url, params={"fieldManager": "alice"}, content=config(1), headers=apply)
+    assert r.status_code == 201, r.text
+    assert [(m["manager"], m["operation"]) for m in r.json()["metadata"]["managedFields"]] == [("alice", "Apply")]
+    r = await widgets.patch(url, params={"fieldManager": "bob"}, content=config(2), headers=apply)
+    assert r.status_code == 409 and r.json()["message"] == \
+        'Apply failed with 1 conflict: conflict with "alice": .spec'  # an object without properties is atomic
+    r = await widgets.patch(url, params={"fieldManager": "bob", "force": "true", "dryRun": "All"},
+                            content=config(2), headers=apply)
+    assert r.status_code == 200 and r.json()["spec"] == {"size": 2}
+    assert (await widgets.get(url)).json()["spec"] == {"size": 1}
+    r = await widgets.patch(url, params={"fieldManager": "bob", "force": "true"}, content=config(2), headers=apply)
+    assert r.status_code == 200 and r.json()["spec"] == {"size": 2}
+    assert [m["manager"] for m in r.json()["metadata"]["managedFields"]] == ["bob"]
+
+
+class Slow(kit.AdmissionPlugin):
+    """Holds a write of a widget named "slow" for half a second."""
+
+    async def admit(self, a: kit.Attributes) -> None:
+        if a.name == "slow":
+            await asyncio.sleep(0.5)
+
+
+async def test_request_deadline_answers_504(etcd: str) -> None:
+    """kube's request deadline: a ?timeout= shorter than --request-timeout ends the request with 504."""
+    server = widget_server()
+    server.admission.append(Slow())
+    args = parser("widgets", "", "/widgets").parse_args([
+        "--tls-cert-file", "unused", "--tls-private-key-file", "unused", "--etcd-servers", etcd,
+        "--etcd-prefix", f"/widgets-{uuid.uuid4().hex[:8]}"])
+    server.configure(args)
+    assert server.storage is not None
+    await server.storage.start()
+    try:
+        app = WithCertificate(server, "admin", ["system:masters"])
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://kit") as c:
+            base = f"/apis/{GROUP}/v1/namespaces/default/widgets"
+            r = await c.post(base, params={"timeout": "100ms"}, json={"metadata": {"name": "slow"}})
+            assert r.status_code == 504 and r.json()["reason"] == "Timeout"
+            assert r.json()["message"] == "Timeout: request did not complete within the allotted timeout"
+            r = await c.post(base, params={"timeout": "5s"}, json={"metadata": {"name": "quick"}})
+            assert r.status_code == 201, r.text
+            r = await c.get(base, params={"timeout": "soon"})
+            assert r.status_code == 400
+    finally:
+        await server.storage.stop()
+
+
+async def test_server_timing_names_the_storage_stage(widgets: httpx.AsyncClient) -> None:
+    base = f"/apis/{GROUP}/v1/namespaces/default/widgets"
+    r = await widgets.post(base, json={"metadata": {"name": "timed"}})
+    assert r.status_code == 201 and "storage;dur=" in r.headers["server-timing"]
+    r = await widgets.get(f"{base}/timed")
+    assert r.status_code == 200 and "storage;dur=" in r.headers["server-timing"]

@@ -341,3 +341,29 @@ def test_unknown_and_duplicate_fields_per_field_validation(chef: httpx.Client) -
     r = chef.patch(f"{url}/typo", params={"fieldValidation": "Ignore"}, content=b'{"spec":{"sauce":"bbq"}}',
                    headers={"Content-Type": "application/merge-patch+json"})
     assert r.status_code == 200 and "warning" not in r.headers and "sauce" not in r.json()["spec"]
+
+
+def test_server_side_apply_conflicts_on_a_pizza(chef: httpx.Client) -> None:
+    """The kit serves apply as the core does: managedFields per manager, a conflict between two managers,
+    taken over with force."""
+    make_toppings(chef)
+    name = f"applied-{uuid.uuid4().hex[:6]}"
+    url = f"{V1BETA1}/namespaces/default/pizzas/{name}"
+    apply = {"Content-Type": "application/apply-patch+yaml"}
+
+    def config(topping: str, quantity: int) -> bytes:
+        return orjson.dumps({"apiVersion": f"{GROUP}/v1beta1", "kind": "Pizza", "metadata": {"name": name},
+                             "spec": {"toppings": [{"name": topping, "quantity": quantity}]}})
+
+    r = chef.patch(url, params={"fieldManager": "alice"}, content=config("salami", 1), headers=apply)
+    assert r.status_code == 201, r.text
+    assert ("alice", "Apply") in [(m["manager"], m["operation"]) for m in r.json()["metadata"]["managedFields"]]
+    r = chef.patch(url, params={"fieldManager": "bob"}, content=config("tomato", 2), headers=apply)
+    assert r.status_code == 409, r.text
+    assert r.json()["message"] == 'Apply failed with 1 conflict: conflict with "alice": .spec.toppings'
+    r = chef.patch(url, params={"fieldManager": "bob", "force": "true"}, content=config("tomato", 2), headers=apply)
+    assert r.status_code == 200, r.text
+    assert r.json()["spec"]["toppings"] == [{"name": "tomato", "quantity": 2}]
+    assert r.json()["status"]["cost"] == pytest.approx(0.5)
+    managers = [m["manager"] for m in r.json()["metadata"]["managedFields"]]
+    assert "bob" in managers and "alice" not in managers

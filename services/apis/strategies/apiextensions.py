@@ -262,6 +262,7 @@ class CustomResourceStrategy(Strategy):
     scale_paths: ClassVar[dict[str, str]] = {}
     # any change but metadata (and status, with the subresource) moves metadata.generation
     spec_fields = ("spec",)
+    strategic_merge_patch = False
 
     def __init__(self, info: Any) -> None:
         super().__init__(info)

@@ -34,6 +34,9 @@ class Strategy:
     default_garbage_collection_policy = "DeleteDependents"
     # A deprecated served version's warning, sent with every answer to a request on it ("" : none).
     deprecation_warning = ""
+    # Whether a strategic merge patch applies: kube's custom resources have no patch strategies, so their
+    # handler answers such a patch 415.
+    strategic_merge_patch = True
 
     def __init__(self, info: ResourceInfo) -> None:
         self.info = info

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from services.common.errors import Gone, Timeout
+from services.common import errors
+from services.common.errors import APIError, Gone, Timeout
+
+from ..resource import ResourceInfo
 
 
 def too_old(rv: int, oldest: int) -> Gone:
@@ -20,3 +23,15 @@ def too_large(rv: int, current: int) -> Timeout:
         },
         headers={"Retry-After": "1"},
     )
+
+
+def interpret(e: APIError, info: ResourceInfo, name: str) -> APIError:
+    """kube's storage InterpretGetError/InterpretUpdateError/InterpretDeleteError: storage speaks in keys;
+    clients expect kube's messages about the resource and name."""
+    if e.code == 404:
+        return errors.not_found(info.plural, info.group, name)
+    if e.code == 409:
+        # keep storage's reason (modified, or a failed uid/resourceVersion precondition)
+        _, sep, why = e.message.partition('": ')
+        return errors.conflict(info.plural, info.group, name, why if sep else errors.MODIFIED)
+    return e

@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.common import envelope
 from services.common.errors import BadRequest
-from services.kit.scheme import Scheme
+from services.kit.kinds import catalogue, hub
 from services.pizza.restaurant import (
     GROUP,
     default_pizza_v1alpha1,
@@ -22,7 +23,7 @@ from services.pizza.restaurant import (
 )
 
 PIZZA, TOPPING = kinds()
-SCHEME = Scheme(GROUP, [PIZZA, TOPPING])
+CATALOGUE = catalogue(GROUP, [PIZZA, TOPPING], ["v1beta1", "v1alpha1"], "/pizza")
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=12)
 costs = st.floats(min_value=0, max_value=1e6, allow_nan=False)
 status = st.one_of(st.just(None), costs.map(lambda c: {"cost": c}))
@@ -102,11 +103,12 @@ def test_v1beta1_defaulting_is_idempotent(pizza: dict) -> None:
 def test_scheme_round_trips_whole_objects_through_storage(pizza: dict, version: str) -> None:
     obj = {"apiVersion": f"{GROUP}/v1alpha1", "kind": "Pizza",
            "metadata": {"name": "p", "namespace": "default", "uid": "u", "labels": {"a": "b"}}, **pizza}
-    hub = SCHEME.decode(PIZZA, "v1alpha1", copy.deepcopy(obj))
-    stored = SCHEME.to_storage(PIZZA, hub)
+    alpha, target = CATALOGUE.lookup(GROUP, "v1alpha1", "pizzas"), CATALOGUE.lookup(GROUP, version, "pizzas")
+    assert alpha is not None and target is not None
+    stored = alpha.stored(envelope.to_envelope(copy.deepcopy(obj)))
     assert stored.api_version == f"{GROUP}/v1beta1"  # the storage version
-    assert SCHEME.from_storage(PIZZA, stored) == hub
-    out = SCHEME.render(PIZZA, version, stored)
+    assert hub(PIZZA, "v1beta1", envelope.from_envelope(stored)) == hub(PIZZA, "v1alpha1", copy.deepcopy(obj))
+    out = envelope.from_envelope(target.served(stored))
     assert out["apiVersion"] == f"{GROUP}/{version}" and out["metadata"] == obj["metadata"]
 
 
@@ -136,4 +138,4 @@ def test_validation_names_the_field() -> None:
                                   {"toppings": [{"name": "a", "quantity": "1"}]}])
 def test_ill_typed_bodies_are_bad_requests(spec: dict) -> None:
     with pytest.raises(BadRequest):
-        SCHEME.decode(PIZZA, "v1beta1", {"metadata": {"name": "p"}, "spec": spec})
+        hub(PIZZA, "v1beta1", {"metadata": {"name": "p"}, "spec": spec})

@@ -10,10 +10,10 @@ import yaml
 
 from apiary_pb import registry_pb2 as rpb
 from gnostic_pb import openapi_v2_pb2 as oa
+from services.apis import schemas
 from services.apis.install import new_catalogue
-from services.apiserver import openapi_v2
+from services.apiserver import openapi, openapi_v2
 from services.proxy.discovery import Discovery
-from services.registry import openapi
 
 CATALOGUE = new_catalogue()
 
@@ -25,7 +25,7 @@ CM_ITEM = "/api/v1/namespaces/{namespace}/configmaps/{name}"
 
 @pytest.fixture(scope="module")
 def v3() -> dict[str, bytes]:
-    return openapi.documents(CATALOGUE)
+    return openapi.documents(CATALOGUE, schemas)
 
 
 @pytest.fixture(scope="module")

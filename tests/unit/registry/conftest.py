@@ -10,7 +10,8 @@ from services.apis.install import new_catalogue
 from services.common import errors, identity
 from services.registry.admission import AdmissionClient
 from services.registry.auth import AuthClient
-from services.registry.endpoints.handlers import Handlers
+from services.apiserver.endpoints.handlers import Handlers
+from services.registry.rest import new_handlers
 from services.registry.storage_client import StorageClient
 
 from .fakes import FakeAdmission, FakeAuth, FakeStorage
@@ -40,8 +41,8 @@ def auth() -> FakeAuth:
 
 @pytest.fixture
 def handlers(storage: FakeStorage, admission: FakeAdmission, auth: FakeAuth) -> Handlers:
-    return Handlers(CATALOGUE, StorageClient(storage), AdmissionClient(admission),  # type: ignore[arg-type]
-                    AuthClient(auth))  # type: ignore[arg-type]
+    return new_handlers(CATALOGUE, StorageClient(storage), AdmissionClient(admission),  # type: ignore[arg-type]
+                        AuthClient(auth))  # type: ignore[arg-type]
 
 
 ADMIN = identity.user_pb("admin", ["system:masters"])

@@ -7,11 +7,14 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.apis import schemas
 from services.apis.schemas import definition_for
-from services.registry import fieldmanager as fm
+from services.apiserver import fieldmanager as fm
+from services.apiserver.typed import Parser
 
 RBAC = "rbac.authorization.k8s.io"
-MANAGERS = {kind: fm.FieldManager(definition_for(group, "v1", kind), f"{group}/v1" if group else "v1")
+MANAGERS = {kind: fm.FieldManager(Parser(schemas.ALL), definition_for(group, "v1", kind),
+                                  f"{group}/v1" if group else "v1")
             for group, kind in (("", "ConfigMap"), ("", "Secret"), ("", "ServiceAccount"), ("", "Service"),
                                 (RBAC, "Role"), (RBAC, "RoleBinding"))}
 

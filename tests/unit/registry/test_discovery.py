@@ -2,7 +2,7 @@ import orjson
 
 from services.apis import schemas
 from services.apis.install import new_catalogue
-from services.registry import discovery, openapi
+from services.apiserver import discovery, openapi
 from services.registry.server import discovery_response
 
 CATALOGUE = new_catalogue()
@@ -57,7 +57,7 @@ def test_aggregated_groups_and_legacy():
 
 
 def test_openapi_patch_ops_declare_field_validation_and_gvk():
-    docs = openapi.documents(CATALOGUE)
+    docs = openapi.documents(CATALOGUE, schemas)
     assert set(docs) == {"api/v1", "apis/apiregistration.k8s.io/v1", "apis/rbac.authorization.k8s.io/v1",
                          "apis/apps/v1", "apis/batch/v1",
                          "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1",

@@ -8,10 +8,9 @@ import pytest
 from services.apis import schemas
 from services.apis.core import event_row
 from services.apis.install import new_catalogue
-from services.apiserver import printers
+from services.apiserver import openapi, printers
 from services.apiserver.registry.rest import strategy_for
 from services.common import errors
-from services.registry import openapi
 
 CATALOGUE = new_catalogue()
 
@@ -141,7 +140,7 @@ def test_printer_fallbacks():
 
 
 def test_openapi_schema():
-    doc = openapi.document(CATALOGUE, "", "v1")
+    doc = openapi.document(CATALOGUE, schemas, "", "v1")
     names = doc["components"]["schemas"]
     for n in ("Event", "EventList", "EventSource", "EventSeries", "ObjectReference"):
         assert schemas.CORE + n in names

@@ -6,14 +6,16 @@ import copy
 import orjson
 import pytest
 
+from services.apis import schemas
 from services.apis.schemas import definition_for
 from services.common import errors
-from services.registry import fieldmanager as fm
-from services.registry import typed
+from services.apiserver import fieldmanager as fm
+from services.apiserver import typed
 
-CM = fm.FieldManager(definition_for("", "v1", "ConfigMap"), "v1")
-SVC = fm.FieldManager(definition_for("", "v1", "Service"), "v1")
-ROLE = fm.FieldManager(definition_for("rbac.authorization.k8s.io", "v1", "Role"), "rbac.authorization.k8s.io/v1")
+TYPED = typed.Parser(schemas.ALL)
+CM = fm.FieldManager(TYPED, definition_for("", "v1", "ConfigMap"), "v1")
+SVC = fm.FieldManager(TYPED, definition_for("", "v1", "Service"), "v1")
+ROLE = fm.FieldManager(TYPED, definition_for("rbac.authorization.k8s.io", "v1", "Role"), "rbac.authorization.k8s.io/v1")
 
 
 def cm(data: dict | None = None, **meta) -> dict:

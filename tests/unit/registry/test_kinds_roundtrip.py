@@ -13,8 +13,8 @@ import yaml
 from apiary_pb import registry_pb2 as rpb
 from services.apis import schemas
 from services.apis.install import new_catalogue
+from services.apiserver import openapi
 from services.common import identity
-from services.registry import openapi
 
 CATALOGUE = new_catalogue()
 
@@ -126,7 +126,7 @@ KubeValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"
 def components() -> dict[str, Any]:
     """Every published OpenAPI v3 document's schemas, together."""
     out: dict[str, Any] = {}
-    for raw in openapi.documents(CATALOGUE).values():
+    for raw in openapi.documents(CATALOGUE, schemas).values():
         out.update(orjson.loads(raw)["components"]["schemas"])
     return out
 

@@ -7,11 +7,12 @@ import orjson
 import pytest
 
 from apiary_pb import registry_pb2 as rpb
+from services.apis import schemas
 from services.apis.install import new_catalogue
-from services.apiserver import printers
+from services.apiserver import discovery, printers
 from services.apiserver.registry.rest import strategy_for
 from services.common import envelope, errors, identity
-from services.registry import discovery, watch
+from services.registry import watch
 
 CATALOGUE = new_catalogue()
 
@@ -363,8 +364,8 @@ def test_token_subresource_discovery():
 
 
 def test_openapi_for_rbac_and_reviews():
-    from services.registry import openapi
-    docs = openapi.documents(CATALOGUE)
+    from services.apiserver import openapi
+    docs = openapi.documents(CATALOGUE, schemas)
     rbac = orjson.loads(docs["apis/rbac.authorization.k8s.io/v1"])
     op = rbac["paths"]["/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles/{name}"]["patch"]
     assert "fieldValidation" in [p["name"] for p in op["parameters"]]

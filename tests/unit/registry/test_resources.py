@@ -12,9 +12,9 @@ import pytest
 
 from services.apis import install, schemas
 from services.apis.authentication import TOKEN_REQUEST
+from services.apiserver import openapi
 from services.apiserver.registry.rest import Strategy, strategy_for
 from services.proxy import protobuf
-from services.registry import openapi
 from tools import kube_definitions
 
 from .conftest import cm
@@ -32,7 +32,7 @@ def kube() -> dict[str, Any]:
 @functools.cache
 def published() -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for raw in openapi.documents(CATALOGUE).values():
+    for raw in openapi.documents(CATALOGUE, schemas).values():
         out.update(orjson.loads(raw)["components"]["schemas"])
     return out
 

@@ -13,7 +13,7 @@ from services.apiserver.resource import GroupVersion
 from services.common import errors, grpcutil
 from services.registry.admission import AdmissionClient
 from services.registry.auth import AuthClient
-from services.registry.endpoints.handlers import Handlers
+from services.registry.rest import new_handlers
 from services.registry.server import RegistryServicer
 from services.registry.storage_client import StorageClient
 from tests.waiting import until
@@ -61,8 +61,8 @@ async def test_discovery_follows_the_catalogue(storage, admission, auth):
     """Kinds removed and added while the server runs (as CustomResourceDefinitions will be) are in discovery
     and OpenAPI at once."""
     catalogue = new_catalogue()
-    handlers = Handlers(catalogue, StorageClient(storage), AdmissionClient(admission),  # type: ignore[arg-type]
-                        AuthClient(auth))  # type: ignore[arg-type]
+    handlers = new_handlers(catalogue, StorageClient(storage), AdmissionClient(admission),  # type: ignore[arg-type]
+                            AuthClient(auth))  # type: ignore[arg-type]
     servicer = RegistryServicer(handlers)
     priorityclasses = catalogue.lookup("scheduling.k8s.io", "v1", "priorityclasses")
     assert priorityclasses is not None

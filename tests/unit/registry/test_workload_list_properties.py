@@ -14,14 +14,16 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from services.apis import schemas
 from services.apis.schemas import definition_for, merge_keys, replaced_fields
 from services.apiserver import patch as p
-from services.registry import fieldmanager as fm
+from services.apiserver import fieldmanager as fm
+from services.apiserver.typed import Parser
 
 DEPLOYMENT = definition_for("apps", "v1", "Deployment")
 KEYS = merge_keys(DEPLOYMENT)
 REPLACED = replaced_fields(DEPLOYMENT)
-MANAGER = fm.FieldManager(DEPLOYMENT, "apps/v1")
+MANAGER = fm.FieldManager(Parser(schemas.ALL), DEPLOYMENT, "apps/v1")
 
 name = st.text("abcde", min_size=1, max_size=3)
 value = st.text("xyz01", max_size=2)

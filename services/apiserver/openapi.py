@@ -1,15 +1,27 @@
-"""OpenAPI v3 documents, one per group-version, as kube-apiserver serves /openapi/v3/<path>: paths from the
-resource definitions (services/apis), schemas from Kubernetes' own definitions (services/apis/schemas.py)."""
+"""OpenAPI v3 documents, one per group-version, as kube-apiserver serves /openapi/v3/<path> (kube-openapi's
+builder): paths from a catalogue's resource definitions, schemas from the server's definitions (Kubernetes'
+own for the registry, services/apis/schemas.py; an aggregated server's kinds beside them for the kit)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
-from services.apis import schemas
-from services.apiserver.catalogue import Catalogue, ResourceInfo
+from .catalogue import Catalogue, ResourceInfo
+from .typed import REF_PREFIX
 
 Obj = dict[str, Any]
+META = "io.k8s.apimachinery.pkg.apis.meta.v1."
+
+
+class Definitions(Protocol):
+    """The schemas a document names and carries (the module services.apis.schemas is one)."""
+
+    KUBERNETES_VERSION: str
+
+    def definition_for(self, group: str, version: str, kind: str) -> str: ...
+
+    def refs_of(self, names: list[str]) -> dict[str, Obj]: ...
 
 _STR = {"type": "string", "uniqueItems": True}
 _BOOL = {"type": "boolean", "uniqueItems": True}
@@ -70,7 +82,7 @@ PATCH_MEDIA = ("application/apply-patch+yaml", "application/json-patch+json", "a
 
 
 def _ref(name: str) -> Obj:
-    return {"$ref": schemas.REF_PREFIX + name}
+    return {"$ref": REF_PREFIX + name}
 
 
 def _content(schema_name: str, media: tuple[str, ...] = MEDIA) -> Obj:
@@ -101,13 +113,13 @@ def _tag(r: ResourceInfo) -> str:
     return r.group.split(".")[0] + "_" + r.version
 
 
-def resource_paths(r: ResourceInfo, schema: str) -> dict[str, Obj]:
+def resource_paths(r: ResourceInfo, schema: str, definitions: Definitions) -> dict[str, Obj]:
     base = "/api/v1" if not r.group else f"/apis/{r.group}/{r.version}"
     gvk = {"group": r.group, "version": r.version, "kind": r.kind}
     op = _op_name(r)
     ns_word = "Namespaced" if r.namespaced else ""
     kind = r.kind
-    list_schema = "" if r.virtual else schemas.definition_for(r.group, r.version, r.list_kind)
+    list_schema = "" if r.virtual else definitions.definition_for(r.group, r.version, r.list_kind)
     coll = f"{base}/namespaces/{{namespace}}/{r.plural}" if r.namespaced else f"{base}/{r.plural}"
     item = f"{coll}/{{name}}"
     watch_coll = (f"{base}/watch/namespaces/{{namespace}}/{r.plural}" if r.namespaced
@@ -138,7 +150,7 @@ def resource_paths(r: ResourceInfo, schema: str) -> dict[str, Obj]:
                               {"content": _content(schema), "required": True}),
             "parameters": ns_param + common,
         }}
-    delete_body = {"content": _content(schemas.META + "DeleteOptions", MEDIA[:2] + MEDIA[2:])}
+    delete_body = {"content": _content(META + "DeleteOptions", MEDIA[:2] + MEDIA[2:])}
     paths: dict[str, Obj] = {
         coll: {
             "get": operation("list", f"list{op}{ns_word}{kind}", f"list or watch objects of kind {kind}",
@@ -156,11 +168,11 @@ def resource_paths(r: ResourceInfo, schema: str) -> dict[str, Obj]:
                              {"content": _content(schema), "required": True}),
             "delete": operation("delete", f"delete{op}{ns_word}{kind}", f"delete a {kind}",
                                 [DRY_RUN, GRACE, IGNORE_READ_ERR, ORPHAN, PROPAGATION],
-                                _responses(schemas.META + "Status", ("200", "202")), delete_body),
+                                _responses(META + "Status", ("200", "202")), delete_body),
             "patch": operation("patch", f"patch{op}{ns_word}{kind}",
                                f"partially update the specified {kind}", write_params + [FORCE],
                                _responses(schema, ("200", "201")),
-                               {"content": {m: {"schema": _ref(schemas.META + "Patch")} for m in PATCH_MEDIA},
+                               {"content": {m: {"schema": _ref(META + "Patch")} for m in PATCH_MEDIA},
                                 "required": True}),
             "parameters": name_param + ns_param + common,
         },
@@ -168,7 +180,7 @@ def resource_paths(r: ResourceInfo, schema: str) -> dict[str, Obj]:
             "get": operation("watchlist", f"watch{op}{ns_word}{kind}List",
                              f"watch individual changes to a list of {kind}. deprecated: use the 'watch' parameter "
                              "with a list operation instead.", [],
-                             _responses(schemas.META + "WatchEvent")),
+                             _responses(META + "WatchEvent")),
             "parameters": LIST_PARAMS + ns_param + common,
         },
     }
@@ -177,7 +189,7 @@ def resource_paths(r: ResourceInfo, schema: str) -> dict[str, Obj]:
                                           f"delete collection of {kind}",
                                           DELETE_COLLECTION_PARAMS + [DRY_RUN, GRACE, IGNORE_READ_ERR, ORPHAN,
                                                                       PROPAGATION],
-                                          _responses(schemas.META + "Status"), delete_body)
+                                          _responses(META + "Status"), delete_body)
     if r.namespaced:
         paths[f"{base}/{r.plural}"] = {
             "get": operation("list", f"list{op}{kind}ForAllNamespaces",
@@ -190,7 +202,7 @@ def resource_paths(r: ResourceInfo, schema: str) -> dict[str, Obj]:
         title = s.name
         # serviceaccounts/token, <workload>/scale, pods/binding: the request and answer are a kind of their
         # own (TokenRequest, autoscaling/v1 Scale, Binding)
-        sub_schema = schema if s.group is None and s.kind == r.kind else schemas.definition_for(
+        sub_schema = schema if s.group is None and s.kind == r.kind else definitions.definition_for(
             s.group if s.group is not None else r.group, s.version or r.version, s.kind)
         if "create" in s.verbs:
             post = operation("post", f"create{op}{ns_word}{kind}{title.capitalize()}",
@@ -212,27 +224,27 @@ def resource_paths(r: ResourceInfo, schema: str) -> dict[str, Obj]:
             ops["patch"] = operation("patch", f"patch{op}{ns_word}{kind}{title.capitalize()}",
                                      f"partially update {title} of the specified {kind}", write_params + [FORCE],
                                      _responses(sub_schema, ("200", "201")),
-                                     {"content": {m: {"schema": _ref(schemas.META + "Patch")} for m in PATCH_MEDIA},
+                                     {"content": {m: {"schema": _ref(META + "Patch")} for m in PATCH_MEDIA},
                                       "required": True})
         paths[sub_path] = ops
     return paths
 
 
-def document(catalogue: Catalogue, group: str, version: str) -> Obj:
+def document(catalogue: Catalogue, definitions: Definitions, group: str, version: str) -> Obj:
     paths: dict[str, Obj] = {}
-    names = [schemas.META + n for n in ("DeleteOptions", "Status", "WatchEvent", "Patch")]
+    names = [META + n for n in ("DeleteOptions", "Status", "WatchEvent", "Patch")]
     for r in catalogue.in_group_version(group, version):
-        schema = schemas.definition_for(r.group, r.version, r.kind)
-        names += [schema] if r.virtual else [schema, schemas.definition_for(r.group, r.version, r.list_kind)]
-        names += [schemas.definition_for(s.group if s.group is not None else r.group, s.version or r.version,
+        schema = definitions.definition_for(r.group, r.version, r.kind)
+        names += [schema] if r.virtual else [schema, definitions.definition_for(r.group, r.version, r.list_kind)]
+        names += [definitions.definition_for(s.group if s.group is not None else r.group, s.version or r.version,
                                          s.kind)
                   for s in r.subresources if s.group is not None or s.kind != r.kind]
-        paths.update(resource_paths(r, schema))
+        paths.update(resource_paths(r, schema, definitions))
     return {
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": schemas.KUBERNETES_VERSION},
+        "info": {"title": "Kubernetes", "version": definitions.KUBERNETES_VERSION},
         "paths": dict(sorted(paths.items())),
-        "components": {"schemas": schemas.refs_of(names),
+        "components": {"schemas": definitions.refs_of(names),
                        "securitySchemes": {"BearerToken": {"type": "apiKey", "description": "Bearer Token "
                                                            "authentication", "name": "authorization",
                                                            "in": "header"}}},
@@ -240,9 +252,9 @@ def document(catalogue: Catalogue, group: str, version: str) -> Obj:
     }
 
 
-def documents(catalogue: Catalogue) -> dict[str, bytes]:
+def documents(catalogue: Catalogue, definitions: Definitions) -> dict[str, bytes]:
     out = {}
     for g, ver in catalogue.group_versions():
         key = f"apis/{g}/{ver}" if g else f"api/{ver}"
-        out[key] = orjson.dumps(document(catalogue, g, ver))
+        out[key] = orjson.dumps(document(catalogue, definitions, g, ver))
     return out

@@ -1,26 +1,27 @@
-"""One API request as the registry serves it (kube's endpoints/handlers RequestScope and request
-decoding): the resource and strategy it resolves to, its options, and the body decoded once."""
+"""One API request as a server of the library serves it (kube's endpoints/handlers RequestScope and request
+decoding): the resource and strategy it resolves to, its options, and the body decoded once.
+
+The kinds' OpenAPI definitions are the server's (Definitions): Kubernetes' own for the registry
+(services.apis.schemas), an aggregated server's own for its kinds."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
 from apiary_pb import registry_pb2 as rpb
-from services.apis import schemas
-from services.apis.authentication import TOKEN_REQUEST
-from services.apis.strategies.reviews import TokenRequestStrategy
-from services.apiserver import validation as v
-from services.apiserver.catalogue import Catalogue
-from services.apiserver.registry.rest import Strategy
-from services.apiserver.registry.scope import Obj, options_invalid
-from services.apiserver.resource import ResourceInfo
 from services.common import errors
 from services.common.decoding import loads_json, loads_json_fields, parse_int64
 from services.common.errors import BadRequest
 from services.common.selectors import FieldSelector
+
+from .. import validation as v
+from ..catalogue import Catalogue
+from ..registry.rest import Strategy
+from ..registry.scope import Obj, options_invalid
+from ..resource import ResourceInfo
 
 # Larger bodies are decoded in a thread (see Decoder.decode).
 INLINE_DECODE_BYTES = 64 * 1024
@@ -28,6 +29,22 @@ NOT_FOUND_MESSAGE = "the server could not find the requested resource"
 MAX_MANAGER_LENGTH = 128
 _OPTIONS_KINDS = {"create": "CreateOptions", "update": "UpdateOptions", "patch": "PatchOptions",
                   "delete": "DeleteOptions", "deletecollection": "DeleteOptions"}
+
+
+class Definitions(Protocol):
+    """The OpenAPI definitions of the served kinds and what decoding and patching read in them (the
+    module services.apis.schemas is one)."""
+
+    @property
+    def ALL(self) -> Mapping[str, dict[str, Any]]: ...  # the definitions by name
+
+    def definition_for(self, group: str, version: str, kind: str) -> str: ...
+
+    def check(self, obj: dict[str, Any], schema_name: str, kind: str) -> tuple[list[str], str | None]: ...
+
+    def merge_keys(self, schema_name: str) -> dict[str, str]: ...
+
+    def replaced_fields(self, schema_name: str) -> frozenset[str]: ...
 
 
 @dataclass
@@ -47,6 +64,7 @@ class Request:
     req: rpb.APIRequest
     info: ResourceInfo
     strategy: Strategy
+    definitions: Definitions
     timing: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     admit: bool = True
@@ -59,8 +77,8 @@ class Request:
 
     @property
     def schema_name(self) -> str:
-        """The kind's definition among Kubernetes' own (schemas.json), by its group, version and kind."""
-        return schemas.definition_for(self.info.group, self.info.version, self.info.kind)
+        """The kind's definition among the server's definitions, by its group, version and kind."""
+        return self.definitions.definition_for(self.info.group, self.info.version, self.info.kind)
 
     @property
     def namespace(self) -> str:
@@ -102,21 +120,18 @@ class Request:
             req = rpb.APIRequest()
             req.CopyFrom(self.req)
             req.namespace = namespace
-        return Request(req, self.info, self.strategy, self.timing, self.warnings, self.admit,
+        return Request(req, self.info, self.strategy, self.definitions, self.timing, self.warnings, self.admit,
                        audit_annotations=self.audit_annotations)
 
     def as_body_kind(self, strategy: Strategy) -> Request:
-        """A subresource whose body is a kind of its own (Scale, Binding, Eviction; kinds.body_kind)."""
-        return Request(self.req, strategy.info, strategy, self.timing, self.warnings, admit=False)
-
-    def as_token_request(self) -> Request:
-        """serviceaccounts/<name>/token: the body is a TokenRequest, never admitted."""
-        return Request(self.req, TOKEN_REQUEST, TokenRequestStrategy(TOKEN_REQUEST), self.timing, self.warnings,
+        """A subresource whose body is a kind of its own (Scale, Binding, Eviction, TokenRequest), never
+        admitted."""
+        return Request(self.req, strategy.info, strategy, self.definitions, self.timing, self.warnings,
                        admit=False)
 
 
-def resolve(catalogue: Catalogue, strategy_of: Callable[[ResourceInfo], Strategy], req: rpb.APIRequest,
-            verb: str) -> Request:
+def resolve(catalogue: Catalogue, definitions: Definitions, strategy_of: Callable[[ResourceInfo], Strategy],
+            req: rpb.APIRequest, verb: str) -> Request:
     """The resource, subresource and strategy a request names; 404 or 405 as kube's routes answer."""
     info = catalogue.lookup(req.group, req.version, req.resource)
     if info is None:
@@ -135,7 +150,7 @@ def resolve(catalogue: Catalogue, strategy_of: Callable[[ResourceInfo], Strategy
         verb in ("update", "patch") and not req.name)
     if verb not in allowed or misrouted:
         raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
-    return Request(req, info, strategy)
+    return Request(req, info, strategy, definitions)
 
 
 # Options -----------------------------------------------------------------------------------
@@ -279,7 +294,7 @@ class Decoder:
         obj["apiVersion"], obj["kind"] = info.api_version, info.kind
         if obj.get("metadata") is None:
             obj["metadata"] = {}
-        unknown, type_error = schemas.check(obj, r.schema_name, info.kind)
+        unknown, type_error = r.definitions.check(obj, r.schema_name, info.kind)
         if type_error:
             raise r.strategy.cannot_handle(type_error)
         if unknown or duplicates:

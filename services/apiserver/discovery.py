@@ -1,12 +1,13 @@
-"""Discovery documents built from the catalogue: aggregated (v2), legacy, and APIResourceLists."""
+"""Discovery documents built from a catalogue (kube's endpoints/discovery): aggregated (v2, or v2beta1),
+legacy (APIVersions, APIGroupList, APIGroup), and APIResourceLists; the registry's and an aggregated server's."""
 from __future__ import annotations
 
 from typing import Any
 
 import orjson
 
-from services.apiserver.catalogue import Catalogue
-from services.apiserver.resource import ResourceInfo
+from .catalogue import Catalogue
+from .resource import ResourceInfo
 
 Obj = dict[str, Any]
 
@@ -46,7 +47,7 @@ def _ordered_groups(catalogue: Catalogue) -> list[tuple[str, list[str]]]:
                                     item[0]))
 
 
-def aggregated(catalogue: Catalogue, core: bool) -> Obj:
+def aggregated(catalogue: Catalogue, core: bool, api_version: str = "v2") -> Obj:
     items = []
     for g, versions in _ordered_groups(catalogue):
         if (g == "") != core:
@@ -57,7 +58,7 @@ def aggregated(catalogue: Catalogue, core: bool) -> Obj:
                                                         for r in catalogue.in_group_version(g, ver)],
                           "freshness": "Current"} for ver in versions],
         })
-    return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},
+    return {"kind": "APIGroupDiscoveryList", "apiVersion": f"apidiscovery.k8s.io/{api_version}", "metadata": {},
             "items": items}
 
 
@@ -66,14 +67,20 @@ def api_versions() -> Obj:
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]}
 
 
+def _api_group(group: str, versions: list[str]) -> Obj:
+    gvs = [{"groupVersion": f"{group}/{ver}", "version": ver} for ver in versions]
+    return {"name": group, "versions": gvs, "preferredVersion": gvs[0]}
+
+
 def api_group_list(catalogue: Catalogue) -> Obj:
-    groups = []
-    for g, versions in _ordered_groups(catalogue):
-        if not g:
-            continue
-        gvs = [{"groupVersion": f"{g}/{ver}", "version": ver} for ver in versions]
-        groups.append({"name": g, "versions": gvs, "preferredVersion": gvs[0]})
+    groups = [_api_group(g, versions) for g, versions in _ordered_groups(catalogue) if g]
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+def api_group(catalogue: Catalogue, group: str) -> Obj:
+    """/apis/<group>: its versions, the preferred one first."""
+    versions = dict(_ordered_groups(catalogue))[group]
+    return {"kind": "APIGroup", "apiVersion": "v1", **_api_group(group, versions)}
 
 
 def resource_list(catalogue: Catalogue, group: str, version: str) -> Obj:

@@ -3,49 +3,43 @@
 Each verb decodes what it needs once (request.Decoder), hands the generic store its admission and
 validation as functions, and renders the answer: objects by splicing their envelope's JSON, lists
 through lists.py, Tables through printers.
+
+What differs between servers is given at construction: the storage (the registry's gRPC client, the
+kit's in-process backend), admission, the kinds' OpenAPI definitions, the checks after a strategy's
+validation, and the kinds whose storage is more than their strategy over the generic Store (installers:
+their subresources and, for a virtual kind such as a review, their own verbs).
 """
 from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
 
 import orjson
 
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import storage_pb2 as spb
-from services.apis import schemas
-from services.apis.strategies.pods import BINDING, EVICTION
-from services.apis.strategies.services import ServiceAllocators
-from services.apis.strategies.workload import SCALE
-from services.apiserver import patch as patches
-from services.apiserver import printers
-from services.apiserver import validation as v
-from services.apiserver.catalogue import Catalogue
-from services.apiserver.registry.rest import Strategy, now_rfc3339, strategy_for
-from services.apiserver.registry.scope import Obj, Scope, ValidateFunc, ensure_namespace, options_invalid
-from services.apiserver.registry.store import Store
-from services.apiserver.resource import ResourceInfo
 from services.common import envelope, errors
 from services.common.decoding import parse_int64
 from services.common.errors import BadRequest
-from services.common.identity import APISERVER
 
-from .. import eviction as eviction_rules
-from .. import fieldmanager
-from ..admission import Admission, AdmissionClient, options_json
-from ..auth import AuthClient
-from ..escalation import check_escalation
-from ..ipallocator import DEFAULT_SERVICE_CIDR, ClusterIPAllocator
-from ..reviews import Reviews
-from ..storage_client import StorageClient
+from .. import fieldmanager, printers
+from .. import patch as patches
+from .. import validation as v
+from ..catalogue import Catalogue
+from ..registry.rest import Strategy, strategy_for
+from ..registry.scope import Obj, Scope, ValidateFunc, ensure_namespace, options_invalid
+from ..registry.store import Storage, Store
+from ..resource import ResourceInfo
+from ..typed import Parser
 from . import lists
 from .request import (
     INLINE_DECODE_BYTES,
-    NOT_FOUND_MESSAGE,
     Decoder,
+    Definitions,
     Request,
     Response,
     check_list_options,
@@ -65,14 +59,61 @@ def deleted_status(info: ResourceInfo, deleted: pb.Object) -> bytes:
                          "details": {k: v for k, v in details.items() if v}})
 
 
-# An eviction's tries when a Pending pod changes under it (kube's EvictionsRetry allows 20).
-EVICTION_ATTEMPTS = 20
-
-# What kube's BindingREST and EvictionREST answer: a Status, 201.
-SUCCESS_CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
-
-
 Verb = Callable[[Request], Awaitable[Response]]
+
+
+class ListStorage(Storage, Protocol):
+    """What the verbs read besides the Store's storage: lists, whole, as JSON items, or in parts."""
+
+    async def list(self, info: ResourceInfo, req: spb.ListRequest,
+                   timing: dict[str, float] | None = None) -> spb.ListResponse: ...
+
+    async def list_raw(self, info: ResourceInfo, req: spb.ListRequest,
+                       timing: dict[str, float] | None = None) -> spb.RawListResponse: ...
+
+    def list_parts(self, info: ResourceInfo, req: spb.ListRequest,
+                   timing: dict[str, float] | None = None) -> AsyncIterator[spb.RawListResponse]: ...
+
+
+S = TypeVar("S", bound=ListStorage)
+
+
+class Admission(Protocol):
+    """Admission of one write (kube's admission.Interface for one operation): the mutating phase before
+    the store, the validating one passed down to it."""
+
+    async def admit(self, r: Scope, name: str, obj: Obj | None, old: pb.Object | None) -> Obj | None: ...
+
+    async def validate(self, r: Scope, name: str, obj: pb.Object | None, old: pb.Object | None) -> None: ...
+
+
+# The admission of one write: (operation, its options as admission plugins see them) -> its phases.
+AdmissionFactory = Callable[[str, Obj], Admission]
+# A check after the strategy's validation, before validating admission: (scope, object, old, its envelope).
+ObjectValidator = Callable[[Scope, Obj, Obj | None, pb.Object], Awaitable[None]]
+
+
+class NoAdmission:
+    """A server without admission plugins: every write admitted as it is."""
+
+    async def admit(self, r: Scope, name: str, obj: Obj | None, old: pb.Object | None) -> Obj | None:
+        return obj
+
+    async def validate(self, r: Scope, name: str, obj: pb.Object | None, old: pb.Object | None) -> None:
+        return None
+
+
+def options_json(r: Scope, kind: str) -> Obj:
+    """CreateOptions/UpdateOptions/PatchOptions as admission plugins see them."""
+    out: Obj = {"kind": kind, "apiVersion": "meta.k8s.io/v1"}
+    if r.dry_run:
+        out["dryRun"] = ["All"]
+    if r.field_manager:
+        out["fieldManager"] = r.field_manager
+    fv = r.req.query.get("fieldValidation")
+    if fv:
+        out["fieldValidation"] = fv
+    return out
 
 
 @dataclass(frozen=True)
@@ -80,30 +121,33 @@ class KindStorage:
     """One kind's storage, assembled at install: its strategy, its Store (with the kind's hooks) and the
     subresources served by REST objects of their own (kube's storage map: "pods/binding": BindingREST), each
     a map of verbs; the others (status, finalize, ephemeralcontainers) are the kind's own verbs under its
-    subresource strategy."""
+    subresource strategy. A virtual kind (a review) is served by its own verbs only."""
     strategy: Strategy
     store: Store
     subresources: dict[str, dict[str, Verb]] = field(default_factory=dict)
+    verbs: dict[str, Verb] = field(default_factory=dict)
 
 
-class Handlers:
-    def __init__(self, catalogue: Catalogue, store: StorageClient, admission: AdmissionClient | None,
-                 auth: AuthClient | None = None, service_cluster_ip_range: str = DEFAULT_SERVICE_CIDR) -> None:
+Installer = Callable[[KindStorage], KindStorage]
+
+
+class Handlers(Generic[S]):
+    def __init__(self, catalogue: Catalogue, store: S, definitions: Definitions,
+                 admission: AdmissionFactory | None = None, *, validators: Sequence[ObjectValidator] = (),
+                 scale: Strategy | None = None) -> None:
         self.catalogue = catalogue
-        self.store = store               # the storage client: lists and watches read it directly
+        self.store = store               # the storage: lists and watches read it directly
+        self.definitions = definitions
+        self.typed = Parser(definitions.ALL)
         self.generic = Store(store, self._manage_fields)  # kube's generic Store: the writes of kinds without hooks
         self.admission = admission
-        self.auth = auth
+        self.validators = tuple(validators)
+        self.scale = scale               # the Scale kind of /scale subresources (autoscaling/v1), if served
         self.decoder = Decoder(catalogue)
-        self.reviews = Reviews(auth, self.generic)
-        self.service_cluster_ip_range = service_cluster_ip_range
         self._storage: dict[ResourceInfo, KindStorage] = {}
-        # the kinds whose storage is more than their strategy over the generic Store, by group and resource
-        self.installers: dict[tuple[str, str], Callable[[KindStorage], KindStorage]] = {
-            ("", "pods"): self._pod_storage,
-            ("", "services"): self._service_storage,
-            ("", "serviceaccounts"): self._service_account_storage,
-        }
+        # the kinds whose storage is more than their strategy over the generic Store, by group and resource: the
+        # server adds its own (the registry's core kinds), which take these handlers
+        self.installers: dict[tuple[str, str], Installer] = {}
         self.verbs: dict[str, Verb] = {
             "get": self.get, "list": self.list, "create": self.create, "update": self.update,
             "patch": self.patch, "delete": self.delete, "deletecollection": self.delete_collection,
@@ -123,7 +167,7 @@ class Handlers:
         """The kind's strategy over the generic Store, /scale served for every kind whose definition lists
         it (kube's ScaleREST), then what the kind's own installer adds."""
         storage = KindStorage(strategy_for(info), self.generic)
-        if info.subresource("scale") is not None:
+        if info.subresource("scale") is not None and self.scale is not None:
             storage.subresources["scale"] = {"get": self.get_scale, "update": self.update_scale,
                                              "patch": self.patch_scale}
         install = self.installers.get((info.group, info.plural))
@@ -134,36 +178,25 @@ class Handlers:
         served = set(catalogue.resources)
         self._storage = {info: s for info, s in self._storage.items() if info in served}
 
+    def _scale(self) -> Strategy:
+        assert self.scale is not None  # /scale is installed only with it
+        return self.scale
+
     def strategy(self, info: ResourceInfo) -> Strategy:
         return self.storage(info).strategy
 
     def _manage_fields(self, r: Scope, obj: Obj, old: Obj | None) -> None:
         """The field manager's record of an Update (the Store's ManageFields): what r's manager changed, other
         versions' entries read through the kind's conversions."""
-        fieldmanager.for_resource(r.schema_name, r.info, self.catalogue.field_paths(r.info)).update(
+        fieldmanager.for_resource(self.typed, r.schema_name, r.info, self.catalogue.field_paths(r.info)).update(
             old, obj, r.update_manager, r.req.subresource)
 
     def rest(self, r: Request) -> Store:
         """The Store of the request's kind."""
         return self.storage(r.info).store
 
-    def _pod_storage(self, storage: KindStorage) -> KindStorage:
-        """pods/binding and pods/eviction (kube's BindingREST and EvictionREST)."""
-        return replace(storage, subresources={**storage.subresources, "binding": {"create": self.bind},
-                                              "eviction": {"create": self.evict}})
-
-    def _service_storage(self, storage: KindStorage) -> KindStorage:
-        """A Service's Store claims its ClusterIP (kube's Service REST storage with its allocators)."""
-        allocators = ServiceAllocators(ClusterIPAllocator(self.store, self.service_cluster_ip_range))
-        return replace(storage, store=Store(self.store, self._manage_fields, allocators.begin_create,
-                                            allocators.begin_update, allocators.after_delete))
-
-    def _service_account_storage(self, storage: KindStorage) -> KindStorage:
-        """serviceaccounts/token (kube's TokenREST)."""
-        return replace(storage, subresources={**storage.subresources, "token": {"create": self.token_request}})
-
     def request(self, req: rpb.APIRequest, verb: str) -> Request:
-        return resolve(self.catalogue, self.strategy, req, verb)
+        return resolve(self.catalogue, self.definitions, self.strategy, req, verb)
 
     async def handle(self, req: rpb.APIRequest) -> tuple[Response, dict[str, float]]:
         verb = req.verb
@@ -172,7 +205,7 @@ class Handlers:
             r.warnings.append(deprecated)
         fn: Verb | None = self.verbs.get(verb)
         if r.info.virtual:
-            fn = self.review if verb == "create" else None
+            fn = self.storage(r.info).verbs.get(verb)
         elif req.subresource:
             own = self.storage(r.info).subresources.get(req.subresource)
             if own is not None:
@@ -192,15 +225,17 @@ class Handlers:
 
     # Admission and the checks after the strategy's validation, passed down to the store ----------
 
-    def _admission(self, operation: str, options: Obj) -> Admission:
-        return Admission(self.admission, operation, options)
+    def admission_for(self, operation: str, options: Obj) -> Admission:
+        return NoAdmission() if self.admission is None else self.admission(operation, options)
 
-    def _validation(self, admission: Admission) -> ValidateFunc:
-        """RBAC escalation (registry/rbac's policybased storage), then validating admission."""
+    def validation(self, admission: Admission) -> ValidateFunc:
+        """The server's checks after the strategy's validation (the registry's RBAC escalation, as
+        registry/rbac's policybased storage makes it), then validating admission."""
         async def validate(r: Scope, name: str, obj: Obj | None, old: Obj | None, env: pb.Object | None,
                            old_env: pb.Object | None) -> None:
             if obj is not None and env is not None:
-                await check_escalation(self.auth, r, obj, old, env)
+                for check in self.validators:
+                    await check(r, obj, old, env)
             await admission.validate(r, name, env, old_env)
         return validate
 
@@ -264,18 +299,18 @@ class Handlers:
         """Mutating admission (here, as kube's create handler runs it), then the store's create with
         validating admission passed down."""
         ensure_namespace(r, obj)
-        admission = self._admission("CREATE", options_json(r, "CreateOptions"))
+        admission = self.admission_for("CREATE", options_json(r, "CreateOptions"))
         obj = await admission.admit(r, obj["metadata"].get("name") or "", obj, None) or obj
-        return await self.rest(r).create(r, obj, self._validation(admission), operation)
+        return await self.rest(r).create(r, obj, self.validation(admission), operation)
 
     # Update and patch ------------------------------------------------------------------
 
-    async def _update(self, r: Request, transform: Callable[[Obj], Obj],
+    async def update_object(self, r: Request, transform: Callable[[Obj], Obj],
                       operation: str = fieldmanager.UPDATE) -> tuple[int, pb.Object]:
         # a patch is admitted with UpdateOptions, as kube's patchToUpdateOptions gives its admission attributes
         options = options_json(r, "UpdateOptions")
-        admission = self._admission("UPDATE", options)
-        return await self.rest(r).update(r, transform, admission.admit, self._validation(admission), operation)
+        admission = self.admission_for("UPDATE", options)
+        return await self.rest(r).update(r, transform, admission.admit, self.validation(admission), operation)
 
     async def update(self, r: Request) -> Response:
         obj = await self.decoder.decode(r, r.req.body)
@@ -288,12 +323,12 @@ class Handlers:
         def transform(current: Obj) -> Obj:
             return copy.deepcopy(obj)
 
-        code, env = await self._update(r, transform)
+        code, env = await self.update_object(r, transform)
         return Response(code, envelope.to_json(env))
 
     async def patch(self, r: Request) -> Response:
         ptype = patches.patch_type(r.req.content_type)
-        if ptype == patches.STRATEGIC_MERGE_PATCH and schemas.is_custom(r.schema_name):
+        if ptype == patches.STRATEGIC_MERGE_PATCH and not r.strategy.strategic_merge_patch:
             # custom resources have no patch strategies (as kube's CR handler answers)
             raise errors.UnsupportedMediaType(
                 "the body of the request was in an unknown format - accepted media types include: "
@@ -311,7 +346,7 @@ class Handlers:
         else:
             doc = await asyncio.to_thread(patches.decode_patch, body, ptype)
         schema_name = r.schema_name
-        manager = fieldmanager.for_resource(schema_name, r.info, self.catalogue.field_paths(r.info))
+        manager = fieldmanager.for_resource(self.typed, schema_name, r.info, self.catalogue.field_paths(r.info))
         force = r.query.get("force") == "true"
         applied: Obj | None = None
         if ptype == patches.APPLY_PATCH:
@@ -336,8 +371,8 @@ class Handlers:
             elif ptype == patches.MERGE_PATCH:
                 new = patches.apply_merge_patch(current, doc)
             elif ptype == patches.STRATEGIC_MERGE_PATCH:
-                new = patches.apply_strategic_merge_patch(current, doc, schemas.merge_keys(schema_name),
-                                                          schemas.replaced_fields(schema_name))
+                new = patches.apply_strategic_merge_patch(current, doc, self.definitions.merge_keys(schema_name),
+                                                          self.definitions.replaced_fields(schema_name))
             else:
                 assert applied is not None
                 new = manager.apply(current, applied, r.field_manager, r.req.subresource, force)
@@ -351,7 +386,7 @@ class Handlers:
 
         if applied is not None:
             try:
-                code, env = await self._update(r, transform, operation=fieldmanager.APPLY)
+                code, env = await self.update_object(r, transform, operation=fieldmanager.APPLY)
             except errors.NotFound:
                 if applied_rv:
                     raise errors.conflict(r.info.plural, r.info.group, r.req.name, errors.MODIFIED) from None
@@ -360,7 +395,7 @@ class Handlers:
                 env = await self.create_object(r, created, fieldmanager.APPLY)
                 code = 201
         else:
-            code, env = await self._update(r, transform)
+            code, env = await self.update_object(r, transform)
         return Response(code, envelope.to_json(env))
 
     # Delete ----------------------------------------------------------------------------
@@ -369,11 +404,11 @@ class Handlers:
         opts = delete_options(r)
         if "All" in (opts.get("dryRun") or []):
             r.req.query["dryRun"] = "All"
-        return opts, self._admission("DELETE", opts)
+        return opts, self.admission_for("DELETE", opts)
 
     async def delete(self, r: Request) -> Response:
         opts, admission = self._delete_admission(r)
-        env = await self.rest(r).delete(r, r.req.name, opts, admission.admit, self._validation(admission))
+        env = await self.rest(r).delete(r, r.req.name, opts, admission.admit, self.validation(admission))
         if env.metadata.deletion_timestamp or r.info.return_deleted_object:
             # still there, marked for deletion (finalizers pending): kube answers the object
             return Response(200, envelope.to_json(env))
@@ -382,7 +417,7 @@ class Handlers:
     async def delete_collection(self, r: Request) -> Response:
         opts, admission = self._delete_admission(r)
         deleted = await self.rest(r).delete_collection(r, opts, r.query.get("labelSelector", ""), r.field_selector,
-                                                    admission.admit, self._validation(admission))
+                                                    admission.admit, self.validation(admission))
         return Response(200, lists.from_envelopes(r.info, {"resourceVersion": ""}, deleted))
 
     # Scale (autoscaling/v1, read from and written into the parent's spec.replicas) ----------------
@@ -394,7 +429,7 @@ class Handlers:
     async def _write_scale(self, r: Request, scale_of: Callable[[Obj], Obj]) -> Response:
         """The parent's update with spec.replicas from the Scale that scale_of(current Scale) gives; a
         resourceVersion in it is a precondition, as kube's scaleUpdatedObjectInfo makes it."""
-        scale_request = r.as_body_kind(SCALE)
+        scale_request = r.as_body_kind(self._scale())
 
         def transform(current: Obj) -> Obj:
             scale = scale_of(r.strategy.to_scale(current))
@@ -407,11 +442,11 @@ class Handlers:
             r.strategy.scale_into(current, (scale.get("spec") or {}).get("replicas") or 0)
             return current
 
-        code, env = await self._update(r, transform)
+        code, env = await self.update_object(r, transform)
         return Response(code, orjson.dumps(r.strategy.to_scale(envelope.from_envelope(env))))
 
     async def update_scale(self, r: Request) -> Response:
-        scale_request = r.as_body_kind(SCALE)
+        scale_request = r.as_body_kind(self._scale())
         scale = await self.decoder.decode(scale_request, r.req.body)
         body_name = scale["metadata"].get("name") or ""
         if body_name != r.req.name:
@@ -425,7 +460,7 @@ class Handlers:
             raise errors.UnsupportedMediaType(f"the body of the request was in an unknown format - accepted media "
                                               f"types include: {', '.join(patches.PATCH_TYPES[:3])}")
         doc = patches.decode_patch(r.req.body, ptype)
-        scale_request = r.as_body_kind(SCALE)
+        scale_request = r.as_body_kind(self._scale())
 
         def patched(current: Obj) -> Obj:
             if ptype == patches.JSON_PATCH:
@@ -439,119 +474,3 @@ class Handlers:
             return self.decoder.check_object(scale_request, new)
 
         return await self._write_scale(r, patched)
-
-    # pods/binding and pods/eviction (kube's BindingREST and EvictionREST) ---------------------------
-
-    async def _decode_named(self, r: Request, strategy: Strategy) -> Obj:
-        obj = await self.decoder.decode(r.as_body_kind(strategy), r.req.body)
-        body_name = obj["metadata"].get("name") or ""
-        if body_name != r.req.name:
-            raise BadRequest("name in URL does not match name in Binding object" if strategy is BINDING
-                             else f"name in URL does not match name in {strategy.info.kind} object")
-        causes = strategy.validate(obj)
-        if causes:
-            raise errors.invalid(strategy.info.kind, strategy.info.group, body_name, causes)
-        return obj
-
-    async def bind(self, r: Request) -> Response:
-        """Assign the pod to binding.target (a node): 409 when it is being deleted or already assigned."""
-        binding = await self._decode_named(r, BINDING)
-        node = binding["target"]["name"]
-
-        def transform(current: Obj) -> Obj:
-            meta, spec = current["metadata"], current.setdefault("spec", {})
-            if meta.get("deletionTimestamp"):
-                raise errors.conflict("pods/binding", "", r.req.name,
-                                      f"pod {r.req.name} is being deleted, cannot be assigned to a host")
-            if spec.get("nodeName"):
-                raise errors.conflict("pods/binding", "", r.req.name,
-                                      f'pod {r.req.name} is already assigned to node "{spec["nodeName"]}"')
-            spec["nodeName"] = node
-            annotations = (binding["metadata"].get("annotations") or {})
-            if annotations:
-                meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
-            status = current.setdefault("status", {})
-            conds = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
-            status["conditions"] = conds + [{"type": "PodScheduled", "status": "True",
-                                             "lastProbeTime": None, "lastTransitionTime": now_rfc3339()}]
-            return current
-
-        await self._update(r, transform)
-        return Response(201, orjson.dumps(SUCCESS_CREATED))
-
-    async def evict(self, r: Request) -> Response:
-        """kube's EvictionREST.Create: delete the pod unless its PodDisruptionBudget forbids it (eviction.py)."""
-        eviction = await self._decode_named(r, EVICTION)
-        opts = dict(eviction.get("deleteOptions") or {})
-        if r.dry_run:
-            opts["dryRun"] = ["All"]
-        admission = self._admission("DELETE", {**opts, "kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"})
-        pinned = bool((opts.get("preconditions") or {}).get("resourceVersion"))
-
-        async def delete(options: Obj) -> Response:
-            await self.rest(r).delete(r, r.req.name, options, admission.admit, self._validation(admission))
-            return Response(201, orjson.dumps(SUCCESS_CREATED))
-
-        def at_version(pod: Obj) -> Obj:
-            pre = {**(opts.get("preconditions") or {}), "resourceVersion": pod["metadata"].get("resourceVersion")}
-            return {**opts, "preconditions": pre}
-
-        for attempt in range(EVICTION_ATTEMPTS):
-            pod = envelope.from_envelope(await self.rest(r).get(r, r.req.name))
-            if not eviction_rules.can_ignore_budget(pod):
-                break
-            try:
-                return await delete(at_version(pod) if eviction_rules.should_enforce_resource_version(pod)
-                                    and not pinned else opts)
-            except errors.Conflict:
-                if pinned or attempt == EVICTION_ATTEMPTS - 1:
-                    raise
-        budgets = eviction_rules.matching_budgets(pod, await self._budgets(r))
-        if len(budgets) > 1:
-            raise eviction_rules.more_than_one()
-        if not budgets:
-            return await delete(opts)
-        pdb = budgets[0]
-        if eviction_rules.unhealthy_may_go(pod, pdb):
-            try:
-                return await delete(opts if pinned else at_version(pod))
-            except errors.Conflict:
-                if pinned:
-                    raise
-                raise eviction_rules.still_processing(pdb["metadata"]["name"]) from None
-        if r.dry_run:
-            eviction_rules.check_and_decrement(pdb, r.req.name)
-        else:
-            pdb_r = self.request(rpb.APIRequest(
-                verb="update", group="policy", version="v1", resource="poddisruptionbudgets", subresource="status",
-                namespace=r.namespace, name=pdb["metadata"]["name"], user=APISERVER), "update")
-            def decrement(current: Obj) -> Obj:
-                # unpinned (no resourceVersion): a conflict with another eviction re-reads and checks again,
-                # as kube's RetryOnConflict does
-                pdb = eviction_rules.check_and_decrement(current, r.req.name)
-                pdb["metadata"].pop("resourceVersion", None)
-                return pdb
-
-            await self._update(pdb_r, decrement)
-        return await delete(opts)
-
-    async def _budgets(self, r: Request) -> list[Obj]:
-        """The PodDisruptionBudgets of the request's namespace (kube lists them through its loopback client)."""
-        info = self.catalogue.lookup("policy", "v1", "poddisruptionbudgets")
-        if info is None:
-            return []
-        resp = await self.store.list(info, spb.ListRequest(prefix=info.collection_prefix(r.namespace)), r.timing)
-        return [envelope.from_envelope(e) for e in resp.items]
-
-    # Reviews and TokenRequest (decoded here, answered by reviews.Reviews) --------------------
-
-    async def review(self, r: Request) -> Response:
-        if r.info.namespaced and not r.namespace:
-            # LocalSubjectAccessReview is only served under /namespaces/<ns>/.
-            raise errors.NotFound(NOT_FOUND_MESSAGE)
-        obj = await self.decoder.decode(r, r.req.body)
-        return Response(201, await self.reviews.review(r, obj))
-
-    async def token_request(self, r: Request) -> Response:
-        obj = await self.decoder.decode(r.as_token_request(), r.req.body)
-        return Response(201, await self.reviews.token_request(r, obj))

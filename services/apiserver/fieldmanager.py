@@ -17,20 +17,19 @@ which manager owns which fields, by operation (Apply, Update) and subresource.
 from __future__ import annotations
 
 import copy
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from services.apiserver.conversion import PathTranslator
-from services.apiserver.registry.rest import now_rfc3339
-from services.apiserver.registry.store import APPLY, UPDATE
-from services.apiserver.resource import ResourceInfo
 from services.common import errors
 
 from . import typed
-from .typed import Path
+from .conversion import PathTranslator
+from .registry.rest import now_rfc3339
+from .registry.store import APPLY, UPDATE
+from .resource import ResourceInfo
+from .typed import Parser, Path
 
 Obj = dict[str, Any]
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -120,10 +119,12 @@ def _plain(obj: Obj | None) -> Obj | None:
 
 
 class FieldManager:
-    """The field manager of one kind (its schema) served at one version."""
+    """The field manager of one kind (its schema among the parser's definitions) served at one version."""
 
-    def __init__(self, schema_name: str, api_version: str, paths: PathTranslator | None = None) -> None:
-        self.schema = typed.root(schema_name)
+    def __init__(self, parser: Parser, schema_name: str, api_version: str,
+                 paths: PathTranslator | None = None) -> None:
+        self.typed = parser
+        self.schema = parser.root(schema_name)
         self.api_version = api_version
         self.paths = paths
 
@@ -147,7 +148,7 @@ class FieldManager:
             meta.pop("managedFields", None)
 
     def _compare(self, live: Obj | None, new: Obj) -> tuple[set[Path], set[Path], set[Path]]:
-        added, removed, modified = typed.compare(_plain(live), _plain(new), self.schema)
+        added, removed, modified = self.typed.compare(_plain(live), _plain(new), self.schema)
         return _strip(added), _strip(removed), _strip(modified)
 
     # Update ----------------------------------------------------------------------------------
@@ -198,18 +199,18 @@ class FieldManager:
     def _apply(self, live: Obj | None, config: Obj, manager: str, subresource: str, force: bool) -> Obj:
         managers = self._decode((live or {}).get("metadata", {}).get("managedFields"))
         base = copy.deepcopy(_plain(live)) if live is not None else None
-        merged = typed.merge(base, config, self.schema)
+        merged = self.typed.merge(base, config, self.schema)
         mine = Entry(manager, APPLY, self.api_version, subresource)
         prev = managers.get(mine.key)
         last = prev.fields if prev else set()
-        mine.fields = _strip(typed.field_set(config, self.schema))
+        mine.fields = _strip(self.typed.field_set(config, self.schema))
         mine.time = prev.time if prev else ""
         managers[mine.key] = mine
         # what this applier applied before and no manager owns any more goes
         owned: set[Path] = set().union(*(e.fields for e in managers.values()))
         holding = {p[:i] for p in owned for i in range(1, len(p))}
         stale = {p for p in _named(last) if p not in owned and p not in holding}
-        new = typed.remove(merged, self.schema, stale)
+        new = self.typed.remove(merged, self.schema, stale)
         added, removed, modified = self._compare(live, new)
         changed = added | modified
         conflicts = {k: e.fields & changed for k, e in managers.items() if k != mine.key and e.fields & changed}
@@ -237,7 +238,7 @@ class FieldManager:
             return set()
         if not isinstance(last, dict):
             return set()
-        was, now = typed.leaves(last, self.schema), typed.leaves(_plain(live), self.schema)
+        was, now = self.typed.leaves(last, self.schema), self.typed.leaves(_plain(live), self.schema)
         return {p for p, val in was.items() if p in now and now[p] == val}
 
     @staticmethod
@@ -283,15 +284,10 @@ def _cap_updaters(managers: Managers) -> None:
         count -= 1
 
 
-@functools.cache
-def for_kind(schema_name: str, api_version: str, paths: PathTranslator | None = None) -> FieldManager:
-    return FieldManager(schema_name, api_version, paths)
-
-
-def for_resource(schema_name: str, info: ResourceInfo, paths: PathTranslator | None) -> FieldManager:
+def for_resource(parser: Parser, schema_name: str, info: ResourceInfo, paths: PathTranslator | None) -> FieldManager:
     """The field manager of a request to info (its version, and the other versions' entries translated by
     paths, the catalogue's field_paths(info))."""
-    return FieldManager(schema_name, info.api_version, paths)
+    return FieldManager(parser, schema_name, info.api_version, paths)
 
 
 def _named(paths: set[Path]) -> set[Path]:
