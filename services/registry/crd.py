@@ -30,7 +30,7 @@ from services.common import errors, identity
 from services.common.informer import Informer
 
 from . import watch
-from .endpoints.handlers import Handlers
+from services.apiserver.endpoints.handlers import Handlers
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from services.common import errors, identity
 from services.registry.admission import AdmissionClient
 from services.registry.auth import AuthClient
 from services.registry.crd import CRDController
-from services.registry.endpoints.handlers import Handlers
+from services.registry.rest import new_handlers
 from services.registry.storage_client import StorageClient
 
 from .conftest import Client
@@ -29,8 +29,8 @@ CT = "stable.example.com"
 
 @pytest.fixture
 async def env() -> AsyncIterator[tuple[Client, CRDController]]:
-    handlers = Handlers(new_catalogue(), StorageClient(FakeStorage()), AdmissionClient(FakeAdmission()),  # type: ignore[arg-type]
-                        AuthClient(FakeAuth()))  # type: ignore[arg-type]
+    handlers = new_handlers(new_catalogue(), StorageClient(FakeStorage()),  # type: ignore[arg-type]
+                            AdmissionClient(FakeAdmission()), AuthClient(FakeAuth()))  # type: ignore[arg-type]
     controller = CRDController(handlers)
     task = asyncio.create_task(controller.run())
     yield Client(handlers), controller
@@ -167,8 +167,9 @@ async def test_second_crd_with_taken_names_is_not_accepted(env):
 async def test_two_replicas_agree():
     """Two registry replicas over one storage: both serve the resource, the status is written once and stays."""
     storage = FakeStorage()
-    replicas = [Handlers(new_catalogue(), StorageClient(storage), AdmissionClient(FakeAdmission()),  # type: ignore[arg-type]
-                         AuthClient(FakeAuth())) for _ in range(2)]  # type: ignore[arg-type]
+    replicas = [new_handlers(new_catalogue(), StorageClient(storage),  # type: ignore[arg-type]
+                             AdmissionClient(FakeAdmission()), AuthClient(FakeAuth()))  # type: ignore[arg-type]
+                for _ in range(2)]
     controllers = [CRDController(h) for h in replicas]
     tasks = [asyncio.create_task(c.run()) for c in controllers]
     try:
