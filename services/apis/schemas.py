@@ -9,7 +9,7 @@ decoding (kube's "cannot unmarshal" errors), and the list semantics of strategic
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -143,46 +143,36 @@ def merge_keys(schema_name: str) -> dict[str, str]:
     primitives, merged by value). Paths name fields by dots; a list item's fields continue the list's
     path (`subsets.addresses`), as patch.py walks them.
     """
-    out: dict[str, str] = {}
-
-    def walk(schema: Schema, path: str, seen: frozenset[str]) -> None:
-        for name, prop in (schema.get("properties") or {}).items():
-            sub = f"{path}.{name}" if path else name
-            target, ref = _target(prop)
-            if target.get("type") == "array":
-                if "merge" in (prop.get("x-kubernetes-patch-strategy") or "").split(","):
-                    out[sub] = prop.get("x-kubernetes-patch-merge-key") or ""
-                target, ref = _target(target.get("items") or {})
-            if ref in seen:
-                continue
-            if target.get("properties"):
-                walk(target, sub, seen | {ref} if ref else seen)
-
-    walk(ALL[schema_name], "", frozenset({schema_name}))
-    return out
+    return {path: prop.get("x-kubernetes-patch-merge-key") or ""
+            for path, prop, target in _properties(schema_name)
+            if target.get("type") == "array"
+            and "merge" in (prop.get("x-kubernetes-patch-strategy") or "").split(",")}
 
 
 @functools.cache
 def replaced_fields(schema_name: str) -> frozenset[str]:
     """The maps strategic merge patch replaces whole (x-kubernetes-patch-strategy: replace, as
     PodDisruptionBudgetSpec.selector), by path as merge_keys names them."""
-    out: set[str] = set()
+    return frozenset(path for path, prop, _ in _properties(schema_name)
+                     if "replace" in (prop.get("x-kubernetes-patch-strategy") or "").split(","))
 
-    def walk(schema: Schema, path: str, seen: frozenset[str]) -> None:
+
+def _properties(schema_name: str) -> Iterator[tuple[str, Schema, Schema]]:
+    """Every property reachable from a definition, by dotted path (a list item's fields continue the list's
+    path): the path, the property, and what it resolves to ($ref followed)."""
+    def walk(schema: Schema, path: str, seen: frozenset[str]) -> Iterator[tuple[str, Schema, Schema]]:
         for name, prop in (schema.get("properties") or {}).items():
             sub = f"{path}.{name}" if path else name
-            if "replace" in (prop.get("x-kubernetes-patch-strategy") or "").split(","):
-                out.add(sub)
             target, ref = _target(prop)
+            yield sub, prop, target
             if target.get("type") == "array":
                 target, ref = _target(target.get("items") or {})
             if ref in seen:
                 continue
             if target.get("properties"):
-                walk(target, sub, seen | {ref} if ref else seen)
+                yield from walk(target, sub, seen | {ref} if ref else seen)
 
-    walk(ALL[schema_name], "", frozenset({schema_name}))
-    return frozenset(out)
+    yield from walk(ALL[schema_name], "", frozenset({schema_name}))
 
 
 def _target(schema: Schema) -> tuple[Schema, str]:

@@ -196,19 +196,6 @@ class ResourceStorage:
         async for part in answer:
             yield spb.RawListResponse.FromString(part)
 
-    async def list_all(self, info: ResourceInfo, prefix: str, label_selector: str = "",
-                       field_selector: str = "") -> list[pb.Object]:
-        """Every object under prefix, following continue tokens."""
-        out: list[pb.Object] = []
-        token = ""
-        while True:
-            resp = await self.list(info, spb.ListRequest(prefix=prefix, limit=500, label_selector=label_selector,
-                                                         field_selector=field_selector, **{"continue": token}))
-            out.extend(resp.items)
-            token = getattr(resp, "continue")
-            if not token:
-                return out
-
 
 class StorageListWatch:
     """The informer's ListWatch (services.common.informer) over one kind's objects in this storage, each

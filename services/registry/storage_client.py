@@ -102,19 +102,6 @@ class StorageClient:
                 async for payload, _ in parts:
                     yield spb.RawListResponse.FromString(payload)
 
-    async def list_all(self, info: ResourceInfo, prefix: str, label_selector: str = "",
-                       field_selector: str = "") -> list[pb.Object]:
-        """Every object under prefix, following continue tokens."""
-        out: list[pb.Object] = []
-        token = ""
-        while True:
-            resp = await self.list(info, spb.ListRequest(prefix=prefix, limit=500, label_selector=label_selector,
-                                                         field_selector=field_selector, **{"continue": token}))
-            out.extend(resp.items)
-            token = getattr(resp, "continue")
-            if not token:
-                return out
-
     def watch_raw(self, req: spb.WatchRequest) -> AsyncIterator[bytes]:
         """The watch's serialized WatchEvents (the same bytes object for every watch an event goes to)."""
         return self.watches.watch(req)

@@ -6,7 +6,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from services.apiserver import validation as v
-from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
+from services.apiserver.registry.rest import Obj, Strategy
 from services.common import cel
 
 # ---------------------------------------------------------------------------------------------------------
@@ -193,10 +193,7 @@ class AdmissionPolicyStrategy(Strategy):
         validate_policy_spec(spec, causes, self.mutating)
         return causes
 
-    def for_subresource(self, subresource: str) -> Strategy:
-        if subresource == "status":
-            return SubresourceStrategy(self, ("status",))
-        return self
+    status_subresource = True
 
 
 class MutatingAdmissionPolicyStrategy(AdmissionPolicyStrategy):

@@ -284,10 +284,7 @@ class CustomResourceStrategy(Strategy):
     def validate(self, obj: Obj) -> list[v.Cause]:
         return generic_meta(super().validate(obj)) + structural.validate(obj, self.schema)
 
-    def for_subresource(self, subresource: str) -> Strategy:
-        if subresource == "status":
-            return SubresourceStrategy(self, ("status",))
-        return self
+    status_subresource = True
 
     # Scale (the version's subresources.scale paths) ----------------------------------------------
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from services.apiserver import validation as v
-from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy, now_rfc3339
+from services.apiserver.registry.rest import Obj, Strategy, now_rfc3339
 
 
 def local_available_condition() -> dict[str, str]:
@@ -66,7 +66,4 @@ class APIServiceStrategy(Strategy):
             causes.append(v.invalid("spec.insecureSkipTLSVerify", True, "may not be true if caBundle is present"))
         return causes
 
-    def for_subresource(self, subresource: str) -> Strategy:
-        if subresource == "status":
-            return SubresourceStrategy(self, ("status",))
-        return self
+    status_subresource = True

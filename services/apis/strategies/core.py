@@ -296,10 +296,7 @@ class ResourceQuotaStrategy(Strategy):
                 causes.append(v.not_supported(f"spec.scopes[{i}]", sc, allowed))
         return causes
 
-    def for_subresource(self, subresource: str) -> Strategy:
-        if subresource == "status":
-            return SubresourceStrategy(self, ("status",))
-        return self
+    status_subresource = True
 
 
 # Nodes -------------------------------------------------------------------------
@@ -369,10 +366,7 @@ class NodeStrategy(Strategy):
                                       'node updates may not change providerID except from "" to valid'))
         return causes
 
-    def for_subresource(self, subresource: str) -> Strategy:
-        if subresource == "status":
-            return SubresourceStrategy(self, ("status",))
-        return self
+    status_subresource = True
 
 
 # LimitRanges -------------------------------------------------------------------

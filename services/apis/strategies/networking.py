@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from services.apiserver import validation as v
-from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
+from services.apiserver.registry.rest import Obj, Strategy
 
 from .rbac import validate_label_selector
 from .services import _iana_svc_name
@@ -148,10 +148,7 @@ class IngressStrategy(Strategy):
                                         "must be a valid IP address"))
         return causes
 
-    def for_subresource(self, subresource: str) -> Strategy:
-        if subresource == "status":
-            return SubresourceStrategy(self, ("status",))
-        return self
+    status_subresource = True
 
 
 class IngressClassStrategy(Strategy):

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from services.apiserver import validation as v
-from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
+from services.apiserver.registry.rest import Obj, Strategy
 
 from .rbac import validate_label_selector
 
@@ -67,7 +67,4 @@ class PodDisruptionBudgetStrategy(Strategy):
                 causes.append(v.invalid(f"status.{f}", n, NON_NEGATIVE))
         return causes
 
-    def for_subresource(self, subresource: str) -> Strategy:
-        if subresource == "status":
-            return SubresourceStrategy(self, ("status",))
-        return self
+    status_subresource = True

@@ -9,7 +9,7 @@ import copy
 from typing import Any, ClassVar
 
 from services.apiserver import validation as v
-from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
+from services.apiserver.registry.rest import Obj, Strategy
 
 from ..kinds import body_kind
 from . import podspec
@@ -195,10 +195,7 @@ class WorkloadStrategy(Strategy):
             causes.append(raw_invalid("spec.selector", go_selector(new_sel), "field is immutable"))
         return causes
 
-    def for_subresource(self, subresource: str) -> Strategy:
-        if subresource == "status":
-            return SubresourceStrategy(self, ("status",))
-        return self
+    status_subresource = True
 
     # Scale ---------------------------------------------------------------------------------
 

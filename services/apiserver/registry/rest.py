@@ -34,6 +34,8 @@ class Strategy:
     default_garbage_collection_policy = "DeleteDependents"
     # A deprecated served version's warning, sent with every answer to a request on it ("" : none).
     deprecation_warning = ""
+    # Whether /status is the kind's own strategy with only status kept (see for_subresource).
+    status_subresource = False
     # Whether a strategic merge patch applies: kube's custom resources have no patch strategies, so their
     # handler answers such a patch 415.
     strategic_merge_patch = True
@@ -96,6 +98,10 @@ class Strategy:
                                                                   old.get("metadata") or {})
 
     def for_subresource(self, subresource: str) -> "Strategy":
+        """The strategy of a subresource's writes: /status keeps all but status from the stored object
+        (kube's StatusStrategy) where the kind says it has one; other subresources write as the kind."""
+        if subresource == "status" and self.status_subresource:
+            return SubresourceStrategy(self, ("status",))
         return self
 
 

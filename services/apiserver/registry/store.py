@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from apiary_pb import envelope_pb2 as pb
+from apiary_pb import storage_pb2 as spb
 from services.common import envelope, errors
 
 from ..resource import ResourceInfo
@@ -98,8 +99,22 @@ class Storage(Protocol):
     async def delete(self, info: ResourceInfo, namespace: str, name: str, uid: str = "",
                      resource_version: str = "", timing: Timing | None = None) -> pb.Object: ...
 
-    async def list_all(self, info: ResourceInfo, prefix: str, label_selector: str = "",
-                       field_selector: str = "") -> list[pb.Object]: ...
+    async def list(self, info: ResourceInfo, req: spb.ListRequest,
+                   timing: Timing | None = None) -> spb.ListResponse: ...
+
+
+async def list_all(storage: Storage, info: ResourceInfo, prefix: str, label_selector: str = "",
+                   field_selector: str = "") -> list[pb.Object]:
+    """Every object under prefix, following continue tokens."""
+    out: list[pb.Object] = []
+    token = ""
+    while True:
+        resp = await storage.list(info, spb.ListRequest(prefix=prefix, limit=500, label_selector=label_selector,
+                                                        field_selector=field_selector, **{"continue": token}))
+        out.extend(resp.items)
+        token = getattr(resp, "continue")
+        if not token:
+            return out
 
 
 # The field manager's record of an Update: (scope, the object, the current object or None on create).
@@ -353,8 +368,8 @@ class Store:
     async def delete_collection(self, r: Scope, opts: Obj, label_selector: str, field_selector: str,
                                 admit: AdmitFunc, validate: ValidateFunc) -> list[pb.Object]:
         """Every object the selectors match, deleted one by one (one gone meanwhile is skipped)."""
-        listed = await self.storage.list_all(r.info, r.info.collection_prefix(r.namespace), label_selector,
-                                             field_selector)
+        listed = await list_all(self.storage, r.info, r.info.collection_prefix(r.namespace), label_selector,
+                                field_selector)
         deleted: list[pb.Object] = []
         for item in listed:
             sub = r.for_item(item.metadata.namespace)
