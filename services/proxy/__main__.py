@@ -8,6 +8,8 @@ from collections.abc import Callable
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.audit import options as audit_options
+from services.apiserver.audit import policy as audit
 from services.apiserver.fielderrors import ConfigError
 from services.apiserver.filters.requestheader import (
     DEFAULT_EXTRA_PREFIXES,
@@ -22,8 +24,6 @@ from services.common import config, duration, grpcutil, runtime
 
 from .aggregator.authentication_trust import AuthenticationTrust
 from .app import ProxyApp
-from .auditing import options as audit_options
-from .filters import audit
 from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
 
 
