@@ -33,10 +33,12 @@ from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from services.apiserver import discovery, httpclient, kubeconfig, negotiation, openapi_v2
 from services.apiserver import serving as https
+from services.apiserver.audit import metrics as audit_metrics
 from services.apiserver.audit import options as audit_options
-from services.apiserver.audit.policy import Auditor, Event, now
+from services.apiserver.audit.policy import Auditor, Event
 from services.apiserver.catalogue import Catalogue
 from services.apiserver.endpoints.handlers import Admission, Handlers
+from services.apiserver.filters.audit import new_event
 from services.apiserver.filters.timeout import (
     REQUEST_TIMEOUT,
     TIMEOUT_BODY,
@@ -340,17 +342,13 @@ class APIServer:
             return None
         sent = _header(headers, b"audit-id")
         audit_id = sent if _AUDIT_ID.fullmatch(sent) else str(uuid.uuid4())
-        forwarded = [ip.strip() for ip in _header(headers, b"x-forwarded-for").split(",") if ip.strip()]
-        client = scope.get("client")
-        if client and client[0] not in forwarded:
-            forwarded.append(client[0])
-        qs = scope.get("query_string", b"").decode("latin-1")
-        event = self.auditor.begin(audit_id, info, user, f"{scope['path']}?{qs}" if qs else scope["path"],
-                                   forwarded, _header(headers, b"user-agent"), now())
+        event = new_event(self.auditor, audit_id, info, user, scope["path"], scope.get("query_string", b""),
+                          headers, scope)
         if event is None:
             return None
         scope[AUDIT_EVENT] = event
         if not event.stage("RequestReceived"):
+            audit_metrics.REQUEST_REJECTED.inc()  # blocking-strict: kube fails the request
             raise InternalError("Internal error occurred: failed to store audit event")
         return event
 

@@ -6,29 +6,37 @@ are the Auditor passed in (services/apiserver/audit).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from apiary_pb import envelope_pb2 as pb
 from services.common.errors import InternalError
 
 from ..audit import metrics as audit_metrics
-from ..audit.policy import Auditor, now
+from ..audit.policy import Auditor, Event, now
+from ..requestinfo import RequestInfo
 from . import Handler, RequestContext
 
 
-def _begin(auditor: Auditor, ctx: RequestContext, user: pb.UserInfo | None) -> bool:
-    """Begin the request's audit event; False when its RequestReceived stage could not be stored."""
-    qs = ctx.query_string.decode("latin-1")
+def new_event(auditor: Auditor, audit_id: str, info: RequestInfo, user: pb.UserInfo | None, path: str,
+              query_string: bytes, raw_headers: list[tuple[bytes, bytes]], scope: dict[str, Any]) -> Event | None:
+    """A request's audit event as the policy decides it (None: not audited): the request URI, the
+    source IPs (X-Forwarded-For, then the ASGI scope's peer), the user agent."""
+    qs = query_string.decode("latin-1")
     forwarded, agent = [], ""
-    for k, v in ctx.raw_headers:
+    for k, v in raw_headers:
         if k == b"x-forwarded-for":
             forwarded += [ip.strip() for ip in v.decode("latin-1").split(",") if ip.strip()]
         elif k == b"user-agent":
             agent = v.decode("latin-1")
-    client = ctx.scope.get("client")
+    client = scope.get("client")
     if client and client[0] not in forwarded:
         forwarded.append(client[0])
-    ev = auditor.begin(ctx.audit_id, ctx.info, user, f"{ctx.path}?{qs}" if qs else ctx.path, forwarded,
-                       agent, now())
+    return auditor.begin(audit_id, info, user, f"{path}?{qs}" if qs else path, forwarded, agent, now())
+
+
+def _begin(auditor: Auditor, ctx: RequestContext, user: pb.UserInfo | None) -> bool:
+    """Begin the request's audit event; False when its RequestReceived stage could not be stored."""
+    ev = new_event(auditor, ctx.audit_id, ctx.info, user, ctx.path, ctx.query_string, ctx.raw_headers, ctx.scope)
     if ev is None:
         return True
     ctx.audit = ev
