@@ -1,10 +1,12 @@
 """Command-line flags of a kit server, with kube's names (RecommendedOptions: SecureServing, Etcd,
-DelegatingAuthentication, DelegatingAuthorization)."""
+DelegatingAuthentication, DelegatingAuthorization, Audit)."""
 from __future__ import annotations
 
 import argparse
 
+from services.apiserver.audit import options as audit_options
 from services.common.duration import flag
+
 
 def _list(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
@@ -63,5 +65,14 @@ def parser(prog: str, description: str, etcd_prefix: str) -> argparse.ArgumentPa
                    help="paths served without authentication or authorization (a trailing * matches a prefix)")
     p.add_argument("--disable-admission-plugins", type=_list, default=[],
                    help="built-in admission plug-ins to turn off (NamespaceLifecycle)")
+    audit_options.add_flags(p)
     p.add_argument("-v", type=int, default=0, help="log verbosity")
     return p
+
+
+def parse_args(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The flags, checked as kube checks them (the audit backends' settings)."""
+    args = p.parse_args(argv)
+    for err in audit_options.validate(args):
+        p.error(err)
+    return args

@@ -1,7 +1,8 @@
 """APIServer: the kit's HTTPS server for one API group, as a FastAPI application.
 
-Every request passes the kit's ASGI front (`APIServer.__call__`): authentication, then
-authorization (except --authorization-always-allow-paths), then either the lean resource path
+Every request passes the kit's ASGI front (`APIServer.__call__`): authentication, the audit event
+begun (the library's audit policy and backends, --audit-*), then authorization (except
+--authorization-always-allow-paths), then either the lean resource path
 (the kinds' get/list/watch/create/update/patch/delete, discovery, OpenAPI, health, metrics: no
 routing table, no framework objects) or the FastAPI application `server.app`, where a server
 adds custom subresources and non-resource routes in FastAPI's idiom. Those routes find the
@@ -15,7 +16,9 @@ import contextlib
 import logging
 import os
 import random
+import re
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -30,8 +33,12 @@ from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from services.apiserver import discovery, httpclient, kubeconfig, negotiation, openapi_v2
 from services.apiserver import serving as https
+from services.apiserver.audit import metrics as audit_metrics
+from services.apiserver.audit import options as audit_options
+from services.apiserver.audit.policy import Auditor, Event
 from services.apiserver.catalogue import Catalogue
 from services.apiserver.endpoints.handlers import Admission, Handlers
+from services.apiserver.filters.audit import new_event
 from services.apiserver.filters.timeout import (
     REQUEST_TIMEOUT,
     TIMEOUT_BODY,
@@ -54,13 +61,15 @@ from .kinds import catalogue, hub
 from .lifecycle import NamespaceLifecycle
 from .metrics import LATENCY, LONGRUNNING, REGISTRY, REQUESTS
 from .openapi import Definitions
-from .options import parser
+from .options import parse_args, parser
 from .storage import ResourceStorage, Storage, StorageListWatch
 from .watch import events, until_timeout
 
 log = logging.getLogger("services.kit")
 
 JSON = "application/json"
+AUDIT_EVENT = "apiary.audit"  # the request's audit event in the ASGI scope, for the handlers that read the body
+_AUDIT_ID = re.compile(r"[!-~]{1,128}")
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -109,6 +118,7 @@ class APIServer:
         self.lifecycle: NamespaceLifecycle | None = None
         self.reloader: authconfig.Reloader | None = None
         self._https: https.Server | None = None
+        self.auditor: Auditor | None = None
 
     # what plug-ins and routes use --------------------------------------------------------------------
 
@@ -153,6 +163,7 @@ class APIServer:
                                  ResourceStorage(self.storage), self.definitions, admission)
         self.min_request_timeout = args.min_request_timeout
         self.request_timeout = args.request_timeout
+        self.auditor = audit_options.auditor(args)
         for kind in self.kinds:
             kind.strategy.initialize(self)
         for plugin in self.admission:
@@ -212,7 +223,8 @@ class APIServer:
 
     def main(self, argv: Sequence[str] | None = None) -> None:
         """Parse kube-style flags and serve until SIGTERM/SIGINT."""
-        args = parser(f"python -m services.{self.name}", self.__doc__ or "", self.default_etcd_prefix).parse_args(argv)
+        args = parse_args(parser(f"python -m services.{self.name}", self.__doc__ or "", self.default_etcd_prefix),
+                          None if argv is None else list(argv))
         runtime.setup_logging(self.name, args.v)
         runtime.run(lambda stop: self.serve(args, stop))
 
@@ -221,6 +233,8 @@ class APIServer:
         assert self.storage is not None
         trust = await self._delegation(args)
         await self.storage.start()
+        if self.auditor is not None:
+            await self.auditor.start()
         for inf in self.informers.values():
             inf.start()
         if self.lifecycle is not None:
@@ -243,6 +257,8 @@ class APIServer:
             if self.reloader is not None:
                 await self.reloader.stop()
             await self.storage.stop()
+            if self.auditor is not None:  # after the listener has drained: every event is delivered
+                await self.auditor.stop()
             for close in self._closers:
                 await close()
 
@@ -267,6 +283,8 @@ class APIServer:
         labels = ("", "", "", "")
         code = 500
         started = False
+        event: Event | None = None
+        failure: APIError | None = None
 
         async def tracked(message: dict[str, Any]) -> None:
             nonlocal started
@@ -285,6 +303,7 @@ class APIServer:
             try:
                 async with asyncio.timeout_at(deadline):
                     user = await self.authn.authenticate(scope)
+                    event = self._audit(scope, info, user, query, headers)
                     if not self.authz.always_allowed(path):
                         if user is None:
                             raise Unauthorized("Unauthorized")
@@ -297,16 +316,41 @@ class APIServer:
                 code = 504  # as kube's WithTimeoutForNonLongRunningRequests writes it
                 await _respond(send, code, TIMEOUT_BODY, TIMEOUT_CONTENT_TYPE)
         except APIError as e:
+            failure = e
             code, body = _status(e)
             await _respond(send, code, body, JSON, e.headers)
         except Exception as e:  # noqa: BLE001 - anything else is a 500 Status, never a dropped connection
             log.exception("%s %s failed", method, path)
-            code, body = _status(InternalError(f"{type(e).__name__}: {e}"))
+            failure = InternalError(f"{type(e).__name__}: {e}")
+            code, body = _status(failure)
             await _respond(send, code, body, JSON)
+            if event is not None:
+                event.stage("Panic", code, failure)
+                event = None
         finally:
+            if event is not None:  # kube's WithAuditInit: the event completes once the answer is out
+                event.stage("ResponseComplete", code, failure if failure is not None and code >= 400 else None)
             verb, group, version, resource = labels
             REQUESTS.labels(verb, group, version, resource, str(code)).inc()
             LATENCY.labels(verb, group, version, resource).observe(time.perf_counter() - start)
+
+    def _audit(self, scope: dict[str, Any], info: RequestInfo, user: pb.UserInfo | None, query: dict[str, str],
+               headers: list[tuple[bytes, bytes]]) -> Event | None:
+        """Begin the request's audit event (kube's WithAudit, after authentication): None when the policy
+        does not audit it; a 500 when its RequestReceived stage could not be stored (blocking-strict)."""
+        if self.auditor is None:
+            return None
+        sent = _header(headers, b"audit-id")
+        audit_id = sent if _AUDIT_ID.fullmatch(sent) else str(uuid.uuid4())
+        event = new_event(self.auditor, audit_id, info, user, scope["path"], scope.get("query_string", b""),
+                          headers, scope)
+        if event is None:
+            return None
+        scope[AUDIT_EVENT] = event
+        if not event.stage("RequestReceived"):
+            audit_metrics.REQUEST_REJECTED.inc()  # blocking-strict: kube fails the request
+            raise InternalError("Internal error occurred: failed to store audit event")
+        return event
 
     async def _route(self, scope: dict[str, Any], receive: Any, send: Send, info: RequestInfo,
                      query: dict[str, str], headers: list[tuple[bytes, bytes]], user: Any) -> int:
@@ -382,6 +426,8 @@ class APIServer:
             ctype = _header(headers, b"content-type")
             if body and info.verb != "patch":
                 body, _ = negotiation.decode_body(info.verb, ctype, body)
+            if AUDIT_EVENT in scope:
+                scope[AUDIT_EVENT].set_request(body)
         table = out.table and info.verb in ("get", "list", "watch")
         assert self.handlers is not None and self.storage is not None
         req = rpb.APIRequest(verb=info.verb, group=info.api_group, version=info.api_version,
@@ -389,9 +435,12 @@ class APIServer:
                              body=body, content_type=ctype, table=table, user=user,
                              user_agent=_header(headers, b"user-agent"))
         if info.verb == "watch":
-            return await self._watch(receive, send, events(self.handlers, self.storage, req), query, info)
+            return await self._watch(receive, send, events(self.handlers, self.storage, req), query, info,
+                                     scope.get(AUDIT_EVENT))
         resp, timing = await self.handlers.handle(req)
         data = resp.body
+        if AUDIT_EVENT in scope:
+            scope[AUDIT_EVENT].set_response(data)
         if out.format == "yaml":
             data = negotiation.json_to_yaml(data)
         stages = {"Server-Timing": ", ".join(f"{name};dur={ms:.2f}" for name, ms in timing.items())} if timing else None
@@ -399,7 +448,7 @@ class APIServer:
         return resp.code
 
     async def _watch(self, receive: Any, send: Send, lines: AsyncIterator[bytes], query: dict[str, str],
-                     info: RequestInfo) -> int:
+                     info: RequestInfo, event: Event | None) -> int:
         try:
             timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else \
                 self.min_request_timeout * (1 + random.random())
@@ -408,6 +457,8 @@ class APIServer:
         events = until_timeout(lines, timeout)
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", JSON.encode()), (b"cache-control", b"no-cache, private")]})
+        if event is not None:
+            event.stage("ResponseStarted", 200)
 
         async def pump() -> None:
             async for line in events:

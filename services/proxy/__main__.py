@@ -8,7 +8,7 @@ from collections.abc import Callable
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.apiserver.fielderrors import ConfigError
+from services.apiserver.audit import options as audit_options
 from services.apiserver.filters.requestheader import (
     DEFAULT_EXTRA_PREFIXES,
     DEFAULT_GROUP_HEADERS,
@@ -22,8 +22,6 @@ from services.common import config, duration, grpcutil, runtime
 
 from .aggregator.authentication_trust import AuthenticationTrust
 from .app import ProxyApp
-from .auditing import options as audit_options
-from .filters import audit
 from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
 
 
@@ -105,19 +103,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def auditor(args: argparse.Namespace) -> audit.Auditor | None:
-    """kube audits only with both a policy and a backend (the log, the webhook or both)."""
-    if not (args.audit_policy_file and (args.audit_log_path or args.audit_webhook_config_file)):
-        return None
-    try:
-        policy = audit.Policy.load(args.audit_policy_file)
-        backend = audit_options.build(args)
-    except (audit.PolicyError, ConfigError) as e:
-        raise SystemExit(str(e)) from None
-    assert backend is not None
-    return audit.Auditor(policy, backend)
-
-
 class HTTPSListener:
     """The HTTPS server as the service's listener: shutdown ends the open watches (begin_shutdown),
     stops accepting and lets the requests in flight finish (serve_until)."""
@@ -142,7 +127,7 @@ class HTTPSListener:
 
 async def assemble(service: runtime.Service) -> str:
     args = service.args
-    audit_sink = auditor(args)
+    audit_sink = audit_options.auditor(args)
     channels = {peer: service.channel(getattr(args, f"{peer}_address")) for peer in ("auth", "apf", "registry")}
     proxy = ProxyApp(
         agrpc.AuthStub(channels["auth"]), fgrpc.FlowControlStub(channels["apf"]),

@@ -14,7 +14,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
+from services.apiserver.audit.policy import Auditor
 from services.apiserver.filters import Handler
+from services.apiserver.filters.audit import failed_authentication_audit, with_audit, with_audit_init
 from services.apiserver.filters.authentication import with_authentication
 from services.apiserver.filters.authorization import with_authorization
 from services.apiserver.filters.impersonation import Impersonator, with_impersonation
@@ -46,7 +48,6 @@ from .discovery import VERSION_INFO, Discovery
 from .encoding import for_kind
 from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT, SeatClient
 from .filters.apiservice import with_remote_apiservice
-from .filters.audit import Auditor, failed_authentication_audit, with_audit, with_audit_init
 from .filters.authn import Authenticator
 from .filters.authz import Authorizer
 from .filters.body import BODY_METHODS, with_request_body

@@ -18,11 +18,11 @@ from services.common.errors import APIError, RequestEntityTooLarge
 from .encoding import encode_error
 
 if TYPE_CHECKING:
+    from services.apiserver.audit.policy import Event
     from services.apiserver.negotiation import Output
     from services.apiserver.requestinfo import RequestInfo
 
     from .filters.apf import Seat
-    from .filters.audit import Event
 
 
 T = TypeVar("T")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,9 +17,9 @@ import orjson
 import pytest
 from fastapi import Request
 
-from services import kit
+from services import kit, pizza
 from services.common.errors import Conflict
-from services.kit.options import parser
+from services.kit.options import parse_args, parser
 
 GROUP = "widgets.example.com"
 
@@ -170,3 +171,50 @@ async def test_server_timing_names_the_storage_stage(widgets: httpx.AsyncClient)
     assert r.status_code == 201 and "storage;dur=" in r.headers["server-timing"]
     r = await widgets.get(f"{base}/timed")
     assert r.status_code == 200 and "storage;dur=" in r.headers["server-timing"]
+
+
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: RequestResponse
+  resources:
+  - group: restaurant.programming-kubernetes.info
+    resources: ["pizzas"]
+- level: None
+"""
+
+
+async def test_an_audit_event_for_a_request_to_the_pizza_server(etcd: str, tmp_path: Path) -> None:
+    """The kit audits as kube-apiserver does, with the library's policy and log backend (--audit-*)."""
+    (tmp_path / "policy.yaml").write_text(AUDIT_POLICY)
+    log = tmp_path / "audit.log"
+    server = pizza.server()
+    args = parse_args(parser("pizza", "", "/pizza"), [
+        "--tls-cert-file", "unused", "--tls-private-key-file", "unused", "--etcd-servers", etcd,
+        "--etcd-prefix", f"/pizza-{uuid.uuid4().hex[:8]}", "--audit-policy-file", str(tmp_path / "policy.yaml"),
+        "--audit-log-path", str(log)])
+    server.configure(args)
+    assert server.storage is not None and server.auditor is not None
+    await server.storage.start()
+    await server.auditor.start()
+    app = WithCertificate(server, "chef", ["system:masters"])
+    base = "/apis/restaurant.programming-kubernetes.info/v1alpha1/namespaces/default/pizzas"
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://kit") as c:
+            assert (await c.get(base, headers={"Audit-ID": "pizza-list"})).status_code == 200
+            assert (await c.get(f"{base}/missing")).status_code == 404
+            assert (await c.get("/healthz")).status_code == 200  # level None: no event
+    finally:
+        await server.auditor.stop()
+        await server.storage.stop()
+    events = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+    assert [(e["kind"], e["stage"], e["verb"], e["objectRef"]["resource"], e["responseStatus"]["code"])
+            for e in events] == [("Event", "ResponseComplete", "list", "pizzas", 200),
+                                 ("Event", "ResponseComplete", "get", "pizzas", 404)]
+    listed, missing = events
+    assert listed["auditID"] == "pizza-list" and missing["auditID"] != "pizza-list"
+    assert listed["user"]["username"] == "chef" and "system:masters" in listed["user"]["groups"]
+    assert listed["level"] == "RequestResponse" and listed["responseObject"]["kind"] == "PizzaList"
+    assert missing["objectRef"]["name"] == "missing" and missing["responseStatus"]["reason"] == "NotFound"

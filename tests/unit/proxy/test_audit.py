@@ -7,11 +7,10 @@ import orjson
 import pytest
 
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.audit.log import LogBackend
+from services.apiserver.audit.policy import Auditor, Policy, PolicyError, now
 from services.apiserver.requestinfo import parse
 from services.common.errors import Forbidden
-from services.proxy.auditing.log import LogBackend
-from services.proxy.filters.audit import Auditor, Policy, PolicyError, now
-
 from tools.run import DEFAULT_AUDIT_POLICY
 
 ALICE = pb.UserInfo(name="alice", groups=["devs", "system:authenticated"])

@@ -9,11 +9,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from services.proxy.auditing import IgnoreErrors, Union, metrics
-from services.proxy.auditing import options
-from services.proxy.auditing.buffered import BatchConfig, BufferedBackend
-from services.proxy.auditing.log import LogBackend
-from services.proxy.auditing.truncate import TruncateBackend
+from services.apiserver.audit import IgnoreErrors, Union, metrics, options
+from services.apiserver.audit.buffered import BatchConfig, BufferedBackend
+from services.apiserver.audit.log import LogBackend
+from services.apiserver.audit.truncate import TruncateBackend
 from tests.waiting import until
 
 

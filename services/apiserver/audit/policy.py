@@ -1,10 +1,7 @@
-"""Auditing, as kube-apiserver's: an audit.k8s.io/v1 Policy decides each request's level, and one
-audit.k8s.io/v1 Event per stage goes to the backends (services/proxy/auditing: log, webhook, batch
-mode, truncation).
-
-The filters: with_audit_init (outermost but the request log) completes the event once the answer is
-written, with_audit begins it after authentication, failed_authentication_audit for a request that
-authentication refused.
+"""Auditing, as kube-apiserver's (k8s.io/apiserver/pkg/audit): an audit.k8s.io/v1 Policy decides each
+request's level, and one audit.k8s.io/v1 Event per stage goes to the backends (this package: log,
+webhook, batch mode, truncation). The filters that begin and complete the events are in
+services/apiserver/filters/audit.py.
 
 Stages: RequestReceived once the request is authenticated, ResponseStarted when a long-running
 request (a watch) has sent its headers, ResponseComplete when the response is done, Panic when
@@ -15,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,17 +19,23 @@ from typing import Any
 import orjson
 
 from apiary_pb import envelope_pb2 as pb
-from services.apiserver.configdecode import (Document, Field, StrictDecodingError, Struct, UnknownKind, decode,
-                                               read_yaml)
+from services.apiserver.configdecode import (
+    Document,
+    Field,
+    StrictDecodingError,
+    Struct,
+    UnknownKind,
+    decode,
+    read_yaml,
+)
 from services.apiserver.fielderrors import ConfigError, FieldErrors, invalid_go, quote
-from services.apiserver.filters import Handler, RequestContext
 from services.apiserver.requestinfo import RequestInfo
 from services.apiserver.validation import is_dns1123_subdomain
-from services.common.errors import APIError, InternalError
+from services.common.errors import APIError
 from services.common.identity import user_dict
 
-from ..auditing import Backend
-from ..auditing import metrics as audit_metrics
+from . import Backend
+from . import metrics as audit_metrics
 
 log = logging.getLogger(__name__)
 
@@ -392,75 +394,3 @@ class Event:
 def now() -> str:
     """The time a request was received, as audit events carry it."""
     return _timestamp()
-
-
-def _begin(auditor: Auditor, ctx: RequestContext, user: pb.UserInfo | None) -> bool:
-    """Begin the request's audit event; False when its RequestReceived stage could not be stored."""
-    qs = ctx.query_string.decode("latin-1")
-    forwarded, agent = [], ""
-    for k, v in ctx.raw_headers:
-        if k == b"x-forwarded-for":
-            forwarded += [ip.strip() for ip in v.decode("latin-1").split(",") if ip.strip()]
-        elif k == b"user-agent":
-            agent = v.decode("latin-1")
-    client = ctx.scope.get("client")
-    if client and client[0] not in forwarded:
-        forwarded.append(client[0])
-    ev = auditor.begin(ctx.audit_id, ctx.info, user, f"{ctx.path}?{qs}" if qs else ctx.path, forwarded,
-                       agent, now())
-    if ev is None:
-        return True
-    ctx.audit = ev
-    if ev.wants_response and ctx.info.verb != "watch":
-        ctx.response_chunks = []
-    return ev.stage("RequestReceived")
-
-
-def with_audit(handler: Handler, auditor: Auditor | None) -> Handler:
-    """kube's WithAudit: the event begins once the user is known (before impersonation)."""
-    if auditor is None:
-        return handler
-
-    def audit(ctx: RequestContext) -> Awaitable[None]:
-        if not _begin(auditor, ctx, ctx.user):
-            audit_metrics.REQUEST_REJECTED.inc()  # blocking-strict: kube fails the request
-            raise InternalError("Internal error occurred: failed to store audit event")
-        return handler(ctx)
-    return audit
-
-
-def failed_authentication_audit(auditor: Auditor | None) -> Callable[[RequestContext], None] | None:
-    """kube's WithFailedAuthenticationAudit: a request refused 401 is audited too, without a user."""
-    if auditor is None:
-        return None
-
-    def failed(ctx: RequestContext) -> None:
-        _begin(auditor, ctx, None)
-    return failed
-
-
-def with_audit_init(handler: Handler, auditor: Auditor | None) -> Handler:
-    """The request's audit context (kube's WithAuditInit): the event with_audit or a failed
-    authentication began inside is completed here, once the answer (a Status, a 504) is written."""
-    if auditor is None:
-        return handler
-
-    async def audit_init(ctx: RequestContext) -> None:
-        try:
-            await handler(ctx)
-        finally:
-            if ctx.audit is not None:
-                _complete(ctx)
-    return audit_init
-
-
-def _complete(ctx: RequestContext) -> None:
-    ev, failure = ctx.audit, ctx.failure
-    if failure is not None and failure.audit_annotations:  # a refusal's admission annotations
-        ev.annotations.update(failure.audit_annotations)
-    chunks = ctx.response_chunks
-    if chunks:
-        ev.set_response(b"".join(chunks))
-    code = failure.code if failure is not None and not ctx.response_started else (ctx.code or 500)
-    ev.stage("Panic" if ctx.panic else "ResponseComplete", code,
-             failure if failure is not None and code >= 400 else None)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 
+from services.apiserver.fielderrors import ConfigError
 from services.common import duration
 
 from . import Backend, IgnoreErrors, Union
 from .buffered import BatchConfig, BufferedBackend
 from .log import LogBackend
+from .policy import Auditor, Policy, PolicyError
 from .truncate import TruncateBackend
 from .webhook import INITIAL_BACKOFF, WebhookBackend
 
@@ -160,3 +162,16 @@ def build(args: argparse.Namespace) -> Backend | None:
     if not backends:
         return None
     return backends[0] if len(backends) == 1 else Union(backends)
+
+
+def auditor(args: argparse.Namespace) -> Auditor | None:
+    """kube audits only with both a policy and a backend (the log, the webhook or both)."""
+    if not (args.audit_policy_file and (args.audit_log_path or args.audit_webhook_config_file)):
+        return None
+    try:
+        policy = Policy.load(args.audit_policy_file)
+        backend = build(args)
+    except (PolicyError, ConfigError) as e:
+        raise SystemExit(str(e)) from None
+    assert backend is not None
+    return Auditor(policy, backend)

@@ -1,6 +1,6 @@
 """Audit backends as kube-apiserver's (k8s.io/apiserver/plugin/pkg/audit): where the audit events the
 policy keeps go. A backend takes events (audit.k8s.io/v1 Event objects as dicts) with process(),
-answering whether they were stored, and is started and stopped (flushed) with the proxy.
+answering whether they were stored, and is started and stopped (flushed) with the server.
 
 - log.py: one JSON line per event to a file, rotated (--audit-log-*);
 - webhook.py: audit.k8s.io/v1 EventList batches POSTed to a webhook (--audit-webhook-*);
