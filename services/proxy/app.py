@@ -40,7 +40,7 @@ from services.common.informer import Informer
 from services.common.metrics import exposition as metrics_exposition
 
 from . import metrics
-from .aggregator import Aggregator
+from .aggregator.apiserver import Aggregator
 from .authz_invalidation import AuthzCacheInvalidator
 from .context import Context
 from .decoder import BodyDecoder

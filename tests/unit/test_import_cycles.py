@@ -34,7 +34,8 @@ def imported(node: ast.Import | ast.ImportFrom, module: str, package: bool) -> l
 
 def graph() -> dict[str, set[str]]:
     """Module -> the modules of services/ it imports. `from p import x` is an edge to p.x when that is a
-    module, else to p (where x is defined)."""
+    module, else to p (where x is defined); importing a module also runs its packages' __init__ (an edge to
+    each package the importer is not itself inside)."""
     known = modules()
     out: dict[str, set[str]] = {}
     for module, (path, package) in known.items():
@@ -47,7 +48,16 @@ def graph() -> dict[str, set[str]]:
                     name = name.rpartition(".")[0]
                 if name and name != module:
                     deps.add(name)
+                    deps.update(_outer_packages(name, module, known))
     return out
+
+
+def _outer_packages(name: str, importer: str, known: dict[str, tuple[Path, bool]]) -> list[str]:
+    """The packages whose __init__ importing `name` runs first: its ancestors, except those the importer
+    is itself inside (already being initialised when it runs)."""
+    parts = name.split(".")
+    outer = [".".join(parts[:i]) for i in range(1, len(parts))]
+    return [p for p in outer if p in known and importer != p and not importer.startswith(p + ".")]
 
 
 def cycles(g: dict[str, set[str]]) -> list[list[str]]:

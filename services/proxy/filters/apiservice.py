@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from services.apiserver.filters import Handler
 
-from ..aggregator import Aggregator
+from ..aggregator.apiserver import Aggregator
 
 if TYPE_CHECKING:
     from ..context import Context
