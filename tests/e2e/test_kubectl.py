@@ -92,7 +92,9 @@ def test_secret_roundtrip(kubectl):
 
 
 def _read_until(proc, wanted: list[str], timeout: float = 30) -> list[str]:
-    """Lines of a `kubectl get -w` until every wanted word has been seen (raw reads: no hidden buffering)."""
+    """Complete lines of a `kubectl get -w` until every wanted word has been seen (raw reads: no hidden
+    buffering). Only lines ended by a newline count: a read can end in the middle of a line (kubectl
+    writes a row in more than one piece), and a row cut after its first word is not yet the row."""
     import os
     import select
 
@@ -100,7 +102,8 @@ def _read_until(proc, wanted: list[str], timeout: float = 30) -> list[str]:
     buf = b""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        lines = [line.strip() for line in buf.decode(errors="replace").splitlines()]
+        complete = buf.decode(errors="replace").split("\n")[:-1]
+        lines = [line.strip() for line in complete]
         if all(any(w in line for line in lines) for w in wanted):
             return lines
         ready, _, _ = select.select([fd], [], [], 0.5)
