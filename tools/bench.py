@@ -258,7 +258,8 @@ def _configmap(name: str) -> bytes:
                        "data": {"key": "value-" * 20}}).encode()
 
 
-async def bench_core(stack: Stack, concurrency: int, n: int, rounds: int) -> dict[str, Any]:
+async def bench_core(stack: Stack, concurrency: int, n: int, rounds: int,
+                     open_rates: tuple[float, float] | None = None) -> dict[str, Any]:
     """apiary's GET, LIST of 1,000 and CREATE over HTTPS, each measured in rounds beside its baseline:
     raw etcd puts then CREATE, the bare hello-world on the proxy's HTTP stack then GET and LIST. Then
     raw etcd gets (a reference), and GET and CREATE in open loop at half their sustained rate."""
@@ -339,8 +340,11 @@ async def bench_core(stack: Stack, concurrency: int, n: int, rounds: int) -> dic
         await etcd.delete_prefix(b"/bench/raw/")
         # Open loop at half the rate each sustained closed-loop (the issue's latency figure).
         seconds = max(3.0, n / 200)
-        open_get = await apiary.measure(open_loop(core["get"]["rate"] / 2, seconds, get, mk))
-        open_create = await apiary.measure(open_loop(core["create"]["rate"] / 2, seconds, create, mk))
+        # A fixed offered rate instead (--open-rate GET,CREATE) compares two builds at the same load:
+        # half of a closed-loop rate that moved between them is not the same load.
+        get_rate, create_rate = open_rates or (core["get"]["rate"] / 2, core["create"]["rate"] / 2)
+        open_get = await apiary.measure(open_loop(get_rate, seconds, get, mk))
+        open_create = await apiary.measure(open_loop(create_rate, seconds, create, mk))
     finally:
         stop_hello(hello)
         await etcd.close()
@@ -891,6 +895,8 @@ def main() -> None:
                    "kept in the history apart from full runs")
     p.add_argument("--rounds", type=int, help="rounds of each baseline and its figure (default 3, quick 2)")
     p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--open-rate", help="GET,CREATE requests/s for the open-loop figures (default: half of "
+                   "each sustained closed-loop rate of the same run)")
     p.add_argument("-n", type=int, help="requests per figure over all rounds (GET runs 2n; default 1500, quick 1000)")
     p.add_argument("--history", type=Path, help="the history file to compare with and append to (default "
                    "docs/bench-history/<machine>.jsonl)")
@@ -907,7 +913,9 @@ def main() -> None:
     n = args.n or (1000 if args.quick else 1500)
     rounds = args.rounds or (2 if args.quick else 3)
     if args.mode == "core":
-        core = on_fresh_stack(lambda st: asyncio.run(bench_core(st, args.concurrency, n, rounds)))
+        core = on_fresh_stack(lambda st: asyncio.run(bench_core(
+            st, args.concurrency, n, rounds,
+            tuple(float(x) for x in args.open_rate.split(",")) if args.open_rate else None)))
         print(json.dumps(core, indent=1))
         print("\n".join(figure_lines(core_figures(core), {})))
         return
