@@ -48,7 +48,10 @@ class ConfigController:
     def synced(self) -> bool:
         return self.flow_schemas.synced.is_set() and self.priority_levels.synced.is_set()
 
-    def _changed(self, _typ: str, _obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
+    def _changed(self, _typ: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if old is not None and old.get("spec") == obj.get("spec") and \
+                (old.get("metadata") or {}).get("uid") == (obj.get("metadata") or {}).get("uid"):
+            return  # a status or metadata write: the configuration is the same
         if self._pending is None:
             self._pending = asyncio.get_running_loop().call_soon(self._digest)
 
