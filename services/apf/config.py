@@ -14,8 +14,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.apis.flowcontrol_bootstrap import (MANDATORY_FLOW_SCHEMAS, MANDATORY_PRIORITY_LEVELS,
-                                                 SUGGESTED_FLOW_SCHEMAS, SUGGESTED_PRIORITY_LEVELS)
+from services.apis.flowcontrol_bootstrap import (
+    MANDATORY_FLOW_SCHEMAS,
+    MANDATORY_PRIORITY_LEVELS,
+    SUGGESTED_FLOW_SCHEMAS,
+    SUGGESTED_PRIORITY_LEVELS,
+)
 from services.common.flowcontrol import stable_uid
 
 Obj = dict[str, Any]

@@ -61,7 +61,7 @@ class Ticket:
     priority_level: PriorityLevel
     on_decided: Decided | None = None
     request: Request | None = None     # None for exempt requests
-    level: "_Level | None" = None      # where it holds or waits for its seat (None: exempt)
+    level: _Level | None = None        # where it holds or waits for its seat (None: exempt)
     state: str = EXECUTING
     reason: str = ""
     labels: tuple[str, str] = field(default=("", ""))

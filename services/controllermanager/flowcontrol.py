@@ -16,9 +16,13 @@ import copy
 import logging
 from typing import Any
 
-from services.apis.flowcontrol_bootstrap import (AUTOUPDATE_ANNOTATION, MANDATORY_FLOW_SCHEMAS,
-                                                 MANDATORY_PRIORITY_LEVELS, SUGGESTED_FLOW_SCHEMAS,
-                                                 SUGGESTED_PRIORITY_LEVELS)
+from services.apis.flowcontrol_bootstrap import (
+    AUTOUPDATE_ANNOTATION,
+    MANDATORY_FLOW_SCHEMAS,
+    MANDATORY_PRIORITY_LEVELS,
+    SUGGESTED_FLOW_SCHEMAS,
+    SUGGESTED_PRIORITY_LEVELS,
+)
 from services.apiserver.registry.rest import now_rfc3339
 from services.common.background import cancel_and_wait
 from services.common.errors import AlreadyExists, Conflict, NotFound

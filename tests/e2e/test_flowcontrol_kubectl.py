@@ -114,8 +114,8 @@ def test_a_flow_schema_classifies_one_service_account(kubectl, stack, bootstrapp
                     (c for c in ((get(kubectl, "flowschema", schema) or {}).get("status") or {}).get("conditions", [])
                      if c["type"] == "Dangling" and c["status"] == "True"), None), what="the schema marked Dangling")
                 assert (dangling["reason"], dangling["message"]) == (
-                    "NotFound", f'This FlowSchema references the PriorityLevelConfiguration object named "{level}" '
-                                "but there is no such object")
+                    "NotFound", (f'This FlowSchema references the PriorityLevelConfiguration object named "{level}" '
+                                "but there is no such object"))
                 assert {row[0]: row for row in table(kubectl, "flowschemas")}[schema][5] == "True"
                 sa_uid = get(kubectl, "flowschema", "service-accounts")["metadata"]["uid"]  # type: ignore[index]
                 eventually(lambda: classified(sa_uid), what="the bot's requests back in service-accounts")

@@ -9,8 +9,12 @@ from typing import Any
 from apiary_pb import envelope_pb2 as pb
 from services.apf.config import BOOTSTRAP, digest
 from services.apf.controller import FlowController
-from services.apis.flowcontrol_bootstrap import (MANDATORY_FLOW_SCHEMAS, MANDATORY_PRIORITY_LEVELS,
-                                                 SUGGESTED_FLOW_SCHEMAS, SUGGESTED_PRIORITY_LEVELS)
+from services.apis.flowcontrol_bootstrap import (
+    MANDATORY_FLOW_SCHEMAS,
+    MANDATORY_PRIORITY_LEVELS,
+    SUGGESTED_FLOW_SCHEMAS,
+    SUGGESTED_PRIORITY_LEVELS,
+)
 from services.common.identity import user_pb
 
 Obj = dict[str, Any]

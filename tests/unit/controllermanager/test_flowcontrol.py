@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import copy
 
-from services.apis.flowcontrol_bootstrap import (AUTOUPDATE_ANNOTATION, MANDATORY_PRIORITY_LEVELS,
-                                                 SUGGESTED_PRIORITY_LEVELS)
+from services.apis.flowcontrol_bootstrap import (
+    AUTOUPDATE_ANNOTATION,
+    MANDATORY_PRIORITY_LEVELS,
+    SUGGESTED_PRIORITY_LEVELS,
+)
 from services.controllermanager.flowcontrol import dangling_condition, revised, should_update_spec
 
 CATCH_ALL = MANDATORY_PRIORITY_LEVELS[1]

@@ -7,8 +7,12 @@ from typing import Any
 
 import pytest
 
-from services.apis.flowcontrol_bootstrap import (MANDATORY_FLOW_SCHEMAS, MANDATORY_PRIORITY_LEVELS,
-                                                 SUGGESTED_FLOW_SCHEMAS, SUGGESTED_PRIORITY_LEVELS)
+from services.apis.flowcontrol_bootstrap import (
+    MANDATORY_FLOW_SCHEMAS,
+    MANDATORY_PRIORITY_LEVELS,
+    SUGGESTED_FLOW_SCHEMAS,
+    SUGGESTED_PRIORITY_LEVELS,
+)
 from services.apis.strategies.flowcontrol import required_entropy_bits
 from services.common import errors
 
@@ -66,33 +70,33 @@ async def test_flow_schema_validation_messages(api):
     assert await refused(api, "create", "flowschemas", body=fs("one", matchingPrecedence=1)) == [
         "spec.matchingPrecedence: Invalid value: 1: only the schema named 'exempt' may have matchingPrecedence 1"]
     assert await refused(api, "create", "flowschemas", body=fs("d", distinguisherMethod={"type": "ByGroup"})) == [
-        'spec.distinguisherMethod.type: Unsupported value: flowcontrol.FlowDistinguisherMethod{Type:"ByGroup"}: '
-        'supported values: "ByNamespace", "ByUser"']
+        ('spec.distinguisherMethod.type: Unsupported value: flowcontrol.FlowDistinguisherMethod{Type:"ByGroup"}: '
+        'supported values: "ByNamespace", "ByUser"')]
     assert await refused(api, "create", "flowschemas", body=fs("r", rules=[{
         "subjects": [{"kind": "ServiceAccount", "serviceAccount": {"name": "bot"}, "user": {"name": "x"}},
                      {"kind": "Robot"}],
         "resourceRules": [{"verbs": ["*", "get"], "apiGroups": [], "resources": ["pods", "*"],
                            "namespaces": ["Bad_NS"]}],
         "nonResourceRules": [{"verbs": ["fly"], "nonResourceURLs": ["healthz", "/a/*/b"]}]}])) == [
-        "spec.rules[0].subjects[0].serviceAccount.namespace: Required value: must specify namespace for service "
-        "account",
+        ("spec.rules[0].subjects[0].serviceAccount.namespace: Required value: must specify namespace for service "
+        "account"),
         "spec.rules[0].subjects[0].user: Forbidden: user is forbidden when subject kind is not 'User'",
-        'spec.rules[0].subjects[1].kind: Unsupported value: "Robot": supported values: "Group", "ServiceAccount", '
-        '"User"',
-        "spec.rules[0].resourceRules[0].verbs: Invalid value: []string{\"*\", \"get\"}: if '*' is present, must not "
-        "specify other verbs",
+        ('spec.rules[0].subjects[1].kind: Unsupported value: "Robot": supported values: "Group", "ServiceAccount", '
+        '"User"'),
+        ("spec.rules[0].resourceRules[0].verbs: Invalid value: []string{\"*\", \"get\"}: if '*' is present, must not "
+        "specify other verbs"),
         "spec.rules[0].resourceRules[0].apiGroups: Required value: resource rules must supply at least one api group",
-        "spec.rules[0].resourceRules[0].resources: Invalid value: []string{\"pods\", \"*\"}: if '*' is present, "
-        "must not specify other resources",
-        "spec.rules[0].resourceRules[0].namespaces[0]: Invalid value: \"Bad_NS\": each member of this list must be "
+        ("spec.rules[0].resourceRules[0].resources: Invalid value: []string{\"pods\", \"*\"}: if '*' is present, "
+        "must not specify other resources"),
+        ("spec.rules[0].resourceRules[0].namespaces[0]: Invalid value: \"Bad_NS\": each member of this list must be "
         "'*' or a DNS-1123 label; a lowercase RFC 1123 label must consist of lower case alphanumeric characters or "
         "'-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
-        "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
-        'spec.rules[0].nonResourceRules[0].verbs: Unsupported value: []string{"fly"}: supported values: "create", '
-        '"delete", "deletecollection", "get", "list", "patch", "proxy", "update", "watch"',
+        "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"),
+        ('spec.rules[0].nonResourceRules[0].verbs: Unsupported value: []string{"fly"}: supported values: "create", '
+        '"delete", "deletecollection", "get", "list", "patch", "proxy", "update", "watch"'),
         'spec.rules[0].nonResourceRules[0].nonResourceURLs[0]: Invalid value: "healthz": must start with slash',
-        'spec.rules[0].nonResourceRules[0].nonResourceURLs[1]: Invalid value: "/a/*/b": wildcard can only do suffix '
-        'matching']
+        ('spec.rules[0].nonResourceRules[0].nonResourceURLs[1]: Invalid value: "/a/*/b": wildcard can only do suffix '
+        'matching')]
     assert await refused(api, "create", "flowschemas", body=fs("norules", "", rules=[{"subjects": []}])) == [
         "spec.priorityLevelConfiguration.name: Required value: must reference a priority level",
         "spec.rules[0].subjects: Required value: subjects must contain at least one value",
@@ -108,16 +112,16 @@ async def test_priority_level_validation_messages(api):
         "spec.limited.lendablePercent: Invalid value: 101: must be between 0 and 100, inclusive"]
     assert await refused(api, "create", "prioritylevelconfigurations", body=plc("q", type="Limited", limited={
         "limitResponse": {"type": "Queue"}})) == [
-        "spec.limited.limitResponse.queuing: Required value: must not be empty if limited.limitResponse.type is "
-        "Limited"]
+        ("spec.limited.limitResponse.queuing: Required value: must not be empty if limited.limitResponse.type is "
+        "Limited")]
     assert await refused(api, "create", "prioritylevelconfigurations", body=plc("h", type="Limited", limited={
         "limitResponse": {"type": "Queue", "queuing": {"queues": 4, "handSize": 5}}})) == [
         "spec.limited.limitResponse.queuing.handSize: Invalid value: 5: should not be greater than queues (4)"]
     assert required_entropy_bits(128, 20) == 140
     assert await refused(api, "create", "prioritylevelconfigurations", body=plc("e", type="Limited", limited={
         "limitResponse": {"type": "Queue", "queuing": {"queues": 128, "handSize": 20}}})) == [
-        "spec.limited.limitResponse.queuing.handSize: Invalid value: 20: required entropy bits of deckSize 128 and "
-        "handSize 20 should not be greater than 60"]
+        ("spec.limited.limitResponse.queuing.handSize: Invalid value: 20: required entropy bits of deckSize 128 and "
+        "handSize 20 should not be greater than 60")]
     assert await refused(api, "create", "prioritylevelconfigurations", body=plc("x", type="Exempt")) == [
         "spec.type: Invalid value: \"Exempt\": type must be 'Exempt' if and only if name is 'exempt'"]
     assert await refused(api, "create", "prioritylevelconfigurations", body=plc("t", type="Sometimes")) == [
@@ -131,11 +135,11 @@ async def test_bootstrap_objects_are_valid_and_mandatory_specs_fixed(api):
     for obj in MANDATORY_FLOW_SCHEMAS + SUGGESTED_FLOW_SCHEMAS:
         got = await create(api, "flowschemas", obj)
         assert got["spec"] == obj["spec"]
-    code, catch_all = await api("get", "prioritylevelconfigurations", "", "catch-all", user=ADMIN)
+    _code, catch_all = await api("get", "prioritylevelconfigurations", "", "catch-all", user=ADMIN)
     catch_all["spec"]["limited"]["nominalConcurrencyShares"] = 50
     assert await refused(api, "update", "prioritylevelconfigurations", "", "catch-all", body=catch_all) == [
-        "spec: Invalid value: flowcontrol.PriorityLevelConfigurationSpec{...}: spec of 'catch-all' must equal the "
-        "fixed value"]
+        ("spec: Invalid value: flowcontrol.PriorityLevelConfigurationSpec{...}: spec of 'catch-all' must equal the "
+        "fixed value")]
 
 
 async def test_status_subresource_and_table(api):
