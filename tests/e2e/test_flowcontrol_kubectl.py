@@ -63,8 +63,12 @@ def test_exempt_requests_name_the_exempt_objects(kubectl, admin, bootstrapped):
     """system:masters is classified by the proxy itself; its headers still name the objects' uids."""
     fs_uid = get(kubectl, "flowschema", "exempt")["metadata"]["uid"]  # type: ignore[index]
     pl_uid = get(kubectl, "prioritylevelconfiguration", "exempt")["metadata"]["uid"]  # type: ignore[index]
-    r = eventually(lambda: (lambda r: r if r.headers.get(FLOW_SCHEMA_HEADER) == fs_uid else None)(
-        admin.get("/api/v1/namespaces/default/configmaps")), what="the exempt FlowSchema's uid in the headers")
+
+    def named() -> httpx.Response | None:
+        r = admin.get("/api/v1/namespaces/default/configmaps")
+        return r if r.headers.get(FLOW_SCHEMA_HEADER) == fs_uid else None
+
+    r = eventually(named, what="the exempt FlowSchema's uid in the headers")
     assert r.status_code == 200 and r.headers[PRIORITY_LEVEL_HEADER] == pl_uid
 
 
