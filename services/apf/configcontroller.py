@@ -32,6 +32,7 @@ class ConfigController:
             inf.add_handler(self._changed)
         self._pending: asyncio.Handle | None = None
         self._first: asyncio.Task[None] | None = None
+        self._names: tuple[set[str], set[str]] = (set(), set())  # what the last digest held, for the log
 
     def start(self) -> None:
         self.flow_schemas.start()
@@ -61,8 +62,13 @@ class ConfigController:
             return  # one kind alone would make the other's objects look missing; _first_sync digests both
         cfg = digest(self.flow_schemas.store.values(), self.priority_levels.store.values())
         self.controller.reconfigure(cfg)
-        log.info("configuration: %d flow schemas, %d priority levels", len(cfg.flow_schemas),
-                 len(cfg.priority_levels))
+        names = ({fs.name for fs in cfg.flow_schemas}, {pl.name for pl in cfg.priority_levels})
+        changes = [f"{what} {verb}: {', '.join(sorted(diff))}"
+                   for what, new, old in zip(("flow schemas", "priority levels"), names, self._names)
+                   for verb, diff in (("added", new - old), ("removed", old - new)) if diff]
+        self._names = names
+        log.info("configuration: %d flow schemas, %d priority levels%s", len(cfg.flow_schemas),
+                 len(cfg.priority_levels), "".join(f"; {c}" for c in changes))
 
     async def _first_sync(self) -> None:
         await self.flow_schemas.synced.wait()
