@@ -102,8 +102,9 @@ class Configuration:
 
 
 def nominal_concurrency(levels: tuple[PriorityLevel, ...], server_seats: int) -> dict[str, int]:
-    """kube's nominal concurrency limit per limited level: ceil(seats * shares / sum of shares), >= 1."""
-    total = sum(pl.shares for pl in levels if not pl.exempt)
+    """kube's nominal concurrency limit per limited level: ceil(seats * shares / sum of shares), >= 1; the
+    exempt level's shares (0 unless an administrator set them) count in the sum."""
+    total = sum(pl.shares for pl in levels)
     return {pl.name: max(1, math.ceil(server_seats * pl.shares / total)) if total else 1
             for pl in levels if not pl.exempt}
 

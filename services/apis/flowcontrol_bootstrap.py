@@ -122,6 +122,17 @@ MANDATORY_SPECS: dict[tuple[str, str], Obj] = {
     (o["kind"], o["metadata"]["name"]): o["spec"] for o in MANDATORY_PRIORITY_LEVELS + MANDATORY_FLOW_SCHEMAS}
 
 
+# The member of a mandatory object's spec that administrators may change: the exempt level's
+# ExemptPriorityLevelConfiguration (its nominalConcurrencyShares and lendablePercent).
+CONFIGURABLE: dict[tuple[str, str], str] = {("PriorityLevelConfiguration", EXEMPT): "exempt"}
+
+
+def fixed_part(kind: str, name: str, spec: Obj) -> Obj:
+    """A mandatory object's spec without its configurable member: what the apiserver holds fixed."""
+    member = CONFIGURABLE.get((kind, name))
+    return {k: v for k, v in spec.items() if k != member}
+
+
 def mandatory_spec(kind: str, name: str) -> Obj | None:
     """The fixed spec of a mandatory object (a copy), or None for any other name."""
     spec = MANDATORY_SPECS.get((kind, name))

@@ -2,7 +2,8 @@
 configuration, done once per cluster by the leading controller-manager.
 
 - The config producer (kube's pkg/registry/flowcontrol/ensurer): the mandatory FlowSchemas and
-  PriorityLevelConfigurations are created when missing and put back when changed; the suggested ones are
+  PriorityLevelConfigurations are created when missing and put back when changed (but for the exempt
+  level's `exempt` member, which is the administrator's); the suggested ones are
   created when missing and kept at kube's spec only while their `apf.kubernetes.io/autoupdate-spec`
   annotation is "true" (or, without one, while the object was never changed: generation 1); an object
   carrying the annotation "true" that is no longer part of the configuration is deleted.
@@ -18,6 +19,7 @@ from typing import Any
 
 from services.apis.flowcontrol_bootstrap import (
     AUTOUPDATE_ANNOTATION,
+    CONFIGURABLE,
     MANDATORY_FLOW_SCHEMAS,
     MANDATORY_PRIORITY_LEVELS,
     SUGGESTED_FLOW_SCHEMAS,
@@ -70,12 +72,15 @@ def revised(current: Obj | None, wanted: Obj, mandatory: bool) -> Obj | None:
         return out
     if not mandatory and not should_update_spec(current):
         return None
+    spec = copy.deepcopy(wanted["spec"])
+    member = CONFIGURABLE.get((wanted["kind"], wanted["metadata"]["name"])) if mandatory else None
+    if member and (current.get("spec") or {}).get(member) is not None:
+        spec[member] = copy.deepcopy(current["spec"][member])  # the administrator's to set
     annotations = (current.get("metadata") or {}).get("annotations") or {}
-    if annotations.get(AUTOUPDATE_ANNOTATION) == "true" and \
-            _semantic(current.get("spec")) == _semantic(wanted["spec"]):
+    if annotations.get(AUTOUPDATE_ANNOTATION) == "true" and _semantic(current.get("spec")) == _semantic(spec):
         return None
     out = copy.deepcopy(current)
-    out["spec"] = copy.deepcopy(wanted["spec"])
+    out["spec"] = spec
     out["metadata"]["annotations"] = {**annotations, AUTOUPDATE_ANNOTATION: "true"}
     return out
 

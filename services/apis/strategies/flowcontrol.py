@@ -18,7 +18,7 @@ from services.apiserver import validation as v
 from services.apiserver.fielderrors import quote
 from services.apiserver.registry.rest import Obj, Strategy
 
-from ..flowcontrol_bootstrap import EXEMPT, mandatory_spec
+from ..flowcontrol_bootstrap import EXEMPT, fixed_part, mandatory_spec
 
 MAX_MATCHING_PRECEDENCE = 10000
 DEFAULT_MATCHING_PRECEDENCE = 1000
@@ -236,7 +236,7 @@ def validate_conditions(status: Obj) -> list[v.Cause]:
 
 def _mandatory(kind: str, name: str, spec: Obj) -> list[v.Cause]:
     fixed = mandatory_spec(kind, name)
-    if fixed is not None and spec != fixed:
+    if fixed is not None and fixed_part(kind, name, spec) != fixed_part(kind, name, fixed):
         return [v.invalid_go("spec", f"flowcontrol.{kind}Spec{{...}}", f"spec of '{name}' must equal the fixed value")]
     return []
 

@@ -11,6 +11,7 @@ from services.apis.flowcontrol_bootstrap import (
 )
 from services.controllermanager.flowcontrol import dangling_condition, revised, should_update_spec
 
+EXEMPT = MANDATORY_PRIORITY_LEVELS[0]
 CATCH_ALL = MANDATORY_PRIORITY_LEVELS[1]
 SYSTEM = SUGGESTED_PRIORITY_LEVELS[0]
 
@@ -35,6 +36,15 @@ def test_mandatory_objects_are_always_put_back():
     out = revised(stored(CATCH_ALL, generation=3, annotation="false", shares=50), CATCH_ALL, mandatory=True)
     assert out["spec"] == CATCH_ALL["spec"] and out["metadata"]["annotations"][AUTOUPDATE_ANNOTATION] == "true"
     assert out["metadata"]["resourceVersion"] == "7"  # an update of what is there, not a blind write
+
+
+def test_the_exempt_levels_exempt_member_is_the_administrators():
+    mine = stored(EXEMPT, generation=2, annotation="true")
+    mine["spec"]["exempt"] = {"nominalConcurrencyShares": 10, "lendablePercent": 20}
+    assert revised(mine, EXEMPT, mandatory=True) is None
+    mine["spec"]["limited"] = {"nominalConcurrencyShares": 1}
+    out = revised(mine, EXEMPT, mandatory=True)
+    assert out["spec"] == {"type": "Exempt", "exempt": {"nominalConcurrencyShares": 10, "lendablePercent": 20}}
 
 
 def test_suggested_objects_follow_the_annotation_or_their_generation():

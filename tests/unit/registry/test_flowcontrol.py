@@ -135,6 +135,13 @@ async def test_bootstrap_objects_are_valid_and_mandatory_specs_fixed(api):
     for obj in MANDATORY_FLOW_SCHEMAS + SUGGESTED_FLOW_SCHEMAS:
         got = await create(api, "flowschemas", obj)
         assert got["spec"] == obj["spec"]
+    _code, exempt = await api("get", "prioritylevelconfigurations", "", "exempt", user=ADMIN)
+    exempt["spec"]["exempt"] = {"nominalConcurrencyShares": 10, "lendablePercent": 20}  # the administrator's part
+    code, exempt = await api("update", "prioritylevelconfigurations", "", "exempt", body=exempt, user=ADMIN)
+    assert code == 200 and exempt["spec"]["exempt"] == {"nominalConcurrencyShares": 10, "lendablePercent": 20}
+    exempt["spec"]["exempt"]["lendablePercent"] = 101
+    assert await refused(api, "update", "prioritylevelconfigurations", "", "exempt", body=exempt) == [
+        "spec.exempt.lendablePercent: Invalid value: 101: must be between 0 and 100, inclusive"]
     _code, catch_all = await api("get", "prioritylevelconfigurations", "", "catch-all", user=ADMIN)
     catch_all["spec"]["limited"]["nominalConcurrencyShares"] = 50
     assert await refused(api, "update", "prioritylevelconfigurations", "", "catch-all", body=catch_all) == [
