@@ -4,9 +4,11 @@ from __future__ import annotations
 import argparse
 
 from apiary_pb import apf_pb2_grpc as fgrpc
+from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import config, runtime
 
 from .config import BOOTSTRAP
+from .configcontroller import ConfigController
 from .controller import FlowController
 from .server import FlowControlServicer
 
@@ -38,6 +40,13 @@ def build(args: argparse.Namespace) -> FlowController:
 async def assemble(service: runtime.Service) -> str:
     args = service.args
     controller = build(args)
+    config = ConfigController(rgrpc.RegistryStub(service.channel(args.registry_address)), controller)
+
+    async def config_synced() -> bool:
+        return config.synced()
+
+    service.component(config.start, config.stop)
+    service.check("apf-config-informers-synced", config_synced)
     fgrpc.add_FlowControlServicer_to_server(FlowControlServicer(controller), service.grpc_server())
     return f"gRPC on {args.bind_address}:{args.grpc_port}; nominal seats {controller.nominal}"
 

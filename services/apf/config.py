@@ -1,19 +1,28 @@
-"""The flow-control configuration: FlowSchemas and PriorityLevelConfigurations.
+"""The flow-control configuration: FlowSchemas and PriorityLevelConfigurations as the classifier and the
+QueueSets use them, digested from the flowcontrol.apiserver.k8s.io/v1 objects (kube's apf_controller
+digestConfigObjects).
 
-Hard-coded for now as kube-apiserver's mandatory objects plus the suggested ones
-(k8s.io/apiserver/pkg/apis/flowcontrol/bootstrap, flowcontrol/v1); the issue that
-serves the flowcontrol.apiserver.k8s.io objects replaces BOOTSTRAP with what it
-watches. The suggested schemas that need finer resource rules (leader election,
-node-high) are left out; their priority levels stay, so that every level's share
-of the server's seats is the one kube computes.
+As kube does: a FlowSchema whose priority level does not exist (Dangling) is left out, and a missing
+mandatory object (the `exempt` and `catch-all` FlowSchemas and priority levels) is imagined from kube's
+bootstrap configuration, so requests always have somewhere to go. BOOTSTRAP, the digest of kube's
+mandatory and suggested objects, serves until the service has read the cluster's own.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from services.common.flowcontrol import EXEMPT, stable_uid
-from services.common.identity import AUTHENTICATED, SYSTEM_MASTERS, UNAUTHENTICATED
+from services.apis.flowcontrol_bootstrap import (
+    MANDATORY_FLOW_SCHEMAS,
+    MANDATORY_PRIORITY_LEVELS,
+    SUGGESTED_FLOW_SCHEMAS,
+    SUGGESTED_PRIORITY_LEVELS,
+)
+from services.common.flowcontrol import stable_uid
+
+Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -30,10 +39,11 @@ class PriorityLevel:
     shares: int = 0                  # nominalConcurrencyShares
     lendable_percent: int = 0
     queuing: Queuing | None = None   # None: limitResponse Reject
+    uid: str = ""                    # the object's metadata.uid ("" : a stable one, see stable_uid)
 
-    @property
-    def uid(self) -> str:
-        return stable_uid("prioritylevelconfigurations", self.name)
+    def __post_init__(self) -> None:
+        if not self.uid:
+            object.__setattr__(self, "uid", stable_uid("prioritylevelconfigurations", self.name))
 
 
 @dataclass(frozen=True)
@@ -72,10 +82,11 @@ class FlowSchema:
     precedence: int
     distinguisher: str = ""          # ByUser, ByNamespace or "" (one flow)
     rules: tuple[PolicyRules, ...] = field(default_factory=tuple)
+    uid: str = ""                    # the object's metadata.uid ("" : a stable one, see stable_uid)
 
-    @property
-    def uid(self) -> str:
-        return stable_uid("flowschemas", self.name)
+    def __post_init__(self) -> None:
+        if not self.uid:
+            object.__setattr__(self, "uid", stable_uid("flowschemas", self.name))
 
 
 @dataclass(frozen=True)
@@ -91,56 +102,68 @@ class Configuration:
 
 
 def nominal_concurrency(levels: tuple[PriorityLevel, ...], server_seats: int) -> dict[str, int]:
-    """kube's nominal concurrency limit per limited level: ceil(seats * shares / sum of shares), >= 1."""
-    total = sum(pl.shares for pl in levels if not pl.exempt)
+    """kube's nominal concurrency limit per limited level: ceil(seats * shares / sum of shares), >= 1; the
+    exempt level's shares (0 unless an administrator set them) count in the sum."""
+    total = sum(pl.shares for pl in levels)
     return {pl.name: max(1, math.ceil(server_seats * pl.shares / total)) if total else 1
             for pl in levels if not pl.exempt}
 
 
-def _groups(*names: str) -> tuple[Subject, ...]:
-    return tuple(Subject("Group", n) for n in names)
+# From the API objects -------------------------------------------------------------------------------
+
+def _strings(values: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in values or ())
 
 
-_ALL_RESOURCES = (ResourceRule(("*",), ("*",), ("*",), ("*",), True),)
-_ALL_NON_RESOURCES = (NonResourceRule(("*",), ("*",)),)
+def _subject(s: Obj) -> Subject:
+    kind = s.get("kind", "")
+    if kind == "ServiceAccount":
+        sa = s.get("serviceAccount") or {}
+        return Subject(kind, sa.get("name", ""), sa.get("namespace", ""))
+    return Subject(kind, (s.get({"Group": "group", "User": "user"}.get(kind, "")) or {}).get("name", ""))
 
 
-def _all(subjects: tuple[Subject, ...]) -> tuple[PolicyRules, ...]:
-    return (PolicyRules(subjects, _ALL_RESOURCES, _ALL_NON_RESOURCES),)
+def _policy_rules(r: Obj) -> PolicyRules:
+    return PolicyRules(
+        tuple(_subject(s) for s in r.get("subjects") or ()),
+        tuple(ResourceRule(_strings(rr.get("verbs")), _strings(rr.get("apiGroups")), _strings(rr.get("resources")),
+                           _strings(rr.get("namespaces")), bool(rr.get("clusterScope")))
+              for rr in r.get("resourceRules") or ()),
+        tuple(NonResourceRule(_strings(nr.get("verbs")), _strings(nr.get("nonResourceURLs")))
+              for nr in r.get("nonResourceRules") or ()))
 
 
-def _q(queues: int, hand: int, length: int) -> Queuing:
-    return Queuing(queues, hand, length)
+def flow_schema(obj: Obj) -> FlowSchema:
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    return FlowSchema(meta.get("name", ""), (spec.get("priorityLevelConfiguration") or {}).get("name", ""),
+                      int(spec.get("matchingPrecedence") or 0), (spec.get("distinguisherMethod") or {}).get("type", ""),
+                      tuple(_policy_rules(r) for r in spec.get("rules") or ()), meta.get("uid", ""))
 
 
-BOOTSTRAP = Configuration(
-    priority_levels=(
-        PriorityLevel(EXEMPT, exempt=True),
-        PriorityLevel("system", shares=30, lendable_percent=33, queuing=_q(64, 6, 50)),
-        PriorityLevel("node-high", shares=40, lendable_percent=25, queuing=_q(64, 6, 50)),
-        PriorityLevel("leader-election", shares=10, lendable_percent=0, queuing=_q(16, 4, 50)),
-        PriorityLevel("workload-high", shares=40, lendable_percent=50, queuing=_q(128, 6, 50)),
-        PriorityLevel("workload-low", shares=100, lendable_percent=90, queuing=_q(128, 6, 50)),
-        PriorityLevel("global-default", shares=20, lendable_percent=50, queuing=_q(128, 6, 50)),
-        PriorityLevel("catch-all", shares=5, lendable_percent=0, queuing=None),
-    ),
-    flow_schemas=(
-        # mandatory: the proxy classifies these itself (services.common.flowcontrol.is_exempt)
-        FlowSchema(EXEMPT, EXEMPT, 1, "", _all(_groups(SYSTEM_MASTERS))),
-        FlowSchema("probes", "exempt", 2, "", (PolicyRules(
-            _groups(UNAUTHENTICATED, AUTHENTICATED),
-            non_resource_rules=(NonResourceRule(("get",), ("/healthz", "/readyz", "/livez")),)),)),
-        FlowSchema("system-nodes", "system", 500, "ByUser", _all(_groups("system:nodes"))),
-        FlowSchema("kube-controller-manager", "workload-high", 800, "ByNamespace",
-                   _all((Subject("User", "system:kube-controller-manager"),))),
-        FlowSchema("kube-scheduler", "workload-high", 800, "ByNamespace",
-                   _all((Subject("User", "system:kube-scheduler"),))),
-        FlowSchema("kube-system-service-accounts", "workload-high", 900, "ByNamespace",
-                   _all((Subject("ServiceAccount", "*", "kube-system"),))),
-        FlowSchema("service-accounts", "workload-low", 9000, "ByUser",
-                   _all(_groups("system:serviceaccounts"))),
-        FlowSchema("global-default", "global-default", 9900, "ByUser",
-                   _all(_groups(UNAUTHENTICATED, AUTHENTICATED))),
-        FlowSchema("catch-all", "catch-all", 10000, "ByUser", _all(_groups(UNAUTHENTICATED, AUTHENTICATED))),
-    ),
-)
+def priority_level(obj: Obj) -> PriorityLevel:
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    if spec.get("type") == "Exempt":
+        exempt = spec.get("exempt") or {}
+        return PriorityLevel(meta.get("name", ""), True, int(exempt.get("nominalConcurrencyShares") or 0),
+                             int(exempt.get("lendablePercent") or 0), uid=meta.get("uid", ""))
+    limited = spec.get("limited") or {}
+    q = (limited.get("limitResponse") or {}).get("queuing")
+    queuing = Queuing(int(q.get("queues") or 1), int(q.get("handSize") or 1), int(q.get("queueLengthLimit") or 1)) \
+        if q is not None else None
+    return PriorityLevel(meta.get("name", ""), False, int(limited.get("nominalConcurrencyShares") or 0),
+                         int(limited.get("lendablePercent") or 0), queuing, meta.get("uid", ""))
+
+
+def digest(flow_schemas: Iterable[Obj], priority_levels: Iterable[Obj]) -> Configuration:
+    """The configuration the objects make: dangling FlowSchemas out, missing mandatory objects imagined."""
+    levels = {pl.name: pl for pl in map(priority_level, priority_levels)}
+    for obj in MANDATORY_PRIORITY_LEVELS:
+        levels.setdefault(obj["metadata"]["name"], priority_level(obj))
+    schemas = {fs.name: fs for fs in map(flow_schema, flow_schemas) if fs.priority_level in levels}
+    for obj in MANDATORY_FLOW_SCHEMAS:
+        schemas.setdefault(obj["metadata"]["name"], flow_schema(obj))
+    return Configuration(tuple(levels.values()), tuple(schemas.values()))
+
+
+BOOTSTRAP = digest(MANDATORY_FLOW_SCHEMAS + SUGGESTED_FLOW_SCHEMAS,
+                   MANDATORY_PRIORITY_LEVELS + SUGGESTED_PRIORITY_LEVELS)

@@ -61,6 +61,7 @@ class Ticket:
     priority_level: PriorityLevel
     on_decided: Decided | None = None
     request: Request | None = None     # None for exempt requests
+    level: _Level | None = None        # where it holds or waits for its seat (None: exempt)
     state: str = EXECUTING
     reason: str = ""
     labels: tuple[str, str] = field(default=("", ""))
@@ -92,22 +93,43 @@ class _Level:
 class FlowController:
     def __init__(self, cfg: Configuration, server_seats: int, wait_limit: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.classifier = Classifier(cfg)
         self.clock = clock
-        self.nominal = nominal_concurrency(cfg.priority_levels, server_seats)
+        self.server_seats = server_seats
+        self.wait_limit = wait_limit
         self.levels: dict[str, _Level] = {}
+        self.reconfigure(cfg)
+
+    def reconfigure(self, cfg: Configuration) -> None:
+        """Take a new configuration: new requests are classified by it at once. A level that keeps its
+        queuing keeps its QueueSet (only its share of the seats may move); a level whose queuing changed, or
+        that went away, is left to the requests it holds, which finish there."""
+        self.classifier = Classifier(cfg)
+        self.nominal = nominal_concurrency(cfg.priority_levels, self.server_seats)
+        levels: dict[str, _Level] = {}
         for pl in cfg.priority_levels:
-            if not pl.exempt:
-                self.levels[pl.name] = _Level(pl, self.nominal[pl.name], wait_limit, clock)
-                NOMINAL_LIMIT_SEATS.labels(pl.name).set(self.nominal[pl.name])
+            if pl.exempt:
+                continue
+            limit = self.nominal[pl.name]
+            level = self.levels.get(pl.name)
+            if level is not None and level.config.queuing == pl.queuing:
+                level.config = pl
+                self._notify_dispatched(level.queueset.set_concurrency_limit(limit))
+                self._arm(level)
+            else:
+                level = _Level(pl, limit, self.wait_limit, self.clock)
+            levels[pl.name] = level
+            NOMINAL_LIMIT_SEATS.labels(pl.name).set(limit)
+        for name in self.levels.keys() - levels.keys():
+            NOMINAL_LIMIT_SEATS.remove(name)
+        self.levels = levels
         self._levels_by_name = {pl.name: pl for pl in cfg.priority_levels}
 
     def start(self, digest: pb.RequestAttributes, on_decided: Decided | None = None) -> Ticket:
         """Classify and try to take a seat. A WAITING ticket's decision comes later through on_decided."""
         fs = self.classifier.classify(digest)
         pl = self._levels_by_name[fs.priority_level]
-        t = Ticket(fs, pl, on_decided, labels=(pl.name, fs.name))
         level = self.levels.get(pl.name)
+        t = Ticket(fs, pl, on_decided, labels=(pl.name, fs.name), level=level)
         if level is None:  # exempt: never queued, never rejected
             self._executing(t, 0.0)
             return t
@@ -137,9 +159,9 @@ class FlowController:
         else:
             return
         t.state = "finished"
-        if t.request is None:
+        if t.request is None or t.level is None:
             return
-        level = self.levels[t.priority_level.name]
+        level = t.level
         self._notify_dispatched(level.queueset.release(t.request))
         self._arm(level)
 

@@ -191,6 +191,13 @@ class QueueSet:
             out.append(head)
         return out
 
+    def set_concurrency_limit(self, limit: int) -> list[Request]:
+        """A new limit (the configuration changed the level's share): returns the requests that now execute."""
+        now = self.clock()
+        self._advance(now)
+        self.concurrency_limit = max(1, limit)
+        return self._dispatch(now) if self.queuing else []
+
     def next_deadline(self) -> float | None:
         while self._arrivals and self._arrivals[0].state != WAITING:
             self._arrivals.popleft()

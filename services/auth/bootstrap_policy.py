@@ -66,6 +66,7 @@ CORE_VIEW = ["configmaps", "endpoints", "persistentvolumeclaims", "persistentvol
 
 CONTROLLER_MANAGER = "system:kube-controller-manager"
 COORDINATION = "coordination.k8s.io"
+FLOWCONTROL = "flowcontrol.apiserver.k8s.io"
 
 
 def _events() -> dict[str, Any]:
@@ -87,6 +88,10 @@ CONTROLLER_ROLES: dict[str, list[dict[str, Any]]] = {
                                  _rule(["update"], [""], ["resourcequotas/status"]), _events()],
     "service-account-controller": [_rule(["create"], [""], ["serviceaccounts"]), _events()],
     "root-ca-cert-publisher": [_rule(["create", "update"], [""], ["configmaps"]), _events()],
+    # apiary's own: what kube-apiserver's APF config producer and consumer write, done here once per cluster
+    "priority-and-fairness-config": [
+        _rule(["create", "delete", "get", "update"], [FLOWCONTROL], ["flowschemas", "prioritylevelconfigurations"]),
+        _rule(["update"], [FLOWCONTROL], ["flowschemas/status"]), _events()],
 }
 
 CLUSTER_ROLES: list[dict[str, Any]] = [

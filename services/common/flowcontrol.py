@@ -1,5 +1,6 @@
-"""What the proxy and the apf service both know of API Priority and Fairness: the stable uids of
-the configuration objects, and kube's mandatory exempt FlowSchema (precedence 1, group
+"""What the proxy and the apf service both know of API Priority and Fairness: stable uids for
+configuration objects not read from the cluster (the proxy's exempt decisions, the apf service's
+imagined mandatory objects), and kube's mandatory exempt FlowSchema (precedence 1, group
 system:masters, priority level exempt), which no other FlowSchema can take precedence over, so the
 proxy classifies those requests itself and they never depend on the apf service."""
 from __future__ import annotations

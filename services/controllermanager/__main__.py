@@ -11,6 +11,7 @@ from services.common import config, runtime
 from services.common.duration import flag as _duration
 
 from .client import Client
+from .flowcontrol import PriorityAndFairnessConfigController
 from .garbagecollector import GarbageCollector
 from .leaderelection import Config, LeaderElector, identity
 from .namespace import NamespaceController
@@ -26,6 +27,8 @@ CONTROLLERS = {
     "resourcequota-controller": ("resourcequota",),
     "serviceaccount-controller": ("serviceaccount",),
     "root-ca-certificate-publisher-controller": ("root-ca-cert-publisher",),
+    # apiary's: kube-apiserver's APF configuration producer and status writer, once per cluster
+    "priority-and-fairness-config-controller": ("priority-and-fairness-config",),
 }
 ALIASES = {alias: name for name, aliases in CONTROLLERS.items() for alias in (name, *aliases)}
 
@@ -113,6 +116,9 @@ class ControllerManager:
             rq = ResourceQuotaController(c, self.args.concurrent_resource_quota_syncs,
                                          self.args.resource_quota_sync_period)
             return rq.start, rq.stop
+        if name == "priority-and-fairness-config-controller":
+            apf = PriorityAndFairnessConfigController(c)
+            return apf.start, apf.stop
         if name == "serviceaccount-controller":
             sa = ServiceAccountsController(c)
             return sa.start, sa.stop

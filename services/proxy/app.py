@@ -46,7 +46,7 @@ from .context import Context
 from .decoder import BodyDecoder
 from .discovery import VERSION_INFO, Discovery
 from .encoding import for_kind
-from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT, SeatClient
+from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT, ExemptObjects, SeatClient
 from .filters.apiservice import with_remote_apiservice
 from .filters.authn import Authenticator
 from .filters.authz import Authorizer
@@ -91,8 +91,9 @@ class ProxyApp:
         self.verbosity = verbosity
         self.deadlines = Deadlines(request_timeout)
         self.authn = Authenticator(auth, request_header=request_header)
+        self.exempt = ExemptObjects(registry)
         self.apf = SeatClient(apf, channels.get("apf"), max_requests_inflight=max_requests_inflight,
-                              max_mutating_requests_inflight=max_mutating_requests_inflight)
+                              max_mutating_requests_inflight=max_mutating_requests_inflight, exempt=self.exempt)
         self.authz = Authorizer(auth)
         self.impersonator = Impersonator(self.authz)
         # Not a readiness check: until the registry serves RBAC, decisions just keep a short TTL.
@@ -150,6 +151,7 @@ class ProxyApp:
 
     def start(self) -> None:
         self.decoder.start()
+        self.exempt.start()
         self.apf.start()
         self.discovery.start()
         self.apiservices.start()
@@ -170,6 +172,7 @@ class ProxyApp:
         await self.apiservices.stop()
         await self.discovery.stop()
         await self.apf.stop()
+        await self.exempt.stop()
         self.decoder.stop()
 
     async def readiness(self) -> tuple[bool, str]:

@@ -230,3 +230,37 @@ def test_no_traceback_or_asyncio_error_logged(private):
             if BAD_LOG.search(line):
                 bad.append(f"{log.name}:{i + 1}: {line}")
     assert not bad, "\n".join(bad[:40])
+
+
+def test_a_new_flow_schema_reaches_every_apf_replica(private):
+    """Each apf replica reads the flowcontrol objects itself: a FlowSchema created through one proxy is in
+    every replica's configuration, and alice's requests through either proxy are classified by it."""
+    s = private.stack
+    name = f"alice-{uuid.uuid4().hex[:6]}"
+    group = "/apis/flowcontrol.apiserver.k8s.io/v1"
+    r = private.admin.post(f"{group}/flowschemas", json={
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema", "metadata": {"name": name},
+        "spec": {"priorityLevelConfiguration": {"name": "workload-low"}, "matchingPrecedence": 300,
+                 "rules": [{"subjects": [{"kind": "User", "user": {"name": "alice"}}],
+                            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                                               "namespaces": ["*"], "clusterScope": True}]}]}})
+    assert r.status_code == 201, r.text
+    uid = r.json()["metadata"]["uid"]
+    try:
+        deadline = time.monotonic() + RECOVERY
+        while True:
+            missing = [replica_name("apf", i) for i in range(REPLICAS) if f"flow schemas added: {name}" not in
+                       (s.logs / f"{replica_name('apf', i)}.log").read_text(errors="replace")]
+            if not missing or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert not missing, f"{name} not in the configuration of {missing}"
+        ca = ssl.create_default_context(cafile=str(s.state / "pki" / "ca.crt"))
+        for i in range(REPLICAS):
+            with httpx.Client(base_url=s.server_of(i), verify=ca, timeout=10,
+                              headers={"Authorization": f"Bearer {private.tokens['alice']}"}) as alice:
+                r = alice.get(CM)
+                assert r.headers["X-Kubernetes-PF-FlowSchema-UID"] == uid, (i, r.headers)
+    finally:
+        private.admin.delete(f"{group}/flowschemas/{name}")

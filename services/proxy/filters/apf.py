@@ -5,7 +5,8 @@ the stream breaks the apf service frees every seat it held, so seats of an old s
 here too.
 
 Requests of the mandatory exempt FlowSchema (system:masters) are classified here and never wait for
-the apf service. While no stream is up, the other requests are limited as kube-apiserver limits them
+the apf service; their response headers name the `exempt` objects' uids as the proxy's informers last
+saw them (ExemptObjects). While no stream is up, the other requests are limited as kube-apiserver limits them
 without priority and fairness (its max-in-flight filter: --max-requests-inflight read-only and
 --max-mutating-requests-inflight mutating requests at a time, long-running ones not counted, 429
 beyond), instead of all being refused; the proxy logs when it falls back and when it stops, and
@@ -25,11 +26,13 @@ from prometheus_client import Counter, Gauge
 from apiary_pb import apf_pb2 as fpb
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import envelope_pb2 as pb
+from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import auditid, grpcutil
 from services.common.background import cancel_and_wait
 from services.common.backoff import Backoff
 from services.common.errors import ServiceUnavailable, TooManyRequests
-from services.common.flowcontrol import EXEMPT_FLOW_SCHEMA_UID, EXEMPT_PRIORITY_LEVEL_UID, is_exempt
+from services.common.flowcontrol import EXEMPT, EXEMPT_FLOW_SCHEMA_UID, EXEMPT_PRIORITY_LEVEL_UID, is_exempt
+from services.common.informer import Informer
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,34 @@ class MaxInFlight:
         self.inflight[seat.kind] -= 1
 
 
+class ExemptObjects:
+    """The uids of the `exempt` FlowSchema and PriorityLevelConfiguration, for the requests the proxy
+    classifies itself: stable stand-ins until the objects are read (or while they are missing)."""
+
+    def __init__(self, registry: rgrpc.RegistryStub) -> None:
+        self.flow_schema_uid, self.priority_level_uid = EXEMPT_FLOW_SCHEMA_UID, EXEMPT_PRIORITY_LEVEL_UID
+        group = "flowcontrol.apiserver.k8s.io"
+        self.informers = (Informer(registry, group, "v1", "flowschemas"),
+                          Informer(registry, group, "v1", "prioritylevelconfigurations"))
+        self.informers[0].add_handler(lambda typ, obj, _old: self._seen(typ, obj, "flow_schema_uid",
+                                                                        EXEMPT_FLOW_SCHEMA_UID))
+        self.informers[1].add_handler(lambda typ, obj, _old: self._seen(typ, obj, "priority_level_uid",
+                                                                        EXEMPT_PRIORITY_LEVEL_UID))
+
+    def _seen(self, typ: str, obj: dict[str, object], attr: str, stand_in: str) -> None:
+        meta = obj.get("metadata") or {}
+        if isinstance(meta, dict) and meta.get("name") == EXEMPT:
+            setattr(self, attr, stand_in if typ == "DELETED" else str(meta.get("uid") or stand_in))
+
+    def start(self) -> None:
+        for inf in self.informers:
+            inf.start()
+
+    async def stop(self) -> None:
+        for inf in self.informers:
+            await inf.stop()
+
+
 def _requests(requests: list[fpb.SeatRequest]) -> fpb.SeatRequests:
     return fpb.SeatRequests(requests=requests)
 
@@ -119,8 +150,10 @@ def _requests(requests: list[fpb.SeatRequest]) -> fpb.SeatRequests:
 class SeatClient:
     def __init__(self, stub: fgrpc.FlowControlStub, channel: grpc.aio.Channel | None = None,
                  acquire_timeout: float = ACQUIRE_TIMEOUT, max_requests_inflight: int = MAX_REQUESTS_INFLIGHT,
-                 max_mutating_requests_inflight: int = MAX_MUTATING_REQUESTS_INFLIGHT) -> None:
+                 max_mutating_requests_inflight: int = MAX_MUTATING_REQUESTS_INFLIGHT,
+                 exempt: ExemptObjects | None = None) -> None:
         self.stub = stub
+        self.exempt = exempt
         self.channel = channel
         self.acquire_timeout = acquire_timeout
         self.fallback = MaxInFlight(max_requests_inflight, max_mutating_requests_inflight)
@@ -201,6 +234,8 @@ class SeatClient:
         """Wait for a seat. TooManyRequests when rejected (by the apf service, or by the max-in-flight
         limits while it is unreachable); ServiceUnavailable when it stops answering."""
         if is_exempt(digest.user.groups):
+            if self.exempt is not None:
+                return Seat(0, 0, self.exempt.flow_schema_uid, self.exempt.priority_level_uid, kind=SEAT_EXEMPT)
             return Seat(0, 0, EXEMPT_FLOW_SCHEMA_UID, EXEMPT_PRIORITY_LEVEL_UID, kind=SEAT_EXEMPT)
         queue = self._queue
         if queue is None:

@@ -123,8 +123,9 @@ def configmap(name: str, ns: str = "demo") -> dict:
 
 
 AGGREGATOR_RESOURCES = ("services", "endpoints", "endpointslices")
-# informers served an empty list and a quiet watch, never recorded: the aggregator's and the proxy's CRDs
-QUIET_RESOURCES = AGGREGATOR_RESOURCES + ("customresourcedefinitions",)
+# informers served an empty list and a quiet watch, never recorded: the aggregator's, the proxy's CRDs and
+# its exempt flowcontrol objects
+QUIET_RESOURCES = AGGREGATOR_RESOURCES + ("customresourcedefinitions", "flowschemas", "prioritylevelconfigurations")
 
 
 class FakeRegistry(rgrpc.RegistryServicer):

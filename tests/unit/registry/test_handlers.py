@@ -462,6 +462,7 @@ async def test_bootstrap_idempotent(handlers, storage, api):
                                                   ["v1.coordination.k8s.io", "Local", "True"],
                                                   ["v1.discovery.k8s.io", "Local", "True"],
                                                   ["v1.events.k8s.io", "Local", "True"],
+                                                  ["v1.flowcontrol.apiserver.k8s.io", "Local", "True"],
                                                   ["v1.networking.k8s.io", "Local", "True"],
                                                   ["v1.policy", "Local", "True"],
                                                   ["v1.rbac.authorization.k8s.io", "Local", "True"],

@@ -95,6 +95,11 @@ SAMPLES: dict[str, Obj] = {
     "Job": {"spec": {"template": {"spec": {**POD_SPEC, "restartPolicy": "Never"}}}},
     "CronJob": {"spec": {"schedule": "*/5 * * * *",
                          "jobTemplate": {"spec": {"template": {"spec": {**POD_SPEC, "restartPolicy": "OnFailure"}}}}}},
+    "FlowSchema": {"spec": {"priorityLevelConfiguration": {"name": "workload-low"}, "distinguisherMethod": {
+        "type": "ByUser"}, "rules": [{"subjects": [{"kind": "Group", "group": {"name": "devs"}}], "resourceRules": [
+            {"verbs": ["get"], "apiGroups": [""], "resources": ["pods"], "namespaces": ["*"]}]}]}},
+    "PriorityLevelConfiguration": {"spec": {"type": "Limited", "limited": {"limitResponse": {
+        "type": "Queue", "queuing": {"queues": 16}}}}},
     "Lease": {"spec": {"holderIdentity": "a", "leaseDurationSeconds": 15, "leaseTransitions": 0}},
 }
 
