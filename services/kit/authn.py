@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from apiary_pb import envelope_pb2 as pb
@@ -58,8 +59,11 @@ class Authenticator:
     async def authenticate(self, scope: dict[str, Any]) -> pb.UserInfo | None:
         """The user, None when the request carries no credentials; Unauthorized when it carries
         credentials that do not authenticate."""
-        tls = (scope.get("extensions") or {}).get("tls")
-        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        return await self.user((scope.get("extensions") or {}).get("tls"), scope["headers"])
+
+    async def user(self, tls: dict[str, Any] | None, headers: Sequence[tuple[bytes, bytes]]) -> pb.UserInfo | None:
+        """authenticate's answer from the verified client certificate (the HTTPS layer's scope
+        extension "tls") and the request's headers."""
         if tls and "requestheader" in tls["ca"] and self.requestheader is not None:
             if not self.requestheader.allows(tls["cn"]):
                 raise Unauthorized(UNAUTHORIZED)
@@ -107,7 +111,7 @@ class Authenticator:
         return user_pb(u.get("username", ""), u.get("groups") or [], u.get("uid", ""), u.get("extra") or {})
 
 
-def _bearer(headers: list[tuple[bytes, bytes]]) -> str:
+def _bearer(headers: Sequence[tuple[bytes, bytes]]) -> str:
     for k, v in headers:
         if k == b"authorization":
             scheme, _, token = v.decode("latin-1").strip().partition(" ")
