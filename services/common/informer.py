@@ -144,6 +144,7 @@ class Informer:
         self.synced = asyncio.Event()
         self.resource_version = ""
         self._task: asyncio.Task[None] | None = None
+        self._moved: asyncio.Event | None = None  # set once resource_version moves, while someone waits
 
     @classmethod
     def over(cls, source: ListWatch, group: str, version: str, resource: str) -> "Informer":
@@ -157,6 +158,25 @@ class Informer:
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
+
+    async def wait_fresh(self, resource_version: int, timeout: float = 3.0) -> bool:
+        """Read-your-writes: wait until `store` holds every change up to resource_version (a revision
+        the source gave, such as the one a write answered with); False when it does not within timeout."""
+        try:
+            async with asyncio.timeout(timeout):
+                while int(self.resource_version or 0) < resource_version:
+                    if self._moved is None:
+                        self._moved = asyncio.Event()
+                    await self._moved.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def _advanced(self, resource_version: str) -> None:
+        self.resource_version = resource_version
+        if self._moved is not None:
+            self._moved.set()
+            self._moved = None
 
     def _notify(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         for h in self.handlers:
@@ -178,7 +198,7 @@ class Informer:
         for k, o in old_store.items():
             if k not in fresh:
                 self._notify("DELETED", o, None)
-        self.resource_version = resource_version
+        self._advanced(resource_version)
         self.synced.set()
 
     async def _watch(self) -> None:
@@ -188,18 +208,17 @@ class Informer:
     async def _watch_events(self) -> None:
         async for typ, obj in self.source.watch(self.resource_version):
             rv = obj.get("metadata", {}).get("resourceVersion")
+            if typ != "BOOKMARK":
+                k = object_key(obj)
+                if typ == "DELETED":
+                    self.store.pop(k, None)
+                    self._notify("DELETED", obj, None)
+                else:
+                    prev = self.store.get(k)
+                    self.store[k] = obj
+                    self._notify("ADDED" if prev is None else "MODIFIED", obj, prev)
             if rv:
-                self.resource_version = rv
-            if typ == "BOOKMARK":
-                continue
-            k = object_key(obj)
-            if typ == "DELETED":
-                self.store.pop(k, None)
-                self._notify("DELETED", obj, None)
-            else:
-                prev = self.store.get(k)
-                self.store[k] = obj
-                self._notify("ADDED" if prev is None else "MODIFIED", obj, prev)
+                self._advanced(rv)
 
     async def _run(self) -> None:
         need_list = True

@@ -95,6 +95,7 @@ class APIServer:
         self.discovery = Discovery(group, served)
         self.openapi = openapi.Documents(group, self.versions, served, self.definitions)
         self.informers: dict[str, Informer] = {}
+        self._list_watches: dict[str, StorageListWatch] = {}
         self.storage: Storage | None = None
         self.handlers: Handlers[ResourceStorage] | None = None
         self.authn = Authenticator(None, None)
@@ -122,9 +123,16 @@ class APIServer:
 
             def decode(obj: pb.Object, kind: Kind = kind) -> Obj:
                 return hub(kind, kind.storage_version, envelope.from_envelope(obj))
-            self.informers[plural] = Informer.over(StorageListWatch(self.storage, info.key_prefix, decode),
-                                                   self.group, kind.storage_version, plural)
+            source = self._list_watches[plural] = StorageListWatch(self.storage, info.key_prefix, decode)
+            self.informers[plural] = Informer.over(source, self.group, kind.storage_version, plural)
         return self.informers[plural]
+
+    async def wait_fresh(self, plural: str) -> bool:
+        """Read-your-writes for a kind's informer: wait until its store holds every write stored before
+        this call (a plug-in that misses an object created a moment ago asks this before refusing);
+        False when it does not catch up within a few seconds."""
+        informer = self.informer(plural)
+        return await informer.wait_fresh(await self._list_watches[plural].fresh_revision())
 
     async def get(self, plural: str, version: str, namespace: str, name: str, user: pb.UserInfo) -> Obj:
         """An object as `user` reads it through the kind's handlers (for custom routes)."""

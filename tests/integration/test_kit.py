@@ -254,3 +254,29 @@ async def test_pizza_answers_carry_the_audit_id_of_their_audit_event(etcd: str, 
     assert events[listed.headers["audit-id"]]["verb"] == "list"
     assert events[listed.headers["audit-id"]]["responseObject"]["kind"] == "PizzaList"
     assert events["where-is-it"]["responseStatus"]["code"] == 404
+
+
+async def test_an_informer_reads_its_writes_after_wait_fresh(etcd: str) -> None:
+    """server.wait_fresh(plural): the kind's informer holds every object stored before the call (what an
+    admission plug-in asks before refusing an object it has not seen)."""
+    server = widget_server()
+    args = parser("widgets", "", "/widgets").parse_args([
+        "--tls-cert-file", "unused", "--tls-private-key-file", "unused", "--etcd-servers", etcd,
+        "--etcd-prefix", f"/widgets-{uuid.uuid4().hex[:8]}"])
+    server.configure(args)
+    assert server.storage is not None
+    await server.storage.start()
+    informer = server.informer("widgets")
+    informer.start()
+    try:
+        await informer.synced.wait()
+        app = WithCertificate(server, "admin", ["system:masters"])
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://kit") as c:
+            for i in range(5):
+                r = await c.post(f"/apis/{GROUP}/v1/namespaces/default/widgets", json={"metadata": {"name": f"w{i}"}})
+                assert r.status_code == 201, r.text
+                assert await server.wait_fresh("widgets")
+                assert f"default/w{i}" in informer.store
+    finally:
+        await informer.stop()
+        await server.storage.stop()
