@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import orjson
 from prometheus_client import Gauge
@@ -23,15 +23,22 @@ from .backoff import Backoff
 from .errors import APIError, Gone
 from .identity import APISERVER
 
-if TYPE_CHECKING:  # the internal services read through the registry and never load aiohttp for it
-    from .restclient import RESTClient
-
 log = logging.getLogger(__name__)
 
 WATCHES_OPEN = Gauge("apiary_informer_watches_open",
                      "Informer watch streams this process holds open to the registry, by resource.", ["resource"])
 
 Handler = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
+
+
+class RESTClient(Protocol):
+    """What HTTPListWatch calls (services.apiserver.restclient.RESTClient, client-go's RESTClient)."""
+
+    async def request(self, method: str, path: str, params: Mapping[str, str] | None = None,
+                      body: bytes | None = None, headers: Mapping[str, str] | None = None) -> bytes: ...
+
+    def lines(self, path: str, params: Mapping[str, str] | None = None,
+              headers: Mapping[str, str] | None = None) -> AsyncIterator[bytes]: ...
 
 
 def object_key(obj: dict[str, Any]) -> str:
@@ -147,7 +154,7 @@ class Informer:
         self._moved: asyncio.Event | None = None  # set once resource_version moves, while someone waits
 
     @classmethod
-    def over(cls, source: ListWatch, group: str, version: str, resource: str) -> "Informer":
+    def over(cls, source: ListWatch, group: str, version: str, resource: str) -> Informer:
         return cls(None, group, version, resource, source=source)
 
     def add_handler(self, h: Handler) -> None:
@@ -182,7 +189,7 @@ class Informer:
         for h in self.handlers:
             try:
                 h(kind, obj, old)
-            except Exception:  # noqa: BLE001 - one bad handler must not stop the informer
+            except Exception:
                 log.exception("informer handler failed for %s", self.gvr)
 
     async def _list(self) -> None:
@@ -243,7 +250,7 @@ class Informer:
                     log.info("informer %s: %s; retrying", self.gvr[2], e.message)
                     failing = e.message
                 await asyncio.sleep(backoff.delay())
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("informer %s failed; relisting", self.gvr[2])
                 need_list = True
                 await asyncio.sleep(backoff.delay())
