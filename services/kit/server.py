@@ -36,6 +36,7 @@ from services.apiserver.audit.policy import Auditor
 from services.apiserver.catalogue import Catalogue
 from services.apiserver.endpoints.handlers import Admission, Handlers
 from services.apiserver.filters import Handler, RequestContext
+from services.apiserver.filters.context import warning_headers
 from services.apiserver.filters.timeout import Deadlines
 from services.apiserver.requestinfo import RequestInfo
 from services.common import envelope, runtime
@@ -49,7 +50,7 @@ from .authconfig import Trust
 from .authn import Authenticator
 from .authz import Authorizer
 from .chain import build_handler_chain
-from .context import Context, warning_headers
+from .context import Context
 from .kinds import catalogue, hub
 from .lifecycle import NamespaceLifecycle
 from .metrics import LONGRUNNING, REGISTRY
