@@ -3,6 +3,8 @@ pods/binding (BindingREST) and pods/eviction (EvictionREST, its rules in evictio
 pods by services/registry/rest.py."""
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import orjson
 
 from apiary_pb import registry_pb2 as rpb
@@ -39,11 +41,18 @@ async def decode_named(h: Handlers[StorageClient], r: Request, strategy: Strateg
     return obj
 
 
-class BindingREST:
+class PodSubresource(ABC):
+    """A pod's subresource that is created only (kube's rest.Creater), over the pods' handlers."""
+
     def __init__(self, handlers: Handlers[StorageClient]) -> None:
         self.h = handlers
         self.verbs = {"create": self.create}
 
+    @abstractmethod
+    async def create(self, r: Request) -> Response: ...
+
+
+class BindingREST(PodSubresource):
     async def create(self, r: Request) -> Response:
         """Assign the pod to binding.target (a node): 409 when it is being deleted or already assigned."""
         binding = await decode_named(self.h, r, BINDING)
@@ -71,11 +80,7 @@ class BindingREST:
         return Response(201, orjson.dumps(SUCCESS_CREATED))
 
 
-class EvictionREST:
-    def __init__(self, handlers: Handlers[StorageClient]) -> None:
-        self.h = handlers
-        self.verbs = {"create": self.create}
-
+class EvictionREST(PodSubresource):
     async def create(self, r: Request) -> Response:
         """kube's EvictionREST.Create: delete the pod unless its PodDisruptionBudget forbids it (eviction.py)."""
         eviction = await decode_named(self.h, r, EVICTION)

@@ -8,6 +8,7 @@ import itertools
 import logging
 import random
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -71,7 +72,7 @@ class Spread:
         return stream
 
 
-class StreamClient:
+class StreamClient(ABC):
     """A client of long-lived streams to a peer, as the Calls client (client.py) and the watch client
     (watchmux.py) are: one stream opened on first use and again once it has ended, or one per replica
     (Spread, with `rebalance`); each read to its end, its messages handed to the client's
@@ -113,10 +114,10 @@ class StreamClient:
             stream.queue.put_nowait(None)  # the writer ends too
             self._fail(stream, failed)
 
+    @abstractmethod
     def _on_message(self, stream: Any) -> Callable[[Any], None]:
         """What handles each message read from stream."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _fail(self, stream: Any, failed: APIError) -> None:
         """End what still waits on stream, which ended with `failed`."""
-        raise NotImplementedError
