@@ -26,7 +26,7 @@ from services.common.identity import user_pb
 
 from . import AuthenticationFailed
 from .jwks import FETCH_TIMEOUT, KEY_REFRESH_MIN_INTERVAL, KeySet, issuer_hash
-from .jwtconfig import ClaimValidationRule, JWTConfig
+from .jwtconfig import ClaimValidationRule, JWTConfig, UserValidationRule
 
 NBF_LEEWAY = 300.0
 
@@ -242,7 +242,7 @@ class JWTAuthenticator:
         return value
 
     @staticmethod
-    def _check_rules(rules: list[ClaimValidationRule], act: dict[str, Any] | None, what: str) -> None:
+    def _check_rules(rules: list[ClaimValidationRule] | list[UserValidationRule], act: dict[str, Any] | None, what: str) -> None:
         for r in rules:
             if r.program is None:
                 continue
