@@ -8,7 +8,7 @@ the gRPC status details, with the request's audit annotations and warnings so fa
 """
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
@@ -39,11 +39,7 @@ class AdmissionServicer(adgrpc.AdmissionServicer):
     @grpcutil.api_method
     async def Admit(self, request: adpb.AdmissionRequest,
                     context: grpc.aio.ServicerContext) -> adpb.AdmissionResponse:
-        a = Attributes(request, self.catalogue)
-        try:
-            await self.chain.admit(a)
-        except APIError as e:
-            raise refused(e, a) from None
+        a = await self._through(self.chain.admit, request)
         return adpb.AdmissionResponse(warnings=a.warnings, patch=a.patch(),
                                       no_validators=not self.chain.has_validators(a),
                                       audit_annotations=a.audit_annotations)
@@ -51,12 +47,18 @@ class AdmissionServicer(adgrpc.AdmissionServicer):
     @grpcutil.api_method
     async def Validate(self, request: adpb.AdmissionRequest,
                        context: grpc.aio.ServicerContext) -> adpb.AdmissionResponse:
+        a = await self._through(self.chain.validate, request)
+        return adpb.AdmissionResponse(warnings=a.warnings, audit_annotations=a.audit_annotations)
+
+    async def _through(self, phase: Callable[[Attributes], Awaitable[None]],
+                       request: adpb.AdmissionRequest) -> Attributes:
+        """The request's attributes after the chain's phase (admit or validate); its refusal as kube's."""
         a = Attributes(request, self.catalogue)
         try:
-            await self.chain.validate(a)
+            await phase(a)
         except APIError as e:
             raise refused(e, a) from None
-        return adpb.AdmissionResponse(warnings=a.warnings, audit_annotations=a.audit_annotations)
+        return a
 
 
 def refused(e: APIError, a: Attributes) -> APIError:

@@ -2,7 +2,7 @@
 client): admission, token and authorization webhooks, the audit webhook, the JWKS of JWT issuers, the
 aggregator's availability and discovery probes and the kit's delegated reviews all call through a Client.
 
-One stack, aiohttp, as the controller-manager's RESTClient (services/common/restclient.py): its client
+One stack, aiohttp, under the controller-manager's RESTClient too (services/apiserver/restclient.py): its client
 spends about a quarter of httpx's CPU per call (measured on webhook calls). The aggregator forwards on
 its own leaner transport (services/proxy/aggregator/transport.py), measured faster again for proxying.
 

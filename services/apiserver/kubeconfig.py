@@ -25,10 +25,9 @@ from typing import Any
 
 import yaml
 
-from services.common.restclient import RESTClient
-
 from .fielderrors import ConfigError
 from .httpclient import Client
+from .restclient import RESTClient
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,8 @@ class Config:
     headers: dict[str, str] = field(default_factory=dict)
 
     def rest_client(self, timeout: float = 10.0, user_agent: str = "") -> RESTClient:
-        """An aiohttp client (services/common/restclient.py); made inside the event loop that uses it."""
+        """A RESTClient (services/apiserver/restclient.py) over the library's outbound client; made inside the
+        event loop that uses it."""
         headers = {**self.headers, "User-Agent": user_agent} if user_agent else self.headers
         return RESTClient(self.server, self.ssl, headers, timeout)
 

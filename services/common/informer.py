@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import orjson
 from prometheus_client import Gauge
@@ -23,15 +23,22 @@ from .backoff import Backoff
 from .errors import APIError, Gone
 from .identity import APISERVER
 
-if TYPE_CHECKING:  # the internal services read through the registry and never load aiohttp for it
-    from .restclient import RESTClient
-
 log = logging.getLogger(__name__)
 
 WATCHES_OPEN = Gauge("apiary_informer_watches_open",
                      "Informer watch streams this process holds open to the registry, by resource.", ["resource"])
 
 Handler = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
+
+
+class RESTClient(Protocol):
+    """What HTTPListWatch calls (services.apiserver.restclient.RESTClient, client-go's RESTClient)."""
+
+    async def request(self, method: str, path: str, params: Mapping[str, str] | None = None,
+                      body: bytes | None = None, headers: Mapping[str, str] | None = None) -> bytes: ...
+
+    def lines(self, path: str, params: Mapping[str, str] | None = None,
+              headers: Mapping[str, str] | None = None) -> AsyncIterator[bytes]: ...
 
 
 def object_key(obj: dict[str, Any]) -> str:
@@ -144,9 +151,10 @@ class Informer:
         self.synced = asyncio.Event()
         self.resource_version = ""
         self._task: asyncio.Task[None] | None = None
+        self._moved: asyncio.Event | None = None  # set once resource_version moves, while someone waits
 
     @classmethod
-    def over(cls, source: ListWatch, group: str, version: str, resource: str) -> "Informer":
+    def over(cls, source: ListWatch, group: str, version: str, resource: str) -> Informer:
         return cls(None, group, version, resource, source=source)
 
     def add_handler(self, h: Handler) -> None:
@@ -158,11 +166,30 @@ class Informer:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
 
+    async def wait_fresh(self, resource_version: int, timeout: float = 3.0) -> bool:
+        """Read-your-writes: wait until `store` holds every change up to resource_version (a revision
+        the source gave, such as the one a write answered with); False when it does not within timeout."""
+        try:
+            async with asyncio.timeout(timeout):
+                while int(self.resource_version or 0) < resource_version:
+                    if self._moved is None:
+                        self._moved = asyncio.Event()
+                    await self._moved.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def _advanced(self, resource_version: str) -> None:
+        self.resource_version = resource_version
+        if self._moved is not None:
+            self._moved.set()
+            self._moved = None
+
     def _notify(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         for h in self.handlers:
             try:
                 h(kind, obj, old)
-            except Exception:  # noqa: BLE001 - one bad handler must not stop the informer
+            except Exception:
                 log.exception("informer handler failed for %s", self.gvr)
 
     async def _list(self) -> None:
@@ -178,7 +205,7 @@ class Informer:
         for k, o in old_store.items():
             if k not in fresh:
                 self._notify("DELETED", o, None)
-        self.resource_version = resource_version
+        self._advanced(resource_version)
         self.synced.set()
 
     async def _watch(self) -> None:
@@ -188,18 +215,17 @@ class Informer:
     async def _watch_events(self) -> None:
         async for typ, obj in self.source.watch(self.resource_version):
             rv = obj.get("metadata", {}).get("resourceVersion")
+            if typ != "BOOKMARK":
+                k = object_key(obj)
+                if typ == "DELETED":
+                    self.store.pop(k, None)
+                    self._notify("DELETED", obj, None)
+                else:
+                    prev = self.store.get(k)
+                    self.store[k] = obj
+                    self._notify("ADDED" if prev is None else "MODIFIED", obj, prev)
             if rv:
-                self.resource_version = rv
-            if typ == "BOOKMARK":
-                continue
-            k = object_key(obj)
-            if typ == "DELETED":
-                self.store.pop(k, None)
-                self._notify("DELETED", obj, None)
-            else:
-                prev = self.store.get(k)
-                self.store[k] = obj
-                self._notify("ADDED" if prev is None else "MODIFIED", obj, prev)
+                self._advanced(rv)
 
     async def _run(self) -> None:
         need_list = True
@@ -224,7 +250,7 @@ class Informer:
                     log.info("informer %s: %s; retrying", self.gvr[2], e.message)
                     failing = e.message
                 await asyncio.sleep(backoff.delay())
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("informer %s failed; relisting", self.gvr[2])
                 need_list = True
                 await asyncio.sleep(backoff.delay())

@@ -72,6 +72,8 @@ TRIM_DELAY = 1.0
 TRIM_MAX_WAIT = 5.0
 _trim: asyncio.TimerHandle | None = None
 _trim_first = 0.0
+# The trim timer's clock: the running loop's when None; a test's FakeClock, counting in the loop's seconds.
+trim_clock: Callable[[], float] | None = None
 _freed = 0
 HEAP_TRIMS = Counter("apiary_heap_trims_total",
                      "Times freed C-heap memory (large answers, closed connections) was given back to the system.")
@@ -119,7 +121,7 @@ def _schedule_trim() -> None:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return
-    now = loop.time()
+    now = loop.time() if trim_clock is None else trim_clock()
     if _trim is None:
         _trim_first = now
     elif now + TRIM_DELAY - _trim_first > TRIM_MAX_WAIT:

@@ -30,9 +30,9 @@ from typing import Any
 
 from apiary_pb import envelope_pb2 as pb
 
-from .errors import APIError, InternalError, ServiceUnavailable
+from .errors import APIError, InternalError
 from .grpcutil import batches
-from .mux.streams import Spread, read_stream
+from .mux.streams import StreamClient
 
 log = logging.getLogger(__name__)
 
@@ -215,34 +215,22 @@ def _control(controls: list[pb.WatchControl]) -> pb.WatchControl:
     return out
 
 
-class WatchMuxClient:
-    """Watches on a peer over one shared stream opened by `open_stream(controls)` (e.g. stub.Watches)."""
+class WatchMuxClient(StreamClient):
+    """Watches on a peer over one shared stream opened by `open_stream(controls)` (e.g. stub.Watches);
+    with replicas, new watches go to each replica in turn (mux.streams.Spread)."""
+
+    stream_type = _Stream
+    what = "watch stream"
+    task_name = "watchmux-read"
 
     def __init__(self, open_stream: Callable[[Any], Any], peer: str, capacity: int = WATCH_CAPACITY,
                  replicas: int = 1) -> None:
-        self.open_stream = open_stream
-        self.peer = peer
+        super().__init__(open_stream, peer, replicas)
         self.capacity = capacity
         self._ids = itertools.count(1)
         self._watches: dict[int, _Watch] = {}
-        self._stream: _Stream | None = None
-        self._spread: Spread | None = None
-        if replicas > 1:  # new watches go to each replica in turn (mux.streams.Spread)
-            self._spread = Spread(self._open, replicas)
-            self._ensure = self._spread.pick  # type: ignore[method-assign]
 
-    def _open(self) -> _Stream:
-        stream = _Stream(self.open_stream)
-        asyncio.create_task(self._read(stream), name=f"watchmux-read-{self.peer}")
-        return stream
-
-    def _ensure(self) -> _Stream:
-        stream = self._stream
-        if stream is None or not stream.alive:
-            stream = self._stream = self._open()
-        return stream
-
-    async def _read(self, stream: _Stream) -> None:
+    def _on_message(self, stream: _Stream) -> Callable[[pb.WatchBatch], None]:
         watches = self._watches
 
         def on_batch(batch: pb.WatchBatch) -> None:
@@ -274,18 +262,15 @@ class WatchMuxClient:
                     if w.on_event is not None:
                         watches.pop(e.id, None)
                     w.finish(APIError.from_pb(e.error) if e.HasField("error") else None)
+        return on_batch
 
-        failed: APIError = ServiceUnavailable(f"service unavailable ({self.peer})")
-        try:
-            failed = await read_stream(stream.call, on_batch, self.peer, "watch stream")
-        finally:
-            stream.alive = False
-            stream.queue.put_nowait(None)
-            for wid, w in list(watches.items()):
-                if w.stream is stream:
-                    if w.on_event is not None:
-                        watches.pop(wid, None)
-                    w.finish(failed)
+    def _fail(self, stream: _Stream, failed: APIError) -> None:
+        watches = self._watches
+        for wid, w in list(watches.items()):
+            if w.stream is stream:
+                if w.on_event is not None:
+                    watches.pop(wid, None)
+                w.finish(failed)
 
     async def watch(self, request: Any) -> AsyncIterator[bytes]:
         """The watch's serialized events; raises the APIError it ended with (or its stream's failure)."""

@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 
 from services.apiserver import kubeconfig
+from services.apiserver.restclient import RESTClient
 from services.common.errors import APIError
 from services.common.informer import HTTPListWatch, Informer
-from services.common.restclient import RESTClient
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +47,14 @@ USER_AGENT = "kube-controller-manager/v1.33.0-apiary (linux/amd64) apiary"
 
 
 class Client:
-    """JSON objects over a RESTClient (services/common/restclient.py: one aiohttp session, its pool unbounded
+    """JSON objects over a RESTClient (services/apiserver/restclient.py: one aiohttp session, its pool unbounded
     because every informer's watch holds a connection)."""
 
     def __init__(self, rest: RESTClient) -> None:
         self.rest = rest
 
     @classmethod
-    def from_kubeconfig(cls, path: str, timeout: float = 30.0) -> "Client":
+    def from_kubeconfig(cls, path: str, timeout: float = 30.0) -> Client:
         """Made inside the event loop that uses it."""
         return cls(kubeconfig.load(path).rest_client(timeout, USER_AGENT))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from apiary_pb import envelope_pb2 as pb
@@ -31,18 +32,18 @@ TOKEN_REVIEW = "/apis/authentication.k8s.io/v1/tokenreviews"
 class TokenCache:
     """TokenReview answers by token digest for `ttl` seconds (kube's cached token authenticator)."""
 
-    def __init__(self, ttl: float = 10.0, size: int = 4096) -> None:
-        self.ttl, self.size = ttl, size
+    def __init__(self, ttl: float = 10.0, size: int = 4096, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl, self.size, self.clock = ttl, size, clock
         self._entries: OrderedDict[bytes, tuple[float, pb.UserInfo | None]] = OrderedDict()
 
     def get(self, key: bytes) -> tuple[bool, pb.UserInfo | None]:
         hit = self._entries.get(key)
-        if hit is None or hit[0] < time.monotonic():
+        if hit is None or hit[0] < self.clock():
             return False, None
         return True, hit[1]
 
     def put(self, key: bytes, user: pb.UserInfo | None) -> None:
-        self._entries[key] = (time.monotonic() + self.ttl, user)
+        self._entries[key] = (self.clock() + self.ttl, user)
         self._entries.move_to_end(key)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
@@ -50,16 +51,19 @@ class TokenCache:
 
 class Authenticator:
     def __init__(self, requestheader: RequestHeaderConfig | None, apiary: Client | None,
-                 token_ttl: float = 10.0) -> None:
+                 token_ttl: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.requestheader = requestheader
         self.apiary = apiary
-        self.tokens = TokenCache(token_ttl)
+        self.tokens = TokenCache(token_ttl, clock=clock)
 
     async def authenticate(self, scope: dict[str, Any]) -> pb.UserInfo | None:
         """The user, None when the request carries no credentials; Unauthorized when it carries
         credentials that do not authenticate."""
-        tls = (scope.get("extensions") or {}).get("tls")
-        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        return await self.user((scope.get("extensions") or {}).get("tls"), scope["headers"])
+
+    async def user(self, tls: dict[str, Any] | None, headers: Sequence[tuple[bytes, bytes]]) -> pb.UserInfo | None:
+        """authenticate's answer from the verified client certificate (the HTTPS layer's scope
+        extension "tls") and the request's headers."""
         if tls and "requestheader" in tls["ca"] and self.requestheader is not None:
             if not self.requestheader.allows(tls["cn"]):
                 raise Unauthorized(UNAUTHORIZED)
@@ -107,7 +111,7 @@ class Authenticator:
         return user_pb(u.get("username", ""), u.get("groups") or [], u.get("uid", ""), u.get("extra") or {})
 
 
-def _bearer(headers: list[tuple[bytes, bytes]]) -> str:
+def _bearer(headers: Sequence[tuple[bytes, bytes]]) -> str:
     for k, v in headers:
         if k == b"authorization":
             scheme, _, token = v.decode("latin-1").strip().partition(" ")

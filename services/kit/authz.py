@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from apiary_pb import envelope_pb2 as pb
@@ -35,8 +35,10 @@ def _always_allowed(paths: Iterable[str]) -> tuple[frozenset[str], tuple[str, ..
 
 class Authorizer:
     def __init__(self, apiary: Client | None, authorized_ttl: float = 10.0,
-                 unauthorized_ttl: float = 10.0, always_allow_paths: Iterable[str] = ()) -> None:
+                 unauthorized_ttl: float = 10.0, always_allow_paths: Iterable[str] = (),
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.apiary = apiary
+        self.clock = clock  # the cache's monotonic seconds (a test's FakeClock)
         self.authorized_ttl, self.unauthorized_ttl = authorized_ttl, unauthorized_ttl
         self.exact, self.prefixes = _always_allowed(always_allow_paths)
         self._cache: OrderedDict[tuple[Any, ...], tuple[float, bool, str]] = OrderedDict()
@@ -58,7 +60,7 @@ class Authorizer:
                info.verb, info.is_resource_request, info.namespace, info.api_group, info.api_version,
                info.resource, info.subresource, info.name, "" if info.is_resource_request else info.path)
         hit = self._cache.get(key)
-        now = time.monotonic()
+        now = self.clock()
         if hit is not None and hit[0] > now:
             self._cache.move_to_end(key)
             AUTHZ_CACHE.labels("hit").inc()

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import orjson
 
+from services.apiserver.restclient import RESTClient
 from services.common.errors import APIError, Forbidden, InternalError, NotFound
 from services.common.informer import HTTPListWatch, Informer
-from services.common.restclient import RESTClient
 
 from .api import CREATE, AdmissionPlugin, Attributes
 

@@ -1,13 +1,14 @@
 """APIServer: the kit's HTTPS server for one API group, as a FastAPI application.
 
-Every request passes the kit's ASGI front (`APIServer.__call__`): authentication, the audit event
-begun (the library's audit policy and backends, --audit-*), then authorization (except
---authorization-always-allow-paths), then either the lean resource path
-(the kinds' get/list/watch/create/update/patch/delete, discovery, OpenAPI, health, metrics: no
-routing table, no framework objects) or the FastAPI application `server.app`, where a server
-adds custom subresources and non-resource routes in FastAPI's idiom. Those routes find the
-caller in `request.scope["user"]` (an apiary UserInfo) and may raise APIErrors, which become
-Kubernetes Status answers like everywhere else.
+Every request passes the kit's handler chain (services.kit.chain: the library's filters, as
+sample-apiserver's DefaultBuildHandlerChain: request info, deadline, delegated authentication, the
+audit event, delegated authorization except --authorization-always-allow-paths), then either the
+lean resource path (the kinds' get/list/watch/create/update/patch/delete, discovery, OpenAPI,
+health, metrics: no routing table, no framework objects) or the FastAPI application `server.app`,
+where a server adds custom subresources and non-resource routes in FastAPI's idiom. Those routes
+find the caller in `request.scope["user"]` (an apiary UserInfo) and may raise APIErrors, which
+become Kubernetes Status answers like everywhere else. Every answer carries the request's Audit-Id
+and its Server-Timing stages (authn, authz, storage, ...), as the core path's do.
 """
 from __future__ import annotations
 
@@ -16,9 +17,6 @@ import contextlib
 import logging
 import os
 import random
-import re
-import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -33,22 +31,16 @@ from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from services.apiserver import discovery, httpclient, kubeconfig, negotiation, openapi_v2
 from services.apiserver import serving as https
-from services.apiserver.audit import metrics as audit_metrics
 from services.apiserver.audit import options as audit_options
-from services.apiserver.audit.policy import Auditor, Event
+from services.apiserver.audit.policy import Auditor
 from services.apiserver.catalogue import Catalogue
 from services.apiserver.endpoints.handlers import Admission, Handlers
-from services.apiserver.filters.audit import new_event
-from services.apiserver.filters.timeout import (
-    REQUEST_TIMEOUT,
-    TIMEOUT_BODY,
-    TIMEOUT_CONTENT_TYPE,
-    long_running,
-    request_timeout,
-)
-from services.apiserver.requestinfo import RequestInfo, parse, parse_query
+from services.apiserver.filters import Handler, RequestContext
+from services.apiserver.filters.context import warning_headers
+from services.apiserver.filters.timeout import Deadlines
+from services.apiserver.requestinfo import RequestInfo
 from services.common import envelope, runtime
-from services.common.errors import APIError, BadRequest, InternalError, NotFound, Unauthorized
+from services.common.errors import APIError, BadRequest, NotFound
 from services.common.informer import Informer
 
 from . import authconfig, openapi
@@ -57,9 +49,11 @@ from .api import AdmissionPlugin, Kind, Obj
 from .authconfig import Trust
 from .authn import Authenticator
 from .authz import Authorizer
+from .chain import build_handler_chain
+from .context import Context
 from .kinds import catalogue, hub
 from .lifecycle import NamespaceLifecycle
-from .metrics import LATENCY, LONGRUNNING, REGISTRY, REQUESTS
+from .metrics import LONGRUNNING, REGISTRY
 from .openapi import Definitions
 from .options import parse_args, parser
 from .storage import ResourceStorage, Storage, StorageListWatch
@@ -68,14 +62,8 @@ from .watch import events, until_timeout
 log = logging.getLogger("services.kit")
 
 JSON = "application/json"
-AUDIT_EVENT = "apiary.audit"  # the request's audit event in the ASGI scope, for the handlers that read the body
-_AUDIT_ID = re.compile(r"[!-~]{1,128}")
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-def _status(e: APIError) -> tuple[int, bytes]:
-    return e.code, e.body()
 
 
 class Discovery:
@@ -108,17 +96,19 @@ class APIServer:
         self.discovery = Discovery(group, served)
         self.openapi = openapi.Documents(group, self.versions, served, self.definitions)
         self.informers: dict[str, Informer] = {}
+        self._list_watches: dict[str, StorageListWatch] = {}
         self.storage: Storage | None = None
         self.handlers: Handlers[ResourceStorage] | None = None
         self.authn = Authenticator(None, None)
         self.authz = Authorizer(None)
         self.min_request_timeout = 1800
-        self.request_timeout = REQUEST_TIMEOUT
+        self.deadlines = Deadlines()
         self._closers: list[Callable[[], Awaitable[None]]] = []  # the clients of the core API server
         self.lifecycle: NamespaceLifecycle | None = None
         self.reloader: authconfig.Reloader | None = None
         self._https: https.Server | None = None
         self.auditor: Auditor | None = None
+        self.handler: Handler = build_handler_chain(self._serve, self)
 
     # what plug-ins and routes use --------------------------------------------------------------------
 
@@ -134,9 +124,16 @@ class APIServer:
 
             def decode(obj: pb.Object, kind: Kind = kind) -> Obj:
                 return hub(kind, kind.storage_version, envelope.from_envelope(obj))
-            self.informers[plural] = Informer.over(StorageListWatch(self.storage, info.key_prefix, decode),
-                                                   self.group, kind.storage_version, plural)
+            source = self._list_watches[plural] = StorageListWatch(self.storage, info.key_prefix, decode)
+            self.informers[plural] = Informer.over(source, self.group, kind.storage_version, plural)
         return self.informers[plural]
+
+    async def wait_fresh(self, plural: str) -> bool:
+        """Read-your-writes for a kind's informer: wait until its store holds every write stored before
+        this call (a plug-in that misses an object created a moment ago asks this before refusing);
+        False when it does not catch up within a few seconds."""
+        informer = self.informer(plural)
+        return await informer.wait_fresh(await self._list_watches[plural].fresh_revision())
 
     async def get(self, plural: str, version: str, namespace: str, name: str, user: pb.UserInfo) -> Obj:
         """An object as `user` reads it through the kind's handlers (for custom routes)."""
@@ -162,8 +159,9 @@ class APIServer:
         self.handlers = Handlers(catalogue(self.group, self.kinds, self.versions, prefix),
                                  ResourceStorage(self.storage), self.definitions, admission)
         self.min_request_timeout = args.min_request_timeout
-        self.request_timeout = args.request_timeout
+        self.deadlines = Deadlines(args.request_timeout)
         self.auditor = audit_options.auditor(args)
+        self.handler = build_handler_chain(self._serve, self)
         for kind in self.kinds:
             kind.strategy.initialize(self)
         for plugin in self.admission:
@@ -257,6 +255,7 @@ class APIServer:
             if self.reloader is not None:
                 await self.reloader.stop()
             await self.storage.stop()
+            await self.deadlines.stop()
             if self.auditor is not None:  # after the listener has drained: every event is delivered
                 await self.auditor.stop()
             for close in self._closers:
@@ -276,106 +275,38 @@ class APIServer:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        start, arrival = time.perf_counter(), asyncio.get_running_loop().time()
-        method, path = scope["method"], scope["path"]
-        query = parse_query(scope.get("query_string", b""))
-        headers = scope["headers"]
-        labels = ("", "", "", "")
-        code = 500
-        started = False
-        event: Event | None = None
-        failure: APIError | None = None
+        await self.handler(Context(scope, receive, send))
 
-        async def tracked(message: dict[str, Any]) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            try:
-                info = parse(method, path, query)
-            except ValueError as e:
-                raise NotFound(str(e)) from None
-            labels = (info.verb.upper(), info.api_group, info.api_version, info.resource)
-            # kube's WithRequestDeadline: --request-timeout from the arrival, or a shorter ?timeout=, for
-            # what is not long-running (a watch ends after its own timeoutSeconds)
-            deadline = None if long_running(info) else arrival + request_timeout(query, self.request_timeout)
-            try:
-                async with asyncio.timeout_at(deadline):
-                    user = await self.authn.authenticate(scope)
-                    event = self._audit(scope, info, user, query, headers)
-                    if not self.authz.always_allowed(path):
-                        if user is None:
-                            raise Unauthorized("Unauthorized")
-                        await self.authz.authorize(user, info)
-                    scope["user"] = user
-                    code = await self._route(scope, receive, tracked, info, query, headers, user)
-            except TimeoutError:
-                if started:  # kube aborts a handler whose answer is going out: the client sees a cut
-                    raise
-                code = 504  # as kube's WithTimeoutForNonLongRunningRequests writes it
-                await _respond(send, code, TIMEOUT_BODY, TIMEOUT_CONTENT_TYPE)
-        except APIError as e:
-            failure = e
-            code, body = _status(e)
-            await _respond(send, code, body, JSON, e.headers)
-        except Exception as e:  # noqa: BLE001 - anything else is a 500 Status, never a dropped connection
-            log.exception("%s %s failed", method, path)
-            failure = InternalError(f"{type(e).__name__}: {e}")
-            code, body = _status(failure)
-            await _respond(send, code, body, JSON)
-            if event is not None:
-                event.stage("Panic", code, failure)
-                event = None
-        finally:
-            if event is not None:  # kube's WithAuditInit: the event completes once the answer is out
-                event.stage("ResponseComplete", code, failure if failure is not None and code >= 400 else None)
-            verb, group, version, resource = labels
-            REQUESTS.labels(verb, group, version, resource, str(code)).inc()
-            LATENCY.labels(verb, group, version, resource).observe(time.perf_counter() - start)
-
-    def _audit(self, scope: dict[str, Any], info: RequestInfo, user: pb.UserInfo | None, query: dict[str, str],
-               headers: list[tuple[bytes, bytes]]) -> Event | None:
-        """Begin the request's audit event (kube's WithAudit, after authentication): None when the policy
-        does not audit it; a 500 when its RequestReceived stage could not be stored (blocking-strict)."""
-        if self.auditor is None:
-            return None
-        sent = _header(headers, b"audit-id")
-        audit_id = sent if _AUDIT_ID.fullmatch(sent) else str(uuid.uuid4())
-        event = new_event(self.auditor, audit_id, info, user, scope["path"], scope.get("query_string", b""),
-                          headers, scope)
-        if event is None:
-            return None
-        scope[AUDIT_EVENT] = event
-        if not event.stage("RequestReceived"):
-            audit_metrics.REQUEST_REJECTED.inc()  # blocking-strict: kube fails the request
-            raise InternalError("Internal error occurred: failed to store audit event")
-        return event
-
-    async def _route(self, scope: dict[str, Any], receive: Any, send: Send, info: RequestInfo,
-                     query: dict[str, str], headers: list[tuple[bytes, bytes]], user: Any) -> int:
-        accept = _header(headers, b"accept")
+    async def _serve(self, rc: RequestContext) -> None:
+        """The API handler behind the filters: a kind's resource path, the server's own documents, or
+        the FastAPI application."""
+        ctx: Context = rc  # type: ignore[assignment]
+        info: RequestInfo = ctx.info
+        accept = ctx.header(b"accept")
         if info.is_resource_request and info.api_group == self.group and not info.subresource:
             kind = self.by_plural.get(info.resource)
             if kind is not None and info.api_version in kind.versions and info.api_version in self.versions:
-                return await self._resource(scope, receive, send, info, kind, query, headers, accept, user)
-        static = self._static(scope["path"], accept)
+                await self._resource(ctx, info, kind, accept)
+                return
+        static = self._static(ctx.path, accept)
         if static is not None:
-            if scope["method"] not in ("GET", "HEAD"):
+            if ctx.method not in ("GET", "HEAD"):
                 raise APIError("the server does not allow this method on the requested resource",
                                code=405, reason="MethodNotAllowed")
             body, ctype = static if not callable(static) else await static()
-            await _respond(send, 200, body, ctype)
-            return 200
-        codes: list[int] = []
+            await ctx.respond(200, body, ctype)
+            return
 
-        async def recording_send(message: dict[str, Any]) -> None:
+        async def send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                codes.append(message["status"])
-            await send(message)
+                ctx.code, ctx.response_started = message["status"], True
+                message = {**message, "headers": ctx.response_headers(list(message.get("headers") or ()))}
+            await ctx.send(message)
 
-        await self.app(scope, receive, recording_send)
-        return codes[0] if codes else 500
+        ctx.scope["user"] = ctx.user
+        await self.app(ctx.scope, ctx.receive, send)
+        if not ctx.code:
+            ctx.code = 500
 
     def _static(self, path: str, accept: str) -> Any:
         """(body, content type) of the server's own non-resource documents, or a coroutine making it."""
@@ -415,50 +346,47 @@ class APIServer:
             raise APIError("readyz check failed: " + ", ".join(failed), code=500, reason="InternalError")
         return b"ok", "text/plain; charset=utf-8"
 
-    async def _resource(self, scope: dict[str, Any], receive: Any, send: Send, info: RequestInfo, kind: Kind,
-                        query: dict[str, str], headers: list[tuple[bytes, bytes]], accept: str, user: Any) -> int:
+    async def _resource(self, ctx: Context, info: RequestInfo, kind: Kind, accept: str) -> None:
         if kind.namespaced != bool(info.namespace) and info.verb not in ("list", "watch"):
             raise NotFound("the server could not find the requested resource")
         out = negotiation.negotiate_output(accept)
         body, ctype = b"", ""
         if info.verb in ("create", "update", "patch", "delete"):
-            body = await _read_body(receive)
-            ctype = _header(headers, b"content-type")
+            body = await _read_body(ctx.receive)
+            ctype = ctx.header(b"content-type")
             if body and info.verb != "patch":
                 body, _ = negotiation.decode_body(info.verb, ctype, body)
-            if AUDIT_EVENT in scope:
-                scope[AUDIT_EVENT].set_request(body)
+            if ctx.audit is not None:
+                ctx.audit.set_request(body)
         table = out.table and info.verb in ("get", "list", "watch")
         assert self.handlers is not None and self.storage is not None
         req = rpb.APIRequest(verb=info.verb, group=info.api_group, version=info.api_version,
-                             resource=info.resource, namespace=info.namespace, name=info.path_name, query=query,
-                             body=body, content_type=ctype, table=table, user=user,
-                             user_agent=_header(headers, b"user-agent"))
+                             resource=info.resource, namespace=info.namespace, name=info.path_name,
+                             query=ctx.query, body=body, content_type=ctype, table=table, user=ctx.user,
+                             user_agent=ctx.header(b"user-agent"))
         if info.verb == "watch":
-            return await self._watch(receive, send, events(self.handlers, self.storage, req), query, info,
-                                     scope.get(AUDIT_EVENT))
+            await self._watch(ctx, events(self.handlers, self.storage, req), info)
+            return
         resp, timing = await self.handlers.handle(req)
+        ctx.timings.extend(timing.items())
         data = resp.body
-        if AUDIT_EVENT in scope:
-            scope[AUDIT_EVENT].set_response(data)
+        if ctx.response_chunks is not None and out.content_type != JSON:  # the audit keeps the JSON
+            ctx.response_chunks.append(data)
         if out.format == "yaml":
             data = negotiation.json_to_yaml(data)
-        stages = {"Server-Timing": ", ".join(f"{name};dur={ms:.2f}" for name, ms in timing.items())} if timing else None
-        await _respond(send, resp.code, data, out.content_type, stages, warnings=resp.warnings)
-        return resp.code
+        await ctx.respond(resp.code, data, out.content_type, warning_headers(resp.warnings))
 
-    async def _watch(self, receive: Any, send: Send, lines: AsyncIterator[bytes], query: dict[str, str],
-                     info: RequestInfo, event: Event | None) -> int:
+    async def _watch(self, ctx: Context, lines: AsyncIterator[bytes], info: RequestInfo) -> None:
+        query, send, receive = ctx.query, ctx.send, ctx.receive
         try:
             timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else \
                 self.min_request_timeout * (1 + random.random())
         except ValueError:
             raise BadRequest(f'timeoutSeconds: Invalid value: "{query["timeoutSeconds"]}"') from None
         events = until_timeout(lines, timeout)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", JSON.encode()), (b"cache-control", b"no-cache, private")]})
-        if event is not None:
-            event.stage("ResponseStarted", 200)
+        await ctx.start(200, [(b"content-type", JSON.encode()), (b"cache-control", b"no-cache, private")])
+        if ctx.audit is not None:
+            ctx.audit.stage("ResponseStarted", 200)
 
         async def pump() -> None:
             async for line in events:
@@ -483,7 +411,6 @@ class APIServer:
                 await events.aclose()
         with contextlib.suppress(Exception):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        return 200
 
     # FastAPI's errors as Status --------------------------------------------------------------------
 
@@ -503,13 +430,6 @@ class APIServer:
         return Response(e.body(), status_code=e.code, media_type=JSON)
 
 
-def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str:
-    for k, v in headers:
-        if k == name:
-            return v.decode("latin-1")
-    return ""
-
-
 async def _read_body(receive: Any, limit: int = 3 << 20) -> bytes:
     chunks, size = [], 0
     while True:
@@ -523,14 +443,3 @@ async def _read_body(receive: Any, limit: int = 3 << 20) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)
-
-
-async def _respond(send: Send, code: int, body: bytes, content_type: str, extra: dict[str, str] | None = None,
-                   warnings: Sequence[str] = ()) -> None:
-    headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
-    headers += [(k.lower().encode(), v.encode()) for k, v in (extra or {}).items()]
-    # RFC 7234 warnings, as kube sends them: 299 - "<text>" with the text's quotes escaped
-    headers += [(b"warning", ('299 - "' + w.replace("\\", "\\\\").replace('"', '\\"') + '"').encode())
-                for w in warnings]
-    await send({"type": "http.response.start", "status": code, "headers": headers})
-    await send({"type": "http.response.body", "body": body})

@@ -23,6 +23,8 @@ from services.apiserver.storage.codec import Codec
 from services.apiserver.storage.compactor import Compactor
 from services.apiserver.storage.errors import interpret
 from services.apiserver.storage.etcd import Etcd
+from services.apiserver.storage.keys import resource_prefix
+from services.apiserver.storage.watch import CONSISTENT_READ_WAIT
 from services.common import errors, mux
 from services.common.errors import APIError, InternalError
 
@@ -57,6 +59,13 @@ class Storage:
 
     async def ping(self) -> bool:
         return await self.etcd.ping()
+
+    async def fresh_revision(self, prefix: str) -> int:
+        """The revision of the last change under prefix sent to its watches, once its watch cache holds
+        the state at etcd's current revision (an informer holding it has read every earlier write)."""
+        cacher = await self.cachers.get(resource_prefix(prefix))
+        await cacher.wait_fresh(prefix, await self.etcd.current_revision(cacher.resource), CONSISTENT_READ_WAIT)
+        return cacher.watch_cache.rev
 
     async def create(self, key: str, obj: pb.Object) -> pb.Object:
         return _object(await self.backend.create(spb.CreateRequest(key=key, object=obj)))
@@ -203,6 +212,9 @@ class StorageListWatch:
 
     def __init__(self, storage: Storage, prefix: str, decode: Callable[[pb.Object], dict[str, Any]]) -> None:
         self.storage, self.prefix, self.decode = storage, prefix, decode
+
+    async def fresh_revision(self) -> int:
+        return await self.storage.fresh_revision(self.prefix)
 
     async def list(self) -> tuple[list[dict[str, Any]], str]:
         items, rv, _, _ = await self.storage.list(self.prefix)

@@ -2,14 +2,14 @@
 
 It reads Topping objects from the server's informer, and refuses requests until that informer has
 synced (kube's admission ReadyFunc). A topping the informer has not seen yet may have been created a
-moment ago (the informer follows storage's watch): a miss is confirmed by one read before refusing.
+moment ago (the informer follows storage's watch): on a miss, the informer is first brought up to
+every write stored before the request (the kit's wait_fresh).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from services import kit
-from services.common.errors import NotFound
 
 
 class PizzaToppings(kit.AdmissionPlugin):
@@ -31,13 +31,9 @@ class PizzaToppings(kit.AdmissionPlugin):
     async def validate(self, a: kit.Attributes) -> None:
         if not self.ready():
             raise a.forbidden("not yet ready to handle request")
-        for t in a.obj["spec"]["toppings"]:
-            if t["name"] not in self.toppings.store and not await self._exists(t["name"], a):
-                raise a.forbidden(f"unknown topping: {t['name']}")
-
-    async def _exists(self, name: str, a: kit.Attributes) -> bool:
-        try:
-            await self.server.get("toppings", "v1alpha1", "", name, a.user)
-        except NotFound:
-            return False
-        return True
+        missing = [t["name"] for t in a.obj["spec"]["toppings"] if t["name"] not in self.toppings.store]
+        if missing:
+            await self.server.wait_fresh("toppings")
+            missing = [name for name in missing if name not in self.toppings.store]
+        if missing:
+            raise a.forbidden(f"unknown topping: {missing[0]}")

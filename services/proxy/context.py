@@ -3,14 +3,13 @@ library's filters see it as services.apiserver.filters.RequestContext) and the r
 from __future__ import annotations
 
 import asyncio
-import os
-import re
 import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from apiary_pb import envelope_pb2 as pb
 from services.apiserver.filters import ClientDisconnected
+from services.apiserver.filters.context import BaseContext, audit_id, warning_headers
 from services.apiserver.negotiation import JSON
 from services.apiserver.serving import CONNECTION_EXTENSION
 from services.common.errors import APIError, RequestEntityTooLarge
@@ -32,32 +31,13 @@ MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
 _WANTED_HEADERS = frozenset(
     (b"accept", b"audit-id", b"authorization", b"content-type", b"content-length", b"if-none-match"))
 _IMPERSONATE_PREFIX = b"impersonate-"
-_AUDIT_ID = re.compile(rb"[!-~]{1,128}")
-
-
-def warning_headers(warnings: list[str] | object) -> list[tuple[bytes, bytes]]:
-    """RFC 7234 Warning headers as kube writes them: 299 - "<text>"."""
-    out = []
-    for w in warnings:  # type: ignore[attr-defined]
-        text = w.replace("\\", "\\\\").replace('"', '\\"')
-        out.append((b"warning", f'299 - "{text}"'.encode()))
-    return out
 
 
 def too_large(limit: int = MAX_REQUEST_BODY_BYTES) -> RequestEntityTooLarge:
     return RequestEntityTooLarge(f"Request entity too large: limit is {limit}")
 
 
-def new_audit_id() -> str:
-    """str(uuid.uuid4()) (kube's uuid.New()) without the UUID object: half the CPU on every request."""
-    b = bytearray(os.urandom(16))
-    b[6] = b[6] & 0x0F | 0x40  # version 4
-    b[8] = b[8] & 0x3F | 0x80  # the RFC 4122 variant
-    h = b.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-class Context:
+class Context(BaseContext):
     __slots__ = ("scope", "receive", "send", "audit_id", "started", "timings", "headers", "extra_headers",
                  "code", "response_started", "_disconnect", "method", "path", "query_string", "impersonation",
                  "audit", "response_chunks", "output", "info", "query", "remote", "body", "user", "user_name",
@@ -79,9 +59,8 @@ class Context:
                     self.headers[k] = v
             elif k.startswith(_IMPERSONATE_PREFIX):
                 self.impersonation.append((k, v))
-        # kube takes the client's Audit-ID (one token of visible characters here: it goes into logs)
-        sent = self.headers.get(b"audit-id")
-        self.audit_id = sent.decode() if sent and _AUDIT_ID.fullmatch(sent) else new_audit_id()
+        # kube takes the client's Audit-ID (services.apiserver.filters.context.audit_id)
+        self.audit_id = audit_id(self.headers.get(b"audit-id"))
         self.extra_headers: list[tuple[bytes, bytes]] = []
         self.code = 0
         self.response_started = False
@@ -103,24 +82,6 @@ class Context:
         self.failure: APIError | None = None  # the error answered, for the audit event
         self.panic = False
         self.apply = False  # a server-side apply (for the request metrics)
-
-    def header(self, name: bytes) -> str:
-        v = self.headers.get(name)
-        return v.decode("latin-1") if v else ""
-
-    @property
-    def raw_headers(self) -> list[tuple[bytes, bytes]]:
-        return self.scope["headers"]
-
-    @property
-    def client_cert(self) -> dict[str, Any] | None:
-        ext = self.scope.get("extensions")
-        return ext.get("tls") if ext else None
-
-    def timing(self, stage: str, since: float) -> float:
-        now = time.perf_counter()
-        self.timings.append((stage, (now - since) * 1000.0))
-        return now
 
     # request body and disconnects ------------------------------------------------
 
@@ -152,10 +113,6 @@ class Context:
         """Start noticing the client going away. Call only once the body has been read."""
         if self._disconnect is None:
             self._disconnect = asyncio.ensure_future(self._wait_disconnect())
-
-    async def _wait_disconnect(self) -> None:
-        while (await self.receive())["type"] != "http.disconnect":
-            pass
 
     @property
     def disconnected(self) -> asyncio.Task[None] | None:
@@ -197,17 +154,6 @@ class Context:
             task.uncancel()
         return result
 
-    async def abort(self) -> None:
-        """Close the connection under an answer already started (kube aborts the handler), so the
-        client sees it cut off; returns once the server has seen the connection go."""
-        transport = (self.scope.get("extensions") or {}).get(CONNECTION_EXTENSION)
-        if transport is None:
-            return
-        transport.abort()
-        if self._disconnect is None:
-            self._disconnect = asyncio.ensure_future(self._wait_disconnect())
-        await asyncio.wait((self._disconnect,), timeout=1.0)
-
     def connection_lost(self) -> bool:
         """The client's connection is closed (or closing) under this request."""
         transport = (self.scope.get("extensions") or {}).get(CONNECTION_EXTENSION)
@@ -218,9 +164,6 @@ class Context:
             self._disconnect.cancel()
 
     # responses ---------------------------------------------------------------------
-
-    def server_timing(self) -> bytes:
-        return ", ".join(f"{name};dur={ms:.2f}" for name, ms in self.timings).encode()
 
     def _start_headers(self, content_type: str, headers: list[tuple[bytes, bytes]] | None) -> list:
         out = [(b"content-type", content_type.encode()), (b"audit-id", self.audit_id.encode())]

@@ -1,6 +1,6 @@
 """pods/eviction's rules (kube's pkg/registry/core/pod/storage/eviction.go, EvictionREST): when an eviction
 deletes the pod at once, when it asks the pod's PodDisruptionBudget, and the budget's check and decrement.
-The handler (services/registry/rest.py, evict) reads and writes; this module decides.
+The handler (services/registry/pods.py, EvictionREST) reads and writes; this module decides.
 
 - A pod that is Pending, Succeeded or Failed, or already being deleted, is deleted without asking a budget
   (a Pending pod under the resourceVersion it was read at, so it cannot become Running unnoticed).

@@ -218,3 +218,65 @@ async def test_an_audit_event_for_a_request_to_the_pizza_server(etcd: str, tmp_p
     assert listed["user"]["username"] == "chef" and "system:masters" in listed["user"]["groups"]
     assert listed["level"] == "RequestResponse" and listed["responseObject"]["kind"] == "PizzaList"
     assert missing["objectRef"]["name"] == "missing" and missing["responseStatus"]["reason"] == "NotFound"
+
+
+async def test_pizza_answers_carry_the_audit_id_of_their_audit_event(etcd: str, tmp_path: Path) -> None:
+    """The library's filter chain in front of the kit: every answer names its audit event (Audit-Id,
+    made by the server or taken from the client) and the stages it went through (Server-Timing)."""
+    (tmp_path / "policy.yaml").write_text(AUDIT_POLICY)
+    log = tmp_path / "audit.log"
+    server = pizza.server()
+    args = parse_args(parser("pizza", "", "/pizza"), [
+        "--tls-cert-file", "unused", "--tls-private-key-file", "unused", "--etcd-servers", etcd,
+        "--etcd-prefix", f"/pizza-{uuid.uuid4().hex[:8]}", "--audit-policy-file", str(tmp_path / "policy.yaml"),
+        "--audit-log-path", str(log)])
+    server.configure(args)
+    assert server.storage is not None and server.auditor is not None
+    await server.storage.start()
+    await server.auditor.start()
+    app = WithCertificate(server, "chef", ["system:masters"])
+    base = "/apis/restaurant.programming-kubernetes.info/v1alpha1/namespaces/default/pizzas"
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://kit") as c:
+            listed = await c.get(base)
+            missing = await c.get(f"{base}/missing", headers={"Audit-ID": "where-is-it"})
+            health = await c.get("/healthz")
+    finally:
+        await server.auditor.stop()
+        await server.storage.stop()
+    assert listed.status_code == 200, listed.text
+    assert missing.status_code == 404 and missing.headers["audit-id"] == "where-is-it"
+    assert health.status_code == 200 and health.headers["audit-id"]  # not audited, named all the same
+    stages = [s.split(";")[0] for s in listed.headers["server-timing"].split(", ")]
+    assert stages[:2] == ["authn", "authz"] and "storage" in stages
+    events = {e["auditID"]: e for e in map(orjson.loads, log.read_bytes().splitlines())}
+    assert events.keys() == {listed.headers["audit-id"], "where-is-it"}
+    assert events[listed.headers["audit-id"]]["verb"] == "list"
+    assert events[listed.headers["audit-id"]]["responseObject"]["kind"] == "PizzaList"
+    assert events["where-is-it"]["responseStatus"]["code"] == 404
+
+
+async def test_an_informer_reads_its_writes_after_wait_fresh(etcd: str) -> None:
+    """server.wait_fresh(plural): the kind's informer holds every object stored before the call (what an
+    admission plug-in asks before refusing an object it has not seen)."""
+    server = widget_server()
+    args = parser("widgets", "", "/widgets").parse_args([
+        "--tls-cert-file", "unused", "--tls-private-key-file", "unused", "--etcd-servers", etcd,
+        "--etcd-prefix", f"/widgets-{uuid.uuid4().hex[:8]}"])
+    server.configure(args)
+    assert server.storage is not None
+    await server.storage.start()
+    informer = server.informer("widgets")
+    informer.start()
+    try:
+        await informer.synced.wait()
+        app = WithCertificate(server, "admin", ["system:masters"])
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://kit") as c:
+            for i in range(5):
+                r = await c.post(f"/apis/{GROUP}/v1/namespaces/default/widgets", json={"metadata": {"name": f"w{i}"}})
+                assert r.status_code == 201, r.text
+                assert await server.wait_fresh("widgets")
+                assert f"default/w{i}" in informer.store
+    finally:
+        await informer.stop()
+        await server.storage.stop()

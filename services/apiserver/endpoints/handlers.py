@@ -6,14 +6,16 @@ through lists.py, Tables through printers.
 
 What differs between servers is given at construction: the storage (the registry's gRPC client, the
 kit's in-process backend), admission, the kinds' OpenAPI definitions, the checks after a strategy's
-validation, and the kinds whose storage is more than their strategy over the generic Store (installers:
-their subresources and, for a virtual kind such as a review, their own verbs).
+validation, the subresources served by REST objects of their own, registered by their kind
+(`subresources`: pods/binding, serviceaccounts/token; /scale, ScaleREST, for every kind that lists it), and
+the kinds whose storage is more than their strategy over the generic Store (installers: a Store with hooks
+or, for a virtual kind such as a review, verbs of its own).
 """
 from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -48,6 +50,7 @@ from .request import (
     go_value,
     resolve,
 )
+from .scale import ScaleREST
 
 
 def deleted_status(info: ResourceInfo, deleted: pb.Object) -> bytes:
@@ -116,15 +119,22 @@ def options_json(r: Scope, kind: str) -> Obj:
     return out
 
 
+class SubresourceStorage(Protocol):
+    """A subresource served by a REST object of its own (kube's storage map: "pods/binding": BindingREST):
+    the verbs it serves."""
+
+    verbs: Mapping[str, Verb]
+
+
 @dataclass(frozen=True)
 class KindStorage:
     """One kind's storage, assembled at install: its strategy, its Store (with the kind's hooks) and the
-    subresources served by REST objects of their own (kube's storage map: "pods/binding": BindingREST), each
-    a map of verbs; the others (status, finalize, ephemeralcontainers) are the kind's own verbs under its
-    subresource strategy. A virtual kind (a review) is served by its own verbs only."""
+    subresources served by REST objects of their own, by name; the others (status, finalize,
+    ephemeralcontainers) are the kind's own verbs under its subresource strategy. A virtual kind (a
+    review) is served by its own verbs only."""
     strategy: Strategy
     store: Store
-    subresources: dict[str, dict[str, Verb]] = field(default_factory=dict)
+    subresources: dict[str, SubresourceStorage] = field(default_factory=dict)
     verbs: dict[str, Verb] = field(default_factory=dict)
 
 
@@ -145,8 +155,11 @@ class Handlers(Generic[S]):
         self.scale = scale               # the Scale kind of /scale subresources (autoscaling/v1), if served
         self.decoder = Decoder(catalogue)
         self._storage: dict[ResourceInfo, KindStorage] = {}
+        # the subresources served by REST objects of their own, by their kind's group and resource, then by name:
+        # the server registers its own (the registry's pods/binding, pods/eviction, serviceaccounts/token)
+        self.subresources: dict[tuple[str, str], dict[str, SubresourceStorage]] = {}
         # the kinds whose storage is more than their strategy over the generic Store, by group and resource: the
-        # server adds its own (the registry's core kinds), which take these handlers
+        # server adds its own (the registry's Services and reviews), which take these handlers
         self.installers: dict[tuple[str, str], Installer] = {}
         self.verbs: dict[str, Verb] = {
             "get": self.get, "list": self.list, "create": self.create, "update": self.update,
@@ -165,11 +178,11 @@ class Handlers(Generic[S]):
 
     def _install(self, info: ResourceInfo) -> KindStorage:
         """The kind's strategy over the generic Store, /scale served for every kind whose definition lists
-        it (kube's ScaleREST), then what the kind's own installer adds."""
+        it (kube's ScaleREST), the subresources registered for the kind, then what its installer adds."""
         storage = KindStorage(strategy_for(info), self.generic)
         if info.subresource("scale") is not None and self.scale is not None:
-            storage.subresources["scale"] = {"get": self.get_scale, "update": self.update_scale,
-                                             "patch": self.patch_scale}
+            storage.subresources["scale"] = ScaleREST(self, self.scale)
+        storage.subresources.update(self.subresources.get((info.group, info.plural), {}))
         install = self.installers.get((info.group, info.plural))
         return storage if install is None else install(storage)
 
@@ -177,10 +190,6 @@ class Handlers(Generic[S]):
         """A kind no longer served keeps no storage."""
         served = set(catalogue.resources)
         self._storage = {info: s for info, s in self._storage.items() if info in served}
-
-    def _scale(self) -> Strategy:
-        assert self.scale is not None  # /scale is installed only with it
-        return self.scale
 
     def strategy(self, info: ResourceInfo) -> Strategy:
         return self.storage(info).strategy
@@ -209,7 +218,7 @@ class Handlers(Generic[S]):
         elif req.subresource:
             own = self.storage(r.info).subresources.get(req.subresource)
             if own is not None:
-                fn = own.get(verb)
+                fn = own.verbs.get(verb)
         if fn is None:
             raise errors.MethodNotAllowed("the server does not allow this method on the requested resource")
         check_options(r, verb)
@@ -419,58 +428,3 @@ class Handlers(Generic[S]):
         deleted = await self.rest(r).delete_collection(r, opts, r.query.get("labelSelector", ""), r.field_selector,
                                                     admission.admit, self.validation(admission))
         return Response(200, lists.from_envelopes(r.info, {"resourceVersion": ""}, deleted))
-
-    # Scale (autoscaling/v1, read from and written into the parent's spec.replicas) ----------------
-
-    async def get_scale(self, r: Request) -> Response:
-        env = await self.rest(r).get(r, r.req.name, r.query.get("resourceVersion", ""))
-        return Response(200, orjson.dumps(r.strategy.to_scale(envelope.from_envelope(env))))
-
-    async def _write_scale(self, r: Request, scale_of: Callable[[Obj], Obj]) -> Response:
-        """The parent's update with spec.replicas from the Scale that scale_of(current Scale) gives; a
-        resourceVersion in it is a precondition, as kube's scaleUpdatedObjectInfo makes it."""
-        scale_request = r.as_body_kind(self._scale())
-
-        def transform(current: Obj) -> Obj:
-            scale = scale_of(r.strategy.to_scale(current))
-            causes = scale_request.strategy.validate(scale)
-            if causes:
-                raise errors.invalid("Scale", "autoscaling", r.req.name, causes)
-            rv = (scale.get("metadata") or {}).get("resourceVersion")
-            if rv:
-                current["metadata"]["resourceVersion"] = rv
-            r.strategy.scale_into(current, (scale.get("spec") or {}).get("replicas") or 0)
-            return current
-
-        code, env = await self.update_object(r, transform)
-        return Response(code, orjson.dumps(r.strategy.to_scale(envelope.from_envelope(env))))
-
-    async def update_scale(self, r: Request) -> Response:
-        scale_request = r.as_body_kind(self._scale())
-        scale = await self.decoder.decode(scale_request, r.req.body)
-        body_name = scale["metadata"].get("name") or ""
-        if body_name != r.req.name:
-            raise BadRequest(f"the name of the object ({body_name}) does not match the name on the URL "
-                             f"({r.req.name})")
-        return await self._write_scale(r, lambda current: scale)
-
-    async def patch_scale(self, r: Request) -> Response:
-        ptype = patches.patch_type(r.req.content_type)
-        if ptype == patches.APPLY_PATCH:
-            raise errors.UnsupportedMediaType(f"the body of the request was in an unknown format - accepted media "
-                                              f"types include: {', '.join(patches.PATCH_TYPES[:3])}")
-        doc = patches.decode_patch(r.req.body, ptype)
-        scale_request = r.as_body_kind(self._scale())
-
-        def patched(current: Obj) -> Obj:
-            if ptype == patches.JSON_PATCH:
-                new = patches.apply_json_patch(current, doc)
-            elif ptype == patches.MERGE_PATCH:
-                new = patches.apply_merge_patch(current, doc)
-            else:
-                new = patches.apply_strategic_merge_patch(current, doc, {}, frozenset())
-            if not isinstance(new, dict):
-                raise BadRequest("the patched object is not a JSON object")
-            return self.decoder.check_object(scale_request, new)
-
-        return await self._write_scale(r, patched)

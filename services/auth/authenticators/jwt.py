@@ -26,7 +26,7 @@ from services.common.identity import user_pb
 
 from . import AuthenticationFailed
 from .jwks import FETCH_TIMEOUT, KEY_REFRESH_MIN_INTERVAL, KeySet, issuer_hash
-from .jwtconfig import ClaimValidationRule, JWTConfig
+from .jwtconfig import ClaimValidationRule, JWTConfig, UserValidationRule
 
 NBF_LEEWAY = 300.0
 
@@ -55,6 +55,30 @@ def _go_time(ts: float) -> str:
 
 def _go_quote_list(values: list[str]) -> str:
     return "[" + " ".join(f'"{v}"' for v in values) + "]"
+
+
+def _string_claim(claims: dict[str, Any], claim: str, absent: str, parse: str) -> str:
+    """claims[claim], which must be a string: `absent` when it is not there, `parse`'s unmarshal error
+    when it is no string (kube's messages for each caller)."""
+    if claim not in claims:
+        raise AuthenticationFailed(absent)
+    value = claims[claim]
+    if not isinstance(value, str):
+        raise AuthenticationFailed(f"{parse}: json: cannot unmarshal {type(value).__name__} into Go value of type "
+                                   "string")
+    return value
+
+
+def _string_expression(program: cel.Program, act: dict[str, Any] | None, claim: str) -> str:
+    """A claim mapping's expression that must give a string (username, uid), as kube reports its failures."""
+    try:
+        value = program.evaluate(act or {})
+    except cel.CELEvalError as e:
+        raise AuthenticationFailed(f"oidc: error evaluating {claim} claim expression: {e}") from None
+    if not isinstance(value, str):
+        raise AuthenticationFailed(f"oidc: error evaluating {claim} claim expression: "
+                                   f"{claim} claim expression must return a string")
+    return value
 
 
 def _string_list(value: Any) -> list[str]:
@@ -126,12 +150,8 @@ class JWTAuthenticator:
                 extra[e.key] = values
         for r in c.claim_validation_rules:
             if r.claim:
-                if r.claim not in claims:
-                    raise AuthenticationFailed(f"oidc: required claim {r.claim} not present in ID token")
-                value = claims[r.claim]
-                if not isinstance(value, str):
-                    raise AuthenticationFailed(f"oidc: parse claim {r.claim}: json: cannot unmarshal "
-                                               f"{type(value).__name__} into Go value of type string")
+                value = _string_claim(claims, r.claim, f"oidc: required claim {r.claim} not present in ID token",
+                                      f"oidc: parse claim {r.claim}")
                 if value != r.required_value:
                     raise AuthenticationFailed(f"oidc: required claim {r.claim} value does not match. "
                                                f"Got = {value}, want = {r.required_value}")
@@ -178,22 +198,12 @@ class JWTAuthenticator:
     def _username(self, claims: dict[str, Any], act: dict[str, Any] | None) -> str:
         m = self.config.username
         if m.program is not None:
-            try:
-                value = m.program.evaluate(act or {})
-            except cel.CELEvalError as e:
-                raise AuthenticationFailed(f"oidc: error evaluating username claim expression: {e}") from None
-            if not isinstance(value, str):
-                raise AuthenticationFailed("oidc: error evaluating username claim expression: "
-                                           "username claim expression must return a string")
+            value = _string_expression(m.program, act, "username")
             if not value:
                 raise AuthenticationFailed("oidc: empty username via CEL expression is not allowed")
             return value
-        if m.claim not in claims:
-            raise AuthenticationFailed(f"oidc: parse username claims \"{m.claim}\": claim not present")
-        value = claims[m.claim]
-        if not isinstance(value, str):
-            raise AuthenticationFailed(f"oidc: parse username claims \"{m.claim}\": json: cannot unmarshal "
-                                       f"{type(value).__name__} into Go value of type string")
+        parse = f"oidc: parse username claims \"{m.claim}\""
+        value = _string_claim(claims, m.claim, f"{parse}: claim not present", parse)
         if m.claim == "email" and "email_verified" in claims:
             verified = claims["email_verified"]
             if not isinstance(verified, bool):
@@ -230,19 +240,11 @@ class JWTAuthenticator:
                                            + ("claim not present" if value is None else
                                               "json: cannot unmarshal into Go value of type string"))
             return value
-        if m.program is None:
-            return ""
-        try:
-            value = m.program.evaluate(act or {})
-        except cel.CELEvalError as e:
-            raise AuthenticationFailed(f"oidc: error evaluating uid claim expression: {e}") from None
-        if not isinstance(value, str):
-            raise AuthenticationFailed("oidc: error evaluating uid claim expression: "
-                                       "uid claim expression must return a string")
-        return value
+        return "" if m.program is None else _string_expression(m.program, act, "uid")
 
     @staticmethod
-    def _check_rules(rules: list[ClaimValidationRule], act: dict[str, Any] | None, what: str) -> None:
+    def _check_rules(rules: list[ClaimValidationRule] | list[UserValidationRule], act: dict[str, Any] | None,
+                     what: str) -> None:
         for r in rules:
             if r.program is None:
                 continue

@@ -1,6 +1,5 @@
 """The jwt section of kube's AuthenticationConfiguration (apiserver.config.k8s.io/v1 JWTAuthenticator):
-decoded into typed models (the *Spec classes, strictly, as kube decodes the file), read into JWTConfig
-and validated with kube's messages (validateJWTAuthenticator), its CEL claim mappings and validation
+decoded into typed models (strictly, as kube decodes the file), read into JWTConfig and validated with kube's messages (validateJWTAuthenticator), its CEL claim mappings and validation
 rules compiled as they are validated, so a token is never checked against an expression that did not
 compile.
 """
@@ -11,6 +10,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from cryptography import x509
+from pydantic import PrivateAttr
 
 from services.apiserver.configdecode import Field, Struct
 from services.apiserver.fielderrors import FieldErrors
@@ -20,86 +20,57 @@ from services.common import cel
 ALGORITHMS = ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512")
 
 
-@dataclass
-class ClaimOrExpression:
-    claim: str = ""
-    prefix: str | None = None
-    expression: str = ""
-    program: cel.Program | None = None
+class Compiled(Struct):
+    """An entry with a CEL expression: its program, compiled once validate_jwt has checked it (never
+    read from the file)."""
+
+    _program: cel.Program | None = PrivateAttr(None)
+
+    @property
+    def program(self) -> cel.Program | None:
+        return self._program
+
+    @program.setter
+    def program(self, program: cel.Program | None) -> None:
+        self._program = program
 
 
-@dataclass
-class ClaimValidationRule:
-    claim: str = ""
-    required_value: str = ""
-    expression: str = ""
-    message: str = ""
-    program: cel.Program | None = None
-
-
-@dataclass
-class ExtraMapping:
-    key: str
-    value_expression: str
-    program: cel.Program | None = None
-
-
-@dataclass
-class JWTConfig:
-    url: str
-    discovery_url: str = ""
-    audiences: list[str] = field(default_factory=list)
-    audience_match_policy: str = ""
-    certificate_authority: str = ""
-    username: ClaimOrExpression = field(default_factory=ClaimOrExpression)
-    groups: ClaimOrExpression = field(default_factory=ClaimOrExpression)
-    uid: ClaimOrExpression = field(default_factory=ClaimOrExpression)
-    extra: list[ExtraMapping] = field(default_factory=list)
-    claim_validation_rules: list[ClaimValidationRule] = field(default_factory=list)
-    user_validation_rules: list[ClaimValidationRule] = field(default_factory=list)
-    algorithms: tuple[str, ...] = ALGORITHMS
-
-    def connection_key(self) -> tuple[str, str, str]:
-        """What the fetched keys depend on: a reload keeps the keys of an unchanged issuer."""
-        return self.url, self.discovery_url, self.certificate_authority
-
-
-class PrefixedClaimOrExpressionSpec(Struct):
+class PrefixedClaimOrExpression(Compiled):
     claim: str = ""
     prefix: str | None = None
     expression: str = ""
 
 
-class ClaimOrExpressionSpec(Struct):
+class ClaimOrExpression(Compiled):
     claim: str = ""
     expression: str = ""
 
 
-class ExtraMappingSpec(Struct):
+class ExtraMapping(Compiled):
     key: str = ""
     value_expression: str = Field("", alias="valueExpression")
 
 
-class ClaimMappingsSpec(Struct):
-    username: PrefixedClaimOrExpressionSpec = PrefixedClaimOrExpressionSpec()
-    groups: PrefixedClaimOrExpressionSpec = PrefixedClaimOrExpressionSpec()
-    uid: ClaimOrExpressionSpec = ClaimOrExpressionSpec()
-    extra: list[ExtraMappingSpec] = []
+class ClaimMappings(Struct):
+    username: PrefixedClaimOrExpression = Field(default_factory=PrefixedClaimOrExpression)
+    groups: PrefixedClaimOrExpression = Field(default_factory=PrefixedClaimOrExpression)
+    uid: ClaimOrExpression = Field(default_factory=ClaimOrExpression)
+    extra: list[ExtraMapping] = []
 
 
-class ClaimValidationRuleSpec(Struct):
+class ClaimValidationRule(Compiled):
     claim: str = ""
     required_value: str = Field("", alias="requiredValue")
     expression: str = ""
     message: str = ""
 
 
-class UserValidationRuleSpec(Struct):
+class UserValidationRule(Compiled):
     expression: str = ""
     message: str = ""
 
 
-class IssuerSpec(Struct):
+class Issuer(Struct):
     url: str = ""
     discovery_url: str = Field("", alias="discoveryURL")
     certificate_authority: str = Field("", alias="certificateAuthority")
@@ -110,10 +81,32 @@ class IssuerSpec(Struct):
 class JWTAuthenticatorSpec(Struct):
     """One entry of the file's jwt list (kube's JWTAuthenticator), as decoded."""
 
-    issuer: IssuerSpec = IssuerSpec()
-    claim_validation_rules: list[ClaimValidationRuleSpec] = Field([], alias="claimValidationRules")
-    claim_mappings: ClaimMappingsSpec = Field(ClaimMappingsSpec(), alias="claimMappings")
-    user_validation_rules: list[UserValidationRuleSpec] = Field([], alias="userValidationRules")
+    issuer: Issuer = Field(default_factory=Issuer)
+    claim_validation_rules: list[ClaimValidationRule] = Field([], alias="claimValidationRules")
+    claim_mappings: ClaimMappings = Field(default_factory=ClaimMappings, alias="claimMappings")
+    user_validation_rules: list[UserValidationRule] = Field([], alias="userValidationRules")
+
+
+@dataclass
+class JWTConfig:
+    """The authenticator's configuration: the issuer's settings, and the claim mappings and rules as
+    decoded (their programs set by validate_jwt)."""
+    url: str
+    discovery_url: str = ""
+    audiences: list[str] = field(default_factory=list)
+    audience_match_policy: str = ""
+    certificate_authority: str = ""
+    username: PrefixedClaimOrExpression = field(default_factory=PrefixedClaimOrExpression)
+    groups: PrefixedClaimOrExpression = field(default_factory=PrefixedClaimOrExpression)
+    uid: ClaimOrExpression = field(default_factory=ClaimOrExpression)
+    extra: list[ExtraMapping] = field(default_factory=list)
+    claim_validation_rules: list[ClaimValidationRule] = field(default_factory=list)
+    user_validation_rules: list[UserValidationRule] = field(default_factory=list)
+    algorithms: tuple[str, ...] = ALGORITHMS
+
+    def connection_key(self) -> tuple[str, str, str]:
+        """What the fetched keys depend on: a reload keeps the keys of an unchanged issuer."""
+        return self.url, self.discovery_url, self.certificate_authority
 
 
 def parse_jwt(spec: JWTAuthenticatorSpec) -> JWTConfig:
@@ -122,14 +115,9 @@ def parse_jwt(spec: JWTAuthenticatorSpec) -> JWTConfig:
     return JWTConfig(
         url=issuer.url, discovery_url=issuer.discovery_url, audiences=list(issuer.audiences),
         audience_match_policy=issuer.audience_match_policy, certificate_authority=issuer.certificate_authority,
-        username=ClaimOrExpression(cm.username.claim, cm.username.prefix, cm.username.expression),
-        groups=ClaimOrExpression(cm.groups.claim, cm.groups.prefix, cm.groups.expression),
-        uid=ClaimOrExpression(cm.uid.claim, None, cm.uid.expression),
-        extra=[ExtraMapping(e.key, e.value_expression) for e in cm.extra],
-        claim_validation_rules=[ClaimValidationRule(r.claim, r.required_value, r.expression, r.message)
-                                for r in spec.claim_validation_rules],
-        user_validation_rules=[ClaimValidationRule(expression=r.expression, message=r.message)
-                               for r in spec.user_validation_rules],
+        username=cm.username, groups=cm.groups, uid=cm.uid, extra=list(cm.extra),
+        claim_validation_rules=list(spec.claim_validation_rules),
+        user_validation_rules=list(spec.user_validation_rules),
     )
 
 

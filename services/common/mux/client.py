@@ -11,10 +11,10 @@ from typing import Any
 from apiary_pb import envelope_pb2 as pb
 
 from .. import auditid
-from ..errors import APIError, ServiceUnavailable, Timeout
+from ..errors import APIError, Timeout
 from ..grpcutil import batches
 from .flow import WINDOW
-from .streams import Spread, read_stream
+from .streams import StreamClient
 
 # Seconds after which a client of several replicas moves a stream (Spread), so that a replica that
 # was down gets calls again within about this long of being back.
@@ -70,34 +70,23 @@ class _Parts:
         self.wake.set()
 
 
-class MuxClient:
+class MuxClient(StreamClient):
     """Calls `method` on the peer over one shared stream opened by `open_stream(requests)` (e.g. stub.Calls)."""
+
+    stream_type = _Stream
+    what = "stream"
+    task_name = "mux-read"
 
     def __init__(self, open_stream: Callable[[Any], Any], peer: str, responses: dict[str, Any],
                  replicas: int = 1) -> None:
-        self.open_stream = open_stream
-        self.peer = peer
+        super().__init__(open_stream, peer, replicas, REBALANCE)
         self.responses = responses          # method name -> response message class
         self.replicas = replicas
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[pb.Frame] | _Parts] = {}
-        self._stream: _Stream | None = None
         self._parts_client: MuxClient | None = None  # answers in parts travel on a stream of their own
-        if replicas > 1:
-            self._ensure = Spread(self._open, replicas, REBALANCE).pick  # type: ignore[method-assign]
 
-    def _open(self) -> _Stream:
-        stream = _Stream(self.open_stream)
-        asyncio.create_task(self._read(stream), name=f"mux-read-{self.peer}")
-        return stream
-
-    def _ensure(self) -> _Stream:
-        stream = self._stream
-        if stream is None or not stream.alive:
-            stream = self._stream = self._open()
-        return stream
-
-    async def _read(self, stream: _Stream) -> None:
+    def _on_message(self, stream: _Stream) -> Callable[[pb.Frames], None]:
         pending = self._pending
 
         def on_batch(batch: pb.Frames) -> None:
@@ -113,21 +102,18 @@ class MuxClient:
                 del pending[frame.id]
                 if not entry.done():  # type: ignore[union-attr]
                     entry.set_result(frame)  # type: ignore[union-attr]
+        return on_batch
 
-        failed = ServiceUnavailable(f"service unavailable ({self.peer})")
-        try:
-            failed = await read_stream(stream.call, on_batch, self.peer, "stream")
-        finally:
-            stream.alive = False
-            stream.queue.put_nowait(None)
-            for fid, entry in list(pending.items()):
-                if getattr(entry, "stream", None) is not stream:
-                    continue
-                pending.pop(fid, None)
-                if type(entry) is _Parts:
-                    entry.fail(failed)
-                elif not entry.done():  # type: ignore[union-attr]
-                    entry.set_exception(failed)  # type: ignore[union-attr]
+    def _fail(self, stream: _Stream, failed: APIError) -> None:
+        pending = self._pending
+        for fid, entry in list(pending.items()):
+            if getattr(entry, "stream", None) is not stream:
+                continue
+            pending.pop(fid, None)
+            if type(entry) is _Parts:
+                entry.fail(failed)
+            elif not entry.done():  # type: ignore[union-attr]
+                entry.set_exception(failed)  # type: ignore[union-attr]
 
     async def call(self, method: str, request: Any, timeout: float | None = None,
                    response: type | None = None) -> Any:

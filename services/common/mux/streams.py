@@ -8,6 +8,7 @@ import itertools
 import logging
 import random
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -69,3 +70,54 @@ class Spread:
         if self.rebalance:  # jittered, so that the streams of many clients do not move at once
             self.due[i] = time.monotonic() + self.rebalance * random.uniform(0.8, 1.2)
         return stream
+
+
+class StreamClient(ABC):
+    """A client of long-lived streams to a peer, as the Calls client (client.py) and the watch client
+    (watchmux.py) are: one stream opened on first use and again once it has ended, or one per replica
+    (Spread, with `rebalance`); each read to its end, its messages handed to the client's
+    `_on_message(stream)`, and what still waits on it failed by `_fail` once it ends. A subclass names
+    its stream type (made from open_stream, with `alive`, `call` and its write `queue`) and what the
+    stream is called in errors and its reading tasks' names."""
+
+    stream_type: Callable[[Callable[[Any], Any]], Any]
+    what: str
+    task_name: str
+
+    def __init__(self, open_stream: Callable[[Any], Any], peer: str, replicas: int = 1,
+                 rebalance: float = 0.0) -> None:
+        self.open_stream = open_stream
+        self.peer = peer
+        self._stream: Any = None
+        self._spread: Spread | None = None
+        if replicas > 1:
+            self._spread = Spread(self._open, replicas, rebalance)
+            self._ensure = self._spread.pick  # type: ignore[method-assign]
+
+    def _open(self) -> Any:
+        stream = self.stream_type(self.open_stream)
+        asyncio.create_task(self._read(stream), name=f"{self.task_name}-{self.peer}")
+        return stream
+
+    def _ensure(self) -> Any:
+        stream = self._stream
+        if stream is None or not stream.alive:
+            stream = self._stream = self._open()
+        return stream
+
+    async def _read(self, stream: Any) -> None:
+        failed: APIError = ServiceUnavailable(f"service unavailable ({self.peer})")
+        try:
+            failed = await read_stream(stream.call, self._on_message(stream), self.peer, self.what)
+        finally:
+            stream.alive = False
+            stream.queue.put_nowait(None)  # the writer ends too
+            self._fail(stream, failed)
+
+    @abstractmethod
+    def _on_message(self, stream: Any) -> Callable[[Any], None]:
+        """What handles each message read from stream."""
+
+    @abstractmethod
+    def _fail(self, stream: Any, failed: APIError) -> None:
+        """End what still waits on stream, which ended with `failed`."""

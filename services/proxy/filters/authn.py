@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from apiary_pb import auth_pb2 as apb
@@ -32,9 +32,11 @@ AUTH_TIMEOUT = 10.0
 
 class Authenticator:
     def __init__(self, auth: agrpc.AuthStub, ttl: float = SUCCESS_TTL,
-                 request_header: RequestHeaderConfig | None = None) -> None:
+                 request_header: RequestHeaderConfig | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.auth = auth
         self.ttl = ttl
+        self.clock = clock  # the cache's monotonic seconds (a test's FakeClock)
         self.request_header = request_header
         self._cache: dict[Any, tuple[float, pb.UserInfo]] = {}
 
@@ -61,7 +63,7 @@ class Authenticator:
         # without credentials the answer (anonymous or not) may depend on the path: kube's anonymous conditions
         key = (hashlib.sha256(token.encode()).digest() if token else b"", x509, cn, orgs,
                "" if token or x509 else path)
-        now = time.monotonic()
+        now = self.clock()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > now:
             metrics.AUTHN_HIT.inc()

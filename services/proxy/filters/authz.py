@@ -52,8 +52,9 @@ def attributes(user: pb.UserInfo, info: RequestInfo) -> pb.RequestAttributes:
 
 class Authorizer:
     def __init__(self, auth: agrpc.AuthStub, ttl: float = DECISION_TTL, fallback_ttl: float = FALLBACK_TTL,
-                 settle: float = SETTLE) -> None:
+                 settle: float = SETTLE, clock: Callable[[], float] = time.monotonic) -> None:
         self.auth = auth
+        self.clock = clock  # the cache's monotonic seconds (a test's FakeClock)
         self.ttl = ttl
         self.fallback_ttl = fallback_ttl
         self.settle = settle
@@ -67,7 +68,7 @@ class Authorizer:
         """Forget every decision; called for each RBAC change."""
         self._cache.clear()
         self._generation += 1
-        self._quiet_until = time.monotonic() + self.settle
+        self._quiet_until = self.clock() + self.settle
 
     async def authorize(self, user: pb.UserInfo, info: RequestInfo) -> None:
         """Return when allowed; raise Forbidden on Deny or NoOpinion."""
@@ -86,7 +87,7 @@ class Authorizer:
         key = (user.name, tuple(user.groups), user.uid, extra, info.verb, info.is_resource_request, info.namespace,
                info.api_group, info.api_version, info.resource, info.subresource, info.name,
                "" if info.is_resource_request else info.path)
-        now = time.monotonic()
+        now = self.clock()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > now:
             metrics.AUTHZ_HIT.inc()
@@ -101,7 +102,7 @@ class Authorizer:
             if not allowed and resp.error:
                 # kube's WithAuthorization: an authorizer error without an allow is a 500, never cached
                 raise InternalError(f"Internal error occurred: {resp.error}", details={"causes": [{"message": resp.error}]})
-            now = time.monotonic()
+            now = self.clock()
             if generation == self._generation and now >= self._quiet_until and not resp.no_cache:
                 self._store(key, now, allowed, reason, resp.cache_ttl)
         return allowed, reason

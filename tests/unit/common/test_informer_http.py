@@ -17,9 +17,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from services.apiserver.restclient import RESTClient
 from services.common.errors import AlreadyExists, Conflict, Gone, InternalError, NotFound, ServiceUnavailable
 from services.common.informer import HTTPListWatch, Informer
-from services.common.restclient import RESTClient
 from tests.waiting import until
 
 FULL = {"apiVersion": "v1", "kind": "ConfigMap", "data": {"big": "x" * 100},

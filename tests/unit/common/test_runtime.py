@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from services.common import runtime
+from tests.fakeclock import FakeClock
 from tests.waiting import until
 
 
@@ -164,13 +165,15 @@ async def test_postponing_the_trim_moves_it_and_counts_nothing(monkeypatch: pyte
     the connection was lost): the trim moves to TRIM_DELAY from then, no byte is counted again, and with no
     trim pending (or one due at the burst's TRIM_MAX_WAIT) nothing changes."""
     trims = _counted_trims(monkeypatch, delay=0.2)
+    clock = FakeClock(asyncio.get_running_loop().time())
+    monkeypatch.setattr(runtime, "trim_clock", clock)
     runtime.released(256 << 10)
     runtime.postpone_trim()
     assert runtime._trim is None and runtime._freed == 256 << 10
     runtime.released(runtime.TRIM_AFTER_BYTES)
     first = runtime._trim
     assert first is not None
-    await asyncio.sleep(0.05)
+    clock.advance(0.05)
     runtime.postpone_trim()
     assert first.cancelled() and runtime._trim is not None and runtime._trim.when() > first.when()
     assert runtime._freed == runtime.TRIM_AFTER_BYTES + (256 << 10)
@@ -180,7 +183,7 @@ async def test_postponing_the_trim_moves_it_and_counts_nothing(monkeypatch: pyte
     monkeypatch.setattr(runtime, "TRIM_MAX_WAIT", runtime.TRIM_DELAY)
     runtime.released(runtime.TRIM_AFTER_BYTES)
     first = runtime._trim
-    await asyncio.sleep(0.05)
+    clock.advance(0.05)
     runtime.postpone_trim()
     assert runtime._trim is first and not first.cancelled()
     await until(lambda: runtime._trim is None, what="the trim")

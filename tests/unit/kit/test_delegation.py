@@ -15,6 +15,7 @@ from services.common.identity import user_pb
 from services.kit import authz as authz_mod
 from services.kit.authn import Authenticator
 from services.kit.authz import Authorizer
+from tests.fakeclock import FakeClock
 
 RH = RequestHeaderConfig.from_flags(allowed_names=["front-proxy-client"])
 
@@ -117,17 +118,16 @@ async def test_the_cache_holds_1024_decisions() -> None:
     assert apiary.calls == calls + 1
 
 
-async def test_expired_decisions_are_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_expired_decisions_are_asked_again() -> None:
     apiary = Apiary(allowed={"alice"})
-    z = Authorizer(apiary.client(), authorized_ttl=5, unauthorized_ttl=1)
+    clock = FakeClock()
+    z = Authorizer(apiary.client(), authorized_ttl=5, unauthorized_ttl=1, clock=clock)
     info = parse("GET", "/apis/g.example.com/v1/things")
-    now = [100.0]
-    monkeypatch.setattr(authz_mod.time, "monotonic", lambda: now[0])
     await z.authorize(user_pb("alice"), info)
-    now[0] += 4
+    clock.advance(4)
     await z.authorize(user_pb("alice"), info)
     assert apiary.calls == 1
-    now[0] += 2
+    clock.advance(2)
     await z.authorize(user_pb("alice"), info)
     assert apiary.calls == 2
 

@@ -4,8 +4,9 @@ import pytest
 
 from services.apiserver.filters.authentication import bearer_token
 from services.apiserver.filters.authorization import forbidden_error
+from services.apiserver.filters.context import new_audit_id
 from services.apiserver.requestinfo import parse, parse_query
-from services.proxy.context import MAX_REQUEST_BODY_BYTES, Context, new_audit_id, too_large
+from services.proxy.context import MAX_REQUEST_BODY_BYTES, Context, too_large
 
 
 def info(method, url):

@@ -17,6 +17,7 @@ from services.common import grpcutil
 from services.proxy.app import ProxyApp
 from services.proxy.authz_invalidation import RepeatFilter
 from services.proxy.filters.authz import Authorizer
+from tests.fakeclock import FakeClock
 from tests.waiting import until
 
 from .fakes import start_fakes, with_cert
@@ -266,13 +267,14 @@ async def test_rbac_event_invalidates_cached_decisions(stack):
 async def test_no_caching_while_the_auth_service_settles(stack):
     await stack.start(serve_rbac=True)
     authz = stack.proxy.authz
+    authz.clock = clock = FakeClock()
     authz.settle = 0.3
     authz.invalidate()
     calls = stack.auth.authz_calls
     for _ in range(3):
         await stack.client.get(CM, headers=ALICE)
     assert stack.auth.authz_calls == calls + 3  # nothing stored inside the window
-    await asyncio.sleep(0.35)
+    clock.advance(0.35)
     for _ in range(3):
         await stack.client.get(CM, headers=ALICE)
     assert stack.auth.authz_calls == calls + 4  # stored again (with the long TTL: the watches are synced)
@@ -281,11 +283,12 @@ async def test_no_caching_while_the_auth_service_settles(stack):
 async def test_without_rbac_watches_decisions_expire_quickly_and_readiness_holds(stack):
     await stack.start(serve_rbac=False)
     authz = stack.proxy.authz
+    authz.clock = clock = FakeClock()
     authz.fallback_ttl = 0.2
     assert (await stack.client.get(CM, headers=ALICE)).status_code == 200
     stack.auth.revoked.add("alice")
     assert (await stack.client.get(CM, headers=ALICE)).status_code == 200
-    await asyncio.sleep(0.25)
+    clock.advance(0.25)
     assert (await stack.client.get(CM, headers=ALICE)).status_code == 403
     assert not stack.proxy.authz_invalidation.synced()
     ok, text = await stack.proxy.readiness()

@@ -1,5 +1,6 @@
-"""client-go's rest.RESTClient, in small: requests and watch streams to a Kubernetes API server over one
-aiohttp session, for the clients of the API (the controller-manager, the kit's NamespaceLifecycle).
+"""client-go's rest.RESTClient, in small: requests and watch streams to a Kubernetes API server, for the
+clients of the API (the controller-manager, the kit's NamespaceLifecycle), over the library's one outbound
+client (httpclient.Client: its pool, TLS and headers).
 
 An answer of 400 or more is raised as the APIError its Status says (a body that is no Status: its code and
 text); a server that cannot be reached, a broken connection or a timeout is raised as ServiceUnavailable,
@@ -12,7 +13,9 @@ from collections.abc import AsyncIterator, Mapping
 import aiohttp
 import orjson
 
-from .errors import APIError, ServiceUnavailable
+from services.common.errors import APIError, ServiceUnavailable
+
+from .httpclient import Client
 
 # A watch has no read timeout: the server ends it (timeoutSeconds) and the informer resumes it.
 WATCH_TIMEOUT = aiohttp.ClientTimeout()
@@ -35,29 +38,28 @@ def status_error(code: int, content: bytes) -> APIError:
 
 
 class RESTClient:
-    """One keep-alive session to `server` (a kubeconfig's, with its TLS context and headers).
+    """Requests to `server` (a kubeconfig's, with its TLS context and headers) over one Client's pool.
 
     The pool has no bound: every watch holds its connection for as long as it runs (~40 in the
     controller-manager's garbage collector), and past a bound a watch or a lease renewal would wait for a
-    connection; idle connections are kept for aiohttp's 15 s, so the requests between watches reuse them.
-    Made inside the event loop it serves (aiohttp binds the session to the running loop)."""
+    connection; idle connections are kept, so the requests between watches reuse them. `timeout` bounds
+    connecting and each read (not a whole answer: a large list takes as long as it streams)."""
 
     def __init__(self, server: str, ssl_context: ssl.SSLContext | None, headers: Mapping[str, str] | None = None,
                  timeout: float = 30.0) -> None:
         self.server = server.rstrip("/")
-        self.session = aiohttp.ClientSession(
-            headers=dict(headers or {}), connector=aiohttp.TCPConnector(ssl=ssl_context or True, limit=0),
-            timeout=aiohttp.ClientTimeout(connect=timeout, sock_read=timeout), trust_env=False)
+        self.client = Client(self.server, ssl_context, headers, timeout=None)
+        self.timeout = aiohttp.ClientTimeout(connect=timeout, sock_read=timeout)
 
     async def close(self) -> None:
-        await self.session.close()
+        await self.client.aclose()
 
     async def request(self, method: str, path: str, params: Mapping[str, str] | None = None,
                       body: bytes | None = None, headers: Mapping[str, str] | None = None) -> bytes:
         """The body of the answer to `method path` (the path below the server's URL)."""
         try:
-            async with self.session.request(method, self.server + path, params=params, data=body,
-                                            headers=headers) as r:
+            async with self.client.session().request(method, self.server + path, params=params, data=body,
+                                                     headers=headers, timeout=self.timeout) as r:
                 content = await r.read()
         except UNREACHABLE as e:
             raise ServiceUnavailable(f"{method} {path}: {type(e).__name__}: {e}") from None
@@ -70,7 +72,7 @@ class RESTClient:
         """A watch: each line of the answer to GET `path` as it arrives, until the server ends it. Close it
         (contextlib.aclosing) when leaving early, so that its connection goes at once."""
         try:
-            async with self.session.get(self.server + path, params=params, headers=headers,
+            async with self.client.session().get(self.server + path, params=params, headers=headers,
                                         timeout=WATCH_TIMEOUT) as r:
                 if r.status >= 400:
                     raise status_error(r.status, await r.read())
