@@ -211,9 +211,9 @@ class FakeRegistry(rgrpc.RegistryServicer):
             queue = self.rbac_events[request.resource]
             while True:
                 yield rpb.WatchFrame(data=orjson.dumps(await queue.get()))
-        self.requests.append(request)
-        if request.resource == "apiservices":
+        if request.resource == "apiservices":  # the aggregator's informer: its watch opens when it will
             await asyncio.sleep(3600)
+        self.requests.append(request)
         if request.resource == "secrets":
             raise errors.BadRequest("unable to parse requirement: bad selector")
         try:
