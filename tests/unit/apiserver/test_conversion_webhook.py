@@ -108,8 +108,8 @@ async def test_the_webhook_unreachable() -> None:
 
 @pytest.mark.parametrize("answer, message", [
     (lambda r: (200, {**renaming(r)[1], "apiVersion": "apiextensions.k8s.io/v1beta1"}),
-     "failed: expected webhook response of apiextensions.k8s.io/v1, Kind=ConversionReview, got "
-     "apiextensions.k8s.io/v1beta1, Kind=ConversionReview"),
+     ("failed: expected webhook response of apiextensions.k8s.io/v1, Kind=ConversionReview, got "
+      "apiextensions.k8s.io/v1beta1, Kind=ConversionReview")),
     (lambda r: (200, {**renaming(r)[1], "response": {**renaming(r)[1]["response"], "uid": "other"}}),
      'failed: expected response.uid="{uid}", got "other"'),
     (lambda r: (200, {**renaming(r)[1], "response": {"uid": r["request"]["uid"],
@@ -119,14 +119,14 @@ async def test_the_webhook_unreachable() -> None:
      "failed: response.result.status was '', not 'Success'"),
     (lambda r: (200, {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview"}),
      "failed: no response provided"),
-    (lambda r: (500, b"oops"), "failed: the server responded with the status code 500 but did not return more "
-                               "information"),
+    (lambda r: (500, b"oops"), ("failed: the server responded with the status code 500 but did not return more "
+                                "information")),
     (lambda r: (200, b""), "failed: 0-length response with status code: 200 and content type: application/json"),
     (lambda r: (200, {**renaming(r)[1], "response": {**renaming(r)[1]["response"], "convertedObjects": []}}),
      "returned 0 objects, expected 1"),
     (lambda r: renaming(r, apiVersion="stable.example.com/v3"),
-     "returned invalid object at index 0: invalid groupVersion (expected stable.example.com/v2, received "
-     "stable.example.com/v3)"),
+     ("returned invalid object at index 0: invalid groupVersion (expected stable.example.com/v2, received "
+      "stable.example.com/v3)")),
     (lambda r: renaming(r, kind="Other"),
      "returned invalid object at index 0: invalid kind (expected CronTab, received Other)"),
     (lambda r: renaming(r, metadata={"name": "b"}), "returned invalid object: must have the same name: a != b"),
