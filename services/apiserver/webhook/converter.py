@@ -13,11 +13,13 @@ it only converts asynchronously, so the registry converts through it wherever a 
 """
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import orjson
+from prometheus_client import Counter, Histogram
 
 from apiary_pb import envelope_pb2 as pb
 from services.apiserver import validation as v
@@ -34,9 +36,32 @@ GROUP = "apiextensions.k8s.io"
 TIMEOUT = 30.0
 
 
-def conversion_failed(message: str) -> errors.APIError:
-    """kube returns a plain error here: a 500 without a reason."""
-    return errors.APIError(message, code=500, reason="")
+# kube's conversion webhook metrics (apiextensions-apiserver/pkg/apiserver/conversion/metrics.go)
+DURATION = Histogram("apiserver_crd_conversion_webhook_duration_seconds", "CRD webhook conversion duration in seconds",
+                     ["crd_name", "from_version", "to_version", "succeeded"],
+                     buckets=tuple(0.001 * 2 ** i for i in range(15)))
+REQUESTS = Counter("apiserver_conversion_webhook_request_total",
+                   "Counter for conversion webhook requests with success/failure and failure error type",
+                   ["result", "failure_type"])
+LATENCY = Histogram("apiserver_conversion_webhook_duration_seconds", "Conversion webhook request latency",
+                    ["result", "failure_type"],
+                    buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30, 45, 60))
+CALL_FAILURE = "conversion_webhook_call_failure"
+MALFORMED_RESPONSE = "conversion_webhook_malformed_response_failure"
+PARTIAL_RESPONSE = "conversion_webhook_partial_response_failure"
+INVALID_OBJECT = "conversion_webhook_invalid_converted_object_failure"
+
+
+class ConversionFailed(errors.APIError):
+    """kube returns a plain error here: a 500 without a reason. failure_type: the metrics' label."""
+
+    def __init__(self, message: str, failure_type: str) -> None:
+        super().__init__(message, code=500, reason="")
+        self.failure_type = failure_type
+
+
+def conversion_failed(message: str, failure_type: str = INVALID_OBJECT) -> ConversionFailed:
+    return ConversionFailed(message, failure_type)
 
 
 class ReviewError(Exception):
@@ -138,17 +163,38 @@ class WebhookConverter:
         gvk = _gvk(first.api_version, first.kind)
         if self.review_version is None:
             raise conversion_failed("no supported conversion review versions")
+        t0 = time.perf_counter()
+        failure = ""
+        try:
+            return await self._convert(envs, todo, api_version, gvk, batch)
+        except ConversionFailed as e:
+            failure = e.failure_type
+            raise
+        finally:
+            elapsed = time.perf_counter() - t0
+            labels = ("failure", failure) if failure else ("success", "")
+            REQUESTS.labels(*labels).inc()
+            LATENCY.labels(*labels).observe(elapsed)
+            DURATION.labels(self.name, first.api_version.rpartition("/")[2], api_version.rpartition("/")[2],
+                            "false" if failure else "true").observe(elapsed)
+
+    async def _convert(self, envs: list[pb.Object], todo: list[int], api_version: str, gvk: str,
+                       batch: bool) -> list[pb.Object]:
         originals = [orjson.loads(envelope.to_json(envs[i])) for i in todo]
         uid = str(uuid.uuid4())
         review = {"apiVersion": f"{GROUP}/{self.review_version}", "kind": "ConversionReview",
                   "request": {"uid": uid, "desiredAPIVersion": api_version, "objects": originals}}
         try:
-            objects = converted_objects(await self._post(orjson.dumps(review)), self.review_version, uid)
+            answer = await self._post(orjson.dumps(review))
         except (WebhookError, ReviewError) as e:
-            raise conversion_failed(f"conversion webhook for {gvk} failed: {e}") from None
+            raise conversion_failed(f"conversion webhook for {gvk} failed: {e}", CALL_FAILURE) from None
+        try:
+            objects = converted_objects(answer, self.review_version or "", uid)
+        except ReviewError as e:
+            raise conversion_failed(f"conversion webhook for {gvk} failed: {e}", MALFORMED_RESPONSE) from None
         if len(objects) != len(todo):
             raise conversion_failed(f"conversion webhook for {gvk} returned {len(objects)} objects, expected "
-                                    f"{len(todo)}")
+                                    f"{len(todo)}", PARTIAL_RESPONSE)
         out = list(envs)
         for n, (i, original, converted) in enumerate(zip(todo, originals, objects)):
             out[i] = self._converted(envs[i], original, converted, api_version, gvk, n if batch else None)

@@ -12,7 +12,7 @@ import pytest
 from apiary_pb import envelope_pb2 as pb
 from services.apiserver.httpclient import Response
 from services.apiserver.webhook.client import WebhookError
-from services.apiserver.webhook.converter import WebhookConversion, WebhookConverter
+from services.apiserver.webhook.converter import REQUESTS, WebhookConversion, WebhookConverter
 from services.common import envelope, errors
 
 Obj = dict[str, Any]
@@ -100,10 +100,13 @@ async def test_a_list_converts_in_one_review_and_keeps_metadata() -> None:
 
 
 async def test_the_webhook_unreachable() -> None:
+    calls = REQUESTS.labels("failure", "conversion_webhook_call_failure")
+    before = calls._value.get()
     message = await failure(lambda r: WebhookError('Post "https://127.0.0.1:1/convert?timeout=30s": dial tcp '
                                                    '127.0.0.1:1: connect: connection refused', sent=True))
     assert message == ('conversion webhook for stable.example.com/v1, Kind=CronTab failed: Post '
                        '"https://127.0.0.1:1/convert?timeout=30s": dial tcp 127.0.0.1:1: connect: connection refused')
+    assert calls._value.get() == before + 1
 
 
 @pytest.mark.parametrize("answer, message", [
