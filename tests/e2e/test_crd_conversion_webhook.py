@@ -2,7 +2,7 @@
 converted by a real HTTPS webhook written here (tools/fakeservers.ConversionWebhook, its serving certificate from
 a CA made for the test and given as caBundle), referenced by url and by a Service with Endpoints on loopback.
 Seen through kubectl and the API as a user sees them: get and list in either version, create in one and read in
-the other, a list converted in one review, dry-run, /scale and /status, a watch in the non-storage version,
+the other, apply and patch, a list converted in one review, dry-run, /scale and /status, a watch in the non-storage version,
 storedVersions after the storage version moves, and the error kube gives when the webhook is down."""
 from __future__ import annotations
 
@@ -108,6 +108,12 @@ def test_both_versions_through_the_webhook(kubectl: Any, admin: Any, webhook: Co
     assert in_v1["apiVersion"] == f"{GROUP}/v1" and in_v1["spec"] == {"cronSpec": "*/1 * * * *", "replicas": 1}
     kubectl.run("-n", NS, "create", "-f", "-", input=crontab("from-v1", "v1", "*/2 * * * *"))
     assert get(kubectl, V2, "from-v1")["spec"] == {"schedule": "*/2 * * * *", "replicas": 1}
+
+    # server-side apply and a merge patch in v2 land in v1's field
+    kubectl.run("-n", NS, "apply", "--server-side", "-f", "-", input=crontab("applied", "v2", "*/7 * * * *"))
+    kubectl.run("-n", NS, "patch", V2, "applied", "--type=merge", "-p", '{"spec": {"schedule": "*/8 * * * *"}}')
+    assert get(kubectl, V1, "applied")["spec"] == {"cronSpec": "*/8 * * * *", "replicas": 1}
+    kubectl.run("-n", NS, "delete", V2, "applied")
 
     # a list: every object needing conversion in one ConversionReview
     before = len(webhook.calls)
