@@ -2,8 +2,9 @@
 converted by a real HTTPS webhook written here (tools/fakeservers.ConversionWebhook, its serving certificate from
 a CA made for the test and given as caBundle), referenced by url and by a Service with Endpoints on loopback.
 Seen through kubectl and the API as a user sees them: get and list in either version, create in one and read in
-the other, apply and patch, a list converted in one review, dry-run, /scale and /status, a watch in the non-storage version,
-storedVersions after the storage version moves, and the error kube gives when the webhook is down."""
+the other, apply and patch, a list converted in one review, dry-run, /scale and /status, a watch in the
+non-storage version, storedVersions after the storage version moves, and the error kube gives when the webhook
+is down."""
 from __future__ import annotations
 
 import base64
