@@ -1,5 +1,5 @@
 """Servers the tests and benchmarks talk to: an OIDC issuer, a token webhook, an authorization webhook,
-admission webhooks and aggregated API servers.
+admission webhooks, CRD conversion webhooks and aggregated API servers.
 
 Each is a threading HTTPS server on loopback with a serving certificate from a CA made here
 (tools.certs), so the auth service reaches them over verified TLS exactly as it would a real one.
@@ -190,6 +190,31 @@ class AdmissionWebhook(TLSServer):
             time.sleep(self.delay)
         response = {"uid": review["request"]["uid"], **self.decide(review["request"])}
         return 200, {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
+
+
+class ConversionWebhook(TLSServer):
+    """A CRD conversion webhook: `convert(object, desiredAPIVersion) -> object` for each object of a
+    ConversionReview (apiVersion set to the desired one here), answered with the review's uid and Success;
+    `dns_names` for its serving certificate (a Service's <name>.<namespace>.svc). Every review received is
+    kept in `calls`, and the path it came to in `paths`."""
+
+    def __init__(self, directory: Path, name: str, convert: Callable[[dict[str, Any], str], dict[str, Any]],
+                 dns_names: tuple[str, ...] = ()) -> None:
+        super().__init__(directory, name, dns_names)
+        self.convert = convert
+        self.calls: list[dict[str, Any]] = []
+        self.paths: list[str] = []
+
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        review = json.loads(body)
+        self.calls.append(review)
+        self.paths.append(path)
+        req = review["request"]
+        desired = req["desiredAPIVersion"]
+        converted = [{**self.convert(obj, desired), "apiVersion": desired} for obj in req["objects"]]
+        return 200, {"apiVersion": review["apiVersion"], "kind": "ConversionReview",
+                     "response": {"uid": req["uid"], "result": {"status": "Success"},
+                                  "convertedObjects": converted}}
 
 
 class AggregatedBackend:

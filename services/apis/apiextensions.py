@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from services.apiserver.conversion import same_fields
+from services.apiserver.conversion import Conversion, same_fields
 from services.apiserver.printers import CREATED_AT_TABLE, NAME, TableConvertor, column
 from services.apiserver.resource import GroupVersion, ResourceInfo
+from services.apiserver.webhook.converter import WebhookConversion, WebhookConverter
 
 from .kinds import SCALE, status
 from .strategies.apiextensions import (
@@ -38,9 +39,11 @@ CRD_GROUP_PRIORITY = 1000
 CRD_VERSION_PRIORITY = 100
 
 
-def custom_resources(crd: Obj) -> list[GroupVersion]:
+def custom_resources(crd: Obj, converter: WebhookConverter | None = None) -> list[GroupVersion]:
     """The definitions of a CRD's served versions, by the names it accepted (status.acceptedNames, which
-    the naming controller fills from spec.names), each in a GroupVersion of its own."""
+    the naming controller fills from spec.names), each in a GroupVersion of its own. With conversion strategy
+    Webhook every version, the storage version too (objects stored in an older one), converts through converter
+    (made once per CRD); with None only the apiVersion changes."""
     spec = crd.get("spec") or {}
     names = (crd.get("status") or {}).get("acceptedNames") or spec.get("names") or {}
     group, plural, kind = spec.get("group") or "", names.get("plural") or "", names.get("kind") or ""
@@ -65,10 +68,17 @@ def custom_resources(crd: Obj) -> list[GroupVersion]:
                 (ver.get("deprecationWarning") or f"{group}/{version} {kind} is deprecated")
                 if ver.get("deprecated") else ""),
             table=printer_columns(ver.get("additionalPrinterColumns") or []),
-            conversion=None if version == stored else same_fields(f"{group}/{stored}", kind),
+            conversion=_conversion(group, version, stored, kind, converter),
         )
         out.append(GroupVersion(group, version, CRD_GROUP_PRIORITY, CRD_VERSION_PRIORITY, (info,)))
     return out
+
+
+def _conversion(group: str, version: str, stored: str, kind: str,
+                converter: WebhookConverter | None) -> Conversion | None:
+    if converter is not None:
+        return WebhookConversion(f"{group}/{stored}", kind, converter=converter)
+    return None if version == stored else same_fields(f"{group}/{stored}", kind)
 
 
 _STEP = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")

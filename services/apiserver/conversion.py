@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -52,6 +52,9 @@ class Conversion:
     # The apiVersions whose bodies storage may hold, each read with from_storage: the storage version, and for
     # kinds whose versions have the same fields, the ones older code stored.
     readable: frozenset[str] = frozenset()
+    # Converted by a call out (a CRD's conversion webhook, services/apiserver/webhook/converter.py): only the
+    # async forms below convert, and a list's items go in one call.
+    remote: ClassVar[bool] = False
 
     @property
     def identity(self) -> bool:
@@ -92,6 +95,16 @@ class Conversion:
             raise errors.InternalError(f"{env.metadata.name}: stored as {env.api_version}, {env.kind}, which "
                                        f"{api_version}, {kind} cannot be converted from")
         return _convert(env, api_version, kind, self.from_storage)
+
+    async def to_storage_envelopes(self, envs: list[pb.Object]) -> list[pb.Object]:
+        """envs in the storage version (the remote form; here as to_storage_envelope)."""
+        return [self.to_storage_envelope(e) for e in envs]
+
+    async def from_storage_envelopes(self, envs: list[pb.Object], api_version: str, kind: str,
+                                     batch: bool = False) -> list[pb.Object]:
+        """Stored objects as api_version/kind serve them (batch: a list's items); those already in it as they are."""
+        return [e if e.api_version == api_version and e.kind == kind else
+                self.from_storage_envelope(e, api_version, kind) for e in envs]
 
     def field_path(self, path: tuple[str, ...], to_storage: bool) -> tuple[str, ...]:
         """A managedFields path ("f:name" elements) in the other version's names."""

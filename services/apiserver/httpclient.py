@@ -1,6 +1,7 @@
 """The outbound HTTP client of every service (client-go's transport with k8s.io/apiserver's webhook
-client): admission, token and authorization webhooks, the audit webhook, the JWKS of JWT issuers, the
-aggregator's availability and discovery probes and the kit's delegated reviews all call through a Client.
+client): admission and CRD conversion webhooks (webhook/client.py), token and authorization webhooks, the
+audit webhook, the JWKS of JWT issuers, the aggregator's availability and discovery probes and the kit's
+delegated reviews all call through a Client.
 
 One stack, aiohttp, under the controller-manager's RESTClient too (services/apiserver/restclient.py): its client
 spends about a quarter of httpx's CPU per call (measured on webhook calls). The aggregator forwards on

@@ -115,6 +115,29 @@ class ResourceInfo:
             env.kind, env.api_version = self.kind, self.api_version
         return env
 
+    @property
+    def converts_remotely(self) -> bool:
+        """Whether this version's objects convert only through a call out (a CRD's conversion webhook)."""
+        return self.conversion is not None and self.conversion.remote
+
+    async def stored_remotely(self, env: pb.Object) -> pb.Object:
+        """stored() for a kind that converts_remotely."""
+        assert self.conversion is not None
+        return (await self.conversion.to_storage_envelopes([env]))[0]
+
+    async def served_remotely(self, envs: list[pb.Object], batch: bool = False) -> list[pb.Object]:
+        """served() for a kind that converts_remotely: the objects not in this version go in one call (batch: a
+        list's items)."""
+        assert self.conversion is not None
+        return await self.conversion.from_storage_envelopes(envs, self.api_version, self.kind, batch)
+
+    async def through_storage(self, env: pb.Object) -> pb.Object:
+        """A dry-run's answer as a write would have it: through the storage version and back (kube's
+        DryRunnableStorage copies it through the storage codec), where that conversion is a call out."""
+        if not self.converts_remotely:
+            return env
+        return (await self.served_remotely([await self.stored_remotely(env)]))[0]
+
     def storage_version_hash(self) -> str:
         """discovery.StorageVersionHash of the storage version's group, version and kind."""
         if self.conversion is None:

@@ -26,8 +26,11 @@ from services.apis.install import GROUP_VERSIONS as BUILT_IN
 from services.apis.strategies.apiextensions import CLEANUP_FINALIZER, condition_true
 from services.apiserver.registry.rest import now_rfc3339
 from services.apiserver.resource import GroupVersion, ResourceInfo
+from services.apiserver.webhook.client import WebhookClient
+from services.apiserver.webhook.converter import WebhookConverter
 from services.common import errors, identity
 from services.common.informer import Informer
+from services.common.serviceresolver import ServiceResolver
 
 from . import watch
 from services.apiserver.endpoints.handlers import Handlers
@@ -86,6 +89,12 @@ class CRDController:
         self.catalogue = handlers.catalogue
         self.informer = Informer.over(LocalListWatch(handlers, GROUP, VERSION, RESOURCE), GROUP, VERSION, RESOURCE)
         self.informer.add_handler(self._on_event)
+        # Conversion webhooks named by a Service reach one of its endpoints (as admission webhooks do), from
+        # Services, Endpoints and EndpointSlices this replica lists and watches through its own handlers.
+        self.service_informers = [Informer.over(LocalListWatch(handlers, g, "v1", r), g, "v1", r)
+                                  for g, r in (("", "services"), ("", "endpoints"),
+                                               ("discovery.k8s.io", "endpointslices"))]
+        self.webhooks = WebhookClient(ServiceResolver(*self.service_informers))
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
         # per CRD name: what is installed (its signature) and the definitions it added
@@ -95,6 +104,8 @@ class CRDController:
 
     async def run(self) -> None:
         self.informer.start()
+        for informer in self.service_informers:
+            informer.start()
         try:
             while True:
                 name = await self._queue.get()
@@ -112,7 +123,8 @@ class CRDController:
                 except Exception:  # one bad CRD must not stop the others
                     log.exception("crd %s: sync failed", name)
         finally:
-            await self.informer.stop()
+            await asyncio.gather(self.informer.stop(), *(i.stop() for i in self.service_informers))
+            await self.webhooks.aclose()
 
     def _on_event(self, kind: str, obj: Obj, old: Obj | None) -> None:
         self._enqueue((obj.get("metadata") or {}).get("name") or "")
@@ -221,7 +233,10 @@ class CRDController:
         current = self._installed.get(name)
         if current is not None and current[0] == signature:
             return
-        group_versions = custom_resources(crd)
+        conversion = (crd.get("spec") or {}).get("conversion") or {}
+        # the webhook's client config and review version read once per CRD change, not per request
+        converter = WebhookConverter(self.webhooks, crd) if conversion.get("strategy") == "Webhook" else None
+        group_versions = custom_resources(crd, converter)
         self._uninstall(name)
         for gv in group_versions:
             for info in gv.resources:

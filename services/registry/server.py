@@ -104,9 +104,11 @@ class RegistryServicer(rgrpc.RegistryServicer):
         if request.audit_id:  # this watch's task
             auditid.AUDIT_ID.set(request.audit_id)
         counter = WATCH_EVENTS.labels(request.group, request.version, request.resource)
-        if request.table:
-            # Table rows are built per watch (column definitions go with its first event).
-            async with contextlib.aclosing(watch.frames(self.handlers, request)) as frames:
+        plan = watch.Plan(self.handlers, request)
+        if request.table or plan.info.converts_remotely:
+            # Table rows are built per watch (column definitions go with its first event); objects converted by
+            # a webhook wait for it in this watch's task.
+            async with contextlib.aclosing(watch.frames(self.handlers, request, plan)) as frames:
                 async for data in frames:
                     counter.inc()
                     while not sink.send(wid, data):
@@ -114,7 +116,6 @@ class RegistryServicer(rgrpc.RegistryServicer):
             return
         # Relayed: each storage event becomes a frame once (watch.SHARED) and goes to the sink as
         # the storage stream's batch is read, with no task switch for this watch.
-        plan = watch.Plan(self.handlers, request)
         done = asyncio.Event()
 
         def on_event(event: bytes, initial: bool) -> bool:

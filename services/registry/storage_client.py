@@ -47,42 +47,49 @@ class StorageClient:
                   timing: Timing | None = None) -> pb.Object:
         req = spb.GetRequest(key=info.key(namespace, name), resource_version=resource_version)
         try:
-            return info.served(await self._call("get", info, "Get", req, timing))
+            got = await self._call("get", info, "Get", req, timing)
         except errors.APIError as e:
             raise interpret(e, info, name) from None
+        return await _served(info, got)
 
     async def create(self, info: ResourceInfo, obj: pb.Object, timing: Timing | None = None) -> pb.Object:
         m = obj.metadata
-        req = spb.CreateRequest(key=info.key(m.namespace, m.name), object=info.stored(obj))
+        req = spb.CreateRequest(key=info.key(m.namespace, m.name), object=await _stored(info, obj))
         try:
-            return info.served(await self._call("create", info, "Create", req, timing))
+            created = await self._call("create", info, "Create", req, timing)
         except errors.AlreadyExists:
             # storage names the resource from the key; the registry knows its group too
             raise errors.already_exists(info.plural, info.group, m.name) from None
+        return await _served(info, created)
 
     async def update(self, info: ResourceInfo, obj: pb.Object, expected_resource_version: str,
                      timing: Timing | None = None) -> pb.Object:
         m = obj.metadata
-        req = spb.UpdateRequest(key=info.key(m.namespace, m.name), object=info.stored(obj),
+        req = spb.UpdateRequest(key=info.key(m.namespace, m.name), object=await _stored(info, obj),
                                 expected_resource_version=expected_resource_version)
         try:
-            return info.served(await self._call("update", info, "Update", req, timing))
+            updated = await self._call("update", info, "Update", req, timing)
         except errors.APIError as e:
             raise interpret(e, info, m.name) from None
+        return await _served(info, updated)
 
     async def delete(self, info: ResourceInfo, namespace: str, name: str, uid: str = "",
                      resource_version: str = "", timing: Timing | None = None) -> pb.Object:
         req = spb.DeleteRequest(key=info.key(namespace, name), precondition_uid=uid,
                                 precondition_resource_version=resource_version)
         try:
-            return info.served(await self._call("delete", info, "Delete", req, timing))
+            deleted = await self._call("delete", info, "Delete", req, timing)
         except errors.APIError as e:
             raise interpret(e, info, name) from None
+        return await _served(info, deleted)
 
     async def list(self, info: ResourceInfo, req: spb.ListRequest, timing: Timing | None = None) -> spb.ListResponse:
         """The items in info's version (converted from the storage version, type meta filled in)."""
         resp: spb.ListResponse = await self._call("list", info, "List", req, timing)
-        items = [info.served(e) for e in resp.items]
+        if info.converts_remotely:  # one call for every item not in this version, as kube converts a list
+            items = await info.served_remotely(list(resp.items), batch=True)
+        else:
+            items = [info.served(e) for e in resp.items]
         if info.conversion is not None:  # served() copied them
             del resp.items[:]
             resp.items.extend(items)
@@ -109,6 +116,14 @@ class StorageClient:
     async def watch(self, req: spb.WatchRequest) -> AsyncIterator[pb.WatchEvent]:
         async for raw in self.watches.watch(req):
             yield pb.WatchEvent.FromString(raw)
+
+
+async def _stored(info: ResourceInfo, env: pb.Object) -> pb.Object:
+    return await info.stored_remotely(env) if info.converts_remotely else info.stored(env)
+
+
+async def _served(info: ResourceInfo, env: pb.Object) -> pb.Object:
+    return (await info.served_remotely([env]))[0] if info.converts_remotely else info.served(env)
 
 
 @contextlib.contextmanager

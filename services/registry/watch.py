@@ -89,30 +89,47 @@ class Plan:
         ev = pb.WatchEvent.FromString(raw)
         if ev.type == "ERROR":
             return error_frame(errors.APIError.from_pb(ev.status)), True
-        head = _TYPES.get(ev.type)
-        if head is None:
+        if ev.type not in _TYPES:
             return None, False
         # in this version (converted from the storage version); a bookmark only carries a resourceVersion
-        obj = ev.object if ev.type == "BOOKMARK" else self.info.served(ev.object)
+        return self._frame(raw, ev, ev.object if ev.type == "BOOKMARK" else self.info.served(ev.object)), False
+
+    async def frame_remotely(self, raw: bytes) -> tuple[bytes | None, bool]:
+        """frame() for a kind whose objects convert through a call out (info.converts_remotely): each event's
+        object converted on its own, as kube converts a watch's events."""
+        if not self.table:
+            frame = SHARED.get(raw, self.kind, self.api_version)
+            if frame is not None:
+                return frame, False
+        ev = pb.WatchEvent.FromString(raw)
+        if ev.type in ("ERROR", "BOOKMARK") or ev.type not in _TYPES:
+            return self.frame(raw)
+        return self._frame(raw, ev, (await self.info.served_remotely([ev.object]))[0]), False
+
+    def _frame(self, raw: bytes, ev: pb.WatchEvent, obj: pb.Object) -> bytes:
+        head = _TYPES[ev.type]
         if not obj.kind:
             obj.kind, obj.api_version = self.kind, self.api_version
         if self.table and ev.type != "BOOKMARK":
             t = printers.table(self.convertor, [obj], {"resourceVersion": obj.metadata.resource_version},
                                self.include, with_columns=self._first_table)
             self._first_table = False
-            return head + orjson.dumps(t) + b"}", False
+            return head + orjson.dumps(t) + b"}"
         frame = head + envelope.to_json(obj) + b"}"
         if not self.table:
             SHARED.put(raw, self.kind, self.api_version, frame)
-        return frame, False
+        return frame
 
 
-async def frames(handlers: Handlers[StorageClient], req: rpb.APIRequest) -> AsyncIterator[bytes]:
-    """The watch stream; failures after it started (410 and the like) are ERROR frames, then the end."""
-    plan = Plan(handlers, req)
+async def frames(handlers: Handlers[StorageClient], req: rpb.APIRequest,
+                 plan: Plan | None = None) -> AsyncIterator[bytes]:
+    """The watch stream; failures after it started (410, a conversion webhook's and the like) are ERROR frames,
+    then the end."""
+    plan = plan or Plan(handlers, req)
+    remote = plan.info.converts_remotely
     try:
         async for raw in handlers.store.watch_raw(plan.storage_request):
-            frame, last = plan.frame(raw)
+            frame, last = await plan.frame_remotely(raw) if remote else plan.frame(raw)
             if frame is not None:
                 yield frame
             if last:

@@ -35,7 +35,7 @@ from .. import authz
 from ..attributes import Attributes, in_version
 from ..namespaces import InformerNamespaceLister
 from ..plugin import Plugin, PluginConfig
-from .client import CallError, WebhookCaller
+from .caller import CallError, WebhookCaller
 from .matching import Webhook
 
 log = logging.getLogger(__name__)

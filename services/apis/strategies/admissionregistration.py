@@ -3,10 +3,10 @@ registry/validatingadmissionpolicy*, registry/mutatingadmissionpolicy*)."""
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from services.apiserver import validation as v
 from services.apiserver.registry.rest import Obj, Strategy
+from services.apiserver.webhook.validation import validate_client_config
 from services.common import cel
 
 # ---------------------------------------------------------------------------------------------------------
@@ -325,40 +325,6 @@ def validate_rule(rule: Obj, field: str) -> list[v.Cause]:
     scope = rule.get("scope")
     if scope is not None and scope not in SCOPES:
         causes.append(v.not_supported(f"{field}.scope", scope, list(SCOPES)))
-    return causes
-
-
-def validate_client_config(cc: Any, field: str) -> list[v.Cause]:
-    if not isinstance(cc, dict):
-        return [v.required(field, "exactly one of url or service is required")]
-    url, service = cc.get("url"), cc.get("service")
-    if (url is None) == (service is None):
-        return [v.required(field, "exactly one of url or service is required")]
-    causes: list[v.Cause] = []
-    if url is not None:
-        parts = urlsplit(url)
-        if parts.scheme != "https":
-            causes.append(v.invalid(f"{field}.url", url, "'https' is the only allowed URL scheme"))
-        if not parts.hostname:
-            causes.append(v.invalid(f"{field}.url", url, "host must be specified"))
-        if parts.username or parts.password:
-            causes.append(v.invalid(f"{field}.url", url, "user information is not permitted in the URL"))
-        if parts.fragment:
-            causes.append(v.invalid(f"{field}.url", url, "fragments are not permitted in the URL"))
-        if parts.query:
-            causes.append(v.invalid(f"{field}.url", url, "query parameters are not permitted in the URL"))
-        return causes
-    if not service.get("name"):
-        causes.append(v.required(f"{field}.service.name", "service name is required"))
-    if not service.get("namespace"):
-        causes.append(v.required(f"{field}.service.namespace", "service namespace is required"))
-    port = service.get("port")
-    if not isinstance(port, int) or not 1 <= port <= 65535:
-        causes.append(v.invalid(f"{field}.service.port", port, "port is not valid: must be between 1 and 65535, "
-                                "inclusive"))
-    path = service.get("path")
-    if path is not None and not str(path).startswith("/"):
-        causes.append(v.invalid(f"{field}.service.path", path, "must start with a '/'"))
     return causes
 
 

@@ -8,10 +8,15 @@ from typing import Any, ClassVar
 
 from services.apiserver import structural
 from services.apiserver import validation as v
+from services.apiserver.fielderrors import too_many
 from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
+from services.apiserver.webhook.validation import ca_bundle_error, validate_ca_bundle, validate_client_config
 
 SCOPES = ("Cluster", "Namespaced")
 CONVERSION_STRATEGIES = ("None", "Webhook")
+# The ConversionReview versions apiary sends (kube's acceptedConversionReviewVersions, in its sorted order).
+REVIEW_VERSIONS = ("v1", "v1beta1")
+MAX_REVIEW_VERSIONS = 100
 # Held by every CRD until its objects are gone (the registry's CRD controller removes it then).
 CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 
@@ -122,12 +127,75 @@ def validate_spec(spec: Obj) -> list[v.Cause]:
         if not names.get(key):
             causes.append(v.required(f"spec.names.{key}"))
     causes += validate_names(names, "spec.names")
-    strategy = (spec.get("conversion") or {}).get("strategy") or "None"
-    if strategy not in CONVERSION_STRATEGIES:
-        causes.append(v.not_supported("spec.conversion.strategy", strategy, CONVERSION_STRATEGIES))
-    elif strategy == "Webhook" and not (spec.get("conversion") or {}).get("webhook"):
-        causes.append(v.required("spec.conversion.webhook", "required when strategy is set to Webhook"))
     return causes
+
+
+def validate_conversion(conversion: Obj, require_recognized_version: bool = True,
+                        allow_invalid_ca_bundle: bool = False) -> list[v.Cause]:
+    """validateCustomResourceConversion, on the v1 object with the field names kube reports (those of its internal
+    type: spec.conversion.webhookClientConfig, spec.conversion.conversionReviewVersions)."""
+    path = "spec.conversion"
+    causes: list[v.Cause] = []
+    strategy = conversion.get("strategy") or ""
+    webhook = conversion.get("webhook") or {}
+    cc, review_versions = webhook.get("clientConfig"), webhook.get("conversionReviewVersions") or []
+    if not strategy:
+        causes.append(v.required(f"{path}.strategy"))
+    elif strategy not in CONVERSION_STRATEGIES:
+        causes.append(v.not_supported(f"{path}.strategy", strategy, CONVERSION_STRATEGIES))
+    if strategy != "Webhook":
+        if cc is not None:
+            causes.append(v.forbidden(f"{path}.webhookClientConfig", "should not be set when strategy is not set "
+                                      "to Webhook"))
+        if review_versions:
+            causes.append(v.forbidden(f"{path}.conversionReviewVersions", "should not be set when strategy is not "
+                                      "set to Webhook"))
+        return causes
+    if cc is None:
+        causes.append(v.required(f"{path}.webhookClientConfig", "required when strategy is set to Webhook"))
+    else:
+        causes += validate_client_config(cc, f"{path}.webhookClientConfig")
+        if isinstance(cc, dict) and cc.get("caBundle") and not allow_invalid_ca_bundle:
+            causes += validate_ca_bundle(cc, f"{path}.webhookClientConfig.caBundle")
+    causes += _validate_review_versions(review_versions, require_recognized_version,
+                                        f"{path}.conversionReviewVersions")
+    return causes
+
+
+def _validate_review_versions(versions: list[Any], require_recognized: bool, path: str) -> list[v.Cause]:
+    """validateConversionReviewVersions: at least one, unique DNS-1035 labels, one of them one apiary speaks."""
+    if not versions:
+        return [v.required(path)]
+    causes: list[v.Cause] = []
+    if len(versions) > MAX_REVIEW_VERSIONS:
+        causes.append(too_many(path, len(versions), MAX_REVIEW_VERSIONS))
+    seen: set[str] = set()
+    for i, ver in enumerate(versions):
+        ver = str(ver)
+        if ver in seen:
+            causes.append(v.invalid(f"{path}[{i}]", ver, "duplicate version"))
+            continue
+        seen.add(ver)
+        causes += [v.invalid(f"{path}[{i}]", ver, e) for e in v.is_dns1035_label(ver)]
+    if require_recognized and not seen & set(REVIEW_VERSIONS):
+        causes.append(v.invalid_go(path, "[]string{" + ", ".join(v.quote(str(x)) for x in versions) + "}",
+                                   f"must include at least one of {', '.join(REVIEW_VERSIONS)}"))
+    return causes
+
+
+def _recognized_or_empty(conversion: Obj) -> bool:
+    """hasValidConversionReviewVersionOrEmpty."""
+    versions = (conversion.get("webhook") or {}).get("conversionReviewVersions") or []
+    return not versions or bool(set(versions) & set(REVIEW_VERSIONS))
+
+
+def _allow_invalid_ca_bundle(old: Obj) -> bool:
+    """allowInvalidCABundle: an update may keep a bad caBundle when the CRD is not established yet or already had
+    one."""
+    if not is_established(old):
+        return True
+    cc = (((old.get("spec") or {}).get("conversion") or {}).get("webhook") or {}).get("clientConfig") or {}
+    return bool(cc.get("caBundle")) and ca_bundle_error(cc) is not None
 
 
 def _validate_scale(scale: Obj, path: str) -> list[v.Cause]:
@@ -207,14 +275,21 @@ class CustomResourceDefinitionStrategy(Strategy):
         return errs
 
     def validate(self, obj: Obj) -> list[v.Cause]:
+        return self._validate(obj) + validate_conversion((obj.get("spec") or {}).get("conversion") or {})
+
+    def _validate(self, obj: Obj) -> list[v.Cause]:
         causes = generic_meta(super().validate(obj))
         causes += validate_spec(obj.get("spec") or {})
         causes += validate_names((obj.get("status") or {}).get("acceptedNames") or {}, "status.acceptedNames")
         return causes
 
     def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
-        causes = super().validate_update(obj, old)
         spec, old_spec = obj.get("spec") or {}, old.get("spec") or {}
+        causes = self._validate(obj) + v.validate_object_meta_update(obj.get("metadata") or {},
+                                                                     old.get("metadata") or {})
+        causes += validate_conversion(spec.get("conversion") or {},
+                                      _recognized_or_empty(old_spec.get("conversion") or {}),
+                                      _allow_invalid_ca_bundle(old))
         names, old_names = spec.get("names") or {}, old_spec.get("names") or {}
         if is_established(old):
             if spec.get("scope") != old_spec.get("scope"):

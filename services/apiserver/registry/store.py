@@ -193,7 +193,7 @@ class Store:
                 try:
                     await self.storage.get(r.info, r.namespace, meta["name"], "", r.timing)
                 except errors.NotFound:
-                    return env
+                    return await r.info.through_storage(env)
                 raise errors.already_exists(r.info.plural, r.info.group, meta["name"])
             if claimed_version:
                 # kube's etcd3 store refuses it with a plain error (a 500 without a reason); bad input is a
@@ -260,7 +260,7 @@ class Store:
                 if same and STALE_ENCRYPTION not in current_env.fields:
                     return 200, current_env
                 if r.dry_run:
-                    return 200, env
+                    return 200, await r.info.through_storage(env)
                 if self._should_delete(info, new):
                     deleted = await self.storage.delete(info, r.namespace, name, cur_meta.get("uid", ""),
                                                         cur_meta.get("resourceVersion", ""), r.timing)
@@ -351,7 +351,7 @@ class Store:
                         marked["status"] = status
                     env = self.to_envelope(r, marked)
                     if r.dry_run:
-                        return env
+                        return await r.info.through_storage(env)
                     env.metadata.resource_version = ""
                     return await self.storage.update(info, env, rv, r.timing)
                 if r.dry_run:

@@ -121,3 +121,38 @@ async def test_scale_paths(api):
         "spec.versions[0].subresources.scale.statusReplicasPath: Required value",
         ('spec.versions[0].subresources.scale.labelSelectorPath: Invalid value: ".metadata.labels": should be a json '
         "path under either .spec or .status")]
+
+
+def webhook_conversion(cc, versions=("v1",)):
+    return {"strategy": "Webhook", "webhook": {"clientConfig": cc, "conversionReviewVersions": list(versions)}}
+
+
+async def test_conversion(api):
+    assert await invalid(api, crd(conversion={"strategy": "Webhook"})) == [
+        "spec.conversion.webhookClientConfig: Required value: required when strategy is set to Webhook",
+        "spec.conversion.conversionReviewVersions: Required value"]
+    assert await invalid(api, crd(conversion={**webhook_conversion({"url": "https://h/c"}), "strategy": "None"})) == [
+        "spec.conversion.webhookClientConfig: Forbidden: should not be set when strategy is not set to Webhook",
+        "spec.conversion.conversionReviewVersions: Forbidden: should not be set when strategy is not set to Webhook"]
+    assert await invalid(api, crd(conversion=webhook_conversion({"url": "http://h/c?x=1"}, ("v2",)))) == [
+        'spec.conversion.webhookClientConfig.url: Invalid value: "http://h/c?x=1": '
+        "'https' is the only allowed URL scheme",
+        'spec.conversion.webhookClientConfig.url: Invalid value: "http://h/c?x=1": '
+        "query parameters are not permitted in the URL",
+        'spec.conversion.conversionReviewVersions: Invalid value: []string{"v2"}: must include at least one of '
+        "v1, v1beta1"]
+    both = webhook_conversion({"url": "https://h/c", "service": {"namespace": "ns", "name": "s"}})
+    assert await invalid(api, crd(conversion=both)) == [
+        "spec.conversion.webhookClientConfig: Required value: exactly one of url or service is required"]
+    svc = webhook_conversion({"service": {"namespace": "ns", "name": "s", "path": "convert", "port": 70000},
+                              "caBundle": "Zm9v"}, ("v1", "v1"))
+    assert await invalid(api, crd(conversion=svc)) == [
+        'spec.conversion.webhookClientConfig.service.port: Invalid value: 70000: port is not valid: must be '
+        "between 1 and 65535, inclusive",
+        'spec.conversion.webhookClientConfig.service.path: Invalid value: "convert": must start with a \'/\'',
+        "spec.conversion.webhookClientConfig.caBundle: Invalid value: []byte{0x66, 0x6f, 0x6f}: data does not "
+        "contain any valid RSA or ECDSA certificates",
+        'spec.conversion.conversionReviewVersions[1]: Invalid value: "v1": duplicate version']
+    ok = webhook_conversion({"service": {"namespace": "ns", "name": "s"}}, ("v2", "v1beta1"))
+    code, got = await api("create", "customresourcedefinitions", body=crd(conversion=ok), group=G, user=ADMIN)
+    assert code == 201 and got["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["port"] == 443
