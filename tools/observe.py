@@ -29,7 +29,7 @@ from pathlib import Path
 
 from services.common.config import HEALTH_PORTS
 
-from .run import ETCD_CLIENT, PIZZA, ROOT
+from services.cluster.stack import ETCD_CLIENT, PIZZA, ROOT
 
 PROMETHEUS_PORT = 9090
 SERVICES = ("proxy", "auth", "apf", "admission", "registry", "storage", "controllermanager")
