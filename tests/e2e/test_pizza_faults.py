@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import TEST_OFFSET, Kubectl
-from tools.run import PIZZA, PIZZA_GROUP, ROOT, Stack
+from services.cluster.stack import PIZZA, PIZZA_GROUP, ROOT, Stack
 
 pytestmark = pytest.mark.stack
 

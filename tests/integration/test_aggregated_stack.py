@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.conftest import TEST_OFFSET
-from tools.run import ROOT, AggregatedServer, APIServiceSpec, Stack
+from services.cluster.stack import ROOT, AggregatedServer, APIServiceSpec, Stack
 
 OFFSET = TEST_OFFSET + 600
 GROUP, VERSION = "stacked.example.com", "v1beta1"

@@ -15,7 +15,7 @@ from cryptography import x509
 
 from services.kit.options import parser
 from tools import pizza_certs
-from tools.run import PIZZA, ROOT, Stack
+from services.cluster.stack import PIZZA, ROOT, Stack
 
 GROUP = "restaurant.programming-kubernetes.info"
 

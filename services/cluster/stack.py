@@ -1,7 +1,7 @@
 """The local runner: etcd and every service as background processes on loopback.
 
-    python -m tools.run start [--state .apiary] [--port-offset 0] [--fresh] [--replicas N]
-    python -m tools.run stop | status
+    python -m services.cluster.stack start [--state .apiary] [--port-offset 0] [--fresh] [--replicas N]
+    python -m services.cluster.stack stop | status
 
 With --replicas N every service but etcd runs as N processes: replica r (0 to N-1) of service S is
 the process `S` (r = 0) or `S-r`, on S's ports plus 100*r (gRPC, health and, for the proxy, the
@@ -40,7 +40,8 @@ from services.common.config import API_CLIENTS, GRPC_PORTS, HEALTH_PORTS, PEERS
 
 from . import certs
 
-ROOT = Path(__file__).resolve().parent.parent
+# The directory that holds the services package: the repository, or site-packages when installed.
+ROOT = Path(__file__).resolve().parents[2]
 ETCD_CLIENT, ETCD_PEER, SECURE_PORT = 2379, 2380, 6443
 # The audit policy `make run` starts with (the k8s manifests' too).
 DEFAULT_AUDIT_POLICY = ROOT / "k8s" / "base" / "audit-policy.yaml"
@@ -579,7 +580,7 @@ def _reap(pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m tools.run", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m services.cluster.stack", description=__doc__)
     p.add_argument("command", choices=["start", "stop", "status", "restart", "init", "exec"],
                    help="init: only make the state (certificates, tokens, configuration, a kubeconfig with "
                         "the certificates in it), as compose's init service does; exec NAME: become service "
