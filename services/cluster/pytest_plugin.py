@@ -32,9 +32,9 @@ import httpx
 import pytest
 
 from services.common.config import GRPC_PORTS, HEALTH_PORTS
-from tools.run import ETCD_CLIENT, ETCD_PEER, SECURE_PORT, Stack
 
 from . import clientcmd, crds
+from .stack import ETCD_CLIENT, ETCD_PEER, SECURE_PORT, Stack
 from .webhooks import WebhookInstallOptions
 
 FIXTURES = frozenset({"apiary_cluster", "k8s_api_client", "k8s_async_api_client", "apiary_namespace",
