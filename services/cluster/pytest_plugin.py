@@ -40,6 +40,7 @@ from .webhooks import WebhookInstallOptions
 FIXTURES = frozenset({"apiary_cluster", "k8s_api_client", "k8s_async_api_client", "apiary_namespace",
                       "apiary_webhooks"})
 LOG_LINES = 40  # per service, in a failed test's report
+NOT_SERVICE_LOGS = frozenset({"audit.log"})  # the audit trail: events, not what a service said
 NAMESPACE_GONE_TIMEOUT = 60.0
 CLUSTER = pytest.StashKey["ApiaryCluster"]()
 LOG_MARKS = pytest.StashKey[dict[str, int]]()
@@ -67,12 +68,17 @@ class ApiaryCluster:
         return self.stack.logs if self.stack else None
 
     def log_sizes(self) -> dict[str, int]:
-        return {p.name: p.stat().st_size for p in self.logs.glob("*.log")} if self.logs else {}
+        return {p.name: p.stat().st_size for p in self._log_files()}
+
+    def _log_files(self) -> list[Path]:
+        if self.logs is None:
+            return []
+        return sorted(p for p in self.logs.glob("*.log") if p.name not in NOT_SERVICE_LOGS)
 
     def log_tails(self, since: dict[str, int]) -> list[tuple[str, str]]:
         """What each service logged after `since` (file sizes), its last LOG_LINES lines."""
         out = []
-        for path in sorted(self.logs.glob("*.log")) if self.logs else []:
+        for path in self._log_files():
             with path.open("rb") as f:
                 f.seek(since.get(path.name, 0))
                 lines = f.read().decode(errors="replace").splitlines()[-LOG_LINES:]
