@@ -1,14 +1,12 @@
-"""The local runner: etcd and every service as background processes on loopback.
-
-    python -m services.cluster.stack start [--state .apiary] [--port-offset 0] [--fresh] [--replicas N]
-    python -m services.cluster.stack stop | status
+"""The local stack: etcd and every service as background processes on loopback (`apiary up`,
+services/cluster/cli.py, runs it; so do the tests' fixtures and tools.bench).
 
 With --replicas N every service but etcd runs as N processes: replica r (0 to N-1) of service S is
 the process `S` (r = 0) or `S-r`, on S's ports plus 100*r (gRPC, health and, for the proxy, the
 HTTPS port), and each caller is given every replica of its peers (--<peer>-address
 127.0.0.1:p0,127.0.0.1:p1,...). The kubeconfig names replica 0 of the proxy.
 
-`start` is idempotent: what is already running and healthy is left alone.
+Stack.start is idempotent: what is already running and healthy is left alone.
 
 Aggregated API servers (AGGREGATED_SERVERS, or a Stack's `aggregated`) run as more processes of
 the stack: once the core services are ready the runner writes what a cluster would hold for each
@@ -19,7 +17,6 @@ and its APIServices with the cluster CA as caBundle.
 """
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import os
@@ -31,14 +28,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from services.common.config import API_CLIENTS, GRPC_PORTS, HEALTH_PORTS, PEERS
 
-from . import certs, processes
+from . import certs, crds, processes
 from .ports import PortTaken, allocate, check_free
 
 # The directory that holds the services package: the repository, or site-packages when installed.
@@ -196,7 +193,7 @@ class Stack:
             self.ports = dict(self._recorded().get("ports") or {})
 
     @classmethod
-    def from_state(cls, state: Path, **kwargs: Any) -> "Stack":
+    def from_state(cls, state: Path, **kwargs: Any) -> Stack:
         """The stack a state directory records (stack.json: its ports, replicas and aggregated
         servers), as `apiary down`, `status` and `kubeconfig` find it; kube's ports if none."""
         state = state.resolve()
@@ -530,6 +527,15 @@ class Stack:
             self.stop(quiet=True)  # nothing half-started stays behind holding its ports
             raise
 
+    def install_crds(self, paths: Iterable[Path | str], timeout: float = 30.0) -> list[str]:
+        """Install the CustomResourceDefinitions of these files and directories (crds.py) and wait
+        until they are Established and served; their names. ClusterError naming the file if one
+        does not parse or the API refuses it (with the API's message)."""
+        try:
+            return crds.install(self._api, [Path(p) for p in paths], timeout)
+        except crds.CRDError as e:
+            raise ClusterError(str(e)) from None
+
     # aggregated API servers -------------------------------------------------
 
     def _api(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
@@ -702,52 +708,3 @@ def _collection(obj: dict[str, Any]) -> str:
     plural = obj["kind"].lower() + ("es" if obj["kind"].endswith("s") else "s")
     ns = (obj.get("metadata") or {}).get("namespace")
     return f"{base}/namespaces/{ns}/{plural}" if ns else f"{base}/{plural}"
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m services.cluster.stack", description=__doc__)
-    p.add_argument("command", choices=["start", "stop", "status", "restart", "init", "exec"],
-                   help="init: only make the state (certificates, tokens, configuration, a kubeconfig with "
-                        "the certificates in it), as compose's init service does; exec NAME: become service "
-                        "NAME with the command line `start` gives it (how compose runs each service; an "
-                        "aggregated server first waits for the proxy and registers itself with apiary)")
-    p.add_argument("name", nargs="?", choices=ORDER[1:] + tuple(a.name for a in AGGREGATED_SERVERS),
-                   help="the service, with exec")
-    p.add_argument("--state", default=str(ROOT / ".apiary"), help="state directory (certs, etcd data, logs, pids)")
-    p.add_argument("--port-offset", type=int, default=0, help="added to every port (the test stack uses 1000)")
-    p.add_argument("--fresh", action="store_true", help="start with an empty etcd")
-    p.add_argument("--replicas", type=int, default=int(os.environ.get("APIARY_REPLICAS") or 1),
-                   help="processes per service (etcd: one); the ports of each are in the module docstring")
-    args = p.parse_args(argv)
-    if args.replicas < 1:
-        p.error("--replicas must be at least 1")
-    stack = Stack(Path(args.state), args.port_offset, replicas=args.replicas, detach=True)
-    if args.command == "exec":
-        if not args.name:
-            p.error("exec needs the name of a service")
-        agg = stack.aggregated_server(args.name)
-        if agg is not None:
-            # registered first (its RBAC, Service, Endpoints, APIServices), as `start` does: in
-            # compose its container does it, once apiary answers
-            stack.wait_proxy(300)
-            stack.register(agg)
-        cmd = stack.command(args.name)
-        os.execvp(cmd[0], cmd)
-    elif args.command == "init":
-        stack.init()
-        certs.write_kubeconfig(stack.state, stack.server, embed=True)
-        print(f"state in {stack.state}; kubeconfig: {stack.kubeconfig}")
-    elif args.command == "stop":
-        stack.stop()
-    elif args.command == "status":
-        raise SystemExit(0 if stack.status() else 1)
-    else:
-        if args.command == "restart":
-            stack.stop(quiet=True)
-        stack.start(fresh=args.fresh)
-        print(f"apiary is ready at {stack.server}")
-        print(f"export KUBECONFIG={stack.kubeconfig}")
-
-
-if __name__ == "__main__":
-    main()
