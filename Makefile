@@ -49,7 +49,7 @@ $(SCHEMAS): tools/kube_definitions.py $(DEPS)
 	$(PYTHON) -m tools.kube_definitions
 
 run: setup
-	$(PYTHON) -m services.cluster.stack start $(if $(REPLICAS),--replicas $(REPLICAS))
+	$(PYTHON) -m services.cluster up --detach --aggregated pizza-apiserver $(if $(REPLICAS),--replicas $(REPLICAS))
 
 # Prometheus scraping the local stack (Debian's prometheus package), and the Grafana dashboards as JSON.
 observe: setup
@@ -64,10 +64,10 @@ images: setup
 	$(PYTHON) -m tools.images build
 
 stop:
-	@if [ -x $(PYTHON) ]; then $(PYTHON) -m tools.observe stop; $(PYTHON) -m services.cluster.stack stop; fi
+	@if [ -x $(PYTHON) ]; then $(PYTHON) -m tools.observe stop; $(PYTHON) -m services.cluster down; fi
 
 status: setup
-	$(PYTHON) -m services.cluster.stack status
+	$(PYTHON) -m services.cluster status
 
 test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider

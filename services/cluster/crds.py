@@ -1,119 +1,118 @@
-"""CustomResourceDefinitions from files, installed into a cluster and waited for until Established.
-
-What envtest's CRDInstallOptions do: read CRDs from files and directories (YAML or JSON, several
-documents a file), create them (or update what a reused cluster already holds) and wait until every
-one is Established, so that its resources are served before the first test or the first `kubectl`.
-A file that does not parse, or a CRD the API refuses, is reported with the file's path and the API's
-message.
-"""
+"""CustomResourceDefinitions installed into a stack from files, as envtest's CRDInstallOptions do:
+every .yaml, .yml and .json file of the paths given (directories are read, not recursed into), each
+CustomResourceDefinition in them created (or updated when it exists), then waited for until it is
+Established and its resources are served. Documents of other kinds are skipped; a file that does not
+parse or a definition the API refuses is a CRDError naming the file."""
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 SUFFIXES = (".yaml", ".yml", ".json")
+POLL = 0.1
+
+# (method, path, body) -> (HTTP status, decoded answer): Stack._api
+API = Callable[[str, str, "dict[str, Any] | None"], "tuple[int, dict[str, Any]]"]
 
 
 class CRDError(Exception):
-    """A CRD that could not be read or installed; the message names its file."""
+    """A CRD file that does not parse, or a definition the API refused or did not establish."""
 
 
-@dataclass(frozen=True)
-class CRDFile:
-    path: Path
-    crd: dict[str, Any]
-
-    @property
-    def name(self) -> str:
-        return str((self.crd.get("metadata") or {}).get("name") or "")
-
-
-def files_of(paths: Iterable[str | Path]) -> list[Path]:
-    """The files given, and the CRD files directly inside the directories given (sorted)."""
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            out += sorted(f for f in p.iterdir() if f.is_file() and f.suffix in SUFFIXES)
-        elif p.is_file():
-            out.append(p)
+def files(paths: Iterable[Path]) -> list[Path]:
+    """The CRD files of `paths`: a file as given, a directory's files with a CRD suffix, sorted."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(p for p in path.iterdir() if p.is_file() and p.suffix in SUFFIXES)
+        elif path.is_file():
+            found.append(path)
         else:
-            raise CRDError(f"{p}: no such file or directory")
-    return out
+            raise CRDError(f"{path}: no such file or directory")
+    return found
 
 
-def load(paths: Iterable[str | Path]) -> list[CRDFile]:
-    """Every CustomResourceDefinition document of the files; anything else in them is an error."""
-    out: list[CRDFile] = []
-    for path in files_of(paths):
-        try:
-            docs = list(yaml.safe_load_all(path.read_text()))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-            raise CRDError(f"{path}: {e}") from None
-        for doc in docs:
-            if doc is None:
-                continue
-            if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
-                kind = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
-                raise CRDError(f"{path}: a {kind!r} document, not a CustomResourceDefinition")
-            out.append(CRDFile(path, doc))
-    return out
-
-
-def _message(r: httpx.Response) -> str:
+def read(path: Path) -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions in one file (a List's items too)."""
     try:
-        return str(r.json().get("message") or r.text)
-    except (json.JSONDecodeError, AttributeError):
-        return r.text
+        with path.open() as f:  # a YAML error's position names the file
+            docs = [json.load(f)] if path.suffix == ".json" else list(yaml.safe_load_all(f))
+    except (ValueError, yaml.YAMLError) as e:
+        raise CRDError(f"{path}: does not parse: {e}") from None
+    crds: list[dict[str, Any]] = []
+    for doc in docs:
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise CRDError(f"{path}: a document is not an object")
+        items = doc.get("items") if str(doc.get("kind", "")).endswith("List") else [doc]
+        crds += [i for i in items or () if isinstance(i, dict) and i.get("kind") == "CustomResourceDefinition"]
+    return crds
 
 
-def apply(client: httpx.Client, f: CRDFile) -> str:
-    """Create the CRD, or replace the one of the same name (a reused cluster): its name."""
-    r = client.post(CRDS, json=f.crd)
-    if r.status_code == 409 and f.name:
-        for _ in range(5):
-            current = client.get(f"{CRDS}/{f.name}")
-            if current.status_code != 200:
-                break
-            body = {**f.crd, "metadata": {**f.crd["metadata"],
-                                          "resourceVersion": current.json()["metadata"]["resourceVersion"]}}
-            r = client.put(f"{CRDS}/{f.name}", json=body)
-            if r.status_code != 409:
-                break
-    if r.status_code not in (200, 201):
-        raise CRDError(f"{f.path}: {f.name or 'a CustomResourceDefinition'}: {r.status_code} {_message(r)}")
-    return str(r.json()["metadata"]["name"])
-
-
-def established(crd: dict[str, Any]) -> bool:
-    conditions = (crd.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
-
-
-def wait_established(client: httpx.Client, names: Iterable[str], timeout: float = 30.0) -> None:
-    pending = set(names)
+def install(api: API, paths: Iterable[Path], timeout: float = 30.0) -> list[str]:
+    """Create or update every CRD of `paths`, then wait until each is Established and served;
+    their names."""
+    written: list[tuple[Path, dict[str, Any]]] = []
+    for path in files(paths):
+        for crd in read(path):
+            written.append((path, apply(api, path, crd)))
     deadline = time.monotonic() + timeout
-    while pending:
-        for name in sorted(pending):
-            r = client.get(f"{CRDS}/{name}")
-            if r.status_code == 200 and established(r.json()):
-                pending.discard(name)
-        if not pending:
+    for path, crd in written:
+        wait_established(api, path, crd["metadata"]["name"], deadline)
+        wait_served(api, path, crd, deadline)
+    return [crd["metadata"]["name"] for _, crd in written]
+
+
+def apply(api: API, path: Path, crd: dict[str, Any]) -> dict[str, Any]:
+    """Create the CRD, or replace what is there (kubectl apply's outcome); what the API returned."""
+    name = (crd.get("metadata") or {}).get("name", "")
+    for _ in range(5):
+        code, answer = api("POST", CRDS, crd)
+        if code == 409 and name:
+            code, current = api("GET", f"{CRDS}/{name}", None)
+            if code == 404:
+                continue
+            update = {**crd, "metadata": {**crd["metadata"],
+                                          "resourceVersion": current["metadata"]["resourceVersion"]}}
+            code, answer = api("PUT", f"{CRDS}/{name}", update)
+            if code == 409:
+                continue
+        if code in (200, 201):
+            return answer
+        raise CRDError(f"{path}: CustomResourceDefinition {name or '(no name)'}: {code} {answer.get('message', '')}")
+    raise CRDError(f"{path}: CustomResourceDefinition {name}: changed by someone else five times in a row")
+
+
+def wait_established(api: API, path: Path, name: str, deadline: float) -> None:
+    while True:
+        code, crd = api("GET", f"{CRDS}/{name}", None)
+        conditions = {c.get("type"): c for c in (crd.get("status") or {}).get("conditions") or ()} if code == 200 else {}
+        if conditions.get("Established", {}).get("status") == "True":
             return
+        refused = conditions.get("NamesAccepted", {})
+        if refused.get("status") == "False":
+            raise CRDError(f"{path}: CustomResourceDefinition {name}: {refused.get('message', 'names not accepted')}")
         if time.monotonic() > deadline:
-            raise CRDError(f"not Established after {timeout:.0f} s: {', '.join(sorted(pending))}")
-        time.sleep(0.05)
+            raise CRDError(f"{path}: CustomResourceDefinition {name} is not Established ({code})")
+        time.sleep(POLL)
 
 
-def install(client: httpx.Client, paths: Iterable[str | Path], timeout: float = 30.0) -> list[str]:
-    """Apply every CRD of the paths and wait until all are Established: their names."""
-    names = [apply(client, f) for f in load(paths)]
-    wait_established(client, names, timeout)
-    return names
+def wait_served(api: API, path: Path, crd: dict[str, Any], deadline: float) -> None:
+    """Until discovery lists the resource in each served version, as a client's first request needs."""
+    spec = crd["spec"]
+    for version in (v["name"] for v in spec.get("versions") or () if v.get("served")):
+        while True:
+            code, listing = api("GET", f"/apis/{spec['group']}/{version}", None)
+            if code == 200 and any(r.get("name") == spec["names"]["plural"] for r in listing.get("resources") or ()):
+                break
+            if time.monotonic() > deadline:
+                raise CRDError(f"{path}: CustomResourceDefinition {crd['metadata']['name']}: "
+                               f"{spec['group']}/{version} is not served ({code})")
+            time.sleep(POLL)

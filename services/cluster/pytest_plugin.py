@@ -67,6 +67,14 @@ class ApiaryCluster:
     def logs(self) -> Path | None:
         return self.stack.logs if self.stack else None
 
+    def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+        """One request as crds.install makes them: (HTTP status, decoded answer)."""
+        r = self.client.request(method, path, json=body)
+        try:
+            return r.status_code, dict(r.json()) if r.content else {}
+        except ValueError:
+            return r.status_code, {"message": r.text}
+
     def log_sizes(self) -> dict[str, int]:
         return {p.name: p.stat().st_size for p in self._log_files()}
 
@@ -131,7 +139,8 @@ def options(config: pytest.Config) -> Options:
 def pytest_configure(config: pytest.Config) -> None:
     # a CRD file that does not parse fails the session at once, before collection (no cluster needed)
     try:
-        crds.load(options(config).crds)
+        for path in crds.files(options(config).crds):
+            crds.read(path)
     except crds.CRDError as e:
         raise pytest.UsageError(f"apiary: {e}") from None
 
@@ -196,7 +205,7 @@ def apiary_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     config.stash[CLUSTER] = cluster
     try:
         try:
-            cluster.crds = crds.install(cluster.client, opts.crds)
+            cluster.crds = crds.install(cluster.api, opts.crds)
         except crds.CRDError as e:
             pytest.exit(f"apiary: {e}", returncode=pytest.ExitCode.USAGE_ERROR)
         yield cluster

@@ -72,6 +72,6 @@ def test_an_invalid_crd_fails_the_session_with_the_apis_message(stack: Stack, tm
     proc = run_pytest(suite, "--apiary-crds", "crds", "--apiary-kubeconfig", str(stack.kubeconfig))
     out = proc.stdout + proc.stderr
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR, out
-    assert f"{suite / 'crds' / 'widget.yaml'}: widgets.example.apiary.dev: 422" in out
+    assert f"{suite / 'crds' / 'widget.yaml'}: CustomResourceDefinition widgets.example.apiary.dev: 422" in out
     assert 'spec.scope: Unsupported value: "Galactic"' in out
     assert not (suite / "ran").exists()
