@@ -18,9 +18,7 @@ the tail of what each service logged during it as report sections.
 """
 from __future__ import annotations
 
-import random
 import re
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,10 +29,8 @@ from typing import Any
 import httpx
 import pytest
 
-from services.common.config import GRPC_PORTS, HEALTH_PORTS
-
 from . import clientcmd, crds
-from .stack import ETCD_CLIENT, ETCD_PEER, SECURE_PORT, Stack
+from .stack import Stack
 from .webhooks import WebhookInstallOptions
 
 FIXTURES = frozenset({"apiary_cluster", "k8s_api_client", "k8s_async_api_client", "apiary_namespace",
@@ -145,42 +141,19 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"apiary: {e}") from None
 
 
-def _ports(offset: int) -> list[int]:
-    return [ETCD_CLIENT + offset, ETCD_PEER + offset, SECURE_PORT + offset,
-            *(p + offset for p in GRPC_PORTS.values()), *(p + offset for p in HEALTH_PORTS.values())]
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_offset() -> int:
-    """A port offset at which every port of the stack is free now (so that sessions run side by side)."""
-    candidates = list(range(20000, 45000, 100))
-    random.shuffle(candidates)
-    for offset in candidates:
-        if all(_free(p) for p in _ports(offset)):
-            return offset
-    raise RuntimeError("no port offset with every port of the stack free")
+def _attachable(stack: Stack) -> bool:
+    """Every process of a reused cluster running and ready: attach without a start's waits."""
+    return bool(stack.ports) and all(stack.pid(n) is not None and stack.healthy(n) for n in stack.names()) \
+        and stack.proxy_ready()
 
 
 def _start(opts: Options, factory: pytest.TempPathFactory, rootpath: Path) -> Stack:
+    """A cluster on ports the OS chooses (so that sessions run side by side); with reuse, the one
+    the state directory records when it still runs, and detached, so that it outlives the session."""
     state = opts.state or (rootpath / ".apiary-pytest" if opts.reuse else factory.mktemp("apiary"))
-    state.mkdir(parents=True, exist_ok=True)
-    saved = state / "port-offset"
-    stack = None
-    if opts.reuse and saved.exists():
-        stack = Stack(state, int(saved.read_text()), aggregated=[])
-        if stack.pid("etcd") is None and not all(_free(p) for p in _ports(stack.offset)):
-            stack = None  # stopped, and someone else has its ports now
-    if stack is None:
-        stack = Stack(state, free_offset(), aggregated=[])
-        saved.write_text(str(stack.offset))
+    stack = Stack(state, aggregated=[], free_ports=True, detach=opts.reuse)
+    if opts.reuse and _attachable(stack):
+        return stack
     try:
         stack.start(fresh=not opts.reuse)
     except SystemExit as e:

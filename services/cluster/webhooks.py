@@ -58,7 +58,7 @@ class ServingCertificate:
 
 def make_serving_certificate(directory: Path, host: str = "127.0.0.1", days: int = 7) -> ServingCertificate:
     """A fresh CA and a serving certificate for host signed by it, in directory (tls.crt, tls.key, ca.crt)."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     start, end = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "apiary-webhook-ca")])
@@ -183,7 +183,7 @@ class WebhookInstallOptions:
 
 def _handler_class(handlers: dict[str, ReviewHandler]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             handle = handlers.get(self.path.split("?")[0])
             if handle is None:
                 self.send_error(404)
@@ -199,7 +199,7 @@ def _handler_class(handlers: dict[str, ReviewHandler]) -> type[BaseHTTPRequestHa
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's signature)
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     return Handler
