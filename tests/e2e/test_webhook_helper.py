@@ -76,3 +76,29 @@ def test_registered_webhooks_are_called_on_loopback_and_removed(admin: httpx.Cli
     assert after.status_code == 201, after.text
     for name in (f"blank-{suffix}", f"hello-{suffix}"):
         admin.delete(f"{configmaps}/{name}")
+
+
+def test_a_crds_conversion_is_pointed_at_loopback_and_restored(admin: httpx.Client,
+                                                               hooks: WebhookInstallOptions) -> None:
+    crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    name = f"convs{uuid.uuid4().hex[:6]}"
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    created = admin.post(crds, json={
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{name}.example.apiary.dev"},
+        "spec": {"group": "example.apiary.dev", "scope": "Namespaced",
+                 "names": {"plural": name, "kind": name.capitalize()},
+                 "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema},
+                              {"name": "v2", "served": True, "storage": False, "schema": schema}]}})
+    assert created.status_code == 201, created.text
+    try:
+        hooks.install_conversion(f"{name}.example.apiary.dev", "/convert")
+        conversion = admin.get(f"{crds}/{name}.example.apiary.dev").json()["spec"]["conversion"]
+        assert conversion == {"strategy": "Webhook", "webhook": {
+            "clientConfig": {"url": hooks.url("/convert"), "caBundle": hooks.certificate.ca_bundle},
+            "conversionReviewVersions": ["v1"]}}
+        hooks.uninstall()
+        conversion = admin.get(f"{crds}/{name}.example.apiary.dev").json()["spec"]["conversion"]
+        assert conversion == {"strategy": "None"}
+    finally:
+        admin.delete(f"{crds}/{name}.example.apiary.dev")
