@@ -3,6 +3,8 @@ serving certificate, and Validating/MutatingWebhookConfigurations registered by 
 (as an operator ships them, pointing at a Service), removed again by uninstall."""
 from __future__ import annotations
 
+import base64
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,9 +36,6 @@ def refuse_blank(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def add_greeting(request: dict[str, Any]) -> dict[str, Any]:
-    import base64
-    import json
-
     patch = [{"op": "add", "path": "/metadata/annotations", "value": {"greeted": "yes"}}]
     return {"allowed": True, "patchType": "JSONPatch", "patch": base64.b64encode(json.dumps(patch).encode()).decode()}
 

@@ -28,8 +28,11 @@ current-context: one
 """
 
 
+def b64(s: str) -> str:
+    return base64.b64encode(s.encode()).decode()
+
+
 def write(tmp_path: Path) -> Path:
-    b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
     path = tmp_path / "kubeconfig"
     path.write_text(KUBECONFIG.format(ca=b64("CA PEM"), cert=b64("CERT PEM")))
     return path
