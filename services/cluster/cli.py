@@ -118,8 +118,10 @@ def up(args: argparse.Namespace) -> None:
         while True:
             signal.pause()
     except ClusterError:
-        if not was_running:
-            stack.stop(quiet=True)  # a failed `up` leaves nothing behind (a running cluster stays)
+        if was_running:
+            stack.release()  # a cluster that was running before stays so
+        else:
+            stack.stop(quiet=True)  # a failed `up` leaves nothing behind
         raise
     except Stopped:
         began = time.monotonic()

@@ -8,10 +8,10 @@ from collections.abc import Iterable
 
 
 class PortTaken(Exception):
-    """A port a process of the stack is to listen on is held by another process."""
+    """A port a process of the stack is to listen on is held by another process (or is no port)."""
 
-    def __init__(self, port: int, what: str) -> None:
-        super().__init__(f"port {port} ({what}) is already in use on 127.0.0.1")
+    def __init__(self, port: int, what: str, why: str = "is already in use on 127.0.0.1") -> None:
+        super().__init__(f"port {port} ({what}) {why}")
         self.port, self.what = port, what
 
 
@@ -50,5 +50,7 @@ def is_free(port: int) -> bool:
 def check_free(ports: Iterable[tuple[int, str]]) -> None:
     """Raise PortTaken for the first (port, what it is for) that is not free."""
     for port, what in ports:
+        if not 0 < port < 65536:
+            raise PortTaken(port, what, "is out of range (a port offset too large?)")
         if not is_free(port):
             raise PortTaken(port, what)

@@ -41,8 +41,8 @@ from .ports import PortTaken, allocate, check_free
 # The directory that holds the services package: the repository, or site-packages when installed.
 ROOT = Path(__file__).resolve().parents[2]
 ETCD_CLIENT, ETCD_PEER, SECURE_PORT = 2379, 2380, 6443
-# The audit policy `make run` starts with (the k8s manifests' too).
-DEFAULT_AUDIT_POLICY = ROOT / "k8s" / "base" / "audit-policy.yaml"
+# The audit policy a stack starts with; k8s/base/audit-policy.yaml, the manifests', is the same file.
+DEFAULT_AUDIT_POLICY = Path(__file__).with_name("audit-policy.yaml")
 # The audit log's mode for `make run`: kube's default is blocking (a write per event, in the request);
 # batched, the proxy writes a hundred events at once, or what it has after a second, and everything at
 # a clean stop (docs/benchmarks.md: the proxy's CPU per GET, 2026-12-02).
