@@ -173,8 +173,12 @@ def apiary_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     the CRDs of the options installed and Established."""
     config = request.config
     opts = options(config)
-    stack = None if opts.kubeconfig else _start(opts, tmp_path_factory, config.rootpath)
-    cluster = _cluster(opts.kubeconfig or stack.kubeconfig, tmp_path_factory.mktemp("apiary-kubeconfig"), stack)
+    stack: Stack | None = None
+    kubeconfig = opts.kubeconfig
+    if kubeconfig is None:
+        stack = _start(opts, tmp_path_factory, config.rootpath)
+        kubeconfig = stack.kubeconfig
+    cluster = _cluster(kubeconfig, tmp_path_factory.mktemp("apiary-kubeconfig"), stack)
     config.stash[CLUSTER] = cluster
     try:
         try:
