@@ -22,10 +22,17 @@ def plugin() -> str:
     return "apiary" if installed else "services.cluster.pytest_plugin"
 
 
+def pytest_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-p", plugin(), "-p", "no:cacheprovider", *args]
+
+
+def pytest_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
 def run_pytest(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", plugin(), "-p", "no:cacheprovider", *args],
-                          check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(pytest_command(*args), check=False, cwd=cwd, env=pytest_env(), capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def test_example_operator_suite_passes_on_its_own_cluster() -> None:

@@ -4,11 +4,12 @@ test's report, and --apiary-reuse leaving the cluster running for the next sessi
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from services.cluster import clientcmd
 from services.cluster.stack import Stack
-from tests.e2e.test_example_operator import run_pytest
+from tests.e2e.test_example_operator import pytest_command, pytest_env, run_pytest
 
 SUITE = '''
 import time
@@ -79,3 +80,29 @@ def test_fixtures_logs_on_failure_and_reuse(tmp_path: Path) -> None:
         assert (stack.pid("etcd"), json.loads(stack.record.read_text())["ports"]) == (etcd_pid, ports)
     finally:
         Stack(state, free_ports=True, aggregated=[], detach=True).stop(quiet=True)
+
+
+TWIN = '''
+from kubernetes import client
+
+
+def test_config_map(apiary_namespace, k8s_api_client):
+    core = client.CoreV1Api(k8s_api_client)
+    core.create_namespaced_config_map(apiary_namespace, {"metadata": {"name": "c"}, "data": {"k": "v"}})
+    assert core.read_namespaced_config_map("c", apiary_namespace).data == {"k": "v"}
+'''
+
+
+def test_two_sessions_at_once_each_on_a_cluster_of_its_own(tmp_path: Path) -> None:
+    """Ports from the OS and a state directory each: no clash between sessions started together."""
+    procs = []
+    for name in ("one", "two"):
+        suite = tmp_path / name
+        suite.mkdir()
+        (suite / "test_twin.py").write_text(TWIN)
+        procs.append(subprocess.Popen(pytest_command("-q"), cwd=suite, env=pytest_env(), text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    for proc in procs:
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out
+        assert "1 passed" in out
