@@ -4,7 +4,9 @@ test's report, and --apiary-reuse leaving the cluster running for the next sessi
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import time
 from pathlib import Path
 
 from services.cluster import clientcmd
@@ -106,3 +108,43 @@ def test_two_sessions_at_once_each_on_a_cluster_of_its_own(tmp_path: Path) -> No
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, out
         assert "1 passed" in out
+
+
+HANG = '''
+import time
+from pathlib import Path
+
+
+def test_hang(apiary_cluster):
+    Path(__file__).with_name("state").write_text(str(apiary_cluster.stack.state))
+    time.sleep(600)
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_a_killed_session_leaves_no_process_behind(tmp_path: Path) -> None:
+    (tmp_path / "test_hang.py").write_text(HANG)
+    proc = subprocess.Popen(pytest_command("-q"), cwd=tmp_path, env=pytest_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "state").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the session did not get its cluster"
+            time.sleep(0.2)
+        stack = Stack(Path((tmp_path / "state").read_text()), free_ports=True, aggregated=[])
+        pids = [pid for name in stack.names() if (pid := stack.pid(name)) is not None]
+        assert len(pids) == len(stack.names())
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 60
+    while (left := [pid for pid in pids if _alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == []
