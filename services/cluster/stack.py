@@ -507,13 +507,13 @@ class Stack:
         self.init()
         self._write_record()
         try:
-            if self.pid("etcd") is None:
-                self.spawn("etcd")
-            if bad := self.wait(["etcd"], timeout):
-                self.fail(bad)
-            for name in self.service_names():
+            # all at once: a service waits for etcd and its peers (not ready until they answer),
+            # and its start (Python's imports) takes longer than etcd's
+            for name in ("etcd", *self.service_names()):
                 if self.pid(name) is None:
                     self.spawn(name)
+            if bad := self.wait(["etcd"], timeout):
+                self.fail(bad)
             if bad := self.wait(self.service_names(), timeout):
                 self.fail(bad)
             try:
