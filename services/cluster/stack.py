@@ -35,7 +35,9 @@ from typing import Any
 
 from services.common.config import API_CLIENTS, GRPC_PORTS, HEALTH_PORTS, PEERS
 
-from . import certs, crds, processes
+# certs (cryptography) and crds (YAML) are imported where they are used: `apiary down` and
+# `status` need neither, and their imports are a good part of the command's start
+from . import processes
 from .ports import PortTaken, allocate, check_free
 
 # The directory that holds the services package: the repository, or site-packages when installed.
@@ -476,6 +478,8 @@ class Stack:
     def init(self) -> None:
         """What every service reads, made once: certificates, tokens, encryption and audit configuration."""
         self.state.mkdir(parents=True, exist_ok=True)
+        from . import certs
+
         pki = certs.ensure_pki(self.state)
         ca = certs.make_ca(pki / "ca", "apiary-ca")
         for agg in self.aggregated:
@@ -520,17 +524,25 @@ class Stack:
                 self.wait_proxy(timeout)
             except ClusterError:
                 self.fail(["proxy"])
-            certs.write_kubeconfig(self.state, self.server)
+            self.write_admin_kubeconfig()
             if self.aggregated:
                 self.start_aggregated(timeout)
         except ClusterError:
             self.stop(quiet=True)  # nothing half-started stays behind holding its ports
             raise
 
+    def write_admin_kubeconfig(self, embed: bool = False) -> None:
+        """The kubeconfig of kubernetes-admin for this stack's proxy (certs.write_kubeconfig)."""
+        from . import certs
+
+        certs.write_kubeconfig(self.state, self.server, embed=embed)
+
     def install_crds(self, paths: Iterable[Path | str], timeout: float = 30.0) -> list[str]:
         """Install the CustomResourceDefinitions of these files and directories (crds.py) and wait
         until they are Established and served; their names. ClusterError naming the file if one
         does not parse or the API refuses it (with the API's message)."""
+        from . import crds
+
         try:
             return crds.install(self._api, [Path(p) for p in paths], timeout)
         except crds.CRDError as e:
