@@ -459,7 +459,9 @@ class Stack:
         except (urllib.error.URLError, OSError, ValueError):
             return False
 
-    def wait(self, names: list[str], timeout: float) -> list[str]:
+    def wait(self, names: list[str], timeout: float, settle: bool = True) -> list[str]:
+        """Until every process named is ready; those that are not (or died). With settle, once all
+        are ready, look again 0.3 s later: one just started may still die (on a port taken)."""
         deadline = time.monotonic() + timeout
         pending = list(names)
         while pending and time.monotonic() < deadline:
@@ -469,9 +471,10 @@ class Stack:
                 return dead
             pending = [n for n in pending if not self.healthy(n)]
             if pending:
-                time.sleep(0.2)
+                time.sleep(0.1)
         if not pending:
-            time.sleep(0.3)
+            if settle:
+                time.sleep(0.3)
             return [n for n in names if self.pid(n) is None]
         return pending
 
@@ -515,12 +518,12 @@ class Stack:
         try:
             # all at once: a service waits for etcd and its peers (not ready until they answer),
             # and its start (Python's imports) takes longer than etcd's
-            for name in ("etcd", *self.service_names()):
-                if self.pid(name) is None:
-                    self.spawn(name)
-            if bad := self.wait(["etcd"], timeout):
+            spawned = [n for n in ("etcd", *self.service_names()) if self.pid(n) is None]
+            for name in spawned:
+                self.spawn(name)
+            if bad := self.wait(["etcd"], timeout, settle="etcd" in spawned):
                 self.fail(bad)
-            if bad := self.wait(self.service_names(), timeout):
+            if bad := self.wait(self.service_names(), timeout, settle=bool(set(spawned) - {"etcd"})):
                 self.fail(bad)
             try:
                 self.wait_proxy(timeout)
@@ -631,14 +634,16 @@ class Stack:
                          "service": {"namespace": ns, "name": agg.name, "port": 443}}})
 
     def start_aggregated(self, timeout: float) -> None:
-        for agg in self.aggregated:
+        """Register and start each aggregated server that is not running (one that is was
+        registered when it started)."""
+        spawned = [agg for agg in self.aggregated if self.pid(agg.name) is None]
+        for agg in spawned:
             self.register_identity(agg)
-            if self.pid(agg.name) is None:
-                self.spawn(agg.name)
-        if bad := self.wait([a.name for a in self.aggregated], timeout):
+            self.spawn(agg.name)
+        if bad := self.wait([a.name for a in self.aggregated], timeout, settle=bool(spawned)):
             self.fail(bad)
         # once ready: the availability controller's first check (on the APIService's creation) passes
-        for agg in self.aggregated:
+        for agg in spawned:
             self.register_service(agg)
 
     def write_aggregated_kubeconfig(self, agg: AggregatedServer) -> None:
