@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from .stack import AGGREGATED_SERVERS, ORDER, ClusterError, Stack
+from .aggregated import AGGREGATED_SERVERS
+from .stack import ORDER, ClusterError, Stack
 
 DEFAULT_STATE = ".apiary"
 
