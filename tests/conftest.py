@@ -2,7 +2,7 @@
 
 The test stack runs from .apiary/test with every port moved by 1000
 (proxy 7443, etcd 3379, ...) so it never collides with a developer's `make run`.
-It runs what `make run` runs, the pizza server too (services.cluster.stack.AGGREGATED_SERVERS): the
+It runs what `make run` runs, the pizza server too (services.cluster.aggregated.AGGREGATED_SERVERS): the
 book's session (tests/e2e/test_pizza_book.py) goes through the proxy to it.
 """
 from __future__ import annotations

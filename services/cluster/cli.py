@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from . import certs
-from .stack import AGGREGATED_SERVERS, ORDER, ClusterError, Stack
+from .aggregated import AGGREGATED_SERVERS
+from .stack import ORDER, ClusterError, Stack
 
 DEFAULT_STATE = ".apiary"
 
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
         stack = Stack(args.state, args.port_offset, detach=True)
         if args.command == "init":
             stack.init()
-            certs.write_kubeconfig(stack.state, stack.server, embed=True)
+            stack.write_admin_kubeconfig(embed=True)
             print(f"state in {stack.state}; kubeconfig: {stack.kubeconfig}")
         else:
             agg = stack.aggregated_server(args.name)

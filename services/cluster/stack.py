@@ -28,14 +28,17 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from services.common.config import API_CLIENTS, GRPC_PORTS, HEALTH_PORTS, PEERS
 
-from . import certs, crds, processes
+# certs (cryptography) and crds (YAML) are imported where they are used: `apiary down` and
+# `status` need neither, and their imports are a good part of the command's start
+from . import processes
+from .aggregated import AGGREGATED_SERVERS, AggregatedServer
 from .ports import PortTaken, allocate, check_free
 
 # The directory that holds the services package: the repository, or site-packages when installed.
@@ -66,78 +69,6 @@ def replica_of(name: str) -> tuple[str, int]:
 
 def replica_name(service: str, r: int) -> str:
     return service if r == 0 else f"{service}-{r}"
-
-
-@dataclass(frozen=True)
-class APIServiceSpec:
-    group: str
-    version: str
-    group_priority_minimum: int = 1000
-    version_priority: int = 15
-
-
-@dataclass(frozen=True)
-class AggregatedServer:
-    """An aggregated API server of the local stack.
-
-    `name` is its process name (pid and log files), its Service's and its ServiceAccount's; the
-    process runs `python -m <module>` with kube_style_flags() (or what `flags` returns instead)
-    plus `args`; it must serve HTTPS on --secure-port, and `ready_path` answering 200 means ready.
-    `objects` are more API objects written before it starts (its own RBAC, for instance).
-    """
-
-    name: str
-    namespace: str
-    port: int
-    module: str
-    apiservices: tuple[APIServiceSpec, ...]
-    args: tuple[str, ...] = ()
-    flags: Callable[["Stack", "AggregatedServer"], list[str]] | None = None
-    ready_path: str = "/readyz"
-    etcd_prefix: str = ""
-    objects: tuple[dict[str, Any], ...] = ()
-
-    @property
-    def service_name(self) -> str:
-        return f"{self.name}.{self.namespace}.svc"
-
-    @property
-    def user(self) -> str:
-        """The identity it talks to apiary with: its ServiceAccount's, as in a cluster."""
-        return f"system:serviceaccount:{self.namespace}:{self.name}"
-
-
-def namespace_reader_rbac(namespace: str, service_account: str) -> tuple[dict[str, Any], ...]:
-    """What an aggregated server with kube's NamespaceLifecycle admission needs besides
-    system:auth-delegator and the auth-reader binding: it lists and watches namespaces
-    (k8s/pizza/rbac.yaml grants the same)."""
-    name = f"{service_account}:namespaces"
-    return (
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
-         "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]},
-    )
-
-
-PIZZA_GROUP = "restaurant.programming-kubernetes.info"
-# The book's pizza server (services/pizza). Its port: 8444, not the kit's default 8443, whose last
-# two digits are the proxy's (6443) and would meet another test stack's proxy 2000 ports of offset
-# away. Its etcd prefix is one path segment (the storage keys read the group from the second).
-# /metrics is served without authorization, as every apiary service's health port serves it, so
-# that Prometheus scrapes it with no credentials.
-PIZZA = AggregatedServer(
-    name="pizza-apiserver", namespace="pizza-apiserver", port=8444, module="services.pizza",
-    apiservices=(APIServiceSpec(PIZZA_GROUP, "v1alpha1", 1000, 15), APIServiceSpec(PIZZA_GROUP, "v1beta1", 1000, 20)),
-    args=("--bind-address", "127.0.0.1",
-          "--authorization-always-allow-paths", "/healthz,/readyz,/livez,/metrics"),
-    etcd_prefix="/pizza-apiserver",
-    objects=namespace_reader_rbac("pizza-apiserver", "pizza-apiserver"),
-)
-
-# What `make run` (and the tests' shared stack) runs besides the core services.
-AGGREGATED_SERVERS: tuple[AggregatedServer, ...] = (PIZZA,)
 
 
 def kube_style_flags(stack: "Stack", server: AggregatedServer) -> list[str]:
@@ -455,7 +386,9 @@ class Stack:
         except (urllib.error.URLError, OSError, ValueError):
             return False
 
-    def wait(self, names: list[str], timeout: float) -> list[str]:
+    def wait(self, names: list[str], timeout: float, settle: bool = True) -> list[str]:
+        """Until every process named is ready; those that are not (or died). With settle, once all
+        are ready, look again 0.3 s later: one just started may still die (on a port taken)."""
         deadline = time.monotonic() + timeout
         pending = list(names)
         while pending and time.monotonic() < deadline:
@@ -465,9 +398,10 @@ class Stack:
                 return dead
             pending = [n for n in pending if not self.healthy(n)]
             if pending:
-                time.sleep(0.2)
+                time.sleep(0.1)
         if not pending:
-            time.sleep(0.3)
+            if settle:
+                time.sleep(0.3)
             return [n for n in names if self.pid(n) is None]
         return pending
 
@@ -476,6 +410,8 @@ class Stack:
     def init(self) -> None:
         """What every service reads, made once: certificates, tokens, encryption and audit configuration."""
         self.state.mkdir(parents=True, exist_ok=True)
+        from . import certs
+
         pki = certs.ensure_pki(self.state)
         ca = certs.make_ca(pki / "ca", "apiary-ca")
         for agg in self.aggregated:
@@ -507,30 +443,38 @@ class Stack:
         self.init()
         self._write_record()
         try:
-            if self.pid("etcd") is None:
-                self.spawn("etcd")
-            if bad := self.wait(["etcd"], timeout):
+            # all at once: a service waits for etcd and its peers (not ready until they answer),
+            # and its start (Python's imports) takes longer than etcd's
+            spawned = [n for n in ("etcd", *self.service_names()) if self.pid(n) is None]
+            for name in spawned:
+                self.spawn(name)
+            if bad := self.wait(["etcd"], timeout, settle="etcd" in spawned):
                 self.fail(bad)
-            for name in self.service_names():
-                if self.pid(name) is None:
-                    self.spawn(name)
-            if bad := self.wait(self.service_names(), timeout):
+            if bad := self.wait(self.service_names(), timeout, settle=bool(set(spawned) - {"etcd"})):
                 self.fail(bad)
             try:
                 self.wait_proxy(timeout)
             except ClusterError:
                 self.fail(["proxy"])
-            certs.write_kubeconfig(self.state, self.server)
+            self.write_admin_kubeconfig()
             if self.aggregated:
                 self.start_aggregated(timeout)
         except ClusterError:
             self.stop(quiet=True)  # nothing half-started stays behind holding its ports
             raise
 
+    def write_admin_kubeconfig(self, embed: bool = False) -> None:
+        """The kubeconfig of kubernetes-admin for this stack's proxy (certs.write_kubeconfig)."""
+        from . import certs
+
+        certs.write_kubeconfig(self.state, self.server, embed=embed)
+
     def install_crds(self, paths: Iterable[Path | str], timeout: float = 30.0) -> list[str]:
         """Install the CustomResourceDefinitions of these files and directories (crds.py) and wait
         until they are Established and served; their names. ClusterError naming the file if one
         does not parse or the API refuses it (with the API's message)."""
+        from . import crds
+
         try:
             return crds.install(self._api, [Path(p) for p in paths], timeout)
         except crds.CRDError as e:
@@ -617,14 +561,16 @@ class Stack:
                          "service": {"namespace": ns, "name": agg.name, "port": 443}}})
 
     def start_aggregated(self, timeout: float) -> None:
-        for agg in self.aggregated:
+        """Register and start each aggregated server that is not running (one that is was
+        registered when it started)."""
+        spawned = [agg for agg in self.aggregated if self.pid(agg.name) is None]
+        for agg in spawned:
             self.register_identity(agg)
-            if self.pid(agg.name) is None:
-                self.spawn(agg.name)
-        if bad := self.wait([a.name for a in self.aggregated], timeout):
+            self.spawn(agg.name)
+        if bad := self.wait([a.name for a in self.aggregated], timeout, settle=bool(spawned)):
             self.fail(bad)
         # once ready: the availability controller's first check (on the APIService's creation) passes
-        for agg in self.aggregated:
+        for agg in spawned:
             self.register_service(agg)
 
     def write_aggregated_kubeconfig(self, agg: AggregatedServer) -> None:

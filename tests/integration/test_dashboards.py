@@ -24,7 +24,8 @@ from services.cluster.certs import read_tokens
 from tools.dashboards import dashboards
 from tools.fakeservers import AdmissionWebhook
 from tools.observe import COMMITTED_CONFIG, Prometheus, config
-from services.cluster.stack import PIZZA, PIZZA_GROUP, ROOT, Stack
+from services.cluster.aggregated import PIZZA, PIZZA_GROUP
+from services.cluster.stack import ROOT, Stack
 
 OFFSET = TEST_OFFSET + 700
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from services.cluster import cli
-from services.cluster.stack import PIZZA, ClusterError, Stack
+from services.cluster.aggregated import PIZZA
+from services.cluster.stack import ClusterError, Stack
 
 
 def test_up_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
