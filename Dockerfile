@@ -24,7 +24,6 @@ COPY gnostic_pb ./gnostic_pb
 COPY services ./services
 COPY tools ./tools
 COPY observability ./observability
-COPY k8s/base/audit-policy.yaml ./k8s/base/audit-policy.yaml
 ENV PATH=/opt/apiary/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 USER 10001
 CMD ["python", "-m", "services.proxy", "--help"]

@@ -16,7 +16,7 @@ GNOSTIC_PROTOS := $(wildcard proto/gnostic/gnostic_pb/*.proto)
 # Kubernetes 1.33's OpenAPI definitions (from the kubernetes-validate package), as the registry publishes them.
 SCHEMAS := services/apis/schemas.json
 
-.PHONY: all setup run observe dashboards images stop status test unit integration e2e bench lint clean
+.PHONY: all setup run observe dashboards images stop status test unit integration e2e bench dist check-wheel lint clean
 
 all: setup
 
@@ -25,7 +25,7 @@ setup: $(DEPS) $(GEN) $(K8S_GEN) $(GNOSTIC_GEN) $(SCHEMAS)
 $(PYTHON):
 	$(PY) -m venv $(VENV)
 
-$(DEPS): requirements.txt requirements-runtime.txt | $(PYTHON)
+$(DEPS): requirements.txt requirements-runtime.txt requirements-cluster.txt | $(PYTHON)
 	$(PYTHON) -m pip install -q --upgrade pip
 	$(PYTHON) -m pip install -q -r requirements.txt
 	touch $@
@@ -49,7 +49,7 @@ $(SCHEMAS): tools/kube_definitions.py $(DEPS)
 	$(PYTHON) -m tools.kube_definitions
 
 run: setup
-	$(PYTHON) -m tools.run start $(if $(REPLICAS),--replicas $(REPLICAS))
+	$(PYTHON) -m services.cluster up --detach --aggregated pizza-apiserver $(if $(REPLICAS),--replicas $(REPLICAS))
 
 # Prometheus scraping the local stack (Debian's prometheus package), and the Grafana dashboards as JSON.
 observe: setup
@@ -64,10 +64,10 @@ images: setup
 	$(PYTHON) -m tools.images build
 
 stop:
-	@if [ -x $(PYTHON) ]; then $(PYTHON) -m tools.observe stop; $(PYTHON) -m tools.run stop; fi
+	@if [ -x $(PYTHON) ]; then $(PYTHON) -m tools.observe stop; $(PYTHON) -m services.cluster down; fi
 
 status: setup
-	$(PYTHON) -m tools.run status
+	$(PYTHON) -m services.cluster status
 
 test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider
@@ -84,5 +84,14 @@ e2e: setup
 bench: setup
 	$(PYTHON) -m tools.bench $(if $(QUICK),--quick)
 
+# The apiary package: sdist, and the wheel built from it (with the generated code), in dist/.
+dist: setup
+	rm -rf dist build
+	$(PYTHON) -m build --no-isolation --outdir dist .
+
+# The wheel installed into a fresh virtualenv outside the repository runs `apiary up` (CI runs it).
+check-wheel: dist
+	PY=$(PY) tools/check_wheel.sh
+
 clean: stop
-	rm -rf $(VENV) apiary_pb k8s_pb gnostic_pb $(SCHEMAS) .apiary
+	rm -rf $(VENV) apiary_pb k8s_pb gnostic_pb $(SCHEMAS) .apiary dist build apiary.egg-info

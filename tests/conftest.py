@@ -2,7 +2,7 @@
 
 The test stack runs from .apiary/test with every port moved by 1000
 (proxy 7443, etcd 3379, ...) so it never collides with a developer's `make run`.
-It runs what `make run` runs, the pizza server too (tools.run.AGGREGATED_SERVERS): the
+It runs what `make run` runs, the pizza server too (services.cluster.aggregated.AGGREGATED_SERVERS): the
 book's session (tests/e2e/test_pizza_book.py) goes through the proxy to it.
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tools.certs import read_tokens
-from tools.run import ROOT, Stack
+from services.cluster.certs import read_tokens
+from services.cluster.stack import ROOT, Stack
 
 # Tests assert no timings: hypothesis's per-example deadline and its too-slow health check are timings, and
 # they failed property tests on a loaded machine (a generated example is as good when it is slow).

@@ -48,19 +48,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from services.common.runtime import tune_malloc
-from tools import certs
+from services.cluster import certs
 from tools import bench_history
 from tools.bench_goals import goal_lines
 from tools.bench_stats import interleave, latency_summary, median_of_rounds, ratio_of_rounds
 from tools.fakeservers import Issuer
-from tools.run import ROOT, Stack, replica_of
+from services.cluster.stack import ROOT, Stack, replica_of
 
 BENCH_STATE = ROOT / ".apiary" / "bench"
 # Ports of the bench stack: the default ports plus this offset (APIARY_BENCH_PORT_OFFSET, so that
 # benches of several checkouts, or a bench beside a test run, never share a port).
 BENCH_OFFSET = int(os.environ.get("APIARY_BENCH_PORT_OFFSET", "2000"))
 HELLO_PORT = 8443 + BENCH_OFFSET
-# The stack with two replicas of every service (replica 1 on its ports + 100: tools/run.py).
+# The stack with two replicas of every service (replica 1 on its ports + 100: services/cluster/stack.py).
 REPLICAS_OFFSET = BENCH_OFFSET + 200
 CLK = os.sysconf("SC_CLK_TCK")
 

@@ -49,7 +49,7 @@ from services.apiserver.storage.codec import encode as codec_encode
 from services.apiserver.storage.etcd import op_put
 from tools.bench import client_ctx
 from tools.bench_storage import configmap, ensure_namespace, key_of, now_rfc3339, proxy_conn
-from tools.run import ROOT, Stack
+from services.cluster.stack import ROOT, Stack
 
 NS = "bench-fair"
 SERVICES = ("storage", "registry", "proxy")

@@ -41,8 +41,8 @@ from services.kit.options import parser
 from services.pizza import server as pizza
 from tools.bench import Conn, client_ctx, cpu_seconds, drive
 from tools.bench_stats import median_of_rounds, ratio_of_rounds
-from tools.run import PIZZA as PIZZA_SERVER
-from tools.run import ORDER, ROOT, Stack
+from services.cluster.aggregated import PIZZA as PIZZA_SERVER
+from services.cluster.stack import ORDER, ROOT, Stack
 
 GROUP = "restaurant.programming-kubernetes.info"
 PIZZA = f"/apis/{GROUP}/v1beta1/namespaces/default/pizzas/margherita"
@@ -359,7 +359,7 @@ def aggregation_rounds(stack: Stack, concurrency: int = 16, n: int = 1500, round
 
 def run(stack: Stack, concurrency: int = 16, n: int = 1500, through_proxy: bool = False,
         rounds: int = 1) -> dict[str, Any]:
-    """On the stack's own pizza server (tools.run.PIZZA, registered with apiary by the runner)."""
+    """On the stack's own pizza server (services.cluster.aggregated.PIZZA, registered with apiary by the runner)."""
     agg = stack.aggregated_server(PIZZA_SERVER.name)
     assert agg is not None, "the stack runs no pizza server"
     port, ca = agg.port + stack.offset, stack.state / "pki" / "ca.crt"

@@ -14,7 +14,7 @@ from pathlib import Path
 import kubernetes
 
 from tools.bench_fairness import rss
-from tools.run import ROOT, Stack
+from services.cluster.stack import ROOT, Stack
 
 SERVICES = ("admission", "controllermanager")
 

@@ -1,4 +1,4 @@
-"""Storage-scale figures against a running bench stack (tools.run.Stack), each bounded to seconds.
+"""Storage-scale figures against a running bench stack (services.cluster.stack.Stack), each bounded to seconds.
 
   list_10k        LIST of 10,000 configmaps (resourceVersion=0, served from the watch cache) through
                   the proxy over HTTPS, each beside the HTTPS floor: the same bytes sent by a bare
@@ -67,7 +67,7 @@ from services.apiserver.storage.codec import decode as codec_decode
 from services.apiserver.storage.codec import encode as codec_encode
 from services.apiserver.storage.etcd import op_put
 from tools.bench import HELLO_PORT, Conn, client_ctx, cpu_seconds, start_hello, stop_hello, wait_hello
-from tools.run import ROOT, Stack
+from services.cluster.stack import ROOT, Stack
 
 TXN_OPS = 128          # etcd's default --max-txn-ops
 TXN_CONCURRENCY = 8

@@ -70,7 +70,7 @@ def _cert(cn: str, orgs: tuple[str, ...], key: ec.EllipticCurvePrivateKey, issue
 
 def make_pki(d: Path) -> dict[str, str]:
     """A cluster CA, a front-proxy CA, a serving certificate and the admin's client certificate (EC P-256,
-    as tools/certs.py makes them)."""
+    as services/cluster/certs.py makes them)."""
     def write(name: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey | None = None) -> str:
         (d / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         if key is not None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from tools.bench import BENCH_OFFSET, BENCH_STATE, Conn, client_ctx, drive
 from tools.fakeservers import AdmissionWebhook
-from tools.run import Stack
+from services.cluster.stack import Stack
 
 JSON = {"Content-Type": "application/json", "Accept": "application/json"}
 NS = "bench-webhooks"

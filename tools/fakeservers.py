@@ -2,7 +2,7 @@
 admission webhooks, CRD conversion webhooks and aggregated API servers.
 
 Each is a threading HTTPS server on loopback with a serving certificate from a CA made here
-(tools.certs), so the auth service reaches them over verified TLS exactly as it would a real one.
+(services.cluster.certs), so the auth service reaches them over verified TLS exactly as it would a real one.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from tools import certs
+from services.cluster import certs
 
 
 class TLSServer(abc.ABC):

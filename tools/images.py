@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .run import ROOT
+from services.cluster.stack import ROOT
 
 WORK = ROOT / ".apiary" / "images"
 BASE_IMAGE = "apiary-base:bookworm"

@@ -10,7 +10,7 @@ this runs as root on Debian, `start` installs it. Its configuration, data, pid a
 the stack's state directory; it listens on 127.0.0.1:9090 (plus the port offset).
 observability/prometheus.yml is the configuration for the default ports (compose uses it, with the
 state volume at /state). The pizza server serves /metrics on its HTTPS port (without authorization,
-see tools.run.PIZZA); Prometheus verifies its certificate with the stack's CA, for its Service name.
+see services.cluster.aggregated.PIZZA); Prometheus verifies its certificate with the stack's CA, for its Service name.
 """
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ from pathlib import Path
 
 from services.common.config import HEALTH_PORTS
 
-from .run import ETCD_CLIENT, PIZZA, ROOT
+from services.cluster.aggregated import PIZZA
+from services.cluster.stack import ETCD_CLIENT, ROOT
 
 PROMETHEUS_PORT = 9090
 SERVICES = ("proxy", "auth", "apf", "admission", "registry", "storage", "controllermanager")
@@ -64,7 +65,7 @@ def config(offset: int = 0, interval: str = "5s", state: str = "/state") -> str:
 
 
 class Prometheus:
-    """One Prometheus process beside a stack (state dir and port offset as tools.run.Stack)."""
+    """One Prometheus process beside a stack (state dir and port offset as services.cluster.stack.Stack)."""
 
     def __init__(self, state: Path, offset: int = 0, interval: str = "5s") -> None:
         self.state, self.offset, self.interval = state, offset, interval

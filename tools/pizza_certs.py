@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from tools.certs import dns_names, in_cluster_arguments, in_cluster_client, make_ca, make_cert
+from services.cluster.certs import dns_names, in_cluster_arguments, in_cluster_client, make_ca, make_cert
 
 SECRET = "pizza-serving-cert"
 SERVICE = "api"

@@ -1,7 +1,7 @@
 """A second pizza server (python -m services.pizza) as a process beside a Stack, for tests that talk
 to one straight, with flags of their own: its own etcd prefix on the stack's etcd, delegated
 authentication and authorization against the stack's apiary, the stack's serving certificate and
-the front-proxy CA. It is not registered with apiary: the stack's own pizza server (tools.run.PIZZA,
+the front-proxy CA. It is not registered with apiary: the stack's own pizza server (services.cluster.aggregated.PIZZA,
 registered by Stack.register as every aggregated server is) is the one behind the proxy."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from tools.run import ROOT, Stack
+from services.cluster.stack import ROOT, Stack
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The kubectl session of "Programming Kubernetes", chapter 8, through apiary's aggregation proxy:
-the pizza server is the stack's own (tools.run.PIZZA, one more process of it), registered as the
+the pizza server is the stack's own (services.cluster.aggregated.PIZZA, one more process of it), registered as the
 book registers it (a Service and its Endpoints, both APIServices with the serving certificate's CA
 as caBundle), and every command goes to apiary, which forwards the restaurant group to it."""
 from __future__ import annotations

@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from tests.conftest import TEST_OFFSET, Kubectl
-from tools.run import PIZZA, PIZZA_GROUP, ROOT, Stack
+from services.cluster.aggregated import PIZZA, PIZZA_GROUP
+from services.cluster.stack import ROOT, Stack
 
 pytestmark = pytest.mark.stack
 

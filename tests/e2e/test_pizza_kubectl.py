@@ -15,7 +15,7 @@ import yaml
 from tests.conftest import Kubectl
 from tests.integration.procs import free_port
 from tools import pizza_server
-from tools.run import Stack
+from services.cluster.stack import Stack
 
 pytestmark = pytest.mark.stack
 GROUP = "restaurant.programming-kubernetes.info"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tools.run import ROOT, Stack
+from services.cluster.stack import ROOT, Stack
 
 PLUGINS = ROOT / "tests" / "plugins"
 

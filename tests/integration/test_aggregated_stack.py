@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from tests.conftest import TEST_OFFSET
-from tools.run import ROOT, AggregatedServer, APIServiceSpec, Stack
+from services.cluster.aggregated import AggregatedServer, APIServiceSpec
+from services.cluster.stack import ROOT, Stack
 
 OFFSET = TEST_OFFSET + 600
 GROUP, VERSION = "stacked.example.com", "v1beta1"

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tools.fakeservers import AggregatedBackend, SilentServer
-from tools.run import Stack
+from services.cluster.stack import Stack
 from tests.waiting import wait_for
 
 GROUP, VERSION = "wardle.example.com", "v1alpha1"

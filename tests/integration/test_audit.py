@@ -18,8 +18,8 @@ import pytest
 
 from tests.conftest import TEST_OFFSET
 from tests.waiting import wait_for
-from tools.certs import read_tokens
-from tools.run import ROOT, Stack
+from services.cluster.certs import read_tokens
+from services.cluster.stack import ROOT, Stack
 
 POLICY = """\
 apiVersion: audit.k8s.io/v1

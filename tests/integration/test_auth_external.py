@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import TEST_OFFSET, Kubectl
 from tools.fakeservers import AuthzWebhook, Issuer, TokenWebhook
 from tests.integration.procs import free_port
-from tools.run import ROOT, Stack
+from services.cluster.stack import ROOT, Stack
 from tests.waiting import wait_for
 
 STATE = ROOT / ".apiary" / "test-authn"

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tools import images
-from tools.run import ROOT
+from services.cluster.stack import ROOT
 
 PROJECT = "apiary-compose-test"
 STARTED = ["init", "etcd", "storage", "registry", "admission", "auth", "apf", "proxy", "controllermanager",

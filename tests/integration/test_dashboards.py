@@ -20,11 +20,12 @@ import httpx
 import pytest
 
 from tests.conftest import TEST_OFFSET
-from tools.certs import read_tokens
+from services.cluster.certs import read_tokens
 from tools.dashboards import dashboards
 from tools.fakeservers import AdmissionWebhook
 from tools.observe import COMMITTED_CONFIG, Prometheus, config
-from tools.run import PIZZA, PIZZA_GROUP, ROOT, Stack
+from services.cluster.aggregated import PIZZA, PIZZA_GROUP
+from services.cluster.stack import ROOT, Stack
 
 OFFSET = TEST_OFFSET + 700
 

@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from tests.conftest import TEST_OFFSET
-from tools.certs import read_tokens
-from tools.run import ROOT, Stack
+from services.cluster.certs import read_tokens
+from services.cluster.stack import ROOT, Stack
 
 # The session stack uses TEST_OFFSET; this suite kills processes, so it runs a stack of its own.
 OFFSET = TEST_OFFSET + 500

@@ -29,8 +29,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tools.certs import read_tokens
-from tools.run import SECURE_PORT, Stack
+from services.cluster.certs import read_tokens
+from services.cluster.stack import SECURE_PORT, Stack
 
 # beside the shared test stack (APIARY_TEST_PORT_OFFSET, default 1000) and test_faults.py's (4000)
 OFFSET = int(os.environ.get("APIARY_TEST_PORT_OFFSET", "1000")) + 500

@@ -16,7 +16,7 @@ import pytest
 
 from services.common.config import HEALTH_PORTS
 from tests.waiting import wait_for
-from tools.run import ROOT
+from services.cluster.stack import ROOT
 
 WAIT = 60.0
 

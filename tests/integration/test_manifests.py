@@ -16,9 +16,9 @@ import pytest
 import yaml
 from cryptography import x509
 
-from tools.certs import create_secrets, in_cluster_arguments, in_cluster_client, k8s_secrets
+from services.cluster.certs import create_secrets, in_cluster_arguments, in_cluster_client, k8s_secrets
 from tools.dashboards import dashboards, write_all
-from tools.run import ROOT, Stack
+from services.cluster.stack import ROOT, Stack
 
 K8S = ROOT / "k8s"
 KUSTOMIZATIONS = ["base", "overlays/single-etcd", "overlays/dashboards"]

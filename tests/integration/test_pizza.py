@@ -17,8 +17,9 @@ import orjson
 import pytest
 
 from tests.integration.procs import free_port
-from tools import certs, pizza_server
-from tools.run import Stack
+from services.cluster import certs
+from tools import pizza_server
+from services.cluster.stack import Stack
 from tests.waiting import wait_for
 
 GROUP = "restaurant.programming-kubernetes.info"

@@ -15,7 +15,8 @@ from cryptography import x509
 
 from services.kit.options import parser
 from tools import pizza_certs
-from tools.run import PIZZA, ROOT, Stack
+from services.cluster.aggregated import PIZZA
+from services.cluster.stack import ROOT, Stack
 
 GROUP = "restaurant.programming-kubernetes.info"
 

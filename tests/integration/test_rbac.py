@@ -9,7 +9,7 @@ import uuid
 import httpx
 import pytest
 
-from tools.run import Stack
+from services.cluster.stack import Stack
 from tests.waiting import wait_for
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"

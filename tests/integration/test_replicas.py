@@ -35,8 +35,8 @@ from tests.integration.test_faults import (
     setup_namespace,
     wait_ready,
 )
-from tools.certs import read_tokens
-from tools.run import REPLICA_PORT_STEP, REQUEST_PATH, SECURE_PORT, Stack, replica_name
+from services.cluster.certs import read_tokens
+from services.cluster.stack import REPLICA_PORT_STEP, REQUEST_PATH, SECURE_PORT, Stack, replica_name
 
 # Replica 1 takes this offset + REPLICA_PORT_STEP: both clear of the other suites' private stacks.
 OFFSET = TEST_OFFSET + 100

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tools.run import Stack
+from services.cluster.stack import Stack
 
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
 ALICE_CANNOT_LIST = ('configmaps is forbidden: User "alice" cannot list resource "configmaps" in API group "" '

@@ -16,6 +16,10 @@ SERVICE_PACKAGES = frozenset({"proxy", "auth", "apf", "admission", "registry", "
                               "pizza"})
 # The library, lowest layer first: each may import the layers below it, never a service.
 LIBRARY_LAYERS = ("common", "apiserver", "apis", "kit")
+# The local cluster launcher (services/cluster): it runs the services as processes, so it imports no
+# service and only these library layers, and nothing in services/ imports it.
+LAUNCHER = "cluster"
+LAUNCHER_MAY_IMPORT = ("common", "apiserver")
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -72,7 +76,13 @@ def _package(module: str) -> str:
 def forbidden(edge: tuple[str, str]) -> str | None:
     """Why an edge breaks the boundaries, or None."""
     src, dst = _package(edge[0]), _package(edge[1])
-    if src == dst or dst not in SERVICE_PACKAGES | set(LIBRARY_LAYERS):
+    if src == dst:
+        return None
+    if dst == LAUNCHER:
+        return f"{src} imports the cluster launcher"
+    if src == LAUNCHER and dst in SERVICE_PACKAGES | set(LIBRARY_LAYERS) - set(LAUNCHER_MAY_IMPORT):
+        return f"the cluster launcher imports {dst}"
+    if dst not in SERVICE_PACKAGES | set(LIBRARY_LAYERS):
         return None
     if src in SERVICE_PACKAGES and dst in SERVICE_PACKAGES:
         return f"the {src} service imports the {dst} service"
@@ -94,7 +104,7 @@ def test_packages_keep_their_boundaries() -> None:
 
 def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
     root = tmp_path / "services"
-    for pkg in ("kit", "proxy", "registry", "apiserver", "common"):
+    for pkg in ("kit", "proxy", "registry", "apiserver", "common", "cluster"):
         (root / pkg).mkdir(parents=True)
         (root / pkg / "__init__.py").write_text("")
     (root / "registry" / "catalogue.py").write_text("")
@@ -105,11 +115,15 @@ def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
     (root / "kit" / "d.py").write_text("import importlib\nimportlib.import_module('services.registry')\n")
     (root / "proxy" / "b.py").write_text("from ..registry.catalogue import X\nfrom .filters import Y\n")
     (root / "common" / "c.py").write_text("from services.apiserver import z\n")
+    (root / "cluster" / "stack.py").write_text("from services.common import y\nfrom services.kit import x\n")
+    (root / "registry" / "e.py").write_text("from services.cluster import stack\n")
     assert violations(root) == [
+        "services.cluster.stack -> services.kit: the cluster launcher imports kit",
         "services.common.c -> services.apiserver: the library package common imports apiserver, "
         "a layer above it",
         "services.kit.a -> services.proxy.filters: the library package kit imports the proxy service",
         "services.kit.a -> services.registry.catalogue: the library package kit imports the registry service",
         "services.kit.d -> services.registry: the library package kit imports the registry service",
         "services.proxy.b -> services.registry.catalogue: the proxy service imports the registry service",
+        "services.registry.e -> services.cluster.stack: registry imports the cluster launcher",
     ]

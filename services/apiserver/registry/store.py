@@ -272,7 +272,9 @@ class Store:
                 written = True
                 return 200, updated
             except errors.Conflict:
-                if pinned or attempt == GUARANTEED_UPDATE_ATTEMPTS - 1:
+                # retried also when pinned: a patch carries the resourceVersion it was applied to, and a
+                # request that pinned an older one meets the check above on the next read
+                if attempt == GUARANTEED_UPDATE_ATTEMPTS - 1:
                     raise
                 log.debug("conflict updating %s %s; retrying", info.plural, name)
             finally:

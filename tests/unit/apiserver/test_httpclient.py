@@ -13,7 +13,7 @@ from aiohttp import web
 
 from services.apiserver.httpclient import CallError, Client
 from services.apiserver.kubeconfig import Config
-from tools import certs
+from services.cluster import certs
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """The controller-manager's Client from a kubeconfig against a real HTTPS server on loopback (aiohttp's
-TestServer with certificates made by tools/certs.py): the client certificate or the bearer token the
+TestServer with certificates made by services/cluster/certs.py): the client certificate or the bearer token the
 kubeconfig names reaches the server over TLS verified with its CA; Status answers become their errors;
 discovery asks for aggregated discovery as client-go does."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestServer
 
 from services.common.errors import Conflict, NotFound, ServiceUnavailable
 from services.controllermanager.client import AGGREGATED_DISCOVERY, USER_AGENT, Client, Resource
-from tools import certs
+from services.cluster import certs
 
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True, frozenset({"get", "update"}))
 DISCOVERY = {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "items": [

@@ -11,7 +11,7 @@ from services.apiserver.audit.log import LogBackend
 from services.apiserver.audit.policy import Auditor, Policy, PolicyError, now
 from services.apiserver.requestinfo import parse
 from services.common.errors import Forbidden
-from tools.run import DEFAULT_AUDIT_POLICY
+from services.cluster.stack import DEFAULT_AUDIT_POLICY
 
 ALICE = pb.UserInfo(name="alice", groups=["devs", "system:authenticated"])
 ADMIN = pb.UserInfo(name="admin", groups=["system:masters"])

@@ -161,6 +161,17 @@ async def test_update_cas_and_unconditional(api, storage):
     assert "Precondition failed: UID in precondition: other" in e.value.message
 
 
+async def test_a_patch_racing_another_write_is_applied_again_not_refused(api, storage):
+    """kube's GuaranteedUpdate re-reads and patches again on a storage conflict (a kopf operator's status
+    write racing a client's merge patch met a 409 here); a stale resourceVersion named by the patch or
+    the update is still a Conflict (test_patch_types, test_update_cas_and_unconditional)."""
+    await api("create", "configmaps", "default", body=cm())
+    storage.fail_updates = 2
+    code, o = await api("patch", "configmaps", "default", "c", body={"data": {"b": "2"}},
+                        content_type="application/merge-patch+json")
+    assert code == 200 and o["data"]["b"] == "2"
+
+
 async def test_update_name_mismatch_and_missing(api):
     await api("create", "configmaps", "default", body=cm())
     with pytest.raises(errors.BadRequest) as e:

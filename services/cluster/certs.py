@@ -285,7 +285,8 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import tempfile
 
-    p = argparse.ArgumentParser(prog="python -m tools.certs", description="apiary's certificates and secrets")
+    p = argparse.ArgumentParser(prog="python -m services.cluster.certs",
+                                description="apiary's certificates and secrets")
     sub = p.add_subparsers(dest="command", required=True)
     k = sub.add_parser("k8s-secrets", help="make the PKI and create the manifests' Secrets (the certificate Job)")
     in_cluster_arguments(k, "apiary")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.run import Stack, replica_name, replica_of
+from services.cluster.stack import Stack, replica_name, replica_of
 
 
 def flag(cmd: list[str], name: str) -> str:

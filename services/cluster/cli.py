@@ -1,0 +1,171 @@
+"""`apiary`: a local Kubernetes-compatible cluster (etcd and every apiary service) on loopback.
+
+    apiary up [--state DIR] [--port-offset N | --port 0] [--crds PATH ...] [--replicas N] [--detach]
+    apiary down | status | kubeconfig [--state DIR]
+    apiary init | exec NAME [--state DIR] [--port-offset N]     (how compose.yaml runs the services)
+
+`up` stays in the foreground until Ctrl-C or SIGTERM, which stop the cluster (and so does the
+command's death, even by SIGKILL); with --detach it returns once the cluster is ready and leaves
+it running for `apiary down`. A state directory holds one cluster: its certificates, etcd data,
+logs, pids and ports (stack.json), which `down`, `status`, `kubeconfig` and a later `up` read.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+from .aggregated import AGGREGATED_SERVERS
+from .stack import ORDER, ClusterError, Stack
+
+DEFAULT_STATE = ".apiary"
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGINT reached `apiary up`."""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="apiary", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help, description=help)
+        c.add_argument("--state", type=Path, default=Path(os.environ.get("APIARY_STATE") or DEFAULT_STATE),
+                       help="the cluster's state directory (default: $APIARY_STATE or ./.apiary)")
+        return c
+
+    up = command("up", "start the cluster (what is already running is left alone) and wait until it is ready")
+    ports = up.add_mutually_exclusive_group()
+    ports.add_argument("--port-offset", type=int, metavar="N",
+                       help="kube's ports plus N (proxy 6443+N, etcd 2379+N, ...); default 0, or what "
+                            "the state directory recorded")
+    ports.add_argument("--port", type=int, choices=[0], metavar="0",
+                       help="0: every port chosen free by the OS (recorded in the state directory)")
+    up.add_argument("--crds", type=Path, nargs="+", action="extend", default=[], metavar="PATH",
+                    help="CustomResourceDefinition files or directories (.yaml, .yml, .json) to install "
+                         "and wait for until Established")
+    up.add_argument("--replicas", type=int, metavar="N",
+                    help="processes per service (etcd: one); default $APIARY_REPLICAS or 1")
+    up.add_argument("--detach", action="store_true", help="return once ready and leave the cluster running")
+    up.add_argument("--fresh", action="store_true", help="start from an empty etcd")
+    up.add_argument("--aggregated", action="append", default=[],
+                    choices=[a.name for a in AGGREGATED_SERVERS], metavar="NAME",
+                    help="run an aggregated API server of the repository too (pizza-apiserver)")
+    up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for each step (default 90)")
+    command("down", "stop every process of the cluster")
+    command("status", "each process of the cluster: running, ready (exit 1 if one is not)")
+    command("kubeconfig", "print the path of the cluster's admin kubeconfig")
+    init = command("init", "only make the state (certificates, tokens, configuration, a kubeconfig with the "
+                           "certificates in it), as compose's init service does")
+    init.add_argument("--port-offset", type=int, default=0, metavar="N")
+    exec_ = command("exec", "become service NAME with the command line `up` gives it (how compose runs each "
+                            "service; an aggregated server first waits for the proxy and registers itself)")
+    exec_.add_argument("name", choices=ORDER[1:] + tuple(a.name for a in AGGREGATED_SERVERS), metavar="NAME")
+    exec_.add_argument("--port-offset", type=int, default=0, metavar="N")
+    return p
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = parser()
+    args = p.parse_args(argv)
+    if getattr(args, "replicas", None) is not None and args.replicas < 1:
+        p.error("--replicas must be at least 1")
+    return args
+
+
+def up_stack(args: argparse.Namespace) -> Stack:
+    """The Stack `up` starts: the options given, else what the state directory recorded (so that
+    `up` again finds a running cluster where it is), else kube's ports."""
+    recorded = Stack.from_state(args.state)
+    chosen = args.port is not None or args.port_offset is not None
+    replicas = args.replicas or int(os.environ.get("APIARY_REPLICAS") or 0) or recorded.replicas
+    known = {a.name: a for a in AGGREGATED_SERVERS}
+    return Stack(args.state,
+                 offset=(args.port_offset or 0) if chosen else recorded.offset,
+                 free_ports=args.port == 0 if chosen else recorded.free_ports,
+                 ports=recorded.ports if not chosen or args.port == 0 else {},
+                 replicas=replicas, detach=args.detach,
+                 aggregated=[known[n] for n in args.aggregated] or ([] if chosen else recorded.aggregated))
+
+
+def up(args: argparse.Namespace) -> None:
+    stack = up_stack(args)
+    was_running = any(stack.pid(n) is not None for n in stack.names())
+
+    def stopped(signum: int, frame: FrameType | None) -> None:
+        raise Stopped()
+
+    signal.signal(signal.SIGTERM, stopped)
+    signal.signal(signal.SIGINT, stopped)
+    began = time.monotonic()
+    try:
+        stack.start(fresh=args.fresh, timeout=args.timeout)
+        installed = stack.install_crds(args.crds, timeout=args.timeout) if args.crds else []
+        took = time.monotonic() - began
+        crds = f", {len(installed)} CRDs established" if installed else ""
+        print(f"apiary is ready at {stack.server} in {took:.1f} s{crds} (state {stack.state})")
+        print(f"kubeconfig: {stack.kubeconfig}")
+        print(f"export KUBECONFIG={stack.kubeconfig}", flush=True)
+        if args.detach:
+            return
+        print("Ctrl-C stops it", file=sys.stderr, flush=True)
+        while True:
+            signal.pause()
+    except ClusterError:
+        if was_running:
+            stack.release()  # a cluster that was running before stays so
+        else:
+            stack.stop(quiet=True)  # a failed `up` leaves nothing behind
+        raise
+    except Stopped:
+        began = time.monotonic()
+        stack.stop(quiet=True)
+        print(f"stopped in {time.monotonic() - began:.2f} s", file=sys.stderr)
+
+
+def down(args: argparse.Namespace) -> None:
+    stack = Stack.from_state(args.state, detach=True)
+    began = time.monotonic()
+    running = [n for n in stack.names() if stack.pid(n) is not None]
+    stack.stop(quiet=True)
+    print(f"stopped {len(running)} processes in {time.monotonic() - began:.2f} s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    if args.command == "up":
+        up(args)
+    elif args.command == "down":
+        down(args)
+    elif args.command == "status":
+        raise SystemExit(0 if Stack.from_state(args.state, detach=True).status() else 1)
+    elif args.command == "kubeconfig":
+        stack = Stack.from_state(args.state, detach=True)
+        if not stack.kubeconfig.exists():
+            raise ClusterError(f"no cluster in {stack.state}: `apiary up --state {args.state}` makes one")
+        print(stack.kubeconfig)
+    else:
+        stack = Stack(args.state, args.port_offset, detach=True)
+        if args.command == "init":
+            stack.init()
+            stack.write_admin_kubeconfig(embed=True)
+            print(f"state in {stack.state}; kubeconfig: {stack.kubeconfig}")
+        else:
+            agg = stack.aggregated_server(args.name)
+            if agg is not None:
+                # registered first (its RBAC, Service, Endpoints, APIServices), as `up` does: in
+                # compose its container does it, once apiary answers
+                stack.wait_proxy(300)
+                stack.register(agg)
+            cmd = stack.command(args.name)
+            os.execvp(cmd[0], cmd)
+
+
+if __name__ == "__main__":
+    main()

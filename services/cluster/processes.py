@@ -1,0 +1,112 @@
+"""The processes of a local stack: each runs in its own process group (its own children, such as the
+proxy's decoder workers, go with it), and a stop signals them all at once.
+
+A stop sends SIGTERM to every group together, gives the quick ones a short grace and kills what is
+left; the data processes (storage, then etcd once storage is gone) keep a graceful stop, as they
+finish the writes in flight.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Collection, Mapping
+
+# How long a process that holds no data gets to exit after SIGTERM before SIGKILL: a test cluster's
+# teardown need not drain anything.
+QUICK_GRACE = 0.3
+# How long storage and etcd get to finish what is in flight.
+DATA_GRACE = 10.0
+POLL = 0.02
+
+
+def reap(pid: int) -> None:
+    """Collect a child of this process that exited, so that it does not look alive as a zombie."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def alive(pid: int, mark: str) -> bool:
+    """Whether process `pid` runs, is not a zombie, and is ours: its command line names `mark` (the
+    stack's state directory), so that a pid file left by a stack that died with its machine does
+    not name some other process that got the pid since."""
+    reap(pid)
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            if f.read().rpartition(b")")[2].split()[0] == b"Z":
+                return False
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return mark.encode() in f.read()
+    except OSError:
+        return False
+
+
+def live_groups(groups: Collection[int]) -> set[int]:
+    """The process groups among `groups` that still hold a process that is not a zombie.
+
+    A process whose parent is gone is reaped by whoever adopted it, maybe only a second later:
+    a zombie is counted as gone, as it holds no port and no file.
+    """
+    for g in groups:
+        reap(g)
+    wanted, alive = set(groups), set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rpartition(b")")[2].split()
+        if fields[0] != b"Z" and (pgid := int(fields[2])) in wanted:
+            alive.add(pgid)
+    return alive
+
+
+def signal_groups(groups: Collection[int], sig: signal.Signals) -> None:
+    for g in groups:
+        try:
+            os.killpg(g, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def wait_gone(groups: Collection[int], timeout: float) -> set[int]:
+    """Wait until no process of `groups` is alive, up to `timeout` seconds; what is still alive."""
+    deadline = time.monotonic() + timeout
+    alive = live_groups(groups)
+    while alive and time.monotonic() < deadline:
+        time.sleep(POLL)
+        alive = live_groups(alive)
+    return alive
+
+
+def stop_group(group: int, sig: signal.Signals, grace: float) -> None:
+    """`sig` to a process group, SIGKILL after `grace` seconds if some of it is still alive."""
+    signal_groups([group], sig)
+    if wait_gone([group], grace):
+        signal_groups([group], signal.SIGKILL)
+        wait_gone([group], 5)
+
+
+def stop_all(groups: Mapping[str, int], data: Collection[str], last: Collection[str]) -> None:
+    """Stop every process group of `groups` (name -> group) at once.
+
+    The groups named in `data` and `last` stop gracefully (SIGTERM, SIGKILL after DATA_GRACE),
+    those in `last` only once everything else is gone (etcd outlives its clients); the rest get
+    QUICK_GRACE after SIGTERM, then SIGKILL.
+    """
+    quick = [g for n, g in groups.items() if n not in data and n not in last]
+    careful = [g for n, g in groups.items() if n in data]
+    final = [g for n, g in groups.items() if n in last]
+    signal_groups([*quick, *careful], signal.SIGTERM)
+    if left := wait_gone(quick, QUICK_GRACE):
+        signal_groups(left, signal.SIGKILL)
+    if left := wait_gone(careful, DATA_GRACE):
+        signal_groups(left, signal.SIGKILL)
+    wait_gone([*quick, *careful], 5)
+    for g in final:
+        stop_group(g, signal.SIGTERM, DATA_GRACE)

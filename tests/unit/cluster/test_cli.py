@@ -1,0 +1,78 @@
+"""The apiary command's arguments: what `up` starts (options given, else what the state directory
+recorded), and the mistakes argparse refuses."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.cluster import cli
+from services.cluster.aggregated import PIZZA
+from services.cluster.stack import ClusterError, Stack
+
+
+def test_up_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("APIARY_STATE", raising=False)
+    monkeypatch.delenv("APIARY_REPLICAS", raising=False)
+    args = cli.parse(["up"])
+    assert (args.state, args.port, args.port_offset, args.crds, args.detach) == (Path(".apiary"), None, None, [], False)
+    s = cli.up_stack(args)
+    assert (s.state, s.offset, s.free_ports, s.replicas, s.aggregated, s.detach) == (
+        Path(".apiary").resolve(), 0, False, 1, [], False)
+
+
+def test_up_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("APIARY_REPLICAS", raising=False)
+    args = cli.parse(["up", "--state", str(tmp_path), "--port", "0", "--crds", "a.yaml", "crds/",
+                      "--crds", "b.json", "--replicas", "2", "--detach", "--aggregated", "pizza-apiserver"])
+    assert args.crds == [Path("a.yaml"), Path("crds"), Path("b.json")]
+    s = cli.up_stack(args)
+    assert (s.state, s.free_ports, s.replicas, s.aggregated, s.detach) == (tmp_path, True, 2, [PIZZA], True)
+    assert cli.up_stack(cli.parse(["up", "--state", str(tmp_path), "--port-offset", "1000"])).offset == 1000
+
+
+def test_up_again_finds_what_the_state_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("APIARY_REPLICAS", raising=False)
+    first = Stack(tmp_path, free_ports=True, replicas=2, aggregated=[PIZZA])
+    first.choose_ports()
+    first._write_record()
+    again = cli.up_stack(cli.parse(["up", "--state", str(tmp_path)]))
+    assert (again.free_ports, again.ports, again.replicas, again.aggregated) == (True, first.ports, 2, [PIZZA])
+    offset = cli.up_stack(cli.parse(["up", "--state", str(tmp_path), "--port-offset", "7"]))
+    assert (offset.free_ports, offset.offset, offset.ports, offset.aggregated) == (False, 7, {}, [])
+
+
+def test_state_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("APIARY_STATE", str(tmp_path))
+    monkeypatch.setenv("APIARY_REPLICAS", "3")
+    assert cli.parse(["down"]).state == tmp_path
+    assert cli.up_stack(cli.parse(["up"])).replicas == 3
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["up", "--port", "8080"], "argument --port: invalid choice"),
+    (["up", "--port", "0", "--port-offset", "5"], "not allowed with argument --port"),
+    (["up", "--replicas", "0"], "--replicas must be at least 1"),
+    (["up", "--crds"], "expected at least one argument"),
+    (["up", "--aggregated", "nope"], "argument --aggregated: invalid choice"),
+    (["exec"], "the following arguments are required: NAME"),
+    ([], "the following arguments are required: COMMAND"),
+])
+def test_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.parse(argv)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_kubeconfig_of_no_cluster(tmp_path: Path) -> None:
+    with pytest.raises(ClusterError, match=f"no cluster in {tmp_path}"):
+        cli.main(["kubeconfig", "--state", str(tmp_path)])
+
+
+def test_down_and_status_of_no_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cli.main(["down", "--state", str(tmp_path)])
+    assert "stopped 0 processes" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        cli.main(["status", "--state", str(tmp_path)])
+    assert e.value.code == 1
