@@ -28,19 +28,30 @@ def reap(pid: int) -> None:
         pass
 
 
-def alive(pid: int, mark: str) -> bool:
-    """Whether process `pid` runs, is not a zombie, and is ours: its command line names `mark` (the
-    stack's state directory), so that a pid file left by a stack that died with its machine does
-    not name some other process that got the pid since."""
-    reap(pid)
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat after the command name (state first), or None if no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            if f.read().rpartition(b")")[2].split()[0] == b"Z":
-                return False
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return mark.encode() in f.read()
+            return f.read().rpartition(b")")[2].split()
     except OSError:
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """When the process started (clock ticks after boot): with its pid, it names one process, as
+    a pid alone does not once the pid is used again."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields else None
+
+
+def alive(pid: int, started: int | None = None) -> bool:
+    """Whether process `pid` runs and is not a zombie; with `started`, whether it is the process
+    that started then (not another that got the pid since, after a crash or a reboot)."""
+    reap(pid)
+    fields = _stat(pid)
+    if fields is None or fields[0] == b"Z":
         return False
+    return started is None or int(fields[19]) == started
 
 
 def live_groups(groups: Collection[int]) -> set[int]:
