@@ -1,9 +1,9 @@
 """The processes of a local stack: each runs in its own process group (its own children, such as the
 proxy's decoder workers, go with it), and a stop signals them all at once.
 
-A stop sends SIGTERM to every group together, gives the quick ones a short grace and kills what is
-left; the data processes (storage, then etcd once storage is gone) keep a graceful stop, as they
-finish the writes in flight.
+A stop sends SIGTERM to every group together (the API's clients a moment before), gives the quick
+ones a short grace and kills what is left; the data processes (storage, then etcd once storage is
+gone) keep a graceful stop, as they finish the writes in flight.
 """
 from __future__ import annotations
 
@@ -103,21 +103,28 @@ def stop_group(group: int, sig: signal.Signals, grace: float) -> None:
         wait_gone([group], 5)
 
 
-def stop_all(groups: Mapping[str, int], data: Collection[str], last: Collection[str]) -> None:
-    """Stop every process group of `groups` (name -> group) at once.
+def stop_all(groups: Mapping[str, int], first: Collection[str] = (), data: Collection[str] = (),
+             last: Collection[str] = ()) -> None:
+    """Stop every process group of `groups` (name -> group), as much at once as can be.
 
-    The groups named in `data` and `last` stop gracefully (SIGTERM, SIGKILL after DATA_GRACE),
-    those in `last` only once everything else is gone (etcd outlives its clients); the rest get
-    QUICK_GRACE after SIGTERM, then SIGKILL.
+    Those named in `first` go before the others, with QUICK_GRACE (the API's clients: the
+    controller-manager releases its leader lease through the API on the way out, so that the next
+    start need not wait for the lease to expire). Then all the others get SIGTERM together: those in
+    `data` stop gracefully (SIGKILL after DATA_GRACE), the rest get QUICK_GRACE, then SIGKILL; those
+    in `last` stop gracefully once everything else is gone (etcd outlives its clients).
     """
-    quick = [g for n, g in groups.items() if n not in data and n not in last]
+    early = [g for n, g in groups.items() if n in first]
+    quick = [g for n, g in groups.items() if n not in first and n not in data and n not in last]
     careful = [g for n, g in groups.items() if n in data]
     final = [g for n, g in groups.items() if n in last]
+    signal_groups(early, signal.SIGTERM)
+    if left := wait_gone(early, QUICK_GRACE):
+        signal_groups(left, signal.SIGKILL)
     signal_groups([*quick, *careful], signal.SIGTERM)
     if left := wait_gone(quick, QUICK_GRACE):
         signal_groups(left, signal.SIGKILL)
     if left := wait_gone(careful, DATA_GRACE):
         signal_groups(left, signal.SIGKILL)
-    wait_gone([*quick, *careful], 5)
+    wait_gone([*early, *quick, *careful], 5)
     for g in final:
         stop_group(g, signal.SIGTERM, DATA_GRACE)

@@ -610,7 +610,8 @@ class Stack:
         --replicas too), all at once: processes.stop_all (storage and etcd stop gracefully)."""
         names = sorted(p.stem for p in self.pids.glob("*.pid")) if self.pids.is_dir() else []
         groups = {n: pid for n in names if (pid := self.pid(n)) is not None}
-        processes.stop_all(groups, data=[n for n in groups if replica_of(n)[0] == "storage"], last=["etcd"])
+        processes.stop_all(groups, first=[n for n in groups if replica_of(n)[0] in API_CLIENTS],
+                           data=[n for n in groups if replica_of(n)[0] == "storage"], last=["etcd"])
         for name in names:
             if not quiet and name in groups:
                 print(f"stopped {name} (pid {groups[name]})")
