@@ -22,8 +22,6 @@ class AggregatedServer:
     `name` is its process name (pid and log files), its Service's and its ServiceAccount's; the
     process runs `python -m <module>` with stack.kube_style_flags (or what `flags` returns instead)
     plus `args`; it must serve HTTPS on --secure-port, and `ready_path` answering 200 means ready.
-    Its command line must name the state directory (kube_style_flags' certificate paths do): that
-    is how the stack tells its processes from others that got a pid of a pid file since.
     `objects` are more API objects written before it starts (its own RBAC, for instance).
     """
 

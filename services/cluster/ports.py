@@ -48,9 +48,12 @@ def is_free(port: int) -> bool:
 
 
 def check_free(ports: Iterable[tuple[int, str]]) -> None:
-    """Raise PortTaken for the first (port, what it is for) that is not free."""
+    """Raise PortTaken for the first (port, what it is for) that is no port, else the first that is
+    not free."""
+    ports = list(ports)
     for port, what in ports:
         if not 0 < port < 65536:
             raise PortTaken(port, what, "is out of range (a port offset too large?)")
+    for port, what in ports:
         if not is_free(port):
             raise PortTaken(port, what)

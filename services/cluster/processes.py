@@ -1,9 +1,9 @@
 """The processes of a local stack: each runs in its own process group (its own children, such as the
 proxy's decoder workers, go with it), and a stop signals them all at once.
 
-A stop sends SIGTERM to every group together, gives the quick ones a short grace and kills what is
-left; the data processes (storage, then etcd once storage is gone) keep a graceful stop, as they
-finish the writes in flight.
+A stop sends SIGTERM to every group together (the API's clients a moment before), gives the quick
+ones a short grace and kills what is left; the data processes (storage, then etcd once storage is
+gone) keep a graceful stop, as they finish the writes in flight.
 """
 from __future__ import annotations
 
@@ -28,19 +28,30 @@ def reap(pid: int) -> None:
         pass
 
 
-def alive(pid: int, mark: str) -> bool:
-    """Whether process `pid` runs, is not a zombie, and is ours: its command line names `mark` (the
-    stack's state directory), so that a pid file left by a stack that died with its machine does
-    not name some other process that got the pid since."""
-    reap(pid)
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat after the command name (state first), or None if no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            if f.read().rpartition(b")")[2].split()[0] == b"Z":
-                return False
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return mark.encode() in f.read()
+            return f.read().rpartition(b")")[2].split()
     except OSError:
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """When the process started (clock ticks after boot): with its pid, it names one process, as
+    a pid alone does not once the pid is used again."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields else None
+
+
+def alive(pid: int, started: int | None = None) -> bool:
+    """Whether process `pid` runs and is not a zombie; with `started`, whether it is the process
+    that started then (not another that got the pid since, after a crash or a reboot)."""
+    reap(pid)
+    fields = _stat(pid)
+    if fields is None or fields[0] == b"Z":
         return False
+    return started is None or int(fields[19]) == started
 
 
 def live_groups(groups: Collection[int]) -> set[int]:
@@ -92,21 +103,28 @@ def stop_group(group: int, sig: signal.Signals, grace: float) -> None:
         wait_gone([group], 5)
 
 
-def stop_all(groups: Mapping[str, int], data: Collection[str], last: Collection[str]) -> None:
-    """Stop every process group of `groups` (name -> group) at once.
+def stop_all(groups: Mapping[str, int], first: Collection[str] = (), data: Collection[str] = (),
+             last: Collection[str] = ()) -> None:
+    """Stop every process group of `groups` (name -> group), as much at once as can be.
 
-    The groups named in `data` and `last` stop gracefully (SIGTERM, SIGKILL after DATA_GRACE),
-    those in `last` only once everything else is gone (etcd outlives its clients); the rest get
-    QUICK_GRACE after SIGTERM, then SIGKILL.
+    Those named in `first` go before the others, with QUICK_GRACE (the API's clients: the
+    controller-manager releases its leader lease through the API on the way out, so that the next
+    start need not wait for the lease to expire). Then all the others get SIGTERM together: those in
+    `data` stop gracefully (SIGKILL after DATA_GRACE), the rest get QUICK_GRACE, then SIGKILL; those
+    in `last` stop gracefully once everything else is gone (etcd outlives its clients).
     """
-    quick = [g for n, g in groups.items() if n not in data and n not in last]
+    early = [g for n, g in groups.items() if n in first]
+    quick = [g for n, g in groups.items() if n not in first and n not in data and n not in last]
     careful = [g for n, g in groups.items() if n in data]
     final = [g for n, g in groups.items() if n in last]
+    signal_groups(early, signal.SIGTERM)
+    if left := wait_gone(early, QUICK_GRACE):
+        signal_groups(left, signal.SIGKILL)
     signal_groups([*quick, *careful], signal.SIGTERM)
     if left := wait_gone(quick, QUICK_GRACE):
         signal_groups(left, signal.SIGKILL)
     if left := wait_gone(careful, DATA_GRACE):
         signal_groups(left, signal.SIGKILL)
-    wait_gone([*quick, *careful], 5)
+    wait_gone([*early, *quick, *careful], 5)
     for g in final:
         stop_group(g, signal.SIGTERM, DATA_GRACE)

@@ -117,8 +117,7 @@ class Stack:
     _lifeline: int | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        # absolute: the services run elsewhere (cwd ROOT), and a pid is ours when its command line
-        # names this directory
+        # absolute: the services run elsewhere (cwd ROOT)
         self.state = Path(self.state).resolve()
         if self.free_ports and not self.ports:
             self.ports = dict(self._recorded().get("ports") or {})
@@ -247,12 +246,13 @@ class Stack:
     # process bookkeeping ----------------------------------------------------
 
     def pid(self, name: str) -> int | None:
-        """The pid of process `name` of this stack if it runs (a zombie does not)."""
+        """The pid of process `name` of this stack if it runs (a zombie does not). Its pid file
+        holds the pid and the process's start time, so that a pid used again is not taken for it."""
         try:
-            pid = int((self.pids / f"{name}.pid").read_text())
+            pid, _, started = (self.pids / f"{name}.pid").read_text().partition(" ")
+            return int(pid) if processes.alive(int(pid), int(started) if started.strip() else None) else None
         except (OSError, ValueError):
             return None
-        return pid if processes.alive(pid, str(self.state)) else None
 
     def command(self, name: str) -> list[str]:
         if name == "etcd":
@@ -324,7 +324,7 @@ class Stack:
         with open(self.logs / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(self.command(name), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        (self.pids / f"{name}.pid").write_text(str(proc.pid))
+        (self.pids / f"{name}.pid").write_text(f"{proc.pid} {processes.start_time(proc.pid)}")
         return proc.pid
 
     def hold(self) -> None:
@@ -610,7 +610,8 @@ class Stack:
         --replicas too), all at once: processes.stop_all (storage and etcd stop gracefully)."""
         names = sorted(p.stem for p in self.pids.glob("*.pid")) if self.pids.is_dir() else []
         groups = {n: pid for n in names if (pid := self.pid(n)) is not None}
-        processes.stop_all(groups, data=[n for n in groups if replica_of(n)[0] == "storage"], last=["etcd"])
+        processes.stop_all(groups, first=[n for n in groups if replica_of(n)[0] in API_CLIENTS],
+                           data=[n for n in groups if replica_of(n)[0] == "storage"], last=["etcd"])
         for name in names:
             if not quiet and name in groups:
                 print(f"stopped {name} (pid {groups[name]})")

@@ -162,6 +162,7 @@ def run(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     # (gRPC's, the collector's over the heap), most of a second of a stop that no data depends on
     logging.shutdown()
     sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(0)
 
 

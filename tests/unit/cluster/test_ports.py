@@ -69,26 +69,29 @@ def test_a_stack_never_started_with_free_ports_has_none(tmp_path: Path) -> None:
         _ = Stack(tmp_path, free_ports=True).etcd_url
 
 
-def _hold_one_of(candidates: range) -> socket.socket:
-    for port in candidates:
-        s = socket.socket()
+def _stack_with_its_proxy_port_held(tmp_path: Path) -> tuple[Stack, socket.socket]:
+    """A stack whose proxy port (6443 + offset) another socket listens on, all its other ports free
+    (an offset is tried until that holds: the machine's other processes use ports too)."""
+    for offset in range(30000, 45000, 37):
+        s = Stack(tmp_path, offset=offset, aggregated=[], detach=True)
+        others = [s.port(n, k) for n in s.names() for k in s.port_kinds(n) if (n, k) != ("proxy", "https")]
+        held = socket.socket()
         try:
-            s.bind(("127.0.0.1", port))
+            held.bind(("127.0.0.1", s.port("proxy", "https")))
         except OSError:
-            s.close()
+            held.close()
             continue
-        s.listen()
-        return s
-    raise AssertionError(f"no free port in {candidates}")
+        if all(ports.is_free(p) for p in others):
+            held.listen()
+            return s, held
+        held.close()
+    raise AssertionError("no offset with only the proxy's port taken")
 
 
 def test_start_names_a_taken_port_before_starting_anything(tmp_path: Path) -> None:
-    # the proxy's port (6443 + offset) held, with every other port of the stack still below 65536
-    with _hold_one_of(range(36443, 46443)) as held:
-        port = held.getsockname()[1]
-        s = Stack(tmp_path, offset=port - 6443, aggregated=[], detach=True)
-        with pytest.raises(ClusterError, match=rf"port {port} \(proxy https\) is already in use"):
-            s.start()
+    s, held = _stack_with_its_proxy_port_held(tmp_path)
+    with held, pytest.raises(ClusterError, match=rf"port {s.port('proxy', 'https')} \(proxy https\) is already in use"):
+        s.start()
     assert not (tmp_path / "pids").exists()
 
 
