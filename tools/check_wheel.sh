@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The wheel is complete: installed with its dependencies into a fresh virtualenv outside the
 # repository, its `apiary` command starts a cluster (ports chosen by the OS) that kubectl reaches,
-# and stops it with no process left. `make dist` first; CI runs it after `make test`.
+# and stops it with no process left; the example operator's tests pass with its pytest plugin.
+# `make dist` first; CI runs it after `make test`.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 wheel=$(ls "$repo"/dist/apiary-*.whl)
@@ -33,4 +34,11 @@ kubectl --kubeconfig "$("$apiary" kubeconfig --state "$state")" get namespaces
 "$apiary" down --state "$state"
 left=$(pgrep -f -- "$state" || true)
 if [ -n "$left" ]; then echo "processes left after apiary down: $left" >&2; exit 1; fi
-echo "the wheel $(basename "$wheel") works from a fresh virtualenv"
+# The example operator's tests, run with the wheel's pytest plugin (the `apiary` pytest11 entry point
+# loads it; its pytest.ini names the CRDs), from a copy outside the repository.
+venv/bin/pip install -q pytest "kopf==1.45.2" kubernetes
+cp -r "$repo/examples/kopf-operator" "$work/example"
+(cd "$work/example" && "$work/venv/bin/python" -m pytest -q -p no:cacheprovider)
+left=$(pgrep -f -- "$work" || true)
+if [ -n "$left" ]; then echo "processes left after the example's tests: $left" >&2; exit 1; fi
+echo "the wheel $(basename "$wheel") works from a fresh virtualenv, and the example operator's tests pass with it"
