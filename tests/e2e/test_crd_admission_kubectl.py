@@ -183,3 +183,65 @@ def test_policy_refuses_custom_objects(kubectl: Any) -> None:
         finally:
             kubectl.run("delete", "validatingadmissionpolicybinding", f"{name}-binding", check=False)
             kubectl.run("delete", "validatingadmissionpolicy", name, check=False)
+
+
+def test_mutating_policy_with_custom_params(kubectl: Any) -> None:
+    """A MutatingAdmissionPolicy on widgets whose paramKind is itself a custom kind (Widget): a JSON patch and an
+    apply configuration set the created widget's color from the params object."""
+    with namespace(kubectl, "crd-map") as ns:
+        name = f"paint-{ns}"
+        kubectl.run("-n", ns, "create", "-f", "-", input=widget("palette", color="green"))
+        kubectl.run("apply", "-f", "-", input=f"""apiVersion: admissionregistration.k8s.io/v1beta1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: {name}
+spec:
+  paramKind:
+    apiVersion: {GROUP}/v1
+    kind: Widget
+  matchConstraints:
+    resourceRules:
+    - apiGroups: ["{GROUP}"]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["widgets"]
+  matchConditions:
+  - name: not-the-palette
+    expression: "object.metadata.name != 'palette'"
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >
+        Object{{spec: Object.spec{{color: params.spec.color}}}}
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >
+        [JSONPatch{{op: "add", path: "/metadata/annotations", value: {{"painted-from": params.metadata.name}}}}]
+---
+apiVersion: admissionregistration.k8s.io/v1beta1
+kind: MutatingAdmissionPolicyBinding
+metadata:
+  name: {name}
+spec:
+  policyName: {name}
+  paramRef:
+    name: palette
+    namespace: {ns}
+    parameterNotFoundAction: Deny
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {ns}
+""")
+        try:
+            def painted() -> Any:
+                kubectl.run("-n", ns, "delete", f"widgets.{GROUP}", "w", "--ignore-not-found")
+                kubectl.run("-n", ns, "create", "-f", "-", input=widget("w", "v2", size=2))
+                got = json.loads(kubectl.run("-n", ns, "get", f"widgets.v1.{GROUP}", "w", "-o", "json").stdout)
+                return got if got["spec"].get("color") else None
+            got = wait_for(painted, what="the mutating policy")
+            assert got["spec"] == {"size": 2, "color": "green"}
+            assert got["metadata"]["annotations"] == {"painted-from": "palette"}
+        finally:
+            kubectl.run("delete", "mutatingadmissionpolicybinding", name, check=False)
+            kubectl.run("delete", "mutatingadmissionpolicy", name, check=False)
