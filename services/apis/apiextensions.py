@@ -11,6 +11,7 @@ from services.apiserver.printers import CREATED_AT_TABLE, NAME, TableConvertor, 
 from services.apiserver.resource import GroupVersion, ResourceInfo
 
 from .kinds import SCALE, status
+from .strategies import selectablefields
 from .strategies.apiextensions import (
     CustomResourceDefinitionStrategy,
     custom_resource_strategy,
@@ -45,6 +46,8 @@ def custom_resources(crd: Obj) -> list[GroupVersion]:
     names = (crd.get("status") or {}).get("acceptedNames") or spec.get("names") or {}
     group, plural, kind = spec.get("group") or "", names.get("plural") or "", names.get("kind") or ""
     stored = storage_version(spec)
+    stored_selectable = tuple(dict.fromkeys(name for ver in spec.get("versions") or []
+                                            for name in selectablefields.names(ver.get("selectableFields") or [])))
     out = []
     for ver in spec.get("versions") or []:
         if not ver.get("served"):
@@ -63,7 +66,8 @@ def custom_resources(crd: Obj) -> list[GroupVersion]:
             strategy=custom_resource_strategy(
                 kind, schema, status_enabled, scale,
                 (ver.get("deprecationWarning") or f"{group}/{version} {kind} is deprecated")
-                if ver.get("deprecated") else ""),
+                if ver.get("deprecated") else "",
+                selectablefields.names(ver.get("selectableFields") or []), stored_selectable),
             table=printer_columns(ver.get("additionalPrinterColumns") or []),
             conversion=None if version == stored else same_fields(f"{group}/{stored}", kind),
         )

@@ -4,11 +4,14 @@ gets from its definition (registry/customresource): schema validation, pruning a
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any, ClassVar
 
 from services.apiserver import structural
 from services.apiserver import validation as v
 from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
+
+from . import selectablefields
 
 SCOPES = ("Cluster", "Namespaced")
 CONVERSION_STRATEGIES = ("None", "Webhook")
@@ -106,8 +109,11 @@ def validate_spec(spec: Obj) -> list[v.Cause]:
         path = f"spec.versions[{i}].schema.openAPIV3Schema"
         if schema is None:
             causes.append(v.required(path, "schemas are required"))
+        elif not (schema_errors := structural.structural_errors(schema, path)):
+            causes += selectablefields.validate(ver.get("selectableFields") or [], schema,
+                                                f"spec.versions[{i}].selectableFields")
         else:
-            causes += structural.structural_errors(schema, path)
+            causes += schema_errors
     if versions:
         if not served:
             causes.append(v.invalid_go("spec.versions", _go_versions(versions),
@@ -286,6 +292,21 @@ class CustomResourceStrategy(Strategy):
 
     status_subresource = True
 
+    # Field selectors (the version's selectableFields) ------------------------------------------------
+
+    # the version's own selectable fields, and those of every version: all are stored with the object, so that
+    # a list in any version finds what it selects on
+    selectable: ClassVar[tuple[str, ...]] = ()
+    stored_selectable: ClassVar[tuple[str, ...]] = ()
+
+    @functools.cached_property
+    def field_labels(self) -> frozenset[str]:
+        return self.meta_field_labels | frozenset(self.selectable)
+
+    def selectable_fields(self, obj: Obj) -> dict[str, str]:
+        return super().selectable_fields(obj) | {name: selectablefields.value(obj, name)
+                                                 for name in self.stored_selectable}
+
     # Scale (the version's subresources.scale paths) ----------------------------------------------
 
     def to_scale(self, obj: Obj) -> Obj:
@@ -319,8 +340,10 @@ def _get_path(obj: Obj, path: str) -> Any:
 
 
 def custom_resource_strategy(kind: str, schema: Obj, status_enabled: bool, scale_paths: Obj | None = None,
-                             deprecation_warning: str = "") -> type[CustomResourceStrategy]:
+                             deprecation_warning: str = "", selectable: tuple[str, ...] = (),
+                             stored_selectable: tuple[str, ...] = ()) -> type[CustomResourceStrategy]:
     """The strategy class of one served version of a CustomResourceDefinition."""
     return type(f"{kind}Strategy", (CustomResourceStrategy,),
                 {"schema": copy.deepcopy(schema), "status_enabled": status_enabled,
-                 "scale_paths": dict(scale_paths or {}), "deprecation_warning": deprecation_warning})
+                 "scale_paths": dict(scale_paths or {}), "deprecation_warning": deprecation_warning,
+                 "selectable": selectable, "stored_selectable": stored_selectable or selectable})
