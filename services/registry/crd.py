@@ -23,6 +23,7 @@ from apiary_pb import registry_pb2 as rpb
 from services.apis import schemas
 from services.apis.apiextensions import CRD_GROUP_PRIORITY, CRD_VERSION_PRIORITY, custom_resources
 from services.apis.install import GROUP_VERSIONS as BUILT_IN
+from services.apis.strategies import apiapproval
 from services.apis.strategies.apiextensions import CLEANUP_FINALIZER, condition_true
 from services.apiserver.registry.rest import now_rfc3339
 from services.apiserver.resource import GroupVersion, ResourceInfo
@@ -180,7 +181,11 @@ class CRDController:
             accepted.pop("categories", None)
         if not accepted.get("shortNames"):
             accepted.pop("shortNames", None)
-        conditions = [c for c in old_conditions if c.get("type") not in ("NamesAccepted", "Established")]
+        conditions = [c for c in old_conditions
+                      if c.get("type") not in ("NamesAccepted", "Established", apiapproval.CONDITION)]
+        approval = apiapproval.condition(crd)  # kube's apiapproval controller, in the same step
+        if approval is not None:
+            conditions.append(_condition(apiapproval.CONDITION, *approval, old_conditions))
         if failure is None:
             named = _condition("NamesAccepted", "True", "NoConflicts", "no conflicts found", old_conditions)
             established = _condition("Established", "True", "InitialNamesAccepted",

@@ -11,7 +11,7 @@ from services.apiserver import structural
 from services.apiserver import validation as v
 from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
 
-from . import selectablefields
+from . import apiapproval, selectablefields
 
 SCOPES = ("Cluster", "Namespaced")
 CONVERSION_STRATEGIES = ("None", "Webhook")
@@ -212,14 +212,18 @@ class CustomResourceDefinitionStrategy(Strategy):
             errs.append('must be spec.names.plural+"."+spec.group')
         return errs
 
-    def validate(self, obj: Obj) -> list[v.Cause]:
+    def _validate(self, obj: Obj) -> list[v.Cause]:
         causes = generic_meta(super().validate(obj))
         causes += validate_spec(obj.get("spec") or {})
         causes += validate_names((obj.get("status") or {}).get("acceptedNames") or {}, "status.acceptedNames")
         return causes
 
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        return self._validate(obj) + apiapproval.validate(obj, None)
+
     def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
-        causes = super().validate_update(obj, old)
+        causes = self._validate(obj) + apiapproval.validate(obj, old) + \
+            v.validate_object_meta_update(obj.get("metadata") or {}, old.get("metadata") or {})
         spec, old_spec = obj.get("spec") or {}, old.get("spec") or {}
         names, old_names = spec.get("names") or {}, old_spec.get("names") or {}
         if is_established(old):
