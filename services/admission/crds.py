@@ -1,8 +1,9 @@
 """The custom resources in the admission service's Catalogue: an informer on CustomResourceDefinitions adds the
 definitions of every established CRD's served versions (services/apis/apiextensions.custom_resources, as the
-registry serves them) and removes them when the CRD goes, so that matchPolicy Equivalent finds a CRD's other
-versions, a policy's paramKind may be a custom kind, and type checking knows custom kinds (kube's admission
-reads the same RESTMapper and EquivalentResourceMapper that the CRD handler fills)."""
+registry serves them) and their published schemas, and removes them when the CRD goes, so that matchPolicy
+Equivalent finds a CRD's other versions, a policy's paramKind may be a custom kind, and type checking reads custom
+kinds' schemas (kube's admission reads the same RESTMapper, EquivalentResourceMapper and OpenAPI that the CRD
+handler fills)."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,7 +11,8 @@ from typing import Any
 import orjson
 
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.apis.apiextensions import GROUP, custom_resources
+from services.apis import schemas
+from services.apis.apiextensions import GROUP, custom_resources, published_schema
 from services.apiserver.catalogue import Catalogue
 from services.apiserver.resource import GroupVersion
 from services.common.informer import Informer
@@ -56,10 +58,16 @@ class CustomResourceKinds:
             return
         self._uninstall(name)
         group_versions = custom_resources(crd)
+        for gv in group_versions:
+            for info in gv.resources:
+                schemas.register_custom(info.group, info.version, info.kind, published_schema(crd, info.version))
         self.catalogue.add(*group_versions)  # names accepted: none the catalogue already has
         self._installed[name] = (signature, group_versions)
 
     def _uninstall(self, name: str) -> None:
         current = self._installed.pop(name, None)
         if current is not None:
-            self.catalogue.remove(*(info for gv in current[1] for info in gv.resources))
+            infos = [info for gv in current[1] for info in gv.resources]
+            for info in infos:
+                schemas.unregister_custom(info.group, info.version, info.kind)
+            self.catalogue.remove(*infos)

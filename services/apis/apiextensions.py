@@ -10,6 +10,7 @@ from services.apiserver.conversion import same_fields
 from services.apiserver.printers import CREATED_AT_TABLE, NAME, TableConvertor, column
 from services.apiserver.resource import GroupVersion, ResourceInfo
 
+from . import schemas
 from .kinds import SCALE, status
 from .strategies import selectablefields
 from .strategies.apiextensions import (
@@ -103,3 +104,20 @@ def printer_columns(columns: list[Obj]) -> TableConvertor | None:
                 *(v if isinstance(v, (str, int, float, bool)) or v is None else str(v) for v in values)]
     return TableConvertor((NAME, *(column(c.get("name") or "", c.get("type") or "string", c.get("description") or "",
                                           c.get("format") or "", c.get("priority") or 0) for c in columns)), cells)
+
+
+def published_schema(crd: Obj, version: str) -> Obj:
+    """A served version's schema as kube publishes it (OpenAPI): apiVersion, kind and metadata as every kind's."""
+    ver = next(v for v in (crd.get("spec") or {}).get("versions") or [] if v.get("name") == version)
+    schema = dict((ver.get("schema") or {}).get("openAPIV3Schema") or {})
+    props = dict(schema.get("properties") or {})
+    props["apiVersion"] = {"type": "string", "description": schemas.ALL[schemas.CORE + "ConfigMap"]["properties"]
+                           ["apiVersion"].get("description", "")}
+    props["kind"] = {"type": "string", "description": schemas.ALL[schemas.CORE + "ConfigMap"]["properties"]
+                     ["kind"].get("description", "")}
+    props["metadata"] = {"allOf": [{"$ref": schemas.REF_PREFIX + schemas.META + "ObjectMeta"}],
+                         "description": "Standard object's metadata. More info: https://git.k8s.io/community/"
+                                        "contributors/devel/sig-architecture/api-conventions.md#metadata"}
+    schema["properties"] = props
+    schema.setdefault("type", "object")
+    return schema

@@ -21,7 +21,12 @@ import orjson
 
 from apiary_pb import registry_pb2 as rpb
 from services.apis import schemas
-from services.apis.apiextensions import CRD_GROUP_PRIORITY, CRD_VERSION_PRIORITY, custom_resources
+from services.apis.apiextensions import (
+    CRD_GROUP_PRIORITY,
+    CRD_VERSION_PRIORITY,
+    custom_resources,
+    published_schema,
+)
 from services.apis.install import GROUP_VERSIONS as BUILT_IN
 from services.apis.strategies import apiapproval
 from services.apis.strategies.apiextensions import CLEANUP_FINALIZER, condition_true
@@ -230,7 +235,7 @@ class CRDController:
         self._uninstall(name)
         for gv in group_versions:
             for info in gv.resources:
-                schemas.register_custom(info.group, info.version, info.kind, _published_schema(crd, info.version))
+                schemas.register_custom(info.group, info.version, info.kind, published_schema(crd, info.version))
         self.catalogue.add(*group_versions)
         self._installed[name] = (signature, group_versions)
         log.info("serving %s in %s", name, ", ".join(f"{gv.group}/{gv.version}" for gv in group_versions))
@@ -334,20 +339,3 @@ class CRDController:
                     any(v.get("name") == version and v.get("served") for v in spec.get("versions") or []):
                 return True
         return False
-
-
-def _published_schema(crd: Obj, version: str) -> Obj:
-    """A served version's schema as kube publishes it (OpenAPI): apiVersion, kind and metadata as every kind's."""
-    ver = next(v for v in (crd.get("spec") or {}).get("versions") or [] if v.get("name") == version)
-    schema = dict((ver.get("schema") or {}).get("openAPIV3Schema") or {})
-    props = dict(schema.get("properties") or {})
-    props["apiVersion"] = {"type": "string", "description": schemas.ALL[schemas.CORE + "ConfigMap"]["properties"]
-                           ["apiVersion"].get("description", "")}
-    props["kind"] = {"type": "string", "description": schemas.ALL[schemas.CORE + "ConfigMap"]["properties"]
-                     ["kind"].get("description", "")}
-    props["metadata"] = {"allOf": [{"$ref": schemas.REF_PREFIX + schemas.META + "ObjectMeta"}],
-                         "description": "Standard object's metadata. More info: https://git.k8s.io/community/"
-                                        "contributors/devel/sig-architecture/api-conventions.md#metadata"}
-    schema["properties"] = props
-    schema.setdefault("type", "object")
-    return schema

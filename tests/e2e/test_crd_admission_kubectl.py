@@ -147,6 +147,7 @@ spec:
     reason: Invalid
   - expression: "oldObject == null || object.spec.size >= oldObject.spec.size"
     message: widgets do not shrink
+  - expression: "!has(object.spec.shape) || object.spec.shape != 'square'"
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
@@ -180,6 +181,19 @@ def test_policy_refuses_custom_objects(kubectl: Any) -> None:
             # in v2 too (the rule names every version)
             err = refused(kubectl, "-n", ns, "create", "-f", "-", input=widget("red2", "v2", color="red"))
             assert "widget red2 may not be red" in err
+            # type checking reads the CRD's schema (a rule with a wildcard is not checked, as in kube: v1 named)
+            kubectl.run("patch", "validatingadmissionpolicy", name, "--type=json", "-p", json.dumps([
+                {"op": "replace", "path": "/spec/matchConstraints/resourceRules/0/apiVersions", "value": ["v1"]}]))
+
+            def warnings() -> Any:
+                got = json.loads(kubectl.run("get", "validatingadmissionpolicy", name, "-o", "json").stdout)
+                status = got.get("status") or {}
+                return status.get("observedGeneration") == got["metadata"]["generation"] and \
+                    (status.get("typeChecking") or {}).get("expressionWarnings")
+            found = wait_for(warnings, what="the policy's type checking")
+            assert [w["fieldRef"] for w in found] == ["spec.validations[2].expression"]
+            assert found[0]["warning"].startswith(f"{GROUP}/v1, Kind=Widget: ERROR: <input>:1:17: undefined field "
+                                                  "'shape'"), found
         finally:
             kubectl.run("delete", "validatingadmissionpolicybinding", f"{name}-binding", check=False)
             kubectl.run("delete", "validatingadmissionpolicy", name, check=False)

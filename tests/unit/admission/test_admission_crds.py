@@ -10,6 +10,7 @@ from apiary_pb import admission_pb2 as adpb
 from apiary_pb import envelope_pb2 as pb
 from services.admission.attributes import Attributes, equivalent_resources
 from services.admission.crds import CustomResourceKinds
+from services.admission.typechecking import type_check
 from services.apis.install import new_catalogue
 
 SCHEMA = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
@@ -62,6 +63,7 @@ def test_a_changed_crd_replaces_its_versions() -> None:
     k._on_event("MODIFIED", changed, CRD)
     assert k.catalogue.lookup("example.com", "v2", "widgets") is None
     assert k.catalogue.lookup("example.com", "v1", "widgets") is not None
+    k._on_event("DELETED", changed, None)  # (its published schema is process-wide)
 
 
 def test_equivalent_resources_of_a_custom_request() -> None:
@@ -69,3 +71,23 @@ def test_equivalent_resources_of_a_custom_request() -> None:
     assert equivalent_resources(request(k, "v2")) == ()
     k._on_event("ADDED", CRD, None)
     assert [(i.version, i.plural) for i in equivalent_resources(request(k, "v2"))] == [("v1", "widgets")]
+    k._on_event("DELETED", CRD, None)
+
+
+def test_type_checking_reads_the_custom_schema() -> None:
+    """A policy over widgets is type-checked against the CRD's schema (kube's "undefined field")."""
+    k = kinds()
+    crd = copy.deepcopy(CRD)
+    for ver in crd["spec"]["versions"]:
+        ver["schema"] = {"openAPIV3Schema": {"type": "object", "properties": {"spec": {
+            "type": "object", "properties": {"size": {"type": "integer"}}}}}}
+    k._on_event("ADDED", crd, None)
+    policy = {"spec": {"matchConstraints": {"resourceRules": [
+        {"apiGroups": ["example.com"], "apiVersions": ["v1"], "resources": ["widgets"]}]},
+        "validations": [{"expression": "object.spec.size < 10"}, {"expression": "object.spec.colour == 'red'"}]}}
+    warnings = type_check(policy, k.catalogue)
+    assert [w["fieldRef"] for w in warnings] == ["spec.validations[1].expression"]
+    assert warnings[0]["warning"].startswith("example.com/v1, Kind=Widget: ERROR: <input>:1:12: undefined field "
+                                             "'colour'")
+    k._on_event("DELETED", crd, None)
+    assert type_check(policy, k.catalogue) == []
