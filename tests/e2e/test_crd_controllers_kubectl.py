@@ -1,6 +1,6 @@
 """The controller-manager and custom resources, with kubectl: a CRD created while the controller-manager runs is
 picked up through discovery; the garbage collector deletes ConfigMaps a custom object owns when it is deleted
-(background and foreground) and custom objects a ConfigMap owns; a ResourceQuota counts
+(background and foreground; orphaned ones keep living) and custom objects a ConfigMap owns; a ResourceQuota counts
 `count/<plural>.<group>`, its usage given back when a custom object is deleted."""
 from __future__ import annotations
 
@@ -99,6 +99,16 @@ def test_foreground_deletion_of_a_custom_owner(kubectl: Kubectl, ns: str) -> Non
     kubectl.run("-n", ns, "patch", "cm", "held", "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
     eventually(lambda: get(kubectl, "-n", ns, RESOURCE, "owner") is None,
                what="the custom owner goes once its blocking dependent is gone")
+
+
+def test_orphan_deletion_of_a_custom_owner(kubectl: Kubectl, ns: str) -> None:
+    owner = gadget(kubectl, ns, "owner")
+    configmap(kubectl, ns, "kept", owner)
+    kubectl.run("-n", ns, "delete", RESOURCE, "owner", "--cascade=orphan")
+    eventually(lambda: get(kubectl, "-n", ns, RESOURCE, "owner") is None,
+               what="the custom owner deleted once its dependents are orphaned")
+    kept = get(kubectl, "-n", ns, "cm", "kept")
+    assert kept is not None and not kept["metadata"].get("ownerReferences")
 
 
 def test_custom_objects_owned_by_a_configmap(kubectl: Kubectl, ns: str) -> None:
