@@ -282,6 +282,9 @@ class CRDController:
                                          "CustomResource deletion is in progress", []))
             crd = await self._write_status(crd, {**status, "conditions": conditions})
         installed = self._installed.get(name)
+        for gv in installed[1] if installed else []:
+            for info in gv.resources:
+                info.strategy.terminating = True  # type: ignore[union-attr]  # kube's crdHandler refuses creates
         for gv in (installed[1] if installed else [])[:1]:
             info = gv.resources[0]
             resp, _ = await self.handlers.handle(self._request("list", info.group, info.version, info.plural))

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from services.apiserver import structural
 from services.apiserver import validation as v
 from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
+from services.common import errors
 
 from . import apiapproval, selectablefields
 
@@ -295,6 +296,13 @@ class CustomResourceStrategy(Strategy):
         return generic_meta(super().validate(obj)) + structural.validate(obj, self.schema)
 
     status_subresource = True
+    # set by the registry's CRD controller once the definition is being deleted: its objects go, none is created
+    terminating: ClassVar[bool] = False
+
+    def refuse(self, verb: str) -> None:
+        if verb == "create" and self.terminating:
+            raise errors.MethodNotAllowed(f"{verb} not allowed while custom resource definition is terminating",
+                                          details={"group": self.info.group, "kind": self.info.plural})
 
     # Field selectors (the version's selectableFields) ------------------------------------------------
 
