@@ -13,6 +13,7 @@ from services.common import config, runtime
 
 from . import authz
 from .chain import Chain
+from .crds import CustomResourceKinds
 from .plugin import WantsCatalogue
 from .plugins import enabled_plugins, factory_for
 from .plugins.default_toleration_seconds import DEFAULT_SECONDS, NOT_READY_KEY, UNREACHABLE_KEY
@@ -76,7 +77,10 @@ async def assemble(service: runtime.Service) -> str:
     names, configs = resolve_plugins(args)
     authz.configure(authgrpc.AuthStub(service.channel(args.auth_address)))
     catalogue = new_catalogue()
-    chain = build_chain(names, configs, rgrpc.RegistryStub(service.channel(args.registry_address)), catalogue)
+    registry = rgrpc.RegistryStub(service.channel(args.registry_address))
+    custom = CustomResourceKinds(registry, catalogue)
+    service.component(custom.start, custom.stop)
+    chain = build_chain(names, configs, registry, catalogue)
     service.component(chain.start, chain.stop)
     adgrpc.add_AdmissionServicer_to_server(AdmissionServicer(chain, catalogue), service.grpc_server())
 
@@ -84,6 +88,7 @@ async def assemble(service: runtime.Service) -> str:
         return not chain.not_ready()
 
     service.check("admission-plugins-synced", plugins_ready)
+    service.check("crd-informer-synced", custom.synced)
     return f"gRPC on {args.bind_address}:{args.grpc_port}; plugins {', '.join(names) or '(none)'}"
 
 

@@ -11,7 +11,9 @@ from services.apiserver.printers import CREATED_AT_TABLE, NAME, TableConvertor, 
 from services.apiserver.resource import GroupVersion, ResourceInfo
 from services.apiserver.webhook.converter import WebhookConversion, WebhookConverter
 
+from . import schemas
 from .kinds import SCALE, status
+from .strategies import selectablefields
 from .strategies.apiextensions import (
     CustomResourceDefinitionStrategy,
     custom_resource_strategy,
@@ -48,6 +50,8 @@ def custom_resources(crd: Obj, converter: WebhookConverter | None = None) -> lis
     names = (crd.get("status") or {}).get("acceptedNames") or spec.get("names") or {}
     group, plural, kind = spec.get("group") or "", names.get("plural") or "", names.get("kind") or ""
     stored = storage_version(spec)
+    stored_selectable = tuple(dict.fromkeys(name for ver in spec.get("versions") or []
+                                            for name in selectablefields.names(ver.get("selectableFields") or [])))
     out = []
     for ver in spec.get("versions") or []:
         if not ver.get("served"):
@@ -66,7 +70,8 @@ def custom_resources(crd: Obj, converter: WebhookConverter | None = None) -> lis
             strategy=custom_resource_strategy(
                 kind, schema, status_enabled, scale,
                 (ver.get("deprecationWarning") or f"{group}/{version} {kind} is deprecated")
-                if ver.get("deprecated") else ""),
+                if ver.get("deprecated") else "",
+                selectablefields.names(ver.get("selectableFields") or []), stored_selectable),
             table=printer_columns(ver.get("additionalPrinterColumns") or []),
             conversion=_conversion(group, version, stored, kind, converter),
         )
@@ -109,3 +114,20 @@ def printer_columns(columns: list[Obj]) -> TableConvertor | None:
                 *(v if isinstance(v, (str, int, float, bool)) or v is None else str(v) for v in values)]
     return TableConvertor((NAME, *(column(c.get("name") or "", c.get("type") or "string", c.get("description") or "",
                                           c.get("format") or "", c.get("priority") or 0) for c in columns)), cells)
+
+
+def published_schema(crd: Obj, version: str) -> Obj:
+    """A served version's schema as kube publishes it (OpenAPI): apiVersion, kind and metadata as every kind's."""
+    ver = next(v for v in (crd.get("spec") or {}).get("versions") or [] if v.get("name") == version)
+    schema = dict((ver.get("schema") or {}).get("openAPIV3Schema") or {})
+    props = dict(schema.get("properties") or {})
+    props["apiVersion"] = {"type": "string", "description": schemas.ALL[schemas.CORE + "ConfigMap"]["properties"]
+                           ["apiVersion"].get("description", "")}
+    props["kind"] = {"type": "string", "description": schemas.ALL[schemas.CORE + "ConfigMap"]["properties"]
+                     ["kind"].get("description", "")}
+    props["metadata"] = {"allOf": [{"$ref": schemas.REF_PREFIX + schemas.META + "ObjectMeta"}],
+                         "description": "Standard object's metadata. More info: https://git.k8s.io/community/"
+                                        "contributors/devel/sig-architecture/api-conventions.md#metadata"}
+    schema["properties"] = props
+    schema.setdefault("type", "object")
+    return schema

@@ -1,7 +1,8 @@
 """Objects read through their kind's schema, as sigs.k8s.io/structured-merge-diff's `typed` package reads them:
 field sets (the paths an object sets), comparison, merge and removal, each following the list and map
 semantics the schema declares (x-kubernetes-list-type atomic/set/map with x-kubernetes-list-map-keys,
-x-kubernetes-map-type atomic/granular; lists that declare nothing are atomic).
+x-kubernetes-map-type atomic/granular; lists that declare nothing are atomic; under
+x-kubernetes-preserve-unknown-fields, a field without a schema is typed by its value, as smd's deduced type).
 
 The schemas come from a Parser (smd's typed.Parser) over one set of OpenAPI definitions, given by whoever
 serves the kinds: Kubernetes' own for the core, an aggregated server's own for its kinds.
@@ -28,6 +29,16 @@ REF_PREFIX = "#/components/schemas/"
 
 # Key fields kube's published schemas default (protocol: TCP) though the definitions here carry no default.
 _KEY_DEFAULTS = {"protocol": "TCP"}
+# What smd calls "deduced": a field x-kubernetes-preserve-unknown-fields keeps without a schema of its own is
+# typed by its value: an object a granular map of deduced fields, a list atomic, anything else a scalar.
+_DEDUCED: Schema = {"x-kubernetes-preserve-unknown-fields": True}
+
+
+class _WithDeduced(dict):  # type: ignore[type-arg]
+    """The properties of an object that preserves unknown fields: a field without a schema is deduced."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return super().get(key, _DEDUCED)
 
 
 def resolve(schema: Schema, definitions: Mapping[str, Schema]) -> Schema:
@@ -67,8 +78,11 @@ class Parser:
         ext = {**{k: v for k, v in target.items() if k.startswith("x-kubernetes")},
                **{k: v for k, v in raw.items() if k.startswith("x-kubernetes")}}
         out: Shape
-        if target.get("x-kubernetes-int-or-string") or target.get("x-kubernetes-preserve-unknown-fields"):
+        if target.get("x-kubernetes-int-or-string"):
             out = (SCALAR, None, None, True)
+        elif target.get("x-kubernetes-preserve-unknown-fields"):
+            out = (STRUCT, _WithDeduced(target.get("properties") or {}), None,
+                   ext.get("x-kubernetes-map-type") == "atomic")
         elif target.get("properties"):
             out = (STRUCT, target["properties"], None, ext.get("x-kubernetes-map-type") == "atomic")
         elif target.get("type") == "object" and isinstance(target.get("additionalProperties"), dict):

@@ -103,17 +103,18 @@ class Client:
         return Informer.over(HTTPListWatch(self.rest, res.path(namespace), params, metadata_only), res.group,
                              res.version, res.resource)
 
-    async def discover(self) -> list[Resource]:
+    async def discover(self, failed: set[str] | None = None) -> list[Resource]:
         """Every resource of the preferred version of every group (discovery.ServerPreferredResources),
         subresources left out: from aggregated discovery, two requests (/api and /apis), as client-go asks
         first; from each group-version's APIResourceList where the server answers only the legacy form. A
-        group whose server does not answer (Stale, or an error) is skipped this time."""
+        group whose server does not answer (Stale, or an error) is skipped this time, and added to failed
+        (client-go's ErrGroupDiscoveryFailed: its resources are not known to be gone)."""
         out: list[Resource] = []
         legacy: list[tuple[str, str]] = []
         for path in ("/api", "/apis"):
             doc = await self.request("GET", path, accept=AGGREGATED_DISCOVERY)
             if doc.get("kind") == "APIGroupDiscoveryList":
-                out += aggregated_resources(doc)
+                out += aggregated_resources(doc, failed)
             elif path == "/api":
                 legacy.append(("", (doc.get("versions") or ["v1"])[0]))
             else:
@@ -126,6 +127,8 @@ class Client:
                 rl = await self.request("GET", path)
             except APIError as e:
                 log.info("discovery of %s: %s", path, e)
+                if failed is not None:
+                    failed.add(group)
                 continue
             for r in rl.get("resources") or []:
                 if "/" in r["name"]:
@@ -139,7 +142,7 @@ class Client:
 AGGREGATED_DISCOVERY = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
 
 
-def aggregated_resources(doc: Obj) -> list[Resource]:
+def aggregated_resources(doc: Obj, failed: set[str] | None = None) -> list[Resource]:
     """The resources of each group's preferred (first) version in an APIGroupDiscoveryList; a group whose
     preferred version is Stale (its aggregated server does not answer) is left out, as a failed group."""
     out: list[Resource] = []
@@ -147,6 +150,8 @@ def aggregated_resources(doc: Obj) -> list[Resource]:
         group = (item.get("metadata") or {}).get("name") or ""
         versions = item.get("versions") or []
         if not versions or versions[0].get("freshness") == "Stale":
+            if failed is not None:
+                failed.add(group)
             continue
         version = versions[0].get("version", "")
         for r in versions[0].get("resources") or []:

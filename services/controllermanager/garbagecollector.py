@@ -27,6 +27,7 @@ from services.common.errors import APIError, Conflict, NotFound
 from services.common.informer import Informer
 
 from .client import Client, Resource, RESTMapper
+from .discoverychanges import DiscoveryChanges
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -34,8 +35,12 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 ORPHAN = "orphan"
 FOREGROUND = "foregroundDeletion"
-# How often discovery is read again for resources that appeared since (kube's --garbage-collector resync: 30s).
+# How often discovery is read again for resources that appeared or went since (kube's GC Sync period: 30s);
+# a CRD or APIService event reads it sooner (discoverychanges.py), once the proxy had SETTLE_SECONDS to refresh
+# its discovery, and again every SETTLE_SECONDS (at most RETRIES times) while an established CRD is not in it.
 RESYNC_SECONDS = 30.0
+SETTLE_SECONDS = 0.3
+RETRIES = 20
 # Resources the collector never watches (kube's ignoredResources: what has no owner to collect).
 IGNORED = {("", "events"), ("events.k8s.io", "events"), ("coordination.k8s.io", "leases")}
 
@@ -148,10 +153,13 @@ class GarbageCollector:
         self.informers: dict[Resource, Informer] = {}
         self.queue = WorkQueue("garbage_collector_attempt_to_delete", self._attempt, workers)
         self._resync: asyncio.Task[None] | None = None
+        self._discovery_changed = asyncio.Event()
+        self.changes = DiscoveryChanges(client, self._discovery_changed.set)
 
     # lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.changes.start()
         await self._sync_monitors()
         await asyncio.gather(*(inf.synced.wait() for inf in self.informers.values()))
         self.queue.start()
@@ -163,6 +171,7 @@ class GarbageCollector:
             self._resync.cancel()
             await asyncio.gather(self._resync, return_exceptions=True)
         await self.queue.stop()
+        await self.changes.stop()
         for inf in self.informers.values():
             await inf.stop()
         self.informers.clear()
@@ -171,16 +180,34 @@ class GarbageCollector:
         MONITORS.set(0)
 
     async def _resync_loop(self) -> None:
+        retries = 0
         while True:
-            await asyncio.sleep(RESYNC_SECONDS)
             try:
-                await self._sync_monitors()
+                await asyncio.wait_for(self._discovery_changed.wait(), RESYNC_SECONDS)
+                await asyncio.sleep(SETTLE_SECONDS)
+            except TimeoutError:
+                pass
+            self._discovery_changed.clear()
+            try:
+                missing = await self._sync_monitors()
             except Exception as e:  # noqa: BLE001 - next time
                 log.info("garbage collector: discovery: %s", e)
+                continue
+            retries = retries + 1 if missing else 0
+            if missing and retries <= RETRIES:
+                self._discovery_changed.set()
 
-    async def _sync_monitors(self) -> None:
-        resources = await self.client.discover()
+    async def _sync_monitors(self) -> set[tuple[str, str]]:
+        """kube's resyncMonitors: an informer for each deletable resource discovery lists, the informers of
+        those it no longer lists stopped (but not of a group whose discovery failed). Returns the established
+        CRDs' resources discovery did not list yet."""
+        failed: set[str] = set()
+        resources = await self.client.discover(failed)
         self.mapper = RESTMapper(resources)
+        listed = set(resources)
+        for res in [r for r in self.informers if r not in listed and r.group not in failed]:
+            log.info("garbage collector: no longer watching %s", f"{res.resource}.{res.group}".rstrip("."))
+            await self.informers.pop(res).stop()
         for res in resources:
             if res in self.informers or (res.group, res.resource) in IGNORED:
                 continue
@@ -191,6 +218,7 @@ class GarbageCollector:
             inf.start()
             self.informers[res] = inf
         MONITORS.set(len(self.informers))
+        return self.changes.missing(resources)
 
     # graph changes ---------------------------------------------------------------------------
 
@@ -265,7 +293,8 @@ class GarbageCollector:
         out = Classified()
         for ref in owners:
             res = self.mapper.for_kind(ref.get("apiVersion", ""), ref.get("kind", ""))
-            if res is None:
+            if res is None:  # a kind discovery did not list yet: read it again; the item is retried
+                self._discovery_changed.set()
                 raise APIError(f"no resource for {ref.get('apiVersion')} {ref.get('kind')}", code=500)
             if res.namespaced and not node.namespace:
                 out.dangling.append(ref)  # a cluster-scoped object cannot have a namespaced owner

@@ -11,7 +11,8 @@ resourcequota_primary work queues, each with --concurrent-resource-quota-syncs w
 
 Objects are counted from a metadata informer per resource (kube's quota monitors), started the first time a
 quota counts that resource and found by discovery among the namespaced resources with create, list, watch
-and delete; their deletions go through kube's resource_quota_controller_resource_changes queue."""
+and delete (custom resources too: a CRD or APIService event has discovery read again for a resource not found
+yet); their deletions go through kube's resource_quota_controller_resource_changes queue."""
 from __future__ import annotations
 
 import asyncio
@@ -27,6 +28,7 @@ from services.common.informer import Informer, object_key
 from services.common.quota import equals, hard, keys_for, resource_of
 
 from .client import Client, Resource
+from .discoverychanges import DiscoveryChanges
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -54,8 +56,14 @@ class ResourceQuotaController:
         self._discovered = -math.inf
         self._discovery = asyncio.Lock()
         self._resync: asyncio.Task[None] | None = None
+        self.changes = DiscoveryChanges(client, self._discovery_changed)
+
+    def _discovery_changed(self) -> None:
+        """A CRD or APIService changed: a resource not found yet is looked up in discovery again at once."""
+        self._discovered = -math.inf
 
     async def start(self) -> None:
+        self.changes.start()
         self.quotas.start()
         await self.quotas.synced.wait()
         self.resource_changes.start()
@@ -73,6 +81,7 @@ class ResourceQuotaController:
             await inf.stop()
         self.monitors.clear()
         await self.quotas.stop()
+        await self.changes.stop()
 
     # events ------------------------------------------------------------------------------------
 

@@ -21,8 +21,14 @@ import orjson
 
 from apiary_pb import registry_pb2 as rpb
 from services.apis import schemas
-from services.apis.apiextensions import CRD_GROUP_PRIORITY, CRD_VERSION_PRIORITY, custom_resources
+from services.apis.apiextensions import (
+    CRD_GROUP_PRIORITY,
+    CRD_VERSION_PRIORITY,
+    custom_resources,
+    published_schema,
+)
 from services.apis.install import GROUP_VERSIONS as BUILT_IN
+from services.apis.strategies import apiapproval
 from services.apis.strategies.apiextensions import CLEANUP_FINALIZER, condition_true
 from services.apiserver.registry.rest import now_rfc3339
 from services.apiserver.resource import GroupVersion, ResourceInfo
@@ -192,7 +198,11 @@ class CRDController:
             accepted.pop("categories", None)
         if not accepted.get("shortNames"):
             accepted.pop("shortNames", None)
-        conditions = [c for c in old_conditions if c.get("type") not in ("NamesAccepted", "Established")]
+        conditions = [c for c in old_conditions
+                      if c.get("type") not in ("NamesAccepted", "Established", apiapproval.CONDITION)]
+        approval = apiapproval.condition(crd)  # kube's apiapproval controller, in the same step
+        if approval is not None:
+            conditions.append(_condition(apiapproval.CONDITION, *approval, old_conditions))
         if failure is None:
             named = _condition("NamesAccepted", "True", "NoConflicts", "no conflicts found", old_conditions)
             established = _condition("Established", "True", "InitialNamesAccepted",
@@ -240,7 +250,7 @@ class CRDController:
         self._uninstall(name)
         for gv in group_versions:
             for info in gv.resources:
-                schemas.register_custom(info.group, info.version, info.kind, _published_schema(crd, info.version))
+                schemas.register_custom(info.group, info.version, info.kind, published_schema(crd, info.version))
         self.catalogue.add(*group_versions)
         self._installed[name] = (signature, group_versions)
         log.info("serving %s in %s", name, ", ".join(f"{gv.group}/{gv.version}" for gv in group_versions))
@@ -287,6 +297,9 @@ class CRDController:
                                          "CustomResource deletion is in progress", []))
             crd = await self._write_status(crd, {**status, "conditions": conditions})
         installed = self._installed.get(name)
+        for gv in installed[1] if installed else []:
+            for info in gv.resources:
+                info.strategy.terminating = True  # type: ignore[union-attr]  # kube's crdHandler refuses creates
         for gv in (installed[1] if installed else [])[:1]:
             info = gv.resources[0]
             resp, _ = await self.handlers.handle(self._request("list", info.group, info.version, info.plural))
@@ -344,20 +357,3 @@ class CRDController:
                     any(v.get("name") == version and v.get("served") for v in spec.get("versions") or []):
                 return True
         return False
-
-
-def _published_schema(crd: Obj, version: str) -> Obj:
-    """A served version's schema as kube publishes it (OpenAPI): apiVersion, kind and metadata as every kind's."""
-    ver = next(v for v in (crd.get("spec") or {}).get("versions") or [] if v.get("name") == version)
-    schema = dict((ver.get("schema") or {}).get("openAPIV3Schema") or {})
-    props = dict(schema.get("properties") or {})
-    props["apiVersion"] = {"type": "string", "description": schemas.ALL[schemas.CORE + "ConfigMap"]["properties"]
-                           ["apiVersion"].get("description", "")}
-    props["kind"] = {"type": "string", "description": schemas.ALL[schemas.CORE + "ConfigMap"]["properties"]
-                     ["kind"].get("description", "")}
-    props["metadata"] = {"allOf": [{"$ref": schemas.REF_PREFIX + schemas.META + "ObjectMeta"}],
-                         "description": "Standard object's metadata. More info: https://git.k8s.io/community/"
-                                        "contributors/devel/sig-architecture/api-conventions.md#metadata"}
-    schema["properties"] = props
-    schema.setdefault("type", "object")
-    return schema

@@ -4,6 +4,7 @@ gets from its definition (registry/customresource): schema validation, pruning a
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any, ClassVar
 
 from services.apiserver import structural
@@ -11,6 +12,9 @@ from services.apiserver import validation as v
 from services.apiserver.fielderrors import too_many
 from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
 from services.apiserver.webhook.validation import ca_bundle_error, validate_ca_bundle, validate_client_config
+from services.common import errors
+
+from . import apiapproval, selectablefields
 
 SCOPES = ("Cluster", "Namespaced")
 CONVERSION_STRATEGIES = ("None", "Webhook")
@@ -111,8 +115,11 @@ def validate_spec(spec: Obj) -> list[v.Cause]:
         path = f"spec.versions[{i}].schema.openAPIV3Schema"
         if schema is None:
             causes.append(v.required(path, "schemas are required"))
+        elif not (schema_errors := structural.structural_errors(schema, path)):
+            causes += selectablefields.validate(ver.get("selectableFields") or [], schema,
+                                                f"spec.versions[{i}].selectableFields")
         else:
-            causes += structural.structural_errors(schema, path)
+            causes += schema_errors
     if versions:
         if not served:
             causes.append(v.invalid_go("spec.versions", _go_versions(versions),
@@ -274,19 +281,20 @@ class CustomResourceDefinitionStrategy(Strategy):
             errs.append('must be spec.names.plural+"."+spec.group')
         return errs
 
-    def validate(self, obj: Obj) -> list[v.Cause]:
-        return self._validate(obj) + validate_conversion((obj.get("spec") or {}).get("conversion") or {})
-
     def _validate(self, obj: Obj) -> list[v.Cause]:
         causes = generic_meta(super().validate(obj))
         causes += validate_spec(obj.get("spec") or {})
         causes += validate_names((obj.get("status") or {}).get("acceptedNames") or {}, "status.acceptedNames")
         return causes
 
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        return (self._validate(obj) + validate_conversion((obj.get("spec") or {}).get("conversion") or {})
+                + apiapproval.validate(obj, None))
+
     def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
         spec, old_spec = obj.get("spec") or {}, old.get("spec") or {}
-        causes = self._validate(obj) + v.validate_object_meta_update(obj.get("metadata") or {},
-                                                                     old.get("metadata") or {})
+        causes = self._validate(obj) + apiapproval.validate(obj, old) + \
+            v.validate_object_meta_update(obj.get("metadata") or {}, old.get("metadata") or {})
         causes += validate_conversion(spec.get("conversion") or {},
                                       _recognized_or_empty(old_spec.get("conversion") or {}),
                                       _allow_invalid_ca_bundle(old))
@@ -360,6 +368,28 @@ class CustomResourceStrategy(Strategy):
         return generic_meta(super().validate(obj)) + structural.validate(obj, self.schema)
 
     status_subresource = True
+    # set by the registry's CRD controller once the definition is being deleted: its objects go, none is created
+    terminating: ClassVar[bool] = False
+
+    def refuse(self, verb: str) -> None:
+        if verb == "create" and self.terminating:
+            raise errors.MethodNotAllowed(f"{verb} not allowed while custom resource definition is terminating",
+                                          details={"group": self.info.group, "kind": self.info.plural})
+
+    # Field selectors (the version's selectableFields) ------------------------------------------------
+
+    # the version's own selectable fields, and those of every version: all are stored with the object, so that
+    # a list in any version finds what it selects on
+    selectable: ClassVar[tuple[str, ...]] = ()
+    stored_selectable: ClassVar[tuple[str, ...]] = ()
+
+    @functools.cached_property
+    def field_labels(self) -> frozenset[str]:
+        return self.meta_field_labels | frozenset(self.selectable)
+
+    def selectable_fields(self, obj: Obj) -> dict[str, str]:
+        return super().selectable_fields(obj) | {name: selectablefields.value(obj, name)
+                                                 for name in self.stored_selectable}
 
     # Scale (the version's subresources.scale paths) ----------------------------------------------
 
@@ -394,8 +424,10 @@ def _get_path(obj: Obj, path: str) -> Any:
 
 
 def custom_resource_strategy(kind: str, schema: Obj, status_enabled: bool, scale_paths: Obj | None = None,
-                             deprecation_warning: str = "") -> type[CustomResourceStrategy]:
+                             deprecation_warning: str = "", selectable: tuple[str, ...] = (),
+                             stored_selectable: tuple[str, ...] = ()) -> type[CustomResourceStrategy]:
     """The strategy class of one served version of a CustomResourceDefinition."""
     return type(f"{kind}Strategy", (CustomResourceStrategy,),
                 {"schema": copy.deepcopy(schema), "status_enabled": status_enabled,
-                 "scale_paths": dict(scale_paths or {}), "deprecation_warning": deprecation_warning})
+                 "scale_paths": dict(scale_paths or {}), "deprecation_warning": deprecation_warning,
+                 "selectable": selectable, "stored_selectable": stored_selectable or selectable})

@@ -210,8 +210,11 @@ class Handlers(Generic[S]):
     async def handle(self, req: rpb.APIRequest) -> tuple[Response, dict[str, float]]:
         verb = req.verb
         r = self.request(req, verb)
-        if deprecated := self.strategy(r.info).deprecation_warning:
+        strategy = self.strategy(r.info)
+        if deprecated := strategy.deprecation_warning:
             r.warnings.append(deprecated)
+        if not req.subresource:
+            strategy.refuse(verb)
         fn: Verb | None = self.verbs.get(verb)
         if r.info.virtual:
             fn = self.storage(r.info).verbs.get(verb)

@@ -43,6 +43,9 @@ class Strategy:
     def __init__(self, info: ResourceInfo) -> None:
         self.info = info
 
+    def refuse(self, verb: str) -> None:
+        """Raise the error of a verb the kind serves but refuses for now (a terminating CRD's create: 405)."""
+
     # Decoding ----------------------------------------------------------------
 
     def cannot_handle(self, why: str) -> BadRequest:

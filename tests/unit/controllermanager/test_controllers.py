@@ -9,7 +9,8 @@ import pytest
 
 from services.common.errors import Conflict, NotFound
 from services.controllermanager.__main__ import enabled_controllers, parse_args
-from services.controllermanager.client import Resource, RESTMapper, aggregated_resources
+from services.controllermanager.client import Client, Resource, RESTMapper, aggregated_resources
+from services.controllermanager.discoverychanges import DiscoveryChanges
 from services.controllermanager.garbagecollector import Classified, Graph, changes, decide, node_of
 from services.controllermanager.leaderelection import Config, LeaderElector
 from services.controllermanager.namespace import CONDITION_TYPES, conditions, remaining_messages
@@ -244,3 +245,26 @@ def test_aggregated_discovery_resources():
     assert aggregated_resources(doc) == [Resource("", "v1", "configmaps", "ConfigMap", True, verbs),
                                          Resource("", "v1", "nodes", "Node", False, verbs),
                                          Resource("apps", "v1", "deployments", "Deployment", True, verbs)]
+    failed: set[str] = set()
+    aggregated_resources(doc, failed)
+    assert failed == {"restaurant.example"}  # its resources are not known to be gone
+
+
+def test_discovery_changes_name_established_crds_discovery_lacks():
+    """The garbage collector reads discovery again while an established CRD's resource is not in it."""
+    calls: list[str] = []
+    changes_ = DiscoveryChanges(Client(None), lambda: calls.append("changed"))  # type: ignore[arg-type]
+
+    def crd(name: str, group: str, plural: str, established: bool, deleting: bool = False) -> dict:
+        meta = {"name": name, **({"deletionTimestamp": "2026-01-01T00:00:00Z"} if deleting else {})}
+        return {"metadata": meta, "spec": {"group": group}, "status": {
+            "acceptedNames": {"plural": plural},
+            "conditions": [{"type": "Established", "status": "True" if established else "False"}]}}
+
+    changes_.crds.store = {"a": crd("a", "x.example", "widgets", True), "b": crd("b", "x.example", "gadgets", False),
+                           "c": crd("c", "y.example", "things", True, deleting=True)}
+    widgets = Resource("x.example", "v1", "widgets", "Widget", True, frozenset())
+    assert changes_.missing([CM]) == {("x.example", "widgets")}
+    assert changes_.missing([CM, widgets]) == set()
+    changes_.crds._notify("ADDED", changes_.crds.store["a"], None)
+    assert calls == ["changed"]
