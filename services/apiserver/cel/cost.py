@@ -2,16 +2,19 @@
 estimates it for kube (k8s.io/apiserver/pkg/cel: maxItems, maxLength, maxProperties, and for unbounded
 lists, strings and maps a size derived from the largest request), and kube's limits.
 
-Where this approximates cel-go's estimator (cel-go's exact per-overload table is not reproduced):
-- identifiers and field selections cost 1, literals 0, list/map literals 10/30 plus their elements, every
-  other function or operator 1 plus its arguments; `&&`, `||` and `?:` cost their operands (the dearer
-  branch of `?:`);
-- string operations (contains, startsWith, endsWith, matches, comparisons, `+`, lowerAscii, split...) cost
-  0.1 per character of the receiver (cel-go's StringTraversalCostFactor); `matches` multiplies by 0.25 per
-  character of the regex (RegexStringLengthCostFactor); equality of lists and maps costs each element's;
-- a comprehension (all, exists, exists_one, map, filter) costs its range plus, per element, its body and
-  2 for the accumulator; nested comprehensions multiply;
-- values whose size nothing bounds (results of functions other than those above) count as size 1.
+Checked against the expectations of kube's TestCostEstimation (schema/cel/compilation_test.go), which this
+reproduces for comprehensions (`all` over lists and maps, nested ones multiplying), string sizes (maxLength
+counts code points, 4 bytes each; unbounded strings, lists and maps sized from the 3 MiB request; enum
+strings by their longest value), contains, startsWith, concatenation, lowerAscii, join, matches and string
+equality. Where it approximates cel-go's checker (whose per-overload table is not reproduced):
+- identifiers, field selections, indexes and functions not named here cost 1 plus their arguments, literals
+  0, list and map literals 10 and 30 plus their elements; `&&`, `||` cost their operands, `?:` its condition
+  and its dearer branch; equality of scalars costs 1, 0 against a number, bool or null literal;
+- matches/find cost (1 + 0.1 per byte of the string) x 0.25 per byte of the regex (off by one or two from
+  cel-go for unbounded strings); replace, split, isSorted, sum/min/max are linear in the receiver;
+- equality of lists and maps costs each element's comparison (cel-go's traversal of both);
+- values whose size nothing bounds (results of most functions, map keys) count as size 0, as cel-go's
+  estimator does for unsized types.
 """
 from __future__ import annotations
 
@@ -27,8 +30,9 @@ RUNTIME_CEL_COST_BUDGET = 10_000_000
 STATIC_ESTIMATED_COST_LIMIT = 10_000_000
 STATIC_ESTIMATED_CRD_COST_LIMIT = 100_000_000
 MAX_REQUEST_SIZE_BYTES = 3 * 1024 * 1024
-# apiserver's cel: the largest JSON forms of formatted strings
+# apiserver's cel: the largest and smallest JSON forms of formatted strings
 _FORMAT_SIZES = {"duration": 32, "date": 12, "date-time": 64}
+_FORMAT_MIN_SIZES = {"duration": 3, "date": 12, "date-time": 21}
 _STRING_FACTOR = 0.1
 _REGEX_FACTOR = 0.25
 MAX_UINT64 = 2**64 - 1
@@ -54,8 +58,8 @@ def min_serialized_size(s: Schema | None) -> int:
         return 4
     if typ in ("number", "integer", "int-or-string"):
         return 1
-    if typ == "string":
-        return 2
+    if typ == "string" and s is not None:
+        return _FORMAT_MIN_SIZES.get(s.get("format") or "", 2)
     if typ == "array":
         return 2
     if typ in ("object", "map") and s is not None:
@@ -75,8 +79,11 @@ def max_size(s: Schema | None) -> int:
     if s is None or not typ:
         return 1
     if typ in ("string", "int-or-string"):
+        # bytes: maxLength counts code points, up to 4 bytes each
         if "maxLength" in s:
-            return int(s["maxLength"])
+            return max(0, int(s["maxLength"])) * 4
+        if s.get("enum") and typ == "string":
+            return max(len(str(e).encode()) for e in s["enum"])
         return _FORMAT_SIZES.get(s.get("format") or "", MAX_REQUEST_SIZE_BYTES - 2)
     if typ == "array":
         if "maxItems" in s:
@@ -136,7 +143,7 @@ class Shape:
         if self.kind in ("map", "object"):
             if isinstance(self.value, dict):
                 return Shape(None, "string", max(map(len, self.value), default=0))
-            return Shape(None, "string", MAX_REQUEST_SIZE_BYTES - 2)
+            return Shape(None, "string", 0)
         return Shape()
 
 
@@ -146,10 +153,10 @@ def _largest(values: list[Any]) -> Any:
     return max(sized, key=len) if sized else None
 
 
-_UNKNOWN = Shape()
-_STRING_FUNCS = frozenset({"contains", "startsWith", "endsWith", "lowerAscii", "upperAscii", "trim", "replace",
-                           "split", "substring", "indexOf", "lastIndexOf", "charAt", "reverse", "find", "findAll",
-                           "quantity", "isQuantity", "ip", "isIP", "cidr", "isCIDR", "url", "isURL", "join"})
+_UNKNOWN = Shape(size=0)
+_STRING_FUNCS = frozenset({"contains", "lowerAscii", "upperAscii", "trim", "split", "substring", "indexOf",
+                           "lastIndexOf", "charAt", "reverse", "quantity", "isQuantity", "ip", "isIP", "cidr",
+                           "isCIDR", "url", "isURL"})
 _SAME_SIZE = frozenset({"lowerAscii", "upperAscii", "trim", "replace", "substring", "reverse", "find", "string"})
 
 
@@ -160,8 +167,8 @@ def _scaled(size: int, factor: float) -> int:
 def _equality(a: Shape, b: Shape) -> int:
     """Comparing two values: strings by characters, lists and maps by their elements."""
     shape = a if a.kind else b
-    if shape.kind in ("string", "int-or-string"):
-        return max(1, _scaled(min(a.size, b.size) if a.kind and b.kind else shape.size, _STRING_FACTOR))
+    if shape.kind == "string":
+        return _scaled(min(a.size, b.size) if a.kind and b.kind else shape.size, _STRING_FACTOR)
     if shape.kind in ("array", "map"):
         return max(1, shape.size * _equality(shape.child(), shape.child()))
     if shape.kind == "object":
@@ -218,7 +225,7 @@ class Estimator:
             del self.vars[n.var]
         else:
             self.vars[n.var] = saved
-        total = range_cost + 1 + rng.size * (body + 2)
+        total = range_cost + 1 + rng.size * (body + 3)
         if n.name in ("map", "filter"):
             return total, Shape(None, "array", rng.size)
         return total, _UNKNOWN
@@ -230,6 +237,9 @@ class Estimator:
         name = n.name
         if name in ("&&", "||"):
             return args_cost, _UNKNOWN
+        if name in ("==", "!=") and any(a.kind == "lit" and not isinstance(a.value, str) for a in n.args) and \
+                "int-or-string" not in (shapes[0].kind, shapes[1].kind):
+            return args_cost, _UNKNOWN  # against a scalar literal: cel-go counts nothing for the comparison
         if name in ("==", "!=", "<", "<=", ">", ">="):
             return args_cost + _equality(shapes[0], shapes[1]), _UNKNOWN
         if name == "in":
@@ -242,20 +252,31 @@ class Estimator:
             return args_cost + max(1, _scaled(size, _STRING_FACTOR)), Shape(None, "string", size)
         if name == "+" and all(s.kind == "array" for s in shapes):
             return args_cost + 1, Shape(shapes[0].schema, "array", shapes[0].size + shapes[1].size)
-        if name == "matches":
-            target, regex = (shapes[0], shapes[1]) if n.member or len(shapes) == 2 else (_UNKNOWN, _UNKNOWN)
-            return args_cost + max(1, _scaled(target.size, _STRING_FACTOR) * max(1, _scaled(regex.size,
-                                                                                              _REGEX_FACTOR))), _UNKNOWN
+        if name in ("matches", "find", "findAll") and len(shapes) >= 2:
+            target, regex = shapes[0], shapes[1]
+            cost = (1 + _scaled(target.size, _STRING_FACTOR)) * _scaled(regex.size, _REGEX_FACTOR)
+            return args_cost + cost, Shape(None, "string", target.size) if name == "find" else _UNKNOWN
+        if name in ("startsWith", "endsWith") and len(shapes) == 2:
+            return args_cost + _scaled(shapes[1].size, _STRING_FACTOR), _UNKNOWN
+        if name == "replace" and len(shapes) >= 3:
+            size = shapes[0].size
+            return args_cost + 2 * _scaled(size, _STRING_FACTOR), Shape(None, "string", size)
+        if name == "join" and shapes and shapes[0].kind == "array":
+            item = shapes[0].child().size
+            sep = shapes[1].size if len(shapes) > 1 else 0
+            size = shapes[0].size * (item + sep)
+            return args_cost + _scaled(size, _STRING_FACTOR), Shape(None, "string", size)
         if name in _STRING_FUNCS:
             receiver = shapes[0] if shapes else _UNKNOWN
-            cost = args_cost + max(1, _scaled(receiver.size, _STRING_FACTOR))
+            cost = args_cost + _scaled(receiver.size, _STRING_FACTOR)
             if name == "split":
                 return cost, Shape(None, "array", receiver.size)
             if name in _SAME_SIZE:
                 return cost, Shape(None, "string", receiver.size)
             return cost, _UNKNOWN
         if name in ("sum", "min", "max", "isSorted", "indexOf", "lastIndexOf") and shapes and shapes[0].kind == "array":
-            return args_cost + max(1, shapes[0].size), _UNKNOWN
+            element = shapes[0].child()
+            return args_cost + 1 + shapes[0].size * (1 + _equality(element, element)), _UNKNOWN
         if name in ("value", "orValue") and shapes:
             return args_cost + 1, shapes[0]
         if name == "string" and shapes:

@@ -100,7 +100,10 @@ class _Parser:
     def unary(self) -> Node:
         if self.peek() in ("!", "-"):
             op = self.take()[1]
-            return Node("call", name=op + "_", args=(self.unary(),))
+            operand = self.unary()
+            if op == "-" and operand.kind == "lit" and isinstance(operand.value, (int, float)):
+                return Node("lit", value=-operand.value)
+            return Node("call", name=op + "_", args=(operand,))
         return self.member(self.primary())
 
     def args(self, close: str) -> tuple[Node, ...]:

@@ -40,7 +40,7 @@ def test_parser_reads_macros_members_and_literals():
 
 
 def test_sizes_from_schema_bounds_and_from_the_request_size():
-    assert cost.max_size({"type": "string", "maxLength": 7}) == 7
+    assert cost.max_size({"type": "string", "maxLength": 7}) == 28  # bytes: 4 per code point
     assert cost.max_size({"type": "string"}) == cost.MAX_REQUEST_SIZE_BYTES - 2
     assert cost.max_size({"type": "string", "format": "date"}) == 12
     assert cost.max_size({"type": "array", "items": {"type": "integer"}}) == (cost.MAX_REQUEST_SIZE_BYTES - 2) // 2
@@ -84,7 +84,7 @@ def test_rule_over_an_unbounded_list_costs_too_much():
 
 
 def test_rules_on_items_of_an_unbounded_list_are_multiplied_by_its_cardinality():
-    item = {"type": "string", "x-kubernetes-validations": [{"rule": "self.startsWith('a')"}]}
+    item = {"type": "string", "x-kubernetes-validations": [{"rule": "self.contains('a')"}]}
     schema = root({"properties": {"names": {"type": "array", "items": item}}})
     assert [c.split(": ")[0] for c in causes(schema)][0].endswith("items.x-kubernetes-validations[0].rule")
     bounded = copy.deepcopy(schema)
@@ -216,3 +216,52 @@ def test_string_library(rule):
                                         "x-kubernetes-validations": [{"rule": rule}]}}})
     assert causes(schema) == []
     assert evaluate(schema, {"spec": {"s": "abc"}}) == []
+
+
+def _kube_cost(schema: dict, rule: str) -> int:
+    return cost.Estimator({"self": cost.Shape.of(schema), "oldSelf": cost.Shape.of(schema)}).cost(parse(rule))
+
+
+def _array(item: dict, max_items: int | None = None) -> dict:
+    return {"type": "array", "items": item, **({"maxItems": max_items} if max_items is not None else {})}
+
+
+def _string(max_length: int | None = None) -> dict:
+    return {"type": "string", **({"maxLength": max_length} if max_length is not None else {})}
+
+
+@pytest.mark.parametrize(("schema", "rule", "expected"), [
+    # kube's TestCostEstimation (apiextensions-apiserver schema/cel compilation_test.go), unbounded and bounded
+    (_array({"type": "number"}), "self.all(x, true)", 4718591),
+    (_array({"type": "number"}, 10), "self.all(x, true)", 32),
+    (_array(_string()), "self.all(x, true)", 3145727),
+    (_array(_string(), 20), "self.all(x, true)", 62),
+    ({"type": "object", "additionalProperties": {"type": "number"}}, "self.all(x, true)", 1348169),
+    ({"type": "object", "additionalProperties": _string()}, "self.all(x, true)", 1179647),
+    (_array({"type": "string", "format": "date"}), "self.all(x, true)", 725936),
+    (_string(), "self.contains('test')", 314574),
+    (_string(10), "self.contains('test')", 5),
+    (_string(15), "self.startsWith('test')", 2),
+    (_string(), 'size(self + "hello") > size("hello")', 314578),
+    (_string(4), 'size(self + "hello") > size("hello")', 7),
+    (_array(_string(), 8), "self[1] == self[1]", 314577),
+    (_array({"type": "number"}, 10), "self.all(x, self.all(y, true))", 352),
+    (_array({"type": "number"}, 10), "self.all(x, self.all(y, self.all(z, true)))", 3552),
+    (_array({"type": "number"}, 3 * 1024 * 2048), "self.all(x, x == 0.0)", 25165826),
+    (_string(50), 'self.matches("x")', 22),
+    (_string(), '"".matches("(((((((((())))))))))[0-9]")', 7),
+    (_string(), 'self.matches("")', 1),
+    (_string(10), "self.find('[0-9]+') == ''", 11),
+    (_string(10), "self.lowerAscii() == 'lower!'", 6),
+    (_string(), "self.lowerAscii() == 'lower!'", 314575),
+    (_array(_string(10), 10), "self.join(' ') == 'aa bb'", 43),
+    ({"type": "string", "enum": ["A", "B", "C", "LongValue"]}, "self.contains('A')", 2),
+    ({"type": "string", "maxLength": 0}, 'self == "x"', 1),
+    (_array({"type": "number"}, 5000), "self[1] == 0.0", 2),
+    (_array(_array({"type": "number"})), "self[0][0] == -1.0", 3),
+    (_array({"x-kubernetes-int-or-string": True}), "self[0] == 5", 3),
+    (_array({"type": "object", "additionalProperties": {"type": "number"}}), "self[0].x > 2.0", 4),
+    ({"type": "object", "additionalProperties": {"type": "integer"}}, "oldSelf.size() == self.size()", 5),
+])
+def test_costs_as_kube_estimates_them(schema, rule, expected):
+    assert _kube_cost(schema, rule) == expected
