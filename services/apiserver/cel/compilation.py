@@ -10,7 +10,7 @@ from typing import Any
 
 from services.common import cel
 
-from ..fielderrors import Cause, forbidden, invalid_go, invalid, not_supported, required, quote
+from ..fielderrors import Cause, forbidden, invalid, invalid_go, not_supported, quote, required
 from . import cost as costs
 from .parser import Node, parse
 
@@ -41,9 +41,9 @@ class CompiledSchema:
     """A schema node with its compiled rules and the compiled nodes below it that carry any."""
     schema: Schema
     rules: list[Rule] = field(default_factory=list)
-    properties: dict[str, "CompiledSchema"] = field(default_factory=dict)
-    additional: "CompiledSchema | None" = None
-    items: "CompiledSchema | None" = None
+    properties: dict[str, CompiledSchema] = field(default_factory=dict)
+    additional: CompiledSchema | None = None
+    items: CompiledSchema | None = None
 
     @property
     def empty(self) -> bool:

@@ -113,13 +113,13 @@ class Shape:
     value: Any = None
 
     @staticmethod
-    def of(schema: Schema | None, value: Any = None) -> "Shape":
+    def of(schema: Schema | None, value: Any = None) -> Shape:
         """The schema's bounds; with a value (run time), the value's own size."""
         if isinstance(value, (str, list, dict)):
             return Shape(schema, _type(schema), len(value), value)
         return Shape(schema, _type(schema), max_size(schema))
 
-    def child(self, name: str | None = None) -> "Shape":
+    def child(self, name: str | None = None) -> Shape:
         s, v = self.schema or {}, self.value
         if self.kind == "array":
             return Shape.of(s.get("items"), _largest(v) if isinstance(v, list) else None)
@@ -136,7 +136,7 @@ class Shape:
                             else None, sub)
         return Shape()
 
-    def element(self) -> "Shape":
+    def element(self) -> Shape:
         """The comprehension variable's shape: a list's items, a map's keys."""
         if self.kind == "array":
             return self.child()

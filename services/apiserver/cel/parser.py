@@ -18,7 +18,7 @@ class Node:
     kind: str
     name: str = ""
     value: Any = None
-    args: tuple["Node", ...] = ()
+    args: tuple[Node, ...] = ()
     member: bool = False
     var: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)

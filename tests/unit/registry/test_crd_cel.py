@@ -10,8 +10,11 @@ import pytest
 
 from services.common import errors
 
-from .test_crd_controller import ADMIN, CT, G, conditions, env, eventually, schema_crd  # noqa: F401 - env: fixture
+from . import test_crd_controller as crd_controller
+from .test_crd_controller import ADMIN, CT, G, conditions, eventually, schema_crd
 from .test_crd_validation import invalid
+
+env = crd_controller.env  # the registry's handlers with a running CRD controller
 
 RULES = [{"rule": "self.replicas <= 5", "message": "at most 5 replicas"},
          {"rule": "self.image == oldSelf.image", "message": "image is immutable"}]
@@ -30,7 +33,7 @@ def cel_crd(spec_rules: list, status_rules: list | None = None) -> dict:
     return body
 
 
-async def test_rules_that_do_not_compile_or_cost_too_much_are_refused(env):  # noqa: F811
+async def test_rules_that_do_not_compile_or_cost_too_much_are_refused(env):
     api, _ = env
     at = "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations"
     got = await invalid(api, cel_crd([{"rule": "self.replicas <"}]))
@@ -49,7 +52,7 @@ async def test_rules_that_do_not_compile_or_cost_too_much_are_refused(env):  # n
         await api("get", "customresourcedefinitions", "", "crontabs.stable.example.com", group=G, user=ADMIN)
 
 
-async def test_rules_refuse_invalid_writes(env):  # noqa: F811
+async def test_rules_refuse_invalid_writes(env):
     api, _ = env
     await api("create", "customresourcedefinitions", body=cel_crd(RULES), group=G, user=ADMIN)
 
@@ -61,7 +64,8 @@ async def test_rules_refuse_invalid_writes(env):  # noqa: F811
             "spec": {"cronSpec": "* * * * */5", "image": "img", "replicas": 7}}
     with pytest.raises(errors.Invalid) as e:
         await api("create", "crontabs", "default", body=body, group=CT, user=ADMIN)
-    assert e.value.message == 'CronTab.stable.example.com "c" is invalid: spec: Invalid value: "object": at most 5 replicas'
+    assert e.value.message == ('CronTab.stable.example.com "c" is invalid: spec: Invalid value: "object": '
+                               "at most 5 replicas")
     assert e.value.details["causes"] == [{"reason": "FieldValueInvalid", "field": "spec",
                                           "message": 'Invalid value: "object": at most 5 replicas'}]
     with pytest.raises(errors.NotFound):
