@@ -3,6 +3,7 @@ the cost estimator needs one. Only expressions cel-rust accepted reach here, so 
 with positions: anything unparsable raises ValueError."""
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -186,6 +187,7 @@ class _Parser:
         return Node("ident", name=tok)
 
 
+@functools.lru_cache(maxsize=4096)
 def parse(src: str) -> Node:
     p = _Parser(src)
     node = p.expr()

@@ -1,8 +1,9 @@
 """x-kubernetes-validations evaluated against a custom object (schema/cel's Validator): at every node of the
 schema that declares rules, `self` is the value there and `oldSelf` the correlated old value (object fields
 by name, map values by key, items of x-kubernetes-list-type=map lists by their keys); a transition rule is
-skipped where there is no old value unless it sets optionalOldSelf, which makes oldSelf an optional. One
-request spends at most kube's runtime cost budget."""
+skipped where there is no old value unless it sets optionalOldSelf, which makes oldSelf an optional. Other
+rules are not run on a value an update left unchanged (kube's CRD validation ratcheting). One request spends
+at most kube's runtime cost budget."""
 from __future__ import annotations
 
 import re
@@ -148,6 +149,8 @@ class Validator:
         for rule in node.rules:
             if rule.transition and not has_old and not rule.optional_old_self:
                 continue
+            if not rule.transition and has_old and value == old:
+                continue  # validation ratcheting: an unchanged value keeps passing the rules it passed
             optional = rule.optional_old_self
             if optional not in activations:
                 self_value = to_cel(value, node.schema)

@@ -265,3 +265,11 @@ def _string(max_length: int | None = None) -> dict:
 ])
 def test_costs_as_kube_estimates_them(schema, rule, expected):
     assert _kube_cost(schema, rule) == expected
+
+
+def test_unchanged_values_are_ratcheted():
+    schema = root({"properties": {"n": {"type": "integer"}, "m": {"type": "integer"}},
+                   "x-kubernetes-validations": [{"rule": "self.n < 5", "message": "n below 5"}]})
+    old = {"spec": {"n": 7, "m": 1}}
+    assert evaluate(schema, {"spec": {"n": 7, "m": 1}}, old) == []
+    assert evaluate(schema, {"spec": {"n": 7, "m": 2}}, old) == ['spec: Invalid value: "object": n below 5']
