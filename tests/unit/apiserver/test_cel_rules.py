@@ -273,3 +273,14 @@ def test_unchanged_values_are_ratcheted():
     old = {"spec": {"n": 7, "m": 1}}
     assert evaluate(schema, {"spec": {"n": 7, "m": 1}}, old) == []
     assert evaluate(schema, {"spec": {"n": 7, "m": 2}}, old) == ['spec: Invalid value: "object": n below 5']
+
+
+def test_per_call_limit_with_actual_sizes():
+    schema = root({"properties": {"l": {"type": "array", "maxItems": 600, "items": {"type": "integer"}}},
+                   "x-kubernetes-validations": [{"rule": "self.l.all(x, self.l.all(y, x <= y || x > y))"}]})
+    assert causes(schema) == []  # 2.2M estimated: under the 10M per expression
+    assert evaluate(schema, {"spec": {"l": list(range(10))}}) == []
+    assert evaluate(schema, {"spec": {"l": list(range(600))}}) == [
+        "spec: Invalid value: \"object\": 'operation cancelled: actual cost limit exceeded': no further validation "
+        "rules will be run due to call cost exceeds limit for rule: failed rule: "
+        "self.l.all(x, self.l.all(y, x <= y || x > y))"]
