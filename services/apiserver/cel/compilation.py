@@ -4,6 +4,7 @@ them (apiextensions' validateSchema and schema/cel's Compile): the rule's own fi
 values cannot be correlated."""
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,8 @@ class Rule:
     transition: bool = False
     optional_old_self: bool = False
     cost: int = 0  # the estimated cost of one evaluation, from the schema's bounds
+    # the fields of self and oldSelf the rule and its messageExpression select (None: the values themselves)
+    fields: frozenset[str] | None = None
 
 
 @dataclass
@@ -48,6 +51,39 @@ class CompiledSchema:
     @property
     def empty(self) -> bool:
         return not (self.rules or self.properties or self.additional or self.items)
+
+    @functools.cached_property
+    def functions(self) -> dict[str, Any]:
+        """The functions of kube's library (cel.KUBE_LIBRARY) the node's rules call: only these are given to
+        each evaluation's activation."""
+        names = {f for rule in self.rules for p in (rule.program, rule.message_program) if p is not None
+                 for f in p.functions()}
+        return {name: fn for name, fn in cel.KUBE_LIBRARY.items() if name in names}
+
+    @functools.cached_property
+    def fields(self) -> frozenset[str] | None:
+        """The fields of self and oldSelf the node's rules select (None: some rule needs the whole value)."""
+        out: frozenset[str] = frozenset()
+        for rule in self.rules:
+            if rule.fields is None:
+                return None
+            out |= rule.fields
+        return out
+
+
+def selected_fields(node: Node | None) -> frozenset[str] | None:
+    """The fields an expression selects from self and oldSelf (`self.a`, `has(oldSelf.b)`), or None when it
+    uses them otherwise (whole, indexed, as a comprehension's range) or could not be parsed."""
+    out: set[str] = set()
+
+    def walk(n: Node) -> bool:
+        if n.kind == "select" and n.args[0].kind == "ident" and n.args[0].name in VARIABLES:
+            out.add(n.name)
+            return True
+        if n.kind == "ident" and n.name in VARIABLES:
+            return False
+        return all(walk(a) for a in n.args)
+    return frozenset(out) if node is not None and walk(node) else None
 
 
 def _go_rule(r: Schema) -> str:
@@ -240,7 +276,7 @@ def _compile_rule(r: Schema, s: Schema, at: str, cardinality: int | None, uncorr
     if program is None:
         causes.append(invalid_go(f"{at}.rule", _go_rule(r), error))
 
-    message_program = None
+    message_program, msg_ast = None, None
     if msg_expr.strip():
         message_program, msg_ast, msg_error = _compile(msg_expr)
         if message_program is not None and _result_kind(msg_ast) not in ("string", ""):
@@ -270,7 +306,12 @@ def _compile_rule(r: Schema, s: Schema, at: str, cardinality: int | None, uncorr
         return None
     return Rule(rule=rule, program=program, ast=ast, message=message.strip(), message_program=message_program,
                 reason=str(reason or ""), field_path=resolved or "", transition=uses_old_self,
-                optional_old_self=bool(r.get("optionalOldSelf")), cost=per_call)
+                optional_old_self=bool(r.get("optionalOldSelf")), cost=per_call,
+                fields=_union(selected_fields(ast), selected_fields(msg_ast) if message_program else frozenset()))
+
+
+def _union(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
+    return None if a is None or b is None else a | b
 
 
 def validate_rules(schema: Schema, path: str) -> list[Cause]:
