@@ -192,9 +192,9 @@ class TotalCost:
 
 @dataclass
 class _Walk:
+    """What a walk over one schema collects: the CRD validation's causes and the summed cost."""
     causes: list[Cause]
     total: TotalCost
-    check: bool  # collect the CRD validation's causes (False: only compile, for serving)
 
 
 def _compile_node(s: Schema, path: str, cardinality: int | None, uncorrelatable: str | None,
@@ -317,7 +317,7 @@ def _union(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str]
 def validate_rules(schema: Schema, path: str) -> list[Cause]:
     """The CRD validation's causes for the x-kubernetes-validations of one openAPIV3Schema at `path`
     (kube's field paths and messages), the per-schema cost total included."""
-    w = _Walk([], TotalCost(), True)
+    w = _Walk([], TotalCost())
     _compile_node(schema, path, 1, None, w)
     if w.total.total > costs.STATIC_ESTIMATED_CRD_COST_LIMIT:
         for _, at in w.total.most_expensive:
@@ -332,5 +332,5 @@ def validate_rules(schema: Schema, path: str) -> list[Cause]:
 def compile_schema(schema: Schema) -> CompiledSchema | None:
     """The rules of a served version's schema, compiled once when its definition is built; None when the
     schema carries none (rules refused at CRD validation are left out)."""
-    node = _compile_node(schema, "", 1, None, _Walk([], TotalCost(), False))
+    node = _compile_node(schema, "", 1, None, _Walk([], TotalCost()))
     return None if node.empty else node
