@@ -16,7 +16,8 @@ from tests.kubectls import RUN, refused
 pytestmark = pytest.mark.stack
 NS = f"crd-cel-{RUN}"
 GROUP = f"celstable{RUN}.example.com"
-NAME = f"crontabs.{GROUP}"
+NAME = f"crontabs.{GROUP}"  # also the resource kubectl is given: test_crd_kubectl serves crontabs in another
+# group, and kubectl's cached discovery must not resolve a bare "crontab" or "ct" to this one once it is gone
 AT = "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations"
 
 SPEC = {
@@ -43,7 +44,7 @@ def crd(spec_schema: dict) -> dict:
     return {
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": NAME},
         "spec": {"group": GROUP, "scope": "Namespaced",
-                 "names": {"plural": "crontabs", "singular": "crontab", "kind": "CronTab", "shortNames": ["ct"]},
+                 "names": {"plural": "crontabs", "singular": "crontab", "kind": "CronTab"},
                  "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
                      "type": "object", "properties": {"spec": spec_schema}}}}]},
     }
@@ -102,13 +103,13 @@ def test_rules_refuse_invalid_objects_and_changes(kubectl, apis):
             "equal to minReplicas (3)") in err, err
     err = refused(kubectl, "-n", NS, "create", "-f", "-", input=crontab("bad", tags=["Upper"]))
     assert 'The CronTab "bad" is invalid: spec.tags: Forbidden: tags are lowercase words' in err, err
-    assert "NotFound" in refused(kubectl, "-n", NS, "get", "crontab", "bad")
+    assert "NotFound" in refused(kubectl, "-n", NS, "get", NAME, "bad")
 
     kubectl.run("-n", NS, "create", "-f", "-", input=crontab("good", replicas=2, tags=["nightly"]))
     # the transition rule: image may not change
-    err = refused(kubectl, "-n", NS, "patch", "crontab", "good", "--type=merge", "-p", '{"spec":{"image":"other"}}')
+    err = refused(kubectl, "-n", NS, "patch", NAME, "good", "--type=merge", "-p", '{"spec":{"image":"other"}}')
     assert 'The CronTab "good" is invalid: spec.image: Invalid value: "string": image is immutable' in err, err
-    kubectl.run("-n", NS, "patch", "crontab", "good", "--type=merge", "-p", '{"spec":{"replicas":3}}')
+    kubectl.run("-n", NS, "patch", NAME, "good", "--type=merge", "-p", '{"spec":{"replicas":3}}')
 
     _, custom = apis
     with pytest.raises(ApiException) as e:
