@@ -35,6 +35,7 @@ class Rule:
     transition: bool = False
     optional_old_self: bool = False
     cost: int = 0  # the estimated cost of one evaluation, from the schema's bounds
+    message_cost: int = 0  # the same for messageExpression
     # the fields of self and oldSelf the rule and its messageExpression select (None: the values themselves)
     fields: frozenset[str] | None = None
 
@@ -276,7 +277,7 @@ def _compile_rule(r: Schema, s: Schema, at: str, cardinality: int | None, uncorr
     if program is None:
         causes.append(invalid_go(f"{at}.rule", _go_rule(r), error))
 
-    message_program, msg_ast = None, None
+    message_program, msg_ast, message_cost = None, None, 0
     if msg_expr.strip():
         message_program, msg_ast, msg_error = _compile(msg_expr)
         if message_program is not None and _result_kind(msg_ast) not in ("string", ""):
@@ -286,7 +287,8 @@ def _compile_rule(r: Schema, s: Schema, at: str, cardinality: int | None, uncorr
         if message_program is None:
             causes.append(invalid_go(f"{at}.messageExpression", _go_rule(r), msg_error))
         else:
-            msg_cost = costs.saturating_mul(estimator.cost(msg_ast) if msg_ast is not None else 0,
+            message_cost = estimator.cost(msg_ast) if msg_ast is not None else 0
+            msg_cost = costs.saturating_mul(message_cost,
                                             cardinality if cardinality is not None else costs.max_cardinality(s))
             if msg_cost > costs.STATIC_ESTIMATED_COST_LIMIT:
                 causes.append(forbidden(f"{at}.messageExpression", costs.exceeds_message(
@@ -306,7 +308,7 @@ def _compile_rule(r: Schema, s: Schema, at: str, cardinality: int | None, uncorr
         return None
     return Rule(rule=rule, program=program, ast=ast, message=message.strip(), message_program=message_program,
                 reason=str(reason or ""), field_path=resolved or "", transition=uses_old_self,
-                optional_old_self=bool(r.get("optionalOldSelf")), cost=per_call,
+                optional_old_self=bool(r.get("optionalOldSelf")), cost=per_call, message_cost=message_cost,
                 fields=_union(selected_fields(ast), selected_fields(msg_ast) if message_program else frozenset()))
 
 

@@ -75,6 +75,12 @@ class _OutOfBudget(Exception):
 
 
 def _rule_error_string(rule: Rule) -> str:
+    """ruleErrorString: how evaluation errors name the rule."""
+    return rule.message or rule.rule.strip()
+
+
+def _rule_message_or_default(rule: Rule) -> str:
+    """ruleMessageOrDefault: the detail of a rule that evaluated to false."""
     return rule.message or f"failed rule: {rule.rule.strip()}"
 
 
@@ -197,8 +203,14 @@ class Validator:
             if result is True:
                 continue
             if result is not False:
-                causes.append(invalid(field, typ, f"rule did not evaluate to a bool: {_rule_error_string(rule)}"))
+                causes.append(invalid(field, typ, f"rule did not evaluate to a bool: {_rule_message_or_default(rule)}"))
                 continue
+            if rule.message_program is not None:
+                if rule.message_cost > budget.remaining:
+                    causes.append(invalid(field, typ, "messageExpression evaluation failed due to running out of "
+                                                      "cost budget, no further validation rules will be run"))
+                    raise _OutOfBudget
+                budget.remaining -= rule.message_cost
             causes.append(_cause(_join(path, rule.field_path), typ, self._message(rule, act), rule.reason))
 
     @staticmethod
@@ -211,7 +223,7 @@ class Validator:
                 text = None
             if isinstance(text, str) and text.strip() and "\n" not in text and "\r" not in text:
                 return text.strip()
-        return _rule_error_string(rule)
+        return _rule_message_or_default(rule)
 
 
 _MISSING = object()
