@@ -87,7 +87,7 @@ def validate_spec(spec: Obj) -> list[v.Cause]:
         causes.append(v.not_supported("spec.scope", scope, SCOPES))
     versions = spec.get("versions") or []
     seen: set[str] = set()
-    unique, served, storage = True, False, 0
+    unique, served, storage, structural_ok = True, False, 0, True
     if not versions:
         causes.append(v.invalid_go("spec.versions", "[]apiextensions.CustomResourceDefinitionVersion(nil)",
                                    "must have exactly one version marked as storage version"))
@@ -109,8 +109,10 @@ def validate_spec(spec: Obj) -> list[v.Cause]:
         if schema is None:
             causes.append(v.required(path, "schemas are required"))
         else:
-            causes += structural.structural_errors(schema, path)
-    causes += _validate_rules(versions, not causes)
+            schema_causes = structural.structural_errors(schema, path)
+            structural_ok = structural_ok and not schema_causes
+            causes += schema_causes
+    causes += _validate_rules(versions, structural_ok)
     if versions:
         if not served:
             causes.append(v.invalid_go("spec.versions", _go_versions(versions),
