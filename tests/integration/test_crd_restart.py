@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from services.cluster.stack import Stack
 from tests.conftest import TEST_OFFSET
 from tests.integration.test_faults import reap, wait_ready
 from tests.waiting import wait_for
-from tools.run import Stack
 
 # The session stack uses TEST_OFFSET; this test kills the registry, so it runs a stack of its own.
 OFFSET = TEST_OFFSET + 400
@@ -33,7 +33,7 @@ NOTES = f"/apis/{GROUP}/v1/namespaces/default/notes"
 
 @pytest.fixture(scope="module")
 def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, httpx.Client, ssl.SSLContext]]:
-    s = Stack(tmp_path_factory.mktemp("crd-restart"), OFFSET)
+    s = Stack(tmp_path_factory.mktemp("crd-restart"), OFFSET, aggregated=[])
     try:
         s.start(fresh=True)
         pki = s.state / "pki"
