@@ -64,6 +64,11 @@ def wait_ready(kubeconfig: Path, timeout: float = 120) -> None:
     raise AssertionError(f"apiary in compose not ready within {timeout}s:\n{logs}")
 
 
+# building the images from a debootstrapped base on a fresh machine takes longer than the suite's 15-minute
+# limit per test (pyproject.toml), and the first test pays for it
+pytestmark = pytest.mark.timeout(2700)
+
+
 @pytest.fixture(scope="module")
 def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     info = subprocess.run(["docker", "info"], capture_output=True, text=True)
