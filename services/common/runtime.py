@@ -157,8 +157,11 @@ def run(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     asyncio.run(outer())
 
 
-# Seconds in-flight gRPC calls get to finish once a service stops accepting new ones.
-GRACE = 2.0
+# Seconds in-flight gRPC calls get to finish once a service stops accepting new ones. The long-lived
+# streams (Calls, Watches, Seats) never finish by themselves, so a stop always waits this long while
+# a peer is connected: short, as a unary call takes milliseconds and every caller retries or
+# re-watches on another replica or once the service is back (a test cluster stops in under a second).
+GRACE = 0.3
 
 Step = Callable[[], Any]  # a start or stop function, plain or async
 
