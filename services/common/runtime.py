@@ -73,6 +73,9 @@ TRIM_MAX_WAIT = 5.0
 _trim: asyncio.TimerHandle | None = None
 _trim_first = 0.0
 _freed = 0
+# After a service starts serving: what its start freed (parsed schemas, the informers' first lists,
+# import-time garbage) is given back once, this long after, when the first lists are in.
+START_TRIM_DELAY = 2.0
 HEAP_TRIMS = Counter("apiary_heap_trims_total",
                      "Times freed C-heap memory (large answers, closed connections) was given back to the system.")
 HEAP_TRIM_PENDING = Gauge("apiary_heap_trim_pending", "1 while a trim of the C heap is scheduled.")
@@ -279,6 +282,7 @@ class Service:
                 listening.append(listener)
                 done.append(asyncio.ensure_future(listener.done()))
             await health.start()
+            asyncio.get_running_loop().call_later(START_TRIM_DELAY, _malloc_trim)
             log.info("%s serving%s; health on %s:%d", self.name, f" {started}" if started else "",
                      self.args.bind_address, self.args.health_port)
             waiter = asyncio.ensure_future(stop.wait())
