@@ -4,7 +4,8 @@ Every service runs as a Service (below): its __main__ declares its flags, the cl
 its components and what it listens on; the Service starts them, serves until SIGTERM/SIGINT, and
 stops them in one order for all, that of kube-apiserver's graceful shutdown: /readyz fails, the
 listeners stop accepting and drain what is in flight, the components stop (newest first), and
-the clients close last, so that nothing still running loses a peer it needs.
+the clients close last, so that nothing still running loses a peer it needs; the process then ends
+at once (main), without the interpreter's teardown.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import ctypes
 import ctypes.util
 import inspect
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
@@ -326,3 +328,9 @@ def main(name: str, args: argparse.Namespace, assemble: Callable[[Service], Awai
         await service.run(stop, started or "")
 
     run(serve)
+    # Stopped cleanly: every part is closed, nothing is held that etcd (or the audit log, closed by
+    # its sink's stop) does not already have. The interpreter's own teardown (every object freed,
+    # gRPC's core shut down) cost a service up to a second more: a stopping process skips it.
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(0)
