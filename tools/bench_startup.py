@@ -7,8 +7,8 @@ tools.run does, but polls every /readyz each 10 ms so the figure is the services
 poller's, and gives:
 
 - stack: from etcd's spawn to the proxy's HTTPS /readyz answering 200;
-- per service, with the stack up: SIGTERM → exit, then spawn → its /readyz green (the outage of a
-  restarted process, peers up);
+- per service, with the stack up and settled (3 s after the previous restart): SIGTERM → exit, then
+  spawn → its /readyz green (the outage of a restarted process, peers up);
 - per process: RSS at rest (VmRSS, 3 s after the stack was ready) and their sum, etcd included;
 - per service: import time of its __main__ module (a fresh interpreter; the interpreter's own start
   is not in it);
@@ -139,6 +139,10 @@ def one_run(state: Path) -> dict[str, dict[str, float]]:
     fig["rss_mb"] = {n: _rss_mb(p) for n, p in pids.items()}
     fig["stack"]["rss_sum_mb"] = sum(fig["rss_mb"].values())
     for n in SERVICES:
+        # each restart on a settled stack: the previous one's reconnections and re-watches are over
+        while not _get(f"{stack.server}/readyz", ctx):
+            time.sleep(POLL)
+        time.sleep(SETTLE)
         fig["sigterm_exit"][n] = _terminate([pids[n]])
         t0[n] = time.monotonic()
         pids[n] = stack.spawn(n)
