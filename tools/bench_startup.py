@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m tools.bench_startup", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--state", default=str(ROOT / ".bench-startup"))
+    p.add_argument("--state", default=str(ROOT / ".apiary" / "bench-startup"))
     args = p.parse_args(argv)
     runs = [one_run(Path(args.state).resolve()) for _ in range(args.runs)]
     for section in runs[0]:
