@@ -16,10 +16,12 @@ from __future__ import annotations
 import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
+
+if TYPE_CHECKING:
+    import aiohttp
 
 Headers = Mapping[str, str] | Iterable[tuple[str, str]]
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -62,6 +64,8 @@ def reason(e: BaseException) -> str:
     if isinstance(e, TimeoutError):
         return DEADLINE_EXCEEDED
     text = " ".join((str(e) or type(e).__name__).split())
+    import aiohttp  # loaded by the call that failed (Client.session)
+
     if isinstance(e, (aiohttp.ClientConnectorCertificateError, ssl.SSLCertVerificationError)):
         return f"tls: failed to verify certificate: {text}"
     if isinstance(e, aiohttp.ClientConnectorError) and isinstance(e.os_error, ConnectionRefusedError):
@@ -86,6 +90,10 @@ class Client:
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
+            # imported on first use: a service that calls no webhook (most of a test cluster's) never
+            # pays aiohttp's ~8 MB and ~0.1 s
+            import aiohttp
+
             self._session = aiohttp.ClientSession(
                 headers=self.headers, trust_env=False, skip_auto_headers=("User-Agent",),
                 connector=aiohttp.TCPConnector(ssl=self.tls or True, limit=0, keepalive_timeout=KEEPALIVE))
@@ -95,10 +103,13 @@ class Client:
                       timeout: float | None = None, server_name: str | None = None) -> Response:
         """The answer to `method url`; CallError when there is none (`timeout`: this request's bound)."""
         full = (self.base_url.rstrip("/") + url if url else self.base_url) if self.base_url else url
+        session = self.session()
+        import aiohttp  # loaded by session()
+
         limit = aiohttp.ClientTimeout(total=timeout if timeout is not None else self.timeout,
                                       connect=self.connect_timeout)
         try:
-            async with self.session().request(method, full, data=body, headers=headers, timeout=limit,
+            async with session.request(method, full, data=body, headers=headers, timeout=limit,
                                               server_hostname=server_name or None, allow_redirects=False) as r:
                 return Response(r.status, await r.read(), r.reason or "", r.headers)
         except (aiohttp.ClientError, ssl.SSLError, OSError, TimeoutError) as e:

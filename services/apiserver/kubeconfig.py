@@ -21,13 +21,15 @@ import ssl
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from .fielderrors import ConfigError
 from .httpclient import Client
-from .restclient import RESTClient
+
+if TYPE_CHECKING:
+    from .restclient import RESTClient
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,10 @@ class Config:
 
     def rest_client(self, timeout: float = 10.0, user_agent: str = "") -> RESTClient:
         """A RESTClient (services/apiserver/restclient.py) over the library's outbound client; made inside the
-        event loop that uses it."""
+        event loop that uses it. Imported here: the services that read a kubeconfig only for a webhook (auth,
+        the proxy's audit) never make one, and aiohttp costs a process ~8 MB and ~0.1 s to import."""
+        from .restclient import RESTClient
+
         headers = {**self.headers, "User-Agent": user_agent} if user_agent else self.headers
         return RESTClient(self.server, self.ssl, headers, timeout)
 

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from services.common import config, runtime
+from services.common.backoff import Backoff
 from services.common.duration import flag as _duration
 
 from .client import Client
@@ -137,6 +138,7 @@ class ControllerManager:
     async def _start_one(self, name: str) -> None:
         start, stop = self._build(name)
         self.running.append((name, stop))
+        backoff = Backoff()
         while True:
             try:
                 await start()
@@ -146,7 +148,7 @@ class ControllerManager:
             except Exception as e:  # noqa: BLE001 - the API is not there yet: try again
                 log.info("starting %s: %s; retrying", name, e)
                 await stop()
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(backoff.delay())
         log.info("started %s", name)
 
     async def stop(self) -> None:

@@ -14,6 +14,7 @@ from apiary_pb import storage_pb2_grpc as sgrpc
 from services.apis.install import new_catalogue
 from services.apiserver.endpoints.handlers import Handlers
 from services.common import config, errors, grpcutil, runtime
+from services.common.backoff import Backoff
 
 from .admission import AdmissionClient
 from .auth import AuthClient
@@ -47,16 +48,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def _bootstrap_until_done(handlers: Handlers[StorageClient], done: asyncio.Event) -> None:
-    delay = 0.2
+    """Retried on the peers' short backoff: readiness waits on it, so storage is tried again soon
+    after it is back (not seconds later)."""
+    backoff = Backoff()
     while True:
         try:
             await bootstrap(handlers, handlers.catalogue)
             done.set()
             return
         except errors.APIError as e:
-            log.info("bootstrap: %s; retrying in %.1fs", e.message, delay)
+            delay = backoff.delay()
+            log.info("bootstrap: %s; retrying in %.2fs", e.message, delay)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
 
 async def assemble(service: runtime.Service) -> str:
