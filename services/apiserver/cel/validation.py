@@ -9,8 +9,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import cel as celrs
-
 from services.common import cel
 
 from ..fielderrors import Cause, duplicate, forbidden, invalid, required
@@ -172,7 +170,7 @@ class Validator:
                 self_value = _projected(value, node.schema, fields)
                 old_value: Any = _projected(old, node.schema, fields) if has_old else None
                 if optional:
-                    old_value = celrs.OptionalValue.of(old_value) if has_old else celrs.OptionalValue.none()
+                    old_value = cel.celrs.OptionalValue.of(old_value) if has_old else cel.celrs.OptionalValue.none()
                 activations[optional] = cel.activation({"self": self_value, "oldSelf": old_value},
                                                        node.functions)
             act = activations[optional]
