@@ -7,12 +7,14 @@ book's session (tests/e2e/test_pizza_book.py) goes through the proxy to it.
 """
 from __future__ import annotations
 
+import json
 import os
 import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -82,6 +84,14 @@ class Kubectl:
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
         return proc
+
+    def get_json(self, *args: str) -> dict[str, Any] | None:
+        """`kubectl get ... -o json` decoded, or None when the object is NotFound (any other error fails)."""
+        proc = self.run("get", *args, "-o", "json", check=False)
+        if proc.returncode != 0:
+            assert "NotFound" in proc.stderr, proc.stderr
+            return None
+        return json.loads(proc.stdout)
 
     def popen(self, *args: str) -> subprocess.Popen[bytes]:
         cmd = [self.binary, f"--kubeconfig={self.kubeconfig}", f"--cache-dir={self.cache}", *args]

@@ -27,16 +27,8 @@ def ns(kubectl: Kubectl) -> Iterator[str]:
         yield name
 
 
-def get(kubectl: Kubectl, *args: str) -> dict[str, Any] | None:
-    proc = kubectl.run("get", *args, "-o", "json", check=False)
-    if proc.returncode != 0:
-        assert "NotFound" in proc.stderr, proc.stderr
-        return None
-    return json.loads(proc.stdout)
-
-
 def uid(kubectl: Kubectl, *args: str) -> str:
-    obj = get(kubectl, *args)
+    obj = kubectl.get_json(*args)
     assert obj is not None
     return obj["metadata"]["uid"]
 
@@ -53,7 +45,7 @@ def cm_owner(kubectl: Kubectl, ns: str, name: str, **extra: Any) -> dict[str, An
 
 
 def gone(kubectl: Kubectl, *args: str) -> Callable[[], bool]:
-    return lambda: get(kubectl, *args) is None
+    return lambda: kubectl.get_json(*args) is None
 
 
 def test_background_cascade_deletes_dependents(kubectl, ns):
@@ -70,7 +62,7 @@ def test_orphan_cascade_keeps_dependents_without_the_reference(kubectl, ns):
     dependent(kubectl, ns, "kept", owner)
     kubectl.run("-n", ns, "delete", "cm", "owner", "--cascade=orphan")
     eventually(gone(kubectl, "-n", ns, "cm", "owner"), what="owner deleted once its dependents are orphaned")
-    kept = get(kubectl, "-n", ns, "cm", "kept")
+    kept = kubectl.get_json("-n", ns, "cm", "kept")
     assert kept is not None and not kept["metadata"].get("ownerReferences")
 
 
@@ -83,10 +75,10 @@ def test_foreground_cascade_with_block_owner_deletion(kubectl, ns):
     dependent(kubectl, ns, "plain", owner)
     kubectl.run("-n", ns, "delete", "cm", "owner", "--cascade=foreground", "--wait=false")
     eventually(gone(kubectl, "-n", ns, "cm", "plain"), what="the unblocked dependent collected")
-    held = eventually(lambda: (o := get(kubectl, "-n", ns, "cm", "held")) and
+    held = eventually(lambda: (o := kubectl.get_json("-n", ns, "cm", "held")) and
                       o["metadata"].get("deletionTimestamp") and o, what="the blocking dependent marked for deletion")
     assert held["metadata"]["finalizers"] == ["example.com/hold"]
-    waiting = get(kubectl, "-n", ns, "cm", "owner")
+    waiting = kubectl.get_json("-n", ns, "cm", "owner")
     assert waiting is not None and waiting["metadata"]["deletionTimestamp"]
     assert "foregroundDeletion" in waiting["metadata"]["finalizers"]
     kubectl.run("-n", ns, "patch", "cm", "held", "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
@@ -104,7 +96,7 @@ def test_owner_with_a_reused_name_is_not_the_owner(kubectl, ns):
     dependent(kubectl, ns, "stale", {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
                                       "uid": str(uuid.uuid4())})
     eventually(gone(kubectl, "-n", ns, "cm", "stale"), what="a dependent whose owner's uid differs collected")
-    assert get(kubectl, "-n", ns, "cm", "owner") is not None
+    assert kubectl.get_json("-n", ns, "cm", "owner") is not None
 
 
 def test_cluster_scoped_owner_of_namespaced_dependent(kubectl, ns):
@@ -116,7 +108,7 @@ def test_cluster_scoped_owner_of_namespaced_dependent(kubectl, ns):
         dependent(kubectl, ns, "owned", owner)
         dependent(kubectl, ns, "plain", {**owner, "name": "x", "uid": str(uuid.uuid4())})
         eventually(gone(kubectl, "-n", ns, "cm", "plain"), what="the other dependent (dangling) collected")
-        assert get(kubectl, "-n", ns, "cm", "owned") is not None  # its owner lives
+        assert kubectl.get_json("-n", ns, "cm", "owned") is not None  # its owner lives
         kubectl.run("delete", "clusterrole", role)
         eventually(gone(kubectl, "-n", ns, "cm", "owned"), what="the dependent of the deleted ClusterRole collected")
     finally:
@@ -131,7 +123,7 @@ def test_live_owner_keeps_dependents(kubectl, ns):
         "metadata": {"name": "shared", "namespace": ns, "ownerReferences": [owner, other]}}))
     kubectl.run("-n", ns, "delete", "cm", "owner")
     # one owner left: the dependent stays, its reference to the deleted owner removed
-    eventually(lambda: [r["name"] for r in (get(kubectl, "-n", ns, "cm", "shared") or {})
+    eventually(lambda: [r["name"] for r in (kubectl.get_json("-n", ns, "cm", "shared") or {})
                         .get("metadata", {}).get("ownerReferences", [])] == ["other"],
                what="the reference to the deleted owner removed")
 
@@ -150,7 +142,7 @@ def test_deletecollection_with_propagation(kubectl, admin, ns):
         assert r.status_code == 200, r.text
     eventually(gone(kubectl, "-n", ns, "cm", "cascaded-dep"), what="Background: the dependent collected")
     eventually(gone(kubectl, "-n", ns, "cm", "orphaned"), what="Orphan: the owner goes once its dependent is orphaned")
-    kept = get(kubectl, "-n", ns, "cm", "orphaned-dep")
+    kept = kubectl.get_json("-n", ns, "cm", "orphaned-dep")
     assert kept is not None and not kept["metadata"].get("ownerReferences")
 
 
@@ -164,7 +156,7 @@ def test_namespace_deletion_empties_it(kubectl):
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "held", "namespace": name, "finalizers": ["example.com/hold"]}}))
     kubectl.run("delete", "namespace", name, "--wait=false")
-    ns = eventually(lambda: (o := get(kubectl, "namespace", name)) and any(
+    ns = eventually(lambda: (o := kubectl.get_json("namespace", name)) and any(
         c["type"] == "NamespaceFinalizersRemaining" and c["status"] == "True"
         for c in o.get("status", {}).get("conditions", [])) and o, what="the namespace says what it waits for")
     assert ns["status"]["phase"] == "Terminating"
@@ -180,23 +172,23 @@ def test_namespace_deletion_empties_it(kubectl):
 
 def test_default_serviceaccount_and_root_ca_in_every_namespace(kubectl, stack, ns):
     ca = (stack.state / "pki" / "ca.crt").read_text()
-    eventually(lambda: get(kubectl, "-n", ns, "serviceaccount", "default"), what="default ServiceAccount created")
-    cm = eventually(lambda: get(kubectl, "-n", ns, "configmap", "kube-root-ca.crt"), what="kube-root-ca.crt created")
+    eventually(lambda: kubectl.get_json("-n", ns, "serviceaccount", "default"), what="default ServiceAccount created")
+    cm = eventually(lambda: kubectl.get_json("-n", ns, "configmap", "kube-root-ca.crt"), what="kube-root-ca.crt created")
     assert cm["data"] == {"ca.crt": ca}
     kubectl.run("-n", ns, "delete", "serviceaccount", "default")
     kubectl.run("-n", ns, "delete", "configmap", "kube-root-ca.crt")
-    eventually(lambda: get(kubectl, "-n", ns, "serviceaccount", "default"), what="default ServiceAccount recreated")
-    eventually(lambda: get(kubectl, "-n", ns, "configmap", "kube-root-ca.crt"), what="kube-root-ca.crt recreated")
+    eventually(lambda: kubectl.get_json("-n", ns, "serviceaccount", "default"), what="default ServiceAccount recreated")
+    eventually(lambda: kubectl.get_json("-n", ns, "configmap", "kube-root-ca.crt"), what="kube-root-ca.crt recreated")
     kubectl.run("-n", ns, "patch", "configmap", "kube-root-ca.crt", "--type=merge", "-p", '{"data":{"ca.crt":"x"}}')
-    eventually(lambda: (get(kubectl, "-n", ns, "configmap", "kube-root-ca.crt") or {}).get("data") == {"ca.crt": ca},
+    eventually(lambda: (kubectl.get_json("-n", ns, "configmap", "kube-root-ca.crt") or {}).get("data") == {"ca.crt": ca},
                what="kube-root-ca.crt restored")
 
 
 def test_controller_manager_lease(kubectl):
     out = kubectl.run("-n", "kube-system", "get", "lease", "kube-controller-manager").stdout.split("\n")
     assert out[0].split() == ["NAME", "HOLDER", "AGE"]
-    lease = get(kubectl, "-n", "kube-system", "lease", "kube-controller-manager")
+    lease = kubectl.get_json("-n", "kube-system", "lease", "kube-controller-manager")
     assert lease["spec"]["leaseDurationSeconds"] == 15 and lease["spec"]["holderIdentity"]
     # its requests carry kube's User-Agent, so its writes are recorded under kube's field manager
-    lease = get(kubectl, "-n", "kube-system", "lease", "kube-controller-manager", "--show-managed-fields")
+    lease = kubectl.get_json("-n", "kube-system", "lease", "kube-controller-manager", "--show-managed-fields")
     assert "kube-controller-manager" in {m["manager"] for m in lease["metadata"]["managedFields"]}

@@ -46,14 +46,6 @@ def ns(kubectl: Kubectl) -> Iterator[str]:
         yield name
 
 
-def get(kubectl: Kubectl, *args: str) -> dict[str, Any] | None:
-    proc = kubectl.run("get", *args, "-o", "json", check=False)
-    if proc.returncode != 0:
-        assert "NotFound" in proc.stderr, proc.stderr
-        return None
-    return json.loads(proc.stdout)
-
-
 def gadget(kubectl: Kubectl, ns: str, name: str, owners: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A Gadget, as an ownerReference to it."""
     meta: dict[str, Any] = {"name": name, "namespace": ns}
@@ -61,7 +53,7 @@ def gadget(kubectl: Kubectl, ns: str, name: str, owners: list[dict[str, Any]] | 
         meta["ownerReferences"] = owners
     kubectl.run("create", "-f", "-", input=yaml.safe_dump({"apiVersion": f"{GROUP}/v1", "kind": "Gadget",
                                                            "metadata": meta, "spec": {"size": 1}}))
-    obj = get(kubectl, "-n", ns, RESOURCE, name)
+    obj = kubectl.get_json("-n", ns, RESOURCE, name)
     assert obj is not None
     return {"apiVersion": f"{GROUP}/v1", "kind": "Gadget", "name": name, "uid": obj["metadata"]["uid"]}
 
@@ -72,7 +64,7 @@ def configmap(kubectl: Kubectl, ns: str, name: str, owner: dict[str, Any] | None
         meta["ownerReferences"] = [owner]
     kubectl.run("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
                                                       "data": {"k": "v"}}))
-    obj = get(kubectl, "-n", ns, "cm", name)
+    obj = kubectl.get_json("-n", ns, "cm", name)
     assert obj is not None
     return {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": obj["metadata"]["uid"]}
 
@@ -83,7 +75,7 @@ def test_background_deletion_of_a_custom_owner(kubectl: Kubectl, ns: str) -> Non
         configmap(kubectl, ns, d, owner)
     kubectl.run("-n", ns, "delete", RESOURCE, "owner", "--cascade=background")
     for d in ("d1", "d2"):
-        eventually(lambda d=d: get(kubectl, "-n", ns, "cm", d) is None, what=f"dependent {d} collected")
+        eventually(lambda d=d: kubectl.get_json("-n", ns, "cm", d) is None, what=f"dependent {d} collected")
 
 
 def test_foreground_deletion_of_a_custom_owner(kubectl: Kubectl, ns: str) -> None:
@@ -93,11 +85,11 @@ def test_foreground_deletion_of_a_custom_owner(kubectl: Kubectl, ns: str) -> Non
         "metadata": {"name": "held", "namespace": ns, "finalizers": ["example.com/hold"], "ownerReferences": [owner]}}))
     configmap(kubectl, ns, "plain", owner)
     kubectl.run("-n", ns, "delete", RESOURCE, "owner", "--cascade=foreground", "--wait=false")
-    eventually(lambda: get(kubectl, "-n", ns, "cm", "plain") is None, what="the unblocked dependent collected")
-    waiting = get(kubectl, "-n", ns, RESOURCE, "owner")
+    eventually(lambda: kubectl.get_json("-n", ns, "cm", "plain") is None, what="the unblocked dependent collected")
+    waiting = kubectl.get_json("-n", ns, RESOURCE, "owner")
     assert waiting is not None and "foregroundDeletion" in waiting["metadata"]["finalizers"]
     kubectl.run("-n", ns, "patch", "cm", "held", "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
-    eventually(lambda: get(kubectl, "-n", ns, RESOURCE, "owner") is None,
+    eventually(lambda: kubectl.get_json("-n", ns, RESOURCE, "owner") is None,
                what="the custom owner goes once its blocking dependent is gone")
 
 
@@ -105,9 +97,9 @@ def test_orphan_deletion_of_a_custom_owner(kubectl: Kubectl, ns: str) -> None:
     owner = gadget(kubectl, ns, "owner")
     configmap(kubectl, ns, "kept", owner)
     kubectl.run("-n", ns, "delete", RESOURCE, "owner", "--cascade=orphan")
-    eventually(lambda: get(kubectl, "-n", ns, RESOURCE, "owner") is None,
+    eventually(lambda: kubectl.get_json("-n", ns, RESOURCE, "owner") is None,
                what="the custom owner deleted once its dependents are orphaned")
-    kept = get(kubectl, "-n", ns, "cm", "kept")
+    kept = kubectl.get_json("-n", ns, "cm", "kept")
     assert kept is not None and not kept["metadata"].get("ownerReferences")
 
 
@@ -117,7 +109,7 @@ def test_custom_objects_owned_by_a_configmap(kubectl: Kubectl, ns: str) -> None:
     gadget(kubectl, ns, "chained", [gadget(kubectl, ns, "middle", [owner])])
     kubectl.run("-n", ns, "delete", "cm", "owner")
     for name in ("dep", "middle", "chained"):
-        eventually(lambda name=name: get(kubectl, "-n", ns, RESOURCE, name) is None,
+        eventually(lambda name=name: kubectl.get_json("-n", ns, RESOURCE, name) is None,
                    what=f"custom dependent {name} collected")
 
 

@@ -8,7 +8,6 @@ import functools
 import json
 import ssl
 import uuid
-from typing import Any
 
 import httpx
 import pytest
@@ -23,22 +22,14 @@ FLOW_SCHEMA_HEADER = "X-Kubernetes-PF-FlowSchema-UID"
 PRIORITY_LEVEL_HEADER = "X-Kubernetes-PF-PriorityLevel-UID"
 
 
-def get(kubectl: Kubectl, *args: str) -> dict[str, Any] | None:
-    proc = kubectl.run("get", *args, "-o", "json", check=False)
-    if proc.returncode != 0:
-        assert "NotFound" in proc.stderr, proc.stderr
-        return None
-    return json.loads(proc.stdout)
-
-
 def table(kubectl: Kubectl, resource: str) -> list[list[str]]:
     return [line.split() for line in kubectl.run("get", resource).stdout.splitlines()]
 
 
 @pytest.fixture(scope="module")
 def bootstrapped(kubectl: Kubectl) -> None:
-    eventually(lambda: get(kubectl, "flowschema", "global-default") and
-               get(kubectl, "prioritylevelconfiguration", "workload-low"), what="the bootstrap configuration")
+    eventually(lambda: kubectl.get_json("flowschema", "global-default") and
+               kubectl.get_json("prioritylevelconfiguration", "workload-low"), what="the bootstrap configuration")
 
 
 def test_kubectl_columns_of_the_bootstrap_configuration(kubectl, bootstrapped):
@@ -55,14 +46,14 @@ def test_kubectl_columns_of_the_bootstrap_configuration(kubectl, bootstrapped):
     assert by_name["exempt"] == ["exempt", "Exempt", "<none>", "<none>", "<none>", "<none>"]
     assert by_name["catch-all"] == ["catch-all", "Limited", "5", "<none>", "<none>", "<none>"]
     assert by_name["workload-low"] == ["workload-low", "Limited", "100", "128", "6", "50"]
-    fs = get(kubectl, "flowschema", "exempt")
+    fs = kubectl.get_json("flowschema", "exempt")
     assert fs is not None and fs["metadata"]["annotations"]["apf.kubernetes.io/autoupdate-spec"] == "true"
 
 
 def test_exempt_requests_name_the_exempt_objects(kubectl, admin, bootstrapped):
     """system:masters is classified by the proxy itself; its headers still name the objects' uids."""
-    fs_uid = get(kubectl, "flowschema", "exempt")["metadata"]["uid"]  # type: ignore[index]
-    pl_uid = get(kubectl, "prioritylevelconfiguration", "exempt")["metadata"]["uid"]  # type: ignore[index]
+    fs_uid = kubectl.get_json("flowschema", "exempt")["metadata"]["uid"]  # type: ignore[index]
+    pl_uid = kubectl.get_json("prioritylevelconfiguration", "exempt")["metadata"]["uid"]  # type: ignore[index]
 
     def named() -> httpx.Response | None:
         r = admin.get("/api/v1/namespaces/default/configmaps")
@@ -106,8 +97,8 @@ def test_a_flow_schema_classifies_one_service_account(kubectl, stack, bootstrapp
                                  "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
                                                     "namespaces": ["*"], "clusterScope": True}]}]}}]}))
         try:
-            fs_uid = get(kubectl, "flowschema", schema)["metadata"]["uid"]  # type: ignore[index]
-            pl_uid = get(kubectl, "prioritylevelconfiguration", level)["metadata"]["uid"]  # type: ignore[index]
+            fs_uid = kubectl.get_json("flowschema", schema)["metadata"]["uid"]  # type: ignore[index]
+            pl_uid = kubectl.get_json("prioritylevelconfiguration", level)["metadata"]["uid"]  # type: ignore[index]
             token = kubectl.run("-n", ns, "create", "token", "bot").stdout.strip()
             ctx = ssl.create_default_context(cafile=str(stack.state / "pki" / "ca.crt"))
             with httpx.Client(base_url=stack.server, verify=ctx, timeout=30,
@@ -124,13 +115,13 @@ def test_a_flow_schema_classifies_one_service_account(kubectl, stack, bootstrapp
 
                 kubectl.run("delete", "prioritylevelconfiguration", level)
                 dangling = eventually(lambda: next(
-                    (c for c in ((get(kubectl, "flowschema", schema) or {}).get("status") or {}).get("conditions", [])
+                    (c for c in ((kubectl.get_json("flowschema", schema) or {}).get("status") or {}).get("conditions", [])
                      if c["type"] == "Dangling" and c["status"] == "True"), None), what="the schema marked Dangling")
                 assert (dangling["reason"], dangling["message"]) == (
                     "NotFound", (f'This FlowSchema references the PriorityLevelConfiguration object named "{level}" '
                                 "but there is no such object"))
                 assert {row[0]: row for row in table(kubectl, "flowschemas")}[schema][5] == "True"
-                sa_uid = get(kubectl, "flowschema", "service-accounts")["metadata"]["uid"]  # type: ignore[index]
+                sa_uid = kubectl.get_json("flowschema", "service-accounts")["metadata"]["uid"]  # type: ignore[index]
                 eventually(lambda: classified(sa_uid), what="the bot's requests back in service-accounts")
         finally:
             kubectl.run("delete", "flowschema", schema, "--ignore-not-found")
@@ -138,10 +129,10 @@ def test_a_flow_schema_classifies_one_service_account(kubectl, stack, bootstrapp
 
 
 def test_mandatory_objects_are_put_back_and_suggested_ones_left_alone(kubectl, bootstrapped):
-    old = get(kubectl, "prioritylevelconfiguration", "catch-all")
+    old = kubectl.get_json("prioritylevelconfiguration", "catch-all")
     assert old is not None
     kubectl.run("delete", "prioritylevelconfiguration", "catch-all")
-    back = eventually(lambda: get(kubectl, "prioritylevelconfiguration", "catch-all"), what="catch-all recreated")
+    back = eventually(lambda: kubectl.get_json("prioritylevelconfiguration", "catch-all"), what="catch-all recreated")
     assert back["metadata"]["uid"] != old["metadata"]["uid"] and back["spec"] == old["spec"]
     kubectl.run("annotate", "--overwrite", "prioritylevelconfiguration", "leader-election",
                 "apf.kubernetes.io/autoupdate-spec=false")
@@ -149,11 +140,11 @@ def test_mandatory_objects_are_put_back_and_suggested_ones_left_alone(kubectl, b
                 "-p", '{"spec": {"limited": {"nominalConcurrencyShares": 11}}}')
     kubectl.run("patch", "prioritylevelconfiguration", "global-default", "--type=merge",
                 "-p", '{"spec": {"limited": {"nominalConcurrencyShares": 21}}}')
-    eventually(lambda: (get(kubectl, "prioritylevelconfiguration", "global-default") or {})
+    eventually(lambda: (kubectl.get_json("prioritylevelconfiguration", "global-default") or {})
                ["spec"]["limited"]["nominalConcurrencyShares"] == 20, what="global-default's spec restored")
-    kept = get(kubectl, "prioritylevelconfiguration", "leader-election")
+    kept = kubectl.get_json("prioritylevelconfiguration", "leader-election")
     assert kept is not None and kept["spec"]["limited"]["nominalConcurrencyShares"] == 11
     kubectl.run("annotate", "--overwrite", "prioritylevelconfiguration", "leader-election",
                 "apf.kubernetes.io/autoupdate-spec=true")
-    eventually(lambda: (get(kubectl, "prioritylevelconfiguration", "leader-election") or {})
+    eventually(lambda: (kubectl.get_json("prioritylevelconfiguration", "leader-election") or {})
                ["spec"]["limited"]["nominalConcurrencyShares"] == 10, what="leader-election's spec restored")
