@@ -56,6 +56,14 @@ class Program:
         self.expression = expression
         self._program = program
 
+    def variables(self) -> list[str]:
+        """The variables the expression refers to (comprehension variables included)."""
+        return list(self._program.variables())
+
+    def functions(self) -> list[str]:
+        """The functions and operators the expression calls (`startsWith`, `_<=_`)."""
+        return list(self._program.functions())
+
     def evaluate(self, activation: Any) -> Any:
         """The result as plain Python (str, bool, int, float, list, dict, None)."""
         try:

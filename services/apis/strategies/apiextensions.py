@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 from services.apiserver import structural
 from services.apiserver import validation as v
 from services.apiserver.fielderrors import too_many
+from services.apiserver.cel import compilation as celcompilation
+from services.apiserver.cel.validation import Validator
 from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
 from services.apiserver.webhook.validation import ca_bundle_error, validate_ca_bundle, validate_client_config
 from services.common import errors
@@ -120,6 +122,7 @@ def validate_spec(spec: Obj) -> list[v.Cause]:
                                                 f"spec.versions[{i}].selectableFields")
         else:
             causes += schema_errors
+    causes += _validate_rules(versions, not causes)
     if versions:
         if not served:
             causes.append(v.invalid_go("spec.versions", _go_versions(versions),
@@ -203,6 +206,20 @@ def _allow_invalid_ca_bundle(old: Obj) -> bool:
         return True
     cc = (((old.get("spec") or {}).get("conversion") or {}).get("webhook") or {}).get("clientConfig") or {}
     return bool(cc.get("caBundle")) and ca_bundle_error(cc) is not None
+
+
+def _validate_rules(versions: list[Any], structural_ok: bool) -> list[v.Cause]:
+    """The x-kubernetes-validations of every schema, once the schemas are structural. kube's v1 conversion
+    lifts a schema every version shares to spec.validation, so the causes are reported there in that case."""
+    schemas = [(ver.get("schema") or {}).get("openAPIV3Schema") for ver in versions if isinstance(ver, dict)]
+    if not structural_ok or not schemas or any(not isinstance(s, dict) for s in schemas):
+        return []
+    if all(s == schemas[0] for s in schemas):
+        return celcompilation.validate_rules(schemas[0], "spec.validation.openAPIV3Schema")
+    causes: list[v.Cause] = []
+    for i, schema in enumerate(schemas):
+        causes += celcompilation.validate_rules(schema, f"spec.versions[{i}].schema.openAPIV3Schema")
+    return causes
 
 
 def _validate_scale(scale: Obj, path: str) -> list[v.Cause]:
@@ -341,6 +358,8 @@ class CustomResourceStrategy(Strategy):
     Subclassed per definition (custom_resource_strategy) since a strategy is built from its ResourceInfo."""
 
     schema: ClassVar[dict[str, Any]] = {}
+    # the version's x-kubernetes-validations, compiled when the definition is built (None: no rules)
+    rules: ClassVar[Validator | None] = None
     status_enabled: ClassVar[bool] = False
     scale_paths: ClassVar[dict[str, str]] = {}
     # any change but metadata (and status, with the subresource) moves metadata.generation
@@ -365,7 +384,23 @@ class CustomResourceStrategy(Strategy):
             obj.pop("status", None)
 
     def validate(self, obj: Obj) -> list[v.Cause]:
-        return generic_meta(super().validate(obj)) + structural.validate(obj, self.schema)
+        return self._validate_schema(obj, None)
+
+    def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
+        return self._validate_schema(obj, old) + v.validate_object_meta_update(obj.get("metadata") or {},
+                                                                              old.get("metadata") or {})
+
+    def _validate_schema(self, obj: Obj, old: Obj | None) -> list[v.Cause]:
+        """Metadata, the schema, then the CEL rules (with oldSelf on update) unless the object's types are
+        wrong (kube's hasBlockingErr)."""
+        causes = generic_meta(Strategy.validate(self, obj)) + structural.validate(obj, self.schema)
+        if self.rules is None:
+            return causes
+        if any(_blocks_rules(c) for c in causes):
+            return causes + [v.invalid("<nil>", "null", "some validation rules were not checked because the "
+                                                        "object was invalid; correct the existing errors to "
+                                                        "complete validation")]
+        return causes + self.rules.validate(obj, old)
 
     status_subresource = True
     # set by the registry's CRD controller once the definition is being deleted: its objects go, none is created
@@ -415,6 +450,11 @@ class CustomResourceStrategy(Strategy):
         node[last] = replicas
 
 
+def _blocks_rules(cause: v.Cause) -> bool:
+    """A wrong type or an unsupported value: the rules are not run on such an object."""
+    return cause["reason"] == "FieldValueNotSupported" or " must be of type " in cause["message"]
+
+
 def _get_path(obj: Obj, path: str) -> Any:
     """A scale path's value (.spec.replicas); None when absent."""
     node: Any = obj
@@ -426,8 +466,11 @@ def _get_path(obj: Obj, path: str) -> Any:
 def custom_resource_strategy(kind: str, schema: Obj, status_enabled: bool, scale_paths: Obj | None = None,
                              deprecation_warning: str = "", selectable: tuple[str, ...] = (),
                              stored_selectable: tuple[str, ...] = ()) -> type[CustomResourceStrategy]:
-    """The strategy class of one served version of a CustomResourceDefinition."""
+    """The strategy class of one served version of a CustomResourceDefinition; its rules are compiled here,
+    once per version each time the definition changes."""
+    compiled = celcompilation.compile_schema(schema)
     return type(f"{kind}Strategy", (CustomResourceStrategy,),
                 {"schema": copy.deepcopy(schema), "status_enabled": status_enabled,
+                 "rules": Validator(compiled) if compiled is not None else None,
                  "scale_paths": dict(scale_paths or {}), "deprecation_warning": deprecation_warning,
                  "selectable": selectable, "stored_selectable": stored_selectable or selectable})
