@@ -13,9 +13,9 @@ import json
 import time
 from typing import Any
 
+from services.cluster.stack import Stack
 from tools.bench import Conn, Probe, client_ctx, drive, interleaved, paired
 from tools.bench_stats import percentile
-from services.cluster.stack import Stack
 
 JSON = {"Content-Type": "application/json", "Accept": "application/json"}
 NS = "bench-crd"
