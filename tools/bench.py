@@ -998,7 +998,8 @@ def crd_only(args: argparse.Namespace, n: int, rounds: int) -> None:
     raw = on_fresh_stack(lambda st: bench_crd.run(st, args.concurrency, n, rounds))
     (ROOT / ".apiary" / "bench-crd.json").write_text(json.dumps(raw, indent=2))
     results = bench_crd.figures(raw)
-    print(f"concurrency {args.concurrency}, {rounds} rounds, {raw['object_bytes']} B objects, load average "
+    print(f"concurrency {args.concurrency}, {rounds} rounds, {raw['object_bytes']} B objects created "
+          f"(GET answers {raw['get_bytes']} B), load average "
           f"{load_average[0]:.2f} {load_average[1]:.2f} {load_average[2]:.2f} at the start, "
           f"{os.getloadavg()[0]:.2f} at the end")
     print("\n".join(figure_lines(results, {})))

@@ -179,7 +179,11 @@ async def run_async(stack: Stack, concurrency: int, n: int, rounds: int) -> dict
     create_cr = creator(widgets, widget)
     for create in (create_cm, create_cr):
         await drive(concurrency * 2, concurrency, create, pooled)  # warm, and every handshake done
-    get_cm, get_cr = getter(f"{configmaps}/obj-000001"), getter(f"{widgets}/obj-{concurrency * 2 + 1:06d}")
+    cm_path, cr_path = f"{configmaps}/obj-000001", f"{widgets}/obj-{concurrency * 2 + 1:06d}"
+    get_cm, get_cr = getter(cm_path), getter(cr_path)
+    # what a GET answers (managedFields name every field set): the bytes each GET moves
+    stored = {name: len((await admin.request("GET", path, headers={"Accept": "application/json"}))[1])
+              for name, path in (("configmap", cm_path), ("custom", cr_path))}
     probe = Probe(stack)
     per_round = max(1, rounds)
     rates = await interleaved(rounds, {
@@ -189,7 +193,7 @@ async def run_async(stack: Stack, concurrency: int, n: int, rounds: int) -> dict
         "get": lambda: probe.measure(drive(2 * n // per_round, concurrency, get_cr, pooled)),
     })
     ready = [await create_ready(admin, group, kind) for group, kind in ready_crds(READY_CRDS)]
-    return {"object_bytes": size, "widgets_ready_s": round(widgets_ready, 3), **rates,
+    return {"object_bytes": size, "get_bytes": stored, "widgets_ready_s": round(widgets_ready, 3), **rates,
             "ready": ready_summary(ready)}
 
 
@@ -203,7 +207,8 @@ def figures(raw: dict[str, Any]) -> dict[str, dict]:
     ready = raw["ready"]
     return {"crd_create": {**paired(raw["create"], raw["configmap_create"], "configmap_create"),
                            "object_bytes": raw["object_bytes"]},
-            "crd_get": {**paired(raw["get"], raw["configmap_get"], "configmap_get"), "object_bytes": raw["object_bytes"]},
+            "crd_get": {**paired(raw["get"], raw["configmap_get"], "configmap_get"), "object_bytes": raw["object_bytes"],
+                        "get_bytes": raw["get_bytes"]},
             "crd_established": {"p50_ms": ready["p50_ms"], "p90_ms": ready["p90_ms"], "baseline": "goal_p50_ms",
                                 "baseline_rate": GOAL_READY_P50_MS,
                                 "ratio": round(ready["p50_ms"] / GOAL_READY_P50_MS, 3), "ratio_is_cost": True,
