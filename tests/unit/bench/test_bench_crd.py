@@ -45,5 +45,6 @@ def test_ready_crds_are_of_distinct_groups_and_kinds():
 
 
 def test_ready_summary_takes_p50_and_p90_in_ms():
-    r = ready_summary([0.1 * i for i in range(1, 11)])
+    r = ready_summary([(0.05 * i, 0.1 * i) for i in range(1, 11)])
     assert (r["p50_ms"], r["p90_ms"], r["crds"]) == (600.0, 1000.0, 10)
+    assert (r["established_p50_ms"], r["established_p90_ms"]) == (300.0, 500.0)
