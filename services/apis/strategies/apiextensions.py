@@ -9,9 +9,9 @@ from typing import Any, ClassVar
 
 from services.apiserver import structural
 from services.apiserver import validation as v
-from services.apiserver.fielderrors import too_many
 from services.apiserver.cel import compilation as celcompilation
 from services.apiserver.cel.validation import Validator
+from services.apiserver.fielderrors import too_many
 from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
 from services.apiserver.webhook.validation import ca_bundle_error, validate_ca_bundle, validate_client_config
 from services.common import errors
@@ -96,7 +96,7 @@ def validate_spec(spec: Obj) -> list[v.Cause]:
         causes.append(v.not_supported("spec.scope", scope, SCOPES))
     versions = spec.get("versions") or []
     seen: set[str] = set()
-    unique, served, storage = True, False, 0
+    unique, served, storage, structural_ok = True, False, 0, True
     if not versions:
         causes.append(v.invalid_go("spec.versions", "[]apiextensions.CustomResourceDefinitionVersion(nil)",
                                    "must have exactly one version marked as storage version"))
@@ -121,8 +121,9 @@ def validate_spec(spec: Obj) -> list[v.Cause]:
             causes += selectablefields.validate(ver.get("selectableFields") or [], schema,
                                                 f"spec.versions[{i}].selectableFields")
         else:
+            structural_ok = False
             causes += schema_errors
-    causes += _validate_rules(versions, not causes)
+    causes += _validate_rules(versions, structural_ok)
     if versions:
         if not served:
             causes.append(v.invalid_go("spec.versions", _go_versions(versions),
