@@ -24,7 +24,9 @@ the pizza server.
 Then the admission webhooks' figures of tools/bench_webhooks.py, the storage-scale figures of
 tools/bench_storage.py (LIST of 10,000 against the HTTPS floor, watch-cache memory for 100,000
 objects, watch fan-out on gRPC and through HTTPS with 200 and 1,000 watchers) and the RBAC decision
-rates of tools/bench_rbac.py. `--quick` (`make bench QUICK=1`): only the goals' figures, smaller.
+rates of tools/bench_rbac.py, and the custom resources' figures of tools/bench_crd.py (CREATE and GET of a
+custom object with a schema and CEL rules against a ConfigMap of the same size; CRD create to servable).
+`--quick` (`make bench QUICK=1`): only the goals' figures, smaller.
 Writes .apiary/bench.json, appends the run to docs/bench-history/<machine>.jsonl (tools.bench_history);
 `--record` appends the figures to docs/benchmarks.md.
 """
@@ -696,7 +698,8 @@ def hello_server(port: int, cert: str, key: str, ca: str) -> None:
 
 
 EXTRA_FIGURES = ("replicas_get", "replicas_create", "watch_pizzas_100", "list_10k", "storage_memory", "watch_fanout",
-                 "watch_fanout_single_100", "watch_https_200", "watch_https_1000", "rbac_inprocess", "auth_grpc")
+                 "watch_fanout_single_100", "watch_https_200", "watch_https_1000", "rbac_inprocess", "auth_grpc",
+                 "crd_established")
 
 
 def measured(r: dict) -> str:
@@ -754,6 +757,10 @@ def extra_notes(name: str, r: dict) -> str:
                 f"(straight to the pizza server), delivered {r['delivered']}/{r['expected']}, {r['write_errors']} "
                 f"write errors; baseline: the same watch straight to the pizza server (p50 {r['baseline_p50_ms']} ms, "
                 f"{r['baseline_write_rate']} writes/s)")
+    if name == "crd_established":
+        return (f"CRD create to Established and its collection listed through the proxy, {r['crds']} CRDs one "
+                f"after another: p90 {r['p90_ms']} ms (Established alone: p50 {r['established_p50_ms']} ms, p90 "
+                f"{r['established_p90_ms']} ms); each {r['times_ms']} ms")
     if name.startswith(("watch_fanout", "watch_https")):
         cpu = f"storage CPU {r['storage_cpu_s']} s"
         if r.get("proxy_cpu_s") is not None:
@@ -883,13 +890,14 @@ def main() -> None:
     tune_malloc()
     p = argparse.ArgumentParser(prog="python -m tools.bench")
     p.add_argument("mode", nargs="?", default="run",
-                   choices=["run", "core", "writes", "policy", "replicas", "aggregation", "watch", "hello-server"],
+                   choices=["run", "core", "writes", "policy", "replicas", "aggregation", "watch", "crd", "hello-server"],
                    help="run: every figure; core: only get, list and create with their baselines and the CPU "
                    "per request of each service, and the open-loop figures; writes: only the apply and patch "
                    "figures; policy: only CREATE with and without a ValidatingAdmissionPolicy; replicas: only GET "
                    "and CREATE with 2 replicas of every service against 1; aggregation: only the GET of a pizza "
                    "through the proxy against straight to the pizza server, --rounds times; watch: only the HTTPS "
-                   "watch fan-out figures (watch_https_200, watch_https_1000), --rounds times on one stack")
+                   "watch fan-out figures (watch_https_200, watch_https_1000), --rounds times on one stack; crd: only "
+                   "the custom resources' figures (crd_create, crd_get, crd_established)")
     p.add_argument("--quick", action="store_true",
                    help="run: the issue's goals only, at small sizes (within 2 minutes; `make bench QUICK=1`); "
                    "kept in the history apart from full runs")
@@ -948,6 +956,9 @@ def main() -> None:
     if args.mode == "watch":
         watch_rounds(args.quick, rounds)
         return
+    if args.mode == "crd":
+        crd_only(args, n, rounds)
+        return
     if args.mode == "replicas":
         one = on_fresh_stack(lambda st: asyncio.run(bench_scaled(st, args.concurrency, n)))
         two = bench_replicas(args.concurrency, n)
@@ -980,10 +991,30 @@ def watch_rounds(quick: bool, rounds: int) -> None:
                   f"{r['generator_cpu_us_per_delivery']} (load average {os.getloadavg()[0]:.1f})")
 
 
+def crd_only(args: argparse.Namespace, n: int, rounds: int) -> None:
+    """The custom resources' figures on a fresh stack, with their goals and the CPU per request of each process."""
+    from tools import bench_crd
+
+    load_average = os.getloadavg()
+    raw = on_fresh_stack(lambda st: bench_crd.run(st, args.concurrency, n, rounds))
+    (ROOT / ".apiary" / "bench-crd.json").write_text(json.dumps(raw, indent=2))
+    results = bench_crd.figures(raw)
+    print(f"concurrency {args.concurrency}, {rounds} rounds, {raw['object_bytes']} B objects created "
+          f"(GET answers {raw['get_bytes']} B), load average "
+          f"{load_average[0]:.2f} {load_average[1]:.2f} {load_average[2]:.2f} at the start, "
+          f"{os.getloadavg()[0]:.2f} at the end")
+    print("\n".join(figure_lines(results, {})))
+    for name in ("configmap_create", "create", "configmap_get", "get"):
+        print(f"{name}: CPU ms/request {raw[name]['cpu_ms_per_request']}, gRPC calls/request "
+              f"{raw[name]['grpc_calls_per_request']}")
+    figures = bench_history.flatten(results)
+    print("\n".join(line for line in goal_lines(figures, {}) if "CRD" in line or "custom" in line))
+
+
 def run(args: argparse.Namespace, n: int, rounds: int) -> None:
     """Every figure (or, quick, those of issue 24's goals at small sizes), printed beside the previous
     run's and the goals; appended to the history."""
-    from tools import bench_pizza, bench_storage, bench_webhooks
+    from tools import bench_crd, bench_pizza, bench_storage, bench_webhooks
 
     began = time.perf_counter()
     load_average = os.getloadavg()[0]
@@ -1004,6 +1035,7 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
             raw["pizza"] = timed(phases, "pizza", lambda: bench_pizza.run(stack, c // 2, n, through_proxy=True,
                                                                           rounds=rounds))
             raw["webhooks"] = timed(phases, "webhooks", lambda: bench_webhooks.run(stack, c, n))
+            raw["crd"] = timed(phases, "crd", lambda: bench_crd.run(stack, c, n, rounds))
         raw["storage"] = timed(phases, "storage", lambda: bench_storage.run(stack, quick=args.quick))
     finally:
         stack.stop(quiet=True)
@@ -1023,6 +1055,7 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
         results.update(write_figures(raw))
         results.update(bench_webhooks.figures(raw["webhooks"]))
         results.update(aggregation_figures(raw["pizza"]))
+        results.update(bench_crd.figures(raw["crd"]))
     results.update(storage_figures(raw))
     if not args.quick:
         results.update(policy_figures(raw))
@@ -1048,7 +1081,7 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
         print(f"{name}: CPU ms/request {raw['apiary'][name]['cpu_ms_per_request']}, the bench's own "
               f"{raw['apiary'][name]['client_cpu_ms_per_request']}")
         print(f"{name}: gRPC calls/request {raw['apiary'][name]['grpc_calls_per_request']}")
-    print("\ngoals (issue 24):")
+    print("\ngoals (issues 24 and 22):")
     print("\n".join(goal_lines(figures, verdicts)))
     seconds = round(time.perf_counter() - began)
     print(f"\nphases (s): {phases}; {seconds} s in all (budget {120 if args.quick else 600} s)")

@@ -1,5 +1,5 @@
-"""The goals `make bench` prints: issue 24's table, each read from one number of the run
-(tools.bench_history.flatten's `figure.field`) and shown with the previous run's value and its flag."""
+"""The goals `make bench` prints: issue 24's table and issue 22's custom resources' goals, each read from one
+number of the run (tools.bench_history.flatten's `figure.field`) and shown with the previous run's value and its flag."""
 from __future__ import annotations
 
 import operator
@@ -40,6 +40,11 @@ GOALS = (
     Goal("GET during a 200 MB Table / PartialObjectMetadata LIST ÷ idle GET", "", "<=", 2.0,
          where="python -m tools.bench_fairness"),
     Goal("service ready after its process starts", "", "<=", 1.0, " s", where="tools/faults (kill -9)"),
+    Goal("custom object CREATE (20-field schema, 2 CEL rules) ÷ ConfigMap CREATE of the same size",
+         "crd_create.ratio", ">=", 0.7),
+    Goal("custom object GET ÷ ConfigMap GET of the same size", "crd_get.ratio", ">=", 0.7),
+    Goal("CRD create to Established and servable through the proxy: p50", "crd_established.p50_ms", "<=", 1000,
+         " ms"),
     Goal("2 proxy workers ÷ 1: HTTPS watch deliveries/s at p99 <= 100 ms; GET rate", "", ">=", 1.5,
          where="no such mode yet"),
 )

@@ -283,8 +283,10 @@ class ProxyApp:
         content_type = ""
         if body or info.verb in ("create", "update", "patch"):
             kind = self.discovery.kind(info.api_group, info.api_version, info.resource)
-            if info.verb in ("create", "update") and self._custom_group(info.api_group) and \
-                    ctx.header(b"content-type").split(";", 1)[0].strip().lower() == PROTOBUF:
+            # the content type first: _custom_group walks every CRD, which only a protobuf body needs
+            if info.verb in ("create", "update") and \
+                    ctx.header(b"content-type").split(";", 1)[0].strip().lower() == PROTOBUF and \
+                    self._custom_group(info.api_group):
                 # a custom resource's serializers are JSON and YAML only (kube's unstructured negotiation)
                 raise UnsupportedMediaType("the body of the request was in an unknown format - accepted media types "
                                            "include: application/json, application/yaml")

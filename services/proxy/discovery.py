@@ -4,14 +4,15 @@ Remote APIServices' groups, discovery entries and OpenAPI v3 documents are merge
 (aggregator/discovery.py) on every change. Documents are refreshed at start, whenever the APIService informer reports a change, and every
 REFRESH_PERIOD as a backstop. Everything that can be precomputed (v2beta1 variants, the OpenAPI
 index and hashes, per-group APIGroup documents) is built once per refresh, not per request; the
-Swagger 2.0 document of /openapi/v2 (JSON and protobuf) is rebuilt only when the v3 documents change.
+Swagger 2.0 document of /openapi/v2 (JSON and protobuf) is built on its first request after the v3
+documents changed, not on the refresh (a CRD's events would each block the loop for its conversion).
 """
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,7 +81,10 @@ class Discovery:
         self.kinds: dict[tuple[str, str], str] = {}
         self.openapi: dict[str, tuple[bytes, str]] = {}
         self.openapi_index = b'{"paths":{}}'
-        self.openapi_v2: openapi_v2.Built | None = None
+        self._v2_built: openapi_v2.Built | None = None
+        # the registry's v3 documents /openapi/v2 is next built from (on its next request: converting every
+        # group's documents costs the proxy's loop 100+ ms, which a refresh on every CRD event would block)
+        self._openapi_v2_source: Mapping[str, bytes] | None = None
         # the registry's /apis documents, before the remote APIServices are merged in
         self._local_groups: dict[str, Any] = dict(_EMPTY_AGGREGATED)
         self._local_group_list: dict[str, Any] = {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
@@ -137,11 +141,7 @@ class Discovery:
         self._local_group_list = orjson.loads(resp.api_group_list) if resp.api_group_list \
             else {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
         self._local_openapi = {path: (doc, openapi_hash(doc)) for path, doc in resp.openapi.items()}
-        try:
-            v2 = openapi_v2.build(resp.openapi, self.openapi_v2)
-        except Exception:  # noqa: BLE001 - a conversion bug must not take discovery and /openapi/v3 down
-            log.exception("building /openapi/v2 failed; keeping the previous document")
-            v2 = self.openapi_v2
+        self._openapi_v2_source = resp.openapi
         self.core = {"v2": core_v2, "v2beta1": core_v2b1}
         self.api_versions = resp.api_versions or b'{"kind":"APIVersions","versions":["v1"]}'
         self.merge()
@@ -149,7 +149,6 @@ class Discovery:
         self.kinds = {(gv, r.get("name", "")): r.get("kind", "")
                       for gv, doc in self.resource_lists.items()
                       for r in orjson.loads(doc).get("resources") or []}
-        self.openapi_v2 = v2
         self.loaded.set()
 
     def merge(self) -> None:
@@ -219,6 +218,18 @@ class Discovery:
         if doc is None:
             raise NotFound("the server could not find the requested resource")
         return Document(200, doc)
+
+    @property
+    def openapi_v2(self) -> openapi_v2.Built | None:
+        """/openapi/v2 of the last refresh's documents, built on its first read after a change (kube's
+        lazily computed spec)."""
+        source, self._openapi_v2_source = self._openapi_v2_source, None
+        if source is not None:
+            try:
+                self._v2_built = openapi_v2.build(source, self._v2_built)
+            except Exception:  # a conversion bug must not take discovery and /openapi/v3 down
+                log.exception("building /openapi/v2 failed; keeping the previous document")
+        return self._v2_built
 
     def _openapi_v2(self, accept: str, if_none_match: str) -> Document:
         """As kube-openapi's handler: JSON or gnostic protobuf by Accept, one ETag for both, 406 otherwise."""

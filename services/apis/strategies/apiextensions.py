@@ -9,9 +9,9 @@ from typing import Any, ClassVar
 
 from services.apiserver import structural
 from services.apiserver import validation as v
-from services.apiserver.fielderrors import too_many
 from services.apiserver.cel import compilation as celcompilation
 from services.apiserver.cel.validation import Validator
+from services.apiserver.fielderrors import too_many
 from services.apiserver.registry.rest import Obj, Strategy, SubresourceStrategy
 from services.apiserver.webhook.validation import ca_bundle_error, validate_ca_bundle, validate_client_config
 from services.common import errors
