@@ -4,6 +4,7 @@
                (ready, 3 CRDs Established and served): p50 and p90 over --runs starts
   up_warm      the same command again on the running cluster's state (it attaches)
   down         `apiary down` until every process of the cluster (each process group) is gone
+  start_cpu    CPU seconds each process spent on its start (read right after the first cold `up`)
   memory       summed VmRSS of every process of the cluster (etcd included, no pizza server), 10 s
                after ready, and each process's
   pytest_cold, pytest_reuse  a one-test pytest session with `-p services.cluster.pytest_plugin`: from
@@ -37,6 +38,7 @@ GROUP = "bench.apiary.dev"
 KINDS = ("Widget", "Gadget", "Gizmo")
 SUITE_TESTS = 50
 MEMORY_SETTLE = 10.0
+CLK = os.sysconf("SC_CLK_TCK")
 
 
 def crd_manifest(kind: str) -> dict[str, Any]:
@@ -229,6 +231,24 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process pid has spent."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def start_cpu(state: Path) -> dict[str, Any]:
+    """CPU seconds each process of the cluster spent up to now (right after ready: on its start), summed:
+    on 2 cores a start cannot take less than half of that."""
+    table = proc_table()
+    per = {name: round(sum(cpu_s(p) for p in members(table, [pid])), 2) for name, pid in cluster_pids(state).items()}
+    return {"total_cpu_s": round(sum(per.values()), 2), "per_process_cpu_s": dict(sorted(per.items(), key=lambda kv: -kv[1]))}
+
+
 def memory(state: Path) -> dict[str, Any]:
     """Summed RSS (MB) of every process of the cluster, and per process (its group and children summed)."""
     table = proc_table()
@@ -285,23 +305,29 @@ def bench(runs: int) -> dict[str, Any]:
     crds = write_crds(work / "crds")
     state = work / "cluster"
     out: dict[str, Any] = {"load_average_start": round(os.getloadavg()[0], 2)}
+    project = write_session(work / "one", suite=False)
     try:
-        cold, warm, downs = [], [], []
+        cold, warm, downs, sessions = [], [], [], []
+        # in each run the CLI's start and the plugin's, one after the other: a neighbour's burst of
+        # load slows one run of both rather than all of one
         for i in range(runs):
             shutil.rmtree(state, ignore_errors=True)
             cold.append(apiary("up", "--state", state, "--port", "0", "--crds", crds, "--detach"))
+            if i == 0:
+                out["start_cpu"] = start_cpu(state)
             warm.append(apiary("up", "--state", state, "--crds", crds, "--detach"))
             if i == 0:
                 time.sleep(MEMORY_SETTLE)
                 out["memory"] = memory(state)
             downs.append(down(state))
+            sessions.append(pytest_session(project, "--apiary-crds", crds))
         out["up_cold"] = summary(cold)
         out["up_warm"] = summary(warm)
         out["down"] = {"all_gone_p50_s": round(percentile([d["all_gone_s"] for d in downs], 0.5), 2),
                        "all_gone_max_s": max(d["all_gone_s"] for d in downs),
                        "command_p50_s": round(percentile([d["command_s"] for d in downs], 0.5), 2),
                        "processes": downs[0]["processes"]}
-        out["pytest_cold"] = _pytest_figures(work, crds, runs)
+        out["pytest_cold"] = _pytest_figures(project, work / "reuse" / "state", crds, sessions)
         out["suite"] = _suite(work, crds, state, max(1, runs // 2))
     finally:
         for s in (state, work / "reuse" / "state"):
@@ -313,13 +339,11 @@ def bench(runs: int) -> dict[str, Any]:
     return out
 
 
-def _pytest_figures(work: Path, crds: Path, runs: int) -> dict[str, Any]:
-    project = write_session(work / "one", suite=False)
-    cold = [pytest_session(project, "--apiary-crds", crds) for _ in range(runs)]
-    reuse_state = work / "reuse" / "state"
+def _pytest_figures(project: Path, reuse_state: Path, crds: Path, cold: list[dict[str, float]]) -> dict[str, Any]:
+    """The cold sessions' figures, and as many with --apiary-reuse after one that leaves the cluster running."""
     pytest_session(project, "--apiary-crds", crds, "--apiary-reuse", "--apiary-state", reuse_state)
     reuse = [pytest_session(project, "--apiary-crds", crds, "--apiary-reuse", "--apiary-state", reuse_state)
-             for _ in range(runs)]
+             for _ in cold]
     apiary("down", "--state", reuse_state)
     return {"cold": summary([r["to_first_test_s"] for r in cold]),
             "cold_wall": summary([r["wall_s"] for r in cold]),
