@@ -25,7 +25,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -264,7 +263,7 @@ def apiary(*args: str | Path) -> float:
     """Run `apiary ARGS` (python -m services.cluster); its wall seconds. Fails loudly."""
     t = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "services.cluster", *map(str, args)], cwd=ROOT,
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, check=False)
     took = time.monotonic() - t
     if r.returncode:
         raise RuntimeError(f"apiary {' '.join(map(str, args))}: exit {r.returncode}\n{r.stdout}\n{r.stderr}")
@@ -290,7 +289,7 @@ def pytest_session(project: Path, *options: str | Path) -> dict[str, float]:
     t = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
                         "services.cluster.pytest_plugin", "--rootdir", str(project), *map(str, options),
-                        str(project)], cwd=project, env=env, capture_output=True, text=True)
+                        str(project)], cwd=project, env=env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - t
     if r.returncode:
         raise RuntimeError(f"pytest in {project}: exit {r.returncode}\n{r.stdout[-4000:]}\n{r.stderr[-2000:]}")
@@ -333,7 +332,7 @@ def bench(runs: int) -> dict[str, Any]:
         for s in (state, work / "reuse" / "state"):
             if (s / "pids").is_dir():
                 subprocess.run([sys.executable, "-m", "services.cluster", "down", "--state", str(s)], cwd=ROOT,
-                               capture_output=True)
+                               capture_output=True, check=False)
         shutil.rmtree(work, ignore_errors=True)
     out["load_average_end"] = round(os.getloadavg()[0], 2)
     return out

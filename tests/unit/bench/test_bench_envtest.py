@@ -1,8 +1,16 @@
 import ast
 import json
 
-from tools.bench_envtest import (KINDS, SUITE_TESTS, crd_manifest, figures, members, summary, write_crds,
-                                 write_session)
+from tools.bench_envtest import (
+    KINDS,
+    SUITE_TESTS,
+    crd_manifest,
+    figures,
+    members,
+    summary,
+    write_crds,
+    write_session,
+)
 from tools.bench_goals import ENVTEST_GOALS, goal_lines
 
 
