@@ -52,7 +52,7 @@ from typing import Any, TypeVar
 from services.common.runtime import tune_malloc
 from services.cluster import certs
 from tools import bench_history
-from tools.bench_goals import goal_lines
+from tools.bench_goals import ENVTEST_GOALS, goal_lines
 from tools.bench_stats import interleave, latency_summary, median_of_rounds, ratio_of_rounds
 from tools.fakeservers import Issuer
 from services.cluster.stack import ROOT, Stack, replica_of
@@ -890,17 +890,21 @@ def main() -> None:
     tune_malloc()
     p = argparse.ArgumentParser(prog="python -m tools.bench")
     p.add_argument("mode", nargs="?", default="run",
-                   choices=["run", "core", "writes", "policy", "replicas", "aggregation", "watch", "crd", "hello-server"],
+                   choices=["run", "core", "writes", "policy", "replicas", "aggregation", "watch", "crd", "envtest",
+                            "hello-server"],
                    help="run: every figure; core: only get, list and create with their baselines and the CPU "
                    "per request of each service, and the open-loop figures; writes: only the apply and patch "
                    "figures; policy: only CREATE with and without a ValidatingAdmissionPolicy; replicas: only GET "
                    "and CREATE with 2 replicas of every service against 1; aggregation: only the GET of a pizza "
                    "through the proxy against straight to the pizza server, --rounds times; watch: only the HTTPS "
                    "watch fan-out figures (watch_https_200, watch_https_1000), --rounds times on one stack; crd: only "
-                   "the custom resources' figures (crd_create, crd_get, crd_established)")
+                   "the custom resources' figures (crd_create, crd_get, crd_established); envtest: "
+                   "apiary as a test cluster (tools/bench_envtest.py: `apiary up` cold and warm, `apiary down`, "
+                   "memory at rest, the pytest plugin's session, a 50-test operator suite), --runs times")
     p.add_argument("--quick", action="store_true",
                    help="run: the issue's goals only, at small sizes (within 2 minutes; `make bench QUICK=1`); "
                    "kept in the history apart from full runs")
+    p.add_argument("--runs", type=int, help="envtest: cold starts (default 5, quick 3)")
     p.add_argument("--rounds", type=int, help="rounds of each baseline and its figure (default 3, quick 2)")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--open-rate", help="GET,CREATE requests/s for the open-loop figures (default: half of "
@@ -959,6 +963,9 @@ def main() -> None:
     if args.mode == "crd":
         crd_only(args, n, rounds)
         return
+    if args.mode == "envtest":
+        envtest(args.runs or (3 if args.quick else 5))
+        return
     if args.mode == "replicas":
         one = on_fresh_stack(lambda st: asyncio.run(bench_scaled(st, args.concurrency, n)))
         two = bench_replicas(args.concurrency, n)
@@ -1009,6 +1016,18 @@ def crd_only(args: argparse.Namespace, n: int, rounds: int) -> None:
               f"{raw[name]['grpc_calls_per_request']}")
     figures = bench_history.flatten(results)
     print("\n".join(line for line in goal_lines(figures, {}) if "CRD" in line or "custom" in line))
+
+
+def envtest(runs: int) -> None:
+    """issue 23's figures, against their goals; the raw figures in .apiary/bench-envtest.json."""
+    from tools import bench_envtest
+
+    r = bench_envtest.bench(runs)
+    (ROOT / ".apiary").mkdir(exist_ok=True)
+    (ROOT / ".apiary" / "bench-envtest.json").write_text(json.dumps(r, indent=1))
+    print(json.dumps(r, indent=1))
+    print(f"\n{runs} runs, load average {r['load_average_start']} at the start, {r['load_average_end']} at the end")
+    print("\n".join(goal_lines(bench_envtest.figures(r), {}, ENVTEST_GOALS)))
 
 
 def run(args: argparse.Namespace, n: int, rounds: int) -> None:

@@ -50,12 +50,26 @@ GOALS = (
 )
 
 
-def goal_lines(figures: dict[str, float], verdicts: dict[str, Verdict]) -> list[str]:
+# issue 23's: apiary as a test cluster (`python -m tools.bench envtest`, tools/bench_envtest.py)
+ENVTEST_GOALS = (
+    Goal("`apiary up`, fresh state, to ready with 3 CRDs Established: p50", "envtest.up_cold_p50_s", "<=", 3.0, " s"),
+    Goal("`apiary up`, fresh state, to ready with 3 CRDs Established: p90", "envtest.up_cold_p90_s", "<=", 5.0, " s"),
+    Goal("`apiary up` again on the running cluster", "envtest.up_warm_p50_s", "<=", 0.5, " s"),
+    Goal("pytest session fixture, cold, to the first test: p50", "envtest.pytest_cold_p50_s", "<=", 3.0, " s"),
+    Goal("pytest session fixture, --apiary-reuse, to the first test", "envtest.pytest_reuse_p50_s", "<=", 0.5, " s"),
+    Goal("`apiary down` until every process is gone", "envtest.down_all_gone_p50_s", "<=", 1.0, " s"),
+    Goal("summed RSS of the stack at rest (etcd, no pizza)", "envtest.memory_mb", "<=", 400, " MB"),
+    Goal("50 operator tests starting the cluster ÷ on a running one", "envtest.suite_ratio", "<=", 2.0),
+)
+
+
+def goal_lines(figures: dict[str, float], verdicts: dict[str, Verdict],
+               goals: tuple[Goal, ...] = GOALS) -> list[str]:
     """One line per goal: its label, this run's value, whether it is met, the previous run's value
     and the flag when the value moved beyond its known spread."""
     lines = []
-    width = max(len(g.label) for g in GOALS)
-    for g in GOALS:
+    width = max(len(g.label) for g in goals)
+    for g in goals:
         want = f"{g.op} {g.target:g}{g.unit}"
         if not g.metric:
             lines.append(f"{g.label:{width}}  {'not measured':>14}  goal {want:12} ({g.where})")
