@@ -222,6 +222,50 @@ def test_kill_9_one_replica_of_each_under_load(private):
         assert n <= len(writers), f"kill -9 {name}: {n} client calls failed, more than were in flight"
 
 
+def test_a_crd_created_while_a_registry_replica_was_down_is_served_by_it_once_back(private):
+    """Every registry replica watches CRDs: one that was down when a CRD was created installs it when it
+    starts, so the calls the proxies spread to it find the resource (no 404 from the replica that missed
+    the event)."""
+    s = private.stack
+    name = replica_name("registry", 1)
+    group = f"down-{uuid.uuid4().hex[:6]}.example.com"
+    pid = s.pid(name)
+    assert pid is not None
+    os.killpg(pid, signal.SIGKILL)
+    reap(pid)
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": f"notes.{group}"},
+           "spec": {"group": group, "scope": "Namespaced", "names": {"plural": "notes", "kind": "Note"},
+                    "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                        "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+    crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    try:
+        made = private.admin.post(crds, json=crd)
+        assert made.status_code == 201, made.text
+        deadline = time.monotonic() + RECOVERY
+        while not any(c["type"] == "Established" and c["status"] == "True" for c in
+                      (private.admin.get(f"{crds}/notes.{group}").json().get("status") or {}).get("conditions", [])):
+            assert time.monotonic() < deadline, "the CRD was not Established by the replica that was up"
+            time.sleep(0.1)
+    finally:
+        s.spawn(name)
+        wait_ready(s, name, RECOVERY)
+    notes = f"/apis/{group}/v1/namespaces/default/notes"
+    with private.admin_on(0) as a, private.admin_on(1) as b:
+        # the proxies take the restarted replica back into their round-robin when they reconnect: GETs of
+        # the new resource until it has served a share of them, every one answered 200
+        before, deadline, i = calls_served(s, name), time.monotonic() + RECOVERY, 0
+        while calls_served(s, name) < before + 20:
+            assert time.monotonic() < deadline, "the restarted replica was not called again"
+            got = (a, b)[i % 2].get(notes)
+            assert got.status_code == 200, f"call {i}: {got.status_code} {got.text}"
+            i += 1
+        for i in range(40):
+            got = (a, b)[i % 2].get(notes)
+            assert got.status_code == 200, f"call {i}: {got.status_code} {got.text}"
+    private.admin.delete(f"{crds}/notes.{group}")
+
+
 def test_no_traceback_or_asyncio_error_logged(private):
     """Last in the module: every replica's log, across the kills above."""
     bad = []
