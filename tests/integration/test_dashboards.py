@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
+import shutil
 import ssl
 import time
 import urllib.request
@@ -19,23 +20,26 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.conftest import TEST_OFFSET
+from services.cluster.aggregated import PIZZA, PIZZA_GROUP
 from services.cluster.certs import read_tokens
+from services.cluster.stack import ROOT, Stack
+from tests.conftest import TEST_OFFSET
 from tools.dashboards import dashboards
 from tools.fakeservers import AdmissionWebhook
 from tools.observe import COMMITTED_CONFIG, Prometheus, config
-from services.cluster.aggregated import PIZZA, PIZZA_GROUP
-from services.cluster.stack import ROOT, Stack
 
 OFFSET = TEST_OFFSET + 700
 
 @pytest.fixture(scope="module")
 def observed() -> Iterator[tuple[Stack, Prometheus]]:
     stack = Stack(ROOT / ".apiary" / "test-dashboards", OFFSET, extra={
-        "apf": ["--max-requests-inflight", "4", "--max-mutating-requests-inflight", "2",
+        # 16 seats: global-default (alice) gets 2 of them by its 20 of the bootstrap levels' 245 shares, so her
+        # one-at-a-time requests never queue behind their own seat's release; her floods still do
+        "apf": ["--max-requests-inflight", "12", "--max-mutating-requests-inflight", "4",
                 "--apf-queue-wait-seconds", "0.05"],
         "storage": ["--etcd-compaction-interval", "2s"],
     })
+    shutil.rmtree(stack.logs, ignore_errors=True)  # _apf_configured reads this run's apf log
     stack.start(fresh=True)
     prom = Prometheus(stack.state, OFFSET, interval="1s")
     try:
@@ -64,8 +68,20 @@ async def _flood(stack: Stack, token: str, n: int) -> list[int]:
     return [r.status_code for r in rs]
 
 
+def _apf_configured(stack: Stack, within: float = 60) -> None:
+    """The apf service has the suggested FlowSchemas (global-default: alice's), which the controller-manager
+    creates a few seconds after the stack is ready; until then a user's requests fall in catch-all."""
+    deadline = time.monotonic() + within
+    log = stack.logs / "apf.log"
+    while not any("flow schemas added:" in line and "global-default" in line
+                  for line in log.read_text(errors="replace").splitlines()):
+        assert time.monotonic() < deadline, "the apf service never read the suggested FlowSchemas"
+        time.sleep(0.2)
+
+
 def _traffic(stack: Stack) -> None:
     tokens = read_tokens(stack.state)
+    _apf_configured(stack)
     with _client(stack) as admin:
         assert admin.post("/api/v1/namespaces", json={"metadata": {"name": "dash"}}).status_code == 201
         with admin.stream("GET", "/api/v1/namespaces/dash/configmaps?watch=true&timeoutSeconds=30") as watch:
