@@ -1,5 +1,7 @@
-"""What kube-apiserver creates at start: the system namespaces, the system PriorityClasses and one local
-APIService per group-version."""
+"""What kube-apiserver creates at start: the system namespaces, the system PriorityClasses, one local
+APIService per group-version, and API Priority and Fairness' bootstrap objects (its
+priority-and-fairness-config-producer post-start hook: created when missing, never changed here; the
+controller-manager's priority-and-fairness-config controller keeps them after that)."""
 from __future__ import annotations
 
 import copy
@@ -7,6 +9,7 @@ import logging
 from typing import Any
 
 from apiary_pb import registry_pb2 as rpb
+from services.apis import flowcontrol_bootstrap as apf
 from services.apis.strategies.scheduling import SYSTEM_PRIORITY_CLASSES
 from services.apiserver.catalogue import Catalogue
 from services.apiserver.endpoints.handlers import Handlers
@@ -53,3 +56,12 @@ async def bootstrap(handlers: Handlers[StorageClient], catalogue: Catalogue) -> 
     for group, version in catalogue.group_versions():
         await _ensure(handlers, "apiregistration.k8s.io", "v1", "apiservices",
                       local_apiservice(catalogue, group, version))
+    # so that a ready server classifies by the whole bootstrap configuration, not catch-all alone; the
+    # levels before the schemas, which then never dangle
+    levels = apf.MANDATORY_PRIORITY_LEVELS + apf.SUGGESTED_PRIORITY_LEVELS
+    schemas = apf.MANDATORY_FLOW_SCHEMAS + apf.SUGGESTED_FLOW_SCHEMAS
+    for resource, objects in (("prioritylevelconfigurations", levels), ("flowschemas", schemas)):
+        for obj in objects:
+            out = copy.deepcopy(obj)
+            out["metadata"]["annotations"] = {apf.AUTOUPDATE_ANNOTATION: "true"}
+            await _ensure(handlers, "flowcontrol.apiserver.k8s.io", "v1", resource, out)

@@ -240,7 +240,11 @@ def test_a_crd_created_while_a_registry_replica_was_down_is_served_by_it_once_ba
                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
     crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
     try:
-        made = private.admin.post(crds, json=crd)
+        # a call already on its way to the killed replica fails (503) until the proxy sees it gone: retried,
+        # as clients retry a 503
+        deadline = time.monotonic() + RECOVERY
+        while (made := private.admin.post(crds, json=crd)).status_code == 503 and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert made.status_code == 201, made.text
         deadline = time.monotonic() + RECOVERY
         while not any(c["type"] == "Established" and c["status"] == "True" for c in

@@ -457,6 +457,12 @@ async def test_bootstrap_idempotent(handlers, storage, api):
     await bootstrap(handlers, handlers.catalogue)
     await bootstrap(handlers, handlers.catalogue)
     assert "/registry/namespaces/kube-system" in storage.data
+    # API Priority and Fairness' bootstrap configuration, levels and schemas, marked for auto-update
+    _, fs = await api("get", "flowschemas", "", "global-default", group="flowcontrol.apiserver.k8s.io")
+    assert fs["spec"]["priorityLevelConfiguration"] == {"name": "global-default"}
+    assert fs["metadata"]["annotations"] == {"apf.kubernetes.io/autoupdate-spec": "true"}
+    _, levels = await api("list", "prioritylevelconfigurations", group="flowcontrol.apiserver.k8s.io")
+    assert {o["metadata"]["name"] for o in levels["items"]} >= {"exempt", "catch-all", "workload-low"}
     _, svc = await api("get", "apiservices", "", "v1.")
     assert svc["spec"] == {"group": "", "version": "v1", "groupPriorityMinimum": 18000, "versionPriority": 1}
     cond = svc["status"]["conditions"][0]
