@@ -168,7 +168,26 @@ class AuthzWebhook(TLSServer):
                      "status": self.decide(review)}
 
 
-class AdmissionWebhook(TLSServer):
+class ReviewServer(TLSServer):
+    """A webhook of review objects (admission, conversion): every review received kept in `calls`, and the
+    path it came to in `paths`; `answer(review)` gives the reply."""
+
+    def __init__(self, directory: Path, name: str, dns_names: tuple[str, ...] = ()) -> None:
+        super().__init__(directory, name, dns_names)
+        self.calls: list[dict[str, Any]] = []
+        self.paths: list[str] = []
+
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        review = json.loads(body)
+        self.calls.append(review)
+        self.paths.append(path)
+        return 200, self.answer(review)
+
+    def answer(self, review: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class AdmissionWebhook(ReviewServer):
     """An admission webhook: `decide(request) -> response fields` (allowed, patch, warnings, status, ...)
     answers each AdmissionReview (uid and the review's apiVersion filled in); `delay` seconds of sleep
     first make a slow one; `dns_names` for its serving certificate (a Service's <name>.<namespace>.svc).
@@ -179,20 +198,15 @@ class AdmissionWebhook(TLSServer):
         super().__init__(directory, name, dns_names)
         self.decide = decide
         self.delay = delay
-        self.calls: list[dict[str, Any]] = []
-        self.paths: list[str] = []
 
-    def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
-        review = json.loads(body)
-        self.calls.append(review)
-        self.paths.append(path)
+    def answer(self, review: dict[str, Any]) -> dict[str, Any]:
         if self.delay:
             time.sleep(self.delay)
         response = {"uid": review["request"]["uid"], **self.decide(review["request"])}
-        return 200, {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
+        return {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
 
 
-class ConversionWebhook(TLSServer):
+class ConversionWebhook(ReviewServer):
     """A CRD conversion webhook: `convert(object, desiredAPIVersion) -> object` for each object of a
     ConversionReview (apiVersion set to the desired one here), answered with the review's uid and Success;
     `dns_names` for its serving certificate (a Service's <name>.<namespace>.svc). Every review received is
@@ -202,19 +216,14 @@ class ConversionWebhook(TLSServer):
                  dns_names: tuple[str, ...] = ()) -> None:
         super().__init__(directory, name, dns_names)
         self.convert = convert
-        self.calls: list[dict[str, Any]] = []
-        self.paths: list[str] = []
 
-    def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
-        review = json.loads(body)
-        self.calls.append(review)
-        self.paths.append(path)
+    def answer(self, review: dict[str, Any]) -> dict[str, Any]:
         req = review["request"]
         desired = req["desiredAPIVersion"]
         converted = [{**self.convert(obj, desired), "apiVersion": desired} for obj in req["objects"]]
-        return 200, {"apiVersion": review["apiVersion"], "kind": "ConversionReview",
-                     "response": {"uid": req["uid"], "result": {"status": "Success"},
-                                  "convertedObjects": converted}}
+        return {"apiVersion": review["apiVersion"], "kind": "ConversionReview",
+                "response": {"uid": req["uid"], "result": {"status": "Success"},
+                             "convertedObjects": converted}}
 
 
 class AggregatedBackend:
