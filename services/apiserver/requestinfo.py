@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 API_PREFIXES = frozenset(("api", "apis"))
 GROUPLESS_PREFIXES = frozenset(("api",))
@@ -43,6 +43,25 @@ def _split(path: str) -> list[str]:
     return path.split("/") if path else []
 
 
+def needs_raw_split(raw_path: bytes) -> bool:
+    """Whether the raw path has an escaped slash or a dot segment, which the decoded path loses or
+    keeps wrongly ("secrets/%2F" is the name "/", not a list; "a/../b" is "b")."""
+    return b"%2f" in raw_path.lower() or b"/." in raw_path
+
+
+def split_raw(raw_path: bytes) -> list[str]:
+    """The path's segments as a client's URL means them: dot segments removed (RFC 3986, as Go's
+    path.Clean and every HTTP client does), then each segment unescaped on its own."""
+    out: list[str] = []
+    for seg in raw_path.decode("latin-1").strip("/").split("/"):
+        if seg == "..":
+            if out:
+                out.pop()
+        elif seg not in (".", ""):
+            out.append(unquote(seg))
+    return out
+
+
 def parse_query(query_string: str | bytes) -> dict[str, str]:
     """Query parameters, first value of each (as kube's parameter codec reads them)."""
     if isinstance(query_string, bytes):
@@ -79,10 +98,12 @@ def _name_from_field_selector(selector: str) -> str:
     return ""
 
 
-def parse(method: str, path: str, query: dict[str, str] | None = None) -> RequestInfo:
-    """Parse like RequestInfoFactory.NewRequestInfo. Raises ValueError for /watch without a resource."""
+def parse(method: str, path: str, query: dict[str, str] | None = None,
+          segments: list[str] | None = None) -> RequestInfo:
+    """Parse like RequestInfoFactory.NewRequestInfo (segments: the path's, when split_raw made them).
+    Raises ValueError for /watch without a resource."""
     info = RequestInfo(path=path, verb=method.lower())
-    parts = _split(path)
+    parts = _split(path) if segments is None else segments
     if len(parts) < 3 or parts[0] not in API_PREFIXES:
         return info
     info.api_prefix = parts[0]

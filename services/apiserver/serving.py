@@ -28,6 +28,7 @@ import ssl
 import sys
 import sysconfig
 import time
+import urllib.parse
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,8 @@ _HEADERS_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
                       b"431 Request Header Fields Too Large")
 # Go reads MaxHeaderBytes + 4096 before it gives up on a request's headers.
 _HEADER_SLACK = 4096
+# the longest request-target httptools.parse_url takes (its offsets are 16-bit)
+_PARSE_URL_MAX = 65535
 # What a TLS connection holds on the C heap, freed when it closes: uvloop's SSL read buffer (256 KiB,
 # SSL_READ_MAX_SIZE, allocated with each connection) and OpenSSL's state. Counted to runtime.released
 # so that a burst of closed connections (2,000 watches reset) is given back to the system instead of
@@ -305,6 +308,22 @@ class TLSHttpToolsProtocol(HttpToolsProtocol):
         if self._deadlines is not None:
             self._deadlines.clear(self)
 
+    def _parse_long_url(self) -> None:
+        """uvicorn's on_headers_complete for a request-target longer than _PARSE_URL_MAX."""
+        url = self.url
+        # httptools.parse_url keeps uint16 offsets: a longer request-target (Go takes any within
+        # MaxHeaderBytes) is split here, and the scope, not read before the request's task runs, fixed
+        self.url = b"/"
+        super().on_headers_complete()
+        target = url.split(b"#", 1)[0]
+        if b"://" in target.split(b"?", 1)[0]:  # absolute-form: the path starts after the authority
+            target = b"/" + target.split(b"://", 1)[1].partition(b"/")[2]
+        raw_path, _, query = target.partition(b"?")
+        path = raw_path.decode("latin-1")
+        self.scope["path"] = self.root_path + (urllib.parse.unquote(path) if "%" in path else path)
+        self.scope["raw_path"] = self.root_path.encode("ascii") + raw_path
+        self.scope["query_string"] = query
+
     def header_timeout(self) -> None:
         """The headers did not arrive in time (a slow or idle client): closed unanswered, as Go does."""
         if not self.transport.is_closing():
@@ -338,7 +357,10 @@ class TLSHttpToolsProtocol(HttpToolsProtocol):
         self._cancel_header_timer()
         self._in_headers = False
         self._header_bytes = 0
-        super().on_headers_complete()
+        if len(self.url) > _PARSE_URL_MAX:
+            self._parse_long_url()
+        else:
+            super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self._in_headers = True

@@ -218,8 +218,9 @@ def validate_object_meta(meta: dict[str, Any], namespaced: bool, name_validator:
     name = meta.get("name") or ""
     generate_name = meta.get("generateName") or ""
     if generate_name:
-        causes.extend(invalid("metadata.generateName", generate_name, m)
-                      for m in name_validator(generate_name + "a") if "no more than" not in m)
+        # validated as a prefix (kube's nameFn(generateName, true): a trailing dash masked), length included
+        prefix = generate_name[:-1] + "a" if generate_name.endswith("-") else generate_name
+        causes.extend(invalid("metadata.generateName", generate_name, m) for m in name_validator(prefix))
     if not name:
         causes.append(required("metadata.name", "name or generateName is required"))
     else:

@@ -54,6 +54,9 @@ def parser() -> argparse.ArgumentParser:
                     help="processes per service (etcd: one); default $APIARY_REPLICAS or 1")
     up.add_argument("--detach", action="store_true", help="return once ready and leave the cluster running")
     up.add_argument("--fresh", action="store_true", help="start from an empty etcd")
+    up.add_argument("-v", "--v", type=int, metavar="N", dest="verbosity",
+                    help="every service's log verbosity (4: each request's stages, with its audit ID); "
+                         "default $APIARY_V or what the state directory recorded")
     up.add_argument("--aggregated", action="append", default=[],
                     choices=[a.name for a in AGGREGATED_SERVERS], metavar="NAME",
                     help="run an aggregated API server of the repository too (pizza-apiserver)")
@@ -91,6 +94,8 @@ def up_stack(args: argparse.Namespace) -> Stack:
                  free_ports=args.port == 0 if chosen else recorded.free_ports,
                  ports=recorded.ports if not chosen or args.port == 0 else {},
                  replicas=replicas, detach=args.detach,
+                 verbosity=args.verbosity if args.verbosity is not None else int(
+                     os.environ.get("APIARY_V") or recorded.verbosity),
                  aggregated=[known[n] for n in args.aggregated] or ([] if chosen else recorded.aggregated))
 
 

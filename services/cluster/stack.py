@@ -86,6 +86,7 @@ def kube_style_flags(stack: "Stack", server: AggregatedServer) -> list[str]:
         "--requestheader-client-ca-file", str(pki / "front-proxy-ca.crt"),
         "--requestheader-allowed-names", "front-proxy-client",
         "--client-ca-file", str(pki / "ca.crt"),
+        *(["-v", str(stack.verbosity)] if stack.verbosity else []),
     ]
 
 
@@ -112,6 +113,7 @@ class Stack:
     replicas: int = 1  # processes per service (etcd: always one)
     free_ports: bool = False
     detach: bool = False
+    verbosity: int = 0  # every service's -v (klog's levels: 4 logs each request's stages)
     # "<process>:<kind>" -> port, with free_ports (kinds: ports.KINDS)
     ports: dict[str, int] = field(default_factory=dict)
     _lifeline: int | None = field(default=None, init=False, repr=False)
@@ -130,6 +132,7 @@ class Stack:
         recorded = cls(state)._recorded()
         known = {a.name: a for a in AGGREGATED_SERVERS}
         return cls(state, offset=int(recorded.get("offset", 0)), replicas=int(recorded.get("replicas", 1)),
+                   verbosity=int(recorded.get("verbosity", 0)),
                    free_ports=bool(recorded.get("free_ports")), ports=dict(recorded.get("ports") or {}),
                    aggregated=[known[n] for n in recorded.get("aggregated", ()) if n in known], **kwargs)
 
@@ -147,7 +150,7 @@ class Stack:
         self.state.mkdir(parents=True, exist_ok=True)
         self.record.write_text(json.dumps({
             "offset": self.offset, "free_ports": self.free_ports, "replicas": self.replicas,
-            "aggregated": [a.name for a in self.aggregated],
+            "verbosity": self.verbosity, "aggregated": [a.name for a in self.aggregated],
             "ports": {f"{n}:{k}": self.port(n, k) for n in self.names() for k in self.port_kinds(n)},
         }, indent=1) + "\n")
 
@@ -279,6 +282,8 @@ class Stack:
         ]
         if name in GRPC_PORTS:
             cmd += ["--grpc-port", str(self.grpc_port(process))]
+        if self.verbosity:
+            cmd += ["--v", str(self.verbosity)]
         for peer in () if name in API_CLIENTS else PEERS:
             if peer != name:
                 cmd += [f"--{peer}-address", self.addresses(peer)]

@@ -223,6 +223,9 @@ class ProxyApp:
         if path == "/version" or path == "/version/":
             await ctx.respond(200, VERSION_INFO)
             return
+        if path == "/":
+            await ctx.respond(200, self.discovery.root_paths)
+            return
         if path == "/metrics":
             await ctx.respond(200, metrics_exposition(), CONTENT_TYPE_LATEST)
             return

@@ -61,6 +61,11 @@ def _aggregated_variants(raw: bytes) -> tuple[bytes, bytes]:
     return v2, orjson.dumps(doc)
 
 
+# The paths the proxy serves besides the API groups' (its health checks, metrics, version, OpenAPI)
+_SERVER_PATHS = ("/api", "/api/v1", "/apis", "/apis/", "/healthz", "/healthz/ping", "/livez", "/livez/ping",
+                 "/metrics", "/openapi/v2", "/openapi/v3", "/openapi/v3/", "/readyz", "/readyz/ping", "/version")
+
+
 def openapi_hash(doc: bytes) -> str:
     """kube-openapi's handler3 hash: the SHA-512 of the document, upper-case hex."""
     return hashlib.sha512(doc).hexdigest().upper()
@@ -81,6 +86,7 @@ class Discovery:
         self.kinds: dict[tuple[str, str], str] = {}
         self.openapi: dict[str, tuple[bytes, str]] = {}
         self.openapi_index = b'{"paths":{}}'
+        self.root_paths = orjson.dumps({"paths": sorted(_SERVER_PATHS)})
         self._v2_built: openapi_v2.Built | None = None
         # the registry's v3 documents /openapi/v2 is next built from (on its next request: converting every
         # group's documents costs the proxy's loop 100+ ms, which a refresh on every CRD event would block)
@@ -168,6 +174,11 @@ class Discovery:
             if path not in openapi:
                 openapi[path] = (doc, openapi_hash(doc))
         self.openapi = openapi
+        # GET /: kube's index of every path its muxes serve (routes.Index), groups and versions included
+        versions = [f"/apis/{g['name']}/{v['version']}" for g in group_list.get("groups") or []
+                    for v in g.get("versions") or []]
+        self.root_paths = orjson.dumps({"paths": sorted({*_SERVER_PATHS, *versions, *(
+            f"/apis/{g['name']}" for g in group_list.get("groups") or [])})})
         self.openapi_index = orjson.dumps({"paths": {
             path: {"serverRelativeURL": f"/openapi/v3/{path}?hash={h}"} for path, (_, h) in sorted(openapi.items())}})
 

@@ -50,7 +50,6 @@ def check_list_options(rv: str, match: str) -> None:
         }
     if cause:
         cause["field"] = "resourceVersionMatch"
-        cause["message"] = f"resourceVersionMatch: {cause['message']}"
         raise errors.invalid("ListOptions", "meta.k8s.io", "", [cause])
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from services.apiserver.requestinfo import parse, parse_query
+from services.apiserver.requestinfo import needs_raw_split, parse, parse_query, split_raw
 
 # (method, url, verb, resource?, api_prefix, group, version, namespace, resource, subresource, name)
 CASES = [
@@ -92,3 +92,21 @@ def test_read_only():
 
 def test_parse_query_first_value():
     assert parse_query(b"a=1&a=2&b=&c=x%2Fy") == {"a": "1", "b": "", "c": "x/y"}
+
+
+@pytest.mark.parametrize("raw,segments", [
+    (b"/api/v1/namespaces/kube-system/secrets/%2F", ["api", "v1", "namespaces", "kube-system", "secrets", "/"]),
+    (b"/api/v1/namespaces/../secrets", ["api", "v1", "secrets"]),
+    (b"/api/v1/./namespaces/a/configmaps/b%2fc/", ["api", "v1", "namespaces", "a", "configmaps", "b/c"]),
+    (b"/../../api", ["api"]),
+])
+def test_raw_paths_keep_escaped_slashes_and_lose_dot_segments(raw, segments):
+    assert needs_raw_split(raw)
+    assert split_raw(raw) == segments
+
+
+def test_plain_paths_take_the_decoded_split():
+    assert not needs_raw_split(b"/api/v1/namespaces/a/configmaps/my.config")
+    info = parse("GET", "/api/v1/namespaces/kube-system/secrets//", {},
+                 split_raw(b"/api/v1/namespaces/kube-system/secrets/%2F"))
+    assert (info.verb, info.namespace, info.resource, info.name) == ("get", "kube-system", "secrets", "/")

@@ -316,3 +316,29 @@ async def test_closed_connections_count_their_buffers_as_released(pki, monkeypat
     assert freed == [server_module.CONNECTION_HEAP_BYTES] * 3
     stop.set()
     await asyncio.wait_for(task, 5)
+
+
+async def scope_app(scope, receive, send):
+    body = orjson.dumps({"path": scope["path"], "raw_path": scope["raw_path"].decode(),
+                         "query": scope["query_string"].decode()})
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+@pytest.mark.parametrize("n", [100, 70_000, 300_000])
+async def test_request_targets_of_any_length_within_the_header_limit_are_served(pki, n):
+    # httptools.parse_url takes 64 KiB at most; Go takes any request-target within MaxHeaderBytes
+    server, stop, task, url = await _serve(scope_app, pki)
+    name = "a" * n
+    reader, writer = await _open(pki, url)  # raw: httpx refuses URLs over 64 KiB itself
+    writer.write(f"GET /api/v1/namespaces/default/configmaps/{name}%2Fx?limit=1&x=%20 HTTP/1.1\r\n"
+                 "Host: localhost\r\nConnection: close\r\n\r\n".encode())
+    data = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert orjson.loads(body) == {"path": f"/api/v1/namespaces/default/configmaps/{name}/x",
+                        "raw_path": f"/api/v1/namespaces/default/configmaps/{name}%2Fx", "query": "limit=1&x=%20"}
+    stop.set()
+    await asyncio.wait_for(task, 5)

@@ -76,3 +76,19 @@ def test_down_and_status_of_no_cluster(tmp_path: Path, capsys: pytest.CaptureFix
     with pytest.raises(SystemExit) as e:
         cli.main(["status", "--state", str(tmp_path)])
     assert e.value.code == 1
+
+
+def test_verbosity_reaches_every_service_and_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("APIARY_V", raising=False)
+    s = cli.up_stack(cli.parse(["up", "--state", str(tmp_path), "--port-offset", "7", "--v", "4",
+                                "--aggregated", "pizza-apiserver"]))
+    for name in ("storage", "registry", "proxy", "controllermanager"):
+        cmd = s.command(name)
+        assert cmd[cmd.index("--v") + 1] == "4", name
+    pizza = s.command("pizza-apiserver")
+    assert pizza[pizza.index("-v") + 1] == "4"
+    s._write_record()
+    assert cli.up_stack(cli.parse(["up", "--state", str(tmp_path)])).verbosity == 4
+    monkeypatch.setenv("APIARY_V", "2")
+    assert cli.up_stack(cli.parse(["up", "--state", str(tmp_path / "new")])).verbosity == 2
+    assert "--v" not in cli.up_stack(cli.parse(["up", "--state", str(tmp_path / "new"), "--v", "0"])).command("proxy")

@@ -273,6 +273,21 @@ async def test_routing(stack):
     assert r.status_code == 404 and r.text == "404 page not found\n"
 
 
+async def test_root_lists_the_served_paths(stack):
+    paths = (await stack.client.get("/", headers=ADMIN)).json()["paths"]
+    assert paths == sorted(paths)
+    assert {"/api", "/api/v1", "/apis", "/apis/apps", "/apis/apps/v1", "/healthz", "/livez", "/readyz", "/metrics",
+            "/openapi/v2", "/openapi/v3", "/version"} <= set(paths)
+
+
+async def test_a_name_that_is_no_path_segment_is_a_bad_request(stack):
+    r = await stack.client.get("/api/v1/namespaces/kube-system/secrets/%2F", headers=ADMIN)
+    assert r.status_code == 400, r.text
+    assert r.json()["message"] == 'Name parameter invalid: "/": may not contain \'/\''
+    r = await stack.client.get("/api/v1/namespaces/demo/configmaps/a%2Fb", headers=ADMIN)
+    assert r.status_code == 400 and r.json()["reason"] == "BadRequest"
+
+
 async def test_namespace_object_is_cluster_scoped_for_registry(stack):
     await stack.client.get("/api/v1/namespaces/demo", headers=ADMIN)
     req = stack.registry.requests[-1]

@@ -90,6 +90,21 @@ def test_generate_name_alphabet():
     assert len(n) == 63 and all(c in NAME_ALPHABET for c in n[-5:])
 
 
+async def test_generate_name_is_validated_as_a_name_prefix(api):
+    body = cm(name="", generateName="a" * 300)
+    del body["metadata"]["name"]
+    with pytest.raises(errors.Invalid) as e:
+        await api("create", "configmaps", "default", body=body)
+    assert [c["field"] for c in e.value.details["causes"]] == ["metadata.generateName"]
+    assert "must be no more than 253 characters" in e.value.message
+    body["metadata"]["generateName"] = "a" * 252 + "-"  # the trailing dash of a prefix is allowed
+    created = (await api("create", "configmaps", "default", body=body))[1]
+    assert len(created["metadata"]["name"]) == 63
+    with pytest.raises(errors.Invalid) as e:  # a namespace's name is a label: 63 at most
+        await api("create", "namespaces", body={"metadata": {"generateName": "n" * 64}})
+    assert "must be no more than 63 characters" in e.value.message
+
+
 async def test_name_required_and_invalid(api):
     with pytest.raises(errors.Invalid) as e:
         await api("create", "configmaps", "default", body={"metadata": {}})
