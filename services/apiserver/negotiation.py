@@ -1,6 +1,7 @@
 """Content negotiation: Accept parsing, request body decoding (JSON, YAML, patches), YAML output."""
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -171,6 +172,46 @@ def wants_json(accept: str) -> bool:
 
 
 # Request bodies -----------------------------------------------------------------
+
+
+_PRETTY_AGENTS = (b"curl", b"Wget", b"Mozilla/5.0")
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\],:]|[^{}\[\],:"\s]+')
+
+
+def wants_pretty(query: dict[str, str], user_agent: bytes) -> bool:
+    """kube's isPrettyPrint: ?pretty=<bool> decides; without it, the agents of people (curl, Wget,
+    browsers) get indented JSON."""
+    pretty = query.get("pretty")
+    if pretty:
+        return pretty.lower() in ("1", "t", "true")
+    return user_agent.startswith(_PRETTY_AGENTS)
+
+
+def indent_json(body: bytes) -> bytes:
+    """The body as json.MarshalIndent(obj, "", "  ") writes it, its strings left byte for byte as
+    they were encoded (their escapes included)."""
+    out: list[bytes] = []
+    depth = 0
+    tokens = [m.group() for m in _JSON_TOKEN.finditer(body)]
+    for i, tok in enumerate(tokens):
+        if tok in (b"{", b"["):
+            out.append(tok)
+            if i + 1 < len(tokens) and tokens[i + 1] in (b"}", b"]"):
+                continue
+            depth += 1
+            out.append(b"\n" + b"  " * depth)
+        elif tok in (b"}", b"]"):
+            if out and out[-1] not in (b"{", b"["):
+                depth -= 1
+                out.append(b"\n" + b"  " * depth)
+            out.append(tok)
+        elif tok == b",":
+            out.append(b",\n" + b"  " * depth)
+        elif tok == b":":
+            out.append(b": ")
+        else:
+            out.append(tok)
+    return b"".join(out)
 
 
 def json_to_yaml(body: bytes) -> bytes:

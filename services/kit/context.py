@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from apiary_pb import envelope_pb2 as pb
 from services.apiserver.audit.policy import Event
 from services.apiserver.filters.context import BaseContext, audit_id, warning_headers
-from services.apiserver.negotiation import JSON
+from services.apiserver.negotiation import JSON, indent_json
 from services.apiserver.requestinfo import RequestInfo
 from services.common.errors import APIError
 
@@ -93,6 +93,8 @@ class Context(BaseContext):
 
     async def respond(self, code: int, body: bytes, content_type: str = JSON,
                       headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        if content_type == JSON and self.pretty:
+            body = indent_json(body)
         if self.response_chunks is not None and content_type == JSON:
             self.response_chunks.append(body)
         await self.start(code, [(b"content-type", content_type.encode()),

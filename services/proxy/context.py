@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from apiary_pb import envelope_pb2 as pb
 from services.apiserver.filters import ClientDisconnected
 from services.apiserver.filters.context import BaseContext, audit_id, warning_headers
-from services.apiserver.negotiation import JSON
+from services.apiserver.negotiation import JSON, indent_json
 from services.apiserver.serving import CONNECTION_EXTENSION
 from services.common.errors import APIError, RequestEntityTooLarge
 
@@ -176,6 +176,8 @@ class Context(BaseContext):
 
     async def respond(self, code: int, body: bytes, content_type: str = JSON,
                       headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        if content_type == JSON and self.pretty:
+            body = indent_json(body)
         hdrs = self._start_headers(content_type, headers)
         hdrs.append((b"content-length", str(len(body)).encode()))
         self.code = code

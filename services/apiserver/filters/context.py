@@ -10,6 +10,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from ..negotiation import wants_pretty
+from ..requestinfo import parse_query
 from ..serving import CONNECTION_EXTENSION
 
 # kube takes the client's Audit-ID: one token of visible characters here, as it goes into logs
@@ -56,6 +58,13 @@ class BaseContext:
     @property
     def raw_headers(self) -> list[tuple[bytes, bytes]]:
         return self.scope["headers"]
+
+    @property
+    def pretty(self) -> bool:
+        """kube's isPrettyPrint for this request: its JSON answers are indented."""
+        qs = self.scope.get("query_string", b"")
+        agent = next((v for k, v in self.scope["headers"] if k == b"user-agent"), b"")
+        return wants_pretty(parse_query(qs) if b"pretty" in qs else {}, agent)
 
     @property
     def client_cert(self) -> dict[str, Any] | None:

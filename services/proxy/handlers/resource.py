@@ -48,7 +48,7 @@ class ResourceHandler:
 
     async def handle(self, ctx: Context, req: rpb.APIRequest, output: Output) -> None:
         t = time.perf_counter()
-        if req.verb == "list" and not output.transforms and not req.table:
+        if req.verb == "list" and not output.transforms and not req.table and not ctx.pretty:
             await self._handle_parts(ctx, req, output, t)
             return
         resp = await ctx.race(self.calls.call("Handle", req, timeout=self.timeout))

@@ -151,3 +151,20 @@ def test_decode_patch_with_plain_json_is_415():
     with pytest.raises(UnsupportedMediaType) as e:
         decode_body("patch", "application/json", b"{}")
     assert "application/json-patch+json" in e.value.message
+
+
+def test_indent_json_is_go_marshal_indent_with_the_encoded_strings_kept():
+    from services.apiserver.negotiation import indent_json
+    body = b'{"kind":"X","a":{},"b":[],"c":[1,{"d":"x,\\"y:{\\u003c"}],"e":null,"f":-1.5e3}'
+    assert indent_json(body) == (b'{\n  "kind": "X",\n  "a": {},\n  "b": [],\n  "c": [\n    1,\n    {\n'
+                                 b'      "d": "x,\\"y:{\\u003c"\n    }\n  ],\n  "e": null,\n  "f": -1.5e3\n}')
+
+
+@pytest.mark.parametrize("query,agent,pretty", [
+    ({}, b"curl/8.5.0", True), ({}, b"Wget/1.21", True), ({}, b"Mozilla/5.0 (X11)", True),
+    ({}, b"kubectl/v1.33.1 (linux/amd64)", False), ({"pretty": "true"}, b"", True),
+    ({"pretty": "false"}, b"curl/8.5.0", False), ({"pretty": "1"}, b"python", True), ({"pretty": ""}, b"curl", True),
+])
+def test_pretty_as_kube_decides_it(query, agent, pretty):
+    from services.apiserver.negotiation import wants_pretty
+    assert wants_pretty(query, agent) is pretty

@@ -280,6 +280,18 @@ async def test_root_lists_the_served_paths(stack):
             "/openapi/v2", "/openapi/v3", "/version"} <= set(paths)
 
 
+async def test_people_get_indented_json(stack):
+    compact = await stack.client.get("/api/v1/namespaces/demo/configmaps", headers=ADMIN)
+    assert b"\n" not in compact.content
+    for query, agent in (("", "curl/8.5.0"), ("?pretty=true", "kubectl/v1.33.1")):
+        r = await stack.client.get(f"/api/v1/namespaces/demo/configmaps{query}", headers={**ADMIN, "User-Agent": agent})
+        assert r.content.startswith(b'{\n  "') and r.json() == compact.json()
+    r = await stack.client.get("/apis/nope.example.com/v1/things?pretty=1", headers=ADMIN)
+    assert r.status_code == 404 and r.content.startswith(b'{\n  "kind": "Status"')
+    r = await stack.client.get("/api/v1/namespaces/demo/configmaps?pretty=false", headers={**ADMIN, "User-Agent": "curl"})
+    assert r.content == compact.content
+
+
 async def test_a_name_that_is_no_path_segment_is_a_bad_request(stack):
     r = await stack.client.get("/api/v1/namespaces/kube-system/secrets/%2F", headers=ADMIN)
     assert r.status_code == 400, r.text
