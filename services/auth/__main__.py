@@ -30,6 +30,7 @@ from .authnconfig import JWTAuthenticators
 from .authorizers.webhook import WebhookAuthorizer, WebhookSettings
 from .authzconfig import AuthorizationConfigWatcher, AuthorizerChain
 from .escalation import EscalationChecker
+from .openidmetadata import OpenIDMetadata
 from .policy import AggregationController, PolicyInformers, reconcile_bootstrap
 from .reviews import Reviewer
 from .server import AuthServicer
@@ -82,6 +83,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--service-account-issuer", action="append", default=[],
                    help=f"issuer (iss) of ServiceAccount tokens; the first signs, all are accepted "
                         f"(default {DEFAULT_ISSUER})")
+    p.add_argument("--service-account-jwks-uri", default="",
+                   help="jwks_uri of the issuer discovery document (default: the serving proxy's address "
+                        "with /openid/v1/jwks)")
     p.add_argument("--api-audiences", default="",
                    help="comma list of audiences the API accepts (default: the first issuer)")
     p.add_argument("--authentication-config", default="",
@@ -141,6 +145,12 @@ def build(args: argparse.Namespace, registry: rgrpc.RegistryStub | None = None) 
         sa_auth = ServiceAccountAuthenticator(keys, issuers, api_audiences,
                                               sa_lookup.get if sa_lookup is not None else _no_accounts)
         authenticators.append(sa_auth)
+    openid = None
+    if keys:
+        try:
+            openid = OpenIDMetadata(issuers[0], keys, args.service_account_jwks_uri)
+        except ValueError as e:  # kube logs it and leaves the discovery endpoints out
+            log.warning("service account issuer discovery is not served: %s", e)
     jwt_auth = _jwt_authenticators(args, frozenset(issuers))
     if jwt_auth is not None:
         authenticators.append(jwt_auth)
@@ -175,6 +185,7 @@ def build(args: argparse.Namespace, registry: rgrpc.RegistryStub | None = None) 
                             rbac_enabled=bool(args.authorization_config)
                             or any(isinstance(m, RBACAuthorizer) for m in authorizers), sa_lookup=sa_lookup)
     servicer.jwt = jwt_auth
+    servicer.openid = openid
     if args.authorization_config:
         servicer.authz_watcher = AuthorizationConfigWatcher(args.authorization_config, authz_data,
                                                             AuthorizerChain(index), authorizer)

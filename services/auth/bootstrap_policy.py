@@ -104,6 +104,10 @@ CLUSTER_ROLES: list[dict[str, Any]] = [
     ]),
     cluster_role("system:public-info-viewer", [_urls(["get"], ["/healthz", "/livez", "/readyz", "/version",
                                                                "/version/"])]),
+    # kube's ServiceAccountIssuerDiscovery roles: the issuer's public documents, for relying parties
+    cluster_role("system:service-account-issuer-discovery", [_urls(["get"], [
+        "/.well-known/openid-configuration", "/.well-known/openid-configuration/", "/openid/v1/jwks",
+        "/openid/v1/jwks/"])]),
     cluster_role("system:auth-delegator", [
         _rule(["create"], ["authentication.k8s.io"], ["tokenreviews"]),
         _rule(["create"], ["authorization.k8s.io"], ["subjectaccessreviews"]),
@@ -196,6 +200,8 @@ CLUSTER_ROLE_BINDINGS: list[dict[str, Any]] = [
     cluster_role_binding("system:basic-user", "system:basic-user", groups=["system:authenticated"]),
     cluster_role_binding("system:public-info-viewer", "system:public-info-viewer",
                          groups=["system:authenticated", "system:unauthenticated"]),
+    cluster_role_binding("system:service-account-issuer-discovery", "system:service-account-issuer-discovery",
+                         groups=["system:serviceaccounts"]),
     cluster_role_binding(CONTROLLER_MANAGER, CONTROLLER_MANAGER, users=[CONTROLLER_MANAGER]),
     *(cluster_role_binding(f"system:controller:{name}", f"system:controller:{name}", users=[CONTROLLER_MANAGER],
                            service_accounts=[f"kube-system/{name}"]) for name in CONTROLLER_ROLES),

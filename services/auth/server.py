@@ -16,11 +16,12 @@ from services.common.errors import NotFound, ServiceUnavailable
 
 from .authenticators import Union as AuthenticatorUnion
 from .authnconfig import JWTAuthenticators
-from .authzconfig import AuthorizationConfigWatcher
 from .authorizers import ALLOW, DENY
 from .authorizers import Union as AuthorizerUnion
 from .authorizers.rbac import RBACIndex
+from .authzconfig import AuthorizationConfigWatcher
 from .escalation import EscalationChecker
+from .openidmetadata import MAX_AGE_SECONDS, OpenIDMetadata
 from .reviews import Reviewer
 from .serviceaccount import ServiceAccountLookup, TokenIssuer
 
@@ -53,6 +54,7 @@ class AuthServicer(agrpc.AuthServicer):
         self.rbac_synced: Callable[[], bool] = lambda: True
         self.jwt: JWTAuthenticators | None = None  # key fetching and file reloads, started by main
         self.authz_watcher: AuthorizationConfigWatcher | None = None  # --authorization-config reloads
+        self.openid: OpenIDMetadata | None = None  # service account issuer discovery, when served
 
     @grpcutil.api_method
     async def Authenticate(self, request: apb.AuthenticateRequest,
@@ -106,3 +108,11 @@ class AuthServicer(agrpc.AuthServicer):
             raise ServiceUnavailable("RBAC escalation checks are not configured on this auth service")
         await self.escalation.check(request)
         return apb.EscalationResponse(allowed=True)
+
+    @grpcutil.api_method
+    async def OpenIDMetadata(self, request: apb.OpenIDMetadataRequest,
+                             context: grpc.aio.ServicerContext) -> apb.OpenIDMetadataResponse:
+        if self.openid is None:
+            raise NotFound("the server could not find the requested resource")
+        return apb.OpenIDMetadataResponse(config=self.openid.config(request.default_external_address),
+                                          keyset=self.openid.keyset, max_age_seconds=MAX_AGE_SECONDS)

@@ -23,6 +23,7 @@ from services.common import config, duration, grpcutil, runtime
 from .aggregator.authentication_trust import AuthenticationTrust
 from .app import ProxyApp
 from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
+from .openidmetadata import external_address
 
 
 def _csv(value: str) -> list[str]:
@@ -41,6 +42,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m services.proxy", description=__doc__)
     config.add_common_flags(p, "proxy")
     p.add_argument("--secure-port", type=int, default=6443, help="HTTPS port for clients")
+    p.add_argument("--external-hostname", default="",
+                   help="the hostname clients reach this server by (the service account issuer's default "
+                        "jwks_uri); default the bind address, or the host's name when it is unspecified")
     p.add_argument("--tls-cert-file", default="", help="serving certificate (PEM, with its chain)")
     p.add_argument("--tls-private-key-file", default="", help="serving key (PEM)")
     p.add_argument("--client-ca-file", default="",
@@ -138,6 +142,7 @@ async def assemble(service: runtime.Service) -> str:
         request_timeout=args.request_timeout, min_request_timeout=args.min_request_timeout,
         auditor=audit_sink, proxy_client_cert_file=args.proxy_client_cert_file,
         proxy_client_key_file=args.proxy_client_key_file,
+        external_address=external_address(args.bind_address, args.secure_port, args.external_hostname),
     )
     if audit_sink is not None:  # stopped after the listener has drained: every event is delivered
         service.component(audit_sink.start, audit_sink.stop)

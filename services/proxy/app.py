@@ -55,6 +55,8 @@ from .filters.healthz import with_health_checks
 from .filters.httplog import with_http_logging
 from .handlers.resource import ResourceHandler, api_request
 from .handlers.watch import WatchHandler, watch_timeout
+from .openidmetadata import PATHS as ISSUER_DISCOVERY_PATHS
+from .openidmetadata import IssuerDiscovery
 
 ReadyCheck = Callable[[], Awaitable[bool]]
 _NOT_FOUND_TEXT = b"404 page not found\n"
@@ -85,7 +87,7 @@ class ProxyApp:
                  max_mutating_requests_inflight: int = MAX_MUTATING_REQUESTS_INFLIGHT,
                  request_timeout: float = REQUEST_TIMEOUT, min_request_timeout: float = MIN_REQUEST_TIMEOUT,
                  auditor: Auditor | None = None, proxy_client_cert_file: str = "",
-                 proxy_client_key_file: str = "") -> None:
+                 proxy_client_key_file: str = "", external_address: str = "127.0.0.1:6443") -> None:
         channels = channels or {}
         self.auditor = auditor
         self.verbosity = verbosity
@@ -99,6 +101,7 @@ class ProxyApp:
         # Not a readiness check: until the registry serves RBAC, decisions just keep a short TTL.
         self.authz_invalidation = AuthzCacheInvalidator(registry, self.authz)
         self.discovery = Discovery(registry)
+        self.issuer_discovery = IssuerDiscovery(auth, external_address)
         self.apiservices = Informer(registry, "apiregistration.k8s.io", "v1", "apiservices")
         self.apiservices.add_handler(lambda *_: self.discovery.invalidate())
         # a CRD's resources join or leave the registry's discovery without an APIService change (a second CRD
@@ -225,6 +228,9 @@ class ProxyApp:
             return
         if path == "/":
             await ctx.respond(200, self.discovery.root_paths)
+            return
+        if path in ISSUER_DISCOVERY_PATHS:
+            await self.issuer_discovery.serve(ctx, path)
             return
         if path == "/metrics":
             await ctx.respond(200, metrics_exposition(), CONTENT_TYPE_LATEST)

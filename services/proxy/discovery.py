@@ -62,8 +62,9 @@ def _aggregated_variants(raw: bytes) -> tuple[bytes, bytes]:
 
 
 # The paths the proxy serves besides the API groups' (its health checks, metrics, version, OpenAPI)
-_SERVER_PATHS = ("/api", "/api/v1", "/apis", "/apis/", "/healthz", "/healthz/ping", "/livez", "/livez/ping",
-                 "/metrics", "/openapi/v2", "/openapi/v3", "/openapi/v3/", "/readyz", "/readyz/ping", "/version")
+_SERVER_PATHS = ("/.well-known/openid-configuration", "/api", "/api/v1", "/apis", "/apis/", "/healthz",
+                 "/healthz/ping", "/livez", "/livez/ping", "/metrics", "/openapi/v2", "/openapi/v3", "/openapi/v3/",
+                 "/openid/v1/jwks", "/readyz", "/readyz/ping", "/version")
 
 
 def openapi_hash(doc: bytes) -> str:

@@ -155,3 +155,34 @@ def test_bootstrap_not_duplicated_after_auth_restart(stack: Stack, admin: httpx.
     items = admin.get(f"{RBAC}/clusterroles").json()["items"]
     names = [o["metadata"]["name"] for o in items]
     assert len(names) == len(set(names)) and "cluster-admin" in names
+
+
+def test_service_account_issuer_discovery(stack: Stack, admin: httpx.Client, ns: str) -> None:
+    """A relying party reads the issuer's configuration and keys (as a service account, which kube's
+    system:service-account-issuer-discovery binding allows) and verifies a token with them."""
+    import jwt
+
+    sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "relying-party"}}
+    assert admin.post(f"/api/v1/namespaces/{ns}/serviceaccounts", json=sa).status_code == 201
+    r = admin.post(f"/api/v1/namespaces/{ns}/serviceaccounts/relying-party/token",
+                   json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest"})
+    assert r.status_code == 201, r.text
+    token = r.json()["status"]["token"]
+    with client(stack, token) as party:
+        r = party.get("/.well-known/openid-configuration")
+        assert r.status_code == 200, r.text
+        assert r.headers["content-type"] == "application/json"
+        assert r.headers["cache-control"] == "public, max-age=3600"
+        config = r.json()
+        port = stack.port("proxy", "https")
+        assert config["jwks_uri"] == f"https://127.0.0.1:{port}/openid/v1/jwks"
+        assert config["issuer"] == "https://kubernetes.default.svc.cluster.local"
+        keys = party.get("/openid/v1/jwks")
+        assert keys.status_code == 200 and keys.headers["content-type"] == "application/jwk-set+json"
+    kid = jwt.get_unverified_header(token)["kid"]
+    key = jwt.PyJWK(next(k for k in keys.json()["keys"] if k["kid"] == kid))
+    claims = jwt.decode(token, key.key, algorithms=config["id_token_signing_alg_values_supported"],
+                        audience=config["issuer"], issuer=config["issuer"])
+    assert claims["sub"] == f"system:serviceaccount:{ns}:relying-party"
+    with client(stack) as anonymous:  # not bound for system:unauthenticated, as kube's default
+        assert anonymous.get("/openid/v1/jwks").status_code == 403
