@@ -25,6 +25,7 @@ class Request:
 
     def __init__(self, path: str = "/api/v1/namespaces/a/pods", query: bytes = b"") -> None:
         self.audit_id, self.method, self.path, self.query_string = "id", "GET", path, query
+        self.scope: dict[str, Any] = {"path": path, "raw_path": path.encode(), "query_string": query, "headers": []}
         self.headers: dict[bytes, bytes] = {b"authorization": b"Bearer t"}
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self.client_cert = None
