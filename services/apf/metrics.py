@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import REGISTRY, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -135,6 +135,11 @@ class Limits:
     current: int
 
 
+def current_limit(controller: FlowController, name: str) -> int:
+    """A limited level's current seat limit: its nominal one while levels do not borrow."""
+    return controller.nominal[name]
+
+
 def limits(controller: FlowController, name: str) -> Limits:
     """A limited level's seat limits as kube reports them; with no borrowing yet, current and upper are the
     nominal limit, and lower is the nominal limit less the seats it may lend (lendablePercent)."""
@@ -142,7 +147,7 @@ def limits(controller: FlowController, name: str) -> Limits:
     level = controller.levels.get(name)
     # Go's math.Round: halves away from zero
     lendable = math.floor(nominal * level.config.lendable_percent / 100 + 0.5) if level is not None else 0
-    return Limits(nominal, nominal - lendable, nominal, nominal)
+    return Limits(nominal, nominal - lendable, nominal, current_limit(controller, name))
 
 
 class Observer:
@@ -154,11 +159,17 @@ class Observer:
         self.entries: dict[Ticket, Entry] = {}
         self.counts: dict[str, LevelCounts] = {}
         self.demand = TimingRatioHistogram(DEMAND_BUCKETS)
+        # the metrics' children by labels: prometheus_client's labels() costs more than the observation
+        self._work: dict[tuple[str, ...], Any] = {}
+        self._execution: dict[tuple[str, ...], Any] = {}
         _COLLECTOR.controller = controller
 
     def arrived(self, t: Ticket, digest: pb.RequestAttributes) -> None:
         self.entries[t] = Entry(t, digest, self.wall())
-        WORK_ESTIMATED_SEATS.labels(*t.labels).observe(t.seats)
+        work = self._work.get(t.labels)
+        if work is None:
+            work = self._work[t.labels] = WORK_ESTIMATED_SEATS.labels(*t.labels)
+        work.observe(t.seats)
 
     def executing(self, t: Ticket) -> None:
         e = self.entries.get(t)
@@ -182,8 +193,11 @@ class Observer:
         if was_waiting:
             self._counts(t).cancelled += 1
         elif e is not None:
-            kind = "watch" if e.digest.verb == "watch" else "regular"
-            EXECUTION_SECONDS.labels(*t.labels, kind).observe(max(0.0, self.wall() - e.started))
+            key = (*t.labels, "watch" if e.digest.verb == "watch" else "regular")
+            execution = self._execution.get(key)
+            if execution is None:
+                execution = self._execution[key] = EXECUTION_SECONDS.labels(*key)
+            execution.observe(max(0.0, self.wall() - e.started))
         self._demand(t)
 
     def watchers(self, t: Ticket, count: int) -> None:
@@ -203,10 +217,11 @@ class Observer:
 
     def sample_demand(self, name: str) -> None:
         level = self.controller.levels.get(name)
-        if level is None or name not in self.controller.nominal:
+        if level is None:
             return  # a level that went away; its last requests drain
-        qs, limit = level.queueset, limits(self.controller, name).current
-        self.demand.set(name, (qs.seats_executing + qs.seats_waiting) / max(1, limit), time.monotonic())
+        qs = level.queueset
+        ratio = (qs.seats_executing + qs.seats_waiting) / max(1, current_limit(self.controller, name))
+        self.demand.set(name, ratio, time.monotonic())
 
 
 class _FlowControlCollector:
