@@ -74,7 +74,7 @@ class FlowControlServicer(fgrpc.FlowControlServicer):
         reader = asyncio.create_task(read(), name="apf-seats-reader")
         try:
             # everything decided meanwhile in one message
-            async for responses in grpcutil.batches(out, _responses):
+            async for responses in grpcutil.batches(out, _responses, one_turn=True):
                 yield responses
         finally:
             self.streams -= 1

@@ -154,6 +154,7 @@ def _requests(requests: list[fpb.SeatRequest]) -> fpb.SeatRequests:
     return fpb.SeatRequests(requests=requests)
 
 
+
 class SeatClient:
     def __init__(self, stub: fgrpc.FlowControlStub, channel: grpc.aio.Channel | None = None,
                  acquire_timeout: float = ACQUIRE_TIMEOUT, max_requests_inflight: int = MAX_REQUESTS_INFLIGHT,
@@ -202,7 +203,7 @@ class SeatClient:
         while True:
             queue: asyncio.Queue[fpb.SeatRequest | None] = asyncio.Queue()
             # one stream message per wake-up, with every acquire and release queued meanwhile
-            call = self.stub.Seats(grpcutil.batches(queue, _requests))
+            call = self.stub.Seats(grpcutil.batches(queue, _requests, one_turn=True))
             self._generation += 1
             self._queue = queue
             why = "the seat stream ended"
