@@ -70,19 +70,20 @@ def dump_priority_levels(controller: FlowController) -> str:
     rows = [("PriorityLevelName", "ActiveQueues", "IsIdle", "IsQuiescing", "WaitingRequests", "ExecutingRequests",
              "DispatchedRequests", "RejectedRequests", "TimedoutRequests", "CancelledRequests")]
     entries = _by_level(controller)
+    configured = {pl.name for pl in controller.config.priority_levels}
     for name in sorted(entries):
         level = controller.levels.get(name)
         if level is not None:
             qs = level.queueset
             active = sum(1 for q in qs.queues if q.waiting)
             waiting, executing = qs.requests_waiting, qs.requests_executing
-        else:  # exempt: never queued
-            active, waiting = 0, 0
-            executing = sum(1 for e in entries[name] if e.ticket.state == EXECUTING)
+        else:  # exempt, or gone from the configuration with requests left (quiescing)
+            states = [e.ticket.state for e in entries[name]]
+            active, waiting, executing = 0, states.count(WAITING), states.count(EXECUTING)
         counts = controller.observer.counts.get(name)
         totals = (counts.dispatched, counts.rejected, counts.timedout, counts.cancelled) if counts else (0, 0, 0, 0)
-        rows.append((name, str(active), _bool(waiting == 0 and executing == 0), "false", str(waiting), str(executing),
-                     *map(str, totals)))
+        rows.append((name, str(active), _bool(waiting == 0 and executing == 0), _bool(name not in configured),
+                     str(waiting), str(executing), *map(str, totals)))
     return tabwrite(rows)
 
 

@@ -7,7 +7,7 @@ import re
 from prometheus_client import REGISTRY, generate_latest
 
 from apiary_pb import envelope_pb2 as pb
-from services.apf.config import BOOTSTRAP
+from services.apf.config import BOOTSTRAP, Configuration
 from services.apf.controller import FlowController
 from services.apf.debug import dump, rfc3339nano, seat_seconds, tabwrite
 from services.common.identity import user_pb
@@ -128,3 +128,14 @@ async def test_metrics_with_kubes_names_and_labels():
     assert sample("apiserver_flowcontrol_rejected_requests_total", {**gd, "reason": "cancelled"}) == before + 1
     for t in q[:2]:
         ctl.finish(t)
+
+
+async def test_a_level_gone_with_requests_left_is_quiescing():
+    ctl = FlowController(BOOTSTRAP, server_seats=20, wait_limit=60)
+    t = ctl.start(get(ALICE))
+    ctl.reconfigure(Configuration(tuple(pl for pl in BOOTSTRAP.priority_levels if pl.name != "global-default"),
+                                  tuple(fs for fs in BOOTSTRAP.flow_schemas if fs.priority_level != "global-default")))
+    row = {r[0]: r for r in table(dump(ctl, "dump_priority_levels"))[1:]}["global-default"]
+    assert row[:6] == ["global-default", "0", "false", "true", "0", "1"]
+    ctl.finish(t)
+    assert "global-default" not in {r[0] for r in table(dump(ctl, "dump_priority_levels"))[1:]}
