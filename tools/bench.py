@@ -13,6 +13,9 @@ plus raw etcd gets; `python -m tools.bench core` runs only these.
 get_oidc is the same GET with an OIDC bearer token from a local issuer (tools.fakeservers) trusted
 by --authentication-config, against the GET with a client certificate of a user with the same rights
 (both warm, neither in system:masters).
+apf_gate (tools/bench_apf.py) is that GET by a user who is not exempt (a seat from the apf service each time)
+against the same GET through a second proxy of the stack with --enable-priority-and-fairness=false, in the
+same rounds (`python -m tools.bench apf` runs only it).
 apply and patch are a server-side apply and a strategic merge patch of a 3-container Deployment against
 a plain update (PUT) of the same objects, in the same rounds (`python -m tools.bench writes` runs only those).
 The aggregation figures of tools/bench_pizza.py (the pizza server registered with apiary):
@@ -891,14 +894,15 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m tools.bench")
     p.add_argument("mode", nargs="?", default="run",
                    choices=["run", "core", "writes", "policy", "replicas", "aggregation", "watch", "crd", "envtest",
-                            "hello-server"],
+                            "apf", "hello-server"],
                    help="run: every figure; core: only get, list and create with their baselines and the CPU "
                    "per request of each service, and the open-loop figures; writes: only the apply and patch "
                    "figures; policy: only CREATE with and without a ValidatingAdmissionPolicy; replicas: only GET "
                    "and CREATE with 2 replicas of every service against 1; aggregation: only the GET of a pizza "
                    "through the proxy against straight to the pizza server, --rounds times; watch: only the HTTPS "
                    "watch fan-out figures (watch_https_200, watch_https_1000), --rounds times on one stack; crd: only "
-                   "the custom resources' figures (crd_create, crd_get, crd_established); envtest: "
+                   "the custom resources' figures (crd_create, crd_get, crd_established); apf: only the cost of "
+                   "the priority-and-fairness gate (apf_gate), --rounds rounds; envtest: "
                    "apiary as a test cluster (tools/bench_envtest.py: `apiary up` cold and warm, `apiary down`, "
                    "memory at rest, the pytest plugin's session, a 50-test operator suite), --runs times")
     p.add_argument("--quick", action="store_true",
@@ -962,6 +966,17 @@ def main() -> None:
         return
     if args.mode == "crd":
         crd_only(args, n, rounds)
+        return
+    if args.mode == "apf":
+        from tools import bench_apf
+
+        raw_apf = on_fresh_stack(lambda st: asyncio.run(bench_apf.bench(st, args.concurrency, n, rounds)))
+        for i, (on, off) in enumerate(zip(raw_apf["get_apf"]["rounds"], raw_apf["get_apf_off"]["rounds"])):
+            print(f"round {i + 1}: APF on {on['rate']}/s (p50 {on['p50_ms']} ms), off {off['rate']}/s "
+                  f"(p50 {off['p50_ms']} ms), ratio {round(on['rate'] / off['rate'], 4)}")
+        for name in ("get_apf", "get_apf_off"):
+            print(f"{name}: CPU ms/request {raw_apf[name]['cpu_ms_per_request']}")
+        print("\n".join(figure_lines(bench_apf.figures(raw_apf), {})))
         return
     if args.mode == "envtest":
         envtest(args.runs or (3 if args.quick else 5))
@@ -1033,7 +1048,7 @@ def envtest(runs: int) -> None:
 def run(args: argparse.Namespace, n: int, rounds: int) -> None:
     """Every figure (or, quick, those of issue 24's goals at small sizes), printed beside the previous
     run's and the goals; appended to the history."""
-    from tools import bench_crd, bench_pizza, bench_storage, bench_webhooks
+    from tools import bench_apf, bench_crd, bench_pizza, bench_storage, bench_webhooks
 
     began = time.perf_counter()
     load_average = os.getloadavg()[0]
@@ -1049,6 +1064,7 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
         raw.update(timed(phases, "core", lambda: asyncio.run(bench_core(stack, c, n, rounds))))
         if not args.quick:
             raw["oidc"] = timed(phases, "oidc", lambda: asyncio.run(bench_oidc(stack, issuer, c, n, rounds)))
+            raw["apf"] = timed(phases, "apf", lambda: asyncio.run(bench_apf.bench(stack, c, n, rounds)))
             raw["writes"] = timed(phases, "writes", lambda: asyncio.run(bench_writes(stack, c, n, rounds)))
             raw["policy"] = timed(phases, "policy", lambda: asyncio.run(bench_policy(stack, c, n)))
             raw["pizza"] = timed(phases, "pizza", lambda: bench_pizza.run(stack, c // 2, n, through_proxy=True,
@@ -1067,6 +1083,7 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
     results = core_figures(raw)
     if not args.quick:
         results["get_oidc"] = paired(raw["oidc"]["get_oidc"], raw["oidc"]["get_cert"], "get_cert")
+        results.update(bench_apf.figures(raw["apf"]))
     results["etcd_get"] = {**{k: raw["etcd"]["get"][k] for k in ("rate", "p50_ms", "p99_ms")},
                            "baseline": "etcd_get", "baseline_rate": raw["etcd"]["get"]["rate"], "ratio": 1.0,
                            "cpu_ms_per_request": raw["etcd"]["get"]["cpu_ms_per_request"]}

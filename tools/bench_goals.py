@@ -26,6 +26,7 @@ GOALS = (
     Goal("summed CPU per CREATE over all processes", "create.cpu_ms_per_request", "<=", 2.5, " ms"),
     Goal("GET ÷ bare hello on the same HTTP stack", "get.ratio", ">=", 0.25),
     Goal("CREATE ÷ raw etcd put", "create.ratio", ">=", 0.25),
+    Goal("GET through the APF gate ÷ with --enable-priority-and-fairness=false", "apf_gate.ratio", ">=", 0.9),
     Goal("200 HTTPS watchers, 100 writes/s: proxy CPU per delivery", "watch_https_200.proxy_cpu_us_per_delivery",
          "<=", 15, " µs"),
     Goal("200 HTTPS watchers, 100 writes/s: delivery p99", "watch_https_200.p99_ms", "<=", 100, " ms"),

@@ -10,6 +10,9 @@ from apiary_pb import envelope_pb2 as pb
 from .config import Configuration, FlowSchema, NonResourceRule, PolicyRules, ResourceRule, Subject
 
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+# Distinct requests (user, groups and what they ask) whose FlowSchema is remembered; a burst of new ones
+# beyond it starts the memory again.
+CACHE_SIZE = 4096
 
 
 def _has(values: tuple[str, ...], value: str) -> bool:
@@ -62,8 +65,21 @@ class Classifier:
         # kube orders by precedence, then by name
         self.schemas = sorted(cfg.flow_schemas, key=lambda fs: (fs.precedence, fs.name))
         self.catch_all = next(fs for fs in self.schemas if fs.name == "catch-all")
+        # the same client asks the same things again: its answer, for this configuration (a new one makes a
+        # new Classifier), without walking every schema's rules each time
+        self._cache: dict[tuple[object, ...], FlowSchema] = {}
 
     def classify(self, d: pb.RequestAttributes) -> FlowSchema:
+        key = (d.user.name, tuple(d.user.groups), d.verb, d.resource_request, d.api_group, d.resource,
+               d.subresource, d.namespace, "" if d.resource_request else d.path)
+        fs = self._cache.get(key)
+        if fs is None:
+            if len(self._cache) >= CACHE_SIZE:
+                self._cache.clear()
+            fs = self._cache[key] = self._match(d)
+        return fs
+
+    def _match(self, d: pb.RequestAttributes) -> FlowSchema:
         for fs in self.schemas:
             if any(rules_match(p, d) for p in fs.rules):
                 return fs

@@ -18,6 +18,7 @@ from apiary_pb import envelope_pb2 as pb
 
 from .classification import Classifier
 from .config import Configuration, FlowSchema, PriorityLevel, nominal_concurrency
+from .metrics import Observer
 from .queueset import EXECUTING, REJECTED, WAITING, QueueSet, Request
 
 EXECUTING_REQUESTS = Gauge(
@@ -97,12 +98,14 @@ class FlowController:
         self.server_seats = server_seats
         self.wait_limit = wait_limit
         self.levels: dict[str, _Level] = {}
+        self.observer = Observer(self)  # metrics.py's measures and the records debug.py dumps
         self.reconfigure(cfg)
 
     def reconfigure(self, cfg: Configuration) -> None:
         """Take a new configuration: new requests are classified by it at once. A level that keeps its
         queuing keeps its QueueSet (only its share of the seats may move); a level whose queuing changed, or
         that went away, is left to the requests it holds, which finish there."""
+        self.config = cfg
         self.classifier = Classifier(cfg)
         self.nominal = nominal_concurrency(cfg.priority_levels, self.server_seats)
         levels: dict[str, _Level] = {}
@@ -130,6 +133,7 @@ class FlowController:
         pl = self._levels_by_name[fs.priority_level]
         level = self.levels.get(pl.name)
         t = Ticket(fs, pl, on_decided, labels=(pl.name, fs.name), level=level)
+        self.observer.arrived(t, digest)
         if level is None:  # exempt: never queued, never rejected
             self._executing(t, 0.0)
             return t
@@ -151,19 +155,20 @@ class FlowController:
 
     def finish(self, t: Ticket) -> None:
         """The request is over (or its caller stopped waiting): free its seat or leave its queue."""
-        if t.state == WAITING:
+        was_waiting = t.state == WAITING
+        if was_waiting:
             INQUEUE_REQUESTS.labels(*t.labels).dec()
+            REJECTED_REQUESTS.labels(*t.labels, "cancelled").inc()  # its client went away while queued
         elif t.state == EXECUTING:
             EXECUTING_REQUESTS.labels(*t.labels).dec()
             EXECUTING_SEATS.labels(*t.labels).dec(t.seats)
         else:
             return
         t.state = "finished"
-        if t.request is None or t.level is None:
-            return
-        level = t.level
-        self._notify_dispatched(level.queueset.release(t.request))
-        self._arm(level)
+        if t.request is not None and t.level is not None:
+            self._notify_dispatched(t.level.queueset.release(t.request))
+            self._arm(t.level)
+        self.observer.finished(t, was_waiting)
 
     # internals ---------------------------------------------------------------
 
@@ -173,12 +178,14 @@ class FlowController:
         EXECUTING_SEATS.labels(*t.labels).inc(t.seats)
         DISPATCHED_REQUESTS.labels(*t.labels).inc()
         WAIT_DURATION.labels(*t.labels, "true").observe(waited)
+        self.observer.executing(t)
 
     def _rejected(self, t: Ticket, reason: str, waited: float) -> None:
         t.state = REJECTED
         t.reason = reason
         REJECTED_REQUESTS.labels(*t.labels, reason).inc()
         WAIT_DURATION.labels(*t.labels, "false").observe(waited)
+        self.observer.rejected(t)
 
     def _notify_dispatched(self, reqs: list[Request]) -> None:
         for req in reqs:

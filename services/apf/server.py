@@ -9,6 +9,8 @@ Protocol (request ids are the proxy's, unique on its stream):
   queued, it leaves its queue and gets no answer. Unknown ids are ignored.
 - When the stream ends or breaks, every seat it holds is freed and everything it
   has queued is withdrawn.
+
+Dump answers /debug/api_priority_and_fairness/<what> for the proxy (debug.py): this replica's state.
 """
 from __future__ import annotations
 
@@ -21,8 +23,10 @@ import grpc
 from apiary_pb import apf_pb2 as fpb
 from apiary_pb import apf_pb2_grpc as fgrpc
 from services.common import auditid, grpcutil
+from services.common.errors import NotFound
 
 from .controller import FlowController, Ticket
+from .debug import DUMPS, dump
 from .queueset import WAITING
 
 log = logging.getLogger(__name__)
@@ -70,7 +74,7 @@ class FlowControlServicer(fgrpc.FlowControlServicer):
         reader = asyncio.create_task(read(), name="apf-seats-reader")
         try:
             # everything decided meanwhile in one message
-            async for responses in grpcutil.batches(out, _responses):
+            async for responses in grpcutil.batches(out, _responses, one_turn=True):
                 yield responses
         finally:
             self.streams -= 1
@@ -82,6 +86,12 @@ class FlowControlServicer(fgrpc.FlowControlServicer):
                 self.controller.finish(t)
             if held:
                 log.info("seats stream ended; released %d requests", len(held))
+
+    @grpcutil.api_method
+    async def Dump(self, request: fpb.DumpRequest, context: grpc.aio.ServicerContext) -> fpb.DumpResponse:
+        if request.what not in DUMPS:
+            raise NotFound("the server could not find the requested resource")
+        return fpb.DumpResponse(text=dump(self.controller, request.what, request.include_request_details))
 
     def _acquire(self, msg: fpb.SeatRequest, tickets: dict[int, Ticket],
                  out: asyncio.Queue[fpb.SeatResponse | None], decided: Callable[[int, Ticket], None]) -> None:

@@ -234,12 +234,17 @@ async def stream(it: Any, peer: str = "") -> AsyncIterator[Any]:
         raise error_from_rpc(e, peer) from None
 
 
-async def batches(queue: asyncio.Queue[T | None], make: Callable[[list[T]], M]) -> AsyncIterator[M]:
+async def batches(queue: asyncio.Queue[T | None], make: Callable[[list[T]], M],
+                  one_turn: bool = False) -> AsyncIterator[M]:
     """The writing side of a long-lived stream: everything queued since the previous write, as one
     message made by make(items); None ends the stream after what was queued before it. A stream
     write costs about as much as the message it carries, so a busy peer pays one write for many
-    items (mux's Calls, watchmux's Watches and apf's Seats streams all write this way)."""
+    items (mux's Calls, watchmux's Watches and apf's Seats streams all write this way). one_turn:
+    the write waits one event-loop turn after the first item, so that what the other tasks of that
+    turn queue goes with it (apf's Seats, whose items are tiny and whose every request sends two)."""
     while (first := await queue.get()) is not None:
+        if one_turn:
+            await asyncio.sleep(0)
         items = [first]
         ended = False
         while not queue.empty():

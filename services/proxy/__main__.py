@@ -26,6 +26,15 @@ from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
 from .openidmetadata import external_address
 
 
+def _bool(value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("true", "1", "t"):
+        return True
+    if v in ("false", "0", "f"):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean value {value!r}")
+
+
 def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
@@ -83,11 +92,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--requestheader-extra-headers-prefix", type=_csv, default=list(DEFAULT_EXTRA_PREFIXES),
                    help="header prefixes whose headers hold extra user attributes (comma-separated)")
     p.add_argument("--max-requests-inflight", type=int, default=MAX_REQUESTS_INFLIGHT,
-                   help="read-only requests in flight at most while the apf service is unreachable "
+                   help="read-only requests in flight at most while the apf service is unreachable or disabled "
                         "(0: no limit); with it, priority and fairness decides")
     p.add_argument("--max-mutating-requests-inflight", type=int, default=MAX_MUTATING_REQUESTS_INFLIGHT,
                    help="mutating requests in flight at most while the apf service is unreachable "
                         "(0: no limit)")
+    p.add_argument("--enable-priority-and-fairness", type=_bool, nargs="?", const=True, default=True,
+                   help="gate requests by the apf service's API Priority and Fairness (default true); false: "
+                        "only the max-in-flight limits, no FlowSchema headers, no /debug/api_priority_and_fairness")
     p.add_argument("--proxy-client-cert-file", default="",
                    help="client certificate the proxy presents to aggregated API servers (the front-proxy "
                         "client; they trust X-Remote-* headers only from it)")
@@ -143,6 +155,7 @@ async def assemble(service: runtime.Service) -> str:
         auditor=audit_sink, proxy_client_cert_file=args.proxy_client_cert_file,
         proxy_client_key_file=args.proxy_client_key_file,
         external_address=external_address(args.bind_address, args.secure_port, args.external_hostname),
+        enable_priority_and_fairness=args.enable_priority_and_fairness,
     )
     if audit_sink is not None:  # stopped after the listener has drained: every event is delivered
         service.component(audit_sink.start, audit_sink.stop)

@@ -60,6 +60,9 @@ from .openidmetadata import IssuerDiscovery
 
 ReadyCheck = Callable[[], Awaitable[bool]]
 _NOT_FOUND_TEXT = b"404 page not found\n"
+# answered by the apf service (its Dump call); not served without priority and fairness, as in kube
+_APF_DUMPS = frozenset(f"/debug/api_priority_and_fairness/{d}" for d in ("dump_priority_levels", "dump_queues",
+                                                                          "dump_requests"))
 
 
 def _channel_ready(channel: grpc.aio.Channel | None) -> ReadyCheck:
@@ -87,7 +90,8 @@ class ProxyApp:
                  max_mutating_requests_inflight: int = MAX_MUTATING_REQUESTS_INFLIGHT,
                  request_timeout: float = REQUEST_TIMEOUT, min_request_timeout: float = MIN_REQUEST_TIMEOUT,
                  auditor: Auditor | None = None, proxy_client_cert_file: str = "",
-                 proxy_client_key_file: str = "", external_address: str = "127.0.0.1:6443") -> None:
+                 proxy_client_key_file: str = "", external_address: str = "127.0.0.1:6443",
+                 enable_priority_and_fairness: bool = True) -> None:
         channels = channels or {}
         self.auditor = auditor
         self.verbosity = verbosity
@@ -95,7 +99,8 @@ class ProxyApp:
         self.authn = Authenticator(auth, request_header=request_header)
         self.exempt = ExemptObjects(registry)
         self.apf = SeatClient(apf, channels.get("apf"), max_requests_inflight=max_requests_inflight,
-                              max_mutating_requests_inflight=max_mutating_requests_inflight, exempt=self.exempt)
+                              max_mutating_requests_inflight=max_mutating_requests_inflight, exempt=self.exempt,
+                              enabled=enable_priority_and_fairness)
         self.authz = Authorizer(auth)
         self.impersonator = Impersonator(self.authz)
         # Not a readiness check: until the registry serves RBAC, decisions just keep a short TTL.
@@ -234,6 +239,10 @@ class ProxyApp:
             return
         if path == "/metrics":
             await ctx.respond(200, metrics_exposition(), CONTENT_TYPE_LATEST)
+            return
+        if path in _APF_DUMPS and self.apf.enabled:
+            text = await self.apf.dump(path.rsplit("/", 1)[1], bool(query.get("includeRequestDetails")))
+            await ctx.respond(200, text.encode(), "text/plain; charset=utf-8")
             return
         if path in ("/api", "/apis", "/openapi") or path.startswith(("/api/", "/apis/", "/openapi/")):
             if not self.discovery.loaded.is_set():

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import TEST_OFFSET
 from services.cluster.certs import read_tokens
@@ -557,6 +558,84 @@ def test_read_modify_write_with_retry_on_409(private):
     assert sum(done) == 80
     assert c.get(f"{CM}/counter").json()["data"]["n"] == str(sum(done))
     print(f"\nread-modify-write: {sum(done)} updates, {sum(conflicts)} conflicts retried")
+
+
+def _proxy_metric(stack: Stack, name: str, labels: dict[str, str] | None = None) -> float:
+    text = httpx.get(f"http://127.0.0.1:{stack.health_port('proxy')}/metrics", timeout=10).text
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            if sample.name == name and sample.labels == (labels or {}):
+                return sample.value
+    return 0.0
+
+
+def test_kill_9_of_apf_falls_back_to_max_in_flight_and_the_objects_come_back(private):
+    """alice's requests classified by a FlowSchema of her own; apf killed under her load: her requests go on
+    under the proxy's max-in-flight limits (no FlowSchema named), and once apf is back her schema classifies
+    them again, read from the objects (the bootstrap configuration knows nothing of it)."""
+    stack, c = private.stack, private.admin
+    flowcontrol = "/apis/flowcontrol.apiserver.k8s.io/v1"
+    level = {"metadata": {"name": "faults-alice"}, "spec": {"type": "Limited", "limited": {
+        "nominalConcurrencyShares": 5, "limitResponse": {"type": "Reject"}}}}
+    schema = {"metadata": {"name": "faults-alice"}, "spec": {
+        "priorityLevelConfiguration": {"name": "faults-alice"}, "matchingPrecedence": 300,
+        "distinguisherMethod": {"type": "ByUser"},
+        "rules": [{"subjects": [{"kind": "User", "user": {"name": "alice"}}],
+                   "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "namespaces": ["*"],
+                                      "clusterScope": True}]}]}}
+    assert c.post(f"{flowcontrol}/prioritylevelconfigurations", json=level).status_code == 201
+    r = c.post(f"{flowcontrol}/flowschemas", json=schema)
+    assert r.status_code == 201, r.text
+    fs_uid = r.json()["metadata"]["uid"]
+    headers: list[str | None] = []   # alice's answers' FlowSchema uid (None: no FlowSchema named)
+    codes: dict[int, int] = {}
+    stop = threading.Event()
+
+    def alice_load() -> None:
+        with private.client("alice") as alice:
+            while not stop.is_set():
+                try:
+                    resp = alice.get(CM, timeout=10)
+                except httpx.HTTPError:
+                    codes[0] = codes.get(0, 0) + 1
+                    continue
+                codes[resp.status_code] = codes.get(resp.status_code, 0) + 1
+                headers.append(resp.headers.get("X-Kubernetes-PF-FlowSchema-UID"))
+                time.sleep(0.01)
+
+    def seen(pred, what: str) -> None:
+        mark = len(headers)
+        deadline = time.monotonic() + RECOVERY
+        while not any(pred(h) for h in headers[mark:]):
+            assert time.monotonic() < deadline, f"{what} not seen within {RECOVERY}s"
+            time.sleep(0.05)
+
+    threads = [threading.Thread(target=alice_load, daemon=True) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        seen(lambda h: h == fs_uid, "alice classified by her FlowSchema")
+        admitted = _proxy_metric(stack, "apiary_apf_fallback_requests_total",
+                                 {"request_kind": "readOnly", "decision": "admitted"})
+        pid = stack.pid("apf")
+        assert pid is not None
+        os.killpg(pid, signal.SIGKILL)
+        reap(pid)
+        seen(lambda h: h is None, "an answer under the max-in-flight limits")
+        assert _proxy_metric(stack, "apiary_apf_fallback") == 1
+        assert _proxy_metric(stack, "apiary_apf_fallback_requests_total",
+                             {"request_kind": "readOnly", "decision": "admitted"}) > admitted
+        stack.spawn("apf")
+        wait_ready(stack, "apf", RECOVERY)
+        seen(lambda h: h == fs_uid, "alice classified by her FlowSchema again")
+        assert _proxy_metric(stack, "apiary_apf_fallback") == 0
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(15)
+        c.delete(f"{flowcontrol}/flowschemas/faults-alice")
+        c.delete(f"{flowcontrol}/prioritylevelconfigurations/faults-alice")
+    assert set(codes) <= {200, 429} and codes.get(200), codes  # never a 5xx, never a broken connection
 
 
 def test_no_traceback_or_asyncio_error_logged(private):

@@ -30,8 +30,8 @@ def with_priority_and_fairness(handler: Handler, flowcontrol: FlowControl) -> Ha
         info = ctx.info
         seat = await ctx.race(flowcontrol.acquire(pb.RequestAttributes(
             user=ctx.user, verb=info.verb, resource_request=info.is_resource_request,
-            api_group=info.api_group, resource=info.resource, subresource=info.subresource,
-            namespace=info.namespace, name=info.name, path=info.path)))
+            api_group=info.api_group, api_version=info.api_version, resource=info.resource,
+            subresource=info.subresource, namespace=info.namespace, name=info.name, path=info.path)))
         ctx.seat = seat
         ctx.extra_headers.extend(seat.headers())
         ctx.mark = ctx.timing("apf", ctx.mark)

@@ -12,6 +12,9 @@ without priority and fairness (its max-in-flight filter: --max-requests-inflight
 beyond), instead of all being refused; the proxy logs when it falls back and when it stops, and
 apiary_apf_fallback says which is in force. The stream is opened again as soon as the apf service's
 channel is connected (readiness-driven, with a small capped and jittered backoff between tries).
+
+With --enable-priority-and-fairness=false (kube's flag) the apf service is never called: the max-in-flight
+limits alone apply, no response names a FlowSchema, and the debug dumps are not served, as in kube.
 """
 from __future__ import annotations
 
@@ -91,12 +94,14 @@ def _too_many(retry: int = 1, headers: dict[str, str] | None = None) -> TooManyR
 
 
 class MaxInFlight:
-    """kube's max-in-flight filter (WithMaxInFlightLimit): two counters, no queueing."""
+    """kube's max-in-flight filter (WithMaxInFlightLimit): two counters, no queueing. `counted`: its
+    decisions go to apiary_apf_fallback_requests_total (the fallback, not the filter configured alone)."""
 
     def __init__(self, read_only: int = MAX_REQUESTS_INFLIGHT,
-                 mutating: int = MAX_MUTATING_REQUESTS_INFLIGHT) -> None:
+                 mutating: int = MAX_MUTATING_REQUESTS_INFLIGHT, counted: bool = True) -> None:
         self.limits = {SEAT_READ_ONLY: read_only, SEAT_MUTATING: mutating}
         self.inflight = {SEAT_READ_ONLY: 0, SEAT_MUTATING: 0}
+        self.counted = counted
 
     def acquire(self, verb: str) -> Seat:
         if verb in _LONG_RUNNING_VERBS:
@@ -105,10 +110,12 @@ class MaxInFlight:
         label = "readOnly" if kind == SEAT_READ_ONLY else "mutating"
         limit = self.limits[kind]
         if limit and self.inflight[kind] >= limit:  # 0: unlimited, as in kube
-            FALLBACK_REQUESTS.labels(label, "rejected").inc()
+            if self.counted:
+                FALLBACK_REQUESTS.labels(label, "rejected").inc()
             raise _too_many()
         self.inflight[kind] += 1
-        FALLBACK_REQUESTS.labels(label, "admitted").inc()
+        if self.counted:
+            FALLBACK_REQUESTS.labels(label, "admitted").inc()
         return Seat(0, 0, "", "", kind=kind)
 
     def release(self, seat: Seat) -> None:
@@ -147,16 +154,18 @@ def _requests(requests: list[fpb.SeatRequest]) -> fpb.SeatRequests:
     return fpb.SeatRequests(requests=requests)
 
 
+
 class SeatClient:
     def __init__(self, stub: fgrpc.FlowControlStub, channel: grpc.aio.Channel | None = None,
                  acquire_timeout: float = ACQUIRE_TIMEOUT, max_requests_inflight: int = MAX_REQUESTS_INFLIGHT,
                  max_mutating_requests_inflight: int = MAX_MUTATING_REQUESTS_INFLIGHT,
-                 exempt: ExemptObjects | None = None) -> None:
+                 exempt: ExemptObjects | None = None, enabled: bool = True) -> None:
         self.stub = stub
         self.exempt = exempt
         self.channel = channel
+        self.enabled = enabled  # --enable-priority-and-fairness
         self.acquire_timeout = acquire_timeout
-        self.fallback = MaxInFlight(max_requests_inflight, max_mutating_requests_inflight)
+        self.fallback = MaxInFlight(max_requests_inflight, max_mutating_requests_inflight, counted=enabled)
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[fpb.SeatResponse]] = {}
         self._queue: asyncio.Queue[fpb.SeatRequest | None] | None = None
@@ -165,14 +174,15 @@ class SeatClient:
         self.falling_back = False
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="apf-seats")
+        if self.enabled:
+            self._task = asyncio.create_task(self._run(), name="apf-seats")
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
 
     def ready(self) -> bool:
         """The proxy can serve: with the apf service, or (the fallback) without it."""
-        return self._task is not None and not self._task.done()
+        return not self.enabled or (self._task is not None and not self._task.done())
 
     def _fall_back(self, why: str) -> None:
         if not self.falling_back:
@@ -193,7 +203,7 @@ class SeatClient:
         while True:
             queue: asyncio.Queue[fpb.SeatRequest | None] = asyncio.Queue()
             # one stream message per wake-up, with every acquire and release queued meanwhile
-            call = self.stub.Seats(grpcutil.batches(queue, _requests))
+            call = self.stub.Seats(grpcutil.batches(queue, _requests, one_turn=True))
             self._generation += 1
             self._queue = queue
             why = "the seat stream ended"
@@ -233,6 +243,10 @@ class SeatClient:
     async def acquire(self, digest: pb.RequestAttributes) -> Seat:
         """Wait for a seat. TooManyRequests when rejected (by the apf service, or by the max-in-flight
         limits while it is unreachable); ServiceUnavailable when it stops answering."""
+        if not self.enabled:
+            if is_exempt(digest.user.groups):  # kube's max-in-flight filter never rejects system:masters
+                return Seat(0, 0, "", "", kind=SEAT_EXEMPT)
+            return self.fallback.acquire(digest.verb)
         if is_exempt(digest.user.groups):
             if self.exempt is not None:
                 return Seat(0, 0, self.exempt.flow_schema_uid, self.exempt.priority_level_uid, kind=SEAT_EXEMPT)
@@ -262,6 +276,12 @@ class SeatClient:
             raise _too_many(resp.retry_after_seconds or 1, {FLOW_SCHEMA_HEADER: resp.flow_schema_uid,
                                                             PRIORITY_LEVEL_HEADER: resp.priority_level_uid})
         return Seat(seat_id, generation, resp.flow_schema_uid, resp.priority_level_uid)
+
+    async def dump(self, what: str, include_request_details: bool) -> str:
+        """/debug/api_priority_and_fairness/<what>, as the apf service prints it."""
+        resp = await grpcutil.call(self.stub.Dump(fpb.DumpRequest(
+            what=what, include_request_details=include_request_details), timeout=10), "apf")
+        return resp.text
 
     def release(self, seat: Seat) -> None:
         """Idempotent; a seat of a broken stream was already freed by the apf service."""

@@ -194,6 +194,37 @@ async def test_apf_unreachable_falls_back_to_max_in_flight(stack):
         await apf_server.stop(None)
 
 
+async def test_priority_and_fairness_disabled(stack):
+    """--enable-priority-and-fairness=false: the apf service is never asked, no FlowSchema is named, the
+    max-in-flight limits apply, and the debug dumps are not served (404, as kube without APF)."""
+    channels = {name: grpcutil.make_channel(None, stack.addr) for name in ("auth", "apf", "registry")}
+    proxy = ProxyApp(agrpc.AuthStub(channels["auth"]), fgrpc.FlowControlStub(channels["apf"]),
+                     rgrpc.RegistryStub(channels["registry"]), channels=channels, enable_priority_and_fairness=False,
+                     max_requests_inflight=1)
+    proxy.start()
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=with_cert(proxy.app)), base_url="https://t")
+    try:
+        await asyncio.wait_for(proxy.discovery.loaded.wait(), 5)
+        assert proxy.apf.ready()
+        for headers in (ALICE, ADMIN):
+            r = await client.get("/api/v1/namespaces/demo/configmaps", headers=headers)
+            assert r.status_code == 200 and "x-kubernetes-pf-flowschema-uid" not in r.headers
+        assert stack.apf.acquired == 0
+        seat = proxy.apf.fallback.acquire("get")  # the one read-only seat taken: alice gets 429, admin not
+        try:
+            assert (await client.get("/api/v1/namespaces/demo/configmaps", headers=ALICE)).status_code == 429
+            assert (await client.get("/api/v1/namespaces/demo/configmaps", headers=ADMIN)).status_code == 200
+        finally:
+            proxy.apf.fallback.release(seat)
+        r = await client.get("/debug/api_priority_and_fairness/dump_priority_levels", headers=ADMIN)
+        assert r.status_code == 404 and r.text == "404 page not found\n"
+    finally:
+        await client.aclose()
+        await proxy.stop()
+        for ch in channels.values():
+            await ch.close()
+
+
 def test_max_in_flight_limits():
     """kube's max-in-flight filter: read-only and mutating requests counted apart, watches not at all."""
     limits = MaxInFlight(read_only=1, mutating=1)
