@@ -1,6 +1,7 @@
 """`apiary`: a local Kubernetes-compatible cluster (etcd and every apiary service) on loopback.
 
     apiary up [--state DIR] [--port-offset N | --port 0] [--crds PATH ...] [--replicas N] [--detach]
+              [--profile full|compact]
     apiary down | status | kubeconfig [--state DIR]
     apiary init | exec NAME [--state DIR] [--port-offset N]     (how compose.yaml runs the services)
 
@@ -20,7 +21,7 @@ from pathlib import Path
 from types import FrameType
 
 from .aggregated import AGGREGATED_SERVERS
-from .stack import ORDER, ClusterError, Stack
+from .stack import ORDER, PROFILES, ClusterError, Stack
 
 DEFAULT_STATE = ".apiary"
 
@@ -52,6 +53,9 @@ def parser() -> argparse.ArgumentParser:
                          "and wait for until Established")
     up.add_argument("--replicas", type=int, metavar="N",
                     help="processes per service (etcd: one); default $APIARY_REPLICAS or 1")
+    up.add_argument("--profile", choices=PROFILES,
+                    help="full: one process per service; compact: every service in one host process "
+                         "(a test cluster's; one replica). Default: what the state directory recorded, or full")
     up.add_argument("--detach", action="store_true", help="return once ready and leave the cluster running")
     up.add_argument("--fresh", action="store_true", help="start from an empty etcd")
     up.add_argument("--aggregated", action="append", default=[],
@@ -91,6 +95,7 @@ def up_stack(args: argparse.Namespace) -> Stack:
                  free_ports=args.port == 0 if chosen else recorded.free_ports,
                  ports=recorded.ports if not chosen or args.port == 0 else {},
                  replicas=replicas, detach=args.detach,
+                 profile=args.profile or recorded.profile,
                  aggregated=[known[n] for n in args.aggregated] or ([] if chosen else recorded.aggregated))
 
 

@@ -8,6 +8,9 @@ HTTPS port), and each caller is given every replica of its peers (--<peer>-addre
 
 Stack.start is idempotent: what is already running and healthy is left alone.
 
+With the compact profile (PROFILES) the services run as members of one host process (host.py), each
+still on its own ports with its own health endpoint; a service's pid is then the host's.
+
 Aggregated API servers (AGGREGATED_SERVERS, or a Stack's `aggregated`) run as more processes of
 the stack: once the core services are ready the runner writes what a cluster would hold for each
 (its namespace and ServiceAccount, the RBAC an aggregated server needs), starts it with kube-style
@@ -57,6 +60,13 @@ REQUEST_PATH = ORDER[1:-1]
 
 # Ports of replica r of a service: its own plus r * REPLICA_PORT_STEP.
 REPLICA_PORT_STEP = 100
+
+# How the services are laid out in processes: "full", one process per service (what `make run`,
+# compose and the manifests run); "compact", every service in one host process (host.py, a test
+# cluster's default: one interpreter and one copy of the modules instead of seven), etcd beside it.
+PROFILES = ("full", "compact")
+COMPACT = "compact"  # the host process's name (its pid file, its log)
+COMPACT_SERVICES = ORDER[1:]
 
 
 def replica_of(name: str) -> tuple[str, int]:
@@ -110,6 +120,7 @@ class Stack:
     extra: dict[str, list[str]] = field(default_factory=dict)
     aggregated: list[AggregatedServer] = field(default_factory=lambda: list(AGGREGATED_SERVERS))
     replicas: int = 1  # processes per service (etcd: always one)
+    profile: str = "full"  # PROFILES
     free_ports: bool = False
     detach: bool = False
     # "<process>:<kind>" -> port, with free_ports (kinds: ports.KINDS)
@@ -119,6 +130,10 @@ class Stack:
     def __post_init__(self) -> None:
         # absolute: the services run elsewhere (cwd ROOT)
         self.state = Path(self.state).resolve()
+        if self.profile not in PROFILES:
+            raise ClusterError(f"unknown profile {self.profile!r} (one of {', '.join(PROFILES)})")
+        if self.profile == COMPACT and self.replicas != 1:
+            raise ClusterError("the compact profile runs one replica of each service")
         if self.free_ports and not self.ports:
             self.ports = dict(self._recorded().get("ports") or {})
 
@@ -130,6 +145,7 @@ class Stack:
         recorded = cls(state)._recorded()
         known = {a.name: a for a in AGGREGATED_SERVERS}
         return cls(state, offset=int(recorded.get("offset", 0)), replicas=int(recorded.get("replicas", 1)),
+                   profile=str(recorded.get("profile", "full")),
                    free_ports=bool(recorded.get("free_ports")), ports=dict(recorded.get("ports") or {}),
                    aggregated=[known[n] for n in recorded.get("aggregated", ()) if n in known], **kwargs)
 
@@ -147,6 +163,7 @@ class Stack:
         self.state.mkdir(parents=True, exist_ok=True)
         self.record.write_text(json.dumps({
             "offset": self.offset, "free_ports": self.free_ports, "replicas": self.replicas,
+            "profile": self.profile,
             "aggregated": [a.name for a in self.aggregated],
             "ports": {f"{n}:{k}": self.port(n, k) for n in self.names() for k in self.port_kinds(n)},
         }, indent=1) + "\n")
@@ -227,6 +244,18 @@ class Stack:
         """The HTTPS URL of proxy replica r."""
         return f"https://127.0.0.1:{self.port(replica_name('proxy', r), 'https')}"
 
+    def process_of(self, name: str) -> str:
+        """The process that runs `name`: the compact host for its members, else itself."""
+        return COMPACT if self.profile == COMPACT and name in COMPACT_SERVICES else name
+
+    def members(self, process: str) -> list[str]:
+        """What process `process` runs: the compact host's services, or itself."""
+        return [n for n in self.names() if self.process_of(n) == process]
+
+    def processes(self) -> list[str]:
+        """Every process of the stack (not only its services), in start order."""
+        return list(dict.fromkeys(self.process_of(n) for n in self.names()))
+
     def aggregated_server(self, name: str) -> AggregatedServer | None:
         return next((a for a in self.aggregated if a.name == name), None)
 
@@ -249,12 +278,16 @@ class Stack:
         """The pid of process `name` of this stack if it runs (a zombie does not). Its pid file
         holds the pid and the process's start time, so that a pid used again is not taken for it."""
         try:
-            pid, _, started = (self.pids / f"{name}.pid").read_text().partition(" ")
+            pid, _, started = (self.pids / f"{self.process_of(name)}.pid").read_text().partition(" ")
             return int(pid) if processes.alive(int(pid), int(started) if started.strip() else None) else None
         except (OSError, ValueError):
             return None
 
     def command(self, name: str) -> list[str]:
+        if name == COMPACT:
+            from .host import Member, command
+
+            return [sys.executable, *command([Member(s, self.command(s)[3:]) for s in self.members(COMPACT)])]
         if name == "etcd":
             etcd = etcd_binary()
             peer = f"http://127.0.0.1:{self.port('etcd', 'peer')}"
@@ -316,9 +349,10 @@ class Stack:
         return cmd + list(self.extra.get(name, ()))
 
     def spawn(self, name: str) -> int:
-        """Start process `name` in its own process group (a stop signals the group: its children
-        too), once its ports are free."""
-        self.check_ports([name])
+        """Start the process that runs `name` (process_of) in its own process group (a stop signals
+        the group: its children too), once its ports are free."""
+        name = self.process_of(name)
+        self.check_ports(self.members(name) or [name])
         self.logs.mkdir(parents=True, exist_ok=True)
         self.pids.mkdir(parents=True, exist_ok=True)
         with open(self.logs / f"{name}.log", "ab") as log:
@@ -446,7 +480,7 @@ class Stack:
             # all at once: a service waits for etcd and its peers (not ready until they answer),
             # and its start (Python's imports) takes longer than etcd's
             spawned = [n for n in ("etcd", *self.service_names()) if self.pid(n) is None]
-            for name in spawned:
+            for name in dict.fromkeys(map(self.process_of, spawned)):
                 self.spawn(name)
             if bad := self.wait(["etcd"], timeout, settle="etcd" in spawned):
                 self.fail(bad)
@@ -598,7 +632,7 @@ class Stack:
 
     def fail(self, names: list[str]) -> None:
         for n in names:
-            log = self.logs / f"{n}.log"
+            log = self.logs / f"{self.process_of(n)}.log"
             tail = log.read_text(errors="replace").splitlines()[-25:] if log.exists() else []
             print(f"--- {n} did not become ready; last lines of {log}:", file=sys.stderr)
             print("\n".join(tail), file=sys.stderr)
@@ -611,7 +645,8 @@ class Stack:
         names = sorted(p.stem for p in self.pids.glob("*.pid")) if self.pids.is_dir() else []
         groups = {n: pid for n in names if (pid := self.pid(n)) is not None}
         processes.stop_all(groups, first=[n for n in groups if replica_of(n)[0] in API_CLIENTS],
-                           data=[n for n in groups if replica_of(n)[0] == "storage"], last=["etcd"])
+                           data=[n for n in groups if replica_of(n)[0] == "storage" or n == COMPACT],
+                           last=["etcd"])
         for name in names:
             if not quiet and name in groups:
                 print(f"stopped {name} (pid {groups[name]})")
@@ -625,8 +660,8 @@ class Stack:
         if pid is not None:
             processes.stop_group(pid, signal.SIGTERM, processes.DATA_GRACE)
             if not quiet:
-                print(f"stopped {name} (pid {pid})")
-        (self.pids / f"{name}.pid").unlink(missing_ok=True)
+                print(f"stopped {self.process_of(name)} (pid {pid})")
+        (self.pids / f"{self.process_of(name)}.pid").unlink(missing_ok=True)
 
     def status(self) -> bool:
         ok = True
