@@ -110,7 +110,10 @@ def up(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGINT, stopped)
     began = time.monotonic()
     try:
-        stack.start(fresh=args.fresh, timeout=args.timeout)
+        if args.fresh or not (was_running and stack.ready()):
+            stack.start(fresh=args.fresh, timeout=args.timeout)
+        else:
+            stack.hold()  # a running cluster is attached to: ready already, with nothing to start
         installed = stack.install_crds(args.crds, timeout=args.timeout) if args.crds else []
         took = time.monotonic() - began
         crds = f", {len(installed)} CRDs established" if installed else ""

@@ -126,6 +126,7 @@ class Stack:
     # "<process>:<kind>" -> port, with free_ports (kinds: ports.KINDS)
     ports: dict[str, int] = field(default_factory=dict)
     _lifeline: int | None = field(default=None, init=False, repr=False)
+    _admin_tls: ssl.SSLContext | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         # absolute: the services run elsewhere (cwd ROOT)
@@ -412,6 +413,19 @@ class Stack:
         except (urllib.error.URLError, OSError, ValueError):
             return False
 
+    def ready(self) -> bool:
+        """Every process of the stack running and ready, the proxy's HTTPS /readyz too (a running
+        stack that `up` or a reused pytest session attaches to without a start's work); the health
+        ports are asked all at once."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        names = self.names()
+        if not all(self.pid(n) is not None for n in names):
+            return False
+        with ThreadPoolExecutor(len(names) + 1) as pool:
+            proxy = pool.submit(self.proxy_ready)
+            return all(pool.map(self.healthy, names)) and proxy.result()
+
     def proxy_ready(self) -> bool:
         ctx = ssl.create_default_context(cafile=str(self.state / "pki" / "ca.crt"))
         try:
@@ -503,6 +517,11 @@ class Stack:
 
         certs.write_kubeconfig(self.state, self.server, embed=embed)
 
+    @property
+    def crd_record(self) -> Path:
+        """The fingerprint of the CRD files last installed (crds.install's record)."""
+        return self.state / "crds.json"
+
     def install_crds(self, paths: Iterable[Path | str], timeout: float = 30.0) -> list[str]:
         """Install the CustomResourceDefinitions of these files and directories (crds.py) and wait
         until they are Established and served; their names. ClusterError naming the file if one
@@ -510,16 +529,18 @@ class Stack:
         from . import crds
 
         try:
-            return crds.install(self._api, [Path(p) for p in paths], timeout)
+            return crds.install(self._api, [Path(p) for p in paths], timeout, record=self.crd_record)
         except crds.CRDError as e:
             raise ClusterError(str(e)) from None
 
     # aggregated API servers -------------------------------------------------
 
     def _api(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
-        pki = self.state / "pki"
-        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        if self._admin_tls is None:  # made once: loading the CA and the key costs more than a request
+            pki = self.state / "pki"
+            self._admin_tls = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+            self._admin_tls.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        ctx = self._admin_tls
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(f"{self.server}{path}", data=data, method=method,
                                      headers={"Content-Type": "application/json", "Accept": "application/json"})

@@ -1,0 +1,93 @@
+"""The compact profile: the host's command line (each member's flags as `python -m services.<name>`
+would get them), which process runs each service and which pid file and log are its, the profile
+recorded in the state directory, and the host's log told apart per service in a failed test's report."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from services.cluster import cli, host, processes
+from services.cluster.pytest_plugin import by_service
+from services.cluster.stack import COMPACT, ClusterError, Stack
+
+
+def test_the_host_command_line_round_trips() -> None:
+    members = [host.Member("storage", ["--grpc-port", "1", "-v", "2"]), host.Member("apf", [])]
+    cmd = host.command(members)
+    assert cmd[:2] == ["-m", "services.cluster.host"]
+    assert host.parse(cmd[2:]) == members
+    assert host.entry_point("apf") == "services.apf.__main__"
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "usage"), (["storage"], "usage"), (["--"], "must be followed by a service name"),
+    (["--", "apf", "--", "apf"], "named twice"),
+])
+def test_a_bad_host_command_line(argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit, match=message):
+        host.parse(argv)
+
+
+def test_a_separator_in_a_members_flags_is_refused() -> None:
+    with pytest.raises(ValueError, match="apf"):
+        host.command([host.Member("apf", ["--"])])
+
+
+def test_every_service_runs_in_the_host_with_its_own_ports(tmp_path: Path) -> None:
+    s = Stack(tmp_path, 1000, profile=COMPACT, aggregated=[])
+    assert s.processes() == ["etcd", COMPACT]
+    assert s.process_of("registry") == COMPACT and s.process_of("etcd") == "etcd"
+    cmd = s.command(COMPACT)
+    members = host.parse(cmd[cmd.index("services.cluster.host") + 1:])
+    assert [m.name for m in members] == list(s.service_names())
+    for m in members:  # what the service's own process would be given
+        assert m.argv == s.command(m.name)[3:]
+    full = Stack(tmp_path, 1000, aggregated=[])
+    assert full.processes() == ["etcd", *full.service_names()]
+
+
+def test_a_service_pid_is_the_hosts(tmp_path: Path) -> None:
+    s = Stack(tmp_path, profile=COMPACT, aggregated=[])
+    s.pids.mkdir(parents=True)
+    (s.pids / f"{COMPACT}.pid").write_text("1 0")  # pid 1 with another start time: not ours
+    assert s.pid("proxy") is None
+    (s.pids / f"{COMPACT}.pid").write_text(f"{os.getpid()} {processes.start_time(os.getpid())}")
+    assert s.pid("proxy") == s.pid("storage") == os.getpid()
+    assert s.pid("etcd") is None
+
+
+def test_compact_runs_one_replica(tmp_path: Path) -> None:
+    with pytest.raises(ClusterError, match="one replica"):
+        Stack(tmp_path, profile=COMPACT, replicas=2)
+    with pytest.raises(ClusterError, match="unknown profile"):
+        Stack(tmp_path, profile="tiny")
+
+
+def test_the_profile_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("APIARY_REPLICAS", raising=False)
+    assert cli.up_stack(cli.parse(["up", "--state", str(tmp_path)])).profile == "full"
+    first = cli.up_stack(cli.parse(["up", "--state", str(tmp_path), "--port", "0", "--profile", COMPACT]))
+    first.choose_ports()
+    first._write_record()
+    assert Stack.from_state(tmp_path).profile == COMPACT
+    assert cli.up_stack(cli.parse(["up", "--state", str(tmp_path)])).profile == COMPACT
+    assert cli.up_stack(cli.parse(["up", "--state", str(tmp_path), "--profile", "full"])).profile == "full"
+
+
+def test_the_hosts_log_per_service() -> None:
+    lines = [
+        "2026-12-03 16:05:29,303 compact INFO services.common.runtime: auth serving gRPC",
+        "2026-12-03 16:05:29,304 compact INFO services.controllermanager.serviceaccounts: created ns/default",
+        "2026-12-03 16:05:29,305 compact ERROR services.registry.bootstrap: failed",
+        "Traceback (most recent call last):",
+        "  File x",
+        "2026-12-03 16:05:29,306 compact WARNING services.apiserver.storage.cacher: slow",
+        "uvicorn said something",
+    ]
+    assert by_service(lines) == {
+        COMPACT: [lines[0], lines[5], lines[6]],
+        "controllermanager": [lines[1]],
+        "registry": lines[2:5],
+    }
