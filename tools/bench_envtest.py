@@ -2,9 +2,11 @@
 
   up_cold      `apiary up --port 0 --crds DIR --detach` on a fresh state directory until it returns
                (ready, 3 CRDs Established and served): p50 and p90 over --runs starts
-  up_warm      the same command again on the running cluster's state (it attaches)
+  up_warm      the same command again on the running cluster's state (it attaches); and the command's
+               own CPU seconds
   down         `apiary down` until every process of the cluster (each process group) is gone
-  start_cpu    CPU seconds each process spent on its start (read right after the first cold `up`)
+  start_cpu    CPU seconds each process spent on its start (read right after each cold `up`; the run of
+               median total, and every run's total)
   memory       summed VmRSS of every process of the cluster (etcd included, no pizza server), 10 s
                after ready, and each process's
   pytest_cold, pytest_reuse  a one-test pytest session with `-p services.cluster.pytest_plugin`: from
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -264,13 +267,19 @@ def memory(state: Path) -> dict[str, Any]:
 
 def apiary(*args: str | Path) -> float:
     """Run `apiary ARGS` (python -m services.cluster); its wall seconds. Fails loudly."""
-    t = time.monotonic()
+    return apiary_timed(*args)[0]
+
+
+def apiary_timed(*args: str | Path) -> tuple[float, float]:
+    """Run `apiary ARGS`: its wall seconds and the CPU seconds of the command's own process (not
+    the cluster's, which are its own processes), less sensitive to the machine's load."""
+    t, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run([sys.executable, "-m", "services.cluster", *map(str, args)], cwd=ROOT,
                        capture_output=True, text=True, check=False)
-    took = time.monotonic() - t
+    took, after = time.monotonic() - t, resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode:
         raise RuntimeError(f"apiary {' '.join(map(str, args))}: exit {r.returncode}\n{r.stdout}\n{r.stderr}")
-    return took
+    return took, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 def down(state: Path) -> dict[str, float]:
@@ -310,23 +319,28 @@ def bench(runs: int, profile: str = "compact") -> dict[str, Any]:
     out: dict[str, Any] = {"profile": profile, "load_average_start": round(os.getloadavg()[0], 2)}
     project = write_session(work / "one", suite=False)
     try:
-        cold, warm, downs, sessions = [], [], [], []
+        cold, warm, warm_cpu, downs, sessions, starts = [], [], [], [], [], []
         # in each run the CLI's start and the plugin's, one after the other: a neighbour's burst of
         # load slows one run of both rather than all of one
         for i in range(runs):
             shutil.rmtree(state, ignore_errors=True)
             cold.append(apiary("up", "--state", state, "--port", "0", "--crds", crds, "--detach",
                                "--profile", profile))
-            if i == 0:
-                out["start_cpu"] = start_cpu(state)
-            warm.append(apiary("up", "--state", state, "--crds", crds, "--detach"))
+            starts.append(start_cpu(state))
+            took, cpu = apiary_timed("up", "--state", state, "--crds", crds, "--detach")
+            warm.append(took)
+            warm_cpu.append(cpu)
             if i == 0:
                 time.sleep(MEMORY_SETTLE)
                 out["memory"] = memory(state)
             downs.append(down(state))
             sessions.append(pytest_session(project, "--apiary-crds", crds, profile=profile))
         out["up_cold"] = summary(cold)
-        out["up_warm"] = summary(warm)
+        # the run of median CPU (the first may compile the services' bytecode cache), and every run's total
+        out["start_cpu"] = {**sorted(starts, key=lambda c: c["total_cpu_s"])[len(starts) // 2],
+                            "total_cpu_runs_s": [c["total_cpu_s"] for c in starts]}
+        out["up_warm"] = {**summary(warm), "cpu_p50_s": round(percentile(warm_cpu, 0.5), 3),
+                          "cpu_runs_s": [round(c, 3) for c in warm_cpu]}
         out["down"] = {"all_gone_p50_s": round(percentile([d["all_gone_s"] for d in downs], 0.5), 2),
                        "all_gone_max_s": max(d["all_gone_s"] for d in downs),
                        "command_p50_s": round(percentile([d["command_s"] for d in downs], 0.5), 2),

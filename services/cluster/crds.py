@@ -16,8 +16,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 SUFFIXES = (".yaml", ".yml", ".json")
 POLL = 0.1
@@ -45,6 +43,8 @@ def files(paths: Iterable[Path]) -> list[Path]:
 
 def read(path: Path) -> list[dict[str, Any]]:
     """The CustomResourceDefinitions in one file (a List's items too)."""
+    import yaml  # here: a warm `apiary up` with unchanged files reads none of them
+
     try:
         with path.open() as f:  # a YAML error's position names the file
             docs = [json.load(f)] if path.suffix == ".json" else list(yaml.safe_load_all(f))

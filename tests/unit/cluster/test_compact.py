@@ -10,7 +10,7 @@ import pytest
 
 from services.cluster import cli, host, processes
 from services.cluster.pytest_plugin import by_service
-from services.cluster.stack import COMPACT, ClusterError, Stack
+from services.cluster.stack import COMPACT, ClusterError, Stack, service_env
 
 
 def test_the_host_command_line_round_trips() -> None:
@@ -91,3 +91,17 @@ def test_the_hosts_log_per_service() -> None:
         "controllermanager": [lines[1]],
         "registry": lines[2:5],
     }
+
+
+def test_the_services_get_a_bytecode_cache_where_the_environment_forbids_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    assert service_env() is None  # Python writes its __pycache__ as usual
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    env = service_env()
+    assert env is not None and "PYTHONDONTWRITEBYTECODE" not in env
+    assert env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "apiary" / "pycache")  # not beside the sources
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "mine"))
+    assert service_env() is None  # the user's own cache
