@@ -140,7 +140,7 @@ def up(args: argparse.Namespace) -> None:
 def down(args: argparse.Namespace) -> None:
     stack = Stack.from_state(args.state, detach=True)
     began = time.monotonic()
-    running = [n for n in stack.names() if stack.pid(n) is not None]
+    running = [n for n in stack.processes() if stack.pid(n) is not None]
     stack.stop(quiet=True)
     print(f"stopped {len(running)} processes in {time.monotonic() - began:.2f} s")
 
