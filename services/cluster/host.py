@@ -74,14 +74,29 @@ def parse(argv: Sequence[str]) -> list[Member]:
     return members
 
 
+class MemberExit(Exception):
+    """A member's SystemExit (bad flags, a peer it cannot reach), carried as an ordinary exception:
+    asyncio would let a SystemExit out of the loop at once, before the other members stopped."""
+
+    def __init__(self, exit: SystemExit) -> None:
+        super().__init__(exit.code)
+        self.exit = exit
+
+
+async def _member(name: str, module: ModuleType, args: object, stop: asyncio.Event) -> None:
+    from services.common import runtime
+
+    try:
+        await runtime.serve(name, args, module.assemble, stop)  # type: ignore[arg-type]
+    except SystemExit as e:
+        raise MemberExit(e) from None
+
+
 async def serve(loaded: Sequence[tuple[Member, ModuleType, object]], stop: asyncio.Event) -> None:
     """Every member in this loop until `stop`; then the API's clients first, the others together.
     One member that cannot start or ends stops the host (as one process of a stack would end)."""
-    from services.common import runtime
-
     stops = {m.name: asyncio.Event() for m, _, _ in loaded}
-    tasks = {m.name: asyncio.create_task(runtime.serve(m.name, args, module.assemble, stops[m.name]),
-                                         name=f"service {m.name}")
+    tasks = {m.name: asyncio.create_task(_member(m.name, module, args, stops[m.name]), name=f"service {m.name}")
              for m, module, args in loaded}
     waiter = asyncio.ensure_future(stop.wait())
     done, _ = await asyncio.wait([waiter, *tasks.values()], return_when=asyncio.FIRST_COMPLETED)
@@ -90,10 +105,11 @@ async def serve(loaded: Sequence[tuple[Member, ModuleType, object]], stop: async
     for group in (first, [n for n in tasks if n not in first]):
         for n in group:
             stops[n].set()
-        await asyncio.wait([tasks[n] for n in group])
-    failed = [t for t in tasks.values() if t.done() and not t.cancelled() and t.exception() is not None]
+        if group:
+            await asyncio.wait([tasks[n] for n in group])
+    failed = [e for t in tasks.values() if not t.cancelled() and (e := t.exception()) is not None]
     if failed:
-        raise failed[0].exception()  # type: ignore[misc]
+        raise failed[0].exit if isinstance(failed[0], MemberExit) else failed[0]
     if waiter not in done:
         raise SystemExit(f"{__name__}: a service stopped by itself")
 

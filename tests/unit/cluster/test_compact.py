@@ -3,6 +3,8 @@ would get them), which process runs each service and which pid file and log are 
 recorded in the state directory, and the host's log told apart per service in a failed test's report."""
 from __future__ import annotations
 
+import argparse
+import asyncio
 import os
 from pathlib import Path
 
@@ -105,3 +107,48 @@ def test_the_services_get_a_bytecode_cache_where_the_environment_forbids_one(
     assert env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "apiary" / "pycache")  # not beside the sources
     monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "mine"))
     assert service_env() is None  # the user's own cache
+
+
+class FakeEntryPoint:
+    """A service's __main__ as the host uses it: an assemble that records when its component starts
+    and stops (and may fail)."""
+
+    def __init__(self, name: str, events: list[str], fail: bool = False) -> None:
+        self.name, self.events, self.fail = name, events, fail
+
+    async def assemble(self, service: object) -> str:
+        if self.fail:
+            raise SystemExit(f"{self.name}: bad flags")
+
+        async def stop() -> None:
+            self.events.append(f"stop {self.name}")
+            await asyncio.sleep(0.01)  # the others must not start stopping before this one is done
+
+        service.component(lambda: self.events.append(f"start {self.name}"), stop)  # type: ignore[attr-defined]
+        return ""
+
+
+def loaded(names: list[str], events: list[str], failing: str = "") -> list[tuple[host.Member, object, object]]:
+    args = argparse.Namespace(insecure_internal=True, bind_address="127.0.0.1", health_port=0, v=0)
+    return [(host.Member(n, []), FakeEntryPoint(n, events, n == failing), args) for n in names]
+
+
+async def test_the_host_stops_the_apis_clients_first_then_the_others() -> None:
+    events: list[str] = []
+    stop = asyncio.Event()
+    serving = asyncio.create_task(host.serve(loaded(["storage", "controllermanager", "proxy"], events), stop))
+    while len(events) < 3:
+        await asyncio.sleep(0.01)
+    stop.set()
+    await serving
+    assert sorted(events[:3]) == ["start controllermanager", "start proxy", "start storage"]
+    assert events[3] == "stop controllermanager"
+    assert sorted(events[4:]) == ["stop proxy", "stop storage"]
+
+
+def test_a_member_that_cannot_start_stops_the_host() -> None:
+    """Its SystemExit (as its own process would end with) once the others have stopped."""
+    events: list[str] = []
+    with pytest.raises(SystemExit, match="registry: bad flags"):
+        asyncio.run(host.serve(loaded(["storage", "registry"], events, failing="registry"), asyncio.Event()))
+    assert events in (["start storage", "stop storage"], [])  # the other one stopped too (or never started)
