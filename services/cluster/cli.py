@@ -90,6 +90,9 @@ def up_stack(args: argparse.Namespace) -> Stack:
     chosen = args.port is not None or args.port_offset is not None
     replicas = args.replicas or int(os.environ.get("APIARY_REPLICAS") or 0) or recorded.replicas
     known = {a.name: a for a in AGGREGATED_SERVERS}
+    if args.profile and args.profile != recorded.profile and any(recorded.pid(p) for p in recorded.processes()):
+        raise ClusterError(f"the cluster in {recorded.state} runs the {recorded.profile} profile: "
+                           f"`apiary down --state {args.state}` before starting it as {args.profile}")
     return Stack(args.state,
                  offset=(args.port_offset or 0) if chosen else recorded.offset,
                  free_ports=args.port == 0 if chosen else recorded.free_ports,

@@ -152,3 +152,14 @@ def test_a_member_that_cannot_start_stops_the_host() -> None:
     with pytest.raises(SystemExit, match="registry: bad flags"):
         asyncio.run(host.serve(loaded(["storage", "registry"], events, failing="registry"), asyncio.Event()))
     assert events in (["start storage", "stop storage"], [])  # the other one stopped too (or never started)
+
+
+def test_a_running_cluster_keeps_its_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("APIARY_REPLICAS", raising=False)
+    running = Stack(tmp_path, aggregated=[])
+    running._write_record()
+    running.pids.mkdir(parents=True)
+    (running.pids / "etcd.pid").write_text(f"{os.getpid()} {processes.start_time(os.getpid())}")
+    with pytest.raises(ClusterError, match="runs the full profile: `apiary down"):
+        cli.up_stack(cli.parse(["up", "--state", str(tmp_path), "--profile", COMPACT]))
+    assert cli.up_stack(cli.parse(["up", "--state", str(tmp_path), "--profile", "full"])).profile == "full"
