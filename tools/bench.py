@@ -909,6 +909,8 @@ def main() -> None:
                    help="run: the issue's goals only, at small sizes (within 2 minutes; `make bench QUICK=1`); "
                    "kept in the history apart from full runs")
     p.add_argument("--runs", type=int, help="envtest: cold starts (default 5, quick 3)")
+    p.add_argument("--profile", choices=("compact", "full"), default="compact",
+                   help="envtest: the cluster's processes (default compact, the pytest plugin's; full: one per service)")
     p.add_argument("--rounds", type=int, help="rounds of each baseline and its figure (default 3, quick 2)")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--open-rate", help="GET,CREATE requests/s for the open-loop figures (default: half of "
@@ -979,7 +981,7 @@ def main() -> None:
         print("\n".join(figure_lines(bench_apf.figures(raw_apf), {})))
         return
     if args.mode == "envtest":
-        envtest(args.runs or (3 if args.quick else 5))
+        envtest(args.runs or (3 if args.quick else 5), args.profile)
         return
     if args.mode == "replicas":
         one = on_fresh_stack(lambda st: asyncio.run(bench_scaled(st, args.concurrency, n)))
@@ -1033,15 +1035,15 @@ def crd_only(args: argparse.Namespace, n: int, rounds: int) -> None:
     print("\n".join(line for line in goal_lines(figures, {}) if "CRD" in line or "custom" in line))
 
 
-def envtest(runs: int) -> None:
+def envtest(runs: int, profile: str = "compact") -> None:
     """issue 23's figures, against their goals; the raw figures in .apiary/bench-envtest.json."""
     from tools import bench_envtest
 
-    r = bench_envtest.bench(runs)
+    r = bench_envtest.bench(runs, profile)
     (ROOT / ".apiary").mkdir(exist_ok=True)
     (ROOT / ".apiary" / "bench-envtest.json").write_text(json.dumps(r, indent=1))
     print(json.dumps(r, indent=1))
-    print(f"\n{runs} runs, load average {r['load_average_start']} at the start, {r['load_average_end']} at the end")
+    print(f"\n{runs} runs, profile {profile}, load average {r['load_average_start']} at the start, {r['load_average_end']} at the end")
     print("\n".join(goal_lines(bench_envtest.figures(r), {}, ENVTEST_GOALS)))
 
 

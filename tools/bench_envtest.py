@@ -2,9 +2,11 @@
 
   up_cold      `apiary up --port 0 --crds DIR --detach` on a fresh state directory until it returns
                (ready, 3 CRDs Established and served): p50 and p90 over --runs starts
-  up_warm      the same command again on the running cluster's state (it attaches)
+  up_warm      the same command again on the running cluster's state (it attaches); and the command's
+               own CPU seconds
   down         `apiary down` until every process of the cluster (each process group) is gone
-  start_cpu    CPU seconds each process spent on its start (read right after the first cold `up`)
+  start_cpu    CPU seconds each process spent on its start (read right after each cold `up`; the run of
+               median total, and every run's total)
   memory       summed VmRSS of every process of the cluster (etcd included, no pizza server), 10 s
                after ready, and each process's
   pytest_cold, pytest_reuse  a one-test pytest session with `-p services.cluster.pytest_plugin`: from
@@ -14,6 +16,9 @@
                session makes for it, delete the Widget): the pytest session's wall time with the
                plugin starting the cluster ÷ with --apiary-kubeconfig of one already running
 
+The cluster runs in --profile compact (the pytest plugin's default: etcd and one host process of every
+service) unless another profile is asked for (full: one process per service, as `make run`).
+
 Every command runs as a subprocess of this one (`python -m services.cluster`, `python -m pytest`), as
 from a shell. The ports are the OS's (--port 0), so the bench's offset does not matter.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -261,13 +267,19 @@ def memory(state: Path) -> dict[str, Any]:
 
 def apiary(*args: str | Path) -> float:
     """Run `apiary ARGS` (python -m services.cluster); its wall seconds. Fails loudly."""
-    t = time.monotonic()
+    return apiary_timed(*args)[0]
+
+
+def apiary_timed(*args: str | Path) -> tuple[float, float]:
+    """Run `apiary ARGS`: its wall seconds and the CPU seconds of the command's own process (not
+    the cluster's, which are its own processes), less sensitive to the machine's load."""
+    t, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run([sys.executable, "-m", "services.cluster", *map(str, args)], cwd=ROOT,
                        capture_output=True, text=True, check=False)
-    took = time.monotonic() - t
+    took, after = time.monotonic() - t, resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode:
         raise RuntimeError(f"apiary {' '.join(map(str, args))}: exit {r.returncode}\n{r.stdout}\n{r.stderr}")
-    return took
+    return took, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 def down(state: Path) -> dict[str, float]:
@@ -281,14 +293,15 @@ def down(state: Path) -> dict[str, float]:
             "processes": len(gone_of)}
 
 
-def pytest_session(project: Path, *options: str | Path) -> dict[str, float]:
+def pytest_session(project: Path, *options: str | Path, profile: str = "compact") -> dict[str, float]:
     """Run pytest in project with the plugin: its wall seconds and its own time to the first test."""
     timing = project / "timing.json"
     timing.unlink(missing_ok=True)
     env = {**os.environ, "APIARY_BENCH_TIMING": str(timing), "PYTHONPATH": str(ROOT)}
     t = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-                        "services.cluster.pytest_plugin", "--rootdir", str(project), *map(str, options),
+                        "services.cluster.pytest_plugin", "--rootdir", str(project), "--apiary-profile", profile,
+                        *map(str, options),
                         str(project)], cwd=project, env=env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - t
     if r.returncode:
@@ -298,36 +311,42 @@ def pytest_session(project: Path, *options: str | Path) -> dict[str, float]:
 
 # the figures -------------------------------------------------------------------
 
-def bench(runs: int) -> dict[str, Any]:
+def bench(runs: int, profile: str = "compact") -> dict[str, Any]:
     """Every figure of the module docstring; load averages beside."""
     work = Path(tempfile.mkdtemp(prefix="apiary-envtest-"))
     crds = write_crds(work / "crds")
     state = work / "cluster"
-    out: dict[str, Any] = {"load_average_start": round(os.getloadavg()[0], 2)}
+    out: dict[str, Any] = {"profile": profile, "load_average_start": round(os.getloadavg()[0], 2)}
     project = write_session(work / "one", suite=False)
     try:
-        cold, warm, downs, sessions = [], [], [], []
+        cold, warm, warm_cpu, downs, sessions, starts = [], [], [], [], [], []
         # in each run the CLI's start and the plugin's, one after the other: a neighbour's burst of
         # load slows one run of both rather than all of one
         for i in range(runs):
             shutil.rmtree(state, ignore_errors=True)
-            cold.append(apiary("up", "--state", state, "--port", "0", "--crds", crds, "--detach"))
-            if i == 0:
-                out["start_cpu"] = start_cpu(state)
-            warm.append(apiary("up", "--state", state, "--crds", crds, "--detach"))
+            cold.append(apiary("up", "--state", state, "--port", "0", "--crds", crds, "--detach",
+                               "--profile", profile))
+            starts.append(start_cpu(state))
+            took, cpu = apiary_timed("up", "--state", state, "--crds", crds, "--detach")
+            warm.append(took)
+            warm_cpu.append(cpu)
             if i == 0:
                 time.sleep(MEMORY_SETTLE)
                 out["memory"] = memory(state)
             downs.append(down(state))
-            sessions.append(pytest_session(project, "--apiary-crds", crds))
+            sessions.append(pytest_session(project, "--apiary-crds", crds, profile=profile))
         out["up_cold"] = summary(cold)
-        out["up_warm"] = summary(warm)
+        # the run of median CPU (the first may compile the services' bytecode cache), and every run's total
+        out["start_cpu"] = {**sorted(starts, key=lambda c: c["total_cpu_s"])[len(starts) // 2],
+                            "total_cpu_runs_s": [c["total_cpu_s"] for c in starts]}
+        out["up_warm"] = {**summary(warm), "cpu_p50_s": round(percentile(warm_cpu, 0.5), 3),
+                          "cpu_runs_s": [round(c, 3) for c in warm_cpu]}
         out["down"] = {"all_gone_p50_s": round(percentile([d["all_gone_s"] for d in downs], 0.5), 2),
                        "all_gone_max_s": max(d["all_gone_s"] for d in downs),
                        "command_p50_s": round(percentile([d["command_s"] for d in downs], 0.5), 2),
                        "processes": downs[0]["processes"]}
-        out["pytest_cold"] = _pytest_figures(project, work / "reuse" / "state", crds, sessions)
-        out["suite"] = _suite(work, crds, state, max(1, runs // 2))
+        out["pytest_cold"] = _pytest_figures(project, work / "reuse" / "state", crds, sessions, profile)
+        out["suite"] = _suite(work, crds, state, max(1, runs // 2), profile)
     finally:
         for s in (state, work / "reuse" / "state"):
             if (s / "pids").is_dir():
@@ -338,10 +357,12 @@ def bench(runs: int) -> dict[str, Any]:
     return out
 
 
-def _pytest_figures(project: Path, reuse_state: Path, crds: Path, cold: list[dict[str, float]]) -> dict[str, Any]:
+def _pytest_figures(project: Path, reuse_state: Path, crds: Path, cold: list[dict[str, float]],
+                    profile: str) -> dict[str, Any]:
     """The cold sessions' figures, and as many with --apiary-reuse after one that leaves the cluster running."""
-    pytest_session(project, "--apiary-crds", crds, "--apiary-reuse", "--apiary-state", reuse_state)
-    reuse = [pytest_session(project, "--apiary-crds", crds, "--apiary-reuse", "--apiary-state", reuse_state)
+    pytest_session(project, "--apiary-crds", crds, "--apiary-reuse", "--apiary-state", reuse_state, profile=profile)
+    reuse = [pytest_session(project, "--apiary-crds", crds, "--apiary-reuse", "--apiary-state", reuse_state,
+                            profile=profile)
              for _ in cold]
     apiary("down", "--state", reuse_state)
     return {"cold": summary([r["to_first_test_s"] for r in cold]),
@@ -350,17 +371,17 @@ def _pytest_figures(project: Path, reuse_state: Path, crds: Path, cold: list[dic
             "reuse_wall": summary([r["wall_s"] for r in reuse])}
 
 
-def _suite(work: Path, crds: Path, state: Path, rounds: int) -> dict[str, Any]:
+def _suite(work: Path, crds: Path, state: Path, rounds: int, profile: str) -> dict[str, Any]:
     """The operator suite, in rounds: against a running cluster, then starting its own."""
     project = write_session(work / "suite", suite=True)
     shutil.rmtree(state, ignore_errors=True)
-    apiary("up", "--state", state, "--port", "0", "--crds", crds, "--detach")
+    apiary("up", "--state", state, "--port", "0", "--crds", crds, "--detach", "--profile", profile)
     running, started = [], []
     try:
         for _ in range(rounds):
             running.append(pytest_session(project, "--apiary-crds", crds, "--apiary-kubeconfig",
-                                          state / "kubeconfig"))
-            started.append(pytest_session(project, "--apiary-crds", crds))
+                                          state / "kubeconfig", profile=profile))
+            started.append(pytest_session(project, "--apiary-crds", crds, profile=profile))
     finally:
         apiary("down", "--state", state)
     ratios = [s["wall_s"] / r["wall_s"] for s, r in zip(started, running)]

@@ -1,6 +1,7 @@
 """`apiary`: a local Kubernetes-compatible cluster (etcd and every apiary service) on loopback.
 
     apiary up [--state DIR] [--port-offset N | --port 0] [--crds PATH ...] [--replicas N] [--detach]
+              [--profile full|compact]
     apiary down | status | kubeconfig [--state DIR]
     apiary init | exec NAME [--state DIR] [--port-offset N]     (how compose.yaml runs the services)
 
@@ -20,7 +21,7 @@ from pathlib import Path
 from types import FrameType
 
 from .aggregated import AGGREGATED_SERVERS
-from .stack import ORDER, ClusterError, Stack
+from .stack import ORDER, PROFILES, ClusterError, Stack
 
 DEFAULT_STATE = ".apiary"
 
@@ -52,6 +53,9 @@ def parser() -> argparse.ArgumentParser:
                          "and wait for until Established")
     up.add_argument("--replicas", type=int, metavar="N",
                     help="processes per service (etcd: one); default $APIARY_REPLICAS or 1")
+    up.add_argument("--profile", choices=PROFILES,
+                    help="full: one process per service; compact: every service in one host process "
+                         "(a test cluster's; one replica). Default: what the state directory recorded, or full")
     up.add_argument("--detach", action="store_true", help="return once ready and leave the cluster running")
     up.add_argument("--fresh", action="store_true", help="start from an empty etcd")
     up.add_argument("-v", "--v", type=int, metavar="N", dest="verbosity",
@@ -89,6 +93,9 @@ def up_stack(args: argparse.Namespace) -> Stack:
     chosen = args.port is not None or args.port_offset is not None
     replicas = args.replicas or int(os.environ.get("APIARY_REPLICAS") or 0) or recorded.replicas
     known = {a.name: a for a in AGGREGATED_SERVERS}
+    if args.profile and args.profile != recorded.profile and any(recorded.pid(p) for p in recorded.processes()):
+        raise ClusterError(f"the cluster in {recorded.state} runs the {recorded.profile} profile: "
+                           f"`apiary down --state {args.state}` before starting it as {args.profile}")
     return Stack(args.state,
                  offset=(args.port_offset or 0) if chosen else recorded.offset,
                  free_ports=args.port == 0 if chosen else recorded.free_ports,
@@ -96,6 +103,7 @@ def up_stack(args: argparse.Namespace) -> Stack:
                  replicas=replicas, detach=args.detach,
                  verbosity=args.verbosity if args.verbosity is not None else int(
                      os.environ.get("APIARY_V") or recorded.verbosity),
+                 profile=args.profile or recorded.profile,
                  aggregated=[known[n] for n in args.aggregated] or ([] if chosen else recorded.aggregated))
 
 
@@ -110,7 +118,10 @@ def up(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGINT, stopped)
     began = time.monotonic()
     try:
-        stack.start(fresh=args.fresh, timeout=args.timeout)
+        if args.fresh or not (was_running and stack.ready()):
+            stack.start(fresh=args.fresh, timeout=args.timeout)
+        else:
+            stack.hold()  # a running cluster is attached to: ready already, with nothing to start
         installed = stack.install_crds(args.crds, timeout=args.timeout) if args.crds else []
         took = time.monotonic() - began
         crds = f", {len(installed)} CRDs established" if installed else ""
@@ -137,7 +148,7 @@ def up(args: argparse.Namespace) -> None:
 def down(args: argparse.Namespace) -> None:
     stack = Stack.from_state(args.state, detach=True)
     began = time.monotonic()
-    running = [n for n in stack.names() if stack.pid(n) is not None]
+    running = [n for n in stack.processes() if stack.pid(n) is not None]
     stack.stop(quiet=True)
     print(f"stopped {len(running)} processes in {time.monotonic() - began:.2f} s")
 

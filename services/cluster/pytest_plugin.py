@@ -13,7 +13,9 @@ CRD files or directories, installed and Established before the first test; --api
 [apiary_kubeconfig]: use that cluster instead of starting one (envtest's USE_EXISTING_CLUSTER);
 --apiary-reuse [apiary_reuse]: leave the cluster running at the end and attach to it next time;
 --apiary-state DIR [apiary_state]: its state directory (default: a temporary one, or
-.apiary-pytest under the rootdir with --apiary-reuse). A failing test that used the cluster gets
+.apiary-pytest under the rootdir with --apiary-reuse); --apiary-profile compact|full [apiary_profile]:
+how a started cluster lays out its services (default compact: every service in one host process, a
+third of the memory; full: one process each, as `make run`). A failing test that used the cluster gets
 the tail of what each service logged during it as report sections.
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ import httpx
 import pytest
 
 from . import clientcmd, crds
-from .stack import Stack
+from .stack import COMPACT, COMPACT_SERVICES, PROFILES, Stack
 from .webhooks import WebhookInstallOptions
 
 FIXTURES = frozenset({"apiary_cluster", "k8s_api_client", "k8s_async_api_client", "apiary_namespace",
@@ -80,15 +82,34 @@ class ApiaryCluster:
         return sorted(p for p in self.logs.glob("*.log") if p.name not in NOT_SERVICE_LOGS)
 
     def log_tails(self, since: dict[str, int]) -> list[tuple[str, str]]:
-        """What each service logged after `since` (file sizes), its last LOG_LINES lines."""
+        """What each service logged after `since` (file sizes), its last LOG_LINES lines; the compact
+        host's log is told apart by the logger that wrote each line (by_service)."""
         out = []
         for path in self._log_files():
             with path.open("rb") as f:
                 f.seek(since.get(path.name, 0))
-                lines = f.read().decode(errors="replace").splitlines()[-LOG_LINES:]
-            if lines:
-                out.append((path.stem, "\n".join(lines)))
+                lines = f.read().decode(errors="replace").splitlines()
+            parts = by_service(lines) if path.stem == COMPACT else {path.stem: lines}
+            out += [(name, "\n".join(part[-LOG_LINES:])) for name, part in parts.items() if part]
         return out
+
+
+# "<date> <time> compact LEVEL services.<service>.<module>: ..." (runtime.setup_logging's format)
+LOGGER = re.compile(r"^\S+ \S+ \S+ [A-Z]+ services\.(\w+)")
+
+
+def by_service(lines: list[str]) -> dict[str, list[str]]:
+    """The compact host's lines per service, by the package of the logger that wrote them (a
+    traceback's lines go with the line before); the shared library's lines under COMPACT."""
+    parts: dict[str, list[str]] = {}
+    current = COMPACT
+    for line in lines:
+        if m := LOGGER.match(line):
+            current = m.group(1) if m.group(1) in COMPACT_SERVICES else COMPACT
+        elif line[:4].isdigit():
+            current = COMPACT
+        parts.setdefault(current, []).append(line)
+    return parts
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -100,10 +121,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--apiary-reuse", action="store_true", default=None,
                     help="keep the cluster running after the session and attach to it next time")
     group.addoption("--apiary-state", metavar="DIR", help="the started cluster's state directory")
+    group.addoption("--apiary-profile", choices=PROFILES,
+                    help="compact (default): every service in one host process; full: one process each")
     parser.addini("apiary_crds", "CRD files or directories to install before the first test", type="paths")
     parser.addini("apiary_kubeconfig", "use the cluster of this kubeconfig instead of starting apiary")
     parser.addini("apiary_reuse", "keep the cluster between sessions", type="bool", default=False)
     parser.addini("apiary_state", "the started cluster's state directory")
+    parser.addini("apiary_profile", "compact (default) or full: the started cluster's processes", default=COMPACT)
 
 
 @dataclass(frozen=True)
@@ -112,6 +136,7 @@ class Options:
     kubeconfig: Path | None
     reuse: bool
     state: Path | None
+    profile: str = COMPACT
 
 
 def options(config: pytest.Config) -> Options:
@@ -129,11 +154,14 @@ def options(config: pytest.Config) -> Options:
         kubeconfig=path(config.getoption("apiary_kubeconfig"), "apiary_kubeconfig"),
         reuse=bool(config.getini("apiary_reuse") if reuse is None else reuse),
         state=path(config.getoption("apiary_state"), "apiary_state"),
+        profile=config.getoption("apiary_profile") or config.getini("apiary_profile"),
     )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # a CRD file that does not parse fails the session at once, before collection (no cluster needed)
+    if (profile := options(config).profile) not in PROFILES:
+        raise pytest.UsageError(f"apiary: apiary_profile = {profile!r}: one of {', '.join(PROFILES)}")
     try:
         for path in crds.files(options(config).crds):
             crds.read(path)
@@ -141,18 +169,12 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"apiary: {e}") from None
 
 
-def _attachable(stack: Stack) -> bool:
-    """Every process of a reused cluster running and ready: attach without a start's waits."""
-    return bool(stack.ports) and all(stack.pid(n) is not None and stack.healthy(n) for n in stack.names()) \
-        and stack.proxy_ready()
-
-
 def _start(opts: Options, factory: pytest.TempPathFactory, rootpath: Path) -> Stack:
     """A cluster on ports the OS chooses (so that sessions run side by side); with reuse, the one
     the state directory records when it still runs, and detached, so that it outlives the session."""
     state = opts.state or (rootpath / ".apiary-pytest" if opts.reuse else factory.mktemp("apiary"))
-    stack = Stack(state, aggregated=[], free_ports=True, detach=opts.reuse)
-    if opts.reuse and _attachable(stack):
+    stack = Stack(state, aggregated=[], free_ports=True, detach=opts.reuse, profile=opts.profile)
+    if opts.reuse and stack.ports and stack.ready():
         return stack
     try:
         stack.start(fresh=not opts.reuse)
@@ -182,7 +204,7 @@ def apiary_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     config.stash[CLUSTER] = cluster
     try:
         try:
-            cluster.crds = crds.install(cluster.api, opts.crds)
+            cluster.crds = crds.install(cluster.api, opts.crds, record=stack.crd_record if stack else None)
         except crds.CRDError as e:
             pytest.exit(f"apiary: {e}", returncode=pytest.ExitCode.USAGE_ERROR)
         yield cluster

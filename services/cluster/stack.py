@@ -8,6 +8,9 @@ HTTPS port), and each caller is given every replica of its peers (--<peer>-addre
 
 Stack.start is idempotent: what is already running and healthy is left alone.
 
+With the compact profile (PROFILES) the services run as members of one host process (host.py), each
+still on its own ports with its own health endpoint; a service's pid is then the host's.
+
 Aggregated API servers (AGGREGATED_SERVERS, or a Stack's `aggregated`) run as more processes of
 the stack: once the core services are ready the runner writes what a cluster would hold for each
 (its namespace and ServiceAccount, the RBAC an aggregated server needs), starts it with kube-style
@@ -57,6 +60,13 @@ REQUEST_PATH = ORDER[1:-1]
 
 # Ports of replica r of a service: its own plus r * REPLICA_PORT_STEP.
 REPLICA_PORT_STEP = 100
+
+# How the services are laid out in processes: "full", one process per service (what `make run`,
+# compose and the manifests run); "compact", every service in one host process (host.py, a test
+# cluster's default: one interpreter and one copy of the modules instead of seven), etcd beside it.
+PROFILES = ("full", "compact")
+COMPACT = "compact"  # the host process's name (its pid file, its log)
+COMPACT_SERVICES = ORDER[1:]
 
 
 def replica_of(name: str) -> tuple[str, int]:
@@ -111,16 +121,22 @@ class Stack:
     extra: dict[str, list[str]] = field(default_factory=dict)
     aggregated: list[AggregatedServer] = field(default_factory=lambda: list(AGGREGATED_SERVERS))
     replicas: int = 1  # processes per service (etcd: always one)
+    profile: str = "full"  # PROFILES
     free_ports: bool = False
     detach: bool = False
     verbosity: int = 0  # every service's -v (klog's levels: 4 logs each request's stages)
     # "<process>:<kind>" -> port, with free_ports (kinds: ports.KINDS)
     ports: dict[str, int] = field(default_factory=dict)
     _lifeline: int | None = field(default=None, init=False, repr=False)
+    _admin_tls: ssl.SSLContext | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         # absolute: the services run elsewhere (cwd ROOT)
         self.state = Path(self.state).resolve()
+        if self.profile not in PROFILES:
+            raise ClusterError(f"unknown profile {self.profile!r} (one of {', '.join(PROFILES)})")
+        if self.profile == COMPACT and self.replicas != 1:
+            raise ClusterError("the compact profile runs one replica of each service")
         if self.free_ports and not self.ports:
             self.ports = dict(self._recorded().get("ports") or {})
 
@@ -133,6 +149,7 @@ class Stack:
         known = {a.name: a for a in AGGREGATED_SERVERS}
         return cls(state, offset=int(recorded.get("offset", 0)), replicas=int(recorded.get("replicas", 1)),
                    verbosity=int(recorded.get("verbosity", 0)),
+                   profile=str(recorded.get("profile", "full")),
                    free_ports=bool(recorded.get("free_ports")), ports=dict(recorded.get("ports") or {}),
                    aggregated=[known[n] for n in recorded.get("aggregated", ()) if n in known], **kwargs)
 
@@ -150,7 +167,8 @@ class Stack:
         self.state.mkdir(parents=True, exist_ok=True)
         self.record.write_text(json.dumps({
             "offset": self.offset, "free_ports": self.free_ports, "replicas": self.replicas,
-            "verbosity": self.verbosity, "aggregated": [a.name for a in self.aggregated],
+            "verbosity": self.verbosity, "profile": self.profile,
+            "aggregated": [a.name for a in self.aggregated],
             "ports": {f"{n}:{k}": self.port(n, k) for n in self.names() for k in self.port_kinds(n)},
         }, indent=1) + "\n")
 
@@ -230,6 +248,18 @@ class Stack:
         """The HTTPS URL of proxy replica r."""
         return f"https://127.0.0.1:{self.port(replica_name('proxy', r), 'https')}"
 
+    def process_of(self, name: str) -> str:
+        """The process that runs `name`: the compact host for its members, else itself."""
+        return COMPACT if self.profile == COMPACT and name in COMPACT_SERVICES else name
+
+    def members(self, process: str) -> list[str]:
+        """What process `process` runs: the compact host's services, or itself."""
+        return [n for n in self.names() if self.process_of(n) == process]
+
+    def processes(self) -> list[str]:
+        """Every process of the stack (not only its services), in start order."""
+        return list(dict.fromkeys(self.process_of(n) for n in self.names()))
+
     def aggregated_server(self, name: str) -> AggregatedServer | None:
         return next((a for a in self.aggregated if a.name == name), None)
 
@@ -252,12 +282,16 @@ class Stack:
         """The pid of process `name` of this stack if it runs (a zombie does not). Its pid file
         holds the pid and the process's start time, so that a pid used again is not taken for it."""
         try:
-            pid, _, started = (self.pids / f"{name}.pid").read_text().partition(" ")
+            pid, _, started = (self.pids / f"{self.process_of(name)}.pid").read_text().partition(" ")
             return int(pid) if processes.alive(int(pid), int(started) if started.strip() else None) else None
         except (OSError, ValueError):
             return None
 
     def command(self, name: str) -> list[str]:
+        if name == COMPACT:
+            from .host import Member, command
+
+            return [sys.executable, *command([Member(s, self.command(s)[3:]) for s in self.members(COMPACT)])]
         if name == "etcd":
             etcd = etcd_binary()
             peer = f"http://127.0.0.1:{self.port('etcd', 'peer')}"
@@ -321,14 +355,15 @@ class Stack:
         return cmd + list(self.extra.get(name, ()))
 
     def spawn(self, name: str) -> int:
-        """Start process `name` in its own process group (a stop signals the group: its children
-        too), once its ports are free."""
-        self.check_ports([name])
+        """Start the process that runs `name` (process_of) in its own process group (a stop signals
+        the group: its children too), once its ports are free."""
+        name = self.process_of(name)
+        self.check_ports(self.members(name) or [name])
         self.logs.mkdir(parents=True, exist_ok=True)
         self.pids.mkdir(parents=True, exist_ok=True)
         with open(self.logs / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(self.command(name), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+                                    stdin=subprocess.DEVNULL, start_new_session=True, env=service_env())
         (self.pids / f"{name}.pid").write_text(f"{proc.pid} {processes.start_time(proc.pid)}")
         return proc.pid
 
@@ -342,7 +377,7 @@ class Stack:
             with open(self.logs / "watchdog.log", "ab") as log:
                 subprocess.Popen([sys.executable, "-m", "services.cluster.watchdog", str(self.state)],
                                  cwd=ROOT, stdin=read, stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+                                 start_new_session=True, env=service_env())
         except BaseException:
             os.close(write)
             raise
@@ -382,6 +417,19 @@ class Stack:
                 return r.status == 200
         except (urllib.error.URLError, OSError, ValueError):
             return False
+
+    def ready(self) -> bool:
+        """Every process of the stack running and ready, the proxy's HTTPS /readyz too (a running
+        stack that `up` or a reused pytest session attaches to without a start's work); the health
+        ports are asked all at once."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        names = self.names()
+        if not all(self.pid(n) is not None for n in names):
+            return False
+        with ThreadPoolExecutor(len(names) + 1) as pool:
+            proxy = pool.submit(self.proxy_ready)
+            return all(pool.map(self.healthy, names)) and proxy.result()
 
     def proxy_ready(self) -> bool:
         ctx = ssl.create_default_context(cafile=str(self.state / "pki" / "ca.crt"))
@@ -451,7 +499,7 @@ class Stack:
             # all at once: a service waits for etcd and its peers (not ready until they answer),
             # and its start (Python's imports) takes longer than etcd's
             spawned = [n for n in ("etcd", *self.service_names()) if self.pid(n) is None]
-            for name in spawned:
+            for name in dict.fromkeys(map(self.process_of, spawned)):
                 self.spawn(name)
             if bad := self.wait(["etcd"], timeout, settle="etcd" in spawned):
                 self.fail(bad)
@@ -474,6 +522,11 @@ class Stack:
 
         certs.write_kubeconfig(self.state, self.server, embed=embed)
 
+    @property
+    def crd_record(self) -> Path:
+        """The fingerprint of the CRD files last installed (crds.install's record)."""
+        return self.state / "crds.json"
+
     def install_crds(self, paths: Iterable[Path | str], timeout: float = 30.0) -> list[str]:
         """Install the CustomResourceDefinitions of these files and directories (crds.py) and wait
         until they are Established and served; their names. ClusterError naming the file if one
@@ -481,16 +534,18 @@ class Stack:
         from . import crds
 
         try:
-            return crds.install(self._api, [Path(p) for p in paths], timeout)
+            return crds.install(self._api, [Path(p) for p in paths], timeout, record=self.crd_record)
         except crds.CRDError as e:
             raise ClusterError(str(e)) from None
 
     # aggregated API servers -------------------------------------------------
 
     def _api(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
-        pki = self.state / "pki"
-        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        if self._admin_tls is None:  # made once: loading the CA and the key costs more than a request
+            pki = self.state / "pki"
+            self._admin_tls = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+            self._admin_tls.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        ctx = self._admin_tls
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(f"{self.server}{path}", data=data, method=method,
                                      headers={"Content-Type": "application/json", "Accept": "application/json"})
@@ -603,7 +658,7 @@ class Stack:
 
     def fail(self, names: list[str]) -> None:
         for n in names:
-            log = self.logs / f"{n}.log"
+            log = self.logs / f"{self.process_of(n)}.log"
             tail = log.read_text(errors="replace").splitlines()[-25:] if log.exists() else []
             print(f"--- {n} did not become ready; last lines of {log}:", file=sys.stderr)
             print("\n".join(tail), file=sys.stderr)
@@ -616,7 +671,8 @@ class Stack:
         names = sorted(p.stem for p in self.pids.glob("*.pid")) if self.pids.is_dir() else []
         groups = {n: pid for n in names if (pid := self.pid(n)) is not None}
         processes.stop_all(groups, first=[n for n in groups if replica_of(n)[0] in API_CLIENTS],
-                           data=[n for n in groups if replica_of(n)[0] == "storage"], last=["etcd"])
+                           data=[n for n in groups if replica_of(n)[0] == "storage" or n == COMPACT],
+                           last=["etcd"])
         for name in names:
             if not quiet and name in groups:
                 print(f"stopped {name} (pid {groups[name]})")
@@ -630,8 +686,8 @@ class Stack:
         if pid is not None:
             processes.stop_group(pid, signal.SIGTERM, processes.DATA_GRACE)
             if not quiet:
-                print(f"stopped {name} (pid {pid})")
-        (self.pids / f"{name}.pid").unlink(missing_ok=True)
+                print(f"stopped {self.process_of(name)} (pid {pid})")
+        (self.pids / f"{self.process_of(name)}.pid").unlink(missing_ok=True)
 
     def status(self) -> bool:
         ok = True
@@ -641,6 +697,19 @@ class Stack:
             ok = ok and good
             print(f"{name:10} {'running' if pid else 'stopped':8} pid={pid or '-':<8} {'ready' if good else 'not ready'}")
         return ok
+
+
+def service_env() -> dict[str, str] | None:
+    """The services' environment: this process's, unless it forbids writing bytecode
+    (PYTHONDONTWRITEBYTECODE, no PYTHONPYCACHEPREFIX): then the services get a bytecode cache of
+    their own under the user's cache directory, never beside the sources. Without one every start of
+    every service compiles its ~300 modules of apiary again: about half of a start's CPU."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return None
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "apiary" / "pycache"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(cache)
+    return env
 
 
 def etcd_binary() -> str:

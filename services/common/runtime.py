@@ -320,22 +320,29 @@ class Service:
                 log.exception("%s: stopping a %s failed", self.name, what)
 
 
+async def serve(name: str, args: argparse.Namespace, assemble: Callable[[Service], Awaitable[str | None]],
+                stop: asyncio.Event) -> None:
+    """One service in the running loop: assemble(service) declares its parts, then it runs until
+    stop is set (main's process, or one of several in a test cluster's compact host)."""
+    service = Service(name, args)
+    try:
+        started = await assemble(service)
+    except BaseException:
+        for close in service._clients:
+            await _call(close)
+        raise
+    await service.run(stop, started or "")
+
+
 def main(name: str, args: argparse.Namespace, assemble: Callable[[Service], Awaitable[str | None]]) -> None:
     """A service's process: logging, then assemble(service) declares its parts (and returns what
     the "serving" log line adds), then the service runs until SIGTERM/SIGINT."""
     setup_logging(name, args.v)
 
-    async def serve(stop: asyncio.Event) -> None:
-        service = Service(name, args)
-        try:
-            started = await assemble(service)
-        except BaseException:
-            for close in service._clients:
-                await _call(close)
-            raise
-        await service.run(stop, started or "")
+    async def serve_one(stop: asyncio.Event) -> None:
+        await serve(name, args, assemble, stop)
 
-    run(serve)
+    run(serve_one)
     # Stopped cleanly: every part is closed, nothing is held that etcd (or the audit log, closed by
     # its sink's stop) does not already have. The interpreter's own teardown (every object freed,
     # gRPC's core shut down) cost a service up to a second more: a stopping process skips it.

@@ -96,13 +96,15 @@ def test_config_map(apiary_namespace, k8s_api_client):
 
 
 def test_two_sessions_at_once_each_on_a_cluster_of_its_own(tmp_path: Path) -> None:
-    """Ports from the OS and a state directory each: no clash between sessions started together."""
+    """Ports from the OS and a state directory each: no clash between sessions started together (one
+    on the default compact profile, one with --apiary-profile full, each service its own process)."""
     procs = []
-    for name in ("one", "two"):
+    for name, profile in (("one", "compact"), ("two", "full")):
         suite = tmp_path / name
         suite.mkdir()
         (suite / "test_twin.py").write_text(TWIN)
-        procs.append(subprocess.Popen(pytest_command("-q"), cwd=suite, env=pytest_env(), text=True,
+        procs.append(subprocess.Popen(pytest_command("-q", "--apiary-profile", profile), cwd=suite,
+                                      env=pytest_env(), text=True,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     for proc in procs:
         out, _ = proc.communicate(timeout=600)
@@ -138,9 +140,11 @@ def test_a_killed_session_leaves_no_process_behind(tmp_path: Path) -> None:
         while not (tmp_path / "state").exists():
             assert proc.poll() is None and time.monotonic() < deadline, "the session did not get its cluster"
             time.sleep(0.2)
-        stack = Stack(Path((tmp_path / "state").read_text()), free_ports=True, aggregated=[])
-        pids = [pid for name in stack.names() if (pid := stack.pid(name)) is not None]
-        assert len(pids) == len(stack.names())
+        stack = Stack.from_state(Path((tmp_path / "state").read_text()))
+        assert stack.profile == "compact"  # the plugin's default: etcd and one host of every service
+        assert all(stack.pid(name) is not None for name in stack.names())
+        pids = list({stack.pid(name) for name in stack.names()})
+        assert len(pids) == len(stack.processes()) == 2
     finally:
         proc.kill()
         proc.wait()

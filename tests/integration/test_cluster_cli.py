@@ -163,3 +163,45 @@ def test_a_starter_killed_leaves_nothing_behind(tmp_path: Path, starter: str, si
     finally:
         proc.kill()
         apiary("down", "--state", str(state))
+
+
+def test_the_compact_profile_serves(tmp_path: Path) -> None:
+    """`apiary up --profile compact`: every service in one host process beside etcd, each ready on its
+    own health port; kubectl creates, reads and deletes, a namespace's deletion completes (the
+    controller-manager's namespace controller runs in the host); `up` again attaches without
+    writing the CRDs again; `apiary down` leaves no process."""
+    state, crds = tmp_path / "state", tmp_path / "crds"
+    crds.mkdir()
+    (crds / "widgets.yaml").write_text(CRD)
+    try:
+        up = apiary("up", "--port", "0", "--profile", "compact", "--detach", "--state", str(state), "--crds", str(crds))
+        assert up.returncode == 0, up.stderr
+        assert sorted(p.name for p in (state / "pids").iterdir()) == ["compact.pid", "etcd.pid"]
+        status = apiary("status", "--state", str(state))
+        assert status.returncode == 0, status.stdout
+        host_pid = (state / "pids" / "compact.pid").read_text().split()[0]
+        for service in ("storage", "registry", "admission", "auth", "apf", "proxy", "controllermanager"):
+            assert f"pid={host_pid}" in next(line for line in status.stdout.splitlines() if line.startswith(service))
+
+        kubectl(state, "create", "namespace", "c")
+        kubectl(state, "-n", "c", "create", "configmap", "one", "--from-literal=k=v")
+        assert '"k": "v"' in kubectl(state, "-n", "c", "get", "configmap", "one", "-o", "json")
+        widget = '{"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1"}, "spec": {}}'
+        subprocess.run(["kubectl", f"--kubeconfig={state / 'kubeconfig'}", "-n", "c", "create", "-f", "-"],
+                       input=widget, check=True, capture_output=True, text=True, timeout=60)
+        kubectl(state, "-n", "c", "delete", "configmap", "one")
+        kubectl(state, "delete", "namespace", "c", "--wait=true", "--timeout=60s")
+        gone = subprocess.run(["kubectl", f"--kubeconfig={state / 'kubeconfig'}", "get", "namespace", "c"],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert gone.returncode == 1 and "NotFound" in gone.stderr, gone.stdout + gone.stderr
+
+        record = (state / "crds.json").read_text()
+        again = apiary("up", "--state", str(state), "--crds", str(crds), "--detach")
+        assert again.returncode == 0, again.stderr
+        assert "1 CRDs established" in again.stdout
+        assert (state / "crds.json").read_text() == record
+        assert (state / "pids" / "compact.pid").read_text().split()[0] == host_pid  # attached, not restarted
+    finally:
+        down = apiary("down", "--state", str(state))
+        wait_for(lambda: not processes_of(state), timeout=30, what="every process of the cluster gone")
+        assert down.returncode == 0, down.stderr

@@ -17,7 +17,9 @@ SERVICE_PACKAGES = frozenset({"proxy", "auth", "apf", "admission", "registry", "
 # The library, lowest layer first: each may import the layers below it, never a service.
 LIBRARY_LAYERS = ("common", "apiserver", "apis", "kit")
 # The local cluster launcher (services/cluster): it runs the services as processes, so it imports no
-# service and only these library layers, and nothing in services/ imports it.
+# service and only these library layers, and nothing in services/ imports it. Its compact profile's host
+# (services/cluster/host.py) loads services' entry points (services.<name>.__main__) by a name made at
+# run time, as `python -m` does: no module of a service is imported statically, which this graph checks.
 LAUNCHER = "cluster"
 LAUNCHER_MAY_IMPORT = ("common", "apiserver")
 

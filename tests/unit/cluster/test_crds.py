@@ -47,3 +47,44 @@ def test_a_file_that_does_not_parse_is_named(tmp_path: Path, name: str, text: st
     (tmp_path / name).write_text(text)
     with pytest.raises(crds.CRDError, match=message):
         crds.read(tmp_path / name)
+
+
+class FakeAPI:
+    """The CRD collection as crds.install sees it: what was written, Established at once."""
+
+    def __init__(self) -> None:
+        self.crds: dict[str, dict] = {}
+        self.writes = 0
+
+    def __call__(self, method: str, path: str, body: dict | None) -> tuple[int, dict]:
+        established = {"conditions": [{"type": "Established", "status": "True"}]}
+        if method == "POST":
+            self.writes += 1
+            self.crds[body["metadata"]["name"]] = {**body, "status": established}
+            return 201, self.crds[body["metadata"]["name"]]
+        if path == crds.CRDS:
+            return 200, {"items": list(self.crds.values())}
+        if path.startswith(crds.CRDS + "/"):
+            name = path.rpartition("/")[2]
+            return (200, self.crds[name]) if name in self.crds else (404, {})
+        return 200, {"resources": [{"name": c["spec"]["names"]["plural"]} for c in self.crds.values()]}
+
+
+def test_an_install_of_unchanged_files_writes_nothing(tmp_path: Path) -> None:
+    crd = {**CRD, "spec": {"group": "example.com", "names": {"plural": "widgets"},
+                           "versions": [{"name": "v1", "served": True}]}}
+    (tmp_path / "crds").mkdir()
+    f = tmp_path / "crds" / "w.json"
+    f.write_text(json.dumps(crd))
+    api, record = FakeAPI(), tmp_path / "crds.json"
+    assert crds.install(api, [f], record=record) == ["widgets.example.com"]
+    assert crds.install(api, [f], record=record) == ["widgets.example.com"]
+    assert api.writes == 1  # the second found the fingerprint and the CRD Established
+    api.crds.clear()  # the cluster lost them (a fresh etcd): written again
+    crds.install(api, [f], record=record)
+    assert api.writes == 2
+    f.write_text(json.dumps({**crd, "metadata": {"name": "widgets.example.com", "labels": {"a": "b"}}}))
+    crds.install(api, [f], record=record)
+    assert api.writes == 3  # the file changed
+    crds.install(api, [f])
+    assert api.writes == 4  # no record: always written
