@@ -1,6 +1,6 @@
 """`apiary`: a local Kubernetes-compatible cluster (etcd and every apiary service) on loopback.
 
-    apiary up [--state DIR] [--port-offset N | --port 0] [--crds PATH ...] [--replicas N] [--detach]
+    apiary up [--state DIR] [--port-offset N | --port 0] [--crds PATH ...] [--replicas N] [--proxy-workers N] [--detach]
     apiary down | status | kubeconfig [--state DIR]
     apiary init | exec NAME [--state DIR] [--port-offset N]     (how compose.yaml runs the services)
 
@@ -52,6 +52,9 @@ def parser() -> argparse.ArgumentParser:
                          "and wait for until Established")
     up.add_argument("--replicas", type=int, metavar="N",
                     help="processes per service (etcd: one); default $APIARY_REPLICAS or 1")
+    up.add_argument("--proxy-workers", type=int, metavar="N",
+                    help="processes of each proxy on its HTTPS port (the proxy's --workers); default "
+                         "$APIARY_PROXY_WORKERS or 1")
     up.add_argument("--detach", action="store_true", help="return once ready and leave the cluster running")
     up.add_argument("--fresh", action="store_true", help="start from an empty etcd")
     up.add_argument("--aggregated", action="append", default=[],
@@ -76,6 +79,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if getattr(args, "replicas", None) is not None and args.replicas < 1:
         p.error("--replicas must be at least 1")
+    if getattr(args, "proxy_workers", None) is not None and args.proxy_workers < 1:
+        p.error("--proxy-workers must be at least 1")
     return args
 
 
@@ -85,12 +90,13 @@ def up_stack(args: argparse.Namespace) -> Stack:
     recorded = Stack.from_state(args.state)
     chosen = args.port is not None or args.port_offset is not None
     replicas = args.replicas or int(os.environ.get("APIARY_REPLICAS") or 0) or recorded.replicas
+    proxy_workers = args.proxy_workers or int(os.environ.get("APIARY_PROXY_WORKERS") or 0) or recorded.proxy_workers
     known = {a.name: a for a in AGGREGATED_SERVERS}
     return Stack(args.state,
                  offset=(args.port_offset or 0) if chosen else recorded.offset,
                  free_ports=args.port == 0 if chosen else recorded.free_ports,
                  ports=recorded.ports if not chosen or args.port == 0 else {},
-                 replicas=replicas, detach=args.detach,
+                 replicas=replicas, proxy_workers=proxy_workers, detach=args.detach,
                  aggregated=[known[n] for n in args.aggregated] or ([] if chosen else recorded.aggregated))
 
 

@@ -110,6 +110,7 @@ class Stack:
     extra: dict[str, list[str]] = field(default_factory=dict)
     aggregated: list[AggregatedServer] = field(default_factory=lambda: list(AGGREGATED_SERVERS))
     replicas: int = 1  # processes per service (etcd: always one)
+    proxy_workers: int = 1  # processes of each proxy replica on its HTTPS port (the proxy's --workers)
     free_ports: bool = False
     detach: bool = False
     # "<process>:<kind>" -> port, with free_ports (kinds: ports.KINDS)
@@ -130,6 +131,7 @@ class Stack:
         recorded = cls(state)._recorded()
         known = {a.name: a for a in AGGREGATED_SERVERS}
         return cls(state, offset=int(recorded.get("offset", 0)), replicas=int(recorded.get("replicas", 1)),
+                   proxy_workers=int(recorded.get("proxy_workers", 1)),
                    free_ports=bool(recorded.get("free_ports")), ports=dict(recorded.get("ports") or {}),
                    aggregated=[known[n] for n in recorded.get("aggregated", ()) if n in known], **kwargs)
 
@@ -147,6 +149,7 @@ class Stack:
         self.state.mkdir(parents=True, exist_ok=True)
         self.record.write_text(json.dumps({
             "offset": self.offset, "free_ports": self.free_ports, "replicas": self.replicas,
+            "proxy_workers": self.proxy_workers,
             "aggregated": [a.name for a in self.aggregated],
             "ports": {f"{n}:{k}": self.port(n, k) for n in self.names() for k in self.port_kinds(n)},
         }, indent=1) + "\n")
@@ -312,6 +315,7 @@ class Stack:
                 "--audit-log-maxsize", "100", "--audit-log-maxbackup", "3",
                 # batch mode: one write per 100 events or per second, not one per event (LOCAL_AUDIT_BATCH)
                 *LOCAL_AUDIT_BATCH,
+                *(["--workers", str(self.proxy_workers)] if self.proxy_workers > 1 else []),
             ]
         return cmd + list(self.extra.get(name, ()))
 
