@@ -45,11 +45,17 @@ def worker_audit_path(path: str, index: int) -> str:
     return str(p.with_name(f"{p.stem}-w{index}{p.suffix}"))
 
 
-def free_port(host: str) -> int:
-    """A port the OS says is free now, for a worker's health server."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def free_ports(host: str, count: int) -> list[int]:
+    """count distinct ports the OS says are free now, for the workers' health servers (every socket
+    stays bound until all are chosen, so no port is handed out twice)."""
+    socks = [socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind((host, 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def die_with_parent() -> None:
@@ -65,7 +71,7 @@ class Workers:
 
     def __init__(self, argv: list[str], count: int, audit_log_path: str, host: str) -> None:
         self.argv, self.count, self.audit_log_path, self.host = argv, count, audit_log_path, host
-        self.health_ports = {i: free_port(host) for i in range(1, count)}
+        self.health_ports = dict(zip(range(1, count), free_ports(host, count - 1), strict=True))
         self.procs: dict[int, asyncio.subprocess.Process] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
