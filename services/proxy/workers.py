@@ -118,10 +118,11 @@ class Workers:
             writer.close()
 
     async def stop(self) -> None:
+        """No worker is started again from now on; those running get SIGTERM and are waited for."""
         self._stopping = True
+        for task in self._tasks:
+            await cancel_and_wait(task)
         for proc in self.procs.values():
             if proc.returncode is None:
                 proc.send_signal(signal.SIGTERM)
         await asyncio.gather(*(p.wait() for p in self.procs.values()))
-        for task in self._tasks:
-            await cancel_and_wait(task)
