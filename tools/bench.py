@@ -167,8 +167,31 @@ def client_ctx(stack: Stack, name: str = "admin") -> ssl.SSLContext:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """User + system CPU seconds of a process so far, its proxy workers' (--workers) included."""
+    return sum(_own_cpu(p) for p in (pid, *proxy_workers(pid)))
+
+
+def _own_cpu(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # a worker that exited meanwhile
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def proxy_workers(pid: int) -> list[int]:
+    """The worker processes a proxy started with --workers N runs beside itself (its children)."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid and \
+                    b"--worker-index" in Path(f"/proc/{d}/cmdline").read_bytes():
+                found.append(int(d))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
 
 
 def grpc_calls(stack: Stack, name: str) -> dict[str, float]:
@@ -893,14 +916,15 @@ def main() -> None:
     tune_malloc()
     p = argparse.ArgumentParser(prog="python -m tools.bench")
     p.add_argument("mode", nargs="?", default="run",
-                   choices=["run", "core", "writes", "policy", "replicas", "aggregation", "watch", "crd", "envtest",
-                            "apf", "hello-server"],
+                   choices=["run", "core", "writes", "policy", "replicas", "aggregation", "watch", "workers", "crd",
+                            "envtest", "apf", "hello-server"],
                    help="run: every figure; core: only get, list and create with their baselines and the CPU "
                    "per request of each service, and the open-loop figures; writes: only the apply and patch "
                    "figures; policy: only CREATE with and without a ValidatingAdmissionPolicy; replicas: only GET "
                    "and CREATE with 2 replicas of every service against 1; aggregation: only the GET of a pizza "
                    "through the proxy against straight to the pizza server, --rounds times; watch: only the HTTPS "
-                   "watch fan-out figures (watch_https_200, watch_https_1000), --rounds times on one stack; crd: only "
+                   "watch fan-out figures (watch_https_200, watch_https_1000), --rounds times on one stack; workers: GET "
+                   "and the two HTTPS watch figures with the proxy's --workers 2 against 1, --rounds times; crd: only "
                    "the custom resources' figures (crd_create, crd_get, crd_established); apf: only the cost of "
                    "the priority-and-fairness gate (apf_gate), --rounds rounds; envtest: "
                    "apiary as a test cluster (tools/bench_envtest.py: `apiary up` cold and warm, `apiary down`, "
@@ -966,6 +990,9 @@ def main() -> None:
     if args.mode == "watch":
         watch_rounds(args.quick, rounds)
         return
+    if args.mode == "workers":
+        workers_rounds(args.concurrency, n, rounds, args.quick)
+        return
     if args.mode == "crd":
         crd_only(args, n, rounds)
         return
@@ -993,6 +1020,42 @@ def main() -> None:
             print(f"  CPU ms/request, 2 replicas (both): {two[name]['cpu_ms_per_request']}")
         return
     run(args, n, rounds)
+
+
+WORKERS_OFFSET = BENCH_OFFSET + 300
+
+
+def workers_rounds(concurrency: int, n: int, rounds: int, quick: bool) -> None:
+    """The proxy with 2 workers against 1 (`--workers`): GET rate (closed loop) and the HTTPS watch
+    fan-out (200 watchers at 100 writes/s, 1,000 at 20/s), a fresh stack per figure set, alternated
+    1, 2, 1, 2...; CPU per request and per delivery summed over the proxy's processes."""
+    from tools import bench_storage
+
+    seconds, drain = (3.0, 5.0) if quick else (10.0, 10.0)
+    results: dict[int, list[dict[str, dict]]] = {1: [], 2: []}
+    for _ in range(rounds):
+        for workers in (1, 2):
+            stack = Stack(BENCH_STATE / "workers", WORKERS_OFFSET, proxy_workers=workers)
+            stack.start(fresh=True)
+            try:
+                load = os.getloadavg()[0]
+                got = {"get": asyncio.run(bench_scaled(stack, concurrency, n))["get"],
+                       "watch_https_200": bench_storage.watch_fanout_https(stack, seconds=seconds, drain=drain),
+                       "watch_https_1000": bench_storage.watch_fanout_https(stack, watchers=1000, rate=20.0,
+                                                                             seconds=seconds, drain=drain)}
+            finally:
+                stack.stop(quiet=True)
+            results[workers].append(got)
+            g = got["get"]
+            print(f"workers {workers} (load average {load:.1f}): GET {g['rate']}/s p99 {g['p99_ms']} ms, proxy CPU "
+                  f"{g['cpu_ms_per_request'].get('proxy')} ms/GET", flush=True)
+            for name in ("watch_https_200", "watch_https_1000"):
+                r = got[name]
+                print(f"  {name}: {r['deliveries_per_s']} deliveries/s, p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, "
+                      f"delivered {r['delivered_pct']} %, proxy CPU {r['proxy_cpu_us_per_delivery']} µs/delivery, "
+                      f"watch clients {r['generator_cpu_us_per_delivery']} µs", flush=True)
+    get = [two["get"]["rate"] / one["get"]["rate"] for one, two in zip(results[1], results[2])]
+    print(f"GET rate, 2 workers ÷ 1, per round: {[round(x, 2) for x in get]}, median {statistics.median(get):.2f}")
 
 
 def watch_rounds(quick: bool, rounds: int) -> None:

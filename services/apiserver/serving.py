@@ -24,6 +24,7 @@ import contextlib
 import ctypes
 import functools
 import logging
+import socket
 import ssl
 import sys
 import sysconfig
@@ -368,11 +369,27 @@ class TLSHttpToolsProtocol(HttpToolsProtocol):
 
 
 class Server(uvicorn.Server):
-    """uvicorn.Server that leaves signals to the service (runtime.run sets the stop event)."""
+    """uvicorn.Server that leaves signals to the service (runtime.run sets the stop event). With
+    reuse_port, its socket is bound with SO_REUSEPORT: several processes serve one port, the kernel
+    spreading the connections over them (the proxy's --workers)."""
+
+    reuse_port = False
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
+
+    def sockets(self) -> list[socket.socket] | None:
+        """The listening socket to serve on when the port is shared, else None (uvicorn binds)."""
+        if not self.reuse_port:
+            return None
+        family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((self.config.host, self.config.port))
+        sock.set_inheritable(False)
+        return [sock]
 
 
 class Config(uvicorn.Config):
@@ -385,9 +402,9 @@ class Config(uvicorn.Config):
 
 def make_server(app: Any, host: str, port: int, cert_file: str, key_file: str, client_ca_file: str = "",
                 log_level: str = "warning", requestheader_ca_file: str = "",
-                limits: HTTPLimits | None = None) -> Server:
+                limits: HTTPLimits | None = None, reuse_port: bool = False) -> Server:
     """HTTPS server; client certificates are requested and verified against both CA files (either may
-    be empty)."""
+    be empty). reuse_port: the port is shared with other processes (Server.sockets)."""
     trust = ClientTrust.from_files(client=client_ca_file, requestheader=requestheader_ca_file)
     ca_files = [f for f in (client_ca_file, requestheader_ca_file) if f]
     limits = limits or HTTPLimits()
@@ -418,12 +435,14 @@ def make_server(app: Any, host: str, port: int, cert_file: str, key_file: str, c
     config.client_trust = trust if trust.names else None
     config.limits = limits
     config.header_deadlines = HeaderDeadlines()
-    return Server(config)
+    server = Server(config)
+    server.reuse_port = reuse_port
+    return server
 
 
 async def serve_until(server: Server, stop: asyncio.Event, on_stop: Callable[[], None] | None = None) -> None:
     """Serve until the stop event is set (or the server stops by itself); on_stop runs first then."""
-    task = asyncio.create_task(server.serve(), name="https")
+    task = asyncio.create_task(server.serve(sockets=server.sockets()), name="https")
     stopper = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)

@@ -122,6 +122,7 @@ class Stack:
     aggregated: list[AggregatedServer] = field(default_factory=lambda: list(AGGREGATED_SERVERS))
     replicas: int = 1  # processes per service (etcd: always one)
     profile: str = "full"  # PROFILES
+    proxy_workers: int = 1  # processes of each proxy replica on its HTTPS port (the proxy's --workers)
     free_ports: bool = False
     detach: bool = False
     verbosity: int = 0  # every service's -v (klog's levels: 4 logs each request's stages)
@@ -150,6 +151,7 @@ class Stack:
         return cls(state, offset=int(recorded.get("offset", 0)), replicas=int(recorded.get("replicas", 1)),
                    verbosity=int(recorded.get("verbosity", 0)),
                    profile=str(recorded.get("profile", "full")),
+                   proxy_workers=int(recorded.get("proxy_workers", 1)),
                    free_ports=bool(recorded.get("free_ports")), ports=dict(recorded.get("ports") or {}),
                    aggregated=[known[n] for n in recorded.get("aggregated", ()) if n in known], **kwargs)
 
@@ -167,7 +169,7 @@ class Stack:
         self.state.mkdir(parents=True, exist_ok=True)
         self.record.write_text(json.dumps({
             "offset": self.offset, "free_ports": self.free_ports, "replicas": self.replicas,
-            "verbosity": self.verbosity, "profile": self.profile,
+            "verbosity": self.verbosity, "profile": self.profile, "proxy_workers": self.proxy_workers,
             "aggregated": [a.name for a in self.aggregated],
             "ports": {f"{n}:{k}": self.port(n, k) for n in self.names() for k in self.port_kinds(n)},
         }, indent=1) + "\n")
@@ -351,6 +353,7 @@ class Stack:
                 "--audit-log-maxsize", "100", "--audit-log-maxbackup", "3",
                 # batch mode: one write per 100 events or per second, not one per event (LOCAL_AUDIT_BATCH)
                 *LOCAL_AUDIT_BATCH,
+                *(["--workers", str(self.proxy_workers)] if self.proxy_workers > 1 else []),
             ]
         return cmd + list(self.extra.get(name, ()))
 

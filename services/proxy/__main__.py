@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from collections.abc import Callable
 
 from apiary_pb import apf_pb2_grpc as fgrpc
@@ -21,6 +22,7 @@ from services.apiserver.serving import HTTPLimits, Server, make_server, serve_un
 from services.common import config, duration, grpcutil, runtime
 
 from .aggregator.authentication_trust import AuthenticationTrust
+from . import workers
 from .app import ProxyApp
 from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
 from .openidmetadata import external_address
@@ -104,8 +106,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="client certificate the proxy presents to aggregated API servers (the front-proxy "
                         "client; they trust X-Remote-* headers only from it)")
     p.add_argument("--proxy-client-key-file", default="", help="key of --proxy-client-cert-file")
+    p.add_argument("--workers", type=int, default=1,
+                   help="apiary-specific: processes serving the HTTPS port (SO_REUSEPORT), each a whole proxy "
+                        "with its own streams to the services (services/proxy/workers.py)")
+    p.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     audit_options.add_flags(p)
     args = p.parse_args(argv)
+    if args.workers < 1 or not 0 <= args.worker_index < args.workers:
+        p.error("--workers must be at least 1")
     if args.max_requests_inflight < 0 or args.max_mutating_requests_inflight < 0:
         p.error("--max-requests-inflight and --max-mutating-requests-inflight must not be negative")
     if args.request_timeout <= 0 or args.read_header_timeout <= 0 or args.idle_timeout <= 0:
@@ -143,14 +151,20 @@ class HTTPSListener:
 
 async def assemble(service: runtime.Service) -> str:
     args = service.args
+    if args.worker_index:
+        workers.die_with_parent()
+    elif args.workers > 1:
+        others = workers.Workers(sys.argv[1:], args.workers, args.audit_log_path, args.bind_address)
+        service.component(others.start, others.stop)
     audit_sink = audit_options.auditor(args)
     channels = {peer: service.channel(getattr(args, f"{peer}_address")) for peer in ("auth", "apf", "registry")}
     proxy = ProxyApp(
         agrpc.AuthStub(channels["auth"]), fgrpc.FlowControlStub(channels["apf"]),
         rgrpc.RegistryStub(channels["registry"]), channels=channels, verbosity=args.v,
         registry_replicas=grpcutil.target(args.registry_address).replicas,
-        request_header=request_header_config(args), max_requests_inflight=args.max_requests_inflight,
-        max_mutating_requests_inflight=args.max_mutating_requests_inflight,
+        request_header=request_header_config(args),
+        max_requests_inflight=workers.share(args.max_requests_inflight, args.workers),
+        max_mutating_requests_inflight=workers.share(args.max_mutating_requests_inflight, args.workers),
         request_timeout=args.request_timeout, min_request_timeout=args.min_request_timeout,
         auditor=audit_sink, proxy_client_cert_file=args.proxy_client_cert_file,
         proxy_client_key_file=args.proxy_client_key_file,
@@ -161,6 +175,8 @@ async def assemble(service: runtime.Service) -> str:
         service.component(audit_sink.start, audit_sink.stop)
     service.component(proxy.start, proxy.stop)
     service.checks = proxy.checks
+    if args.workers > 1 and not args.worker_index:
+        service.check("proxy-workers", others.ready)
     # the front-proxy trust that aggregated servers read (kube-system/extension-apiserver-authentication)
     trust = AuthenticationTrust(
         rgrpc.RegistryStub(channels["registry"]), client_ca_file=args.client_ca_file,
@@ -174,9 +190,10 @@ async def assemble(service: runtime.Service) -> str:
                          log_level="info" if args.v >= 4 else "warning",
                          requestheader_ca_file=args.requestheader_client_ca_file,
                          limits=HTTPLimits(args.read_header_timeout, args.idle_timeout,
-                                           args.max_header_bytes))
+                                           args.max_header_bytes), reuse_port=args.workers > 1)
     service.listener(HTTPSListener(server, proxy.begin_shutdown))
-    return f"HTTPS on {args.bind_address}:{args.secure_port}"
+    worker = f" (worker {args.worker_index} of {args.workers})" if args.workers > 1 else ""
+    return f"HTTPS on {args.bind_address}:{args.secure_port}{worker}"
 
 
 def run() -> None:

@@ -165,17 +165,25 @@ class Backend:
     # Watch ---------------------------------------------------------------------------------------
 
     async def watch(self, request: spb.WatchRequest) -> AsyncIterator[bytes]:
-        """Serialized WatchEvents (those from the watch cache are shared by every watcher)."""
+        """Serialized WatchEvents one by one (those from the watch cache are shared by every watcher)."""
+        async for batch in self.watch_batches(request):
+            for event in batch:
+                yield event
+
+    async def watch_batches(self, request: spb.WatchRequest, min_interval: float = 0.0) -> AsyncIterator[list[bytes]]:
+        """watch's events in batches: the initial ones in one, then each time the consumer is
+        ready (and min_interval after the previous batch), everything the cache queued for the
+        watch meanwhile (a stream of its own writes one message per batch)."""
         begun = await self.watches.begin(request)
         if isinstance(begun, pb.WatchEvent):
-            yield begun.SerializeToString()
+            yield [begun.SerializeToString()]
             return
         cacher, w, _ = begun
         try:
-            for event in self.watches.initial(request, begun):
-                yield event
-            async for event in self.watches.live(request, begun):
-                yield event
+            if initial := self.watches.initial(request, begun):
+                yield initial
+            async for batch in self.watches.live_batches(request, begun, min_interval=min_interval):
+                yield batch
         finally:
             cacher.remove(w)
 

@@ -116,10 +116,21 @@ class Watches:
 
     async def live(self, request: spb.WatchRequest, begun: Begun,
                    deliver: Callable[[bytes], bool] | None = None) -> AsyncIterator[bytes]:
+        """The watch's serialized WatchEvents after its initial ones, one by one (live_batches)."""
+        async for batch in self.live_batches(request, begun, deliver):
+            for event in batch:
+                yield event
+
+    async def live_batches(self, request: spb.WatchRequest, begun: Begun,
+                           deliver: Callable[[bytes], bool] | None = None,
+                           min_interval: float = 0.0) -> AsyncIterator[list[bytes]]:
         """The watch's serialized WatchEvents after its initial ones, until the cache ends the
-        watch: the loop every client watch runs. With deliver, the events go to it from the cache
-        instead (CacheWatcher.attach) and only bookmarks come from here. The caller removes the
-        watcher from its cache when it is done (finally: cacher.remove)."""
+        watch: the loop every client watch runs. Each batch is everything the cache watcher had
+        buffered when its consumer was ready for more, so one that falls behind catches up in fewer
+        steps. With deliver, the events go to it from the cache instead (CacheWatcher.attach) and
+        only bookmarks come from here. The caller removes the watcher from its cache when it is
+        done (finally: cacher.remove). After a batch, the next waits min_interval at least: the
+        events of that time go together (an event after a quiet spell goes at once)."""
         cacher, w, _ = begun
         if deliver is not None and (sent := w.attach(deliver)):
             metrics.WATCH_EVENTS.labels(cacher.watch_cache.kind).inc(sent)
@@ -134,12 +145,14 @@ class Watches:
             next_bookmark = max(before_deadline, now)
         buf = w.buf
         while True:
-            sent = 0
-            while buf:
-                sent += 1
-                yield buf.popleft()[1]
-            if sent:
-                metrics.WATCH_EVENTS.labels(w.kind).inc(sent)
+            if buf:
+                batch = [event for _, event in buf]
+                buf.clear()
+                metrics.WATCH_EVENTS.labels(w.kind).inc(len(batch))
+                yield batch
+                if min_interval:
+                    await asyncio.sleep(min_interval)
+                continue
             if w.closed:
                 return
             w.wake.clear()
@@ -158,7 +171,7 @@ class Watches:
             # Every event up to the cache's revision has been sent or handed over (the buffer is empty).
             if before_deadline is not None and next_bookmark >= before_deadline:
                 before_deadline = None  # this is the deadline's one bookmark, even if its timer fired early
-            yield bookmark(max(w.since, cacher.watch_cache.rev)).SerializeToString()
+            yield [bookmark(max(w.since, cacher.watch_cache.rev)).SerializeToString()]
             now = clock()
             next_bookmark = now + interval
             if before_deadline is not None and now < before_deadline < next_bookmark:

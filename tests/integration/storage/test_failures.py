@@ -19,6 +19,7 @@ from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
 from services.common import grpcutil
 from services.common.errors import Gone, ServiceUnavailable, Timeout
+from tests.integration.storage.watch_events import WatchStream
 
 EXPIRED_CONTINUE = (
     "The provided continue parameter is too old to display a consistent list result. You can start a "
@@ -72,8 +73,8 @@ async def test_compaction_gives_410(stub, private):
     # A watch from before the compaction: one ERROR event with a 410 Status, then the end.
     events = [
         ev
-        async for ev in stub.Watch(
-            spb.WatchRequest(prefix=prefix, resource_version=first.metadata.resource_version)
+        async for ev in WatchStream(
+            stub, spb.WatchRequest(prefix=prefix, resource_version=first.metadata.resource_version)
         )
     ]
     assert len(events) == 1 and events[0].type == "ERROR"
@@ -108,7 +109,7 @@ async def test_compaction_gives_410(stub, private):
     assert e.value.reason == "Expired"
 
     # From the current revision everything still works.
-    events = stub.Watch(spb.WatchRequest(prefix=prefix, resource_version=last.metadata.resource_version))
+    events = WatchStream(stub, spb.WatchRequest(prefix=prefix, resource_version=last.metadata.resource_version))
     d = await create(stub, f"{prefix}default/d", "d")
     ev = await asyncio.wait_for(events.read(), 5)
     assert ev.type == "ADDED" and ev.object == d
@@ -119,7 +120,7 @@ async def test_stopped_etcd_times_out_and_the_cache_resumes(stub, private):
     server, storage = private
     r = f"t{uuid.uuid4().hex[:10]}"
     prefix = f"/registry/{r}/"
-    w = stub.Watch(spb.WatchRequest(prefix=prefix, resource_version="0"))
+    w = WatchStream(stub, spb.WatchRequest(prefix=prefix, resource_version="0"))
     a = await create(stub, f"{prefix}default/a", "a")
     assert (await asyncio.wait_for(w.read(), 5)).object == a
     os.kill(server.proc.pid, signal.SIGSTOP)
@@ -146,7 +147,7 @@ async def test_watch_cache_resumes_after_etcd_restarts(stub, private):
     r = f"t{uuid.uuid4().hex[:10]}"
     prefix = f"/registry/{r}/"
     a = await create(stub, f"{prefix}default/a", "a")
-    w = stub.Watch(spb.WatchRequest(prefix=prefix, resource_version=a.metadata.resource_version))
+    w = WatchStream(stub, spb.WatchRequest(prefix=prefix, resource_version=a.metadata.resource_version))
     b = await create(stub, f"{prefix}default/b", "b")
     assert (await asyncio.wait_for(w.read(), 5)).object == b
     await asyncio.to_thread(server.restart)
@@ -177,7 +178,7 @@ async def test_unreachable_etcd_is_503_and_not_ready(spawn_storage, unused_port,
                     stub.Create(spb.CreateRequest(key="/registry/pods/default/a", object=make("a")))
                 )
             with pytest.raises((ServiceUnavailable, Timeout)):
-                async for _ in grpcutil.stream(stub.Watch(spb.WatchRequest(prefix="/registry/pods/"))):
+                async for _ in grpcutil.stream(WatchStream(stub, spb.WatchRequest(prefix="/registry/pods/"))):
                     pass
             assert time.monotonic() - start < 8
         r = httpx.get(f"{storage.health}/readyz", timeout=5)

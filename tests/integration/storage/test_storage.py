@@ -14,6 +14,7 @@ from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from services.common import grpcutil
 from services.common.errors import APIError, BadRequest, Conflict, NotFound
+from tests.integration.storage.watch_events import WatchStream
 
 
 def new_resource() -> str:
@@ -76,7 +77,7 @@ class Events:
 
 
 def watch(stub, **req) -> Events:
-    return Events(stub.Watch(spb.WatchRequest(**req)))
+    return Events(WatchStream(stub, spb.WatchRequest(**req)))
 
 
 async def next_event(w: Events, timeout: float = 5.0) -> pb.WatchEvent:
@@ -523,7 +524,7 @@ async def test_watch_bookmarks_and_initial_events_end(stub):
 
 
 async def test_watch_bad_input(stub):
-    w = stub.Watch(spb.WatchRequest(prefix=f"/registry/{new_resource()}/", label_selector="a in ("))
+    w = WatchStream(stub, spb.WatchRequest(prefix=f"/registry/{new_resource()}/", label_selector="a in ("))
     with pytest.raises(BadRequest):
         async for _ in grpcutil.stream(w):
             pass

@@ -129,3 +129,28 @@ async def test_one_deadline_bookmark_when_its_timer_fires_early() -> None:
     await asyncio.sleep(0.05)  # not a synchronisation: fifty times the early-fire gap pass, and no bookmark comes
     assert not waiting.done()
     await ends_when_closed(w, waiting)
+
+
+async def test_batches_hold_what_was_queued_and_wait_min_interval_between() -> None:
+    """A stream of its own (Storage.Watch) takes everything queued as one message; after one, the
+    events of the next min_interval go together."""
+    c = cache()
+    w = c.watch(PREFIX, SelectionPredicate(), c.watch_cache.rev)
+    watches = Watches(None, None, None)  # type: ignore[arg-type]
+    batches = watches.live_batches(spb.WatchRequest(prefix=PREFIX), (c, w, []), min_interval=0.05)
+    c._apply(put(11, "a"))
+    c._apply(put(12, "b"))
+    assert [decoded(e)[1] for e in await anext(batches)] == ["a", "b"]
+    later = asyncio.ensure_future(anext(batches))
+    c._apply(put(13, "c"))
+    await asyncio.sleep(0)
+    c._apply(put(14, "d"))  # within the interval: in the same batch as c
+    assert [decoded(e)[1] for e in await later] == ["c", "d"]
+    await ends_when_closed(w, anext(batches))
+
+
+def test_watch_events_messages_split_by_size() -> None:
+    from services.storage.server import WATCH_MESSAGE_BYTES, watch_events
+    events = [b"x" * (WATCH_MESSAGE_BYTES // 2 + 1)] * 3 + [b"y"]
+    messages = [spb.WatchEvents.FromString(m).events for m in watch_events(events)]
+    assert [len(m) for m in messages] == [2, 2] and [e for m in messages for e in m] == events
