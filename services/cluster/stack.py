@@ -138,6 +138,8 @@ class Stack:
             raise ClusterError(f"unknown profile {self.profile!r} (one of {', '.join(PROFILES)})")
         if self.profile == COMPACT and self.replicas != 1:
             raise ClusterError("the compact profile runs one replica of each service")
+        if self.profile == COMPACT and self.proxy_workers != 1:
+            raise ClusterError("the compact profile runs the proxy in its host process: one worker")
         if self.free_ports and not self.ports:
             self.ports = dict(self._recorded().get("ports") or {})
 

@@ -163,3 +163,10 @@ def test_a_running_cluster_keeps_its_profile(tmp_path: Path, monkeypatch: pytest
     with pytest.raises(ClusterError, match="runs the full profile: `apiary down"):
         cli.up_stack(cli.parse(["up", "--state", str(tmp_path), "--profile", COMPACT]))
     assert cli.up_stack(cli.parse(["up", "--state", str(tmp_path), "--profile", "full"])).profile == "full"
+
+
+def test_the_compact_profile_runs_one_proxy_worker(tmp_path):
+    from services.cluster.stack import ClusterError, Stack
+
+    with pytest.raises(ClusterError, match="one worker"):
+        Stack(tmp_path, profile="compact", proxy_workers=2)
