@@ -25,7 +25,9 @@ Then the admission webhooks' figures of tools/bench_webhooks.py, the storage-sca
 tools/bench_storage.py (LIST of 10,000 against the HTTPS floor, watch-cache memory for 100,000
 objects, watch fan-out on gRPC and through HTTPS with 200 and 1,000 watchers) and the RBAC decision
 rates of tools/bench_rbac.py, and the custom resources' figures of tools/bench_crd.py (CREATE and GET of a
-custom object with a schema and CEL rules against a ConfigMap of the same size; CRD create to servable).
+custom object with a schema and CEL rules against a ConfigMap of the same size; CRD create to servable), and
+issue 25's fairness of tools/bench_apf.py (two users of one priority level, one at 20x the other's rate beyond
+its capacity: the quiet one's completed share and its p99 wait in APF against its service time).
 `--quick` (`make bench QUICK=1`): only the goals' figures, smaller.
 Writes .apiary/bench.json, appends the run to docs/bench-history/<machine>.jsonl (tools.bench_history);
 `--record` appends the figures to docs/benchmarks.md.
@@ -699,7 +701,7 @@ def hello_server(port: int, cert: str, key: str, ca: str) -> None:
 
 EXTRA_FIGURES = ("replicas_get", "replicas_create", "watch_pizzas_100", "list_10k", "storage_memory", "watch_fanout",
                  "watch_fanout_single_100", "watch_https_200", "watch_https_1000", "rbac_inprocess", "auth_grpc",
-                 "crd_established")
+                 "crd_established", "apf_fairness", "apf_fairness_hand_1")
 
 
 def measured(r: dict) -> str:
@@ -757,6 +759,12 @@ def extra_notes(name: str, r: dict) -> str:
                 f"(straight to the pizza server), delivered {r['delivered']}/{r['expected']}, {r['write_errors']} "
                 f"write errors; baseline: the same watch straight to the pizza server (p50 {r['baseline_p50_ms']} ms, "
                 f"{r['baseline_write_rate']} writes/s)")
+    if name.startswith("apf_fairness"):
+        return (f"1 seat, 64 queues, hand of {r['hand_size']}; the quiet user at capacity/10 "
+                f"({r['capacity_per_s']}/s), the noisy at 20x: quiet {r['ratio']} of {r['quiet_sent']} completed, "
+                f"APF wait p99 {r['p99_ms']} ms = {r['wait_ratio']}x its service ({r['baseline_rate']} ms; "
+                f"{r['service_alone_ms']} ms alone); noisy {r['noisy_completed']} of {r['noisy_sent']} completed, "
+                f"{r['noisy_rejected']} 429s, wait p50 {r['noisy_wait_p50_ms']} ms")
     if name == "crd_established":
         return (f"CRD create to Established and its collection listed through the proxy, {r['crds']} CRDs one "
                 f"after another: p90 {r['p90_ms']} ms (Established alone: p50 {r['established_p50_ms']} ms, p90 "
@@ -1033,7 +1041,7 @@ def envtest(runs: int) -> None:
 def run(args: argparse.Namespace, n: int, rounds: int) -> None:
     """Every figure (or, quick, those of issue 24's goals at small sizes), printed beside the previous
     run's and the goals; appended to the history."""
-    from tools import bench_crd, bench_pizza, bench_storage, bench_webhooks
+    from tools import bench_apf, bench_crd, bench_pizza, bench_storage, bench_webhooks
 
     began = time.perf_counter()
     load_average = os.getloadavg()[0]
@@ -1059,6 +1067,8 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
     finally:
         stack.stop(quiet=True)
         issuer.stop()
+    raw["apf"] = timed(phases, "apf", lambda: bench_apf.run(BENCH_STATE / "apf", bench_apf.APF_OFFSET,
+                                                            10.0 if args.quick else 20.0))
     if not args.quick:
         raw["replicas"] = timed(phases, "replicas", lambda: bench_replicas(c, n))
         from tools import bench_rbac
@@ -1076,6 +1086,7 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
         results.update(aggregation_figures(raw["pizza"]))
         results.update(bench_crd.figures(raw["crd"]))
     results.update(storage_figures(raw))
+    results.update(bench_apf.figures(raw["apf"]))
     if not args.quick:
         results.update(policy_figures(raw))
         for name in ("get", "create"):
