@@ -1,23 +1,28 @@
 """Fairness as a figure (issue 25): two users of one priority level, one sending 20x the other's rate
 beyond the level's capacity.
 
-    python -m tools.bench_apf [--seconds 15] [--state .apiary/bench-apf] [--port-offset <bench's + 400>]
+    python -m tools.bench_apf [--seconds 10] [--hand-sizes 6,1] [--seats 1] [--state .apiary/bench-apf]
+                              [--port-offset <bench's + 400>]
 
-A fresh stack whose apf service has 60 seats (--max-requests-inflight 40, --max-mutating-requests-inflight
-20), where a level of 1 share of the bootstrap levels' 245 gets 1 seat (neither lending nor borrowing), a
-FlowSchema sending the two users there (ByUser: one flow each), and 300 configmaps of 200 B that each
-request LISTs (from the watch cache; 1 seat, the level's most), so that a request's service time is the
-seat's, well above the load generator's cost. Requests are the admin's, impersonating the users (APF
-classifies the impersonated user). In the same run:
+For each hand size, a fresh stack whose apf service has the seats (--max-requests-inflight and
+--max-mutating-requests-inflight) that give a level of 1 share (of 246 with the bootstrap levels')
+--seats seats, neither lending nor borrowing; a FlowSchema sending the two users there (ByUser: one flow
+each; 64 queues of at most 10); 300 configmaps of 200 B that each request LISTs (from the watch cache,
+1 seat: the level's most), so that a request's time is the seat's, well above the load generator's cost.
+Requests are the admin's, impersonating the users (APF classifies the impersonated user). In the same run:
 
-  service     the quiet user alone, one LIST after another: its service time (p50 of what the client saw)
-  capacity    the noisy user alone, 8 in flight: the LISTs the level completes per second
-  overload    for --seconds, the quiet user open loop at capacity / 10 and the noisy one at 20 times that
-              (2x capacity); each answer's code and its wait in APF (the proxy's Server-Timing `apf`)
+  service_alone  the quiet user alone, one LIST after another: p50 of what the client saw
+  capacity       the noisy user alone, 8 in flight: the LISTs the level completes per second
+  overload       for --seconds, the quiet user open loop at capacity / 10 and the noisy one at 20 times that
+                 (2x capacity), the noisy one with more connections than its queues hold; each answer's
+                 code, its wait in APF (the proxy's Server-Timing `apf`) and its time
 
 The figures: quiet_completed_ratio = the quiet user's 200s / the requests it sent (goal >= 0.95), and
-quiet_wait_ratio = the p99 of its APF waits / its service time (goal <= 5); beside them the noisy user's
-completed share, its 429s and its p50 wait. Prints the JSON and writes it to <state>/apf.json.
+quiet_wait_ratio = the p99 of its APF waits / its service time in the overload (the median of its
+requests' time less their APF wait) (goal <= 5); beside them the noisy user's completed, its 429s and its
+p50 wait. A hand of 6 is kube's suggested levels'; with it a single noisy flow takes every queue of its
+hand, as in kube, and a quiet flow waits about a round of them. Prints the JSON and writes it to
+<state>/apf.json.
 """
 from __future__ import annotations
 
@@ -40,7 +45,12 @@ LEVEL = "bench-apf"
 QUIET, NOISY = "bench-quiet", "bench-noisy"
 OBJECTS = 300
 QUEUE_LENGTH = 10
-APF_FLAGS = ["--max-requests-inflight", "40", "--max-mutating-requests-inflight", "20"]
+
+def apf_flags(seats: int) -> list[str]:
+    """The apf service's seats for the level of 1 share (of 246) to get `seats`: ceil(server x 1 / 246)."""
+    server = seats * 246 - 6
+    return ["--max-requests-inflight", str(server - server // 3), "--max-mutating-requests-inflight", str(server // 3)]
+
 LIST_PATH = f"/api/v1/namespaces/{NS}/configmaps"
 # the figure's own stack: beside the bench stack (BENCH_OFFSET) and its replicas' (+ 200)
 APF_OFFSET = BENCH_OFFSET + 400
@@ -180,7 +190,7 @@ async def _open_loop(user: str, rate: float, seconds: float, pool: list[Client],
     return total
 
 
-async def measure(stack: Stack, seconds: float, hand_size: int) -> dict[str, Any]:
+async def measure(stack: Stack, seconds: float, hand_size: int, seats: int) -> dict[str, Any]:
     ctx = client_ctx(stack)
     port = int(stack.server.rsplit(":", 1)[1])
     setup = Client(port, ctx)
@@ -206,7 +216,7 @@ async def measure(stack: Stack, seconds: float, hand_size: int) -> dict[str, Any
     # its service time: what its requests took once they had their seat, in the same overload
     service = statistics.median(s for _, s in quiet_ok) if quiet_ok else float("inf")
     return {
-        "level_seats": 1, "queues": 64, "hand_size": hand_size, "queue_length_limit": QUEUE_LENGTH,
+        "level_seats": seats, "queues": 64, "hand_size": hand_size, "queue_length_limit": QUEUE_LENGTH,
         "objects_listed": OBJECTS, "seconds": seconds, "service_alone_ms": round(alone * 1000, 2),
         "capacity_per_s": round(capacity, 1),
         "quiet": {"offered_per_s": round(quiet_rate, 1), "sent": sent_quiet, "completed": len(quiet_ok),
@@ -222,14 +232,16 @@ async def measure(stack: Stack, seconds: float, hand_size: int) -> dict[str, Any
     }
 
 
-def run(state: Path, offset: int, seconds: float = 10.0, hand_sizes: tuple[int, ...] = (6, 1)) -> dict[str, Any]:
-    """The figure for each hand size, each on a fresh stack of its own (its apf service with 60 seats)."""
+def run(state: Path, offset: int, seconds: float = 10.0, hand_sizes: tuple[int, ...] = (6, 1),
+        seats: int = 1) -> dict[str, Any]:
+    """The figure for each hand size, each on a fresh stack of its own (its apf service with the seats
+    that give the level `seats`)."""
     out = {}
     for hand in hand_sizes:
-        stack = Stack(state, offset, extra={"apf": APF_FLAGS})
+        stack = Stack(state, offset, extra={"apf": apf_flags(seats)})
         stack.start(fresh=True)
         try:
-            out[f"hand_{hand}"] = asyncio.run(measure(stack, seconds, hand))
+            out[f"hand_{hand}"] = asyncio.run(measure(stack, seconds, hand, seats))
         finally:
             stack.stop(quiet=True)
     return out
@@ -257,11 +269,12 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m tools.bench_apf")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--hand-sizes", default="6,1", help="the level's handSize in each run, comma-separated")
+    p.add_argument("--seats", type=int, default=1, help="the level's seats")
     p.add_argument("--state", default=str(ROOT / ".apiary" / "bench-apf"))
     p.add_argument("--port-offset", type=int, default=APF_OFFSET)
     args = p.parse_args()
     res = run(Path(args.state).resolve(), args.port_offset, args.seconds,
-              tuple(int(h) for h in args.hand_sizes.split(",")))
+              tuple(int(h) for h in args.hand_sizes.split(",")), args.seats)
     text = json.dumps(res, indent=2)
     (Path(args.state) / "apf.json").write_text(text)
     print(text)
