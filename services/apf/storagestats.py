@@ -66,10 +66,12 @@ class StorageStats:
                 if self._failing:
                     log.info("storage stats are back")
                     self._failing = False
-            except grpc.aio.AioRpcError as e:
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the counts are polled again whatever happened
                 if not self._failing:
-                    log.warning("storage stats unavailable (%s); work estimates use the last counts",
-                                e.code().name)
+                    why = e.code().name if isinstance(e, grpc.aio.AioRpcError) else type(e).__name__
+                    log.warning("storage stats unavailable (%s); work estimates use the last counts", why)
                     self._failing = True
             await asyncio.sleep(self.interval)
 
