@@ -208,3 +208,30 @@ def test_a_list_of_5000_objects_is_charged_more_seats_than_a_get(stack, admin) -
     _, list_seats, get_seats = eventually(lambda: (x := asyncio.run(estimates()))[0] >= 5000 and x,
                                               what="the watch cache holding the 5,000 configmaps")
     assert (list_seats, get_seats) == (8, 1)  # global-default's max seats at 600: min(ceil(49 x 15 %), 49 // 6)
+
+
+def test_two_levels_get_seats_in_proportion_to_their_shares(stack, admin, levels) -> None:
+    """kube's nominal limits of two new levels (2 and 1 shares beside the test's two levels of 1 and the
+    bootstrap's 245, at 600 seats), as the apf process reports them (apiserver_flowcontrol_nominal_limit_seats)."""
+    names = {"apf-test-two": 2, "apf-test-one": 1}
+    for name, shares in names.items():
+        level = _level(name, True)
+        level["spec"]["limited"]["nominalConcurrencyShares"] = shares
+        r = admin.post("/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations", json=level)
+        assert r.status_code == 201, r.text
+    try:
+        def nominal() -> dict[str, float] | None:
+            text = httpx.get(f"http://127.0.0.1:{stack.health_port('apf')}/metrics", timeout=10).text
+            out = {}
+            for line in text.splitlines():
+                if line.startswith("apiserver_flowcontrol_nominal_limit_seats{"):
+                    name = line.split('priority_level="', 1)[1].split('"', 1)[0]
+                    out[name] = float(line.rsplit(" ", 1)[1])
+            return out if names.keys() <= out.keys() else None
+        seats = eventually(nominal, what="the new levels in the apf service")
+        # ceil(600 x 2 / 250) = 5 and ceil(600 x 1 / 250) = 3
+        assert (seats["apf-test-two"], seats["apf-test-one"]) == (5, 3)
+        assert seats["global-default"] == 48  # ceil(600 x 20 / 250)
+    finally:
+        for name in names:
+            admin.delete(f"/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/{name}")
