@@ -125,6 +125,8 @@ class QueueSet:
         self._r_at = clock()
         self._robin = -1
         self._enqueues = 0
+        self._active = 0                       # queues with requests waiting or executing
+        self._nonempty: set[Queue] = set()     # queues with requests waiting
         self._arrivals: deque[Request] = deque()   # waiting requests in arrival order, for expiry
 
     # virtual time ------------------------------------------------------------
@@ -134,10 +136,9 @@ class QueueSet:
         self._r_at = now
         if elapsed <= 0:
             return
-        active = sum(1 for q in self.queues if q.active)
-        if active:
+        if self._active:
             wanted = self.seats_in_use + self.seats_waiting
-            self.current_r += elapsed * min(wanted, self.concurrency_limit) / active
+            self.current_r += elapsed * min(wanted, self.concurrency_limit) / self._active
 
     def _note_demand(self) -> None:
         self.demand.set(self.seats_in_use + self.seats_waiting)
@@ -165,7 +166,9 @@ class QueueSet:
             return req, []
         if not q.active:
             q.next_dispatch_r = self.current_r
+            self._active += 1
         q.waiting.append(req)
+        self._nonempty.add(q)
         q.seats_waiting += req.seats
         q.work_waiting += req.work(self.estimated_service)
         self.seats_waiting += req.seats
@@ -193,6 +196,8 @@ class QueueSet:
         q = req.queue
         if q is not None:
             q.requests_executing -= 1
+            if not q.active:
+                self._active -= 1
             # replace the estimate charged at dispatch by the real service time (kube does the same)
             q.next_dispatch_r -= req.estimate.initial_seats * (self.estimated_service - (now - req.decided_at))
             self._bound(q)
@@ -279,6 +284,10 @@ class QueueSet:
         q.work_waiting -= req.work(self.estimated_service)
         self.seats_waiting -= req.seats
         self.requests_waiting -= 1
+        if not q.waiting:
+            self._nonempty.discard(q)
+            if not q.requests_executing:
+                self._active -= 1
         self._bound(q)
 
     def _execute(self, req: Request, now: float) -> None:
@@ -305,19 +314,16 @@ class QueueSet:
         out: list[Request] = []
         n = len(self.queues)
         while self.requests_waiting and self.seats_in_use < self.concurrency_limit:
-            best: Queue | None = None
-            best_finish = 0.0
-            for k in range(1, n + 1):
-                q = self.queues[(self._robin + k) % n]
-                if q.waiting:
-                    finish = q.next_dispatch_r + q.waiting[0].work(self.estimated_service)
-                    if best is None or finish < best_finish:
-                        best, best_finish = q, finish
-            assert best is not None
+            # the smallest virtual finish; of equal ones, the first from after the last queue served
+            robin, service = self._robin, self.estimated_service
+            best = min(self._nonempty, key=lambda q: (q.next_dispatch_r + q.waiting[0].work(service),
+                                                      (q.index - robin - 1) % n))
             head = best.waiting[0]
             if not self._fits(head.seats):
                 break  # the fair choice does not fit yet; never let narrower requests overtake it
             best.waiting.popleft()
+            if not best.waiting:
+                self._nonempty.discard(best)
             best.seats_waiting -= head.seats
             best.work_waiting -= head.work(self.estimated_service)
             self.seats_waiting -= head.seats
