@@ -13,7 +13,7 @@ plus raw etcd gets; `python -m tools.bench core` runs only these.
 get_oidc is the same GET with an OIDC bearer token from a local issuer (tools.fakeservers) trusted
 by --authentication-config, against the GET with a client certificate of a user with the same rights
 (both warm, neither in system:masters).
-apf_gate (tools/bench_apf.py) is that GET by a user who is not exempt (a seat from the apf service each time)
+apf_gate (tools/bench_apf_gate.py) is that GET by a user who is not exempt (a seat from the apf service each time)
 against the same GET through a second proxy of the stack with --enable-priority-and-fairness=false, in the
 same rounds (`python -m tools.bench apf` runs only it).
 apply and patch are a server-side apply and a strategic merge patch of a 3-container Deployment against
@@ -28,7 +28,9 @@ Then the admission webhooks' figures of tools/bench_webhooks.py, the storage-sca
 tools/bench_storage.py (LIST of 10,000 against the HTTPS floor, watch-cache memory for 100,000
 objects, watch fan-out on gRPC and through HTTPS with 200 and 1,000 watchers) and the RBAC decision
 rates of tools/bench_rbac.py, and the custom resources' figures of tools/bench_crd.py (CREATE and GET of a
-custom object with a schema and CEL rules against a ConfigMap of the same size; CRD create to servable).
+custom object with a schema and CEL rules against a ConfigMap of the same size; CRD create to servable), and
+issue 25's fairness of tools/bench_apf.py (two users of one priority level, one at 20x the other's rate beyond
+its capacity: the quiet one's completed share and its p99 wait in APF against its service time).
 `--quick` (`make bench QUICK=1`): only the goals' figures, smaller.
 Writes .apiary/bench.json, appends the run to docs/bench-history/<machine>.jsonl (tools.bench_history);
 `--record` appends the figures to docs/benchmarks.md.
@@ -725,7 +727,7 @@ def hello_server(port: int, cert: str, key: str, ca: str) -> None:
 
 EXTRA_FIGURES = ("replicas_get", "replicas_create", "watch_pizzas_100", "list_10k", "storage_memory", "watch_fanout",
                  "watch_fanout_single_100", "watch_https_200", "watch_https_1000", "rbac_inprocess", "auth_grpc",
-                 "crd_established")
+                 "crd_established", "apf_fairness", "apf_fairness_hand_1")
 
 
 def measured(r: dict) -> str:
@@ -783,6 +785,12 @@ def extra_notes(name: str, r: dict) -> str:
                 f"(straight to the pizza server), delivered {r['delivered']}/{r['expected']}, {r['write_errors']} "
                 f"write errors; baseline: the same watch straight to the pizza server (p50 {r['baseline_p50_ms']} ms, "
                 f"{r['baseline_write_rate']} writes/s)")
+    if name.startswith("apf_fairness"):
+        return (f"1 seat, 64 queues, hand of {r['hand_size']}; the quiet user at capacity/10 "
+                f"({r['capacity_per_s']}/s), the noisy at 20x: quiet {r['ratio']} of {r['quiet_sent']} completed, "
+                f"APF wait p99 {r['p99_ms']} ms = {r['wait_ratio']}x its service ({r['baseline_rate']} ms; "
+                f"{r['service_alone_ms']} ms alone); noisy {r['noisy_completed']} of {r['noisy_sent']} completed, "
+                f"{r['noisy_rejected']} 429s, wait p50 {r['noisy_wait_p50_ms']} ms")
     if name == "crd_established":
         return (f"CRD create to Established and its collection listed through the proxy, {r['crds']} CRDs one "
                 f"after another: p90 {r['p90_ms']} ms (Established alone: p50 {r['established_p50_ms']} ms, p90 "
@@ -997,15 +1005,15 @@ def main() -> None:
         crd_only(args, n, rounds)
         return
     if args.mode == "apf":
-        from tools import bench_apf
+        from tools import bench_apf_gate
 
-        raw_apf = on_fresh_stack(lambda st: asyncio.run(bench_apf.bench(st, args.concurrency, n, rounds)))
+        raw_apf = on_fresh_stack(lambda st: asyncio.run(bench_apf_gate.bench(st, args.concurrency, n, rounds)))
         for i, (on, off) in enumerate(zip(raw_apf["get_apf"]["rounds"], raw_apf["get_apf_off"]["rounds"])):
             print(f"round {i + 1}: APF on {on['rate']}/s (p50 {on['p50_ms']} ms), off {off['rate']}/s "
                   f"(p50 {off['p50_ms']} ms), ratio {round(on['rate'] / off['rate'], 4)}")
         for name in ("get_apf", "get_apf_off"):
             print(f"{name}: CPU ms/request {raw_apf[name]['cpu_ms_per_request']}")
-        print("\n".join(figure_lines(bench_apf.figures(raw_apf), {})))
+        print("\n".join(figure_lines(bench_apf_gate.figures(raw_apf), {})))
         return
     if args.mode == "envtest":
         envtest(args.runs or (3 if args.quick else 5), args.profile)
@@ -1113,7 +1121,7 @@ def envtest(runs: int, profile: str = "compact") -> None:
 def run(args: argparse.Namespace, n: int, rounds: int) -> None:
     """Every figure (or, quick, those of issue 24's goals at small sizes), printed beside the previous
     run's and the goals; appended to the history."""
-    from tools import bench_apf, bench_crd, bench_pizza, bench_storage, bench_webhooks
+    from tools import bench_apf, bench_apf_gate, bench_crd, bench_pizza, bench_storage, bench_webhooks
 
     began = time.perf_counter()
     load_average = os.getloadavg()[0]
@@ -1129,7 +1137,7 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
         raw.update(timed(phases, "core", lambda: asyncio.run(bench_core(stack, c, n, rounds))))
         if not args.quick:
             raw["oidc"] = timed(phases, "oidc", lambda: asyncio.run(bench_oidc(stack, issuer, c, n, rounds)))
-            raw["apf"] = timed(phases, "apf", lambda: asyncio.run(bench_apf.bench(stack, c, n, rounds)))
+            raw["apf_gate"] = timed(phases, "apf_gate", lambda: asyncio.run(bench_apf_gate.bench(stack, c, n, rounds)))
             raw["writes"] = timed(phases, "writes", lambda: asyncio.run(bench_writes(stack, c, n, rounds)))
             raw["policy"] = timed(phases, "policy", lambda: asyncio.run(bench_policy(stack, c, n)))
             raw["pizza"] = timed(phases, "pizza", lambda: bench_pizza.run(stack, c // 2, n, through_proxy=True,
@@ -1140,6 +1148,8 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
     finally:
         stack.stop(quiet=True)
         issuer.stop()
+    raw["apf"] = timed(phases, "apf", lambda: bench_apf.run(BENCH_STATE / "apf", bench_apf.APF_OFFSET,
+                                                            10.0 if args.quick else 20.0))
     if not args.quick:
         raw["replicas"] = timed(phases, "replicas", lambda: bench_replicas(c, n))
         from tools import bench_rbac
@@ -1148,7 +1158,7 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
     results = core_figures(raw)
     if not args.quick:
         results["get_oidc"] = paired(raw["oidc"]["get_oidc"], raw["oidc"]["get_cert"], "get_cert")
-        results.update(bench_apf.figures(raw["apf"]))
+        results.update(bench_apf_gate.figures(raw["apf_gate"]))
     results["etcd_get"] = {**{k: raw["etcd"]["get"][k] for k in ("rate", "p50_ms", "p99_ms")},
                            "baseline": "etcd_get", "baseline_rate": raw["etcd"]["get"]["rate"], "ratio": 1.0,
                            "cpu_ms_per_request": raw["etcd"]["get"]["cpu_ms_per_request"]}
@@ -1158,6 +1168,7 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
         results.update(aggregation_figures(raw["pizza"]))
         results.update(bench_crd.figures(raw["crd"]))
     results.update(storage_figures(raw))
+    results.update(bench_apf.figures(raw["apf"]))
     if not args.quick:
         results.update(policy_figures(raw))
         for name in ("get", "create"):

@@ -1,120 +1,284 @@
-"""The cost of API Priority and Fairness's gate (issue 25): GET of one configmap through the whole path by a user
-who is not exempt (so every request takes a seat from the apf service), through the stack's proxy, against
-the same GET through a second proxy of the same stack started with --enable-priority-and-fairness=false (kube's
-flag: only the max-in-flight limits), in alternated rounds of the same run. apf_gate.ratio: the first rate ÷
-the second (goal >= 0.9). `python -m tools.bench apf` runs only this figure.
+"""Fairness as a figure (issue 25): two users of one priority level, one sending 20x the other's rate
+beyond the level's capacity.
+
+    python -m tools.bench_apf [--seconds 10] [--hand-sizes 6,1] [--seats 1] [--state .apiary/bench-apf]
+                              [--port-offset <bench's + 400>]
+
+For each hand size, a fresh stack whose apf service has the seats (--max-requests-inflight and
+--max-mutating-requests-inflight) that give a level of 1 share (of 246 with the bootstrap levels')
+--seats seats, neither lending nor borrowing; a FlowSchema sending the two users there (ByUser: one flow
+each; 64 queues of at most 10); 300 configmaps of 200 B that each request LISTs (from the watch cache,
+1 seat: the level's most), so that a request's time is the seat's, well above the load generator's cost.
+Requests are the admin's, impersonating the users (APF classifies the impersonated user). In the same run:
+
+  service_alone  the quiet user alone, one LIST after another: p50 of what the client saw
+  capacity       the noisy user alone, 8 in flight: the LISTs the level completes per second
+  overload       for --seconds, the quiet user open loop at capacity / 10 and the noisy one at 20 times that
+                 (2x capacity), the noisy one with more connections than its queues hold; each answer's
+                 code, its wait in APF (the proxy's Server-Timing `apf`) and its time
+
+The figures: quiet_completed_ratio = the quiet user's 200s / the requests it sent (goal >= 0.95), and
+quiet_wait_ratio = the p99 of its APF waits / its service time in the overload (the median of its
+requests' time less their APF wait) (goal <= 5); beside them the noisy user's completed, its 429s and its
+p50 wait. A hand of 6 is kube's suggested levels'; with it a single noisy flow takes every queue of its
+hand, as in kube, and a quiet flow waits about a round of them. Prints the JSON and writes it to
+<state>/apf.json.
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
-import itertools
 import json
-import socket
-import subprocess
+import ssl
+import statistics
 import time
-import urllib.error
-import urllib.request
+from pathlib import Path
 from typing import Any
 
-import httpx
-
-from services.cluster import certs
 from services.cluster.stack import ROOT, Stack
+from tools.bench import BENCH_OFFSET, client_ctx
+from tools.bench_fairness import stages
+from tools.bench_stats import percentile
 
-USER = "cert:apf-bench"
 NS = "bench-apf"
-PATH = f"/api/v1/namespaces/{NS}/configmaps/cm"
+LEVEL = "bench-apf"
+QUIET, NOISY = "bench-quiet", "bench-noisy"
+OBJECTS = 300
+QUEUE_LENGTH = 10
+
+def apf_flags(seats: int) -> list[str]:
+    """The apf service's seats for the level of 1 share (of 246) to get `seats`: ceil(server x 1 / 246)."""
+    server = seats * 246 - 6
+    return ["--max-requests-inflight", str(server - server // 3), "--max-mutating-requests-inflight", str(server // 3)]
+
+LIST_PATH = f"/api/v1/namespaces/{NS}/configmaps"
+# the figure's own stack: beside the bench stack (BENCH_OFFSET) and its replicas' (+ 200)
+APF_OFFSET = BENCH_OFFSET + 400
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class Client:
+    """One keep-alive HTTPS connection: status, the Server-Timing stages, and the time of each request."""
+
+    def __init__(self, port: int, ctx: ssl.SSLContext) -> None:
+        self.port, self.ctx = port, ctx
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, method: str, path: str, headers: dict[str, str] | None = None,
+                      body: bytes = b"") -> tuple[int, dict[str, float], bytes, dict[str, str]]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port, ssl=self.ctx,
+                                                                     limit=1 << 20)
+        r = self.reader
+        assert r is not None
+        head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nAccept: application/json\r\nContent-Length: {len(body)}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        self.writer.write(head.encode() + b"\r\n" + body)
+        lines = (await r.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        hdrs = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+        if "content-length" in hdrs:
+            data = await r.readexactly(int(hdrs["content-length"]))
+        else:
+            parts = []
+            while True:
+                size = int((await r.readline()).strip(), 16)
+                chunk = await r.readexactly(size + 2)
+                if size == 0:
+                    break
+                parts.append(chunk[:-2])
+            data = b"".join(parts)
+        return int(lines[0].split()[1]), stages(hdrs.get("server-timing", "")), data, hdrs
 
 
-def _with(cmd: list[str], flag: str, value: str) -> list[str]:
-    i = cmd.index(flag)
-    return [*cmd[:i + 1], value, *cmd[i + 2:]]
-
-
-def start_proxy_without_apf(stack: Stack) -> tuple[subprocess.Popen[bytes], int]:
-    """A second proxy of the stack, with --enable-priority-and-fairness=false, on ports of its own."""
-    port, health = _free_port(), _free_port()
-    cmd = _with(_with(stack.command("proxy"), "--secure-port", str(port)), "--health-port", str(health))
-    cmd = _with(cmd, "--audit-log-path", str(stack.logs / "audit-apf-off.log"))
-    log = open(stack.logs / "proxy-apf-off.log", "ab")  # noqa: SIM115 - the child holds it
-    proc = subprocess.Popen([*cmd, "--enable-priority-and-fairness=false"], cwd=ROOT, stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    log.close()
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2) as r:
-                if r.status == 200:
-                    return proc, port
-        except (urllib.error.URLError, OSError):
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"the proxy without APF did not start; see {stack.logs / 'proxy-apf-off.log'}")
-        time.sleep(0.2)
-
-
-async def bench(stack: Stack, concurrency: int, n: int, rounds: int) -> dict[str, Any]:
-    from tools.bench import Conn, Probe, client_ctx, drive, interleaved
-
-    pki = stack.state / "pki"
-    certs.make_cert(pki / "apf-bench", certs.make_ca(pki / "ca", "apiary-ca"), USER, client=True)
-    port = int(stack.server.rsplit(":", 1)[1])
-    admin = Conn("127.0.0.1", port, client_ctx(stack))
-    hdr = {"Content-Type": "application/json", "Accept": "application/json"}
-    for path, obj in (
-        ("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
-        (f"/api/v1/namespaces/{NS}/configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"},
-                                                 "data": {"key": "value-" * 20}}),
+def _objects(hand_size: int) -> list[tuple[str, dict[str, Any]]]:
+    rules = [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "namespaces": ["*"], "clusterScope": True}]
+    queuing = {"queues": 64, "handSize": hand_size, "queueLengthLimit": QUEUE_LENGTH}
+    limited = {"nominalConcurrencyShares": 1, "lendablePercent": 0, "borrowingLimitPercent": 0,
+               "limitResponse": {"type": "Queue", "queuing": queuing}}
+    return [
+        ("/api/v1/namespaces", {"metadata": {"name": NS}}),
+        ("/apis/rbac.authorization.k8s.io/v1/clusterroles", {
+            "metadata": {"name": "bench-apf"},
+            "rules": [{"verbs": ["list"], "apiGroups": [""], "resources": ["configmaps"]}]}),
         ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": "bench-apf-view"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]}),
-    ):
-        await admin.request("POST", path, json.dumps(obj).encode(), hdr)
-    ctx = client_ctx(stack, "apf-bench")
+            "metadata": {"name": "bench-apf"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "bench-apf"},
+            "subjects": [{"kind": "User", "name": u, "apiGroup": "rbac.authorization.k8s.io"} for u in (QUIET, NOISY)]}),
+        ("/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations", {
+            "metadata": {"name": LEVEL}, "spec": {"type": "Limited", "limited": limited}}),
+        ("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", {
+            "metadata": {"name": LEVEL},
+            "spec": {"priorityLevelConfiguration": {"name": LEVEL}, "matchingPrecedence": 300,
+                     "distinguisherMethod": {"type": "ByUser"},
+                     "rules": [{"subjects": [{"kind": "User", "user": {"name": u}} for u in (QUIET, NOISY)],
+                                "resourceRules": rules}]}}),
+    ]
 
-    async def get(i: int, c: Conn) -> None:
-        s, data = await c.request("GET", PATH, headers={"Accept": "application/json"})
-        if s != 200:
-            raise RuntimeError(f"get: {s} {data[:200]!r}")
 
-    deadline = time.monotonic() + 30  # the binding reaches the auth service's index
-    while (await Conn("127.0.0.1", port, ctx).request("GET", PATH))[0] != 200:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{USER} was never allowed to GET")
-        await asyncio.sleep(0.5)
-    proc, off_port = start_proxy_without_apf(stack)
-    try:
-        async with httpx.AsyncClient(verify=ctx) as client:  # the gate is there, and then not
-            for p, named in ((port, True), (off_port, False)):
-                r = await client.get(f"https://127.0.0.1:{p}{PATH}")
-                if r.status_code != 200 or ("X-Kubernetes-PF-FlowSchema-UID" in r.headers) != named:
-                    raise RuntimeError(f"port {p}: {r.status_code} {dict(r.headers)}")
-        on = itertools.cycle([Conn("127.0.0.1", port, ctx) for _ in range(concurrency)]).__next__
-        off = itertools.cycle([Conn("127.0.0.1", off_port, ctx) for _ in range(concurrency)]).__next__
-        await drive(n // 5, concurrency, get, on)  # warm: connections, caches
-        await drive(n // 5, concurrency, get, off)
-        probe = Probe(stack, others={"proxy-apf-off": proc.pid})
-        return await interleaved(rounds, {
-            "get_apf_off": lambda: probe.measure(drive(2 * n // rounds, concurrency, get, off)),
-            "get_apf": lambda: probe.measure(drive(2 * n // rounds, concurrency, get, on))})
-    finally:
-        proc.terminate()
+async def _setup(c: Client, hand_size: int) -> None:
+    """The objects, then wait until the apf service classifies the users by the FlowSchema (its informer)."""
+    uid = ""
+    for path, obj in _objects(hand_size):
+        status, _, data, _ = await c.request("POST", path, {"Content-Type": "application/json"},
+                                             json.dumps(obj).encode())
+        assert status in (201, 409), (path, status, data[:300])
+        if path.endswith("flowschemas"):
+            uid = json.loads(data)["metadata"]["uid"]
+    for i in range(OBJECTS):
+        body = json.dumps({"metadata": {"name": f"cm-{i:04d}"}, "data": {"v": "x" * 160}}).encode()
+        status, _, _, _ = await c.request("POST", f"/api/v1/namespaces/{NS}/configmaps",
+                                          {"Content-Type": "application/json"}, body)
+        assert status in (201, 409), status
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status, _, _, hdrs = await c.request("GET", f"{LIST_PATH}?limit=1", {"Impersonate-User": QUIET})
+        if status == 200 and hdrs.get("x-kubernetes-pf-flowschema-uid") == uid:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError("the bench's FlowSchema never classified its users")
+
+
+async def _service_time(c: Client, n: int = 60) -> float:
+    lat = []
+    for _ in range(n):
+        t = time.perf_counter()
+        status, _, _, _ = await c.request("GET", LIST_PATH, {"Impersonate-User": QUIET})
+        assert status == 200, status
+        lat.append(time.perf_counter() - t)
+    return statistics.median(lat)
+
+
+async def _capacity(clients: list[Client], seconds: float = 4.0) -> float:
+    done = [0]
+    stop = time.perf_counter() + seconds
+
+    async def worker(c: Client) -> None:
+        while time.perf_counter() < stop:
+            status, _, _, _ = await c.request("GET", LIST_PATH, {"Impersonate-User": NOISY})
+            done[0] += status == 200
+
+    t = time.perf_counter()
+    await asyncio.gather(*(worker(c) for c in clients))
+    return done[0] / (time.perf_counter() - t)
+
+
+async def _open_loop(user: str, rate: float, seconds: float, pool: list[Client],
+                     out: list[tuple[int, float, float]]) -> int:
+    """Requests due at a fixed rate whatever the answers, each on the next idle connection."""
+    idle: asyncio.Queue[Client] = asyncio.Queue()
+    for c in pool:
+        idle.put_nowait(c)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def send() -> None:
+        c = await idle.get()
         try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            t = time.perf_counter()
+            status, st, _, _ = await c.request("GET", LIST_PATH, {"Impersonate-User": user})
+            out.append((status, st.get("apf", 0.0) / 1000, time.perf_counter() - t))
+        finally:
+            idle.put_nowait(c)
+
+    total = int(rate * seconds)
+    start = time.perf_counter()
+    for i in range(total):
+        await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
+        task = asyncio.create_task(send())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    await asyncio.gather(*tasks)
+    return total
+
+
+async def measure(stack: Stack, seconds: float, hand_size: int, seats: int) -> dict[str, Any]:
+    ctx = client_ctx(stack)
+    port = int(stack.server.rsplit(":", 1)[1])
+    setup = Client(port, ctx)
+    await _setup(setup, hand_size)
+    alone = await _service_time(setup)
+    capacity = await _capacity([Client(port, ctx) for _ in range(8)])
+    quiet_rate = capacity / 10
+    quiet: list[tuple[int, float, float]] = []
+    noisy: list[tuple[int, float, float]] = []
+    # more connections than the noisy flow's queues hold, so that they fill and it is rejected
+    noisy_pool = [Client(port, ctx) for _ in range(hand_size * QUEUE_LENGTH + 40)]
+    quiet_pool = [Client(port, ctx) for _ in range(8)]
+    sent_quiet, sent_noisy = await asyncio.gather(
+        _open_loop(QUIET, quiet_rate, seconds, quiet_pool, quiet),
+        _open_loop(NOISY, quiet_rate * 20, seconds, noisy_pool, noisy))
+    for c in [setup, *noisy_pool, *quiet_pool]:
+        if c.writer is not None:
+            c.writer.close()
+    quiet_ok = [(w, total - w) for status, w, total in quiet if status == 200]
+    noisy_ok = [w for status, w, _ in noisy if status == 200]
+    waits = [w for w, _ in quiet_ok]
+    p99 = percentile(waits, 0.99) if waits else float("inf")
+    # its service time: what its requests took once they had their seat, in the same overload
+    service = statistics.median(s for _, s in quiet_ok) if quiet_ok else float("inf")
+    return {
+        "level_seats": seats, "queues": 64, "hand_size": hand_size, "queue_length_limit": QUEUE_LENGTH,
+        "objects_listed": OBJECTS, "seconds": seconds, "service_alone_ms": round(alone * 1000, 2),
+        "capacity_per_s": round(capacity, 1),
+        "quiet": {"offered_per_s": round(quiet_rate, 1), "sent": sent_quiet, "completed": len(quiet_ok),
+                  "rejected": sum(1 for s, _, _ in quiet if s == 429), "service_ms": round(service * 1000, 2),
+                  "wait_p50_ms": round(statistics.median(waits) * 1000, 2) if waits else None,
+                  "wait_p99_ms": round(p99 * 1000, 2)},
+        "noisy": {"offered_per_s": round(quiet_rate * 20, 1), "sent": sent_noisy, "completed": len(noisy_ok),
+                  "rejected": sum(1 for s, _, _ in noisy if s == 429),
+                  "wait_p50_ms": round(statistics.median(noisy_ok) * 1000, 2) if noisy_ok else None},
+        "quiet_completed_ratio": round(len(quiet_ok) / sent_quiet, 4) if sent_quiet else 0.0,
+        "quiet_wait_ratio": round(p99 / service, 2),
+        "goal_completed_ratio": 0.95, "goal_wait_ratio": 5.0,
+    }
+
+
+def run(state: Path, offset: int, seconds: float = 10.0, hand_sizes: tuple[int, ...] = (6, 1),
+        seats: int = 1) -> dict[str, Any]:
+    """The figure for each hand size, each on a fresh stack of its own (its apf service with the seats
+    that give the level `seats`)."""
+    out = {}
+    for hand in hand_sizes:
+        stack = Stack(state, offset, extra={"apf": apf_flags(seats)})
+        stack.start(fresh=True)
+        try:
+            out[f"hand_{hand}"] = asyncio.run(measure(stack, seconds, hand, seats))
+        finally:
+            stack.stop(quiet=True)
+    return out
 
 
 def figures(raw: dict[str, Any]) -> dict[str, dict]:
-    from tools.bench import paired
+    """make bench's figures (tools/bench.py): apf_fairness (kube's suggested levels' hand of 6 queues) and
+    apf_fairness_hand_1; ratio is the quiet user's completed / sent, wait_ratio its p99 APF wait / its
+    service time, p50_ms and p99_ms its APF waits (goals: tools/bench_goals.py)."""
+    out = {}
+    for key, r in raw.items():
+        name = "apf_fairness" if key == "hand_6" else f"apf_fairness_{key}"
+        q, n = r["quiet"], r["noisy"]
+        out[name] = {
+            "ratio": r["quiet_completed_ratio"], "wait_ratio": r["quiet_wait_ratio"],
+            "p50_ms": q["wait_p50_ms"], "p99_ms": q["wait_p99_ms"],
+            "baseline": "quiet service ms", "baseline_rate": q["service_ms"],
+            "hand_size": r["hand_size"], "service_alone_ms": r["service_alone_ms"],
+            "capacity_per_s": r["capacity_per_s"], "quiet_sent": q["sent"], "noisy_sent": n["sent"],
+            "noisy_completed": n["completed"], "noisy_rejected": n["rejected"], "noisy_wait_p50_ms": n["wait_p50_ms"]}
+    return out
 
-    return {"apf_gate": paired(raw["get_apf"], raw["get_apf_off"], "get, APF off")}
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m tools.bench_apf")
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--hand-sizes", default="6,1", help="the level's handSize in each run, comma-separated")
+    p.add_argument("--seats", type=int, default=1, help="the level's seats")
+    p.add_argument("--state", default=str(ROOT / ".apiary" / "bench-apf"))
+    p.add_argument("--port-offset", type=int, default=APF_OFFSET)
+    args = p.parse_args()
+    res = run(Path(args.state).resolve(), args.port_offset, args.seconds,
+              tuple(int(h) for h in args.hand_sizes.split(",")), args.seats)
+    text = json.dumps(res, indent=2)
+    (Path(args.state) / "apf.json").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

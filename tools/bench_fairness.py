@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 import aetcd
-import orjson
 from aetcd import rpc
 
 from services.common.runtime import tune_malloc

@@ -48,6 +48,10 @@ GOALS = (
          " ms"),
     Goal("2 proxy workers ÷ 1: HTTPS watch deliveries/s at p99 <= 100 ms; GET rate", "", ">=", 1.5,
          where="python -m tools.bench workers"),
+    # issue 25's: two users of one level (a hand of 6 of 64 queues), one at 20x the other's rate, 2x the capacity
+    Goal("APF, the quiet user under the noisy one's overload: completed ÷ offered", "apf_fairness.ratio", ">=", 0.95),
+    Goal("APF, the quiet user under the noisy one's overload: p99 wait ÷ its service time", "apf_fairness.wait_ratio",
+         "<=", 5.0),
 )
 
 

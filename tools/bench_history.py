@@ -30,7 +30,7 @@ MIN_SPREAD = 0.03
 # The numbers of a figure kept in the history; cpu_ms_per_request (a dict by process) as its sum.
 TRACKED = ("rate", "deliveries_per_s", "rss_delta_mb", "seconds", "p50_ms", "p99_ms", "ratio",
            "cpu_ms_per_request", "baseline_rate", "bytes_per_object", "proxy_cpu_us_per_delivery",
-           "generator_cpu_us_per_delivery", "delivered_pct")
+           "generator_cpu_us_per_delivery", "delivered_pct", "wait_ratio")
 HIGHER_IS_BETTER = {"rate", "deliveries_per_s", "delivered_pct"}
 
 

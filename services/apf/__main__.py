@@ -5,12 +5,15 @@ import argparse
 
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import registry_pb2_grpc as rgrpc
+from apiary_pb import storage_pb2_grpc as sgrpc
 from services.common import config, runtime
 
 from .config import BOOTSTRAP
 from .configcontroller import ConfigController
 from .controller import FlowController
 from .server import FlowControlServicer
+from .storagestats import StorageStats
+from .workestimator import WorkEstimator
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -32,19 +35,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def build(args: argparse.Namespace) -> FlowController:
+def build(args: argparse.Namespace, stats: StorageStats | None = None) -> FlowController:
     seats = args.max_requests_inflight + args.max_mutating_requests_inflight
-    return FlowController(BOOTSTRAP, seats, args.apf_queue_wait_seconds)
+    estimator = WorkEstimator(stats.object_count, stats.watch_count) if stats is not None else None
+    return FlowController(BOOTSTRAP, seats, args.apf_queue_wait_seconds, estimator=estimator)
 
 
 async def assemble(service: runtime.Service) -> str:
     args = service.args
-    controller = build(args)
+    stats = StorageStats(sgrpc.StorageStub(service.channel(args.storage_address)))
+    controller = build(args, stats)
     config = ConfigController(rgrpc.RegistryStub(service.channel(args.registry_address)), controller)
 
     async def config_synced() -> bool:
         return config.synced()
 
+    service.component(stats.start, stats.stop)
+    service.component(controller.start_borrowing, controller.stop_borrowing)
     service.component(config.start, config.stop)
     service.check("apf-config-informers-synced", config_synced)
     fgrpc.add_FlowControlServicer_to_server(FlowControlServicer(controller), service.grpc_server())

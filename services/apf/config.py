@@ -9,7 +9,6 @@ mandatory and suggested objects, serves until the service has read the cluster's
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,8 @@ from services.apis.flowcontrol_bootstrap import (
     SUGGESTED_PRIORITY_LEVELS,
 )
 from services.common.flowcontrol import stable_uid
+
+from .borrowing import Limits, level_limits
 
 Obj = dict[str, Any]
 
@@ -40,6 +41,7 @@ class PriorityLevel:
     lendable_percent: int = 0
     queuing: Queuing | None = None   # None: limitResponse Reject
     uid: str = ""                    # the object's metadata.uid ("" : a stable one, see stable_uid)
+    borrowing_limit_percent: int | None = None  # None: may borrow up to the server's seats (exempt: always)
 
     def __post_init__(self) -> None:
         if not self.uid:
@@ -101,12 +103,12 @@ class Configuration:
         raise KeyError(name)
 
 
-def nominal_concurrency(levels: tuple[PriorityLevel, ...], server_seats: int) -> dict[str, int]:
-    """kube's nominal concurrency limit per limited level: ceil(seats * shares / sum of shares), >= 1; the
-    exempt level's shares (0 unless an administrator set them) count in the sum."""
+def concurrency_limits(levels: tuple[PriorityLevel, ...], server_seats: int) -> dict[str, Limits]:
+    """kube's nominal, lower and upper concurrency limits of every level, the exempt one included: its
+    nominalConcurrencyShares (0 unless an administrator set them) count in the sum of shares."""
     total = sum(pl.shares for pl in levels)
-    return {pl.name: max(1, math.ceil(server_seats * pl.shares / total)) if total else 1
-            for pl in levels if not pl.exempt}
+    return {pl.name: level_limits(server_seats, pl.shares, total, pl.lendable_percent, pl.borrowing_limit_percent)
+            for pl in levels}
 
 
 # From the API objects -------------------------------------------------------------------------------
@@ -150,8 +152,10 @@ def priority_level(obj: Obj) -> PriorityLevel:
     q = (limited.get("limitResponse") or {}).get("queuing")
     queuing = Queuing(int(q.get("queues") or 1), int(q.get("handSize") or 1), int(q.get("queueLengthLimit") or 1)) \
         if q is not None else None
+    borrowing = limited.get("borrowingLimitPercent")
     return PriorityLevel(meta.get("name", ""), False, int(limited.get("nominalConcurrencyShares") or 0),
-                         int(limited.get("lendablePercent") or 0), queuing, meta.get("uid", ""))
+                         int(limited.get("lendablePercent") or 0), queuing, meta.get("uid", ""),
+                         None if borrowing is None else int(borrowing))
 
 
 def digest(flow_schemas: Iterable[Obj], priority_levels: Iterable[Obj]) -> Configuration:

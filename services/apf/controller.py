@@ -1,12 +1,16 @@
-"""The flow controller: classification, one QueueSet per limited priority level, metrics and timers.
+"""The flow controller: classification, work estimates, one QueueSet per limited priority level,
+borrowing between levels, metrics and timers.
 
-Callers (the gRPC servicer) start a request with a callback; the callback runs when
-a queued request is dispatched or times out. Everything runs on the event loop, so
-no locks are needed: the QueueSets are plain synchronous objects.
+Callers (the gRPC servicer) start a request with a callback; the callback runs when a queued request
+is dispatched or times out. Everything runs on the event loop, so no locks are needed: the QueueSets
+are plain synchronous objects. Every level (exempt included) has its Limits and its seat demand; every
+BORROWING_PERIOD (and after each configuration change) adjust_limits() sets the limited levels' current
+limits from them (services/apf/borrowing.py).
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,11 +19,21 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from apiary_pb import apf_pb2 as fpb
 from apiary_pb import envelope_pb2 as pb
+from services.common.background import cancel_and_wait
 
+from .borrowing import (
+    BORROWING_PERIOD,
+    AllocItem,
+    Integrator,
+    Limits,
+    SeatDemandStats,
+    compute_concurrency_allocation,
+)
 from .classification import Classifier
-from .config import Configuration, FlowSchema, PriorityLevel, nominal_concurrency
+from .config import Configuration, FlowSchema, PriorityLevel, concurrency_limits
 from .metrics import Observer
-from .queueset import EXECUTING, REJECTED, WAITING, QueueSet, Request
+from .queueset import EXECUTING, LINGERING, REJECTED, WAITING, QueueSet, Request
+from .workestimator import WorkEstimate, WorkEstimator, level_max_seats
 
 EXECUTING_REQUESTS = Gauge(
     "apiserver_flowcontrol_current_executing_requests",
@@ -48,10 +62,16 @@ NOMINAL_LIMIT_SEATS = Gauge(
     "apiserver_flowcontrol_nominal_limit_seats",
     "Nominal number of execution seats configured for each priority level", ["priority_level"])
 
+log = logging.getLogger(__name__)
+
 # Seconds a rejected client is told to wait (kube answers 429 with a Retry-After of a few seconds).
 RETRY_AFTER_SECONDS = 1
 
 Decided = Callable[["Ticket"], None]
+
+
+def _no_stats(*_: str) -> None:
+    return None
 
 
 @dataclass(eq=False)
@@ -62,11 +82,17 @@ class Ticket:
     priority_level: PriorityLevel
     on_decided: Decided | None = None
     request: Request | None = None     # None for exempt requests
-    level: _Level | None = None        # where it holds or waits for its seat (None: exempt)
+    level: Level | None = None         # where it holds or waits for its seats
     state: str = EXECUTING
     reason: str = ""
     labels: tuple[str, str] = field(default=("", ""))
-    seats: int = 1  # every request takes one seat until width estimates come
+    estimate: WorkEstimate = field(default_factory=WorkEstimate)
+    flow_distinguisher: str = ""
+
+    @property
+    def seats(self) -> int:
+        """The seats it holds (or waits for): its estimate's larger number."""
+        return self.request.seats if self.request is not None else self.estimate.max_seats
 
     @property
     def granted(self) -> bool:
@@ -83,64 +109,132 @@ class Ticket:
         return out
 
 
-class _Level:
-    def __init__(self, pl: PriorityLevel, limit: int, wait_limit: float, clock: Callable[[], float]) -> None:
+class Level:
+    """A priority level's state: its limits, its QueueSet (None: exempt), its seat demand."""
+
+    def __init__(self, pl: PriorityLevel, limits: Limits, wait_limit: float, clock: Callable[[], float]) -> None:
         self.config = pl
-        self.queueset = QueueSet(limit, pl.queuing, wait_limit=wait_limit, clock=clock)
+        self.limits = limits
+        # kube starts a new level at its nominal limit less half what it may lend
+        self.current_limit = limits.nominal - (limits.nominal - limits.lower) // 2
+        self.queueset = None if pl.exempt else \
+            QueueSet(self.current_limit, pl.queuing, wait_limit=wait_limit, clock=clock)
+        self.exempt_demand = Integrator(clock)   # the exempt level's: seats of its executing requests
+        self.exempt_seats = 0
+        self.demand_stats = SeatDemandStats()
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at: float | None = None
+
+    @property
+    def demand(self) -> Integrator:
+        return self.queueset.demand if self.queueset is not None else self.exempt_demand
+
+    @property
+    def max_seats(self) -> int:
+        """The most seats one request may take here (0: the work estimator's own maximum)."""
+        q = self.config.queuing
+        return level_max_seats(self.limits.nominal, q.hand_size) if q is not None else 0
+
+    @property
+    def seats_in_use(self) -> int:
+        return self.queueset.seats_in_use if self.queueset is not None else self.exempt_seats
+
+    @property
+    def seats_waiting(self) -> int:
+        return self.queueset.seats_waiting if self.queueset is not None else 0
 
 
 class FlowController:
     def __init__(self, cfg: Configuration, server_seats: int, wait_limit: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, estimator: WorkEstimator | None = None) -> None:
         self.clock = clock
         self.server_seats = server_seats
         self.wait_limit = wait_limit
-        self.levels: dict[str, _Level] = {}
+        self.estimator = estimator or WorkEstimator(_no_stats, lambda *_: 0)
+        self.levels: dict[str, Level] = {}
+        self.fair_frac = 0.0
+        self._borrowing: asyncio.Task[None] | None = None
         self.observer = Observer(self)  # metrics.py's measures and the records debug.py dumps
         self.reconfigure(cfg)
 
+    @property
+    def nominal(self) -> dict[str, int]:
+        return {name: level.limits.nominal for name, level in self.levels.items()}
+
+    def start_borrowing(self) -> None:
+        self._borrowing = asyncio.create_task(self._borrow(), name="apf-borrowing")
+
+    async def stop_borrowing(self) -> None:
+        await cancel_and_wait(self._borrowing)
+
+    async def _borrow(self) -> None:
+        while True:
+            await asyncio.sleep(BORROWING_PERIOD)
+            self.adjust_limits()
+
     def reconfigure(self, cfg: Configuration) -> None:
         """Take a new configuration: new requests are classified by it at once. A level that keeps its
-        queuing keeps its QueueSet (only its share of the seats may move); a level whose queuing changed, or
-        that went away, is left to the requests it holds, which finish there."""
+        queuing keeps its QueueSet (only its limits may move); a level whose queuing changed, or that
+        went away, is left to the requests it holds, which finish there."""
         self.config = cfg
         self.classifier = Classifier(cfg)
-        self.nominal = nominal_concurrency(cfg.priority_levels, self.server_seats)
-        levels: dict[str, _Level] = {}
+        limits = concurrency_limits(cfg.priority_levels, self.server_seats)
+        levels: dict[str, Level] = {}
         for pl in cfg.priority_levels:
-            if pl.exempt:
-                continue
-            limit = self.nominal[pl.name]
             level = self.levels.get(pl.name)
-            if level is not None and level.config.queuing == pl.queuing:
+            if level is not None and level.config.queuing == pl.queuing and level.config.exempt == pl.exempt:
                 level.config = pl
-                self._notify_dispatched(level.queueset.set_concurrency_limit(limit))
-                self._arm(level)
+                level.limits = limits[pl.name]
             else:
-                level = _Level(pl, limit, self.wait_limit, self.clock)
+                level = Level(pl, limits[pl.name], self.wait_limit, self.clock)
             levels[pl.name] = level
-            NOMINAL_LIMIT_SEATS.labels(pl.name).set(limit)
+            NOMINAL_LIMIT_SEATS.labels(pl.name).set(level.limits.nominal)
         for name in self.levels.keys() - levels.keys():
             NOMINAL_LIMIT_SEATS.remove(name)
         self.levels = levels
         self._levels_by_name = {pl.name: pl for pl in cfg.priority_levels}
+        self.adjust_limits()
+
+    def adjust_limits(self) -> None:
+        """kube's updateBorrowing: every level's current limit from its seat demand since the last time."""
+        names = list(self.levels)
+        items = []
+        for name in names:
+            level = self.levels[name]
+            level.demand_stats.update(*level.demand.reset())
+            stats, lim = level.demand_stats, level.limits
+            lower = max(lim.lower, min(lim.nominal, stats.high_watermark))
+            items.append(AllocItem(max(lower, stats.smoothed), lower, lim.upper))
+        try:
+            allocs, self.fair_frac = compute_concurrency_allocation(sum(lv.limits.nominal for lv in
+                                                                        self.levels.values()), items)
+        except ValueError:
+            log.exception("unable to derive new concurrency limits; keeping the current ones")
+            return
+        for name, alloc in zip(names, allocs):
+            level = self.levels[name]
+            level.current_limit = int(alloc + 0.5)
+            if level.queueset is not None:
+                self._notify_dispatched(level.queueset.set_concurrency_limit(level.current_limit))
+                self._arm(level)
 
     def start(self, digest: pb.RequestAttributes, on_decided: Decided | None = None) -> Ticket:
-        """Classify and try to take a seat. A WAITING ticket's decision comes later through on_decided."""
+        """Classify, estimate and try to take the seats. A WAITING ticket's decision comes later
+        through on_decided."""
         fs = self.classifier.classify(digest)
         pl = self._levels_by_name[fs.priority_level]
-        level = self.levels.get(pl.name)
-        t = Ticket(fs, pl, on_decided, labels=(pl.name, fs.name), level=level)
+        level = self.levels[pl.name]
+        t = Ticket(fs, pl, on_decided, labels=(pl.name, fs.name), level=level,
+                   flow_distinguisher=self.classifier.flow_distinguisher(fs, digest))
+        t.estimate = self.estimator.estimate(digest, level.max_seats)  # exempt: max_seats 0, the estimator's
         self.observer.arrived(t, digest)
-        if level is None:  # exempt: never queued, never rejected
+        qs = level.queueset
+        if qs is None:  # exempt: never queued, never rejected
+            level.exempt_seats += t.seats
+            level.exempt_demand.set(level.exempt_seats)
             self._executing(t, 0.0)
             return t
-        flow = f"{fs.name}/{self.classifier.flow_distinguisher(fs, digest)}"
-        # Every request takes one seat for now; kube's width estimates (LIST by object count,
-        # extra seats for writes with many watchers) come with the storage statistics they need.
-        req, others = level.queueset.start(flow, 1, t)
+        req, others = qs.start(f"{fs.name}/{t.flow_distinguisher}", t.estimate, t)
         t.request = req
         if req.state == WAITING:
             t.state = WAITING
@@ -154,7 +248,8 @@ class FlowController:
         return t
 
     def finish(self, t: Ticket) -> None:
-        """The request is over (or its caller stopped waiting): free its seat or leave its queue."""
+        """The request is over (or its caller stopped waiting): free its seats (a write's final seats a
+        little later) or leave its queue."""
         was_waiting = t.state == WAITING
         if was_waiting:
             INQUEUE_REQUESTS.labels(*t.labels).dec()
@@ -165,12 +260,28 @@ class FlowController:
         else:
             return
         t.state = "finished"
-        if t.request is not None and t.level is not None:
-            self._notify_dispatched(t.level.queueset.release(t.request))
-            self._arm(t.level)
         self.observer.finished(t, was_waiting)
+        level = t.level
+        if level is None:
+            return
+        if t.request is None:
+            level.exempt_seats -= t.seats
+            level.exempt_demand.set(level.exempt_seats)
+            return
+        qs = level.queueset
+        assert qs is not None
+        req = t.request
+        self._notify_dispatched(qs.release(req))
+        if req.state == LINGERING:
+            asyncio.get_running_loop().call_later(req.estimate.additional_latency, self._release_final, level, req)
+        self._arm(level)
 
     # internals ---------------------------------------------------------------
+
+    def _release_final(self, level: Level, req: Request) -> None:
+        assert level.queueset is not None
+        self._notify_dispatched(level.queueset.release_final(req))
+        self._arm(level)
 
     def _executing(self, t: Ticket, waited: float) -> None:
         t.state = EXECUTING
@@ -195,8 +306,9 @@ class FlowController:
             if t.on_decided:
                 t.on_decided(t)
 
-    def _arm(self, level: _Level) -> None:
+    def _arm(self, level: Level) -> None:
         """Keep one timer per level, at the earliest wait deadline of its queued requests."""
+        assert level.queueset is not None
         deadline = level.queueset.next_deadline()
         if deadline == level.timer_at:
             return
@@ -208,9 +320,10 @@ class FlowController:
             delay = max(0.0, deadline - self.clock())
             level.timer = asyncio.get_running_loop().call_later(delay, self._expire, level)
 
-    def _expire(self, level: _Level) -> None:
+    def _expire(self, level: Level) -> None:
         level.timer = None
         level.timer_at = None
+        assert level.queueset is not None
         for req in level.queueset.expire():
             t: Ticket = req.payload
             INQUEUE_REQUESTS.labels(*t.labels).dec()

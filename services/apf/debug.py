@@ -73,8 +73,8 @@ def dump_priority_levels(controller: FlowController) -> str:
     configured = {pl.name for pl in controller.config.priority_levels}
     for name in sorted(entries):
         level = controller.levels.get(name)
-        if level is not None:
-            qs = level.queueset
+        qs = level.queueset if level is not None else None
+        if qs is not None:
             active = sum(1 for q in qs.queues if q.waiting)
             waiting, executing = qs.requests_waiting, qs.requests_executing
         else:  # exempt, or gone from the configuration with requests left (quiescing)
@@ -93,11 +93,15 @@ def dump_queues(controller: FlowController) -> str:
     executing = _executing_per_queue(controller)
     for name in sorted(controller.levels):
         qs = controller.levels[name].queueset
+        if qs is None:  # exempt: no queues
+            continue
         for q in qs.queues:
-            seats = sum(r.width for r in q.waiting)
+            initial = sum(r.estimate.initial_seats for r in q.waiting)
+            most = sum(r.estimate.max_seats for r in q.waiting)
+            work = sum(r.work(qs.estimated_service) for r in q.waiting)
             rows.append((name, str(q.index), str(len(q.waiting)), str(executing.get((name, q.index), 0)),
-                         str(q.seats_executing), seat_seconds(q.next_dispatch_r), str(seats), str(seats),
-                         seat_seconds(seats * qs.estimated_service)))
+                         str(q.seats_in_use), seat_seconds(q.next_dispatch_r), str(initial), str(most),
+                         seat_seconds(work)))
     return tabwrite(rows)
 
 
@@ -121,7 +125,7 @@ def dump_requests(controller: FlowController, include_request_details: bool = Fa
     for name, level_entries in sorted(_by_level(controller).items()):
         level = controller.levels.get(name)
         placed: list[tuple[int, int, Entry]] = []
-        if level is not None:  # the waiting ones in their queues' order
+        if level is not None and level.queueset is not None:  # the waiting ones in their queues' order
             for q in level.queueset.queues:
                 placed += [(q.index, i, entries[r.payload]) for i, r in enumerate(q.waiting) if r.payload in entries]
         for e in level_entries:
@@ -138,12 +142,23 @@ def _request_row(controller: FlowController, level: str, queue: int, index: int,
                  details: bool) -> list[str]:
     t, d = e.ticket, e.digest
     row = [level, t.flow_schema.name, str(queue), str(index),
-           controller.classifier.flow_distinguisher(t.flow_schema, d), rfc3339nano(e.arrived), str(t.seats), "0",
-           "0s", rfc3339nano(e.started if t.state != WAITING else 0.0)]
+           controller.classifier.flow_distinguisher(t.flow_schema, d), rfc3339nano(e.arrived),
+           str(t.estimate.initial_seats), str(t.estimate.final_seats), go_duration(t.estimate.additional_latency),
+           rfc3339nano(e.started if t.state != WAITING else 0.0)]
     if details:
         version = f"{d.api_group}/{d.api_version}" if d.api_group else d.api_version
         row += [d.user.name, d.verb, d.path, d.namespace, d.name, version, d.resource, d.subresource]
     return row
+
+
+def go_duration(seconds: float) -> str:
+    """A duration as Go's time.Duration prints it, for the sub-minute ones a request's latency has."""
+    if seconds <= 0:
+        return "0s"
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if seconds >= scale:
+            return f"{seconds / scale:.9f}".rstrip("0").rstrip(".") + unit
+    return f"{round(seconds * 1e9)}ns"
 
 
 def _bool(value: bool) -> str:

@@ -3,14 +3,12 @@ not keep (execution time, work estimates, limits, seat demand), and the per-requ
 print (debug.py).
 
 The FlowController calls an Observer at four points of a request's life (arrived, executing, rejected,
-finished); everything else is read from the controller when Prometheus scrapes. Until seats are estimated
-per request and levels borrow, a request is charged its Ticket's seats and every level's current, lower
-and upper limits are its nominal one (lower less what it lends), as kube reports them for such a level.
+finished); everything else (the levels' limits as borrowing set them, the fair fraction, seat demand) is
+read from the controller when Prometheus scrapes.
 """
 from __future__ import annotations
 
 import bisect
-import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -45,7 +43,11 @@ WATCH_COUNT_SAMPLES = Histogram(
 
 class Level(Protocol):
     config: PriorityLevel
-    queueset: QueueSet
+    queueset: QueueSet | None
+    limits: Any  # config.Limits: nominal, lower, upper
+    current_limit: int
+    seats_in_use: int
+    seats_waiting: int
 
 
 class Ticket(Protocol):
@@ -59,11 +61,12 @@ class Ticket(Protocol):
     reason: str
     labels: tuple[str, str]
     seats: int
+    estimate: Any  # workestimator.WorkEstimate
 
 
 class FlowController(Protocol):
     levels: Mapping[str, Level]
-    nominal: dict[str, int]
+    fair_frac: float
     observer: Observer
 
 
@@ -135,19 +138,12 @@ class Limits:
     current: int
 
 
-def current_limit(controller: FlowController, name: str) -> int:
-    """A limited level's current seat limit: its nominal one while levels do not borrow."""
-    return controller.nominal[name]
-
-
 def limits(controller: FlowController, name: str) -> Limits:
-    """A limited level's seat limits as kube reports them; with no borrowing yet, current and upper are the
-    nominal limit, and lower is the nominal limit less the seats it may lend (lendablePercent)."""
-    nominal = controller.nominal[name]
-    level = controller.levels.get(name)
-    # Go's math.Round: halves away from zero
-    lendable = math.floor(nominal * level.config.lendable_percent / 100 + 0.5) if level is not None else 0
-    return Limits(nominal, nominal - lendable, nominal, current_limit(controller, name))
+    """A level's seat limits as kube reports them: nominal, lower and upper from its configuration, current
+    as borrowing last set it."""
+    level = controller.levels[name]
+    lim = level.limits
+    return Limits(lim.nominal, lim.lower, lim.upper, level.current_limit)
 
 
 class Observer:
@@ -170,6 +166,8 @@ class Observer:
         if work is None:
             work = self._work[t.labels] = WORK_ESTIMATED_SEATS.labels(*t.labels)
         work.observe(t.seats)
+        if t.estimate.watch_count >= 0:
+            self.watchers(t, t.estimate.watch_count)
 
     def executing(self, t: Ticket) -> None:
         e = self.entries.get(t)
@@ -219,8 +217,7 @@ class Observer:
         level = self.controller.levels.get(name)
         if level is None:
             return  # a level that went away; its last requests drain
-        qs = level.queueset
-        ratio = (qs.seats_executing + qs.seats_waiting) / max(1, current_limit(self.controller, name))
+        ratio = (level.seats_in_use + level.seats_waiting) / max(1, level.current_limit)
         self.demand.set(name, ratio, time.monotonic())
 
 
@@ -249,10 +246,9 @@ class _FlowControlCollector:
             fams["lower_limit_seats"].add_metric([name], lim.lower)
             fams["upper_limit_seats"].add_metric([name], lim.upper)
         yield from fams.values()
-        # every level has its nominal share while none borrows: the fair fraction of it is 1
         yield GaugeMetricFamily("apiserver_flowcontrol_seat_fair_frac",
                                 "Fair fraction of server's concurrency to allocate to each priority level that "
-                                "can use it", value=1.0)
+                                "can use it", value=c.fair_frac)
         for name in c.levels.keys() - c.observer.demand.series.keys():
             c.observer.sample_demand(name)
         c.observer.demand.forget(set(c.levels))

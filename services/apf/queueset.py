@@ -1,23 +1,28 @@
 """Fair queuing for one priority level: kube's QueueSet, as synchronous logic with an injected clock.
 
-A QueueSet owns `concurrency_limit` seats. A request asks for `width` seats (1 for
-now: width estimation for LIST and watch comes later). With a Queuing config the
-request is put in one of `queues` FIFO queues chosen by shuffle sharding: the flow
-key is hashed, a hand of `hand_size` distinct queues is dealt from the hash, and the
-request joins the one with the fewest seats waiting and executing. Requests are
-then dispatched from the queues in fair order (below). Without a Queuing config
-(limitResponse Reject) a request executes at once or is rejected.
+A QueueSet has `concurrency_limit` seats (its level's current limit, moved by borrowing). A request
+asks for the seats of its WorkEstimate (services/apf/workestimator.py): its initial seats while it
+runs, and, for a write with many watchers, its final seats for a little while after it answers; it
+holds the larger number throughout. With a Queuing config the request joins one of `queues` FIFO
+queues chosen by shuffle sharding: its flow's hash deals a hand of `hand_size` queues, and it joins the
+one with the least work waiting. Without one (limitResponse Reject) it executes at once or is
+rejected (concurrency-limit).
 
-Fair order follows kube's QueueSet: a virtual clock R advances, while queues are
-active, at min(seats wanted, limit) / active queues per real second; each queue has
-nextDispatchR, the virtual time at which its head may go. Dispatch always takes the
-head of the non-empty queue with the smallest nextDispatchR and advances that
-queue's nextDispatchR by width x the estimated service time; when the request
-finishes, the estimate is corrected by the real duration. A queue that becomes
-active starts at the current R, so idle flows get no credit and busy flows no debt.
+Fair order is kube's, in seat-seconds: a virtual clock R advances, while queues are active, by
+min(seats wanted, limit) / active queues per real second (the work each active queue is owed); a
+queue has nextDispatchR, the virtual time its head may start. Dispatch takes the head whose virtual
+finish (nextDispatchR + its work) is smallest, scanning round-robin from after the last queue served,
+and only if its seats fit (a request wider than the limit goes alone); the queue's nextDispatchR then
+grows by the head's work, estimated as its initial seats x 3 ms plus its final seat-seconds. When the
+request finishes, the estimate is corrected by the real duration, and a queue's nextDispatchR never
+falls behind the arrival of its oldest request (kube's anti-windup). A queue that becomes active
+starts at R, so idle flows get no credit and busy flows no debt. A request arriving while every seat
+is taken and its queue is full is rejected (queue-full); one that waits longer than the wait limit
+is rejected by expire() (time-out).
 
-Nothing here blocks or schedules: the caller (controller.py) turns the outcomes into
-gRPC responses and calls expire() from a timer at next_deadline().
+Nothing here blocks or schedules: the caller (controller.py) turns the outcomes into gRPC responses,
+calls expire() from a timer at next_deadline(), and release_final() when a request's final seats are due.
+The state (seats in use and waiting, queues with their requests) is plain attributes, for dumps.
 """
 from __future__ import annotations
 
@@ -28,43 +33,58 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .borrowing import Integrator
 from .config import Queuing
+from .workestimator import WorkEstimate
 
-WAITING, EXECUTING, FINISHED, REJECTED = "waiting", "executing", "finished", "rejected"
+WAITING, EXECUTING, LINGERING, FINISHED, REJECTED = "waiting", "executing", "lingering", "finished", "rejected"
 QUEUE_FULL, TIME_OUT, CONCURRENCY_LIMIT = "queue-full", "time-out", "concurrency-limit"
 
-ESTIMATED_SERVICE_SECONDS = 3.0  # kube's estimatedServiceDuration
+ESTIMATED_SERVICE_SECONDS = 0.003  # kube's estimatedServiceDuration
+ONE_SEAT = WorkEstimate()
 
 
 @dataclass(eq=False)
 class Request:
     flow: str
-    width: int
+    estimate: WorkEstimate
     arrival: float
     deadline: float
     payload: Any = None
     state: str = WAITING
     reason: str = ""                  # why it was rejected
     decided_at: float = 0.0           # when it was dispatched or rejected
-    queue: "_Queue | None" = field(default=None, repr=False)
+    arrival_r: float = 0.0            # R at arrival
+    queue: Queue | None = field(default=None, repr=False)
+
+    @property
+    def seats(self) -> int:
+        """The seats it holds (or waits for): the larger of its initial and final seats."""
+        return self.estimate.max_seats
 
     @property
     def wait(self) -> float:
         """Seconds between arrival and the decision (dispatch or rejection)."""
         return self.decided_at - self.arrival
 
+    def work(self, service: float) -> float:
+        """Its estimated seat-seconds (kube's totalWork)."""
+        return self.estimate.initial_seats * service + self.estimate.final_work
+
 
 @dataclass(eq=False)
-class _Queue:
+class Queue:
     index: int
     waiting: deque[Request] = field(default_factory=deque)
     seats_waiting: int = 0
-    seats_executing: int = 0
+    work_waiting: float = 0.0         # seat-seconds of the waiting requests
+    seats_in_use: int = 0
+    requests_executing: int = 0
     next_dispatch_r: float = 0.0
 
     @property
     def active(self) -> bool:
-        return bool(self.waiting) or self.seats_executing > 0
+        return bool(self.waiting) or self.requests_executing > 0
 
 
 def flow_hash(flow: str) -> int:
@@ -89,89 +109,110 @@ class QueueSet:
     def __init__(self, concurrency_limit: int, queuing: Queuing | None, *, wait_limit: float,
                  clock: Callable[[], float] = time.monotonic,
                  estimated_service: float = ESTIMATED_SERVICE_SECONDS) -> None:
-        self.concurrency_limit = max(1, concurrency_limit)
+        self.concurrency_limit = max(0, concurrency_limit)
         self.queuing = queuing
         self.wait_limit = wait_limit
         self.clock = clock
         self.estimated_service = estimated_service
-        self.queues = [_Queue(i) for i in range(queuing.queues)] if queuing else []
-        self.seats_executing = 0
+        self.queues = [Queue(i) for i in range(queuing.queues)] if queuing else []
+        self.seats_in_use = 0
         self.seats_waiting = 0
         self.requests_executing = 0
         self.requests_waiting = 0
-        self._active_queues = 0
-        self._nonempty: set[_Queue] = set()
-        self._arrivals: deque[Request] = deque()   # waiting requests in arrival order, for expiry
-        self._r = 0.0
+        # seats in use plus seats waiting over time: the level's seat demand, for borrowing
+        self.demand = Integrator(clock)
+        self.current_r = 0.0
         self._r_at = clock()
-        self._robin = 0
+        self._robin = -1
+        self._enqueues = 0
+        self._active = 0                       # queues with requests waiting or executing
+        self._nonempty: set[Queue] = set()     # queues with requests waiting
+        self._arrivals: deque[Request] = deque()   # waiting requests in arrival order, for expiry
 
     # virtual time ------------------------------------------------------------
 
-    def _advance(self, now: float) -> None:
+    def _sync_time(self, now: float) -> None:
         elapsed = now - self._r_at
         self._r_at = now
-        if elapsed > 0 and self._active_queues:
-            wanted = self.seats_executing + self.seats_waiting
-            self._r += elapsed * min(wanted, self.concurrency_limit) / self._active_queues
+        if elapsed <= 0:
+            return
+        if self._active:
+            wanted = self.seats_in_use + self.seats_waiting
+            self.current_r += elapsed * min(wanted, self.concurrency_limit) / self._active
+
+    def _note_demand(self) -> None:
+        self.demand.set(self.seats_in_use + self.seats_waiting)
 
     # the API -----------------------------------------------------------------
 
-    def start(self, flow: str, width: int = 1, payload: Any = None) -> tuple[Request, list[Request]]:
+    def start(self, flow: str, estimate: WorkEstimate = ONE_SEAT, payload: Any = None) -> tuple[Request, list[Request]]:
         """A new request: its state says whether it executes now, waits in a queue, or was rejected.
 
-        The list holds other waiting requests that the arrival let execute (possible only
-        when widths differ); the caller notifies them as it does after release().
+        The list holds other waiting requests that the arrival let execute (a queue's anti-windup can
+        reorder the heads); the caller notifies them as it does after release().
         """
         now = self.clock()
-        width = max(1, min(width, self.concurrency_limit))
-        req = Request(flow, width, now, now + self.wait_limit, payload)
+        self._sync_time(now)
+        req = Request(flow, estimate, now, now + self.wait_limit, payload, arrival_r=self.current_r)
         if not self.queuing:
-            if self.seats_executing + width <= self.concurrency_limit:
+            if self._fits(req.seats):
                 self._execute(req, now)
             else:
                 self._reject(req, CONCURRENCY_LIMIT, now)
             return req, []
-        self._advance(now)
         q = self._choose_queue(flow)
-        if len(q.waiting) >= self.queuing.queue_length_limit:
+        if self.seats_in_use >= self.concurrency_limit and len(q.waiting) >= self.queuing.queue_length_limit:
             self._reject(req, QUEUE_FULL, now)
             return req, []
         if not q.active:
-            q.next_dispatch_r = self._r
-            self._active_queues += 1
+            q.next_dispatch_r = self.current_r
+            self._active += 1
         q.waiting.append(req)
-        q.seats_waiting += width
-        self.seats_waiting += width
         self._nonempty.add(q)
-        req.queue = q
+        q.seats_waiting += req.seats
+        q.work_waiting += req.work(self.estimated_service)
+        self.seats_waiting += req.seats
         self.requests_waiting += 1
+        req.queue = q
         self._arrivals.append(req)
+        self._bound(q)
+        self._note_demand()
         return req, [r for r in self._dispatch(now) if r is not req]
 
     def release(self, req: Request) -> list[Request]:
-        """The request finished (or its caller gave up waiting): returns the requests that now execute."""
+        """The request finished (or its caller gave up waiting): returns the requests that now execute.
+        A request with final seats keeps them (state LINGERING) until release_final()."""
         now = self.clock()
         if req.state == WAITING:
-            self._advance(now)
+            self._sync_time(now)
             self._remove_waiting(req)
             req.state = FINISHED
+            self._note_demand()
             return []
         if req.state != EXECUTING:
             return []
-        self._advance(now)
-        req.state = FINISHED
-        self.seats_executing -= req.width
+        self._sync_time(now)
         self.requests_executing -= 1
         q = req.queue
-        if q is None:
+        if q is not None:
+            q.requests_executing -= 1
+            if not q.active:
+                self._active -= 1
+            # replace the estimate charged at dispatch by the real service time (kube does the same)
+            q.next_dispatch_r -= req.estimate.initial_seats * (self.estimated_service - (now - req.decided_at))
+            self._bound(q)
+        if req.estimate.additional_latency > 0:
+            req.state = LINGERING
+            return self._dispatch(now)
+        return self._free(req, now)
+
+    def release_final(self, req: Request) -> list[Request]:
+        """A LINGERING request's additional latency is over: its seats are free."""
+        if req.state != LINGERING:
             return []
-        q.seats_executing -= req.width
-        if not q.active:
-            self._active_queues -= 1
-        # replace the estimate charged at dispatch by the real service time (kube does the same)
-        q.next_dispatch_r -= req.width * (self.estimated_service - (now - req.decided_at))
-        return self._dispatch(now)
+        now = self.clock()
+        self._sync_time(now)
+        return self._free(req, now)
 
     def expire(self) -> list[Request]:
         """Reject (reason time-out) every waiting request whose wait limit has passed."""
@@ -185,17 +226,20 @@ class QueueSet:
             if head.deadline > now:
                 break
             self._arrivals.popleft()
-            self._advance(now)
+            self._sync_time(now)
             self._remove_waiting(head)
             self._reject(head, TIME_OUT, now)
             out.append(head)
+        if out:
+            self._note_demand()
         return out
 
     def set_concurrency_limit(self, limit: int) -> list[Request]:
-        """A new limit (the configuration changed the level's share): returns the requests that now execute."""
+        """A new limit (borrowing, or the configuration changed the level's share): returns the
+        requests that now execute."""
         now = self.clock()
-        self._advance(now)
-        self.concurrency_limit = max(1, limit)
+        self._sync_time(now)
+        self.concurrency_limit = max(0, limit)
         return self._dispatch(now) if self.queuing else []
 
     def next_deadline(self) -> float | None:
@@ -203,30 +247,63 @@ class QueueSet:
             self._arrivals.popleft()
         return self._arrivals[0].deadline if self._arrivals else None
 
+    @property
+    def idle(self) -> bool:
+        return not self.requests_waiting and not self.requests_executing
+
     # internals ---------------------------------------------------------------
 
-    def _choose_queue(self, flow: str) -> _Queue:
+    def _fits(self, seats: int) -> bool:
+        """kube's canAccommodateSeats: a request wider than the limit goes only when nothing executes."""
+        if seats > self.concurrency_limit:
+            return self.requests_executing == 0
+        return self.seats_in_use + seats <= self.concurrency_limit
+
+    def _choose_queue(self, flow: str) -> Queue:
         assert self.queuing is not None
         hand = deal(flow_hash(flow), len(self.queues), self.queuing.hand_size)
-        return min((self.queues[i] for i in hand), key=lambda q: q.seats_waiting + q.seats_executing)
+        offset = self._enqueues % len(hand)
+        self._enqueues += 1
+        best = self.queues[hand[offset]]
+        for i in range(1, len(hand)):
+            q = self.queues[hand[(offset + i) % len(hand)]]
+            if q.work_waiting < best.work_waiting:
+                best = q
+        return best
+
+    def _bound(self, q: Queue) -> None:
+        """kube's anti-windup: dispatch in the virtual world never precedes the oldest arrival."""
+        if q.waiting and q.next_dispatch_r < q.waiting[0].arrival_r:
+            q.next_dispatch_r = q.waiting[0].arrival_r
 
     def _remove_waiting(self, req: Request) -> None:
         q = req.queue
         assert q is not None
         q.waiting.remove(req)
-        q.seats_waiting -= req.width
-        self.seats_waiting -= req.width
+        q.seats_waiting -= req.seats
+        q.work_waiting -= req.work(self.estimated_service)
+        self.seats_waiting -= req.seats
         self.requests_waiting -= 1
         if not q.waiting:
             self._nonempty.discard(q)
-        if not q.active:
-            self._active_queues -= 1
+            if not q.requests_executing:
+                self._active -= 1
+        self._bound(q)
 
     def _execute(self, req: Request, now: float) -> None:
         req.state = EXECUTING
         req.decided_at = now
-        self.seats_executing += req.width
+        self.seats_in_use += req.seats
         self.requests_executing += 1
+        self._note_demand()
+
+    def _free(self, req: Request, now: float) -> list[Request]:
+        req.state = FINISHED
+        self.seats_in_use -= req.seats
+        if req.queue is not None:
+            req.queue.seats_in_use -= req.seats
+        self._note_demand()
+        return self._dispatch(now) if self.queuing else []
 
     def _reject(self, req: Request, reason: str, now: float) -> None:
         req.state = REJECTED
@@ -236,21 +313,31 @@ class QueueSet:
     def _dispatch(self, now: float) -> list[Request]:
         out: list[Request] = []
         n = len(self.queues)
-        while self._nonempty:
-            # smallest nextDispatchR; ties go round-robin from the queue after the last one served
-            best = min(self._nonempty, key=lambda q: (q.next_dispatch_r, (q.index - self._robin) % n))
+        while self.requests_waiting and self.seats_in_use < self.concurrency_limit:
+            # the smallest virtual finish; of equal ones, the first from after the last queue served
+            robin, service = self._robin, self.estimated_service
+            best = min(self._nonempty, key=lambda q: (q.next_dispatch_r + q.waiting[0].work(service),
+                                                      (q.index - robin - 1) % n))
             head = best.waiting[0]
-            if self.seats_executing + head.width > self.concurrency_limit:
+            if not self._fits(head.seats):
                 break  # the fair choice does not fit yet; never let narrower requests overtake it
             best.waiting.popleft()
-            best.seats_waiting -= head.width
-            self.seats_waiting -= head.width
-            self.requests_waiting -= 1
             if not best.waiting:
                 self._nonempty.discard(best)
-            best.seats_executing += head.width
-            best.next_dispatch_r += head.width * self.estimated_service
-            self._robin = (best.index + 1) % n
+            best.seats_waiting -= head.seats
+            best.work_waiting -= head.work(self.estimated_service)
+            self.seats_waiting -= head.seats
+            self.requests_waiting -= 1
+            if head.estimate.final_seats > self.concurrency_limit > 0:
+                # final seats beyond the level's limit: fewer seats for longer, the same work
+                e = head.estimate
+                head.estimate = WorkEstimate(e.initial_seats, self.concurrency_limit,
+                                             e.final_work / self.concurrency_limit)
+            self._robin = best.index
+            best.requests_executing += 1
+            best.seats_in_use += head.seats
+            best.next_dispatch_r += head.work(self.estimated_service)
             self._execute(head, now)
+            self._bound(best)
             out.append(head)
         return out

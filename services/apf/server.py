@@ -1,12 +1,14 @@
 """The apiary.FlowControl servicer: one bidirectional Seats stream per proxy.
 
 Protocol (request ids are the proxy's, unique on its stream):
-- SeatRequest{id, acquire}: classify and take a seat. Exactly one SeatResponse with
+- SeatRequest{id, acquire}: classify, estimate its work (the seats it takes: services/apf/workestimator.py)
+  and take them. Exactly one SeatResponse with
   that id answers it, at once (granted, or rejected for concurrency-limit /
   queue-full) or later when the request leaves its queue (granted, or rejected
   for time-out). A rejected id is forgotten.
-- SeatRequest{id, release}: the request is over; its seat is freed, or, if it is still
-  queued, it leaves its queue and gets no answer. Unknown ids are ignored.
+- SeatRequest{id, release}: the request is over (a watch: initialized); its seats are freed (a
+  write's final seats a little later), or, if it is still queued, it leaves its queue and gets no
+  answer. Unknown ids are ignored.
 - When the stream ends or breaks, every seat it holds is freed and everything it
   has queued is withdrawn.
 

@@ -42,6 +42,9 @@ def add_to_server(servicer: StorageServicer, server: grpc.aio.Server) -> None:
             ("Update", spb.UpdateRequest), ("Delete", spb.DeleteRequest),
         )
     }
+    handlers["Stats"] = grpc.unary_unary_rpc_method_handler(
+        servicer.Stats, request_deserializer=spb.StatsRequest.FromString,
+        response_serializer=spb.StatsResponse.SerializeToString)
     handlers["Watch"] = grpc.unary_stream_rpc_method_handler(
         servicer.Watch, request_deserializer=spb.WatchRequest.FromString, response_serializer=serialize
     )
@@ -117,6 +120,9 @@ class StorageServicer(sgrpc.StorageServicer):
     @api_method
     def List(self, request: spb.ListRequest, context: grpc.aio.ServicerContext) -> Awaitable[Any]:
         return self.backend.list(request)
+
+    async def Stats(self, request: spb.StatsRequest, context: grpc.aio.ServicerContext) -> spb.StatsResponse:
+        return self.backend.stats()
 
     @api_stream
     async def Watch(self, request: spb.WatchRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:

@@ -1,8 +1,9 @@
 """Priority and fairness: kube's WithPriorityAndFairness, a seat held while the request is served.
 
 The seat source (the proxy's: the apf service's seat stream, with kube's max-in-flight limits as its
-fallback) is passed in; it answers TooManyRequests when the request is rejected. A long-running
-request's handler may give its seat back as it starts (release is idempotent).
+fallback) is passed in; it answers TooManyRequests when the request is rejected. A LIST or WATCH
+carries the options its work estimate reads. A long-running request's handler gives its seats back
+once it is initialized (a watch: its initial events out; release is idempotent).
 """
 from __future__ import annotations
 
@@ -24,14 +25,29 @@ class FlowControl(Protocol):
     def release(self, seat: Seat) -> None: ...
 
 
+def list_options(query: dict[str, str]) -> pb.ListOptions:
+    """What the work estimate of a LIST or WATCH reads of its query (a bad limit counts as none: the
+    request fails later with its 400)."""
+    limit = query.get("limit", "")
+    return pb.ListOptions(
+        limit=int(limit) if limit.isascii() and limit.isdigit() and len(limit) < 19 else 0,
+        resource_version=query.get("resourceVersion", ""),
+        resource_version_match=query.get("resourceVersionMatch", ""),
+        label_selector=query.get("labelSelector", ""), field_selector=query.get("fieldSelector", ""),
+        send_initial_events=query.get("sendInitialEvents", "").lower() in ("true", "1"), **{"continue": query.get("continue", "")})
+
+
 def with_priority_and_fairness(handler: Handler, flowcontrol: FlowControl) -> Handler:
     """ctx.seat for the request's flow, waited for unless the client goes away first."""
     async def priority_and_fairness(ctx: RequestContext) -> None:
         info = ctx.info
-        seat = await ctx.race(flowcontrol.acquire(pb.RequestAttributes(
+        digest = pb.RequestAttributes(
             user=ctx.user, verb=info.verb, resource_request=info.is_resource_request,
             api_group=info.api_group, api_version=info.api_version, resource=info.resource,
-            subresource=info.subresource, namespace=info.namespace, name=info.name, path=info.path)))
+            subresource=info.subresource, namespace=info.namespace, name=info.name, path=info.path)
+        if info.verb in ("list", "watch") and ctx.query:
+            digest.list_options.CopyFrom(list_options(ctx.query))
+        seat = await ctx.race(flowcontrol.acquire(digest))
         ctx.seat = seat
         ctx.extra_headers.extend(seat.headers())
         ctx.mark = ctx.timing("apf", ctx.mark)

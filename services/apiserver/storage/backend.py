@@ -162,6 +162,10 @@ class Backend:
                                          continuing=bool(token), json=request.json, chunked=request.chunked,
                                          kind=request.kind, api_version=request.api_version)
 
+    def stats(self) -> spb.StatsResponse:
+        """The object and watcher counts of every resource with a watch cache (a LIST or a watch makes one)."""
+        return self.cachers.stats()
+
     # Watch ---------------------------------------------------------------------------------------
 
     async def watch(self, request: spb.WatchRequest) -> AsyncIterator[bytes]:

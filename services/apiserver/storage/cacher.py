@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from aetcd import rpc
 
+from apiary_pb import storage_pb2 as spb
 from services.common.background import cancel_and_wait
 from services.common.backoff import Backoff
 from services.common.errors import APIError
@@ -146,6 +147,20 @@ class Cacher:
         self.watchers.discard(w)
         metrics.REGISTERED_WATCHERS.labels(self.resource).set(len(self.watchers))
 
+    def stats(self) -> spb.ResourceStats:
+        """The objects held and the watchers by what they watch: every object, a namespace's, or one."""
+        out = spb.ResourceStats(resource=self.resource, objects=len(self.watch_cache.store))
+        base = len(self.prefix)
+        for w in self.watchers:
+            scope = w.prefix[base:]
+            if not scope:
+                out.watchers += 1
+            elif scope.endswith("/"):
+                out.namespace_watchers[scope[:-1]] += 1
+            else:
+                out.object_watchers[scope] += 1
+        return out
+
     async def wait_fresh(self, prefix: str, rev: int, timeout: float = 3.0) -> int:
         """Wait until the cache's objects under prefix (or the one key) are the state at rev or
         later, as kube's consistent reads from cache do; the revision they are the state at. The
@@ -217,6 +232,10 @@ class Cachers:
                 await c.start(at_revision)
                 self._cachers[prefix] = c
         return c
+
+    def stats(self) -> spb.StatsResponse:
+        """Every watch cache's counts (Cacher.stats)."""
+        return spb.StatsResponse(resources=[c.stats() for c in self._cachers.values()])
 
     async def stop(self) -> None:
         for c in list(self._cachers.values()):

@@ -258,7 +258,9 @@ class WatchHandler:
 
     async def handle(self, ctx: Context, req: rpb.APIRequest, timeout: float,
                      started: Callable[[], None], output: Output = OUTPUT_JSON) -> None:
-        """Stream the watch; `started` is called once the 200 is out (the APF seat is then released)."""
+        """Stream the watch; `started` is called once the 200 and the events received so far are out:
+        the watch is initialized (its initial events come in the registry's first batch) and its APF
+        seats are released, as kube releases them at its watch's initialization signal."""
         t = time.perf_counter()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -275,8 +277,8 @@ class WatchHandler:
                 raise w.error  # before anything was sent: a normal error response
             ctx.timing("registry", t)
             await ctx.start_stream(200, output.watch_content_type, [(b"cache-control", b"no-cache, private")])
-            started()
             w.stream()
+            started()
             waiters = {w.done, self._closing()}
             if ctx.disconnected is not None:
                 waiters.add(ctx.disconnected)

@@ -76,7 +76,7 @@ async def test_a_new_schema_takes_effect_and_its_level_rejects() -> None:
     assert first.flow_schema.name == "service-accounts"
     ctl.finish(first)
     ctl.reconfigure(digest(SUGGESTED[0] + [bot_schema("bots")], SUGGESTED[1] + [reject_level("bots")]))
-    held = [ctl.start(request(BOT)) for _ in range(ctl.nominal["bots"])]
+    held = [ctl.start(request(BOT)) for _ in range(ctl.levels["bots"].current_limit)]
     assert all(t.granted and t.flow_schema.uid == "fs-bots" and t.priority_level.uid == "pl-bots" for t in held)
     over = ctl.start(request(BOT))
     assert not over.granted and over.response(1).reason == "concurrency-limit"
@@ -86,11 +86,14 @@ async def test_a_new_schema_takes_effect_and_its_level_rejects() -> None:
     assert ctl.start(request(BOT)).flow_schema.name == "service-accounts"
     for t in held:
         ctl.finish(t)
-    assert held[0].level is not None and held[0].level.queueset.seats_executing == 0
+    assert held[0].level is not None and held[0].level.queueset.seats_in_use == 0
 
 
 async def test_a_bigger_share_dispatches_queued_requests() -> None:
-    cfg = digest(*SUGGESTED)
+    # global-default neither lends nor borrows: one seat of one, then its share of a thousand
+    cfg = digest(SUGGESTED[0], [dict(o, spec={**o["spec"], "limited": {
+        **o["spec"]["limited"], "lendablePercent": 0, "borrowingLimitPercent": 0}})
+        if o["metadata"]["name"] == "global-default" else o for o in SUGGESTED[1]])
     ctl = FlowController(cfg, server_seats=1, wait_limit=10)
     decided: list[Any] = []
     first = ctl.start(request(ALICE))

@@ -69,7 +69,7 @@ async def test_dumps_have_kubes_columns_and_the_requests():
     gd = [r for r in queues[1:] if r[0] == "global-default"]
     assert len(gd) == 128 and [r[1] for r in gd] == [str(i) for i in range(128)]
     waiting = [r for r in gd if r[2] != "0"]
-    assert len(waiting) == 1 and waiting[0][6:] == ["1", "1", "3.00000000ss"]
+    assert len(waiting) == 1 and waiting[0][6:] == ["1", "1", "0.00300000ss"]  # 1 seat x kube's 3 ms
     assert sum(int(r[3]) for r in gd) == 2 and sum(int(r[4]) for r in gd) == 2
     assert all(r[5].endswith("ss") for r in gd)
     assert not [r for r in queues[1:] if r[0] in ("exempt", "catch-all")]  # no queues: exempt, Reject
@@ -113,10 +113,12 @@ async def test_metrics_with_kubes_names_and_labels():
     assert sample("apiserver_flowcontrol_request_execution_seconds_count", {**gd, "type": "watch"}) >= 1
     assert sample("apiserver_flowcontrol_work_estimated_seats_bucket", {**gd, "le": "1.0"}) >= 2
     level = {"priority_level": "global-default"}
-    for name in ("current_limit_seats", "upper_limit_seats", "nominal_limit_seats"):
-        assert sample(f"apiserver_flowcontrol_{name}", level) == 2, name
-    assert sample("apiserver_flowcontrol_lower_limit_seats", level) == 1  # global-default lends 50%
-    assert sample("apiserver_flowcontrol_seat_fair_frac") == 1.0
+    limits = ctl.levels["global-default"].limits
+    assert sample("apiserver_flowcontrol_nominal_limit_seats", level) == limits.nominal == 2
+    assert sample("apiserver_flowcontrol_lower_limit_seats", level) == limits.lower == 1  # it lends 50%
+    assert sample("apiserver_flowcontrol_upper_limit_seats", level) == limits.upper  # no borrowing limit
+    assert sample("apiserver_flowcontrol_current_limit_seats", level) == ctl.levels["global-default"].current_limit
+    assert sample("apiserver_flowcontrol_seat_fair_frac") == ctl.fair_frac
     assert sample("apiserver_flowcontrol_demand_seats_count", level) is not None
     assert sample("apiserver_flowcontrol_demand_seats_bucket", {**level, "le": "6.0"}) is not None
     assert "# TYPE apiserver_flowcontrol_demand_seats histogram" in generate_latest(REGISTRY).decode()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 
 import pytest
@@ -10,6 +11,7 @@ from apiary_pb import apf_pb2 as fpb
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import envelope_pb2 as pb
 from services.apf.__main__ import build, parse_args
+from services.apf.config import BOOTSTRAP, Configuration
 from services.apf.server import FlowControlServicer
 from services.common import grpcutil
 from services.common.identity import user_pb
@@ -17,6 +19,13 @@ from tests.waiting import until
 
 ALICE = user_pb("alice", ["system:authenticated"])
 BOB = user_pb("bob", ["system:authenticated"])
+
+
+def fixed(cfg: Configuration, *names: str) -> Configuration:
+    """cfg with the levels `names` neither lending nor borrowing: their current limit is their nominal one."""
+    levels = tuple(dataclasses.replace(pl, lendable_percent=0, borrowing_limit_percent=0) if pl.name in names else pl
+                   for pl in cfg.priority_levels)
+    return dataclasses.replace(cfg, priority_levels=levels)
 
 
 def free_port() -> int:
@@ -27,9 +36,11 @@ def free_port() -> int:
 
 @pytest.fixture
 async def apf():
-    # global-default gets ceil(3 * 20 / 245) = 1 seat
+    # global-default gets ceil(3 * 20 / 245) = 1 seat; neither lending nor borrowing, it keeps that one
     ctl = build(parse_args(["--max-requests-inflight", "3", "--max-mutating-requests-inflight", "0",
                             "--apf-queue-wait-seconds", "0.5", "--insecure-internal"]))
+    ctl.reconfigure(fixed(BOOTSTRAP, "global-default"))
+    assert ctl.levels["global-default"].current_limit == 1
     servicer = FlowControlServicer(ctl)
     address = f"127.0.0.1:{free_port()}"
     server = grpcutil.make_server(None, address)
@@ -86,15 +97,15 @@ async def test_two_streams_share_the_level_and_a_broken_stream_releases(apf) -> 
     s1.call.cancel()         # the proxy holding the seat and a queued request goes away
     r = await s2.read()
     assert r.id == 1 and r.granted
-    await until(lambda: qs.requests_waiting == 0 and qs.seats_executing == 1)
+    await until(lambda: qs.requests_waiting == 0 and qs.seats_in_use == 1)
     await until(lambda: servicer.streams == 1)
 
     s2.release(1)
-    await until(lambda: qs.seats_executing == 0)
+    await until(lambda: qs.seats_in_use == 0)
     s2.acquire(2, BOB)
     assert (await s2.read()).granted
     s2.outbox.put_nowait(None)  # a clean end of stream releases too
-    await until(lambda: qs.seats_executing == 0 and servicer.streams == 0)
+    await until(lambda: qs.seats_in_use == 0 and servicer.streams == 0)
 
 
 async def test_queued_request_times_out(apf) -> None:
@@ -107,7 +118,7 @@ async def test_queued_request_times_out(apf) -> None:
     assert r.id == 2 and not r.granted and r.reason == "time-out" and r.retry_after_seconds >= 1
     s.release(2)             # releasing a rejected id is harmless
     s.release(1)
-    await until(lambda: ctl.levels["global-default"].queueset.seats_executing == 0)
+    await until(lambda: ctl.levels["global-default"].queueset.seats_in_use == 0)
     s.call.cancel()
 
 
@@ -125,4 +136,4 @@ async def test_release_of_a_queued_request_withdraws_it(apf) -> None:
     s.acquire(3)
     assert (await s.read()).id == 3      # no answer was ever sent for the withdrawn id 2
     s.call.cancel()
-    await until(lambda: qs.seats_executing == 0)
+    await until(lambda: qs.seats_in_use == 0)

@@ -5,8 +5,20 @@ from collections import Counter
 import pytest
 
 from services.apf.config import Queuing
-from services.apf.queueset import (CONCURRENCY_LIMIT, EXECUTING, FINISHED, QUEUE_FULL, REJECTED, TIME_OUT,
-                                   WAITING, QueueSet, deal, flow_hash)
+from services.apf.queueset import (
+    CONCURRENCY_LIMIT,
+    EXECUTING,
+    FINISHED,
+    LINGERING,
+    QUEUE_FULL,
+    REJECTED,
+    TIME_OUT,
+    WAITING,
+    QueueSet,
+    deal,
+    flow_hash,
+)
+from services.apf.workestimator import WorkEstimate
 
 
 class Clock:
@@ -37,11 +49,11 @@ def test_executes_then_queues_then_dispatches_on_release() -> None:
     b, _ = qs.start("f/b")
     c, _ = qs.start("f/c")
     assert (a.state, b.state, c.state) == (EXECUTING, EXECUTING, WAITING)
-    assert qs.requests_waiting == 1 and qs.seats_executing == 2
+    assert qs.requests_waiting == 1 and qs.seats_in_use == 2
     assert qs.release(a) == [c]
     assert c.state == EXECUTING and a.state == FINISHED
     assert qs.release(b) == [] and qs.release(c) == []
-    assert qs.seats_executing == 0 and qs.requests_executing == 0
+    assert qs.seats_in_use == 0 and qs.requests_executing == 0
 
 
 def test_fair_dispatch_between_a_heavy_and_a_light_flow() -> None:
@@ -125,7 +137,68 @@ def test_withdraw_waiting_and_release_everything_of_a_stream() -> None:
     for r in reversed(mine):
         dispatched += qs.release(r)
     assert dispatched == [other] and other.state == EXECUTING
-    assert qs.requests_waiting == 0 and qs.seats_executing == 1
+    assert qs.requests_waiting == 0 and qs.seats_in_use == 1
     assert all(r.state == FINISHED for r in mine)
     assert qs.release(mine[0]) == []  # releasing twice is harmless
     assert qs.expire() == []
+
+
+def test_a_wide_request_waits_for_its_seats_and_narrower_ones_do_not_overtake_it() -> None:
+    qs, _ = make(limit=4, queues=1, hand=1)
+    a, _ = qs.start("a", WorkEstimate(2))
+    b, _ = qs.start("a", WorkEstimate(2))
+    wide, _ = qs.start("a", WorkEstimate(3))
+    narrow, _ = qs.start("a", WorkEstimate(1))
+    assert (a.state, b.state, wide.state, narrow.state) == (EXECUTING, EXECUTING, WAITING, WAITING)
+    assert (qs.seats_in_use, qs.seats_waiting) == (4, 4)
+    assert qs.release(a) == []                 # 2 free: the head needs 3, and it goes first
+    assert qs.release(b) == [wide, narrow]
+    assert qs.seats_in_use == 4 and wide.seats == 3
+
+
+def test_a_request_wider_than_the_limit_runs_alone() -> None:
+    qs, _ = make(limit=2, queues=1, hand=1)
+    small, _ = qs.start("a")
+    huge, _ = qs.start("a", WorkEstimate(10))
+    assert huge.state == WAITING
+    assert qs.release(small) == [huge] and qs.seats_in_use == 10
+    later, _ = qs.start("a")
+    assert later.state == WAITING            # over the limit: nothing else until it ends
+    assert qs.release(huge) == [later]
+
+
+def test_final_seats_linger_after_the_request_ends() -> None:
+    qs, _ = make(limit=2, queues=1, hand=1)
+    write, _ = qs.start("a", WorkEstimate(1, 2, 0.005))
+    other, _ = qs.start("a")
+    assert write.seats == 2 and other.state == WAITING
+    assert qs.release(write) == [] and write.state == LINGERING and qs.seats_in_use == 2
+    assert qs.release_final(write) == [other] and write.state == FINISHED
+    capped, _ = qs.start("b", WorkEstimate(1, 5, 0.005))   # final seats beyond the limit: fewer, longer
+    qs.release(other)
+    assert capped.state == EXECUTING
+    assert (capped.estimate.final_seats, capped.estimate.additional_latency) == (2, pytest.approx(0.0125))
+
+
+def test_queue_full_only_while_every_seat_is_taken() -> None:
+    qs, _ = make(limit=2, queues=1, hand=1, length=1)
+    a, _ = qs.start("a", WorkEstimate(2))
+    qs.start("a")
+    r, _ = qs.start("a")
+    assert r.state == REJECTED and r.reason == QUEUE_FULL
+    qs.release(a)
+    assert qs.seats_in_use == 1
+
+
+def test_virtual_time_advances_by_the_seats_each_active_queue_gets() -> None:
+    qs, clock = make(limit=4, queues=8, hand=1)
+    flows = [f"f{i}" for i in range(40)]
+    two = [flows[0], next(f for f in flows if deal(flow_hash(f), 8, 1) != deal(flow_hash(flows[0]), 8, 1))]
+    for f in two:
+        for _ in range(4):
+            qs.start(f)
+    r0 = qs.current_r
+    clock.now += 1.0
+    qs.expire()
+    qs.start(two[0])
+    assert qs.current_r - r0 == pytest.approx(4 / 2)   # min(8 wanted, 4 seats) / 2 active queues, 1 s
