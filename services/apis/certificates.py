@@ -47,6 +47,7 @@ CSR = ResourceInfo(
     short_names=("csr",), subresources=(SubresourceInfo("approval", "CertificateSigningRequest", STATUS_VERBS),
                                         status("CertificateSigningRequest")),
     strategy=CertificateSigningRequestStrategy, table=CSR_TABLE,
+    protobuf="k8s.io.api.certificates.v1.CertificateSigningRequest",
 )
 
 V1 = GroupVersion(GROUP, "v1", 17300, 15, (CSR,))
