@@ -6,8 +6,8 @@ digital signature and key encipherment besides), kubernetes.io/kube-apiserver-cl
 kubernetes.io/kubelet-serving (a kubelet's client and serving requests, checked as kube checks them). A request
 a signer refuses gets a Failed condition (reason SignerValidationFailure); a valid one its certificate in
 status.certificate, valid for spec.expirationSeconds when given (at least 10 minutes, at most
---cluster-signing-duration) else for --cluster-signing-duration, backdated 5 minutes (less for short lifetimes)
-and never past the CA's own expiry.
+--cluster-signing-duration) else for --cluster-signing-duration, from 5 minutes ago (a lifetime under 8 hours
+counted from now), never past the CA's own expiry.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 DEFAULT_DURATION = dt.timedelta(days=365)  # --cluster-signing-duration's default, 8760h
 MIN_DURATION = dt.timedelta(minutes=10)
 BACKDATE = dt.timedelta(minutes=5)
-SHORT = dt.timedelta(hours=8)  # below this lifetime the backdate shrinks in proportion
+SHORT = dt.timedelta(hours=8)  # 5 minutes of backdating is about 1% of it
 
 _KEY_USAGES = {"signing": "digital_signature", "digital signature": "digital_signature",
                "content commitment": "content_commitment", "key encipherment": "key_encipherment",
@@ -89,9 +89,9 @@ class CertificateAuthority:
         ca_not_after = self.certificate.not_valid_after_utc
         if now >= ca_not_after:
             raise ValueError(f"refusing to sign a certificate that expired in the past: NotAfter={ca_not_after}")
-        backdate = BACKDATE if ttl >= SHORT else BACKDATE * (ttl / SHORT)
-        not_before = now - backdate
-        not_after = min(not_before + ttl, ca_not_after)
+        not_before = now - BACKDATE
+        # a short-lived certificate's end is not backdated: it keeps all of its lifetime from now
+        not_after = min(now + ttl if ttl < SHORT else not_before + ttl, ca_not_after)
         builder = (x509.CertificateBuilder()
                    .subject_name(req.subject).issuer_name(self.certificate.subject)
                    .public_key(req.public_key())  # type: ignore[arg-type]
