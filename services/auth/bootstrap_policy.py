@@ -100,6 +100,11 @@ CONTROLLER_ROLES: dict[str, list[dict[str, Any]]] = {
         _rule(["approve"], [CERTIFICATES], ["signers"], ["kubernetes.io/kube-apiserver-client-kubelet"]),
         _rule(["sign"], [CERTIFICATES], ["signers"], KUBE_SIGNERS),
         _rule(["create"], ["authorization.k8s.io"], ["subjectaccessreviews"]), _events()],
+    # apiary's own: what kube-apiserver writes for the `kubernetes` Service, done here once per cluster
+    "kubernetes-service-controller": [
+        _rule(["create", "get", "update"], [""], ["endpoints", "services"]),
+        _rule(["create", "delete", "get", "list", "update"], ["discovery.k8s.io"], ["endpointslices"]),
+        _rule(["delete"], [COORDINATION], ["leases"]), _events()],
     # apiary's own: what kube-apiserver's APF config producer and consumer write, done here once per cluster
     "priority-and-fairness-config": [
         _rule(["create", "delete", "get", "update"], [FLOWCONTROL], ["flowschemas", "prioritylevelconfigurations"]),

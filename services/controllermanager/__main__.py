@@ -19,6 +19,7 @@ from .csrcleaner import CSRCleanerController
 from .csrsigning import CertificateAuthority, CSRSigningController
 from .flowcontrol import PriorityAndFairnessConfigController
 from .garbagecollector import GarbageCollector
+from .kubernetesservice import DEFAULT_SERVICE_CIDR, KubernetesServiceController, first_address
 from .leaderelection import Config, LeaderElector, identity
 from .namespace import NamespaceController
 from .resourcequota import ResourceQuotaController
@@ -38,6 +39,8 @@ CONTROLLERS = {
     "certificatesigningrequest-cleaner-controller": ("csrcleaner",),
     # apiary's: kube-apiserver's APF configuration producer and status writer, once per cluster
     "priority-and-fairness-config-controller": ("priority-and-fairness-config",),
+    # apiary's: kube-apiserver's kubernetes service controller and lease endpoint reconciler, once per cluster
+    "kubernetes-service-controller": ("kubernetesservice",),
 }
 SIGNING = "certificatesigningrequest-signing-controller"
 CSR_CONTROLLERS: dict[str, Callable[[Client, argparse.Namespace], Any]] = {
@@ -102,7 +105,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cluster-signing-duration", type=_duration, default=365 * 24 * 3600.0,
                    help="the longest a signed certificate is valid for; a request's spec.expirationSeconds may ask "
                         "for less (default 8760h0m0s)")
+    p.add_argument("--service-cluster-ip-range", default=DEFAULT_SERVICE_CIDR,
+                   help="the Services' CIDR (the registry's flag of that name): the `kubernetes` Service takes its "
+                        "first address")
     args = p.parse_args(argv)
+    try:
+        first_address(args.service_cluster_ip_range)
+    except ValueError as e:
+        p.error(f"--service-cluster-ip-range: {e}")
     try:
         args.enabled = enabled_controllers(args.controllers.split(","))
     except ValueError as e:
@@ -148,6 +158,9 @@ class ControllerManager:
         if name == "serviceaccount-controller":
             sa = ServiceAccountsController(c)
             return sa.start, sa.stop
+        if name == "kubernetes-service-controller":
+            ks = KubernetesServiceController(c, self.args.service_cluster_ip_range)
+            return ks.start, ks.stop
         if name in CSR_CONTROLLERS:
             csr = CSR_CONTROLLERS[name](c, self.args)
             return csr.start, csr.stop

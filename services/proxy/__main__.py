@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
+import socket
 from collections.abc import Callable
 
 from apiary_pb import apf_pb2_grpc as fgrpc
@@ -22,6 +24,7 @@ from services.common import config, duration, grpcutil, runtime
 
 from .aggregator.authentication_trust import AuthenticationTrust
 from .app import ProxyApp
+from .endpointlease import EndpointLease
 from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
 
 
@@ -88,6 +91,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="client certificate the proxy presents to aggregated API servers (the front-proxy "
                         "client; they trust X-Remote-* headers only from it)")
     p.add_argument("--proxy-client-key-file", default="", help="key of --proxy-client-cert-file")
+    p.add_argument("--advertise-address", default="",
+                   help="the IP this replica is reached on, listed in the `kubernetes` Service's endpoints "
+                        "(default: --bind-address, or this host's address when that is 0.0.0.0 or ::)")
+    p.add_argument("--endpoint-reconciler-type", choices=("lease", "none"), default="lease",
+                   help="lease: hold a Lease in kube-system naming this replica's address and port, from which the "
+                        "controller-manager keeps the `kubernetes` Service's endpoints; none: do not")
     audit_options.add_flags(p)
     args = p.parse_args(argv)
     if args.max_requests_inflight < 0 or args.max_mutating_requests_inflight < 0:
@@ -100,7 +109,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--tls-cert-file and --tls-private-key-file are required")
     for err in audit_options.validate(args):
         p.error(err)
+    if args.advertise_address:
+        try:
+            ipaddress.ip_address(args.advertise_address)
+        except ValueError:
+            p.error(f"--advertise-address: {args.advertise_address!r} is not an IP address")
     return args
+
+
+def advertise_address(args: argparse.Namespace) -> str:
+    """--advertise-address, else the bind address where it names one, else this host's (kube's default)."""
+    if args.advertise_address:
+        return str(args.advertise_address)
+    if args.bind_address not in ("0.0.0.0", "::", ""):
+        return str(args.bind_address)
+    return socket.gethostbyname(socket.gethostname())
 
 
 class HTTPSListener:
@@ -151,6 +174,9 @@ async def assemble(service: runtime.Service) -> str:
         uid_headers=args.requestheader_uid_headers, group_headers=args.requestheader_group_headers,
         extra_headers_prefix=args.requestheader_extra_headers_prefix)
     service.component(trust.start, trust.stop)
+    if args.endpoint_reconciler_type == "lease":
+        lease = EndpointLease(rgrpc.RegistryStub(channels["registry"]), advertise_address(args), args.secure_port)
+        service.component(lease.start, lease.stop)
     server = make_server(proxy.app, args.bind_address, args.secure_port, args.tls_cert_file,
                          args.tls_private_key_file, args.client_ca_file,
                          log_level="info" if args.v >= 4 else "warning",
