@@ -65,7 +65,7 @@ class EndpointLease:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         try:
-            await self._call("delete", self.name)
+            await self._call("delete", self.name, timeout=2.0)
             log.info("deleted lease %s/%s (%s)", NAMESPACE, self.name, self.endpoint)
         except (APIError, OSError) as e:
             log.info("lease %s/%s not deleted: %s", NAMESPACE, self.name, getattr(e, "message", e))
@@ -113,9 +113,10 @@ class EndpointLease:
         except Conflict:
             return  # changed meanwhile: the next renewal reads it again
 
-    async def _call(self, verb: str, name: str = "", body: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def _call(self, verb: str, name: str = "", body: dict[str, Any] | None = None,
+                    timeout: float = 5.0) -> dict[str, Any]:
         req = rpb.APIRequest(verb=verb, group="coordination.k8s.io", version="v1", resource="leases",
                              namespace=NAMESPACE, name=name, body=orjson.dumps(body) if body is not None else b"",
                              content_type="application/json", user=APISERVER)
-        resp = await grpcutil.call(self.registry.Handle(req, timeout=5), "registry")
+        resp = await grpcutil.call(self.registry.Handle(req, timeout=timeout), "registry")
         return orjson.loads(resp.body) if resp.body else {}

@@ -225,3 +225,32 @@ def test_explain_apply_and_delete(kubectl, csr_names):
     assert "certificatesigningrequest.certificates.k8s.io/hank" in names.split()
     kubectl.run("delete", "csr", "hank")
     assert kubectl.run("get", "csr", "hank", check=False).returncode != 0
+
+
+def test_python_client_approval(kubectl, csr_names):
+    """The official Python client: create, approve through replace_certificate_signing_request_approval, read the
+    certificate the signer wrote."""
+    from kubernetes import client, config
+
+    _, request = key_and_request("ivy")
+    csr_names.append("ivy")
+    api_client = config.new_client_from_config(config_file=str(kubectl.stack.kubeconfig))
+    try:
+        api = client.CertificatesV1Api(api_client)
+        created = api.create_certificate_signing_request(client.V1CertificateSigningRequest(
+            metadata=client.V1ObjectMeta(name="ivy"),
+            spec=client.V1CertificateSigningRequestSpec(request=base64.b64encode(request).decode(),
+                                                        signer_name=CLIENT, usages=["client auth"],
+                                                        expiration_seconds=3600)))
+        assert created.spec.username == "kubernetes-admin" and created.status.conditions is None
+        created.status = client.V1CertificateSigningRequestStatus(conditions=[
+            client.V1CertificateSigningRequestCondition(type="Approved", status="True", reason="ByPython",
+                                                        message="approved from Python")])
+        approved = api.replace_certificate_signing_request_approval("ivy", created)
+        assert approved.status.conditions[0].reason == "ByPython"
+        pem = wait_for(lambda: api.read_certificate_signing_request("ivy").status.certificate, "the signature")
+        cert = x509.load_pem_x509_certificate(base64.b64decode(pem))
+        assert cert.subject.rfc4514_string() == "CN=ivy"
+        assert (cert.not_valid_after_utc - cert.not_valid_before_utc).total_seconds() == 3600 + 300
+    finally:
+        api_client.close()
