@@ -85,6 +85,12 @@ def test_client_certificate_flow(kubectl, csr_names, tmp_path: Path):
     assert approved["type"] == "Approved" and approved["status"] == "True"
     assert approved["lastUpdateTime"] and approved["lastTransitionTime"]
 
+    described = kubectl.run("describe", "csr", "dave").stdout
+    for line in ("Requesting User:     kubernetes-admin", "Signer:              " + CLIENT,
+                 "Requested Duration:  24h", "Status:              Approved,Issued", "Common Name:    dave",
+                 "Organization:   devs"):
+        assert line in described, described
+
     cert = x509.load_pem_x509_certificate(base64.b64decode(issued))
     assert cert.subject.rfc4514_string() == "CN=dave,O=devs"
     lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc

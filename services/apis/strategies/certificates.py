@@ -181,7 +181,9 @@ def validate_csr(obj: Obj, old: Obj | None) -> list[v.Cause]:
     causes: list[v.Cause] = []
     request = decoded(spec.get("request"))
     if (err := _request_error(request)) is not None:
-        causes.append(v.invalid_go("spec.request", "[]byte{" + ", ".join(f"0x{b:x}" for b in request) + "}", err))
+        shown = "[]byte(nil)" if spec.get("request") is None else \
+            "[]byte{" + ", ".join(f"0x{b:x}" for b in request) + "}"  # Go's %#v of the []byte
+        causes.append(v.invalid_go("spec.request", shown, err))
     usages = spec.get("usages") or []
     if not usages:
         causes.append(v.required("spec.usages"))

@@ -82,6 +82,13 @@ def test_validation_messages():
     ]
 
 
+def test_missing_request():
+    obj = csr()
+    del obj["spec"]["request"]
+    assert fields(strategy_for(INFO).validate(obj)) == [
+        ("spec.request", "Invalid value: []byte(nil): PEM block type must be CERTIFICATE REQUEST")]
+
+
 def test_signature_is_checked():
     s = strategy_for(INFO)
     good = pem_request(key=rsa.generate_private_key(public_exponent=65537, key_size=2048))
