@@ -190,3 +190,65 @@ def test_signing_flags(tmp_path):
     assert args.cluster_signing_duration == 720 * 3600
     assert parse_args([*base, "--controllers", "csrapproving,csrcleaner"]).enabled == \
         ["certificatesigningrequest-approving-controller", "certificatesigningrequest-cleaner-controller"]
+
+
+class FakeClient:
+    """Answers SubjectAccessReviews from `allowed` (subresources) and records the CSR updates."""
+
+    def __init__(self, *allowed: str) -> None:
+        self.allowed, self.reviews, self.updates = set(allowed), [], []
+
+    async def request(self, method: str, path: str, body: dict | None = None, **_: object) -> dict:
+        attrs = body["spec"]["resourceAttributes"]
+        self.reviews.append((body["spec"]["user"], attrs["subresource"], attrs["verb"]))
+        return {"status": {"allowed": attrs["subresource"] in self.allowed}}
+
+    async def update(self, res, obj: dict, subresource: str = "") -> dict:
+        self.updates.append((subresource, obj))
+        return obj
+
+
+def approver(client: FakeClient):
+    from services.controllermanager.csrapproving import CSRApprovingController
+    controller = CSRApprovingController.__new__(CSRApprovingController)
+    controller.client = client  # type: ignore[assignment]
+    return controller
+
+
+def node_csr(cn: str, username: str) -> dict:
+    obj = csr(request(cn, ("system:nodes",)), "kubernetes.io/kube-apiserver-client-kubelet",
+              ["digital signature", "client auth"], conditions=[], username=username, groups=["system:nodes"])
+    return obj
+
+
+async def test_approving_asks_selfnodeclient_for_the_node_itself_then_nodeclient():
+    client = FakeClient("selfnodeclient")
+    await approver(client).handle(node_csr("system:node:n1", "system:node:n1"))
+    assert client.reviews == [("system:node:n1", "selfnodeclient", "create")]
+    subresource, updated = client.updates[0]
+    assert subresource == "approval"
+    assert updated["status"]["conditions"] == [{
+        "type": "Approved", "status": "True", "reason": "AutoApproved",
+        "message": "Auto approving self kubelet client certificate after SubjectAccessReview."}]
+
+    client = FakeClient("nodeclient")
+    await approver(client).handle(node_csr("system:node:n1", "bootstrap"))  # not the node: nodeclient only
+    assert client.reviews == [("bootstrap", "nodeclient", "create")]
+    assert client.updates[0][1]["status"]["conditions"][0]["message"] == \
+        "Auto approving kubelet client certificate after SubjectAccessReview."
+
+    client = FakeClient()
+    await approver(client).handle(node_csr("system:node:n1", "system:node:n1"))
+    assert [r[1] for r in client.reviews] == ["selfnodeclient", "nodeclient"] and client.updates == []
+
+
+async def test_approving_leaves_what_it_does_not_recognize():
+    client = FakeClient("selfnodeclient", "nodeclient")
+    decided = node_csr("system:node:n1", "system:node:n1")
+    decided["status"]["conditions"] = [{"type": "Denied", "status": "True"}]
+    not_a_kubelet = node_csr("n1", "n1")
+    other_signer = node_csr("system:node:n1", "system:node:n1")
+    other_signer["spec"]["signerName"] = "kubernetes.io/kube-apiserver-client"
+    for obj in (decided, not_a_kubelet, other_signer):
+        await approver(client).handle(obj)
+    assert client.reviews == [] and client.updates == []
