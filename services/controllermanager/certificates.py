@@ -26,8 +26,11 @@ KUBELET_SERVING = "kubernetes.io/kubelet-serving"
 SYSTEM_NODES = "system:nodes"
 NODE_PREFIX = "system:node:"
 
-KUBELET_CLIENT_USAGES = ({"digital signature", "key encipherment", "client auth"}, {"digital signature", "client auth"})
-KUBELET_SERVING_USAGES = ({"digital signature", "key encipherment", "server auth"}, {"digital signature", "server auth"})
+# the usages kube requires of a kubelet's requests: with key encipherment (RSA keys), or without
+KUBELET_CLIENT_USAGES = ({"digital signature", "key encipherment", "client auth"},
+                         {"digital signature", "client auth"})
+KUBELET_SERVING_USAGES = ({"digital signature", "key encipherment", "server auth"},
+                          {"digital signature", "server auth"})
 
 
 class CSRController:

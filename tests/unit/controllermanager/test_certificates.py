@@ -41,7 +41,8 @@ def request(cn: str, orgs: tuple[str, ...] = (), sans: list[x509.GeneralName] | 
             ca: bool = False) -> x509.CertificateSigningRequest:
     key = ec.generate_private_key(ec.SECP256R1())
     b = x509.CertificateSigningRequestBuilder().subject_name(x509.Name(
-        [*(x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs), x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
+        [*(x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs),
+         x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
     if sans:
         b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     if ca:
