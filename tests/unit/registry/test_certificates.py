@@ -54,6 +54,7 @@ def test_definition():
     assert not INFO.namespaced and INFO.short_names == ("csr",)
     assert [s.name for s in INFO.subresources] == ["approval", "status"]
     assert INFO.protobuf == "k8s.io.api.certificates.v1.CertificateSigningRequest"
+    assert INFO.storage_version_hash() == "95fRKMXA+00="  # kube-apiserver's
     assert "spec.signerName" in strategy_for(INFO).field_labels
 
 
