@@ -69,15 +69,21 @@ class Checks:
 
     async def _ask(self, key: Key) -> dict[str, Any]:
         path, group, resource, sub, ns, name, verb = key
-        attrs = pb.RequestAttributes(user=self.user, verb=verb, resource_request=not path, namespace=ns,
-                                     api_group=group, resource=resource, subresource=sub, name=name, path=path)
-        if _stub is None:
-            return {"allowed": False, "reason": "", "error": "no authorizer configured"}
-        try:
-            resp = await grpcutil.call(_stub.Authorize(apb.AuthorizeRequest(attributes=attrs), timeout=10), "auth")
-        except APIError as e:
-            return {"allowed": False, "reason": "", "error": e.message}
-        return {"allowed": resp.decision == "Allow", "reason": resp.reason, "error": resp.error}
+        return await authorize(pb.RequestAttributes(user=self.user, verb=verb, resource_request=not path,
+                                                    namespace=ns, api_group=group, resource=resource,
+                                                    subresource=sub, name=name, path=path))
+
+
+async def authorize(attrs: pb.RequestAttributes) -> dict[str, Any]:
+    """The authorizer's decision on attrs: {"allowed", "reason", "error"}; an unreachable auth service is an
+    error, never an allow."""
+    if _stub is None:
+        return {"allowed": False, "reason": "", "error": "no authorizer configured"}
+    try:
+        resp = await grpcutil.call(_stub.Authorize(apb.AuthorizeRequest(attributes=attrs), timeout=10), "auth")
+    except APIError as e:
+        return {"allowed": False, "reason": "", "error": e.message}
+    return {"allowed": resp.decision == "Allow", "reason": resp.reason, "error": resp.error}
 
 
 def variable(a: Attributes) -> dict[str, Any]:

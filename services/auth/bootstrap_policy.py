@@ -66,6 +66,10 @@ CORE_VIEW = ["configmaps", "endpoints", "persistentvolumeclaims", "persistentvol
 
 CONTROLLER_MANAGER = "system:kube-controller-manager"
 COORDINATION = "coordination.k8s.io"
+CERTIFICATES = "certificates.k8s.io"
+# kube's built-in signers (the csrsigning controller's), and the legacy one v1 refuses new requests for
+KUBE_SIGNERS = ["kubernetes.io/legacy-unknown", "kubernetes.io/kube-apiserver-client",
+                "kubernetes.io/kube-apiserver-client-kubelet", "kubernetes.io/kubelet-serving"]
 FLOWCONTROL = "flowcontrol.apiserver.k8s.io"
 
 
@@ -88,6 +92,19 @@ CONTROLLER_ROLES: dict[str, list[dict[str, Any]]] = {
                                  _rule(["update"], [""], ["resourcequotas/status"]), _events()],
     "service-account-controller": [_rule(["create"], [""], ["serviceaccounts"]), _events()],
     "root-ca-cert-publisher": [_rule(["create", "update"], [""], ["configmaps"]), _events()],
+    # csrapproving, csrsigning and csrcleaner
+    "certificate-controller": [
+        _rule(["delete", "get", "list", "watch"], [CERTIFICATES], ["certificatesigningrequests"]),
+        _rule(["update"], [CERTIFICATES], ["certificatesigningrequests/approval",
+                                           "certificatesigningrequests/status"]),
+        _rule(["approve"], [CERTIFICATES], ["signers"], ["kubernetes.io/kube-apiserver-client-kubelet"]),
+        _rule(["sign"], [CERTIFICATES], ["signers"], KUBE_SIGNERS),
+        _rule(["create"], ["authorization.k8s.io"], ["subjectaccessreviews"]), _events()],
+    # apiary's own: what kube-apiserver writes for the `kubernetes` Service, done here once per cluster
+    "kubernetes-service-controller": [
+        _rule(["create", "get", "update"], [""], ["endpoints", "services"]),
+        _rule(["create", "delete", "get", "list", "update"], ["discovery.k8s.io"], ["endpointslices"]),
+        _rule(["delete"], [COORDINATION], ["leases"]), _events()],
     # apiary's own: what kube-apiserver's APF config producer and consumer write, done here once per cluster
     "priority-and-fairness-config": [
         _rule(["create", "delete", "get", "update"], [FLOWCONTROL], ["flowschemas", "prioritylevelconfigurations"]),
@@ -166,6 +183,15 @@ CLUSTER_ROLES: list[dict[str, Any]] = [
         _rule(["watch"], [""], ["events"]),
         EVENTS_RULE,
     ]),
+    # CSRs: a node's bootstrap credentials, what the csrapproving controller checks, and an approver per signer
+    cluster_role("system:node-bootstrapper", [_rule(["create", "get", "list", "watch"], [CERTIFICATES],
+                                                    ["certificatesigningrequests"])]),
+    cluster_role("system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+                 [_rule(["create"], [CERTIFICATES], ["certificatesigningrequests/nodeclient"])]),
+    cluster_role("system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+                 [_rule(["create"], [CERTIFICATES], ["certificatesigningrequests/selfnodeclient"])]),
+    *(cluster_role(f"system:certificates.k8s.io:{signer.split('/')[1]}-approver",
+                   [_rule(["approve"], [CERTIFICATES], ["signers"], [signer])]) for signer in KUBE_SIGNERS),
     cluster_role("system:volume-scheduler", [
         _rule(READ + ["update"], [""], ["persistentvolumes"]),
         _rule(READ, ["storage.k8s.io"], ["storageclasses"]),

@@ -336,7 +336,8 @@ class Stack:
         elif name == "admission":
             cmd += ["--enable-admission-plugins", "NamespaceLifecycle"]
         elif name == "controllermanager":
-            cmd += ["--kubeconfig", str(self.controller_manager_kubeconfig), "--root-ca-file", str(pki / "ca.crt")]
+            cmd += ["--kubeconfig", str(self.controller_manager_kubeconfig), "--root-ca-file", str(pki / "ca.crt"),
+                    "--cluster-signing-cert-file", str(pki / "ca.crt"), "--cluster-signing-key-file", str(pki / "ca.key")]
         elif name == "proxy":
             cmd += [
                 "--secure-port", str(self.port(process, "https")),

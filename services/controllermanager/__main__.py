@@ -3,17 +3,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from services.common import config, runtime
 from services.common.backoff import Backoff
 from services.common.duration import flag as _duration
 
 from .client import Client
+from .csrapproving import CSRApprovingController
+from .csrcleaner import CSRCleanerController
+from .csrsigning import CertificateAuthority, CSRSigningController
 from .flowcontrol import PriorityAndFairnessConfigController
 from .garbagecollector import GarbageCollector
+from .kubernetesservice import DEFAULT_SERVICE_CIDR, KubernetesServiceController, first_address
 from .leaderelection import Config, LeaderElector, identity
 from .namespace import NamespaceController
 from .resourcequota import ResourceQuotaController
@@ -28,8 +34,21 @@ CONTROLLERS = {
     "resourcequota-controller": ("resourcequota",),
     "serviceaccount-controller": ("serviceaccount",),
     "root-ca-certificate-publisher-controller": ("root-ca-cert-publisher",),
+    "certificatesigningrequest-approving-controller": ("csrapproving",),
+    "certificatesigningrequest-signing-controller": ("csrsigning",),
+    "certificatesigningrequest-cleaner-controller": ("csrcleaner",),
     # apiary's: kube-apiserver's APF configuration producer and status writer, once per cluster
     "priority-and-fairness-config-controller": ("priority-and-fairness-config",),
+    # apiary's: kube-apiserver's kubernetes service controller and lease endpoint reconciler, once per cluster
+    "kubernetes-service-controller": ("kubernetesservice",),
+}
+SIGNING = "certificatesigningrequest-signing-controller"
+CSR_CONTROLLERS: dict[str, Callable[[Client, argparse.Namespace], Any]] = {
+    "certificatesigningrequest-approving-controller": lambda c, a: CSRApprovingController(c),
+    SIGNING: lambda c, a: CSRSigningController(
+        c, CertificateAuthority.load(a.cluster_signing_cert_file, a.cluster_signing_key_file),
+        dt.timedelta(seconds=a.cluster_signing_duration)),
+    "certificatesigningrequest-cleaner-controller": lambda c, a: CSRCleanerController(c),
 }
 ALIASES = {alias: name for name, aliases in CONTROLLERS.items() for alias in (name, *aliases)}
 
@@ -79,7 +98,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the number of resource quotas that are allowed to sync concurrently")
     p.add_argument("--resource-quota-sync-period", type=_duration, default=300.0,
                    help="the period for syncing quota usage status in the system (a full recount of every quota)")
+    p.add_argument("--cluster-signing-cert-file", default="",
+                   help="PEM CA certificate the csrsigning controller issues kube's built-in signers' certificates "
+                        "with")
+    p.add_argument("--cluster-signing-key-file", default="", help="PEM private key of --cluster-signing-cert-file")
+    p.add_argument("--cluster-signing-duration", type=_duration, default=365 * 24 * 3600.0,
+                   help="the longest a signed certificate is valid for; a request's spec.expirationSeconds may ask "
+                        "for less (default 8760h0m0s)")
+    p.add_argument("--service-cluster-ip-range", default=DEFAULT_SERVICE_CIDR,
+                   help="the Services' CIDR (the registry's flag of that name): the `kubernetes` Service takes its "
+                        "first address")
     args = p.parse_args(argv)
+    try:
+        first_address(args.service_cluster_ip_range)
+    except ValueError as e:
+        p.error(f"--service-cluster-ip-range: {e}")
     try:
         args.enabled = enabled_controllers(args.controllers.split(","))
     except ValueError as e:
@@ -92,6 +125,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             args.election.validate()
         except ValueError as e:
             p.error(str(e))
+    if not (args.cluster_signing_cert_file and args.cluster_signing_key_file) and SIGNING in args.enabled:
+        args.enabled.remove(SIGNING)  # kube: "skipping CSR signer controller because no csr cert/key was specified"
     if "root-ca-certificate-publisher-controller" in args.enabled and not args.root_ca_file:
         p.error("--root-ca-file is needed by the root-ca-certificate-publisher-controller")
     return args
@@ -123,6 +158,12 @@ class ControllerManager:
         if name == "serviceaccount-controller":
             sa = ServiceAccountsController(c)
             return sa.start, sa.stop
+        if name == "kubernetes-service-controller":
+            ks = KubernetesServiceController(c, self.args.service_cluster_ip_range)
+            return ks.start, ks.stop
+        if name in CSR_CONTROLLERS:
+            csr = CSR_CONTROLLERS[name](c, self.args)
+            return csr.start, csr.stop
         ca = RootCACertPublisher(c, Path(self.args.root_ca_file).read_text())
         return ca.start, ca.stop
 

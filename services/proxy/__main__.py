@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
+import socket
 import sys
 from collections.abc import Callable
 
@@ -21,9 +23,10 @@ from services.apiserver.filters.timeout import MIN_REQUEST_TIMEOUT, REQUEST_TIME
 from services.apiserver.serving import HTTPLimits, Server, make_server, serve_until
 from services.common import config, duration, grpcutil, runtime
 
-from .aggregator.authentication_trust import AuthenticationTrust
 from . import workers
+from .aggregator.authentication_trust import AuthenticationTrust
 from .app import ProxyApp
+from .endpointlease import EndpointLease
 from .filters.apf import MAX_MUTATING_REQUESTS_INFLIGHT, MAX_REQUESTS_INFLIGHT
 from .openidmetadata import external_address
 
@@ -55,7 +58,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--secure-port", type=int, default=6443, help="HTTPS port for clients")
     p.add_argument("--external-hostname", default="",
                    help="the hostname clients reach this server by (the service account issuer's default "
-                        "jwks_uri); default the bind address, or the host's name when it is unspecified")
+                        "jwks_uri); default the advertise address")
     p.add_argument("--tls-cert-file", default="", help="serving certificate (PEM, with its chain)")
     p.add_argument("--tls-private-key-file", default="", help="serving key (PEM)")
     p.add_argument("--client-ca-file", default="",
@@ -110,6 +113,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="apiary-specific: processes serving the HTTPS port (SO_REUSEPORT), each a whole proxy "
                         "with its own streams to the services (services/proxy/workers.py)")
     p.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--advertise-address", default="",
+                   help="the IP this replica is reached on, listed in the `kubernetes` Service's endpoints "
+                        "(default: --bind-address, or this host's address when that is 0.0.0.0 or ::)")
+    p.add_argument("--endpoint-reconciler-type", choices=("lease", "none"), default="lease",
+                   help="lease: hold a Lease in kube-system naming this replica's address and port, from which the "
+                        "controller-manager keeps the `kubernetes` Service's endpoints; none: do not")
     audit_options.add_flags(p)
     args = p.parse_args(argv)
     if args.workers < 1 or not 0 <= args.worker_index < args.workers:
@@ -124,7 +133,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--tls-cert-file and --tls-private-key-file are required")
     for err in audit_options.validate(args):
         p.error(err)
+    if args.advertise_address:
+        try:
+            ipaddress.ip_address(args.advertise_address)
+        except ValueError:
+            p.error(f"--advertise-address: {args.advertise_address!r} is not an IP address")
     return args
+
+
+def advertise_address(args: argparse.Namespace) -> str:
+    """--advertise-address, else the bind address where it names one, else this host's (kube's default)."""
+    if args.advertise_address:
+        return str(args.advertise_address)
+    if args.bind_address not in ("0.0.0.0", "::", ""):
+        return str(args.bind_address)
+    return socket.gethostbyname(socket.gethostname())
 
 
 class HTTPSListener:
@@ -168,7 +191,7 @@ async def assemble(service: runtime.Service) -> str:
         request_timeout=args.request_timeout, min_request_timeout=args.min_request_timeout,
         auditor=audit_sink, proxy_client_cert_file=args.proxy_client_cert_file,
         proxy_client_key_file=args.proxy_client_key_file,
-        external_address=external_address(args.bind_address, args.secure_port, args.external_hostname),
+        external_address=external_address(advertise_address(args), args.secure_port, args.external_hostname),
         enable_priority_and_fairness=args.enable_priority_and_fairness,
     )
     if audit_sink is not None:  # stopped after the listener has drained: every event is delivered
@@ -185,6 +208,9 @@ async def assemble(service: runtime.Service) -> str:
         uid_headers=args.requestheader_uid_headers, group_headers=args.requestheader_group_headers,
         extra_headers_prefix=args.requestheader_extra_headers_prefix)
     service.component(trust.start, trust.stop)
+    if args.endpoint_reconciler_type == "lease":
+        lease = EndpointLease(rgrpc.RegistryStub(channels["registry"]), advertise_address(args), args.secure_port)
+        service.component(lease.start, lease.stop)
     server = make_server(proxy.app, args.bind_address, args.secure_port, args.tls_cert_file,
                          args.tls_private_key_file, args.client_ca_file,
                          log_level="info" if args.v >= 4 else "warning",

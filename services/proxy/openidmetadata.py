@@ -3,8 +3,6 @@
 keys, and kept here once fetched (the keys are fixed while the auth service runs)."""
 from __future__ import annotations
 
-import socket
-from ipaddress import ip_address
 from typing import TYPE_CHECKING
 
 from apiary_pb import auth_pb2 as apb
@@ -22,16 +20,9 @@ _NOT_FOUND = (b"404 page not found\n", "text/plain; charset=utf-8")
 TIMEOUT = 5.0
 
 
-def external_address(bind_address: str, port: int, external_hostname: str = "") -> str:
-    """kube's ExternalAddress: --external-hostname, else the bind address unless it is unspecified,
-    else the host's name; with the secure port."""
-    host = external_hostname
-    if not host:
-        try:
-            unspecified = ip_address(bind_address).is_unspecified
-        except ValueError:
-            unspecified = False
-        host = socket.gethostname() if unspecified or not bind_address else bind_address
+def external_address(advertise_address: str, port: int, external_hostname: str = "") -> str:
+    """kube's ExternalAddress: --external-hostname, else the advertise address; with the secure port."""
+    host = external_hostname or advertise_address
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 

@@ -30,6 +30,7 @@ from k8s_pb import (  # noqa: F401
     authorization_v1_pb2,
     autoscaling_v1_pb2,
     batch_v1_pb2,
+    certificates_v1_pb2,
     coordination_v1_pb2,
     core_v1_pb2,
     events_v1_pb2,
@@ -89,6 +90,7 @@ NULLABLE: frozenset[tuple[str, str]] = frozenset({
     (_CORE_PKG + "LoadBalancerIngress", "ipMode"),
     (_CORE_PKG + "PortStatus", "error"),
     (_CORE_PKG + "Event", "series"),
+    ("k8s.io.api.certificates.v1.CertificateSigningRequestSpec", "expirationSeconds"),
     # PodSpec and what it reaches: pointers where zero or false is a choice (runAsUser: 0 is root,
     # replicas: 0 is none, automountServiceAccountToken: false is off)
     *((_CORE_PKG + "PodSpec", f) for f in (
@@ -346,6 +348,7 @@ _SPECIAL: dict[str, Callable[[Any], Any]] = {
     "k8s.io.apimachinery.pkg.api.resource.Quantity": lambda m: m.string,
     "k8s.io.api.authentication.v1.ExtraValue": lambda m: list(m.items),
     "k8s.io.api.authorization.v1.ExtraValue": lambda m: list(m.items),
+    "k8s.io.api.certificates.v1.ExtraValue": lambda m: list(m.items),
 }
 
 
@@ -552,6 +555,7 @@ _ENCODE_SPECIAL: dict[str, Callable[[Any, Any], None]] = {
     "k8s.io.apimachinery.pkg.api.resource.Quantity": _encode_quantity,
     "k8s.io.api.authentication.v1.ExtraValue": _encode_extra,
     "k8s.io.api.authorization.v1.ExtraValue": _encode_extra,
+    "k8s.io.api.certificates.v1.ExtraValue": _encode_extra,
 }
 
 _ITEM_TYPES: frozenset[str] = frozenset(

@@ -6,6 +6,7 @@ write and fails no more client calls than were in flight on the killed replica (
 the writers and watchers of test_faults)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -312,3 +313,54 @@ def test_a_new_flow_schema_reaches_every_apf_replica(private):
                 assert r.headers["X-Kubernetes-PF-FlowSchema-UID"] == uid, (i, r.headers)
     finally:
         private.admin.delete(f"{group}/flowschemas/{name}")
+
+
+def test_the_kubernetes_service_lists_every_proxy_replica(private):
+    """Each proxy replica's lease puts its port in the `kubernetes` Service's endpoints: a replica stopped
+    leaves at once (its lease deleted), one killed once its lease expires, and each comes back when started."""
+    s = private.stack
+    p0, p1 = private.ports()
+
+    def kubectl(*args: str) -> str:
+        out = subprocess.run(["kubectl", "--kubeconfig", str(s.kubeconfig), *args],
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    def ports() -> tuple[list[int], list[str]]:
+        """The ports the Endpoints list, and the names of the Service's EndpointSlices."""
+        endpoints = json.loads(kubectl("-n", "default", "get", "endpoints", "kubernetes", "-o", "json"))
+        slices = json.loads(kubectl("-n", "default", "get", "endpointslices", "-o", "json",
+                                    "-l", "kubernetes.io/service-name=kubernetes"))
+        return ([p["port"] for subset in endpoints.get("subsets") or [] for p in subset["ports"]],
+                sorted(i["metadata"]["name"] for i in slices["items"]))
+
+    def until_ports(want: list[int], what: str, timeout: float = RECOVERY + 30) -> None:
+        deadline = time.monotonic() + timeout
+        slices = sorted("kubernetes" if p == p0 else f"kubernetes-{p}" for p in want)
+        while (got := ports()) != (want, slices):
+            assert time.monotonic() < deadline, f"{what}: {got}"
+            time.sleep(0.2)
+
+    until_ports([p0, p1], "both replicas listed")
+    svc = json.loads(kubectl("-n", "default", "get", "service", "kubernetes", "-o", "json"))
+    assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": p0}]
+    assert f"Kubernetes control plane is running at https://127.0.0.1:{p0}" in kubectl("cluster-info")
+
+    s.stop_one("proxy-1")
+    until_ports([p0], "a stopped replica left", timeout=15)
+    s.spawn("proxy-1")
+    wait_ready(s, "proxy-1", RECOVERY)
+    until_ports([p0, p1], "the replica back")
+
+    pid = s.pid("proxy-1")
+    assert pid is not None
+    os.killpg(pid, signal.SIGKILL)
+    reap(pid)
+    until_ports([p0], "a killed replica left once its lease expired")
+    leases = json.loads(kubectl("-n", "kube-system", "get", "leases", "-o", "json",
+                                "-l", "apiserver.kubernetes.io/identity=kube-apiserver"))
+    assert [i["metadata"]["annotations"]["apiary.io/endpoint"] for i in leases["items"]] == [f"127.0.0.1:{p0}"]
+    s.spawn("proxy-1")
+    wait_ready(s, "proxy-1", RECOVERY)
+    until_ports([p0, p1], "the killed replica back")

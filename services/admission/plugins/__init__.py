@@ -20,16 +20,19 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 
 from ..plugin import Plugin, PluginConfig
 from ..webhook import dispatcher as webhooks
-from . import (default_toleration_seconds, limit_ranger, mutating_admission_policy, namespace_lifecycle, priority,
-               resource_quota, service_account, validating_admission_policy)
+from . import (certificates, default_toleration_seconds, limit_ranger, mutating_admission_policy,
+               namespace_lifecycle, priority, resource_quota, service_account, validating_admission_policy)
 
 Factory = Callable[[PluginConfig, "rgrpc.RegistryStub | None"], Plugin]
 
 # kube's order (AllOrderedPlugins): NamespaceLifecycle, LimitRanger, ServiceAccount, ... Priority,
-# DefaultTolerationSeconds, ... mutating policies, mutating webhooks, validating policies, validating webhooks, quota.
+# DefaultTolerationSeconds, ..., CertificateApproval, CertificateSigning, CertificateSubjectRestriction, ...
+# mutating policies, mutating webhooks, validating policies, validating webhooks, quota.
 # (DefaultStorageClass would come after DefaultTolerationSeconds: PersistentVolumeClaims are not served yet.)
 ORDER: tuple[str, ...] = ("NamespaceLifecycle", "LimitRanger", "ServiceAccount", "Priority",
-                          "DefaultTolerationSeconds", "MutatingAdmissionPolicy", "MutatingAdmissionWebhook",
+                          "DefaultTolerationSeconds",
+                          "CertificateApproval", "CertificateSigning", "CertificateSubjectRestriction",
+                          "MutatingAdmissionPolicy", "MutatingAdmissionWebhook",
                           "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota")
 DEFAULT_ON: frozenset[str] = frozenset(ORDER)
 FACTORIES: dict[str, Factory] = {
@@ -38,6 +41,9 @@ FACTORIES: dict[str, Factory] = {
     "ServiceAccount": service_account.factory,
     "Priority": priority.factory,
     "DefaultTolerationSeconds": default_toleration_seconds.factory,
+    "CertificateApproval": certificates.approval_factory,
+    "CertificateSigning": certificates.signing_factory,
+    "CertificateSubjectRestriction": certificates.subject_restriction_factory,
     "MutatingAdmissionPolicy": mutating_admission_policy.factory,
     "MutatingAdmissionWebhook": webhooks.mutating_factory,
     "ValidatingAdmissionPolicy": validating_admission_policy.factory,

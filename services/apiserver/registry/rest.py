@@ -8,6 +8,7 @@ import datetime
 import functools
 from typing import Any, ClassVar
 
+from apiary_pb import envelope_pb2 as pb
 from services.apiserver import validation as v
 from services.apiserver.resource import ResourceInfo
 from services.common.errors import BadRequest
@@ -77,6 +78,11 @@ class Strategy:
 
     def prepare_for_create(self, obj: Obj) -> None:
         pass
+
+    def prepare_for_create_as(self, obj: Obj, user: pb.UserInfo) -> None:
+        """PrepareForCreate with the request's user, which kube's strategies read from the context (a
+        CertificateSigningRequest records its requester); most kinds do not look at it."""
+        self.prepare_for_create(obj)
 
     def prepare_for_update(self, obj: Obj, old: Obj) -> None:
         for f in self.status_fields:

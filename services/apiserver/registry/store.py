@@ -170,7 +170,7 @@ class Store:
         for k in ("uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink",
                   "generation"):
             meta.pop(k, None)
-        r.strategy.prepare_for_create(obj)
+        r.strategy.prepare_for_create_as(obj, r.req.user)
         generated = bool(meta.get("generateName")) and not meta.get("name")
         if generated:
             meta["name"] = generate_name(meta["generateName"])

@@ -35,12 +35,13 @@ def test_aggregated_core():
 def test_aggregated_groups_and_legacy():
     doc = discovery.aggregated(CATALOGUE, core=False)
     # kube-aggregator's group priorities: apps 17800, events 17750, authentication 17700, authorization 17600,
-    # apiregistration 17400, batch 17400, networking 17200, policy 17100, rbac 17000, storage 16800,
+    # apiregistration 17400, batch 17400, certificates 17300, networking 17200, policy 17100, rbac 17000, storage 16800,
     # admissionregistration 16700, apiextensions 16700, scheduling 16600, coordination 16500, discovery 16200,
     # flowcontrol 16100.
     assert [i["metadata"]["name"] for i in doc["items"]] == ["apps", "events.k8s.io", "authentication.k8s.io",
                                                              "authorization.k8s.io", "apiregistration.k8s.io",
-                                                             "batch", "networking.k8s.io", "policy",
+                                                             "batch", "certificates.k8s.io",
+                                                             "networking.k8s.io", "policy",
                                                              "rbac.authorization.k8s.io", "storage.k8s.io",
                                                              "admissionregistration.k8s.io", "apiextensions.k8s.io",
                                                                  "scheduling.k8s.io",
@@ -60,7 +61,7 @@ def test_aggregated_groups_and_legacy():
 def test_openapi_patch_ops_declare_field_validation_and_gvk():
     docs = openapi.documents(CATALOGUE, schemas)
     assert set(docs) == {"api/v1", "apis/apiregistration.k8s.io/v1", "apis/rbac.authorization.k8s.io/v1",
-                         "apis/apps/v1", "apis/batch/v1",
+                         "apis/apps/v1", "apis/batch/v1", "apis/certificates.k8s.io/v1",
                          "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1",
                          "apis/discovery.k8s.io/v1", "apis/admissionregistration.k8s.io/v1",
                          "apis/admissionregistration.k8s.io/v1beta1", "apis/admissionregistration.k8s.io/v1alpha1", "apis/networking.k8s.io/v1",
@@ -90,12 +91,14 @@ def test_openapi_patch_ops_declare_field_validation_and_gvk():
 def test_discovery_response():
     resp = discovery_response(CATALOGUE)
     assert set(resp.resource_lists) == {"v1", "apps/v1", "batch/v1", "apiregistration.k8s.io/v1", "rbac.authorization.k8s.io/v1",
+                                        "certificates.k8s.io/v1",
                                         "authentication.k8s.io/v1", "authorization.k8s.io/v1",
                                         "discovery.k8s.io/v1", "admissionregistration.k8s.io/v1",
                                         "admissionregistration.k8s.io/v1beta1", "admissionregistration.k8s.io/v1alpha1", "networking.k8s.io/v1", "policy/v1",
                                         "scheduling.k8s.io/v1", "storage.k8s.io/v1", "events.k8s.io/v1", "apps/v1", "batch/v1", "coordination.k8s.io/v1",
                                         "apiextensions.k8s.io/v1", "flowcontrol.apiserver.k8s.io/v1"}
     assert set(resp.openapi) == {"api/v1", "apis/apiregistration.k8s.io/v1", "apis/rbac.authorization.k8s.io/v1",
+                                 "apis/certificates.k8s.io/v1",
                                  "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1",
                                  "apis/discovery.k8s.io/v1", "apis/admissionregistration.k8s.io/v1",
                                  "apis/admissionregistration.k8s.io/v1beta1", "apis/admissionregistration.k8s.io/v1alpha1", "apis/networking.k8s.io/v1",

@@ -491,6 +491,7 @@ async def test_bootstrap_idempotent(handlers, storage, api):
                                                   ["v1.authentication.k8s.io", "Local", "True"],
                                                   ["v1.authorization.k8s.io", "Local", "True"],
                                                   ["v1.batch", "Local", "True"],
+                                                  ["v1.certificates.k8s.io", "Local", "True"],
                                                   ["v1.coordination.k8s.io", "Local", "True"],
                                                   ["v1.discovery.k8s.io", "Local", "True"],
                                                   ["v1.events.k8s.io", "Local", "True"],

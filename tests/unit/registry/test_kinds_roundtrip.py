@@ -2,6 +2,7 @@
 validates against the schema the server publishes for it (its OpenAPI v3 document)."""
 from __future__ import annotations
 
+import base64
 import functools
 from typing import Any
 
@@ -9,6 +10,10 @@ import jsonschema
 import orjson
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from apiary_pb import registry_pb2 as rpb
 from services.apis import schemas
@@ -101,6 +106,10 @@ SAMPLES: dict[str, Obj] = {
     "PriorityLevelConfiguration": {"spec": {"type": "Limited", "limited": {"limitResponse": {
         "type": "Queue", "queuing": {"queues": 16}}}}},
     "Lease": {"spec": {"holderIdentity": "a", "leaseDurationSeconds": 15, "leaseTransitions": 0}},
+    "CertificateSigningRequest": {"spec": {"request": base64.b64encode(
+        x509.CertificateSigningRequestBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "u")]))
+        .sign(ec.generate_private_key(ec.SECP256R1()), hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+    ).decode(), "signerName": "example.com/signer", "usages": ["client auth"], "expirationSeconds": 3600}},
 }
 
 STORED = [r for r in CATALOGUE.resources if not r.virtual]
