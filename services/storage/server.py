@@ -42,6 +42,10 @@ def add_to_server(servicer: StorageServicer, server: grpc.aio.Server) -> None:
             ("Update", spb.UpdateRequest), ("Delete", spb.DeleteRequest),
         )
     }
+    handlers["EtcdHealth"] = grpc.unary_unary_rpc_method_handler(
+        servicer.EtcdHealth, request_deserializer=spb.EtcdHealthRequest.FromString,
+        response_serializer=spb.EtcdHealthResponse.SerializeToString,
+    )
     handlers["Watch"] = grpc.unary_stream_rpc_method_handler(
         servicer.Watch, request_deserializer=spb.WatchRequest.FromString, response_serializer=serialize
     )
@@ -96,6 +100,13 @@ class StorageServicer(sgrpc.StorageServicer):
     @api_method
     def List(self, request: spb.ListRequest, context: grpc.aio.ServicerContext) -> Awaitable[Any]:
         return self.backend.list(request)
+
+    async def EtcdHealth(self, request: spb.EtcdHealthRequest,
+                         context: grpc.aio.ServicerContext) -> spb.EtcdHealthResponse:
+        etcd = self.backend.etcd
+        error = await etcd.health_error()
+        return spb.EtcdHealthResponse(servers=[spb.EtcdServerHealth(endpoint=etcd.endpoint, healthy=not error,
+                                                                     error=error)])
 
     @api_stream
     def Watch(self, request: spb.WatchRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:

@@ -20,16 +20,18 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 
 from ..plugin import Plugin, PluginConfig
 from ..webhook import dispatcher as webhooks
-from . import (default_toleration_seconds, limit_ranger, mutating_admission_policy, namespace_lifecycle, priority,
-               resource_quota, service_account, validating_admission_policy)
+from . import (default_storage_class, default_toleration_seconds, limit_ranger, mutating_admission_policy,
+               namespace_lifecycle, priority, resource_quota, service_account, storage_object_in_use_protection,
+               validating_admission_policy)
 
 Factory = Callable[[PluginConfig, "rgrpc.RegistryStub | None"], Plugin]
 
 # kube's order (AllOrderedPlugins): NamespaceLifecycle, LimitRanger, ServiceAccount, ... Priority,
-# DefaultTolerationSeconds, ... mutating policies, mutating webhooks, validating policies, validating webhooks, quota.
-# (DefaultStorageClass would come after DefaultTolerationSeconds: PersistentVolumeClaims are not served yet.)
+# DefaultTolerationSeconds, ... DefaultStorageClass, StorageObjectInUseProtection, ... mutating policies, mutating
+# webhooks, validating policies, validating webhooks, quota.
 ORDER: tuple[str, ...] = ("NamespaceLifecycle", "LimitRanger", "ServiceAccount", "Priority",
-                          "DefaultTolerationSeconds", "MutatingAdmissionPolicy", "MutatingAdmissionWebhook",
+                          "DefaultTolerationSeconds", "DefaultStorageClass", "StorageObjectInUseProtection",
+                          "MutatingAdmissionPolicy", "MutatingAdmissionWebhook",
                           "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota")
 DEFAULT_ON: frozenset[str] = frozenset(ORDER)
 FACTORIES: dict[str, Factory] = {
@@ -38,6 +40,8 @@ FACTORIES: dict[str, Factory] = {
     "ServiceAccount": service_account.factory,
     "Priority": priority.factory,
     "DefaultTolerationSeconds": default_toleration_seconds.factory,
+    "DefaultStorageClass": default_storage_class.factory,
+    "StorageObjectInUseProtection": storage_object_in_use_protection.factory,
     "MutatingAdmissionPolicy": mutating_admission_policy.factory,
     "MutatingAdmissionWebhook": webhooks.mutating_factory,
     "ValidatingAdmissionPolicy": validating_admission_policy.factory,

@@ -91,7 +91,7 @@ WEBHOOKS = ["MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"]
 
 def test_enabled_plugins() -> None:
     default = ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "Priority", "DefaultTolerationSeconds",
-               "MutatingAdmissionPolicy", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy",
+               "DefaultStorageClass", "StorageObjectInUseProtection", "MutatingAdmissionPolicy", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy",
                "ValidatingAdmissionWebhook", "ResourceQuota"]
     assert enabled_plugins("", "") == default
     assert enabled_plugins("NamespaceLifecycle", "") == default
@@ -108,7 +108,8 @@ def test_flags_and_chain_build() -> None:
     names, configs = resolve_plugins(parse_args(["--disable-admission-plugins",
                                                 "MutatingAdmissionPolicy,ValidatingAdmissionPolicy,ResourceQuota,"
                                                 "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,LimitRanger,ServiceAccount,"
-                                                    "Priority,DefaultTolerationSeconds"]))
+                                                    "Priority,DefaultTolerationSeconds,DefaultStorageClass,"
+                                                    "StorageObjectInUseProtection"]))
     assert names == ["NamespaceLifecycle"] and configs == {}
     chain = build_chain(names, configs, registry=object(), catalogue=CATALOGUE)  # the informer is created, not started
     assert [p.name for p in chain.mutating] == ["NamespaceLifecycle"]
@@ -139,7 +140,7 @@ plugins:
     assert cfg["NamespaceLifecycle"] is None
     names, configs = resolve_plugins(parse_args(["--admission-control-config-file", str(f)]))
     assert names == ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "Priority", "DefaultTolerationSeconds",
-                     "MutatingAdmissionPolicy", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy",
+                     "DefaultStorageClass", "StorageObjectInUseProtection", "MutatingAdmissionPolicy", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy",
                      "ValidatingAdmissionWebhook", "ResourceQuota"] and "PodSecurity" in configs
 
     bad = tmp_path / "bad.yaml"
