@@ -111,7 +111,7 @@ def test_namespace_conditions():
 
 def test_controllers_flag():
     every = enabled_controllers(["*"])
-    assert "garbage-collector-controller" in every and "resourcequota-controller" in every and len(every) == 6
+    assert "garbage-collector-controller" in every and "resourcequota-controller" in every and len(every) == 9
     assert enabled_controllers(["*", "-resourcequota"]) == [c for c in every if c != "resourcequota-controller"]
     assert "namespace-controller" not in enabled_controllers(["*", "-namespace"])
     assert enabled_controllers(["serviceaccount"]) == ["serviceaccount-controller"]
