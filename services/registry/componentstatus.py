@@ -9,6 +9,7 @@ import orjson
 from services.apiserver import printers
 from services.apiserver.endpoints.request import Request, Response
 from services.common import envelope, errors
+from services.common.selectors import SelectionPredicate
 
 from .storage_client import StorageClient
 
@@ -39,7 +40,9 @@ class ComponentStatusREST:
         return Response(200, orjson.dumps(found[0]))
 
     async def list(self, r: Request) -> Response:
-        items = await self.statuses()
+        """Every status the request's label and field selectors match (kube filters them as any list)."""
+        predicate = SelectionPredicate.parse(r.query.get("labelSelector", ""), r.field_selector)
+        items = [o for o in await self.statuses() if predicate.matches(envelope.to_envelope(o))]
         if r.req.table:
             return self.table(r, items, {})
         return Response(200, orjson.dumps({"kind": "ComponentStatusList", "apiVersion": "v1", "metadata": {},

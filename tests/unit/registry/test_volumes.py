@@ -152,6 +152,8 @@ async def test_component_statuses(api):
                                                              "message": "ok"}]}]
     assert api.last_warnings == ["v1 ComponentStatus is deprecated in v1.19+"]
     assert await cells(api, "componentstatuses") == [["etcd-0", "Healthy", "ok", ""]]
+    code, got = await api("list", "componentstatuses", query={"fieldSelector": "metadata.name=etcd-1"})
+    assert got["items"] == []
     from services.common import errors
     with pytest.raises(errors.NotFound):
         await api("get", "componentstatuses", "", "scheduler")
