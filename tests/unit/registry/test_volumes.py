@@ -159,3 +159,16 @@ async def test_component_statuses(api):
         await api("get", "componentstatuses", "", "scheduler")
     with pytest.raises(errors.MethodNotAllowed):
         await api("create", "componentstatuses", body=obj("v1", "ComponentStatus", "x"))
+
+
+async def test_component_status_of_an_unhealthy_etcd(api, storage, monkeypatch):
+    from apiary_pb import storage_pb2 as spb
+
+    async def down(req, timeout=None):
+        return spb.EtcdHealthResponse(servers=[spb.EtcdServerHealth(endpoint="127.0.0.1:2379", healthy=False,
+                                                                    error="etcd request timed out")])
+    monkeypatch.setattr(storage, "EtcdHealth", down)
+    code, got = await api("get", "componentstatuses", "", "etcd-0")
+    assert got["conditions"] == [{"type": "Healthy", "status": "False", "message": "",
+                                  "error": "etcd request timed out"}]
+    assert await cells(api, "componentstatuses") == [["etcd-0", "Unhealthy", "", "etcd request timed out"]]
