@@ -8,8 +8,12 @@ from services.apiserver.printers import AGE, NAME, TableConvertor, age, column
 from services.apiserver.resource import ResourceInfo
 
 from .kinds import status
-from .strategies.volumes import (BETA_STORAGE_CLASS, ComponentStatusStrategy, PersistentVolumeClaimStrategy,
-                                 PersistentVolumeStrategy)
+from .strategies.volumes import (
+    BETA_STORAGE_CLASS,
+    ComponentStatusStrategy,
+    PersistentVolumeClaimStrategy,
+    PersistentVolumeStrategy,
+)
 
 Obj = dict[str, Any]
 _PB = "k8s.io.api.core.v1."

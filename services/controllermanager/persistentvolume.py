@@ -4,7 +4,9 @@ plug-ins or provisioners: a Pending claim is bound to the smallest Available vol
 claimRef, or a claim naming its volumeName, first), both become Bound with kube's annotations
 (pv.kubernetes.io/bind-completed, pv.kubernetes.io/bound-by-controller); a volume whose claim is gone becomes
 Released, then as its reclaimPolicy says: Retain keeps it Released, Delete and Recycle find no plug-in and
-mark it Failed with kube's message. A claim whose volume is gone, or bound elsewhere, is Lost.
+mark it Failed with kube's message. A claim whose volume is gone, or bound elsewhere, is Lost. A claim no
+volume fits waits: one of a class whose provisioner is external is annotated for that provisioner
+(volume.kubernetes.io/storage-provisioner), as kube hands it over. kube's events say each of these.
 
 Volumes and claims are synced from their informers as kube's two work queues do, every object again each
 --pvclaimbinder-sync-period; a volume that changes also wakes the claims still waiting for one."""
@@ -22,6 +24,7 @@ from services.common.errors import Conflict, NotFound
 from services.common.selectors import label_selector_from_dict
 
 from .client import Client, Resource
+from .events import EventRecorder
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -33,6 +36,10 @@ PERSISTENT_VOLUME_CLAIMS = Resource("", "v1", "persistentvolumeclaims", "Persist
 BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
 PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
+BETA_STORAGE_PROVISIONER = "volume.beta.kubernetes.io/storage-provisioner"
+COMPONENT = "persistentvolume-controller"
+NORMAL, WARNING = "Normal", "Warning"
 BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"
 BIND_MODE_WAIT = "WaitForFirstConsumer"
 
@@ -129,6 +136,7 @@ class PersistentVolumeBinder:
                                                 frozenset()))
         self.volumes.add_handler(self._on_volume)
         self.claims.add_handler(self._on_claim)
+        self.recorder = EventRecorder(client, COMPONENT)
         self.volume_queue = WorkQueue("volumes", self._sync_volume)
         self.claim_queue = WorkQueue("claims", self._sync_claim)
         self._resync: asyncio.Task[None] | None = None
@@ -201,11 +209,21 @@ class PersistentVolumeBinder:
         spec = claim.get("spec") or {}
         name = spec.get("volumeName")
         if not name:
-            volume = find_matching_volume(claim, list(self.volumes.store.values()), self._delay_binding(claim))
-            if volume is None:  # no plug-in provisions one: the claim waits
-                await self._claim_phase(claim, "Pending")
+            delay = self._delay_binding(claim)
+            volume = find_matching_volume(claim, list(self.volumes.store.values()), delay)
+            if volume is not None:
+                await self._bind(volume, claim)
                 return
-            await self._bind(volume, claim)
+            if delay:
+                await self._event(claim, NORMAL, "WaitForFirstConsumer",
+                                  "waiting for first consumer to be created before binding")
+            elif claim_class(claim):
+                await self._provision(claim)
+                return
+            else:
+                await self._event(claim, NORMAL, "FailedBinding",
+                                  "no persistent volumes available for this claim and no storage class is set")
+            await self._claim_phase(claim, "Pending")
             return
         volume = self.volumes.store.get(name)
         if volume is None:
@@ -213,22 +231,52 @@ class PersistentVolumeBinder:
             return
         ref = (volume.get("spec") or {}).get("claimRef")
         if not ref:
-            if satisfies(volume, claim):
+            if why := satisfies(volume, claim):
+                await self._event(claim, WARNING, "VolumeMismatch", f'Cannot bind to requested volume "{name}": {why}')
                 await self._claim_phase(claim, "Pending")
                 return
             await self._bind(volume, claim)
         elif bound_to_claim(volume, claim):
             await self._bind(volume, claim)
-        else:  # bound to another claim: this one waits (kube's FailedBinding)
+        else:
+            await self._event(claim, WARNING, "FailedBinding", f'volume "{name}" already bound to a different claim.')
             await self._claim_phase(claim, "Pending")
+
+    async def _provision(self, claim: Obj) -> None:
+        """provisionClaim with no in-tree plug-in: a kubernetes.io/ provisioner is unknown; any other is an
+        external one, named on the claim for it to act on, and the claim waits for it."""
+        name = claim_class(claim)
+        sc = self.classes.store.get(name)
+        if sc is None:
+            await self._event(claim, WARNING, "ProvisioningFailed", f'storageclass.storage.k8s.io "{name}" not found')
+            return
+        provisioner = sc.get("provisioner") or ""
+        if provisioner.startswith("kubernetes.io/"):
+            await self._event(claim, WARNING, "ProvisioningFailed", f"no volume plugin matched name: {provisioner}")
+            return
+        annotations = _annotations(claim)
+        if annotations.get(STORAGE_PROVISIONER) != provisioner or annotations.get(BETA_STORAGE_PROVISIONER) != provisioner:
+            claim = copy.deepcopy(claim)
+            claim["metadata"]["annotations"] = {**annotations, STORAGE_PROVISIONER: provisioner,
+                                                BETA_STORAGE_PROVISIONER: provisioner}
+            claim = await self.client.update(PERSISTENT_VOLUME_CLAIMS, claim)
+        await self._event(claim, NORMAL, "ExternalProvisioning",
+                          f"Waiting for a volume to be created either by the external provisioner '{provisioner}' "
+                          "or manually by the system administrator. If volume creation is delayed, please verify "
+                          "that the provisioner is running and correctly registered.")
 
     async def _sync_bound_claim(self, claim: Obj) -> None:
         name = (claim.get("spec") or {}).get("volumeName")
         volume = self.volumes.store.get(name) if name else None
-        if volume is None or ((volume.get("spec") or {}).get("claimRef") and not bound_to_claim(volume, claim)):
-            await self._claim_phase(claim, "Lost")
-            return
-        await self._bind(volume, claim)
+        if volume is None:
+            lost = "its PersistentVolume" if name else "reference to PersistentVolume"
+            await self._claim_phase(claim, "Lost", ("ClaimLost", f"Bound claim has lost {lost}. Data on the volume "
+                                                    "is lost!"))
+        elif (volume.get("spec") or {}).get("claimRef") and not bound_to_claim(volume, claim):
+            await self._claim_phase(claim, "Lost", ("ClaimMisbound", "Two claims are bound to the same volume, this "
+                                                    "one is bound incorrectly"))
+        else:
+            await self._bind(volume, claim)
 
     # Volumes ---------------------------------------------------------------------------------------------
 
@@ -270,11 +318,13 @@ class PersistentVolumeBinder:
         if phase != "Released" or policy == "Retain":
             return
         if policy == "Recycle":
-            await self._volume_phase(volume, "Failed", "No recycler plugin found for the volume!")
+            await self._volume_phase(volume, "Failed", "No recycler plugin found for the volume!",
+                                     "VolumeFailedRecycle")
         elif policy == "Delete" and not _annotations(volume).get(PROVISIONED_BY):
             # an external provisioner's volume is deleted by it; any other finds no deleter plug-in
             await self._volume_phase(volume, "Failed", f'error getting deleter volume plugin for volume '
-                                     f'"{volume["metadata"]["name"]}": no deletable volume plugin matched')
+                                     f'"{volume["metadata"]["name"]}": no deletable volume plugin matched',
+                                     "VolumeFailedDelete")
 
     async def _unbind(self, volume: Obj) -> None:
         """unbindVolume: a volume the controller bound loses its claimRef, one a user bound keeps the name."""
@@ -324,19 +374,31 @@ class PersistentVolumeBinder:
                                "capacity": capacity}
             await self.client.update(PERSISTENT_VOLUME_CLAIMS, claim, "status")
 
-    async def _volume_phase(self, volume: Obj, phase: str, message: str = "") -> Obj:
+    async def _volume_phase(self, volume: Obj, phase: str, message: str = "", warning: str = "") -> Obj:
+        """updateVolumePhase(WithEvent): the phase and its message; a Warning `warning` when it changes."""
         status = volume.get("status") or {}
         if status.get("phase") == phase and (status.get("message") or "") == message:
             return volume
         volume = copy.deepcopy(volume)
         volume["status"] = {k: val for k, val in status.items() if k not in ("phase", "message")} | \
             {"phase": phase} | ({"message": message} if message else {})
-        return await self.client.update(PERSISTENT_VOLUMES, volume, "status")
+        volume = await self.client.update(PERSISTENT_VOLUMES, volume, "status")
+        if warning:
+            await self.recorder.event({**volume, "kind": "PersistentVolume", "apiVersion": "v1"}, WARNING, warning,
+                                      message)
+        return volume
 
-    async def _claim_phase(self, claim: Obj, phase: str) -> None:
+    async def _claim_phase(self, claim: Obj, phase: str, warning: tuple[str, str] | None = None) -> None:
+        """updateClaimStatus(WithEvent): the phase; a Warning (reason, message) when it changes."""
         status = claim.get("status") or {}
         if status.get("phase") == phase:
             return
         claim = copy.deepcopy(claim)
         claim["status"] = {**status, "phase": phase}
-        await self.client.update(PERSISTENT_VOLUME_CLAIMS, claim, "status")
+        claim = await self.client.update(PERSISTENT_VOLUME_CLAIMS, claim, "status")
+        if warning:
+            await self._event(claim, WARNING, *warning)
+
+    async def _event(self, claim: Obj, typ: str, reason: str, message: str) -> None:
+        await self.recorder.event({**claim, "kind": "PersistentVolumeClaim", "apiVersion": "v1"}, typ, reason,
+                                  message)

@@ -56,6 +56,12 @@ spec:
 """
 
 
+def events(kctl: Kubectl, namespace: str, name: str) -> list[tuple[str, str, str]]:
+    """The (type, reason, message) of the events about the object `name` in namespace."""
+    got = kctl.get_json("events", "-n", namespace, "--field-selector", f"involvedObject.name={name}")
+    return [(e["type"], e["reason"], e["message"]) for e in (got or {}).get("items", [])]
+
+
 def phase(kctl: Kubectl, *args: str) -> str:
     obj = kctl.get_json(*args)
     return "" if obj is None else (obj.get("status") or {}).get("phase", "")
@@ -80,6 +86,8 @@ def test_pv_and_pvc_columns_explain_and_delete(kctl):
     assert header == ["NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS MODES", "STORAGECLASS",
                       "VOLUMEATTRIBUTESCLASS", "AGE"]
     assert rows[0][:3] == [f"lonely-{t}", "Pending", f"none-{t}"]  # no volume holds 5Gi: it waits
+    wait_for(lambda: ("Warning", "ProvisioningFailed", f'storageclass.storage.k8s.io "none-{t}" not found')
+             in events(kctl, NS, f"lonely-{t}"), what="the ProvisioningFailed event")
 
     explained = " ".join(kctl.run("explain", "pvc.spec.volumeName").stdout.split())
     assert "volumeName is the binding reference to the PersistentVolume backing this claim." in explained
@@ -130,6 +138,8 @@ def test_binding_then_release_and_reclaim(kctl):
                       what="the Delete volume Failed")
     assert failed["status"]["message"] == (f'error getting deleter volume plugin for volume "small-{t}": '
                                            "no deletable volume plugin matched")
+    wait_for(lambda: ("Warning", "VolumeFailedDelete", failed["status"]["message"])
+             in events(kctl, "default", f"small-{t}"), what="the VolumeFailedDelete event")
     # the Retain volume was Released, then deleted (its pv-protection finalizer went once it was not Bound)
     wait_for(lambda: kctl.get_json("pv", f"kept-{t}") is None, what="the released, deleted volume gone")
     assert phase(kctl, "pv", f"big-{t}") == "Available"
@@ -161,8 +171,16 @@ provisioner: example.com/none
         kctl.run("create", "-f", "-", input=pvc_yaml(f"dflt-{t}", sc=None))
         got = kctl.get_json("-n", NS, "pvc", f"dflt-{t}")
         assert got["spec"]["storageClassName"] == f"default-{t}"
+        # no volume fits: the claim is handed over to the class's external provisioner
+        got = wait_for(lambda: (c := kctl.get_json("-n", NS, "pvc", f"dflt-{t}"))["metadata"].get("annotations")
+                       and c, what="the provisioner annotation")
+        assert got["metadata"]["annotations"]["volume.kubernetes.io/storage-provisioner"] == "example.com/none"
+        wait_for(lambda: any(e[1] == "ExternalProvisioning" and "'example.com/none'" in e[2]
+                             for e in events(kctl, NS, f"dflt-{t}")), what="the ExternalProvisioning event")
         kctl.run("create", "-f", "-", input=pvc_yaml(f"empty-{t}", sc=""))
         assert kctl.get_json("-n", NS, "pvc", f"empty-{t}")["spec"]["storageClassName"] == ""
+        wait_for(lambda: ("Normal", "FailedBinding", "no persistent volumes available for this claim and no storage "
+                          "class is set") in events(kctl, NS, f"empty-{t}"), what="the FailedBinding event")
     finally:
         kctl.run("delete", "sc", f"default-{t}")
     kctl.run("delete", "-n", NS, f"pvc/dflt-{t}", f"pvc/empty-{t}", "--wait", timeout=60)

@@ -5,7 +5,6 @@ from typing import Any
 
 from services.admission.plugins.default_storage_class import DefaultStorageClass, default_class
 from services.admission.plugins.storage_object_in_use_protection import StorageObjectInUseProtection
-
 from tests.unit.admission.test_admission_pod_priority import _NoRegistry, attributes
 
 
