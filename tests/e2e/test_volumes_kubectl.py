@@ -103,6 +103,8 @@ def test_binding_then_release_and_reclaim(kctl):
     sc = f"manual-{t}"
     kctl.run("apply", "-f", "-", input=pv_yaml(f"big-{t}", "10Gi", "Delete", sc) + "---\n" +
              pv_yaml(f"small-{t}", "2Gi", "Delete", sc) + "---\n" + pv_yaml(f"kept-{t}", "3Gi", "Retain", sc))
+    for name in (f"big-{t}", f"small-{t}", f"kept-{t}"):  # only Available volumes are matched, as in kube
+        wait_for(lambda name=name: phase(kctl, "pv", name) == "Available", what=f"{name} Available")
     kctl.run("create", "-f", "-", input=pvc_yaml(f"data-{t}", "1500Mi", sc))
     claim = wait_for(lambda: phase(kctl, "-n", NS, "pvc", f"data-{t}") == "Bound" and
                      kctl.get_json("-n", NS, "pvc", f"data-{t}"), what="the claim Bound")
