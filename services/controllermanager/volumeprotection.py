@@ -3,7 +3,7 @@ a claim or volume being deleted keeps its kubernetes.io/pvc-protection / pv-prot
 create by the StorageObjectInUseProtection admission plug-in) while it is in use, and loses it once it is
 not, so that the API server deletes it. A claim is in use while a scheduled pod that is not finished names
 it in a volume (persistentVolumeClaim.claimName, or the <pod>-<volume> claim of an ephemeral volume); a
-volume while it is Bound."""
+volume while it is Bound (as the informer last saw it: kube does not ask again either)."""
 from __future__ import annotations
 
 import abc
@@ -73,7 +73,7 @@ class ProtectionController(abc.ABC):
             self.queue.add(_key(obj))
 
     @abc.abstractmethod
-    def in_use(self, obj: Obj) -> bool:
+    async def in_use(self, obj: Obj) -> bool:
         """Whether the object is still in use (its finalizer stays)."""
 
     async def _sync(self, key: str) -> None:
@@ -81,7 +81,7 @@ class ProtectionController(abc.ABC):
         meta = (obj or {}).get("metadata") or {}
         if obj is None or not meta.get("deletionTimestamp") or self.finalizer not in (meta.get("finalizers") or ()):
             return
-        if self.in_use(obj):
+        if await self.in_use(obj):
             return
         patch = {"metadata": {"finalizers": [f for f in meta["finalizers"] if f != self.finalizer],
                               "resourceVersion": meta.get("resourceVersion")}}
@@ -114,15 +114,20 @@ class PVCProtectionController(ProtectionController):
             if name:
                 self.queue.add(f"{namespace}/{name}")
 
-    def in_use(self, obj: Obj) -> bool:
+    async def in_use(self, obj: Obj) -> bool:
+        """The informer's pods, then (when none uses it) the API's, as kube asks: a pod created a moment ago
+        may not have reached the informer."""
         namespace, name = obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
-        return any(pod_uses_claim(pod, name) for pod in self.pods.store.values()
-                   if (pod.get("metadata") or {}).get("namespace") == namespace)
+        if any(pod_uses_claim(pod, name) for pod in self.pods.store.values()
+               if (pod.get("metadata") or {}).get("namespace") == namespace):
+            return True
+        pods = await self.client.request("GET", PODS.path(namespace))
+        return any(pod_uses_claim(pod, name) for pod in pods.get("items") or [])
 
 
 class PVProtectionController(ProtectionController):
     def __init__(self, client: Client) -> None:
         super().__init__(client, "pvprotection", PERSISTENT_VOLUMES, PV_PROTECTION)
 
-    def in_use(self, obj: Obj) -> bool:
+    async def in_use(self, obj: Obj) -> bool:
         return (obj.get("status") or {}).get("phase") == "Bound"

@@ -265,3 +265,24 @@ def test_component_statuses(kctl):
     assert got["conditions"] == [{"type": "Healthy", "status": "True", "message": "ok"}]
     err = refused(kctl, "delete", "cs", "etcd-0")
     assert "MethodNotAllowed" in err or "not allowed" in err or "not supported" in err
+
+
+def test_claim_in_use_by_a_pod_is_kept_until_the_pod_goes(kctl):
+    t = tag(kctl)
+    kctl.run("create", "-f", "-", input=pvc_yaml(f"used-{t}", sc=f"used-{t}"))
+    pod = f"""apiVersion: v1
+kind: Pod
+metadata: {{name: user-{t}, namespace: {NS}}}
+spec:
+  nodeName: node-{t}
+  containers: [{{name: c, image: busybox}}]
+  volumes: [{{name: data, persistentVolumeClaim: {{claimName: used-{t}}}}}]
+"""
+    wait_for(lambda: kctl.run("create", "-f", "-", input=pod, check=False).returncode == 0,
+             what="the pod created (its namespace's default ServiceAccount exists)")
+    kctl.run("delete", "-n", NS, f"pvc/used-{t}", "--wait=false")
+    _, rows = table(kctl, "-n", NS, "pvc", f"used-{t}")
+    assert rows[0][1] == "Terminating"
+    assert kctl.get_json("-n", NS, "pvc", f"used-{t}")["metadata"]["finalizers"] == ["kubernetes.io/pvc-protection"]
+    kctl.run("delete", "-n", NS, f"pod/user-{t}", "--grace-period=0", "--force", "--wait", timeout=60)
+    wait_for(lambda: kctl.get_json("-n", NS, "pvc", f"used-{t}") is None, what="the claim gone with its pod")
