@@ -122,6 +122,10 @@ def test_binding_then_release_and_reclaim(kctl):
     assert rows[0][4:7] == ["Bound", f"{NS}/data-{t}", sc]
     _, rows = table(kctl, "-n", NS, "pvc", f"data-{t}")
     assert rows[0][:6] == [f"data-{t}", "Bound", f"small-{t}", "2Gi", "RWO", sc]
+    described = kctl.run("describe", "-n", NS, "pvc", f"data-{t}").stdout
+    assert re.search(r"Status:\s+Bound", described) and re.search(rf"Volume:\s+small-{t}", described)
+    described = kctl.run("describe", "pv", f"small-{t}").stdout
+    assert re.search(rf"Claim:\s+{NS}/data-{t}", described) and re.search(r"Reclaim Policy:\s+Delete", described)
 
     # a claim naming its volume is bound to it (pre-bound), however large
     kctl.run("create", "-f", "-", input=pvc_yaml(f"named-{t}", "1Gi", sc, f"\n  volumeName: kept-{t}"))
