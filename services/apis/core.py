@@ -1,5 +1,6 @@
 """The core group (""), v1: ConfigMap, Endpoints, Event, LimitRange, Namespace, Node, Pod, PodTemplate,
-ReplicationController, ResourceQuota, Secret, Service, ServiceAccount."""
+ReplicationController, ResourceQuota, Secret, Service, ServiceAccount; PersistentVolume, PersistentVolumeClaim
+and ComponentStatus (volumes.py)."""
 from __future__ import annotations
 
 import datetime
@@ -14,6 +15,7 @@ from .strategies.core import (ConfigMapStrategy, EventStrategy, LimitRangeStrate
 from .strategies.pods import PodStrategy, PodTemplateStrategy, ReplicationControllerStrategy, pod_row
 from .strategies.services import EndpointsStrategy, ServiceStrategy
 from .strategies.workload import containers_images
+from .volumes import RESOURCES as VOLUME_RESOURCES
 from .workload_columns import CONTAINERS, IMAGES, POD_DOCS, integer, selector_column
 
 Obj = dict[str, Any]
@@ -373,6 +375,7 @@ V1 = GroupVersion("", "v1", 18000, 1, (
                     "https://kubernetes.io/docs/concepts/configuration/secret")],
             lambda o: [len(o.get("secrets") or [])]),
     ),
+    *VOLUME_RESOURCES,
 ))
 
 GROUP_VERSIONS = (V1,)

@@ -22,8 +22,10 @@ from .garbagecollector import GarbageCollector
 from .kubernetesservice import DEFAULT_SERVICE_CIDR, KubernetesServiceController, first_address
 from .leaderelection import Config, LeaderElector, identity
 from .namespace import NamespaceController
+from .persistentvolume import PersistentVolumeBinder
 from .resourcequota import ResourceQuotaController
 from .serviceaccounts import RootCACertPublisher, ServiceAccountsController
+from .volumeprotection import PVCProtectionController, PVProtectionController
 
 log = logging.getLogger("services.controllermanager")
 
@@ -34,6 +36,9 @@ CONTROLLERS = {
     "resourcequota-controller": ("resourcequota",),
     "serviceaccount-controller": ("serviceaccount",),
     "root-ca-certificate-publisher-controller": ("root-ca-cert-publisher",),
+    "persistentvolume-binder-controller": ("persistentvolume-binder",),
+    "persistentvolumeclaim-protection-controller": ("pvc-protection",),
+    "persistentvolume-protection-controller": ("pv-protection",),
     "certificatesigningrequest-approving-controller": ("csrapproving",),
     "certificatesigningrequest-signing-controller": ("csrsigning",),
     "certificatesigningrequest-cleaner-controller": ("csrcleaner",),
@@ -96,6 +101,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrent-namespace-syncs", type=int, default=2)
     p.add_argument("--concurrent-resource-quota-syncs", type=int, default=5,
                    help="the number of resource quotas that are allowed to sync concurrently")
+    p.add_argument("--pvclaimbinder-sync-period", type=_duration, default=15.0,
+                   help="the period for syncing persistent volumes and persistent volume claims")
     p.add_argument("--resource-quota-sync-period", type=_duration, default=300.0,
                    help="the period for syncing quota usage status in the system (a full recount of every quota)")
     p.add_argument("--cluster-signing-cert-file", default="",
@@ -155,6 +162,13 @@ class ControllerManager:
         if name == "priority-and-fairness-config-controller":
             apf = PriorityAndFairnessConfigController(c)
             return apf.start, apf.stop
+        if name == "persistentvolume-binder-controller":
+            binder = PersistentVolumeBinder(c, self.args.pvclaimbinder_sync_period)
+            return binder.start, binder.stop
+        if name in ("persistentvolumeclaim-protection-controller", "persistentvolume-protection-controller"):
+            protection = (PVCProtectionController if name.startswith("persistentvolumeclaim") else
+                          PVProtectionController)(c)
+            return protection.start, protection.stop
         if name == "serviceaccount-controller":
             sa = ServiceAccountsController(c)
             return sa.start, sa.stop

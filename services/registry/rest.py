@@ -20,6 +20,7 @@ from services.common import errors
 
 from .admission import Admission, AdmissionClient
 from .auth import AuthClient
+from .componentstatus import ComponentStatusREST
 from .escalation import check_escalation
 from .ipallocator import DEFAULT_SERVICE_CIDR, ClusterIPAllocator
 from .pods import BindingREST, EvictionREST
@@ -54,6 +55,7 @@ class CoreStorage:
         self.h = handlers
         self.reviews = Reviews(auth, handlers.generic)
         self.service_cluster_ip_range = service_cluster_ip_range
+        self.component_statuses = ComponentStatusREST(handlers.store)
 
     def subresources(self) -> dict[tuple[str, str], dict[str, SubresourceStorage]]:
         """By the kind's group and resource, the subresources served by REST objects of their own."""
@@ -63,11 +65,12 @@ class CoreStorage:
         }
 
     def installers(self, catalogue: Catalogue) -> dict[tuple[str, str], Installer]:
-        """By group and resource: services, and every review (a virtual kind)."""
+        """By group and resource: services, componentstatuses, and every review (the other virtual kinds)."""
         out: dict[tuple[str, str], Installer] = {("", "services"): self._service_storage}
         for info in catalogue.resources:
             if info.virtual:
                 out[(info.group, info.plural)] = self._review_storage
+        out[("", "componentstatuses")] = self._component_status_storage
         return out
 
     def _service_storage(self, storage: KindStorage) -> KindStorage:
@@ -76,6 +79,11 @@ class CoreStorage:
         allocators = ServiceAllocators(ClusterIPAllocator(store, self.service_cluster_ip_range))
         return replace(storage, store=Store(store, self.h.generic.manage_fields, allocators.begin_create,
                                             allocators.begin_update, allocators.after_delete))
+
+    def _component_status_storage(self, storage: KindStorage) -> KindStorage:
+        """Read only, computed on each read."""
+        cs = self.component_statuses
+        return replace(storage, verbs={"get": cs.get, "list": cs.list})
 
     def _review_storage(self, storage: KindStorage) -> KindStorage:
         """A review is created only, and answered, never stored."""

@@ -13,7 +13,7 @@ from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
 from services.apiserver.resource import ResourceInfo
 from services.apiserver.storage.errors import interpret
-from services.common import errors, mux, watchmux
+from services.common import errors, grpcutil, mux, watchmux
 
 STORAGE_DURATION = Histogram(
     "apiary_registry_storage_call_duration_seconds", "Time the registry waits on the storage service.",
@@ -42,6 +42,11 @@ class StorageClient:
                     response: type | None = None) -> Any:
         with _timed(op, info, timing):
             return await self.calls.call(method, req, timeout=self.timeout, response=response)
+
+    async def etcd_health(self) -> list[spb.EtcdServerHealth]:
+        """The storage service's etcd servers and their health (componentstatuses)."""
+        resp = await grpcutil.call(self.stub.EtcdHealth(spb.EtcdHealthRequest(), timeout=self.timeout), "storage")
+        return list(resp.servers)
 
     async def get(self, info: ResourceInfo, namespace: str, name: str, resource_version: str = "",
                   timing: Timing | None = None) -> pb.Object:

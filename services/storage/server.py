@@ -45,6 +45,10 @@ def add_to_server(servicer: StorageServicer, server: grpc.aio.Server) -> None:
     handlers["Stats"] = grpc.unary_unary_rpc_method_handler(
         servicer.Stats, request_deserializer=spb.StatsRequest.FromString,
         response_serializer=spb.StatsResponse.SerializeToString)
+    handlers["EtcdHealth"] = grpc.unary_unary_rpc_method_handler(
+        servicer.EtcdHealth, request_deserializer=spb.EtcdHealthRequest.FromString,
+        response_serializer=spb.EtcdHealthResponse.SerializeToString,
+    )
     handlers["Watch"] = grpc.unary_stream_rpc_method_handler(
         servicer.Watch, request_deserializer=spb.WatchRequest.FromString, response_serializer=serialize
     )
@@ -123,6 +127,13 @@ class StorageServicer(sgrpc.StorageServicer):
 
     async def Stats(self, request: spb.StatsRequest, context: grpc.aio.ServicerContext) -> spb.StatsResponse:
         return self.backend.stats()
+
+    async def EtcdHealth(self, request: spb.EtcdHealthRequest,
+                         context: grpc.aio.ServicerContext) -> spb.EtcdHealthResponse:
+        etcd = self.backend.etcd
+        error = await etcd.health_error()
+        return spb.EtcdHealthResponse(servers=[spb.EtcdServerHealth(endpoint=etcd.endpoint, healthy=not error,
+                                                                     error=error)])
 
     @api_stream
     async def Watch(self, request: spb.WatchRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:

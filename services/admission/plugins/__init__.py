@@ -20,17 +20,18 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 
 from ..plugin import Plugin, PluginConfig
 from ..webhook import dispatcher as webhooks
-from . import (certificates, default_toleration_seconds, limit_ranger, mutating_admission_policy,
-               namespace_lifecycle, priority, resource_quota, service_account, validating_admission_policy)
+from . import (certificates, default_storage_class, default_toleration_seconds, limit_ranger,
+               mutating_admission_policy, namespace_lifecycle, priority, resource_quota, service_account,
+               storage_object_in_use_protection, validating_admission_policy)
 
 Factory = Callable[[PluginConfig, "rgrpc.RegistryStub | None"], Plugin]
 
 # kube's order (AllOrderedPlugins): NamespaceLifecycle, LimitRanger, ServiceAccount, ... Priority,
-# DefaultTolerationSeconds, ..., CertificateApproval, CertificateSigning, CertificateSubjectRestriction, ...
-# mutating policies, mutating webhooks, validating policies, validating webhooks, quota.
-# (DefaultStorageClass would come after DefaultTolerationSeconds: PersistentVolumeClaims are not served yet.)
+# DefaultTolerationSeconds, ..., DefaultStorageClass, StorageObjectInUseProtection, ..., CertificateApproval,
+# CertificateSigning, CertificateSubjectRestriction, ..., mutating policies, mutating webhooks, validating policies,
+# validating webhooks, quota.
 ORDER: tuple[str, ...] = ("NamespaceLifecycle", "LimitRanger", "ServiceAccount", "Priority",
-                          "DefaultTolerationSeconds",
+                          "DefaultTolerationSeconds", "DefaultStorageClass", "StorageObjectInUseProtection",
                           "CertificateApproval", "CertificateSigning", "CertificateSubjectRestriction",
                           "MutatingAdmissionPolicy", "MutatingAdmissionWebhook",
                           "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota")
@@ -41,6 +42,8 @@ FACTORIES: dict[str, Factory] = {
     "ServiceAccount": service_account.factory,
     "Priority": priority.factory,
     "DefaultTolerationSeconds": default_toleration_seconds.factory,
+    "DefaultStorageClass": default_storage_class.factory,
+    "StorageObjectInUseProtection": storage_object_in_use_protection.factory,
     "CertificateApproval": certificates.approval_factory,
     "CertificateSigning": certificates.signing_factory,
     "CertificateSubjectRestriction": certificates.subject_restriction_factory,

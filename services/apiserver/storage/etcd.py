@@ -138,11 +138,15 @@ class Etcd:
 
     async def ping(self) -> bool:
         """Readiness: etcd answers a read of one key."""
+        return not await self.health_error()
+
+    async def health_error(self) -> str:
+        """Why etcd does not answer a read of one key ("" when it does): kube's etcd prober."""
         try:
             await self.range(b"health", count_only=True, op="get", resource="health", timeout=2.0)
-        except APIError:
-            return False
-        return True
+        except APIError as e:
+            return e.message
+        return ""
 
     async def current_revision(self, resource: str = "") -> int:
         """etcd's current revision, as of a read sent after this call began (RevisionReads: the

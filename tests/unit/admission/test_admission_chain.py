@@ -91,6 +91,7 @@ WEBHOOKS = ["MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"]
 
 def test_enabled_plugins() -> None:
     default = ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "Priority", "DefaultTolerationSeconds",
+               "DefaultStorageClass", "StorageObjectInUseProtection",
                "CertificateApproval", "CertificateSigning", "CertificateSubjectRestriction",
                "MutatingAdmissionPolicy", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy",
                "ValidatingAdmissionWebhook", "ResourceQuota"]
@@ -109,7 +110,8 @@ def test_flags_and_chain_build() -> None:
     names, configs = resolve_plugins(parse_args(["--disable-admission-plugins",
                                                 "MutatingAdmissionPolicy,ValidatingAdmissionPolicy,ResourceQuota,"
                                                 "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,LimitRanger,ServiceAccount,"
-                                                    "Priority,DefaultTolerationSeconds,"
+                                                    "Priority,DefaultTolerationSeconds,DefaultStorageClass,"
+                                                    "StorageObjectInUseProtection,"
                                                     "CertificateApproval,CertificateSigning,CertificateSubjectRestriction"]))
     assert names == ["NamespaceLifecycle"] and configs == {}
     chain = build_chain(names, configs, registry=object(), catalogue=CATALOGUE)  # the informer is created, not started
@@ -141,6 +143,7 @@ plugins:
     assert cfg["NamespaceLifecycle"] is None
     names, configs = resolve_plugins(parse_args(["--admission-control-config-file", str(f)]))
     assert names == ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "Priority", "DefaultTolerationSeconds",
+                     "DefaultStorageClass", "StorageObjectInUseProtection",
                      "CertificateApproval", "CertificateSigning", "CertificateSubjectRestriction",
                      "MutatingAdmissionPolicy", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy",
                      "ValidatingAdmissionWebhook", "ResourceQuota"] and "PodSecurity" in configs

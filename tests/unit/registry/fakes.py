@@ -116,6 +116,9 @@ class FakeStorage:
             if key == prefix or (prefix.endswith("/") and key.startswith(prefix)):
                 q.put_nowait(pb.WatchEvent(type=typ, object=_copy(obj)))
 
+    async def EtcdHealth(self, req: spb.EtcdHealthRequest, timeout: float | None = None) -> spb.EtcdHealthResponse:
+        return spb.EtcdHealthResponse(servers=[spb.EtcdServerHealth(endpoint="127.0.0.1:2379", healthy=True)])
+
     async def Create(self, req: spb.CreateRequest, timeout: float | None = None) -> pb.Object:
         self.calls.append("create")
         if req.key in self.data:

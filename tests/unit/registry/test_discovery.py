@@ -16,7 +16,8 @@ def test_aggregated_core():
     res = {r["resource"]: r for r in core["versions"][0]["resources"]}
     assert set(res) == {"configmaps", "endpoints", "events", "namespaces", "secrets", "serviceaccounts", "services",
                         "resourcequotas", "limitranges", "nodes", "pods", "podtemplates",
-                        "replicationcontrollers"}
+                        "replicationcontrollers", "persistentvolumes", "persistentvolumeclaims",
+                        "componentstatuses"}
     assert [s["subresource"] for s in res["pods"]["subresources"]] == ["binding", "ephemeralcontainers", "eviction",
                                                                        "status"]
     scale = res["replicationcontrollers"]["subresources"][0]
