@@ -357,7 +357,7 @@ async def _forms(stack: Stack, n: int, kib: int, gets: int, rounds: int, forms: 
                     "load_average": round(os.getloadavg()[0], 2)})
     out: dict[str, Any] = {"objects": n, "object_kib": kib, "rounds": rounds, "goal_ratio": 2.0}
     for form, rs in runs.items():
-        med = {k: statistics.median(r[k] for r in rs) for k in rs[0] if k not in ("cpu_seconds", "status")}
+        med = {k: round(statistics.median(r[k] for r in rs), 2) for k in rs[0] if k not in ("cpu_seconds", "status")}
         med["statuses"] = [r["status"] for r in rs]
         med["cpu_seconds"] = {k: statistics.median(r["cpu_seconds"][k] for r in rs) for k in SERVICES}
         med["ratio_p50_per_round"] = [r["ratio_p50"] for r in rs]
