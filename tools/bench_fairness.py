@@ -2,6 +2,7 @@
 
     python -m tools.bench_fairness [--objects 5000] [--kib 10] [--settle 60]
                                    [--state .apiary/bench-fair] [--port-offset 3500]
+                                   [--forms json,table,... [--rounds 3]]
 
 Starts a fresh stack, writes --objects configmaps of --kib KiB each straight into etcd (the stored
 format, as tools/bench_storage does), primes the watch cache, then measures through the proxy over
@@ -23,6 +24,10 @@ HTTPS (admin client certificate):
                     <= 1.5x), after within 20 % of before
   stalled_reader    a full LIST whose client reads the headers and then nothing for 5 s: how much
                     the three services hold meanwhile (with flow control, a few parts per hop)
+
+With --forms json,table,partial,partial-protobuf,protobuf, only get_during_list, for a LIST asked
+for in each of those forms (FORMS: JSON, a Table, PartialObjectMetadataList in JSON and protobuf,
+protobuf), in --rounds rounds: the medians over the rounds, and each round's ratio_p50.
 
 The figures scale with the payload; the issue's case is --objects 20000 --kib 10 (210 MB).
 Prints the JSON and writes it to <state>/fairness.json.
@@ -124,7 +129,7 @@ class HTTP:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def request(self, path: str, stall: float = 0.0) -> dict[str, Any]:
+    async def request(self, path: str, stall: float = 0.0, accept: str = "application/json") -> dict[str, Any]:
         """GET path: status, bytes, and the times to the headers, first body byte and end."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port, ssl=self.ctx,
@@ -132,7 +137,7 @@ class HTTP:
         r = self.reader
         assert r is not None
         t0 = time.perf_counter()
-        self.writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nAccept: application/json\r\n\r\n".encode())
+        self.writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\n\r\n".encode())
         head = (await r.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
         t_head = time.perf_counter()
         if stall:
@@ -182,13 +187,13 @@ def stage_p50(results: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def read_list(port: int, pki: str, path: str, stall: float = 0.0) -> dict[str, Any]:
+def read_list(port: int, pki: str, path: str, stall: float = 0.0, accept: str = "application/json") -> dict[str, Any]:
     """HTTP.request for a LIST, in a process of its own (tools' own event loop would otherwise
     spend the time of reading the LIST in the GETs measured beside it)."""
     async def one() -> dict[str, Any]:
         ctx = ssl.create_default_context(cafile=f"{pki}/ca.crt")
         ctx.load_cert_chain(f"{pki}/admin.crt", f"{pki}/admin.key")
-        return await HTTP(port, ctx).request(path, stall)
+        return await HTTP(port, ctx).request(path, stall, accept)
     return asyncio.run(one())
 
 
@@ -301,6 +306,64 @@ async def _run(stack: Stack, n: int, kib: int, settle: float, gets: int) -> dict
     }
 
 
+# Issue 24: every form a LIST can be asked for in, each measured as the JSON list is.
+FORMS = {
+    "json": "application/json",
+    "table": "application/json;as=Table;v=v1;g=meta.k8s.io",
+    "partial": "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io",
+    "partial-protobuf": "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io",
+    "protobuf": "application/vnd.kubernetes.protobuf",
+}
+
+
+async def _forms(stack: Stack, n: int, kib: int, gets: int, rounds: int, forms: list[str]) -> dict[str, Any]:
+    """get_during_list for each form of the LIST, in rounds (each form's idle GETs just before its
+    LIST): the median over rounds of each figure, and each round's ratio."""
+    ctx = client_ctx(stack)
+    port = int(stack.server.rsplit(":", 1)[1])
+    await ensure_namespace(proxy_conn(stack), NS)
+    await write_objects(stack, n, kib)
+    pids = {name: stack.pid(name) for name in SERVICES}
+    get_conn = HTTP(port, ctx)
+    get_path = f"/api/v1/namespaces/{NS}"
+    list_path = f"/api/v1/namespaces/{NS}/configmaps"
+    r = await get_conn.request(f"{list_path}/cm-000000?resourceVersion=0")
+    assert r["status"] == 200, r
+    await asyncio.sleep(3)
+    loop = asyncio.get_running_loop()
+    pki = str(stack.state / "pki")
+    runs: dict[str, list[dict[str, Any]]] = {f: [] for f in forms}
+    with ProcessPoolExecutor(1) as readers:
+        await loop.run_in_executor(readers, time.sleep, 0.5)
+        for _ in range(rounds):
+            for form in forms:
+                idle = [(await get_conn.request(get_path))["total_s"] for _ in range(gets)]
+                during: list[float] = []
+                cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+                listing = loop.run_in_executor(readers, read_list, port, pki, list_path, 0.0, FORMS[form])
+                while not listing.done():
+                    res = await get_conn.request(get_path)
+                    assert res["status"] == 200, res
+                    during.append(res["total_s"])
+                one = await listing
+                assert one["status"] in (200, 504), one  # 504: the LIST timed out (the old Table forms)
+                runs[form].append({"status": one["status"],
+                    "idle_p50_ms": pct(idle, 0.5), "during_p50_ms": pct(during, 0.5),
+                    "during_p90_ms": pct(during, 0.9), "during_max_ms": pct(during, 1.0), "gets": len(during),
+                    "ratio_p50": round(statistics.median(during) / statistics.median(idle), 2),
+                    "list_seconds": round(one["total_s"], 2), "payload_mb": mb(one["bytes"]),
+                    "cpu_seconds": {k: round(cpu_seconds(pid) - cpu0[k], 2) for k, pid in pids.items()},
+                    "load_average": round(os.getloadavg()[0], 2)})
+    out: dict[str, Any] = {"objects": n, "object_kib": kib, "rounds": rounds, "goal_ratio": 2.0}
+    for form, rs in runs.items():
+        med = {k: round(statistics.median(r[k] for r in rs), 2) for k in rs[0] if k not in ("cpu_seconds", "status")}
+        med["statuses"] = [r["status"] for r in rs]
+        med["cpu_seconds"] = {k: statistics.median(r["cpu_seconds"][k] for r in rs) for k in SERVICES}
+        med["ratio_p50_per_round"] = [r["ratio_p50"] for r in rs]
+        out[form] = med
+    return out
+
+
 def main() -> None:
     tune_malloc()
     p = argparse.ArgumentParser(prog="python -m tools.bench_fairness")
@@ -311,11 +374,17 @@ def main() -> None:
     p.add_argument("--state", default=str(ROOT / ".apiary" / "bench-fair"))
     p.add_argument("--port-offset", type=int, default=3500)
     p.add_argument("--keep", action="store_true", help="leave the stack running")
+    p.add_argument("--forms", default="", help=f"comma-separated, of {','.join(FORMS)}: only the GET during a "
+                   "LIST asked for in each form (issue 24), in --rounds rounds")
+    p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     stack = Stack(Path(args.state).resolve(), args.port_offset)
     stack.start(fresh=True)
     try:
-        res = asyncio.run(_run(stack, args.objects, args.kib, args.settle, args.gets))
+        if args.forms:
+            res = asyncio.run(_forms(stack, args.objects, args.kib, args.gets, args.rounds, args.forms.split(",")))
+        else:
+            res = asyncio.run(_run(stack, args.objects, args.kib, args.settle, args.gets))
     finally:
         if not args.keep:
             stack.stop(quiet=True)

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from apiary_pb import envelope_pb2 as pb
 from services.common import envelope
 
@@ -129,20 +131,36 @@ def column_definitions(convertor: TableConvertor) -> list[Obj]:
     return list(convertor.columns)
 
 
-def row(convertor: TableConvertor, obj: Obj, env: pb.Object, include_object: str) -> Obj:
+def row(convertor: TableConvertor, obj: Obj, include_object: str) -> Obj:
     out: Obj = {"cells": convertor.cells(obj)}
     if include_object == "Object":
         out["object"] = obj
     elif include_object != "None":
-        out["object"] = envelope.partial_metadata(env)
+        out["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                         "metadata": obj.get("metadata") or {}}
     return out
 
 
 def table(convertor: TableConvertor, items: list[pb.Object], list_meta: Obj, include_object: str,
           with_columns: bool = True) -> Obj:
-    rows = [row(convertor, envelope.from_envelope(e), e, include_object) for e in items]
+    rows = [row(convertor, envelope.from_envelope(e), include_object) for e in items]
     return {
         "kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta,
         "columnDefinitions": column_definitions(convertor) if with_columns else [],
         "rows": rows,
     }
+
+
+def table_head(convertor: TableConvertor, list_meta: Obj) -> bytes:
+    """A list's Table up to its first row: `{"kind":"Table",...,"columnDefinitions":[...],"rows":[`."""
+    return orjson.dumps({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta,
+                         "columnDefinitions": column_definitions(convertor)})[:-1] + b',"rows":['
+
+
+def json_rows(convertor: TableConvertor, json_items: bytes, include_object: str) -> bytes:
+    """The rows of items given as their JSON (comma-separated, as storage renders a list's part),
+    comma-separated: a large list's Table is made part by part, never decoded whole."""
+    if not json_items:
+        return b""
+    objs = orjson.loads(b"[" + json_items + b"]")
+    return orjson.dumps([row(convertor, o, include_object) for o in objs])[1:-1]

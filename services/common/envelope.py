@@ -157,7 +157,3 @@ def to_json(o: pb.Object) -> bytes:
         return head
     return head[:-1] + b"," + body[1:]
 
-
-def partial_metadata(o: pb.Object) -> dict[str, Any]:
-    """PartialObjectMetadata, as Table rows carry it."""
-    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta_dict(o.metadata)}

@@ -30,7 +30,7 @@ def for_kind(output: Output, api_version: str, kind: str) -> Output:
     raise NotAcceptable("only the following media types are accepted: application/json, application/yaml")
 
 
-def _partial_object(obj: dict[str, Any], api_version: str) -> dict[str, Any]:
+def partial_object(obj: dict[str, Any], api_version: str) -> dict[str, Any]:
     return {"kind": "PartialObjectMetadata", "apiVersion": api_version, "metadata": obj.get("metadata") or {}}
 
 
@@ -45,12 +45,12 @@ def as_partial(obj: dict[str, Any], output: Output) -> dict[str, Any]:
         if is_list:
             raise NotAcceptable(f"you requested PartialObjectMetadata, but the requested object is a list "
                                 f"({obj.get('kind')})")
-        return _partial_object(obj, api_version)
+        return partial_object(obj, api_version)
     if not is_list:
         raise NotAcceptable(f"you requested PartialObjectMetadataList, but the requested object is not a "
                             f"list ({obj.get('kind')})")
     return {"kind": "PartialObjectMetadataList", "apiVersion": api_version, "metadata": obj.get("metadata") or {},
-            "items": [_partial_object(i, api_version) for i in obj["items"]]}
+            "items": [partial_object(i, api_version) for i in obj["items"]]}
 
 
 def encode_answer(body: bytes, output: Output) -> tuple[bytes, str]:
@@ -85,7 +85,7 @@ def encode_event(line: bytes, output: Output) -> bytes:
     obj = event.get("object")
     if output.partial and isinstance(obj, dict) and event.get("type") != "ERROR":
         # events carry single objects: PartialObjectMetadata whichever of the two the client named
-        event["object"] = _partial_object(obj, _META_GROUP + output.partial_version)
+        event["object"] = partial_object(obj, _META_GROUP + output.partial_version)
     if output.format == "protobuf":
         return protobuf.watch_frame(event)
     return orjson.dumps(event) + b"\n"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
@@ -275,30 +276,39 @@ class Handlers(Generic[S]):
     async def list(self, r: Request) -> Response:
         info = r.info
         check_list_options(r, watch=False)
-        if r.req.table or info.conversion is not None:
+        include = r.query.get("includeObject", "Metadata")
+        if info.conversion is not None:
             # storage's pre-rendered JSON is the storage version's: a kind served in several versions (or
-            # groups) has each item converted to this one (the storage client does); a Table is made of the
-            # decoded items
+            # groups) has each item converted to this one (the storage client does)
             resp = await self.store.list(info, self.list_request(r), r.timing)
             items = list(resp.items)
             if not r.req.table:
                 return Response(200, lists.from_envelopes(info, lists.list_meta(resp), items))
             t = printers.table(self.catalogue.convertor(info.group, info.plural), items, lists.list_meta(resp),
-                               r.query.get("includeObject", "Metadata"))
+                               include)
             return Response(200, orjson.dumps(t))
-        # Storage answers with the items' JSON, rendered once per object version in its watch cache.
+        # Storage answers with the items' JSON, rendered once per object version in its watch cache; a
+        # Table's rows are made from it, part by part.
         req = self.list_request(r)
         req.json, req.kind, req.api_version = True, info.kind, info.api_version
+        render: Callable[[bytes], bytes] | None = None
+        head: Callable[[Obj], bytes] = functools.partial(lists.head, info)
+        if r.req.table:
+            convertor = self.catalogue.convertor(info.group, info.plural)
+            render = functools.partial(printers.json_rows, convertor, include_object=include)
+            head = functools.partial(printers.table_head, convertor)
         if not r.req.chunked:
             raw = await self.store.list_raw(info, req, r.timing)
-            return Response(200, lists.from_json_items(info, lists.list_meta(raw), raw.json_items))
+            items = raw.json_items if render is None else render(raw.json_items)
+            return Response(200, b"".join((head(lists.list_meta(raw)), items, lists.END)))
         # In parts, passed on as they arrive: the next process starts on the first while the rest
         # is still on its way (mux.Streamed).
         req.chunked = True
         parts = self.store.list_parts(info, req, r.timing)
         first = await anext(parts)
-        head = lists.head(info, lists.list_meta(first))
-        return Response(200, head + first.json_items, more=lists.rest_of(parts, bool(first.json_items)))
+        items = first.json_items if render is None else render(first.json_items)
+        return Response(200, head(lists.list_meta(first)) + items,
+                        more=lists.rest_of(parts, bool(first.json_items), render))
 
     # Create ----------------------------------------------------------------------
 

@@ -3,12 +3,13 @@ parts as they arrive, and the list of objects a deletecollection answers with.
 
 Items are never decoded here: storage hands their JSON (rendered once per object version in its watch
 cache, comma-separated, as spb.RawListResponse.json_items carries it) or the registry has their
-envelopes, whose JSON is spliced (envelope.to_json). Table lists are printers' documents, not lists.
+envelopes, whose JSON is spliced (envelope.to_json). A Table is a printers' document around rows made
+from the same items' JSON, part by part.
 """
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -19,7 +20,7 @@ from services.apiserver.resource import ResourceInfo
 from services.common import envelope
 
 Obj = dict[str, Any]
-_END = b"]}"
+END = b"]}"
 
 
 def list_meta(resp: spb.ListResponse | spb.RawListResponse) -> Obj:
@@ -41,7 +42,7 @@ def head(info: ResourceInfo, meta: Obj) -> bytes:
 
 def from_json_items(info: ResourceInfo, meta: Obj, items: bytes) -> bytes:
     """The list around its items' JSON (comma-separated)."""
-    return b"".join((head(info, meta), items, _END))
+    return b"".join((head(info, meta), items, END))
 
 
 def from_envelopes(info: ResourceInfo, meta: Obj, items: list[pb.Object]) -> bytes:
@@ -49,11 +50,15 @@ def from_envelopes(info: ResourceInfo, meta: Obj, items: list[pb.Object]) -> byt
     return from_json_items(info, meta, b",".join(envelope.to_json(e) for e in items))
 
 
-async def rest_of(parts: AsyncIterator[spb.RawListResponse], started: bool) -> AsyncIterator[bytes]:
-    """The items after the first part (started: whether that part had any), then the end of the list."""
+async def rest_of(parts: AsyncIterator[spb.RawListResponse], started: bool,
+                  render: Callable[[bytes], bytes] | None = None) -> AsyncIterator[bytes]:
+    """The items after the first part (started: whether that part had any), then the end of the list;
+    render makes each part's items into what the answer holds instead (a Table's rows). Every part is
+    whole items, comma-led when items came before it: the proxy transforms parts one by one."""
     async with contextlib.aclosing(parts):
         async for part in parts:
             if part.json_items:
-                yield b"," + part.json_items if started else part.json_items
+                out = part.json_items if render is None else render(part.json_items)
+                yield b"," + out if started else out
                 started = True
-    yield _END
+    yield END  # a list's items or a Table's rows, then the object

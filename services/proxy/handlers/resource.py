@@ -1,7 +1,8 @@
 """One-shot resource requests (get, list, create, update, patch, delete, deletecollection).
 
 Each becomes one Registry.Handle call; the registry's JSON answer is sent on untouched, or in the
-negotiated form (encoding.py: YAML, PartialObjectMetadata, protobuf).
+negotiated form (encoding.py: YAML, PartialObjectMetadata, protobuf); a list comes in parts, each
+made into that form as it arrives (listparts.py).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from services.apiserver.requestinfo import RequestInfo
 from services.common import mux, pacing
 from services.common.runtime import after_large_answer
 
+from .. import listparts
 from ..context import Context, warning_headers
 from ..encoding import encode_answer
 
@@ -48,7 +50,8 @@ class ResourceHandler:
 
     async def handle(self, ctx: Context, req: rpb.APIRequest, output: Output) -> None:
         t = time.perf_counter()
-        if req.verb == "list" and not output.transforms and not req.table and not ctx.pretty:
+        # (a person's indented JSON is made from the whole answer)
+        if req.verb == "list" and listparts.streams(output) and not ctx.pretty:
             await self._handle_parts(ctx, req, output, t)
             return
         resp = await ctx.race(self.calls.call("Handle", req, timeout=self.timeout))
@@ -68,8 +71,10 @@ class ResourceHandler:
         return headers
 
     async def _handle_parts(self, ctx: Context, req: rpb.APIRequest, output: Output, t: float) -> None:
-        """A JSON list, sent on as its parts arrive from the registry (APIRequest.chunked): the
-        client receives the first items while the registry and storage still work on the rest.
+        """A list (JSON, a Table, metadata only, protobuf), sent on as its parts arrive from the
+        registry (APIRequest.chunked), each made into the negotiated form as it comes
+        (listparts.py): the client receives the first items while the registry and storage still
+        work on the rest, and no part holds this loop longer than its own conversion.
         A failure after the first part cuts the response off (the client sees it incomplete)."""
         req.chunked = True
         parts = self.calls.call_stream("Handle", req, timeout=self.timeout)
@@ -80,20 +85,31 @@ class ResourceHandler:
             resp = rpb.APIResponse.FromString(payload)
             headers = self._headers(ctx, resp)
             if not more:
-                await ctx.respond(resp.code or 200, resp.body, output.content_type, headers)
+                body, content_type = encode_answer(resp.body, output)
+                await ctx.respond(resp.code or 200, body, content_type, headers)
                 return
+            form = listparts.ListParts(output) if output.transforms else None
+            first = resp.body if form is None else form.first(resp.body)
             pacing.large()  # its parts give way to small requests in flight
             await ctx.start_stream(resp.code or 200, output.content_type, headers)
-            await ctx.write(resp.body)
-            sent = len(resp.body)
+            if first:
+                await ctx.write(first)
+            sent = len(first)
             gone = ctx.disconnected
             async for payload, _ in parts:
                 body = rpb.APIResponse.FromString(payload).body
-                sent += len(body)
-                await ctx.write(body)
+                if form is not None:
+                    body = form.part(body)
+                if body:
+                    sent += len(body)
+                    await ctx.write(body)
                 await pacing.next_part()  # before the next part is taken (and credited)
                 if gone is not None and gone.done():  # the rest is not read: cancel the call
                     raise ClientDisconnected()
+            for body in form.end() if form is not None else ():
+                sent += len(body)
+                await ctx.write(body)
+                await pacing.next_part()
             await ctx.end_stream()
         finally:
             await parts.aclose()

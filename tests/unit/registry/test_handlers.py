@@ -7,7 +7,9 @@ import orjson
 import pytest
 
 from apiary_pb import envelope_pb2 as pb
+from apiary_pb import storage_pb2 as spb
 from services.apis.install import new_catalogue
+from services.apiserver import printers
 from services.common import errors
 from services.registry import watch
 from services.registry.bootstrap import bootstrap
@@ -576,6 +578,29 @@ async def test_list_in_parts_is_the_same_list(api, handlers, storage):
     req.chunked = True
     empty, _ = await handlers.handle(req)
     assert orjson.loads(empty.body + b"".join([p async for p in empty.more]))["items"] == []
+
+
+@pytest.mark.parametrize("include", ["", "None", "Object"])
+async def test_table_in_parts_is_the_same_table(api, handlers, storage, include):
+    """A Table asked for in parts is made of storage's parts as they come, a part's rows at a time;
+    together, byte for byte the Table of the decoded objects (printers.table)."""
+    for n in ("a", "b", "c"):
+        await api("create", "configmaps", "default", body=cm(n, labels={"x": n}))
+    query = {"includeObject": include} if include else {}
+    req = request("list", "configmaps", "default", table=True, query=query)
+    req.chunked = True
+    first, _ = await handlers.handle(req)
+    assert first.more is not None
+    rest = [p async for p in first.more]
+    assert len(rest) == 3  # the rows of the two other items, then the end of the Table
+    whole, _ = await handlers.handle(request("list", "configmaps", "default", table=True, query=query))
+    assert first.body + b"".join(rest) == whole.body
+    listed = await storage.List(spb.ListRequest(prefix="/registry/configmaps/default/"))
+    items = [CATALOGUE.lookup("", "v1", "configmaps").served(e) for e in listed.items]
+    expected = printers.table(CATALOGUE.convertor("", "configmaps"), items,
+                              {"resourceVersion": listed.resource_version}, include or "Metadata")
+    assert orjson.loads(whole.body) == expected
+    assert [r["cells"][0] for r in expected["rows"]] == ["a", "b", "c"]
 
 
 async def test_duplicate_fields_per_field_validation(api):

@@ -11,7 +11,7 @@ from services.apis import schemas
 from services.apis.install import new_catalogue
 from services.apiserver import discovery, printers
 from services.apiserver.registry.rest import strategy_for
-from services.common import envelope, errors, identity
+from services.common import errors, identity
 from services.registry import watch
 
 CATALOGUE = new_catalogue()
@@ -223,13 +223,12 @@ def test_rbac_printers():
     assert cols == printers.column_definitions(CATALOGUE.convertor(RBAC, "clusterrolebindings"))
     r = role()
     r["metadata"]["creationTimestamp"] = "2024-05-01T10:00:00Z"
-    env = envelope.to_envelope(r)
-    assert printers.row(CATALOGUE.convertor(RBAC, "roles"), r, env, "None")["cells"] == \
+    assert printers.row(CATALOGUE.convertor(RBAC, "roles"), r, "None")["cells"] == \
         ["editor", "2024-05-01T10:00:00Z"]
     b = binding(subjects=[{"kind": "User", "name": "u1"}, {"kind": "User", "name": "u2"},
                           {"kind": "Group", "name": "g"}, {"kind": "ServiceAccount", "name": "sa", "namespace": "ns"}])
     b["metadata"]["creationTimestamp"] = now
-    cells = printers.row(CATALOGUE.convertor(RBAC, "rolebindings"), b, envelope.to_envelope(b), "None")["cells"]
+    cells = printers.row(CATALOGUE.convertor(RBAC, "rolebindings"), b, "None")["cells"]
     assert cells[:2] == ["b", "Role/editor"] and cells[2].endswith("s")
     assert cells[3:] == ["u1, u2", "g", "ns/sa"]
 
