@@ -467,6 +467,8 @@ async def test_version_health_metrics(stack):
     for path in ("/healthz", "/livez"):
         r = await stack.client.get(path)
         assert (r.status_code, r.text) == (200, "ok")
+    # readiness also waits for the apf stream and the aggregator's informers, which the fixture does not
+    await until(lambda: stack.proxy.apf.ready() and stack.proxy.aggregator.synced(), what="the proxy ready")
     r = await stack.client.get("/readyz")
     assert (r.status_code, r.text) == (200, "ok")
     await stack.client.get("/api/v1/namespaces/demo/configmaps", headers=ADMIN)
