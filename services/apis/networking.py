@@ -123,6 +123,11 @@ IP_ADDRESS_TABLE = TableConvertor((
 ), lambda o: [(o.get("metadata") or {}).get("name", ""), parent_ref(o)])
 
 _G = "networking.k8s.io"
+# what a Service's ClusterIP is allocated as (the registry's ipallocator creates and deletes them)
+IP_ADDRESS = ResourceInfo(
+    group=_G, version="v1", kind="IPAddress", plural="ipaddresses", singular="ipaddress", namespaced=False,
+    key_prefix="/registry/ipaddresses/", short_names=("ip",), strategy=IPAddressStrategy, table=IP_ADDRESS_TABLE,
+)
 V1 = GroupVersion(_G, "v1", 17200, 15, (
     ResourceInfo(
         group=_G, version="v1", kind="Ingress", plural="ingresses", singular="ingress", namespaced=True,
@@ -148,11 +153,7 @@ V1 = GroupVersion(_G, "v1", 17200, 15, (
         subresources=(SubresourceInfo("status", "ServiceCIDR", STATUS_VERBS),),
         strategy=ServiceCIDRStrategy, table=SERVICE_CIDR_TABLE,
     ),
-    ResourceInfo(
-        group=_G, version="v1", kind="IPAddress", plural="ipaddresses", singular="ipaddress", namespaced=False,
-        key_prefix="/registry/ipaddresses/", short_names=("ip",), strategy=IPAddressStrategy,
-        table=IP_ADDRESS_TABLE,
-    ),
+    IP_ADDRESS,
 ))
 
 GROUP_VERSIONS = (V1,)

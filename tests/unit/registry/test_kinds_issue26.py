@@ -296,3 +296,37 @@ def test_hpa_targets_column():
     ext = {"type": "External", "external": {"metric": {"name": "q"}, "target": {"averageValue": "3"}}}
     assert format_metrics([ext], [{"type": "External", "external": {"current": {"averageValue": "2"}}}]) == \
         "2/3 (avg)"
+
+
+# ClusterIPs as IPAddress objects, and the default ServiceCIDR ------------------------------------
+
+def svc(name: str, **spec: Any) -> Obj:
+    return obj("v1", "Service", name, "default", spec={"ports": [{"port": 80}], **spec})
+
+
+async def test_cluster_ip_is_an_ip_address_of_its_service(api):
+    _, s = await api("create", "services", "default", body=svc("web"))
+    ip = s["spec"]["clusterIP"]
+    code, addr = await api("get", "ipaddresses", "", ip)
+    assert code == 200 and addr["spec"]["parentRef"] == {"group": "", "resource": "services",
+                                                         "namespace": "default", "name": "web"}
+    assert addr["metadata"]["labels"] == {"ipaddress.kubernetes.io/ip-family": "IPv4",
+                                          "ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io"}
+    assert await cells(api, "ipaddresses") == [[ip, "services/default/web"]]
+    # a dry run claims nothing; a refused create gives its address back
+    _, dry = await api("create", "services", "default", body=svc("dry"), query={"dryRun": "All"})
+    assert [a["metadata"]["name"] for a in (await api("list", "ipaddresses"))[1]["items"]] == [ip]
+    assert dry["spec"]["clusterIP"] != ip
+    await api("delete", "services", "default", "web")
+    assert (await api("list", "ipaddresses"))[1]["items"] == []
+
+
+async def test_default_service_cidr_is_bootstrapped_ready(handlers, api):
+    from services.registry.bootstrap import bootstrap
+    await bootstrap(handlers, handlers.catalogue, "10.0.0.0/16")
+    await bootstrap(handlers, handlers.catalogue, "10.0.0.0/16")
+    _, got = await api("get", "servicecidrs", "", "kubernetes")
+    assert got["spec"] == {"cidrs": ["10.0.0.0/16"]}
+    (ready,) = got["status"]["conditions"]
+    assert (ready["type"], ready["status"], ready["message"]) == ("Ready", "True",
+                                                                  "Kubernetes default Service CIDR is ready")
