@@ -68,7 +68,10 @@ def format_metrics(specs: list[Obj], statuses: list[Obj]) -> str:
 
 
 def hpa_row(o: Obj) -> list[Any]:
-    """printHorizontalPodAutoscaler (on the v2 form)."""
+    """printHorizontalPodAutoscaler, on the v2 form (kube prints both versions from its internal, v2-shaped,
+    object; one convertor serves both, a v1 object converted first)."""
+    if o.get("apiVersion") == "autoscaling/v1":
+        o = CONVERSION_V1.storage_object(o)
     spec, st = o.get("spec") or {}, o.get("status") or {}
     ref = spec.get("scaleTargetRef") or {}
     low = spec.get("minReplicas")
@@ -89,8 +92,6 @@ HPA_TABLE = TableConvertor((
                                            "currentReplicas")),
     AGE,
 ), hpa_row)
-# kube prints both versions from its internal (v2-shaped) object
-HPA_V1_TABLE = TableConvertor(HPA_TABLE.columns, lambda o: hpa_row(CONVERSION_V1.storage_object(o)))
 
 
 def _hpa(version: str, strategy: type, table: TableConvertor, **kw: Any) -> ResourceInfo:
@@ -103,6 +104,7 @@ def _hpa(version: str, strategy: type, table: TableConvertor, **kw: Any) -> Reso
 
 V2 = GroupVersion(GROUP, "v2", 17500, 30, (_hpa("v2", HorizontalPodAutoscalerStrategy, HPA_TABLE),))
 V1 = GroupVersion(GROUP, "v1", 17500, 15, (
-    _hpa("v1", HorizontalPodAutoscalerV1Strategy, HPA_V1_TABLE, conversion=CONVERSION_V1),))
+    _hpa("v1", HorizontalPodAutoscalerV1Strategy, HPA_TABLE, conversion=CONVERSION_V1,
+         protobuf="k8s.io.api.autoscaling.v1.HorizontalPodAutoscaler"),))
 
 GROUP_VERSIONS = (V2, V1)

@@ -259,6 +259,8 @@ async def test_hpa_one_object_in_both_versions(api):
     assert "annotations" not in v2["metadata"]
     # as in kube, the v1 round trip puts the CPU target after the others
     assert [r[2] for r in await cells(api, "horizontalpodautoscalers", "ns")] == ["<unknown>/10, cpu: <unknown>/70%"]
+    _, table = await api("list", "horizontalpodautoscalers", "ns", table=True, version="v2")
+    assert [r["cells"][2] for r in table["rows"]] == ["<unknown>/10, cpu: <unknown>/70%"]
 
 
 def test_hpa_conversion_round_trips_status_and_every_source():
