@@ -226,3 +226,13 @@ def test_cluster_ip_is_an_ip_address_and_the_default_service_cidr(kubectl):
     kubectl.run("-n", NS, "delete", "service", name)
     wait_for(lambda: "NotFound" in kubectl.run("get", "ipaddress", ip, check=False).stderr,
              what="the IPAddress deleted with its Service")
+
+
+def test_edit_and_view_roles_cover_hpas(kubectl):
+    user = f"hpa-editor-{RUN}"
+    kubectl.run("-n", NS, "create", "rolebinding", user, "--clusterrole=edit", f"--user={user}")
+    wait_for(lambda: kubectl.run("-n", NS, "auth", "can-i", "create", "horizontalpodautoscalers.autoscaling",
+                                 f"--as={user}", check=False).stdout.strip() == "yes",
+             what="edit aggregated with the HPA rule")
+    assert kubectl.run("-n", NS, "auth", "can-i", "get", "horizontalpodautoscalers.autoscaling/status",
+                       f"--as={user}", check=False).stdout.strip() == "yes"
