@@ -236,3 +236,27 @@ def test_edit_and_view_roles_cover_hpas(kubectl):
              what="edit aggregated with the HPA rule")
     assert kubectl.run("-n", NS, "auth", "can-i", "get", "horizontalpodautoscalers.autoscaling/status",
                        f"--as={user}", check=False).stdout.strip() == "yes"
+
+
+def test_api_resources_and_get_all(kubectl):
+    lines = [line.split() for line in kubectl.run("api-resources").stdout.splitlines()[1:]]
+    for row in (["horizontalpodautoscalers", "hpa", "autoscaling/v2", "true", "HorizontalPodAutoscaler"],
+                ["ipaddresses", "ip", "networking.k8s.io/v1", "false", "IPAddress"],
+                ["servicecidrs", "networking.k8s.io/v1", "false", "ServiceCIDR"],
+                ["controllerrevisions", "apps/v1", "true", "ControllerRevision"],
+                ["runtimeclasses", "node.k8s.io/v1", "false", "RuntimeClass"],
+                ["csinodes", "storage.k8s.io/v1", "false", "CSINode"],
+                ["csistoragecapacities", "storage.k8s.io/v1", "true", "CSIStorageCapacity"],
+                ["volumeattachments", "storage.k8s.io/v1", "false", "VolumeAttachment"]):
+        assert row in lines, row
+    assert {"autoscaling/v1", "autoscaling/v2", "node.k8s.io/v1"} <= set(kubectl.run("api-versions").stdout.split())
+    name = f"all-{RUN}"
+    kubectl.run("-n", NS, "create", "-f", "-", input=f"""
+apiVersion: autoscaling/v1
+kind: HorizontalPodAutoscaler
+metadata: {{name: {name}}}
+spec: {{scaleTargetRef: {{apiVersion: apps/v1, kind: Deployment, name: web}}, maxReplicas: 2}}
+""")
+    # in the "all" category, as kube's
+    assert f"horizontalpodautoscaler.autoscaling/{name}" in kubectl.run("-n", NS, "get", "all", "-o", "name").stdout
+    kubectl.run("-n", NS, "delete", "hpa", name)
