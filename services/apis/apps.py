@@ -6,11 +6,16 @@ from typing import Any
 from services.apiserver.printers import AGE, NAME, TableConvertor, age, column
 from services.apiserver.resource import GroupVersion, ResourceInfo
 
-from .schemas import field_doc
-from .strategies.apps import (ControllerRevisionStrategy, DaemonSetStrategy, DeploymentStrategy, ReplicaSetStrategy,
-                              StatefulSetStrategy)
-from .strategies.workload import containers_images, selector_string
 from .kinds import workload
+from .schemas import field_doc
+from .strategies.apps import (
+    ControllerRevisionStrategy,
+    DaemonSetStrategy,
+    DeploymentStrategy,
+    ReplicaSetStrategy,
+    StatefulSetStrategy,
+)
+from .strategies.workload import containers_images, selector_string
 from .workload_columns import CONTAINERS, IMAGES, POD_DOCS, integer, selector_column
 
 Obj = dict[str, Any]

@@ -12,7 +12,11 @@ from services.apiserver.resource import GroupVersion, ResourceInfo
 
 from .kinds import status
 from .schemas import field_doc
-from .strategies.autoscaling import CONVERSION_V1, HorizontalPodAutoscalerStrategy, HorizontalPodAutoscalerV1Strategy
+from .strategies.autoscaling import (
+    CONVERSION_V1,
+    HorizontalPodAutoscalerStrategy,
+    HorizontalPodAutoscalerV1Strategy,
+)
 
 Obj = dict[str, Any]
 GROUP = "autoscaling"

@@ -5,9 +5,27 @@ from __future__ import annotations
 from services.apiserver.catalogue import Catalogue
 from services.apiserver.resource import GroupVersion
 
-from . import (admissionregistration, apiextensions, apiregistration, apps, authentication, authorization,
-               autoscaling, batch, coordination, core, discovery, events, flowcontrol, networking, node, policy, rbac,
-               scheduling, storage)
+from . import (
+    admissionregistration,
+    apiextensions,
+    apiregistration,
+    apps,
+    authentication,
+    authorization,
+    autoscaling,
+    batch,
+    coordination,
+    core,
+    discovery,
+    events,
+    flowcontrol,
+    networking,
+    node,
+    policy,
+    rbac,
+    scheduling,
+    storage,
+)
 
 GROUPS = (core, apiregistration, authentication, authorization, autoscaling, apps, batch, rbac, discovery,
           admissionregistration, apiextensions, coordination, events, flowcontrol, networking, node, policy,

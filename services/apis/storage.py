@@ -8,8 +8,13 @@ from services.apiserver.resource import GroupVersion, ResourceInfo
 
 from .kinds import status
 from .schemas import field_doc
-from .strategies.storage import (CSIDriverStrategy, CSINodeStrategy, CSIStorageCapacityStrategy, StorageClassStrategy,
-                                 VolumeAttachmentStrategy)
+from .strategies.storage import (
+    CSIDriverStrategy,
+    CSINodeStrategy,
+    CSIStorageCapacityStrategy,
+    StorageClassStrategy,
+    VolumeAttachmentStrategy,
+)
 
 Obj = dict[str, Any]
 DEFAULT_CLASS_ANNOTATIONS = ("storageclass.kubernetes.io/is-default-class",

@@ -8,7 +8,6 @@ network address, and an IPv4 range's broadcast address, are never allocated (kub
 """
 from __future__ import annotations
 
-import datetime
 import ipaddress
 import logging
 import random
@@ -19,6 +18,7 @@ import orjson
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from services.apis.networking import IP_ADDRESS
+from services.apiserver.registry.rest import now_rfc3339
 from services.common import errors
 
 from .storage_client import StorageClient as Store
@@ -65,7 +65,7 @@ class ClusterIPAllocator:
         env = pb.Object(api_version=IP_ADDRESS.api_version, kind=IP_ADDRESS.kind, body=orjson.dumps(body))
         env.metadata.name = ip
         env.metadata.uid = str(uuid.uuid4())
-        env.metadata.creation_timestamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        env.metadata.creation_timestamp = now_rfc3339()
         env.metadata.labels.update({FAMILY_LABEL: self.family, MANAGED_BY_LABEL: MANAGED_BY})
         env.fields["metadata.name"] = ip
         await self.store.create(IP_ADDRESS, env)

@@ -106,8 +106,8 @@ apiVersion: networking.k8s.io/v1
 kind: ServiceCIDR
 metadata: {name: bad-RUN}
 spec: {cidrs: [10.240.0.0/24, 10.241.0.0/24]}
-""", ['spec.cidrs: Invalid value: networking.ServiceCIDRSpec{CIDRs:[]string{"10.240.0.0/24", "10.241.0.0/24"}}: '
-      "may specify no more than one IP for each IP family, i.e 192.168.0.0/24 and 2001:db8::/64"]),
+""", [('spec.cidrs: Invalid value: networking.ServiceCIDRSpec{CIDRs:[]string{"10.240.0.0/24", "10.241.0.0/24"}}: '
+       "may specify no more than one IP for each IP family, i.e 192.168.0.0/24 and 2001:db8::/64")]),
     ("ipaddresses", False, """
 apiVersion: networking.k8s.io/v1
 kind: IPAddress
@@ -202,7 +202,7 @@ spec:
   metrics: [{{type: Pods, pods: {{metric: {{name: qps}}, target: {{type: AverageValue, averageValue: "10"}}}}}}]
 """
     kubectl.run("-n", NS, "apply", "--server-side", "-f", "-", input=manifest)
-    header, rows = table(kubectl, "-n", NS, "hpa", name)
+    _, rows = table(kubectl, "-n", NS, "hpa", name)
     assert rows[0][:5] == [name, "Deployment/web", "<unknown>/10", "1", "3"]
     err = refused(kubectl, "-n", NS, "apply", "--server-side", "-f", "-",
                   input=manifest.replace("maxReplicas: 3", "maxReplicas: 0"))

@@ -119,9 +119,9 @@ async def test_volume_attachment_spec_immutable_and_status(api):
         "spec.attacher: Required value",
         "spec.source: Required value: must specify exactly one of inlineVolumeSpec and persistentVolumeName",
         "spec.attacher: Required value",
-        'spec.attacher: Invalid value: "": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric '
-        "characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
-        "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"]
+        ('spec.attacher: Invalid value: "": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric '
+         "characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
+         "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")]
     got["spec"]["nodeName"] = "node-2"
     (msg,) = await refused(api, "update", "volumeattachments", "", "va-1", body=got)
     assert msg.startswith("spec: Invalid value: storage.VolumeAttachmentSpec{") and msg.endswith("field is immutable")
@@ -146,8 +146,8 @@ async def test_service_cidr(api):
     assert await refused(api, "create", "servicecidrs", body=obj(
         "networking.k8s.io/v1", "ServiceCIDR", "x", spec={"cidrs": ["10.1.0.0/16", "nonsense"]})) == [
         'spec.cidrs[1]: Invalid value: "nonsense": must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)',
-        'spec.cidrs: Invalid value: networking.ServiceCIDRSpec{CIDRs:[]string{"10.1.0.0/16", "nonsense"}}: may specify '
-        "no more than one IP for each IP family, i.e 192.168.0.0/24 and 2001:db8::/64"]
+        ('spec.cidrs: Invalid value: networking.ServiceCIDRSpec{CIDRs:[]string{"10.1.0.0/16", "nonsense"}}: may '
+         "specify no more than one IP for each IP family, i.e 192.168.0.0/24 and 2001:db8::/64")]
     got["spec"]["cidrs"] = ["10.201.0.0/16"]
     assert await refused(api, "update", "servicecidrs", "", "extra", body=got) == [
         'spec.cidrs[0]: Invalid value: "10.201.0.0/16": field is immutable']
@@ -218,8 +218,8 @@ async def test_hpa_validation_v2_paths_in_both_versions(api):
         "spec.maxReplicas: Invalid value: 0: must be greater than 0",
         "spec.metrics[0].pods.target.averageValue: Required value: must specify a positive target averageValue",
         "spec.metrics[1].pods: Forbidden: must populate the given metric source only",
-        'spec.metrics[2].type: Unsupported value: "Weird": supported values: "ContainerResource", "External", '
-        '"Object", "Pods", "Resource"',
+        ('spec.metrics[2].type: Unsupported value: "Weird": supported values: "ContainerResource", "External", '
+         '"Object", "Pods", "Resource"'),
         'spec.behavior.scaleUp.selectPolicy: Unsupported value: "Most": supported values: "Disabled", "Max", "Min"',
         "spec.behavior.scaleUp.policies[0].value: Invalid value: 0: must be greater than zero",
         "spec.behavior.scaleUp.policies[0].periodSeconds: Invalid value: 4000: must be less than or equal to 1800"]
