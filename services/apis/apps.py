@@ -1,14 +1,21 @@
-"""apps/v1: Deployment, ReplicaSet, StatefulSet, DaemonSet."""
+"""apps/v1: Deployment, ReplicaSet, StatefulSet, DaemonSet, ControllerRevision."""
 from __future__ import annotations
 
 from typing import Any
 
 from services.apiserver.printers import AGE, NAME, TableConvertor, age, column
-from services.apiserver.resource import GroupVersion
+from services.apiserver.resource import GroupVersion, ResourceInfo
 
-from .strategies.apps import DaemonSetStrategy, DeploymentStrategy, ReplicaSetStrategy, StatefulSetStrategy
-from .strategies.workload import containers_images, selector_string
 from .kinds import workload
+from .schemas import field_doc
+from .strategies.apps import (
+    ControllerRevisionStrategy,
+    DaemonSetStrategy,
+    DeploymentStrategy,
+    ReplicaSetStrategy,
+    StatefulSetStrategy,
+)
+from .strategies.workload import containers_images, selector_string
 from .workload_columns import CONTAINERS, IMAGES, POD_DOCS, integer, selector_column
 
 Obj = dict[str, Any]
@@ -103,7 +110,29 @@ DAEMONSET_TABLE = TableConvertor((
                     "https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors"),
 ), daemonset_row)
 
+def controller_name(o: Obj) -> str:
+    """printControllerRevision: the controller as <kind>.<group>/<name>, lowercased; "<none>" without one."""
+    for ref in (o.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            group = (ref.get("apiVersion") or "").rpartition("/")[0]
+            kind = ref.get("kind") or ""
+            return (f"{kind}.{group}" if group else kind).lower() + "/" + (ref.get("name") or "")
+    return "<none>"
+
+
+CONTROLLER_REVISION_TABLE = TableConvertor((
+    NAME,
+    column("Controller", "string", "Controller of the object"),
+    column("Revision", "string", field_doc("io.k8s.api.apps.v1.ControllerRevision", "revision")),
+    AGE,
+), lambda o: [_name(o), controller_name(o), o.get("revision") or 0, age(o)])
+
 V1 = GroupVersion(GROUP, "v1", 17800, 15, (
+    ResourceInfo(
+        group=GROUP, version="v1", kind="ControllerRevision", plural="controllerrevisions",
+        singular="controllerrevision", namespaced=True, key_prefix="/registry/controllerrevisions/",
+        strategy=ControllerRevisionStrategy, table=CONTROLLER_REVISION_TABLE,
+    ),
     workload(GROUP, "DaemonSet", DaemonSetStrategy, DAEMONSET_TABLE, ("ds",)),
     workload(GROUP, "Deployment", DeploymentStrategy, DEPLOYMENT_TABLE, ("deploy",), scale=True),
     workload(GROUP, "ReplicaSet", ReplicaSetStrategy, REPLICASET_TABLE, ("rs",), scale=True),

@@ -5,13 +5,13 @@ from __future__ import annotations
 from services.apiserver.catalogue import Catalogue
 from services.apiserver.resource import GroupVersion
 
-from . import (admissionregistration, apiextensions, apiregistration, apps, authentication, authorization, batch,
-               certificates, coordination, core, discovery, events, flowcontrol, networking, policy, rbac,
-               scheduling, storage)
+from . import (admissionregistration, apiextensions, apiregistration, apps, authentication, authorization, autoscaling,
+               batch, certificates, coordination, core, discovery, events, flowcontrol, networking, node, policy,
+               rbac, scheduling, storage)
 
-GROUPS = (core, apiregistration, authentication, authorization, apps, batch, certificates, rbac, discovery,
-          admissionregistration, apiextensions, coordination, events, flowcontrol, networking, policy, scheduling,
-          storage)
+GROUPS = (core, apiregistration, authentication, authorization, autoscaling, apps, batch, certificates, rbac,
+          discovery, admissionregistration, apiextensions, coordination, events, flowcontrol, networking, node,
+          policy, scheduling, storage)
 
 GROUP_VERSIONS: tuple[GroupVersion, ...] = tuple(gv for group in GROUPS for gv in group.GROUP_VERSIONS)
 

@@ -1,4 +1,4 @@
-"""networking.k8s.io/v1: Ingress, IngressClass, NetworkPolicy."""
+"""networking.k8s.io/v1: Ingress, IngressClass, NetworkPolicy, ServiceCIDR, IPAddress."""
 from __future__ import annotations
 
 from typing import Any
@@ -6,7 +6,9 @@ from typing import Any
 from services.apiserver.printers import AGE, NAME, TableConvertor, age, column
 from services.apiserver.resource import STATUS_VERBS, GroupVersion, ResourceInfo, SubresourceInfo
 
+from .schemas import field_doc
 from .strategies.networking import IngressClassStrategy, IngressStrategy, NetworkPolicyStrategy
+from .strategies.servicecidrs import IPAddressStrategy, ServiceCIDRStrategy
 
 Obj = dict[str, Any]
 LOAD_BALANCER_WIDTH = 16
@@ -99,7 +101,33 @@ NETWORK_POLICY_TABLE = TableConvertor((
 ), lambda o: [(o.get("metadata") or {}).get("name", ""),
               format_label_selector((o.get("spec") or {}).get("podSelector")), age(o)])
 
+SERVICE_CIDR_TABLE = TableConvertor((
+    NAME, column("CIDRs", "string", field_doc("io.k8s.api.networking.v1.ServiceCIDRSpec", "cidrs")), AGE,
+), lambda o: [(o.get("metadata") or {}).get("name", ""), ",".join((o.get("spec") or {}).get("cidrs") or []), age(o)])
+
+
+def parent_ref(o: Obj) -> str:
+    """printIPAddress: the parent as <resource>[.<group>][/<namespace>]/<name>; "<none>" without one."""
+    ref = (o.get("spec") or {}).get("parentRef")
+    if not isinstance(ref, dict):
+        return "<none>"
+    shown = ((ref.get("resource") or "") + ("." + ref["group"] if ref.get("group") else "")).lower()
+    if ref.get("namespace"):
+        shown += "/" + ref["namespace"]
+    return shown + "/" + (ref.get("name") or "")
+
+
+# kube prints no age for IPAddresses
+IP_ADDRESS_TABLE = TableConvertor((
+    NAME, column("ParentRef", "string", field_doc("io.k8s.api.networking.v1.IPAddressSpec", "parentRef")),
+), lambda o: [(o.get("metadata") or {}).get("name", ""), parent_ref(o)])
+
 _G = "networking.k8s.io"
+# what a Service's ClusterIP is allocated as (the registry's ipallocator creates and deletes them)
+IP_ADDRESS = ResourceInfo(
+    group=_G, version="v1", kind="IPAddress", plural="ipaddresses", singular="ipaddress", namespaced=False,
+    key_prefix="/registry/ipaddresses/", short_names=("ip",), strategy=IPAddressStrategy, table=IP_ADDRESS_TABLE,
+)
 V1 = GroupVersion(_G, "v1", 17200, 15, (
     ResourceInfo(
         group=_G, version="v1", kind="Ingress", plural="ingresses", singular="ingress", namespaced=True,
@@ -119,6 +147,13 @@ V1 = GroupVersion(_G, "v1", 17200, 15, (
         strategy=NetworkPolicyStrategy, table=NETWORK_POLICY_TABLE,
         protobuf="k8s.io.api.networking.v1.NetworkPolicy",
     ),
+    ResourceInfo(
+        group=_G, version="v1", kind="ServiceCIDR", plural="servicecidrs", singular="servicecidr",
+        namespaced=False, key_prefix="/registry/servicecidrs/",
+        subresources=(SubresourceInfo("status", "ServiceCIDR", STATUS_VERBS),),
+        strategy=ServiceCIDRStrategy, table=SERVICE_CIDR_TABLE,
+    ),
+    IP_ADDRESS,
 ))
 
 GROUP_VERSIONS = (V1,)

@@ -254,3 +254,9 @@ def check(obj: dict[str, Any], schema_name: str, kind: str,
 
     walk(obj, definitions[schema_name], "")
     return unknown, (type_error[0] if type_error and schema_name not in _CUSTOM else None)
+
+
+def field_doc(definition: str, field: str) -> str:
+    """A field's description in kube's definition (io.k8s.api.<group>.<version>.<Type>): what kube's printers take
+    as a column's description (SwaggerDoc)."""
+    return ALL[definition]["properties"][field].get("description", "")

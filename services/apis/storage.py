@@ -1,4 +1,4 @@
-"""storage.k8s.io/v1: StorageClass, CSIDriver."""
+"""storage.k8s.io/v1: StorageClass, CSIDriver, CSINode, CSIStorageCapacity, VolumeAttachment."""
 from __future__ import annotations
 
 from typing import Any
@@ -6,7 +6,15 @@ from typing import Any
 from services.apiserver.printers import AGE, NAME, TableConvertor, age, column
 from services.apiserver.resource import GroupVersion, ResourceInfo
 
-from .strategies.storage import CSIDriverStrategy, StorageClassStrategy
+from .kinds import status
+from .schemas import field_doc
+from .strategies.storage import (
+    CSIDriverStrategy,
+    CSINodeStrategy,
+    CSIStorageCapacityStrategy,
+    StorageClassStrategy,
+    VolumeAttachmentStrategy,
+)
 
 Obj = dict[str, Any]
 DEFAULT_CLASS_ANNOTATIONS = ("storageclass.kubernetes.io/is-default-class",
@@ -69,16 +77,65 @@ CSI_DRIVER_TABLE = TableConvertor((
     AGE,
 ), csi_driver_row)
 
+def _name(o: Obj) -> str:
+    return (o.get("metadata") or {}).get("name", "")
+
+
+CSI_NODE_TABLE = TableConvertor((
+    NAME, column("Drivers", "integer", "Drivers indicates the number of CSI drivers registered on the node"), AGE,
+), lambda o: [_name(o), len((o.get("spec") or {}).get("drivers") or []), age(o)])
+
+_CAPACITY = "io.k8s.api.storage.v1.CSIStorageCapacity"
+CSI_STORAGE_CAPACITY_TABLE = TableConvertor((
+    NAME,
+    column("StorageClassName", "string", field_doc(_CAPACITY, "storageClassName")),
+    column("Capacity", "string", field_doc(_CAPACITY, "capacity")),
+), lambda o: [_name(o), o.get("storageClassName") or "",
+              "<unset>" if o.get("capacity") is None else str(o["capacity"])])
+
+
+def volume_attachment_row(o: Obj) -> list[Any]:
+    """printVolumeAttachment: the PV's name when the source names one."""
+    spec = o.get("spec") or {}
+    return [_name(o), spec.get("attacher") or "", (spec.get("source") or {}).get("persistentVolumeName") or "",
+            spec.get("nodeName") or "", bool((o.get("status") or {}).get("attached")), age(o)]
+
+
+_VA = "io.k8s.api.storage.v1.VolumeAttachment"
+VOLUME_ATTACHMENT_TABLE = TableConvertor((
+    NAME,
+    column("Attacher", "string", field_doc(_VA + "Spec", "attacher"), "name"),
+    column("PV", "string", field_doc(_VA + "Source", "persistentVolumeName")),
+    column("Node", "string", field_doc(_VA + "Spec", "nodeName")),
+    column("Attached", "boolean", field_doc(_VA + "Status", "attached")),
+    AGE,
+), volume_attachment_row)
+
 V1 = GroupVersion("storage.k8s.io", "v1", 16800, 15, (
     ResourceInfo(
         group="storage.k8s.io", version="v1", kind="CSIDriver", plural="csidrivers", singular="csidriver",
         namespaced=False, key_prefix="/registry/csidrivers/", strategy=CSIDriverStrategy, table=CSI_DRIVER_TABLE,
     ),
     ResourceInfo(
+        group="storage.k8s.io", version="v1", kind="CSINode", plural="csinodes", singular="csinode",
+        namespaced=False, key_prefix="/registry/csinodes/", strategy=CSINodeStrategy, table=CSI_NODE_TABLE,
+    ),
+    ResourceInfo(
+        group="storage.k8s.io", version="v1", kind="CSIStorageCapacity", plural="csistoragecapacities",
+        singular="csistoragecapacity", namespaced=True, key_prefix="/registry/csistoragecapacities/",
+        strategy=CSIStorageCapacityStrategy, table=CSI_STORAGE_CAPACITY_TABLE,
+    ),
+    ResourceInfo(
         group="storage.k8s.io", version="v1", kind="StorageClass", plural="storageclasses", singular="storageclass",
         namespaced=False, key_prefix="/registry/storageclasses/", short_names=("sc",),
         strategy=StorageClassStrategy, table=STORAGE_CLASS_TABLE,
         protobuf="k8s.io.api.storage.v1.StorageClass", return_deleted_object=True,
+    ),
+    ResourceInfo(
+        group="storage.k8s.io", version="v1", kind="VolumeAttachment", plural="volumeattachments",
+        singular="volumeattachment", namespaced=False, key_prefix="/registry/volumeattachments/",
+        subresources=(status("VolumeAttachment"),), strategy=VolumeAttachmentStrategy,
+        table=VOLUME_ATTACHMENT_TABLE,
     ),
 ))
 

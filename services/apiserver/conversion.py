@@ -15,7 +15,9 @@ see the request's version and storage holds one. Lists and watches of such a kin
 (storage's pre-rendered JSON is the stored version's); discovery's storageVersionHash names the storage version.
 
 Only the body changes: metadata is the same in every version, so an envelope converts without decoding it,
-and its selectable fields (computed by the served kind's strategy in the stored version's terms) stay.
+and its selectable fields (computed by the served kind's strategy in the stored version's terms) stay. The one
+exception is kube's: autoscaling/v1 HorizontalPodAutoscalers keep what v1 cannot hold in annotations
+(with_annotations: the body conversions read and write metadata.annotations too).
 """
 from __future__ import annotations
 
@@ -52,6 +54,9 @@ class Conversion:
     # The apiVersions whose bodies storage may hold, each read with from_storage: the storage version, and for
     # kinds whose versions have the same fields, the ones older code stored.
     readable: frozenset[str] = frozenset()
+    # The body conversions also take and give {"metadata": {"annotations": ...}} (an old version keeping the
+    # fields it lacks in annotations, as autoscaling/v1 HorizontalPodAutoscalers do).
+    with_annotations: bool = False
     # Converted by a call out (a CRD's conversion webhook, services/apiserver/webhook/converter.py): only the
     # async forms below convert, and a list's items go in one call.
     remote: ClassVar[bool] = False
@@ -71,22 +76,33 @@ class Conversion:
 
     def storage_object(self, obj: Obj) -> Obj:
         """A whole served object (with metadata) in the storage version."""
-        body = self.to_storage({k: v for k, v in obj.items() if k not in TYPE_META})
-        out: Obj = {"apiVersion": self.storage_api_version, "kind": self.storage_kind}
-        if "metadata" in obj:
-            out["metadata"] = obj["metadata"]
-        return out | body
+        return self._whole(obj, self.to_storage, self.storage_api_version, self.storage_kind)
 
     def served_object(self, stored: Obj, api_version: str, kind: str) -> Obj:
         """A whole object in the storage version (with metadata) as api_version/kind serve it."""
-        body = self.from_storage({k: v for k, v in stored.items() if k not in TYPE_META})
+        return self._whole(stored, self.from_storage, api_version, kind)
+
+    def _whole(self, obj: Obj, fn: BodyConversion, api_version: str, kind: str) -> Obj:
+        body = fn(self._body(obj, (obj.get("metadata") or {}).get("annotations")))
         out: Obj = {"apiVersion": api_version, "kind": kind}
-        if "metadata" in stored:
-            out["metadata"] = stored["metadata"]
+        if "metadata" in obj:
+            out["metadata"] = obj["metadata"]
+        if self.with_annotations:
+            annotations = (body.pop("metadata", None) or {}).get("annotations")
+            meta = out["metadata"] = dict(out.get("metadata") or {})
+            meta.pop("annotations", None)
+            if annotations:
+                meta["annotations"] = annotations
         return out | body
 
+    def _body(self, obj: Obj, annotations: Any) -> Obj:
+        body = {k: v for k, v in obj.items() if k not in TYPE_META}
+        if self.with_annotations:
+            body["metadata"] = {"annotations": dict(annotations or {})}
+        return body
+
     def to_storage_envelope(self, env: pb.Object) -> pb.Object:
-        return _convert(env, self.storage_api_version, self.storage_kind, self.to_storage)
+        return self._convert_envelope(env, self.storage_api_version, self.storage_kind, self.to_storage)
 
     def from_storage_envelope(self, env: pb.Object, api_version: str, kind: str) -> pb.Object:
         """A stored object as api_version/kind serve it; an object stored in a version this conversion cannot
@@ -94,7 +110,7 @@ class Conversion:
         if not self.can_read(env.api_version):
             raise errors.InternalError(f"{env.metadata.name}: stored as {env.api_version}, {env.kind}, which "
                                        f"{api_version}, {kind} cannot be converted from")
-        return _convert(env, api_version, kind, self.from_storage)
+        return self._convert_envelope(env, api_version, kind, self.from_storage)
 
     async def to_storage_envelopes(self, envs: list[pb.Object]) -> list[pb.Object]:
         """envs in the storage version (the remote form; here as to_storage_envelope)."""
@@ -117,13 +133,18 @@ class Conversion:
         return path
 
 
-def _convert(env: pb.Object, api_version: str, kind: str, fn: BodyConversion) -> pb.Object:
-    out = pb.Object()
-    out.CopyFrom(env)
-    out.api_version, out.kind = api_version, kind
-    if fn is not _same:
-        out.body = orjson.dumps(fn(orjson.loads(env.body) if env.body else {}))
-    return out
+    def _convert_envelope(self, env: pb.Object, api_version: str, kind: str, fn: BodyConversion) -> pb.Object:
+        out = pb.Object()
+        out.CopyFrom(env)
+        out.api_version, out.kind = api_version, kind
+        if fn is _same:
+            return out
+        body = fn(self._body(orjson.loads(env.body) if env.body else {}, env.metadata.annotations))
+        if self.with_annotations:
+            out.metadata.annotations.clear()
+            out.metadata.annotations.update((body.pop("metadata", None) or {}).get("annotations") or {})
+        out.body = orjson.dumps(body)
+        return out
 
 
 def same_fields(storage_api_version: str, kind: str, versions: tuple[str, ...] = ()) -> Conversion:

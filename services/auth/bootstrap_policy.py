@@ -147,6 +147,7 @@ CLUSTER_ROLES: list[dict[str, Any]] = [
         _rule(["create"], [""], ["serviceaccounts/token"]),
         _rule(WRITE, ["apps"], ["daemonsets", "deployments", "deployments/rollback", "deployments/scale",
                                 "replicasets", "replicasets/scale", "statefulsets", "statefulsets/scale"]),
+        _rule(WRITE, ["autoscaling"], ["horizontalpodautoscalers"]),
         _rule(WRITE, ["batch"], ["cronjobs", "jobs"]),
         _rule(READ, [""], ["secrets"]),
         _rule(WRITE, ["policy"], ["poddisruptionbudgets"]),
@@ -162,6 +163,7 @@ CLUSTER_ROLES: list[dict[str, Any]] = [
         _rule(READ, ["apps"], ["controllerrevisions", "daemonsets", "daemonsets/status", "deployments",
                                "deployments/scale", "deployments/status", "replicasets", "replicasets/scale",
                                "replicasets/status", "statefulsets", "statefulsets/scale", "statefulsets/status"]),
+        _rule(READ, ["autoscaling"], ["horizontalpodautoscalers", "horizontalpodautoscalers/status"]),
         _rule(READ, ["batch"], ["cronjobs", "cronjobs/status", "jobs", "jobs/status"]),
     ], labels={AGG_VIEW: "true"}),
     # the system roles kube binds nowhere by default, for the components that read nodes and storage classes

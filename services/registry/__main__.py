@@ -47,13 +47,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-async def _bootstrap_until_done(handlers: Handlers[StorageClient], done: asyncio.Event) -> None:
+async def _bootstrap_until_done(handlers: Handlers[StorageClient], done: asyncio.Event, service_cidr: str) -> None:
     """Retried on the peers' short backoff: readiness waits on it, so storage is tried again soon
     after it is back (not seconds later)."""
     backoff = Backoff()
     while True:
         try:
-            await bootstrap(handlers, handlers.catalogue)
+            await bootstrap(handlers, handlers.catalogue, service_cidr)
             done.set()
             return
         except errors.APIError as e:
@@ -89,7 +89,7 @@ async def assemble(service: runtime.Service) -> str:
 
     service.check("storage", storage_ready)
     service.check("bootstrap-controller", bootstrap_done)
-    service.task(lambda: _bootstrap_until_done(handlers, bootstrapped), "bootstrap")
+    service.task(lambda: _bootstrap_until_done(handlers, bootstrapped, args.service_cluster_ip_range), "bootstrap")
     # CustomResourceDefinitions: served by every replica once its informer has them (kube's crd-informer-synced)
     crds = CRDController(handlers)
 

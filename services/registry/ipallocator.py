@@ -1,23 +1,24 @@
-"""ClusterIP allocation, as kube's registry/core/service/ipallocator with its etcd-backed bitmap.
+"""ClusterIP allocation, as kube's MultiCIDRServiceAllocator (GA in 1.33): every allocated address is an
+networking.k8s.io/v1 IPAddress object named by the address, whose parentRef is the Service holding it.
 
-The allocation state is one RangeAllocation object in storage (/registry/ranges/serviceips, as in
-kube): the range and a bitmap of the addresses taken, changed only by a compare-and-swap on its
-resourceVersion (kube's GuaranteedUpdate). Two registries that allocate at the same time both read
-the same bitmap; only one write succeeds, the other re-reads and picks again, so an address is
-never handed out twice. The network and broadcast addresses are never allocated (kube's rule).
+Creating that object is the allocation: storage refuses a second create of one key, so two registries that pick
+the same address at the same time never both have it (the loser picks again), and deleting it is the release.
+The range is --service-cluster-ip-range (also the default ServiceCIDR `kubernetes`, servicecidrs.py); its
+network address, and an IPv4 range's broadcast address, are never allocated (kube's rule).
 """
 from __future__ import annotations
 
-import base64
 import ipaddress
 import logging
 import random
-from collections.abc import Callable
+import uuid
 
 import orjson
 
 from apiary_pb import envelope_pb2 as pb
-from services.apiserver.resource import ResourceInfo
+from apiary_pb import storage_pb2 as spb
+from services.apis.networking import IP_ADDRESS
+from services.apiserver.registry.rest import now_rfc3339
 from services.common import errors
 
 from .storage_client import StorageClient as Store
@@ -26,52 +27,19 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_CIDR = "10.96.0.0/12"
 ATTEMPTS = 64
-# Not served: only the allocator reads and writes it (kube's RangeAllocation is internal too).
-RANGE_INFO = ResourceInfo(group="", version="v1", kind="RangeAllocation", plural="rangeallocations",
-                          singular="rangeallocation", namespaced=False, key_prefix="/registry/ranges/")
-RANGE_NAME = "serviceips"
-
-
-class RangeFull(Exception):
-    pass
-
-
-class Bitmap:
-    """Taken offsets of a range (offset 0 is the network address's successor)."""
-
-    def __init__(self, size: int, data: bytes = b"") -> None:
-        self.size = size
-        self.bits = bytearray((size + 7) // 8)
-        self.bits[:len(data)] = data[:len(self.bits)]
-
-    def taken(self, i: int) -> bool:
-        return bool(self.bits[i >> 3] & (1 << (i & 7)))
-
-    def set(self, i: int, value: bool) -> None:
-        if value:
-            self.bits[i >> 3] |= 1 << (i & 7)
-        else:
-            self.bits[i >> 3] &= ~(1 << (i & 7)) & 0xFF
-
-    def free(self, rng: random.Random) -> int:
-        """A random free offset (kube's random-scan strategy), scanning on from a random start."""
-        start = rng.randrange(self.size)
-        for j in range(self.size):
-            i = (start + j) % self.size
-            if self.bits[i >> 3] == 0xFF:
-                continue
-            if not self.taken(i):
-                return i
-        raise RangeFull()
+# kube's labels on the IPAddresses its allocator creates
+FAMILY_LABEL = "ipaddress.kubernetes.io/ip-family"
+MANAGED_BY_LABEL = "ipaddress.kubernetes.io/managed-by"
+MANAGED_BY = "ipallocator.k8s.io"
 
 
 class ClusterIPAllocator:
     def __init__(self, store: Store, cidr: str = DEFAULT_SERVICE_CIDR) -> None:
         self.store = store
         self.network = ipaddress.ip_network(cidr)
-        # network and broadcast excluded; kube caps the bitmap of a large IPv6 range the same way
-        self.size = min(self.network.num_addresses - 2, 1 << 20) if self.network.version == 4 \
-            else min(self.network.num_addresses - 1, 1 << 16)
+        self.family = "IPv4" if self.network.version == 4 else "IPv6"
+        # the offsets after the network address; an IPv4 range's broadcast address excluded
+        self.size = self.network.num_addresses - (2 if self.network.version == 4 else 1)
         self.rng = random.Random()
 
     def contains(self, ip: str) -> bool:
@@ -80,74 +48,77 @@ class ClusterIPAllocator:
         except ValueError:
             return False
 
-    def _offset(self, ip: str) -> int | None:
+    def _allocatable(self, ip: str) -> bool:
         i = int(ipaddress.ip_address(ip)) - int(self.network.network_address) - 1
-        return i if 0 <= i < self.size else None
+        return 0 <= i < self.size
 
-    async def _read(self) -> tuple[Bitmap, str, bool]:
+    async def _taken(self, ip: str) -> bool:
         try:
-            env = await self.store.get(RANGE_INFO, "", RANGE_NAME)
+            await self.store.get(IP_ADDRESS, "", ip)
         except errors.NotFound:
-            return Bitmap(self.size), "", False
-        body = orjson.loads(env.body or b"{}")
-        if body.get("range") != str(self.network):
-            # kube refuses to start on a changed range; here a changed flag starts a fresh bitmap
-            log.warning("service IP range changed from %s to %s", body.get("range"), self.network)
-            return Bitmap(self.size), env.metadata.resource_version, True
-        return Bitmap(self.size, base64.b64decode(body.get("data") or "")), env.metadata.resource_version, True
+            return False
+        return True
 
-    async def _write(self, bitmap: Bitmap, rv: str, exists: bool) -> None:
-        env = pb.Object(api_version="v1", kind="RangeAllocation", body=orjson.dumps(
-            {"range": str(self.network), "data": base64.b64encode(bytes(bitmap.bits)).decode()}))
-        env.metadata.name = RANGE_NAME
-        if exists:
-            await self.store.update(RANGE_INFO, env, rv)
-        else:
-            await self.store.create(RANGE_INFO, env)
+    async def _create(self, ip: str, namespace: str, name: str) -> None:
+        """The IPAddress object of ip, as kube's allocator writes it; AlreadyExists when it is taken."""
+        body = {"spec": {"parentRef": {"group": "", "resource": "services", "namespace": namespace, "name": name}}}
+        env = pb.Object(api_version=IP_ADDRESS.api_version, kind=IP_ADDRESS.kind, body=orjson.dumps(body))
+        env.metadata.name = ip
+        env.metadata.uid = str(uuid.uuid4())
+        env.metadata.creation_timestamp = now_rfc3339()
+        env.metadata.labels.update({FAMILY_LABEL: self.family, MANAGED_BY_LABEL: MANAGED_BY})
+        env.fields["metadata.name"] = ip
+        await self.store.create(IP_ADDRESS, env)
 
-    async def _change(self, pick: Callable[[Bitmap], str], dry_run: bool = False) -> str:
-        """GuaranteedUpdate of the bitmap: read, change, compare-and-swap; again on a conflict."""
+    async def allocate(self, ip: str, namespace: str, name: str, dry_run: bool = False) -> str:
+        """Claim a specific address; raises ValueError with kube's reason when it cannot be had."""
+        if not self.contains(ip) or not self._allocatable(ip):
+            raise ValueError(f"failed to allocate IP {ip}: provided IP ({ip}) is not in the valid range. "
+                             f"The range of valid IPs is {self.network}")
+        taken = ValueError(f"failed to allocate IP {ip}: provided IP is already allocated")
+        if dry_run:
+            if await self._taken(ip):
+                raise taken
+            return ip
+        try:
+            await self._create(ip, namespace, name)
+        except errors.AlreadyExists:
+            raise taken from None
+        return ip
+
+    async def _in_use(self) -> set[int]:
+        resp = await self.store.list(IP_ADDRESS, spb.ListRequest(prefix=IP_ADDRESS.key_prefix))
+        base = int(self.network.network_address) + 1
+        return {int(ipaddress.ip_address(e.metadata.name)) - base for e in resp.items if self.contains(e.metadata.name)}
+
+    def _free(self, used: set[int]) -> str:
+        """A free address of the range: a random offset, scanning on from it (kube's random-scan strategy)."""
+        if len(used) >= self.size:
+            raise errors.InternalError("failed to allocate a serviceIP: range is full")
+        start = self.rng.randrange(self.size)
+        for j in range(self.size):
+            i = (start + j) % self.size
+            if i not in used:
+                return str(self.network.network_address + i + 1)
+        raise errors.InternalError("failed to allocate a serviceIP: range is full")
+
+    async def allocate_next(self, namespace: str, name: str, dry_run: bool = False) -> str:
+        used = await self._in_use()
         for _ in range(ATTEMPTS):
-            bitmap, rv, exists = await self._read()
-            ip = pick(bitmap)
+            ip = self._free(used)
             if dry_run:
                 return ip
             try:
-                await self._write(bitmap, rv, exists)
+                await self._create(ip, namespace, name)
                 return ip
-            except (errors.Conflict, errors.AlreadyExists):
-                continue
+            except errors.AlreadyExists:  # taken by a concurrent create since the list
+                used.add(int(ipaddress.ip_address(ip)) - int(self.network.network_address) - 1)
         raise errors.ServiceUnavailable("the service IP allocation is contended; try again")
 
-    async def allocate_next(self, dry_run: bool = False) -> str:
-        def pick(bitmap: Bitmap) -> str:
-            try:
-                i = bitmap.free(self.rng)
-            except RangeFull:
-                raise errors.InternalError("failed to allocate a serviceIP: range is full") from None
-            bitmap.set(i, True)
-            return str(self.network.network_address + i + 1)
-        return await self._change(pick, dry_run)
-
-    async def allocate(self, ip: str, dry_run: bool = False) -> str:
-        """Claim a specific address; raises ValueError with kube's reason when it cannot be had."""
-        def pick(bitmap: Bitmap) -> str:
-            i = self._offset(ip)
-            if i is None:
-                raise ValueError(f"failed to allocate IP {ip}: provided IP ({ip}) is not in the valid range. "
-                                 f"The range of valid IPs is {self.network}")
-            if bitmap.taken(i):
-                raise ValueError(f"failed to allocate IP {ip}: provided IP is already allocated")
-            bitmap.set(i, True)
-            return ip
-        return await self._change(pick, dry_run)
-
     async def release(self, ip: str) -> None:
-        i = self._offset(ip) if self.contains(ip) else None
-        if i is None:
+        if not self.contains(ip):
             return
-
-        def pick(bitmap: Bitmap) -> str:
-            bitmap.set(i, False)
-            return ip
-        await self._change(pick)
+        try:
+            await self.store.delete(IP_ADDRESS, "", ip)
+        except errors.NotFound:
+            log.info("released IP %s had no IPAddress", ip)

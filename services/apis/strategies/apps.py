@@ -1,13 +1,16 @@
 """apps/v1 Deployment, ReplicaSet, StatefulSet, DaemonSet (kube's registry/apps): apps/v1 defaulting
 (SetDefaults_Deployment and kin) and validation (ValidateDeployment and kin, a subset: selector, template,
-replicas, strategies and their enums, immutable selectors)."""
+replicas, strategies and their enums, immutable selectors); ControllerRevision (ValidateControllerRevision:
+data required, revision not negative; on update data is immutable)."""
 from __future__ import annotations
 
 import re
 from typing import ClassVar
 
+import orjson
+
 from services.apiserver import validation as v
-from services.apiserver.registry.rest import Obj
+from services.apiserver.registry.rest import Obj, Strategy
 
 from .workload import WorkloadStrategy, non_negative
 
@@ -181,4 +184,22 @@ class DaemonSetStrategy(WorkloadStrategy):
             causes.append(v.not_supported("spec.updateStrategy.type", typ, ["OnDelete", "RollingUpdate"]))
         elif typ == "RollingUpdate" and isinstance(us.get("rollingUpdate"), dict):
             causes += _validate_rolling_update(us["rollingUpdate"], "spec.updateStrategy.rollingUpdate")
+        return causes
+
+
+class ControllerRevisionStrategy(Strategy):
+    def validate(self, obj: Obj) -> list[v.Cause]:
+        causes = super().validate(obj)
+        if obj.get("data") is None:
+            causes.append(v.required("data", "data is mandatory"))
+        revision = obj.get("revision") or 0
+        if revision < 0:
+            causes.append(v.invalid("revision", revision, "must be greater than or equal to 0"))
+        return causes
+
+    def validate_update(self, obj: Obj, old: Obj) -> list[v.Cause]:
+        causes = super().validate_update(obj, old)
+        if obj.get("data") != old.get("data"):
+            causes.append(v.invalid_go("data", "runtime.RawExtension{Raw:" + orjson.dumps(obj.get("data")).decode()
+                                       + "}", "field is immutable"))
         return causes

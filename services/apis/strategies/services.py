@@ -133,9 +133,9 @@ def _port_names(ports: list[Any], base: str) -> list[v.Cause]:
 class ClusterIPAllocator(Protocol):
     """What the Service strategy needs of kube's ipallocator (the registry's ipallocator.ClusterIPAllocator)."""
 
-    async def allocate(self, ip: str, dry_run: bool = False) -> str: ...
+    async def allocate(self, ip: str, namespace: str, name: str, dry_run: bool = False) -> str: ...
 
-    async def allocate_next(self, dry_run: bool = False) -> str: ...
+    async def allocate_next(self, namespace: str, name: str, dry_run: bool = False) -> str: ...
 
     async def release(self, ip: str) -> None: ...
 
@@ -285,15 +285,16 @@ class ServiceAllocators:
             return None
         alloc = self.allocator
         wanted = spec.get("clusterIP") or ""
+        meta = obj.get("metadata") or {}
+        namespace, name = meta.get("namespace") or "", meta.get("name") or ""
         if wanted:
             try:
-                ip = await alloc.allocate(wanted, dry_run)
+                ip = await alloc.allocate(wanted, namespace, name, dry_run)
             except ValueError as e:
-                name = (obj.get("metadata") or {}).get("name") or ""
                 raise errors.invalid("Service", "", name, [
                     v.invalid("spec.clusterIPs", spec.get("clusterIPs") or [wanted], str(e))]) from None
         else:
-            ip = await alloc.allocate_next(dry_run)
+            ip = await alloc.allocate_next(namespace, name, dry_run)
         spec["clusterIP"], spec["clusterIPs"] = ip, [ip]
         spec.setdefault("ipFamilies", ["IPv6" if ":" in ip else "IPv4"])
         spec.setdefault("ipFamilyPolicy", "SingleStack")

@@ -40,13 +40,14 @@ def test_aggregated_groups_and_legacy():
     # admissionregistration 16700, apiextensions 16700, scheduling 16600, coordination 16500, discovery 16200,
     # flowcontrol 16100.
     assert [i["metadata"]["name"] for i in doc["items"]] == ["apps", "events.k8s.io", "authentication.k8s.io",
-                                                             "authorization.k8s.io", "apiregistration.k8s.io",
+                                                             "authorization.k8s.io", "autoscaling",
+                                                             "apiregistration.k8s.io",
                                                              "batch", "certificates.k8s.io",
                                                              "networking.k8s.io", "policy",
                                                              "rbac.authorization.k8s.io", "storage.k8s.io",
                                                              "admissionregistration.k8s.io", "apiextensions.k8s.io",
                                                                  "scheduling.k8s.io",
-                                                             "coordination.k8s.io",
+                                                             "coordination.k8s.io", "node.k8s.io",
                                                              "discovery.k8s.io", "flowcontrol.apiserver.k8s.io"]
     assert discovery.api_versions() == {
         "kind": "APIVersions", "versions": ["v1"],
@@ -68,7 +69,8 @@ def test_openapi_patch_ops_declare_field_validation_and_gvk():
                          "apis/admissionregistration.k8s.io/v1beta1", "apis/admissionregistration.k8s.io/v1alpha1", "apis/networking.k8s.io/v1",
                          "apis/policy/v1", "apis/scheduling.k8s.io/v1", "apis/storage.k8s.io/v1",
                          "apis/events.k8s.io/v1", "apis/coordination.k8s.io/v1", "apis/apiextensions.k8s.io/v1",
-                             "apis/flowcontrol.apiserver.k8s.io/v1"}
+                             "apis/flowcontrol.apiserver.k8s.io/v1",
+                             "apis/autoscaling/v2", "apis/autoscaling/v1", "apis/node.k8s.io/v1"}
     for key, raw in docs.items():
         doc = orjson.loads(raw)
         patches = [(path, item["patch"]) for path, item in doc["paths"].items() if "patch" in item]
@@ -97,7 +99,8 @@ def test_discovery_response():
                                         "discovery.k8s.io/v1", "admissionregistration.k8s.io/v1",
                                         "admissionregistration.k8s.io/v1beta1", "admissionregistration.k8s.io/v1alpha1", "networking.k8s.io/v1", "policy/v1",
                                         "scheduling.k8s.io/v1", "storage.k8s.io/v1", "events.k8s.io/v1", "apps/v1", "batch/v1", "coordination.k8s.io/v1",
-                                        "apiextensions.k8s.io/v1", "flowcontrol.apiserver.k8s.io/v1"}
+                                        "apiextensions.k8s.io/v1", "flowcontrol.apiserver.k8s.io/v1",
+                                        "autoscaling/v2", "autoscaling/v1", "node.k8s.io/v1"}
     assert set(resp.openapi) == {"api/v1", "apis/apiregistration.k8s.io/v1", "apis/rbac.authorization.k8s.io/v1",
                                  "apis/certificates.k8s.io/v1",
                                  "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1",
@@ -105,5 +108,6 @@ def test_discovery_response():
                                  "apis/admissionregistration.k8s.io/v1beta1", "apis/admissionregistration.k8s.io/v1alpha1", "apis/networking.k8s.io/v1",
                                  "apis/policy/v1", "apis/scheduling.k8s.io/v1", "apis/storage.k8s.io/v1",
                                  "apis/events.k8s.io/v1", "apis/apps/v1", "apis/batch/v1", "apis/coordination.k8s.io/v1",
-                                 "apis/apiextensions.k8s.io/v1", "apis/flowcontrol.apiserver.k8s.io/v1"}
+                                 "apis/apiextensions.k8s.io/v1", "apis/flowcontrol.apiserver.k8s.io/v1",
+                                 "apis/autoscaling/v2", "apis/autoscaling/v1", "apis/node.k8s.io/v1"}
     assert orjson.loads(resp.api_group_list)["groups"][0]["name"] == "apps"

@@ -492,6 +492,7 @@ async def test_bootstrap_idempotent(handlers, storage, api):
                                                   ["v1.apps", "Local", "True"],
                                                   ["v1.authentication.k8s.io", "Local", "True"],
                                                   ["v1.authorization.k8s.io", "Local", "True"],
+                                                  ["v1.autoscaling", "Local", "True"],
                                                   ["v1.batch", "Local", "True"],
                                                   ["v1.certificates.k8s.io", "Local", "True"],
                                                   ["v1.coordination.k8s.io", "Local", "True"],
@@ -499,12 +500,14 @@ async def test_bootstrap_idempotent(handlers, storage, api):
                                                   ["v1.events.k8s.io", "Local", "True"],
                                                   ["v1.flowcontrol.apiserver.k8s.io", "Local", "True"],
                                                   ["v1.networking.k8s.io", "Local", "True"],
+                                                  ["v1.node.k8s.io", "Local", "True"],
                                                   ["v1.policy", "Local", "True"],
                                                   ["v1.rbac.authorization.k8s.io", "Local", "True"],
                                                   ["v1.scheduling.k8s.io", "Local", "True"],
                                                   ["v1.storage.k8s.io", "Local", "True"],
                                                   ["v1alpha1.admissionregistration.k8s.io", "Local", "True"],
-                                                  ["v1beta1.admissionregistration.k8s.io", "Local", "True"]]
+                                                  ["v1beta1.admissionregistration.k8s.io", "Local", "True"],
+                                                  ["v2.autoscaling", "Local", "True"]]
 
 
 async def test_table_list(api):

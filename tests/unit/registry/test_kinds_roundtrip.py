@@ -89,6 +89,23 @@ SAMPLES: dict[str, Obj] = {
     "PodDisruptionBudget": {"spec": {"minAvailable": "50%", "selector": SELECTOR}},
     "PriorityClass": {"value": 1000, "description": "d"},
     "CSIDriver": {"spec": {"tokenRequests": [{"audience": "vault"}]}},
+    "CSINode": {"spec": {"drivers": [{"name": "disk.example.com", "nodeID": "n1", "topologyKeys": ["zone"]}]}},
+    "CSIStorageCapacity": {"storageClassName": "fast", "capacity": "10Gi", "nodeTopology": SELECTOR},
+    "VolumeAttachment": {"spec": {"attacher": "disk.example.com", "nodeName": "n1",
+                                  "source": {"persistentVolumeName": "pv-1"}}},
+    "RuntimeClass": {"handler": "runsc", "overhead": {"podFixed": {"cpu": "250m"}},
+                     "scheduling": {"nodeSelector": {"sandbox": "yes"}, "tolerations": [{"key": "k", "operator": "Exists"}]}},
+    "ControllerRevision": {"data": {"spec": {"replicas": 1}}, "revision": 3},
+    "ServiceCIDR": {"spec": {"cidrs": ["10.250.0.0/16"]}},
+    "IPAddress": {"spec": {"parentRef": {"group": "", "resource": "services", "namespace": "default", "name": "web"}}},
+    "autoscaling/v2/HorizontalPodAutoscaler": {"spec": {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "maxReplicas": 4,
+        "metrics": [{"type": "Pods", "pods": {"metric": {"name": "qps"}, "target": {"type": "AverageValue",
+                                                                                     "averageValue": "10"}}}],
+        "behavior": {"scaleUp": {"selectPolicy": "Min"}}}},
+    "autoscaling/v1/HorizontalPodAutoscaler": {"spec": {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "maxReplicas": 4,
+        "targetCPUUtilizationPercentage": 60}},
     "StorageClass": {"provisioner": "example.com/disk", "parameters": {"type": "ssd"}},
     "PersistentVolume": {"spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
                                   "hostPath": {"path": "/data"}}},
@@ -124,7 +141,8 @@ def sample(info: Any) -> Obj | None:
 
 
 # Kinds whose name is not free (an APIService is named version.group, a CRD plural.group).
-NAMES = {"APIService": "v1.example.com", "CustomResourceDefinition": "crontabs.stable.example.com"}
+NAMES = {"APIService": "v1.example.com", "CustomResourceDefinition": "crontabs.stable.example.com",
+         "IPAddress": "10.250.0.7"}
 
 
 def _type(validator: Any, types: Any, instance: Any, schema: Obj) -> Any:
