@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import ssl
 import subprocess
 import sys
@@ -92,6 +93,12 @@ class Kubectl:
             assert "NotFound" in proc.stderr, proc.stderr
             return None
         return json.loads(proc.stdout)
+
+    def table(self, *args: str) -> tuple[list[str], list[list[str]]]:
+        """`kubectl get ...`'s header and rows, cells split where kubectl pads (two spaces or more)."""
+        lines = self.run("get", *args).stdout.splitlines()
+        split = [re.split(r"\s{2,}", line.strip()) for line in lines]
+        return split[0], split[1:]
 
     def popen(self, *args: str) -> subprocess.Popen[bytes]:
         cmd = [self.binary, f"--kubeconfig={self.kubeconfig}", f"--cache-dir={self.cache}", *args]

@@ -5,12 +5,10 @@ default ServiceCIDR."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import yaml
 
-from tests.conftest import Kubectl
 from tests.kubectls import RUN, refused, tag
 from tests.waiting import wait_for
 
@@ -24,12 +22,6 @@ def ns(kubectl):
     yield NS
     kubectl.run("delete", "namespace", NS, "--wait=false", check=False)
 
-
-def table(kctl: Kubectl, *args: str) -> tuple[list[str], list[list[str]]]:
-    """kubectl get's header and rows, cells split where kubectl pads (two spaces or more)."""
-    lines = kctl.run("get", *args).stdout.splitlines()
-    split = [re.split(r"\s{2,}", line.strip()) for line in lines]
-    return split[0], split[1:]
 
 
 # (resource, namespaced, manifest, header, the row's first cells, a bad manifest, what kube answers it); the
@@ -133,7 +125,7 @@ def test_kind_through_kubectl(kubectl, resource, namespaced, manifest, header, r
     assert "NotFound" in refused(kubectl, *ns, "get", resource, name)
     out = kubectl.run(*ns, "apply", "--server-side", "-f", "-", input=manifest)
     assert "serverside-applied" in out.stdout
-    got, rows = table(kubectl, *ns, resource, name)
+    got, rows = kubectl.table(*ns, resource, name)
     assert got == header and rows[0][:len(row)] == row
     listed = json.loads(kubectl.run(*ns, "get", resource, "-o", "json", "--field-selector",
                                     f"metadata.name={name}").stdout)
@@ -167,7 +159,7 @@ def test_kubectl_autoscale_and_one_hpa_in_both_versions(kctl):
     kctl.run("-n", NS, "apply", "-f", "-", input=DEPLOYMENT.format(name=name))
     out = kctl.run("-n", NS, "autoscale", "deployment", name, "--min=2", "--max=5", "--cpu-percent=80")
     assert f"horizontalpodautoscaler.autoscaling/{name} autoscaled" in out.stdout
-    header, rows = table(kctl, "-n", NS, "hpa", name)
+    header, rows = kctl.table("-n", NS, "hpa", name)
     assert header == ["NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"]
     assert rows[0][:6] == [name, f"Deployment/{name}", "cpu: <unknown>/80%", "2", "5", "0"]
     v1 = json.loads(kctl.run("-n", NS, "get", "horizontalpodautoscalers.v1.autoscaling", name, "-o", "json").stdout)
@@ -202,7 +194,7 @@ spec:
   metrics: [{{type: Pods, pods: {{metric: {{name: qps}}, target: {{type: AverageValue, averageValue: "10"}}}}}}]
 """
     kubectl.run("-n", NS, "apply", "--server-side", "-f", "-", input=manifest)
-    _, rows = table(kubectl, "-n", NS, "hpa", name)
+    _, rows = kubectl.table("-n", NS, "hpa", name)
     assert rows[0][:5] == [name, "Deployment/web", "<unknown>/10", "1", "3"]
     err = refused(kubectl, "-n", NS, "apply", "--server-side", "-f", "-",
                   input=manifest.replace("maxReplicas: 3", "maxReplicas: 0"))
@@ -211,14 +203,14 @@ spec:
 
 
 def test_cluster_ip_is_an_ip_address_and_the_default_service_cidr(kubectl):
-    header, rows = table(kubectl, "servicecidrs", "kubernetes")
+    header, rows = kubectl.table("servicecidrs", "kubernetes")
     assert header == ["NAME", "CIDRS", "AGE"] and rows[0][:2] == ["kubernetes", "10.96.0.0/12"]
     cidr = json.loads(kubectl.run("get", "servicecidr", "kubernetes", "-o", "json").stdout)
     assert [(c["type"], c["status"]) for c in cidr["status"]["conditions"]] == [("Ready", "True")]
     name = f"web-{RUN}"
     kubectl.run("-n", NS, "create", "service", "clusterip", name, "--tcp=80")
     ip = kubectl.run("-n", NS, "get", "service", name, "-o", "jsonpath={.spec.clusterIP}").stdout
-    header, rows = table(kubectl, "ip", ip)
+    header, rows = kubectl.table("ip", ip)
     assert header == ["NAME", "PARENTREF"] and rows == [[ip, f"services/{NS}/{name}"]]
     err = refused(kubectl, "-n", NS, "create", "service", "clusterip", f"copy-{RUN}", "--tcp=80",
                   f"--clusterip={ip}")

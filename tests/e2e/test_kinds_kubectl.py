@@ -4,12 +4,10 @@ RBAC on cluster-scoped nodes."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import yaml
 
-from tests.conftest import Kubectl
 from tests.kubectls import RUN, refused, tag
 from tests.waiting import wait_for
 
@@ -24,22 +22,16 @@ def ns(kubectl):
     kubectl.run("delete", "namespace", NS, "--wait=false", check=False)
 
 
-def table(kctl: Kubectl, *args: str) -> tuple[list[str], list[list[str]]]:
-    """kubectl get's header and rows, cells split where kubectl pads (two spaces or more)."""
-    lines = kctl.run("get", *args).stdout.splitlines()
-    split = [re.split(r"\s{2,}", line.strip()) for line in lines]
-    return split[0], split[1:]
-
 
 def test_priority_class(kctl):
     name = f"pc-{tag(kctl)}"
     out = kctl.run("create", "priorityclass", name, "--value=1000", "--description=high", "--preemption-policy=Never")
     assert f"priorityclass.scheduling.k8s.io/{name} created" in out.stdout
-    header, rows = table(kctl, "pc", name)
+    header, rows = kctl.table("pc", name)
     assert header == ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"]
     assert rows[0][:3] == [name, "1000", "false"] and rows[0][4] == "Never"
     # kube's system classes exist from the start
-    _, system = table(kctl, "priorityclasses", "system-node-critical", "system-cluster-critical")
+    _, system = kctl.table("priorityclasses", "system-node-critical", "system-cluster-critical")
     assert [r[:2] for r in system] == [["system-node-critical", "2000001000"],
                                       ["system-cluster-critical", "2000000000"]]
     err = refused(kctl, "create", "priorityclass", f"huge-{tag(kctl)}", "--value=2000000000")
@@ -62,15 +54,15 @@ def test_pod_disruption_budget(kctl):
     assert dry["status"] == {"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0, "expectedPods": 0}
     assert dry["metadata"]["generation"] == 1 and dry["spec"]["minAvailable"] == "50%"
     kctl.run("-n", NS, "create", "pdb", name, "--selector=app=web", "--min-available=50%")
-    header, rows = table(kctl, "-n", NS, "pdb", name)
+    header, rows = kctl.table("-n", NS, "pdb", name)
     assert header == ["NAME", "MIN AVAILABLE", "MAX UNAVAILABLE", "ALLOWED DISRUPTIONS", "AGE"]
     assert rows[0][:4] == [name, "50%", "N/A", "0"]
     # the status changes through /status only
     kctl.run("-n", NS, "patch", "pdb", name, "--type=merge", "-p", '{"status": {"disruptionsAllowed": 2}}')
-    assert table(kctl, "-n", NS, "pdb", name)[1][0][3] == "0"
+    assert kctl.table("-n", NS, "pdb", name)[1][0][3] == "0"
     kctl.run("-n", NS, "patch", "pdb", name, "--subresource=status", "--type=merge", "-p",
              '{"status": {"disruptionsAllowed": 2}}')
-    assert table(kctl, "-n", NS, "pdb", name)[1][0][3] == "2"
+    assert kctl.table("-n", NS, "pdb", name)[1][0][3] == "2"
     kctl.run("-n", NS, "patch", "pdb", name, "--type=merge", "-p", '{"spec": {"minAvailable": 1}}')
     got = json.loads(kctl.run("-n", NS, "get", "pdb", name, "-o", "json").stdout)
     assert got["metadata"]["generation"] == 2 and got["status"]["disruptionsAllowed"] == 2
@@ -109,12 +101,12 @@ spec:
 def test_ingress(kctl):
     name = f"ing-{tag(kctl)}"
     kctl.run("-n", NS, "create", "ingress", name, "--class=nginx", "--rule=foo.example.com/bar=svc1:8080,tls=my-cert")
-    header, rows = table(kctl, "-n", NS, "ingress", name)
+    header, rows = kctl.table("-n", NS, "ingress", name)
     assert header == ["NAME", "CLASS", "HOSTS", "ADDRESS", "PORTS", "AGE"]
     assert rows[0][:3] == [name, "nginx", "foo.example.com"] and "80, 443" in rows[0]
     kctl.run("-n", NS, "patch", "ingress", name, "--subresource=status", "--type=merge", "-p",
              '{"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}}')
-    assert table(kctl, "-n", NS, "ing", name)[1][0][3] == "192.0.2.10"
+    assert kctl.table("-n", NS, "ing", name)[1][0][3] == "192.0.2.10"
     got = json.loads(kctl.run("-n", NS, "get", "ingress", name, "-o", "json").stdout)
     assert got["spec"]["rules"][0]["http"]["paths"][0]["pathType"] == "Exact"
     assert got["metadata"]["generation"] == 1
@@ -202,7 +194,7 @@ def test_apply_patch_and_wide_columns(kctl):
     assert f"ingressclass.networking.k8s.io/ic-{t} created" in out and f"node/node-{t} created" in out
     assert "unchanged" in kctl.run("apply", "-f", "-", input=docs).stdout
 
-    header, rows = table(kctl, "nodes", f"node-{t}", "-o", "wide")
+    header, rows = kctl.table("nodes", f"node-{t}", "-o", "wide")
     assert header == ["NAME", "STATUS", "ROLES", "AGE", "VERSION", "INTERNAL-IP", "EXTERNAL-IP", "OS-IMAGE",
                       "KERNEL-VERSION", "CONTAINER-RUNTIME"]
     assert rows[0][:3] == [f"node-{t}", "Unknown", "control-plane"]
@@ -210,33 +202,33 @@ def test_apply_patch_and_wide_columns(kctl):
     kctl.run("patch", "node", f"node-{t}", "--subresource=status", "--type=merge", "-p",
              '{"status": {"conditions": [{"type": "Ready", "status": "True"}]}}')
     kctl.run("patch", "node", f"node-{t}", "-p", '{"spec": {"unschedulable": true}}')
-    assert table(kctl, "nodes", f"node-{t}")[1][0][1] == "Ready,SchedulingDisabled"
+    assert kctl.table("nodes", f"node-{t}")[1][0][1] == "Ready,SchedulingDisabled"
     err = refused(kctl, "patch", "node", f"node-{t}", "-p", '{"spec": {"podCIDRs": ["10.0.9.0/24"]}}')
     assert 'node updates may not change podCIDR except from "" to valid' in err
 
-    header, rows = table(kctl, "storageclass", f"sc-{t}")
+    header, rows = kctl.table("storageclass", f"sc-{t}")
     assert header == ["NAME", "PROVISIONER", "RECLAIMPOLICY", "VOLUMEBINDINGMODE", "ALLOWVOLUMEEXPANSION", "AGE"]
     assert rows[0][:5] == [f"sc-{t} (default)", "example.com/disk", "Delete", "Immediate", "true"]
     err = refused(kctl, "patch", "sc", f"sc-{t}", "-p", '{"parameters": {"type": "hdd"}}')
     assert "parameters: Forbidden: updates to parameters are forbidden." in err
     kctl.run("annotate", "sc", f"sc-{t}", "storageclass.kubernetes.io/is-default-class-")
-    assert table(kctl, "sc", f"sc-{t}")[1][0][0] == f"sc-{t}"
+    assert kctl.table("sc", f"sc-{t}")[1][0][0] == f"sc-{t}"
 
-    header, rows = table(kctl, "ingressclass", f"ic-{t}")
+    header, rows = kctl.table("ingressclass", f"ic-{t}")
     assert header == ["NAME", "CONTROLLER", "PARAMETERS", "AGE"]
     assert rows[0][:3] == [f"ic-{t}", "example.com/ingress", "Params.k8s.example.com/p"]
     err = refused(kctl, "patch", "ingressclass", f"ic-{t}", "-p", '{"spec": {"controller": "example.com/x"}}')
     assert 'spec.controller: Invalid value: "example.com/x": field is immutable' in err
 
-    header, rows = table(kctl, "-n", NS, "netpol", f"np-{t}")
+    header, rows = kctl.table("-n", NS, "netpol", f"np-{t}")
     assert header == ["NAME", "POD-SELECTOR", "AGE"] and rows[0][:2] == [f"np-{t}", "app=web"]
     got = json.loads(kctl.run("-n", NS, "get", "networkpolicy", f"np-{t}", "-o", "json").stdout)
     assert got["spec"]["policyTypes"] == ["Ingress"] and got["spec"]["ingress"][0]["ports"][0]["protocol"] == "TCP"
     kctl.run("-n", NS, "patch", "netpol", f"np-{t}", "--type=json", "-p",
              '[{"op": "replace", "path": "/spec/podSelector", "value": {}}]')
-    assert table(kctl, "-n", NS, "netpol", f"np-{t}")[1][0][1] == "<none>"
+    assert kctl.table("-n", NS, "netpol", f"np-{t}")[1][0][1] == "<none>"
 
-    header, rows = table(kctl, "-n", NS, "limits", f"lr-{t}")
+    header, rows = kctl.table("-n", NS, "limits", f"lr-{t}")
     assert header == ["NAME", "CREATED AT"] and rows[0][0] == f"lr-{t}"
     got = json.loads(kctl.run("-n", NS, "get", "limitrange", f"lr-{t}", "-o", "json").stdout)
     assert got["spec"]["limits"][0]["default"] == {"cpu": "2"}
@@ -336,7 +328,7 @@ def test_events_in_both_versions(kctl):
     kctl.run("apply", "-f", "-", input=EVENTS.format(tag=t, ns=NS))
     selector = f"--field-selector=involvedObject.name=cm-{t}"
     for resource in ("events", "events.v1.events.k8s.io"):
-        header, rows = table(kctl, "-n", NS, resource, selector)
+        header, rows = kctl.table("-n", NS, resource, selector)
         assert header[:5] == ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], resource
         assert sorted((r[1], r[3], r[4]) for r in rows) == [
             ("Normal", f"configmap/cm-{t}", "written in v1"),
@@ -365,12 +357,12 @@ spec:
 def test_csi_driver(kctl):
     name = f"disk-{tag(kctl)}.example.com"
     kctl.run("apply", "-f", "-", input=CSI_DRIVER.format(tag=tag(kctl)))
-    header, rows = table(kctl, "csidriver", name)
+    header, rows = kctl.table("csidriver", name)
     assert header == ["NAME", "ATTACHREQUIRED", "PODINFOONMOUNT", "STORAGECAPACITY", "TOKENREQUESTS",
                       "REQUIRESREPUBLISH", "MODES", "AGE"]
     assert rows[0][:7] == [name, "true", "false", "false", "vault", "false", "Persistent"]
     err = refused(kctl, "patch", "csidriver", name, "-p", '{"spec": {"attachRequired": false}}')
     assert "spec.attachRequired: Invalid value: false: field is immutable" in err
     kctl.run("patch", "csidriver", name, "-p", '{"spec": {"podInfoOnMount": true}}')
-    assert table(kctl, "csidriver", name)[1][0][2] == "true"
+    assert kctl.table("csidriver", name)[1][0][2] == "true"
     kctl.run("delete", "csidriver", name)

@@ -24,11 +24,6 @@ def ns(kubectl):
     kubectl.run("delete", "namespace", NS, "--wait=false", check=False)
 
 
-def table(kctl: Kubectl, *args: str) -> tuple[list[str], list[list[str]]]:
-    lines = kctl.run("get", *args).stdout.splitlines()
-    split = [re.split(r"\s{2,}", line.strip()) for line in lines]
-    return split[0], split[1:]
-
 
 def pv_yaml(name: str, size: str = "1Gi", policy: str = "Retain", sc: str = "", labels: str = "{}",
             claim: str = "") -> str:
@@ -74,15 +69,15 @@ def test_pv_and_pvc_columns_explain_and_delete(kctl):
     pv = wait_for(lambda: phase(kctl, "pv", f"pv-{t}") == "Available" and kctl.get_json("pv", f"pv-{t}"),
                   what="the volume Available")
     assert pv["spec"]["volumeMode"] == "Filesystem" and pv["metadata"]["finalizers"] == ["kubernetes.io/pv-protection"]
-    header, rows = table(kctl, "pv", f"pv-{t}")
+    header, rows = kctl.table("pv", f"pv-{t}")
     assert header == ["NAME", "CAPACITY", "ACCESS MODES", "RECLAIM POLICY", "STATUS", "CLAIM", "STORAGECLASS",
                       "VOLUMEATTRIBUTESCLASS", "REASON", "AGE"]
     assert rows[0][:6] == [f"pv-{t}", "1Gi", "RWO", "Retain", "Available", f"none-{t}"]
-    header, _ = table(kctl, "pv", f"pv-{t}", "-o", "wide")
+    header, _ = kctl.table("pv", f"pv-{t}", "-o", "wide")
     assert header[-1] == "VOLUMEMODE"
 
     kctl.run("create", "-f", "-", input=pvc_yaml(f"lonely-{t}", sc=f"none-{t}", size="5Gi"))
-    header, rows = table(kctl, "-n", NS, "pvc", f"lonely-{t}")
+    header, rows = kctl.table("-n", NS, "pvc", f"lonely-{t}")
     assert header == ["NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS MODES", "STORAGECLASS",
                       "VOLUMEATTRIBUTESCLASS", "AGE"]
     assert rows[0][:3] == [f"lonely-{t}", "Pending", f"none-{t}"]  # no volume holds 5Gi: it waits
@@ -118,9 +113,9 @@ def test_binding_then_release_and_reclaim(kctl):
     assert volume["spec"]["claimRef"]["name"] == f"data-{t}" and volume["spec"]["claimRef"]["uid"] == \
         claim["metadata"]["uid"]
     assert volume["metadata"]["annotations"]["pv.kubernetes.io/bound-by-controller"] == "yes"
-    _, rows = table(kctl, "pv", f"small-{t}")
+    _, rows = kctl.table("pv", f"small-{t}")
     assert rows[0][4:7] == ["Bound", f"{NS}/data-{t}", sc]
-    _, rows = table(kctl, "-n", NS, "pvc", f"data-{t}")
+    _, rows = kctl.table("-n", NS, "pvc", f"data-{t}")
     assert rows[0][:6] == [f"data-{t}", "Bound", f"small-{t}", "2Gi", "RWO", sc]
     described = kctl.run("describe", "-n", NS, "pvc", f"data-{t}").stdout
     assert re.search(r"Status:\s+Bound", described) and re.search(rf"Volume:\s+small-{t}", described)
@@ -135,7 +130,7 @@ def test_binding_then_release_and_reclaim(kctl):
     # a deleting volume in use keeps its finalizer
     kctl.run("delete", "pv", f"kept-{t}", "--wait=false")
     assert kctl.get_json("pv", f"kept-{t}")["metadata"]["finalizers"] == ["kubernetes.io/pv-protection"]
-    _, rows = table(kctl, "pv", f"kept-{t}")
+    _, rows = kctl.table("pv", f"kept-{t}")
     assert rows[0][4] == "Terminating"
 
     # the claims go (no pod uses them): Delete without a deleter plug-in fails, Retain stays Released
@@ -159,7 +154,7 @@ def test_retained_volume_stays_released(kctl):
     wait_for(lambda: phase(kctl, "pv", f"ret-{t}") == "Bound", what="the volume Bound")
     kctl.run("delete", "-n", NS, f"pvc/ret-{t}", "--wait", timeout=60)
     wait_for(lambda: phase(kctl, "pv", f"ret-{t}") == "Released", what="the volume Released")
-    _, rows = table(kctl, "pv", f"ret-{t}")
+    _, rows = kctl.table("pv", f"ret-{t}")
     assert rows[0][3:6] == ["Retain", "Released", f"{NS}/ret-{t}"]
     kctl.run("delete", "pv", f"ret-{t}", "--wait", timeout=60)
 
@@ -285,7 +280,7 @@ spec:
     wait_for(lambda: kctl.run("create", "-f", "-", input=pod, check=False).returncode == 0,
              what="the pod created (its namespace's default ServiceAccount exists)")
     kctl.run("delete", "-n", NS, f"pvc/used-{t}", "--wait=false")
-    _, rows = table(kctl, "-n", NS, "pvc", f"used-{t}")
+    _, rows = kctl.table("-n", NS, "pvc", f"used-{t}")
     assert rows[0][1] == "Terminating"
     assert kctl.get_json("-n", NS, "pvc", f"used-{t}")["metadata"]["finalizers"] == ["kubernetes.io/pvc-protection"]
     kctl.run("delete", "-n", NS, f"pod/user-{t}", "--grace-period=0", "--force", "--wait", timeout=60)
