@@ -1,8 +1,11 @@
 """RequestInfo: what a URL and method mean to the API, as kube's RequestInfoFactory parses them."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote
+
+from .validation import is_valid_path_segment_name
 
 API_PREFIXES = frozenset(("api", "apis"))
 GROUPLESS_PREFIXES = frozenset(("api",))
@@ -44,22 +47,25 @@ def _split(path: str) -> list[str]:
 
 
 def needs_raw_split(raw_path: bytes) -> bool:
-    """Whether the raw path has an escaped slash or a dot segment, which the decoded path loses or
-    keeps wrongly ("secrets/%2F" is the name "/", not a list; "a/../b" is "b")."""
-    return b"%2f" in raw_path.lower() or b"/." in raw_path
+    """Whether the raw path has an escaped slash, which the decoded path turns into a separator
+    ("secrets/%2F" names the object "/", which is no list of secrets)."""
+    return b"%2f" in raw_path.lower()
 
 
 def split_raw(raw_path: bytes) -> list[str]:
-    """The path's segments as a client's URL means them: dot segments removed (RFC 3986, as Go's
-    path.Clean and every HTTP client does), then each segment unescaped on its own."""
-    out: list[str] = []
-    for seg in raw_path.decode("latin-1").strip("/").split("/"):
-        if seg == "..":
-            if out:
-                out.pop()
-        elif seg not in (".", ""):
-            out.append(unquote(seg))
-    return out
+    """The path's segments as sent, each unescaped on its own. Dot segments stay names, as kube's
+    RequestInfoFactory leaves them (a namespace called ".." is a name with nothing in it)."""
+    path = raw_path.decode("latin-1").strip("/")
+    return [unquote(seg) for seg in path.split("/")] if path else []
+
+
+def invalid_path_name(info: RequestInfo) -> str:
+    """What storage's NamespaceKeyFunc answers (a 400) for a name that cannot be a path segment ("",
+    when it can): asked after authorization, as kube's storage does."""
+    name = info.path_name
+    if not name or (name not in (".", "..") and "/" not in name and "%" not in name):
+        return ""
+    return f"Name parameter invalid: {json.dumps(name)}: {';'.join(is_valid_path_segment_name(name))}"
 
 
 def parse_query(query_string: str | bytes) -> dict[str, str]:

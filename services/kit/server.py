@@ -38,7 +38,7 @@ from services.apiserver.endpoints.handlers import Admission, Handlers
 from services.apiserver.filters import Handler, RequestContext
 from services.apiserver.filters.context import warning_headers
 from services.apiserver.filters.timeout import Deadlines
-from services.apiserver.requestinfo import RequestInfo
+from services.apiserver.requestinfo import RequestInfo, invalid_path_name
 from services.common import envelope, runtime
 from services.common.errors import APIError, BadRequest, NotFound
 from services.common.informer import Informer
@@ -349,6 +349,8 @@ class APIServer:
     async def _resource(self, ctx: Context, info: RequestInfo, kind: Kind, accept: str) -> None:
         if kind.namespaced != bool(info.namespace) and info.verb not in ("list", "watch"):
             raise NotFound("the server could not find the requested resource")
+        if bad_name := invalid_path_name(info):
+            raise BadRequest(bad_name)
         out = negotiation.negotiate_output(accept)
         body, ctype = b"", ""
         if info.verb in ("create", "update", "patch", "delete"):

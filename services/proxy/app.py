@@ -33,9 +33,9 @@ from services.apiserver.filters.timeout import (
 )
 from services.apiserver.filters.wrap import with_panic_recovery
 from services.apiserver.negotiation import APPLY_PATCH, PROTOBUF, negotiate_output
-from services.apiserver.requestinfo import RequestInfo
+from services.apiserver.requestinfo import RequestInfo, invalid_path_name
 from services.common import auditid, runtime
-from services.common.errors import NotFound, ServiceUnavailable, UnsupportedMediaType
+from services.common.errors import BadRequest, NotFound, ServiceUnavailable, UnsupportedMediaType
 from services.common.informer import Informer
 from services.common.metrics import exposition as metrics_exposition
 
@@ -278,6 +278,8 @@ class ProxyApp:
         if info.verb == "proxy":
             raise NotFound("the server could not find the requested resource")
         self._check_served(info)
+        if bad_name := invalid_path_name(info):
+            raise BadRequest(bad_name)
         output = negotiate_output(ctx.header(b"accept"))
         if output.format == "protobuf":
             api_version = f"{info.api_group}/{info.api_version}" if info.api_group else info.api_version

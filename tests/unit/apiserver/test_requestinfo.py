@@ -1,6 +1,6 @@
 import pytest
 
-from services.apiserver.requestinfo import needs_raw_split, parse, parse_query, split_raw
+from services.apiserver.requestinfo import invalid_path_name, needs_raw_split, parse, parse_query, split_raw
 
 # (method, url, verb, resource?, api_prefix, group, version, namespace, resource, subresource, name)
 CASES = [
@@ -96,17 +96,30 @@ def test_parse_query_first_value():
 
 @pytest.mark.parametrize("raw,segments", [
     (b"/api/v1/namespaces/kube-system/secrets/%2F", ["api", "v1", "namespaces", "kube-system", "secrets", "/"]),
-    (b"/api/v1/namespaces/../secrets", ["api", "v1", "secrets"]),
-    (b"/api/v1/./namespaces/a/configmaps/b%2fc/", ["api", "v1", "namespaces", "a", "configmaps", "b/c"]),
-    (b"/../../api", ["api"]),
+    (b"/api/v1/namespaces/a/configmaps/b%2fc/", ["api", "v1", "namespaces", "a", "configmaps", "b/c"]),
+    (b"/api/v1/namespaces/kube-system/secrets/..%2f..%2f", ["api", "v1", "namespaces", "kube-system", "secrets",
+                                                           "../../"]),
 ])
-def test_raw_paths_keep_escaped_slashes_and_lose_dot_segments(raw, segments):
+def test_raw_paths_keep_escaped_slashes_in_their_segment(raw, segments):
     assert needs_raw_split(raw)
     assert split_raw(raw) == segments
 
 
-def test_plain_paths_take_the_decoded_split():
-    assert not needs_raw_split(b"/api/v1/namespaces/a/configmaps/my.config")
+def test_plain_paths_take_the_decoded_split_and_keep_dot_segments():
+    assert not needs_raw_split(b"/api/v1/namespaces/../secrets")
+    assert parse("GET", "/api/v1/namespaces/../secrets", {}).namespace == ".."
     info = parse("GET", "/api/v1/namespaces/kube-system/secrets//", {},
                  split_raw(b"/api/v1/namespaces/kube-system/secrets/%2F"))
     assert (info.verb, info.namespace, info.resource, info.name) == ("get", "kube-system", "secrets", "/")
+
+
+@pytest.mark.parametrize("name,message", [
+    ("/", 'Name parameter invalid: "/": may not contain \'/\''),
+    ("..", 'Name parameter invalid: "..": may not be \'..\''),
+    ("a%b", 'Name parameter invalid: "a%b": may not contain \'%\''),
+    ("my.config", ""), ("", ""),
+])
+def test_names_that_are_no_path_segment(name, message):
+    path = f"/api/v1/namespaces/a/configmaps/{name}" if name not in ("/",) else "/api/v1/namespaces/a/configmaps"
+    info = parse("GET", path, {}, ["api", "v1", "namespaces", "a", "configmaps", name] if name else None)
+    assert invalid_path_name(info) == message
