@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from apiary_pb import registry_pb2_grpc as rgrpc
 from services.apiserver.catalogue import Catalogue
 
 from .attributes import CONNECT, CREATE, DELETE, UPDATE, Attributes
+from .informers import shared_informers
 
 ALL_OPERATIONS = frozenset({CREATE, UPDATE, DELETE, CONNECT})
 GroupResource = tuple[str, str]
@@ -73,3 +75,22 @@ class ValidatingPlugin(Protocol):
 
 
 PluginConfig = dict[str, Any] | None
+
+
+class InformerPlugin(Plugin):
+    """A plug-in that reads one kind from the shared informers (kube's plugins with a lister): started
+    and stopped with them, ready once that kind is synced."""
+
+    def __init__(self, registry: rgrpc.RegistryStub, group: str, version: str, resource: str) -> None:
+        self.registry = registry
+        self.factory = shared_informers(registry)
+        self.informer = self.factory.informer(group, version, resource)
+
+    async def start(self) -> None:
+        self.factory.start()
+
+    async def stop(self) -> None:
+        await self.factory.stop()
+
+    def ready(self) -> bool:
+        return self.informer.synced.is_set()

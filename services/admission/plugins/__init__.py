@@ -20,9 +20,19 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 
 from ..plugin import Plugin, PluginConfig
 from ..webhook import dispatcher as webhooks
-from . import (certificates, default_storage_class, default_toleration_seconds, limit_ranger,
-               mutating_admission_policy, namespace_lifecycle, priority, resource_quota, service_account,
-               storage_object_in_use_protection, validating_admission_policy)
+from . import (
+    certificates,
+    default_storage_class,
+    default_toleration_seconds,
+    limit_ranger,
+    mutating_admission_policy,
+    namespace_lifecycle,
+    priority,
+    resource_quota,
+    service_account,
+    storage_object_in_use_protection,
+    validating_admission_policy,
+)
 
 Factory = Callable[[PluginConfig, "rgrpc.RegistryStub | None"], Plugin]
 

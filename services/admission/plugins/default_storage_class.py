@@ -14,8 +14,7 @@ from typing import Any
 from apiary_pb import registry_pb2_grpc as rgrpc
 
 from ..attributes import CREATE, Attributes
-from ..informers import shared_informers
-from ..plugin import Plugin, PluginConfig
+from ..plugin import InformerPlugin, PluginConfig
 
 PVCS = ("", "persistentvolumeclaims")
 BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"
@@ -37,24 +36,14 @@ def default_class(classes: list[dict[str, Any]]) -> dict[str, Any] | None:
     return max(defaults, key=lambda sc: sc["metadata"].get("creationTimestamp") or "")
 
 
-class DefaultStorageClass(Plugin):
+class DefaultStorageClass(InformerPlugin):
     name = "DefaultStorageClass"
     operations = frozenset({CREATE})
     resources = frozenset({PVCS})
     subresources = False
 
     def __init__(self, registry: rgrpc.RegistryStub) -> None:
-        self.factory = shared_informers(registry)
-        self.classes = self.factory.informer("storage.k8s.io", "v1", "storageclasses")
-
-    async def start(self) -> None:
-        self.factory.start()
-
-    async def stop(self) -> None:
-        await self.factory.stop()
-
-    def ready(self) -> bool:
-        return self.classes.synced.is_set()
+        super().__init__(registry, "storage.k8s.io", "v1", "storageclasses")
 
     async def admit(self, a: Attributes) -> None:
         pvc = a.object
@@ -63,7 +52,7 @@ class DefaultStorageClass(Plugin):
         annotations = (pvc.get("metadata") or {}).get("annotations") or {}
         if pvc["spec"].get("storageClassName") is not None or BETA_STORAGE_CLASS in annotations:
             return
-        sc = default_class(list(self.classes.store.values()))
+        sc = default_class(list(self.informer.store.values()))
         if sc is None:
             return
         pvc["spec"]["storageClassName"] = sc["metadata"]["name"]  # in place, as kube's plug-ins

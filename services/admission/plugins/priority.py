@@ -25,8 +25,8 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common.errors import forbidden
 
 from ..attributes import CREATE, UPDATE, Attributes
-from ..informers import cached_or_live, shared_informers
-from ..plugin import PODS, Plugin, PluginConfig
+from ..informers import cached_or_live
+from ..plugin import PODS, InformerPlugin, PluginConfig
 
 GROUP = "scheduling.k8s.io"
 DEFAULT_PRIORITY = 0  # scheduling.DefaultPriorityWhenNoDefaultClassExists
@@ -34,7 +34,7 @@ PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
 PRIORITY_CLASSES = (GROUP, "priorityclasses")
 
 
-class Priority(Plugin):
+class Priority(InformerPlugin):
     name = "Priority"
     operations = frozenset({CREATE, UPDATE})
     resources = frozenset({PODS})  # pods are admitted, ...
@@ -42,23 +42,12 @@ class Priority(Plugin):
     subresources = False
 
     def __init__(self, registry: rgrpc.RegistryStub) -> None:
-        self.registry = registry
-        self.factory = shared_informers(registry)
-        self.classes = self.factory.informer(GROUP, "v1", "priorityclasses")
-
-    async def start(self) -> None:
-        self.factory.start()
-
-    async def stop(self) -> None:
-        await self.factory.stop()
-
-    def ready(self) -> bool:
-        return self.classes.synced.is_set()
+        super().__init__(registry, GROUP, "v1", "priorityclasses")
 
     def default_class(self) -> dict[str, Any] | None:
         """getDefaultPriorityClass: the globalDefault class, the lowest value when a race made several."""
         found = None
-        for pc in self.classes.store.values():
+        for pc in self.informer.store.values():
             if pc.get("globalDefault") and (found is None or found.get("value", 0) > pc.get("value", 0)):
                 found = pc
         return found
@@ -85,7 +74,7 @@ class Priority(Plugin):
             if pc is not None:
                 spec["priorityClassName"] = pc["metadata"]["name"]
         else:
-            pc = await cached_or_live(self.registry, self.classes, "", name)
+            pc = await cached_or_live(self.registry, self.informer, "", name)
             if pc is None:
                 raise forbidden(a.resource, a.group, a.name_for_errors(),
                                 f"no PriorityClass with name {name} was found")

@@ -20,8 +20,8 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common.errors import forbidden
 
 from ..attributes import CREATE, Attributes
-from ..informers import cached_or_live, shared_informers
-from ..plugin import PODS, Plugin, PluginConfig
+from ..informers import cached_or_live
+from ..plugin import PODS, InformerPlugin, PluginConfig
 
 DEFAULT_ACCOUNT = "default"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -40,25 +40,14 @@ def access_volume(name: str) -> dict[str, Any]:
     ]}}
 
 
-class ServiceAccount(Plugin):
+class ServiceAccount(InformerPlugin):
     name = "ServiceAccount"
     operations = frozenset({CREATE})
     resources = frozenset({PODS})
     subresources = False
 
     def __init__(self, registry: rgrpc.RegistryStub) -> None:
-        self.registry = registry
-        self.factory = shared_informers(registry)
-        self.informer = self.factory.informer("", "v1", "serviceaccounts")
-
-    async def start(self) -> None:
-        self.factory.start()
-
-    async def stop(self) -> None:
-        await self.factory.stop()
-
-    def ready(self) -> bool:
-        return self.informer.synced.is_set()
+        super().__init__(registry, "", "v1", "serviceaccounts")
 
     async def admit(self, a: Attributes) -> None:
         pod = a.object

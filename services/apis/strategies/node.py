@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from services.apiserver import validation as v
 from services.apiserver.registry.rest import Obj, Strategy
-from services.common import quantity
+
+from .podspec import resource_quantities
 
 TOLERATION_OPERATORS = ["Equal", "Exists"]
 TAINT_EFFECTS = ["NoSchedule", "PreferNoSchedule", "NoExecute"]
@@ -16,18 +17,7 @@ TAINT_EFFECTS = ["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 def _overhead(pod_fixed: dict[str, object]) -> list[v.Cause]:
     """ValidateResourceRequirements of Limits: podFixed (kube reports them under overhead.limits)."""
-    causes: list[v.Cause] = []
-    for name, val in pod_fixed.items():
-        f = f"overhead.limits[{name}]"
-        causes += [v.invalid(f, name, m) for m in v.is_qualified_name(name)]
-        try:
-            q = quantity.parse(val)
-        except ValueError as e:
-            causes.append(v.invalid(f, val, str(e)))
-            continue
-        if q < 0:
-            causes.append(v.invalid(f, val, "must be greater than or equal to 0"))
-    return causes
+    return resource_quantities(pod_fixed, "overhead.limits")[1]
 
 
 def _tolerations(tolerations: list[Obj]) -> list[v.Cause]:

@@ -223,7 +223,8 @@ def _validate_env(env: list[Any], path: str) -> list[v.Cause]:
     return causes
 
 
-def _quantities(values: Any, path: str) -> tuple[dict[str, Decimal], list[v.Cause]]:
+def resource_quantities(values: Any, path: str) -> tuple[dict[str, Decimal], list[v.Cause]]:
+    """A ResourceList's quantities by name, with kube's causes for bad names, bad or negative values."""
     out: dict[str, Decimal] = {}
     causes: list[v.Cause] = []
     for name, val in (values or {}).items():
@@ -243,8 +244,8 @@ def _quantities(values: Any, path: str) -> tuple[dict[str, Decimal], list[v.Caus
 def _validate_resources(res: Any, path: str) -> list[v.Cause]:
     if not isinstance(res, dict):
         return []
-    limits, causes = _quantities(res.get("limits"), f"{path}.limits")
-    requests, more = _quantities(res.get("requests"), f"{path}.requests")
+    limits, causes = resource_quantities(res.get("limits"), f"{path}.limits")
+    requests, more = resource_quantities(res.get("requests"), f"{path}.requests")
     causes += more
     for name, q in requests.items():
         if name in limits and q > limits[name]:

@@ -56,8 +56,8 @@ class _NoRegistry:
 def priority_plugin(*classes: dict) -> Priority:
     p = Priority(_NoRegistry())  # type: ignore[arg-type]  # informers created, never started
     for pc in classes:
-        p.classes.store[pc["metadata"]["name"]] = pc
-    p.classes.synced.set()
+        p.informer.store[pc["metadata"]["name"]] = pc
+    p.informer.synced.set()
     return p
 
 

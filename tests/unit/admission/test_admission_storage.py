@@ -30,7 +30,7 @@ def test_default_class_is_the_newest_default():
 
 async def test_default_storage_class_sets_only_an_unset_class():
     plugin = DefaultStorageClass(_NoRegistry())  # type: ignore[arg-type]  # informer created, never started
-    plugin.classes.store["gold"] = sc("gold", "2024-01-01T00:00:00Z")
+    plugin.informer.store["gold"] = sc("gold", "2024-01-01T00:00:00Z")
     a = attributes(pvc(), resource="persistentvolumeclaims")
     await plugin.admit(a)
     assert a.object["spec"]["storageClassName"] == "gold"
