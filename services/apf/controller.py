@@ -218,9 +218,10 @@ class FlowController:
                 self._notify_dispatched(level.queueset.set_concurrency_limit(level.current_limit))
                 self._arm(level)
 
-    def start(self, digest: pb.RequestAttributes, on_decided: Decided | None = None) -> Ticket:
-        """Classify, estimate and try to take the seats. A WAITING ticket's decision comes later
-        through on_decided."""
+    def start(self, digest: pb.RequestAttributes, on_decided: Decided | None = None,
+              wait_limit: float = 0.0) -> Ticket:
+        """Classify, estimate and try to take the seats, waiting in a queue at most wait_limit seconds
+        (0: --apf-queue-wait-seconds). A WAITING ticket's decision comes later through on_decided."""
         fs = self.classifier.classify(digest)
         pl = self._levels_by_name[fs.priority_level]
         level = self.levels[pl.name]
@@ -234,7 +235,7 @@ class FlowController:
             level.exempt_demand.set(level.exempt_seats)
             self._executing(t, 0.0)
             return t
-        req, others = qs.start(f"{fs.name}/{t.flow_distinguisher}", t.estimate, t)
+        req, others = qs.start(f"{fs.name}/{t.flow_distinguisher}", t.estimate, t, wait_limit)
         t.request = req
         if req.state == WAITING:
             t.state = WAITING

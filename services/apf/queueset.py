@@ -27,6 +27,7 @@ The state (seats in use and waiting, queues with their requests) is plain attrib
 from __future__ import annotations
 
 import hashlib
+import heapq
 import time
 from collections import deque
 from collections.abc import Callable
@@ -127,7 +128,10 @@ class QueueSet:
         self._enqueues = 0
         self._active = 0                       # queues with requests waiting or executing
         self._nonempty: set[Queue] = set()     # queues with requests waiting
-        self._arrivals: deque[Request] = deque()   # waiting requests in arrival order, for expiry
+        # waiting requests by deadline (each has its own: kube's wait limit is a quarter of the request's
+        # time budget), for expiry; (deadline, arrival number, request), done ones dropped lazily
+        self._deadlines: list[tuple[float, int, Request]] = []
+        self._arrivals = 0
 
     # virtual time ------------------------------------------------------------
 
@@ -145,15 +149,18 @@ class QueueSet:
 
     # the API -----------------------------------------------------------------
 
-    def start(self, flow: str, estimate: WorkEstimate = ONE_SEAT, payload: Any = None) -> tuple[Request, list[Request]]:
+    def start(self, flow: str, estimate: WorkEstimate = ONE_SEAT, payload: Any = None,
+              wait_limit: float = 0.0) -> tuple[Request, list[Request]]:
         """A new request: its state says whether it executes now, waits in a queue, or was rejected.
+        It waits at most wait_limit seconds (0: the level's wait limit).
 
         The list holds other waiting requests that the arrival let execute (a queue's anti-windup can
         reorder the heads); the caller notifies them as it does after release().
         """
         now = self.clock()
         self._sync_time(now)
-        req = Request(flow, estimate, now, now + self.wait_limit, payload, arrival_r=self.current_r)
+        req = Request(flow, estimate, now, now + (wait_limit if wait_limit > 0 else self.wait_limit), payload,
+                      arrival_r=self.current_r)
         if not self.queuing:
             if self._fits(req.seats):
                 self._execute(req, now)
@@ -174,7 +181,8 @@ class QueueSet:
         self.seats_waiting += req.seats
         self.requests_waiting += 1
         req.queue = q
-        self._arrivals.append(req)
+        self._arrivals += 1
+        heapq.heappush(self._deadlines, (req.deadline, self._arrivals, req))
         self._bound(q)
         self._note_demand()
         return req, [r for r in self._dispatch(now) if r is not req]
@@ -218,14 +226,14 @@ class QueueSet:
         """Reject (reason time-out) every waiting request whose wait limit has passed."""
         now = self.clock()
         out: list[Request] = []
-        while self._arrivals:
-            head = self._arrivals[0]
+        while self._deadlines:
+            head = self._deadlines[0][2]
             if head.state != WAITING:
-                self._arrivals.popleft()
+                heapq.heappop(self._deadlines)
                 continue
             if head.deadline > now:
                 break
-            self._arrivals.popleft()
+            heapq.heappop(self._deadlines)
             self._sync_time(now)
             self._remove_waiting(head)
             self._reject(head, TIME_OUT, now)
@@ -243,9 +251,9 @@ class QueueSet:
         return self._dispatch(now) if self.queuing else []
 
     def next_deadline(self) -> float | None:
-        while self._arrivals and self._arrivals[0].state != WAITING:
-            self._arrivals.popleft()
-        return self._arrivals[0].deadline if self._arrivals else None
+        while self._deadlines and self._deadlines[0][2].state != WAITING:
+            heapq.heappop(self._deadlines)
+        return self._deadlines[0][0] if self._deadlines else None
 
     @property
     def idle(self) -> bool:

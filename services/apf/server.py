@@ -104,7 +104,7 @@ class FlowControlServicer(fgrpc.FlowControlServicer):
             self.controller.finish(old)
         token = auditid.AUDIT_ID.set(msg.audit_id)  # log lines about this request carry its audit ID
         try:
-            t = self.controller.start(msg.acquire, lambda t, i=msg.id: decided(i, t))
+            t = self.controller.start(msg.acquire, lambda t, i=msg.id: decided(i, t), msg.wait_limit)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("seat request %d: %s (flow schema %s, priority level %s)", msg.id, t.state,
                           t.flow_schema.name, t.priority_level.name)

@@ -100,7 +100,8 @@ class ProxyApp:
         self.exempt = ExemptObjects(registry)
         self.apf = SeatClient(apf, channels.get("apf"), max_requests_inflight=max_requests_inflight,
                               max_mutating_requests_inflight=max_mutating_requests_inflight, exempt=self.exempt,
-                              enabled=enable_priority_and_fairness)
+                              enabled=enable_priority_and_fairness,
+                              deadline=lambda: self.deadlines.due(asyncio.current_task()))
         self.authz = Authorizer(auth)
         self.impersonator = Impersonator(self.authz)
         # Not a readiness check: until the registry serves RBAC, decisions just keep a short TTL.

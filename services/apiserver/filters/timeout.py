@@ -89,6 +89,10 @@ class Deadlines:
         if self._sweeper is None:
             self._sweeper = asyncio.ensure_future(self._sweep())
 
+    def due(self, task: asyncio.Task[object] | None) -> float | None:
+        """The loop time task must be answered by (None: it has no deadline)."""
+        return self._due.get(task) if task is not None else None  # type: ignore[arg-type]
+
     def shorten(self, task: asyncio.Task[object], timeout: float) -> None:
         """The request asked for `timeout` (less than --request-timeout) since its arrival."""
         due = self._due.get(task)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -155,12 +156,26 @@ def _requests(requests: list[fpb.SeatRequest]) -> fpb.SeatRequests:
 
 
 
+# kube's hard cap on any request's wait in a queue (getRequestWaitContext)
+MAX_QUEUE_WAIT = 60.0
+
+
+def queue_wait_limit(deadline: float | None) -> float:
+    """kube's getRequestWaitContext: a quarter of the time the request has left, at most a minute (0:
+    no deadline, the apf service's own limit)."""
+    if deadline is None:
+        return 0.0
+    return max(0.001, min((deadline - asyncio.get_running_loop().time()) / 4, MAX_QUEUE_WAIT))
+
+
 class SeatClient:
     def __init__(self, stub: fgrpc.FlowControlStub, channel: grpc.aio.Channel | None = None,
                  acquire_timeout: float = ACQUIRE_TIMEOUT, max_requests_inflight: int = MAX_REQUESTS_INFLIGHT,
                  max_mutating_requests_inflight: int = MAX_MUTATING_REQUESTS_INFLIGHT,
-                 exempt: ExemptObjects | None = None, enabled: bool = True) -> None:
+                 exempt: ExemptObjects | None = None, enabled: bool = True,
+                 deadline: Callable[[], float | None] = lambda: None) -> None:
         self.stub = stub
+        self.deadline = deadline  # the current request's deadline (loop time), for its queue wait limit
         self.exempt = exempt
         self.channel = channel
         self.enabled = enabled  # --enable-priority-and-fairness
@@ -258,7 +273,8 @@ class SeatClient:
         generation = self._generation
         fut: asyncio.Future[fpb.SeatResponse] = asyncio.get_running_loop().create_future()
         self._pending[seat_id] = fut
-        queue.put_nowait(fpb.SeatRequest(id=seat_id, acquire=digest, audit_id=auditid.AUDIT_ID.get()))
+        queue.put_nowait(fpb.SeatRequest(id=seat_id, acquire=digest, audit_id=auditid.AUDIT_ID.get(),
+                                         wait_limit=queue_wait_limit(self.deadline())))
         try:
             async with asyncio.timeout(self.acquire_timeout):
                 resp = await fut

@@ -127,6 +127,24 @@ def test_time_out() -> None:
     assert qs.next_deadline() is None and qs.expire() == []
 
 
+def test_each_request_waits_its_own_limit() -> None:
+    """kube's per-request wait limit (a quarter of the request's budget): a later arrival with a shorter
+    limit times out first; without one the level's limit applies."""
+    qs, clock = make(limit=1, wait=15.0)
+    a, _ = qs.start("a")
+    b, _ = qs.start("b", wait_limit=10.0)
+    c, _ = qs.start("c", wait_limit=2.0)
+    d, _ = qs.start("d")
+    assert qs.next_deadline() == pytest.approx(102.0)
+    clock.now += 2.5
+    assert qs.expire() == [c]
+    assert qs.next_deadline() == pytest.approx(110.0)
+    clock.now += 8
+    assert qs.expire() == [b]
+    assert qs.next_deadline() == pytest.approx(115.0)
+    assert qs.release(a) == [d]
+
+
 def test_withdraw_waiting_and_release_everything_of_a_stream() -> None:
     """What the servicer does when a stream breaks: release each of its requests, in any order."""
     qs, _ = make(limit=2)

@@ -70,6 +70,7 @@ class FakeAPF(fgrpc.FlowControlServicer):
     def __init__(self) -> None:
         self.held: set[int] = set()
         self.acquired = 0
+        self.wait_limits: list[float] = []
         self.released: list[int] = []
         self.released_event = asyncio.Event()
 
@@ -84,6 +85,7 @@ class FakeAPF(fgrpc.FlowControlServicer):
                                                         priority_level_uid="pl-uid"))
                         continue
                     self.acquired += 1
+                    self.wait_limits.append(req.wait_limit)
                     self.held.add(req.id)
                     answers.append(fpb.SeatResponse(id=req.id, granted=True, flow_schema="global-default",
                                                     priority_level="global-default", flow_schema_uid="fs-uid",

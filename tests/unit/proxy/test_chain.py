@@ -76,8 +76,11 @@ async def test_seat_from_apf(stack):
     assert r.headers["x-kubernetes-pf-flowschema-uid"] == "fs-uid"
     assert r.headers["x-kubernetes-pf-prioritylevel-uid"] == "pl-uid"
     assert stack.apf.acquired == 1
+    assert stack.apf.wait_limits[-1] == pytest.approx(15.0, abs=0.5)  # a quarter of --request-timeout's 60 s
     await asyncio.wait_for(stack.apf.released_event.wait(), 2)
     assert not stack.apf.held
+    r = await stack.client.get("/api/v1/namespaces/demo/configmaps/c?timeout=8s", headers=ALICE)
+    assert r.status_code == 200 and stack.apf.wait_limits[-1] == pytest.approx(2.0, abs=0.5)
 
 
 async def test_list_query_and_yaml(stack):
@@ -500,3 +503,14 @@ async def test_json_list_passed_on_in_parts(stack):
         return  # cut off (httpx's ASGI transport asserts on a response the app did not complete)
     with pytest.raises(ValueError):
         orjson.loads(r.content)  # never a whole, valid list
+
+
+async def test_a_request_may_wait_in_apf_a_quarter_of_its_time_left():
+    from services.proxy.filters.apf import MAX_QUEUE_WAIT, queue_wait_limit
+
+    now = asyncio.get_running_loop().time()
+    assert queue_wait_limit(None) == 0.0  # no deadline: the apf service's --apf-queue-wait-seconds
+    assert queue_wait_limit(now + 60) == pytest.approx(15.0, abs=0.1)  # kube's default: 60 s / 4
+    assert queue_wait_limit(now + 8) == pytest.approx(2.0, abs=0.1)  # ?timeout=8s
+    assert queue_wait_limit(now + 3600) == MAX_QUEUE_WAIT
+    assert queue_wait_limit(now - 1) > 0  # past its deadline: the shortest wait, never the default
