@@ -126,5 +126,8 @@ def stop_all(groups: Mapping[str, int], first: Collection[str] = (), data: Colle
     if left := wait_gone(careful, DATA_GRACE):
         signal_groups(left, signal.SIGKILL)
     wait_gone([*early, *quick, *careful], 5)
-    for g in final:
-        stop_group(g, signal.SIGTERM, DATA_GRACE)
+    # together: the members of an etcd cluster stopped one by one would wait for a quorum lost
+    signal_groups(final, signal.SIGTERM)
+    if left := wait_gone(final, DATA_GRACE):
+        signal_groups(left, signal.SIGKILL)
+        wait_gone(left, 5)
