@@ -13,6 +13,7 @@ import signal
 import ssl
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -156,7 +157,7 @@ def test_writes_survive_the_leader_killed(stack: Stack) -> None:
             finally:
                 writers.stop()
             figures.append({"killed": victim, "writes_resumed_s": round(resumed - killed, 3),
-                            "acknowledged": len(writers.acked), "refused": len(writers.refused)})
+                            "acknowledged": len(writers.acked), "refused": dict(Counter(writers.refused))})
             acked |= {name for name, _, _ in writers.acked}
             s.spawn(victim)  # it rejoins with its data: --initial-cluster-state is only read when it has none
             assert not s.wait([victim], RECOVERY), f"{victim} did not rejoin"
