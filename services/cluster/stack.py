@@ -710,12 +710,35 @@ class Stack:
         groups = {n: pid for n in names if (pid := self.pid(n)) is not None}
         processes.stop_all(groups, first=[n for n in groups if replica_of(n)[0] in API_CLIENTS],
                            data=[n for n in groups if replica_of(n)[0] == "storage" or n == COMPACT],
-                           last=[n for n in groups if replica_of(n)[0] == "etcd"])
+                           last=self.etcd_stop_stages([n for n in groups if replica_of(n)[0] == "etcd"]))
         for name in names:
             if not quiet and name in groups:
                 print(f"stopped {name} (pid {groups[name]})")
             (self.pids / f"{name}.pid").unlink(missing_ok=True)
         self.release()
+
+    def etcd_leader(self) -> str | None:
+        """The member that leads the etcd cluster now, by etcd's maintenance Status on each (what
+        `etcdctl endpoint status` asks); None if none answers as leader."""
+        for member in self.etcd_names():
+            req = urllib.request.Request(f"{self.etcd_client_url(member)}/v3/maintenance/status", data=b"{}",
+                                         method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=2) as r:
+                    status = json.loads(r.read())
+            except (urllib.error.URLError, OSError, ValueError):
+                continue
+            if status.get("leader") and status["leader"] == status.get("header", {}).get("member_id"):
+                return member
+        return None
+
+    def etcd_stop_stages(self, members: list[str]) -> list[list[str]]:
+        """The followers together, then the leader: a leader stopped while its followers run first
+        hands its leadership to one of them, and waits up to etcd's request timeout (7 s) if that one
+        is stopping too; once they are gone it has none to hand it to and stops at once."""
+        leader = self.etcd_leader() if len(members) > 1 else None
+        return [stage for stage in ([m for m in members if m != leader], [m for m in members if m == leader])
+                if stage]
 
     def stop_one(self, name: str, quiet: bool = True) -> None:
         """Stop one process of the stack (SIGTERM to its process group, SIGKILL after 10 s); `start`

@@ -47,18 +47,12 @@ def tls(s: Stack) -> ssl.SSLContext:
 
 
 def leader(s: Stack) -> str:
-    """The member that leads, by etcd's maintenance Status on each (etcdctl endpoint status)."""
+    """The member that leads, once one does."""
     deadline = time.monotonic() + RECOVERY
-    while time.monotonic() < deadline:
-        for member in s.etcd_names():
-            try:
-                status = httpx.post(f"{s.etcd_client_url(member)}/v3/maintenance/status", json={}, timeout=2).json()
-            except (httpx.HTTPError, ValueError):
-                continue
-            if status.get("leader") and status["leader"] == status["header"]["member_id"]:
-                return member
+    while (member := s.etcd_leader()) is None:
+        assert time.monotonic() < deadline, "no etcd member leads"
         time.sleep(0.2)
-    raise AssertionError("no etcd member leads")
+    return member
 
 
 class Writers:

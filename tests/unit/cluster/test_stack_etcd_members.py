@@ -74,3 +74,12 @@ def test_members_changed_over_existing_data_needs_fresh(tmp_path: Path):
         Stack(tmp_path, 1000, etcd_members=3).start()
     with pytest.raises(ClusterError, match="at least one member"):
         Stack(tmp_path, etcd_members=0)
+
+
+def test_the_leader_stops_after_its_followers():
+    s = Stack(Path("/tmp/apiary-unused"), 1000, etcd_members=3)
+    s.etcd_leader = lambda: "etcd-1"  # type: ignore[method-assign]
+    assert s.etcd_stop_stages(s.etcd_names()) == [["etcd", "etcd-2"], ["etcd-1"]]
+    s.etcd_leader = lambda: None  # type: ignore[method-assign]  # none answers: all together
+    assert s.etcd_stop_stages(s.etcd_names()) == [["etcd", "etcd-1", "etcd-2"]]
+    assert Stack(Path("/tmp/apiary-unused"), 1000).etcd_stop_stages(["etcd"]) == [["etcd"]]
