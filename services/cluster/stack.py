@@ -736,7 +736,8 @@ class Stack:
         """The followers together, then the leader: a leader stopped while its followers run first
         hands its leadership to one of them, and waits up to etcd's request timeout (7 s) if that one
         is stopping too; once they are gone it has none to hand it to and stops at once."""
-        leader = self.etcd_leader() if len(members) > 1 else None
+        # asked only of the members this stack knows the ports of (a start with more left the others)
+        leader = self.etcd_leader() if len(members) > 1 and set(members) == set(self.etcd_names()) else None
         return [stage for stage in ([m for m in members if m != leader], [m for m in members if m == leader])
                 if stage]
 
