@@ -296,7 +296,7 @@ async def bench_core(stack: Stack, concurrency: int, n: int, rounds: int,
     hello = start_hello(stack)
     import aetcd
 
-    host, etcd_port = stack.etcd_url.removeprefix("http://").split(":")
+    host, etcd_port = stack.etcd_client_url("etcd").removeprefix("http://").split(":")
     etcd = aetcd.Client(host=host, port=int(etcd_port))
     await etcd.connect()
     try:

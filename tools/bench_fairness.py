@@ -100,7 +100,7 @@ class Sampler:
 
 async def write_objects(stack: Stack, n: int, kib: int) -> None:
     """n configmaps of about kib KiB each, in transactions under 1 MiB, 8 at a time."""
-    host, port = stack.etcd_url.removeprefix("http://").split(":")
+    host, port = stack.etcd_client_url("etcd").removeprefix("http://").split(":")
     client = aetcd.Client(host=host, port=int(port))
     await client.connect()
     created = now_rfc3339()

@@ -129,7 +129,7 @@ async def write_etcd(stack: Stack, objs: list[pb.Object]) -> int:
     import aetcd
     from aetcd import rpc
 
-    host, port = stack.etcd_url.removeprefix("http://").split(":")
+    host, port = stack.etcd_client_url("etcd").removeprefix("http://").split(":")
     client = aetcd.Client(host=host, port=int(port),
                           options={"grpc.max_send_message_length": 64 << 20})
     await client.connect()

@@ -1,7 +1,7 @@
 """`apiary`: a local Kubernetes-compatible cluster (etcd and every apiary service) on loopback.
 
     apiary up [--state DIR] [--port-offset N | --port 0] [--crds PATH ...] [--replicas N] [--proxy-workers N]
-              [--detach] [--profile full|compact]
+              [--etcd-members N] [--detach] [--profile full|compact]
     apiary down | status | kubeconfig [--state DIR]
     apiary init | exec NAME [--state DIR] [--port-offset N]     (how compose.yaml runs the services)
 
@@ -53,6 +53,9 @@ def parser() -> argparse.ArgumentParser:
                          "and wait for until Established")
     up.add_argument("--replicas", type=int, metavar="N",
                     help="processes per service (etcd: one); default $APIARY_REPLICAS or 1")
+    up.add_argument("--etcd-members", type=int, metavar="N",
+                    help="members of the etcd cluster (their ports +100 each, as replicas'); default "
+                         "$APIARY_ETCD_MEMBERS or what the state directory recorded, else 1")
     up.add_argument("--profile", choices=PROFILES,
                     help="full: one process per service; compact: every service in one host process "
                          "(a test cluster's; one replica). Default: what the state directory recorded, or full")
@@ -86,6 +89,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if getattr(args, "replicas", None) is not None and args.replicas < 1:
         p.error("--replicas must be at least 1")
+    if getattr(args, "etcd_members", None) is not None and args.etcd_members < 1:
+        p.error("--etcd-members must be at least 1")
     if getattr(args, "proxy_workers", None) is not None and args.proxy_workers < 1:
         p.error("--proxy-workers must be at least 1")
     return args
@@ -97,6 +102,7 @@ def up_stack(args: argparse.Namespace) -> Stack:
     recorded = Stack.from_state(args.state)
     chosen = args.port is not None or args.port_offset is not None
     replicas = args.replicas or int(os.environ.get("APIARY_REPLICAS") or 0) or recorded.replicas
+    etcd_members = args.etcd_members or int(os.environ.get("APIARY_ETCD_MEMBERS") or 0) or recorded.etcd_members
     proxy_workers = args.proxy_workers or int(os.environ.get("APIARY_PROXY_WORKERS") or 0) or recorded.proxy_workers
     known = {a.name: a for a in AGGREGATED_SERVERS}
     if args.profile and args.profile != recorded.profile and any(recorded.pid(p) for p in recorded.processes()):
@@ -106,7 +112,7 @@ def up_stack(args: argparse.Namespace) -> Stack:
                  offset=(args.port_offset or 0) if chosen else recorded.offset,
                  free_ports=args.port == 0 if chosen else recorded.free_ports,
                  ports=recorded.ports if not chosen or args.port == 0 else {},
-                 replicas=replicas, proxy_workers=proxy_workers, detach=args.detach,
+                 replicas=replicas, etcd_members=etcd_members, proxy_workers=proxy_workers, detach=args.detach,
                  verbosity=args.verbosity if args.verbosity is not None else int(
                      os.environ.get("APIARY_V") or recorded.verbosity),
                  profile=args.profile or recorded.profile,

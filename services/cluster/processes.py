@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 # How long a process that holds no data gets to exit after SIGTERM before SIGKILL: a test cluster's
 # teardown need not drain anything.
@@ -104,19 +104,20 @@ def stop_group(group: int, sig: signal.Signals, grace: float) -> None:
 
 
 def stop_all(groups: Mapping[str, int], first: Collection[str] = (), data: Collection[str] = (),
-             last: Collection[str] = ()) -> None:
+             last: Sequence[Collection[str]] = ()) -> None:
     """Stop every process group of `groups` (name -> group), as much at once as can be.
 
     Those named in `first` go before the others, with QUICK_GRACE (the API's clients: the
     controller-manager releases its leader lease through the API on the way out, so that the next
     start need not wait for the lease to expire). Then all the others get SIGTERM together: those in
     `data` stop gracefully (SIGKILL after DATA_GRACE), the rest get QUICK_GRACE, then SIGKILL; those
-    in `last` stop gracefully once everything else is gone (etcd outlives its clients).
+    in `last` stop gracefully once everything else is gone (etcd outlives its clients): `last` is a
+    sequence of stages, each stopped together after the one before it.
     """
     early = [g for n, g in groups.items() if n in first]
     quick = [g for n, g in groups.items() if n not in first and n not in data and n not in last]
     careful = [g for n, g in groups.items() if n in data]
-    final = [g for n, g in groups.items() if n in last]
+    final = [[groups[n] for n in stage if n in groups] for stage in last]
     signal_groups(early, signal.SIGTERM)
     if left := wait_gone(early, QUICK_GRACE):
         signal_groups(left, signal.SIGKILL)
@@ -126,5 +127,8 @@ def stop_all(groups: Mapping[str, int], first: Collection[str] = (), data: Colle
     if left := wait_gone(careful, DATA_GRACE):
         signal_groups(left, signal.SIGKILL)
     wait_gone([*early, *quick, *careful], 5)
-    for g in final:
-        stop_group(g, signal.SIGTERM, DATA_GRACE)
+    for stage in final:
+        signal_groups(stage, signal.SIGTERM)
+        if left := wait_gone(stage, DATA_GRACE):
+            signal_groups(left, signal.SIGKILL)
+            wait_gone(left, 5)

@@ -6,6 +6,10 @@ the process `S` (r = 0) or `S-r`, on S's ports plus 100*r (gRPC, health and, for
 HTTPS port), and each caller is given every replica of its peers (--<peer>-address
 127.0.0.1:p0,127.0.0.1:p1,...). The kubeconfig names replica 0 of the proxy.
 
+With --etcd-members M etcd runs as an M-member cluster the same way: member r is the process `etcd`
+(r = 0) or `etcd-r`, on etcd's client and peer ports plus 100*r, with its own data directory, and
+every etcd client (storage, the aggregated servers) is given every member's client URL.
+
 Stack.start is idempotent: what is already running and healthy is left alone.
 
 With the compact profile (PROFILES) the services run as members of one host process (host.py), each
@@ -120,7 +124,8 @@ class Stack:
     # more flags per service, appended to its command (tests that need special configuration)
     extra: dict[str, list[str]] = field(default_factory=dict)
     aggregated: list[AggregatedServer] = field(default_factory=lambda: list(AGGREGATED_SERVERS))
-    replicas: int = 1  # processes per service (etcd: always one)
+    replicas: int = 1  # processes per service (etcd: etcd_members)
+    etcd_members: int = 1  # members of the etcd cluster
     profile: str = "full"  # PROFILES
     proxy_workers: int = 1  # processes of each proxy replica on its HTTPS port (the proxy's --workers)
     free_ports: bool = False
@@ -140,6 +145,8 @@ class Stack:
             raise ClusterError("the compact profile runs one replica of each service")
         if self.profile == COMPACT and self.proxy_workers != 1:
             raise ClusterError("the compact profile runs the proxy in its host process: one worker")
+        if self.etcd_members < 1:
+            raise ClusterError("etcd needs at least one member")
         if self.free_ports and not self.ports:
             self.ports = dict(self._recorded().get("ports") or {})
 
@@ -152,6 +159,7 @@ class Stack:
         known = {a.name: a for a in AGGREGATED_SERVERS}
         return cls(state, offset=int(recorded.get("offset", 0)), replicas=int(recorded.get("replicas", 1)),
                    verbosity=int(recorded.get("verbosity", 0)),
+                   etcd_members=int(recorded.get("etcd_members", 1)),
                    profile=str(recorded.get("profile", "full")),
                    proxy_workers=int(recorded.get("proxy_workers", 1)),
                    free_ports=bool(recorded.get("free_ports")), ports=dict(recorded.get("ports") or {}),
@@ -171,6 +179,7 @@ class Stack:
         self.state.mkdir(parents=True, exist_ok=True)
         self.record.write_text(json.dumps({
             "offset": self.offset, "free_ports": self.free_ports, "replicas": self.replicas,
+            "etcd_members": self.etcd_members,
             "verbosity": self.verbosity, "profile": self.profile, "proxy_workers": self.proxy_workers,
             "aggregated": [a.name for a in self.aggregated],
             "ports": {f"{n}:{k}": self.port(n, k) for n in self.names() for k in self.port_kinds(n)},
@@ -181,11 +190,11 @@ class Stack:
     def port_kinds(self, name: str) -> tuple[str, ...]:
         """What process `name` listens on: etcd client and peer ports, a service's health and gRPC
         ports, the HTTPS port of the proxy and of an aggregated server."""
-        if name == "etcd":
-            return ("client", "peer")
         if self.aggregated_server(name) is not None:
             return ("https",)
         service, _ = replica_of(name)
+        if service == "etcd":
+            return ("client", "peer")
         return ("health", *(("grpc",) if service in GRPC_PORTS else ()), *(("https",) if service == "proxy" else ()))
 
     def port(self, name: str, kind: str) -> int:
@@ -196,11 +205,11 @@ class Stack:
             except KeyError:
                 raise ClusterError(f"no {kind} port chosen for {name} (the stack in {self.state} "
                                    "was not started with free ports)") from None
-        if name == "etcd":
-            return (ETCD_CLIENT if kind == "client" else ETCD_PEER) + self.offset
         if (agg := self.aggregated_server(name)) is not None:
             return agg.port + self.offset
         service, r = replica_of(name)
+        if service == "etcd":
+            return (ETCD_CLIENT if kind == "client" else ETCD_PEER) + self.offset + REPLICA_PORT_STEP * r
         base = {"health": HEALTH_PORTS, "grpc": GRPC_PORTS, "https": {"proxy": SECURE_PORT}}[kind][service]
         return base + self.offset + REPLICA_PORT_STEP * r
 
@@ -226,7 +235,22 @@ class Stack:
 
     @property
     def etcd_url(self) -> str:
-        return f"http://127.0.0.1:{self.port('etcd', 'client')}"
+        """Every etcd member's client URL, as kube's --etcd-servers lists them."""
+        return ",".join(self.etcd_client_url(n) for n in self.etcd_names())
+
+    def etcd_client_url(self, member: str) -> str:
+        return f"http://127.0.0.1:{self.port(member, 'client')}"
+
+    def etcd_peer_url(self, member: str) -> str:
+        return f"http://127.0.0.1:{self.port(member, 'peer')}"
+
+    def etcd_names(self) -> list[str]:
+        """The processes of the etcd cluster's members: etcd, etcd-1, ..."""
+        return [replica_name("etcd", r) for r in range(self.etcd_members)]
+
+    def etcd_data(self, member: str) -> Path:
+        """A member's data directory: state/etcd for the first (as with one member), state/etcd-r."""
+        return self.state / member
 
     @property
     def server(self) -> str:
@@ -238,7 +262,7 @@ class Stack:
 
     def names(self) -> tuple[str, ...]:
         """Every process of the stack, in start order."""
-        return ("etcd", *self.service_names(), *(a.name for a in self.aggregated))
+        return (*self.etcd_names(), *self.service_names(), *(a.name for a in self.aggregated))
 
     def service_names(self) -> list[str]:
         """The processes of the apiary services: every replica of each, in start order."""
@@ -296,14 +320,14 @@ class Stack:
             from .host import Member, command
 
             return [sys.executable, *command([Member(s, self.command(s)[3:]) for s in self.members(COMPACT)])]
-        if name == "etcd":
-            etcd = etcd_binary()
-            peer = f"http://127.0.0.1:{self.port('etcd', 'peer')}"
+        if replica_of(name)[0] == "etcd":
+            client, peer = self.etcd_client_url(name), self.etcd_peer_url(name)
+            cluster = ",".join(f"{etcd_member_name(m)}={self.etcd_peer_url(m)}" for m in self.etcd_names())
             return [
-                etcd, "--name", "apiary", "--data-dir", str(self.state / "etcd"),
-                "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
+                etcd_binary(), "--name", etcd_member_name(name), "--data-dir", str(self.etcd_data(name)),
+                "--listen-client-urls", client, "--advertise-client-urls", client,
                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                "--initial-cluster", f"apiary={peer}", "--log-level", "warn",
+                "--initial-cluster", cluster, "--initial-cluster-state", "new", "--log-level", "warn",
                 "--experimental-watch-progress-notify-interval", "5s",
             ]
         agg = self.aggregated_server(name)
@@ -414,8 +438,8 @@ class Stack:
                     return r.status == 200
             except (urllib.error.URLError, OSError, ValueError):
                 return False
-        if name == "etcd":
-            url, ctx = f"{self.etcd_url}/health", None
+        if replica_of(name)[0] == "etcd":
+            url, ctx = f"{self.etcd_client_url(name)}/health", None
         else:
             url, ctx = f"http://127.0.0.1:{self.health_port(name)}/readyz", None
         try:
@@ -493,7 +517,13 @@ class Stack:
         all are ready; with fresh, from an empty etcd. ClusterError if something cannot start."""
         if fresh:
             self.stop(quiet=True)
-            shutil.rmtree(self.state / "etcd", ignore_errors=True)
+            for data in self.state.glob("etcd*"):
+                if data.is_dir():
+                    shutil.rmtree(data, ignore_errors=True)
+        recorded = int(self._recorded().get("etcd_members", 1))
+        if recorded != self.etcd_members and (self.state / "etcd").is_dir():
+            raise ClusterError(f"the etcd data in {self.state} is of a {recorded}-member cluster: start it "
+                               f"with --fresh to make a {self.etcd_members}-member one")
         running = [n for n in self.names() if self.pid(n) is not None]
         if self.free_ports and not (running and self.ports):
             self.choose_ports()  # a cold start: none of the ports recorded before is relied on
@@ -504,12 +534,14 @@ class Stack:
         try:
             # all at once: a service waits for etcd and its peers (not ready until they answer),
             # and its start (Python's imports) takes longer than etcd's
-            spawned = [n for n in ("etcd", *self.service_names()) if self.pid(n) is None]
+            # (the members of an etcd cluster together too: none is healthy before a quorum is up)
+            etcd = self.etcd_names()
+            spawned = [n for n in (*etcd, *self.service_names()) if self.pid(n) is None]
             for name in dict.fromkeys(map(self.process_of, spawned)):
                 self.spawn(name)
-            if bad := self.wait(["etcd"], timeout, settle="etcd" in spawned):
+            if bad := self.wait(etcd, timeout, settle=bool(set(etcd) & set(spawned))):
                 self.fail(bad)
-            if bad := self.wait(self.service_names(), timeout, settle=bool(set(spawned) - {"etcd"})):
+            if bad := self.wait(self.service_names(), timeout, settle=bool(set(spawned) - set(etcd))):
                 self.fail(bad)
             try:
                 self.wait_proxy(timeout)
@@ -678,12 +710,36 @@ class Stack:
         groups = {n: pid for n in names if (pid := self.pid(n)) is not None}
         processes.stop_all(groups, first=[n for n in groups if replica_of(n)[0] in API_CLIENTS],
                            data=[n for n in groups if replica_of(n)[0] == "storage" or n == COMPACT],
-                           last=["etcd"])
+                           last=self.etcd_stop_stages([n for n in groups if replica_of(n)[0] == "etcd"]))
         for name in names:
             if not quiet and name in groups:
                 print(f"stopped {name} (pid {groups[name]})")
             (self.pids / f"{name}.pid").unlink(missing_ok=True)
         self.release()
+
+    def etcd_leader(self) -> str | None:
+        """The member that leads the etcd cluster now, by etcd's maintenance Status on each (what
+        `etcdctl endpoint status` asks); None if none answers as leader."""
+        for member in self.etcd_names():
+            req = urllib.request.Request(f"{self.etcd_client_url(member)}/v3/maintenance/status", data=b"{}",
+                                         method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=2) as r:
+                    status = json.loads(r.read())
+            except (urllib.error.URLError, OSError, ValueError):
+                continue
+            if status.get("leader") and status["leader"] == status.get("header", {}).get("member_id"):
+                return member
+        return None
+
+    def etcd_stop_stages(self, members: list[str]) -> list[list[str]]:
+        """The followers together, then the leader: a leader stopped while its followers run first
+        hands its leadership to one of them, and waits up to etcd's request timeout (7 s) if that one
+        is stopping too; once they are gone it has none to hand it to and stops at once."""
+        # asked only of the members this stack knows the ports of (a start with more left the others)
+        leader = self.etcd_leader() if len(members) > 1 and set(members) == set(self.etcd_names()) else None
+        return [stage for stage in ([m for m in members if m != leader], [m for m in members if m == leader])
+                if stage]
 
     def stop_one(self, name: str, quiet: bool = True) -> None:
         """Stop one process of the stack (SIGTERM to its process group, SIGKILL after 10 s); `start`
@@ -716,6 +772,12 @@ def service_env() -> dict[str, str] | None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(cache)
     return env
+
+
+def etcd_member_name(process: str) -> str:
+    """A member's name in its cluster: "apiary" for the first (a one-member stack's, as its data
+    directory records it), "apiary-r" for member r."""
+    return "apiary" + process.removeprefix("etcd")
 
 
 def etcd_binary() -> str:

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError:
         released = b""
     if not released:
-        Stack(Path(state), aggregated=[], detach=True).stop(quiet=True)
+        Stack.from_state(Path(state), detach=True).stop(quiet=True)  # its recorded ports: etcd's leader asked
 
 
 if __name__ == "__main__":

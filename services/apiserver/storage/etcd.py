@@ -1,19 +1,21 @@
-"""The etcd v3 client side: aetcd's connection and stubs, deadlines, errors mapped to API errors.
+"""The etcd v3 client side: one gRPC channel to every member, deadlines, errors mapped to API errors.
 
-Requests go through aetcd's KV and Watch stubs directly because the store needs what its
+Requests go through aetcd's generated KV and Watch stubs directly because the store needs what its
 helpers leave out: ranges at a revision with a limit or a modification-revision filter, nested
-transactions, and watch responses with their headers.
+transactions, and watch responses with their headers. The channel is ours, not aetcd.Client's: that
+one dials a single host:port, while a cluster's client must know every member (etcd_target).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from urllib.parse import urlsplit
 
-import aetcd
 import grpc
 from aetcd import rpc
 
@@ -38,13 +40,42 @@ class FutureRevision(Exception):
     """The revision asked for is newer than etcd's."""
 
 
-def parse_servers(servers: str) -> tuple[str, int]:
-    """The first of --etcd-servers as (host, port)."""
-    first = servers.split(",")[0].strip()
-    url = urlsplit(first if "://" in first else f"http://{first}")
-    if url.scheme != "http":
-        raise SystemExit(f"--etcd-servers: only http:// endpoints are supported, got {first!r}")
-    return url.hostname or "127.0.0.1", url.port or 2379
+def parse_servers(servers: str) -> list[tuple[str, int]]:
+    """Every member of --etcd-servers (a comma list of URLs, as kube's flag) as (host, port)."""
+    members = []
+    for server in filter(None, (s.strip() for s in servers.split(","))):
+        url = urlsplit(server if "://" in server else f"http://{server}")
+        if url.scheme != "http":
+            raise SystemExit(f"--etcd-servers: only http:// endpoints are supported, got {server!r}")
+        members.append((url.hostname or "127.0.0.1", url.port or 2379))
+    if not members:
+        raise SystemExit("--etcd-servers: no endpoint given")
+    return members
+
+
+def etcd_target(members: list[tuple[str, int]]) -> str:
+    """The gRPC target that names every member: one host:port as it is (DNS resolves it, again on
+    each reconnect), several as gRPC's address list "ipv4:a:p,b:p" (or "ipv6:[a]:p,..."), a host
+    name among them resolved here, once, since such a list holds addresses only."""
+    if len(members) == 1:
+        host, port = members[0]
+        return f"{host}:{port}"
+    addresses = [(_address(host), port) for host, port in members]
+    if all(a.version == 4 for a, _ in addresses):
+        return "ipv4:" + ",".join(f"{a}:{port}" for a, port in addresses)
+    if all(a.version == 6 for a, _ in addresses):
+        return "ipv6:" + ",".join(f"[{a}]:{port}" for a, port in addresses)
+    raise SystemExit("--etcd-servers: the members must all be IPv4 or all IPv6")
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        try:
+            return ipaddress.ip_address(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0])
+        except OSError as e:
+            raise SystemExit(f"--etcd-servers: cannot resolve {host!r}: {e}") from None
 
 
 def _api_error(e: grpc.aio.AioRpcError) -> Exception:
@@ -69,28 +100,44 @@ def _api_error(e: grpc.aio.AioRpcError) -> Exception:
 
 
 class Etcd:
-    """One etcd endpoint; every unary request has the request timeout as its deadline."""
+    """The members of one etcd cluster behind one channel; every unary request has the request
+    timeout as its deadline.
+
+    The channel balances round robin over the members, as etcd's own client (clientv3) does: every
+    member keeps a connection, so when one dies the next request goes to a live one at once (with
+    pick_first the channel would first have to notice the loss and dial the next address), and the
+    reads spread over the members (each read is linearizable on any member: etcd's ReadIndex). A
+    request on the member that dies fails (503, Retry-After); the watch cache's etcd watch resumes
+    on another member from its last revision."""
 
     def __init__(self, servers: str, timeout: float) -> None:
-        host, port = parse_servers(servers)
-        self.endpoint = f"{host}:{port}"
+        members = parse_servers(servers)
+        self.endpoint = ",".join(f"{host}:{port}" for host, port in members)
+        self.target = etcd_target(members)
         self.timeout = timeout
         # etcd refuses keepalive pings on a connection without streams (PermitWithoutStream=false).
-        options = dict(CHANNEL_OPTIONS) | {"grpc.keepalive_permit_without_calls": 0}
-        self.client = aetcd.Client(host=host, port=port, options=options)
+        self.options = [*(dict(CHANNEL_OPTIONS) | {"grpc.keepalive_permit_without_calls": 0}).items(),
+                        ("grpc.lb_policy_name", "round_robin")]
+        self.channel: grpc.aio.Channel | None = None
+        self.kv: rpc.KVStub | None = None
         self._revisions: dict[str, RevisionReads] = {}
 
-    async def connect(self) -> None:
-        await self.client.connect()
+    async def connect(self) -> rpc.KVStub:
+        """The KV stub, on a channel made on first use (a channel belongs to the running loop)."""
+        if self.kv is None:
+            self.channel = grpc.aio.insecure_channel(self.target, options=self.options)
+            self.kv = rpc.KVStub(self.channel)
+        return self.kv
 
     async def close(self) -> None:
-        await self.client.close()
+        if self.channel is not None:
+            await self.channel.close()
+            self.channel = self.kv = None
 
     async def _unary(
         self, method: str, request: object, op: str, resource: str, timeout: float | None = None
     ):
-        await self.client.connect()
-        stub = getattr(self.client.kvstub, method)
+        stub = getattr(await self.connect(), method)
         start = time.perf_counter()
         try:
             return await stub(request, timeout=timeout or self.timeout)
@@ -164,8 +211,7 @@ class Etcd:
     async def compact(self, revision: int) -> None:
         start = time.perf_counter()
         try:
-            await self.client.connect()
-            await self.client.kvstub.Compact(
+            await (await self.connect()).Compact(
                 rpc.CompactionRequest(revision=revision, physical=False), timeout=self.timeout
             )
         except grpc.aio.AioRpcError as e:
@@ -176,8 +222,8 @@ class Etcd:
     async def watch(self, prefix: bytes, start_revision: int) -> AsyncIterator[rpc.WatchResponse]:
         """Responses of one etcd watch on prefix from start_revision (with prev_kv). Raises Compacted
         when start_revision is gone, APIError when the stream breaks."""
-        await self.client.connect()
-        stub = rpc.WatchStub(self.client.channel)
+        await self.connect()
+        stub = rpc.WatchStub(self.channel)
         create = rpc.WatchRequest(
             create_request=rpc.WatchCreateRequest(
                 key=prefix,

@@ -49,10 +49,27 @@ def test_state_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert cli.up_stack(cli.parse(["up"])).replicas == 3
 
 
+def test_etcd_members_from_the_flag_the_environment_or_the_state(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("APIARY_ETCD_MEMBERS", raising=False)
+    assert cli.up_stack(cli.parse(["up", "--state", str(tmp_path)])).etcd_members == 1
+    assert cli.up_stack(cli.parse(["up", "--state", str(tmp_path), "--etcd-members", "3"])).etcd_members == 3
+    monkeypatch.setenv("APIARY_ETCD_MEMBERS", "3")
+    s = cli.up_stack(cli.parse(["up", "--state", str(tmp_path), "--port", "0"]))
+    assert s.etcd_members == 3
+    s.choose_ports()
+    s._write_record()
+    monkeypatch.delenv("APIARY_ETCD_MEMBERS")
+    again = cli.up_stack(cli.parse(["up", "--state", str(tmp_path)]))
+    assert (again.etcd_members, again.ports) == (3, s.ports)
+    assert {"etcd:client", "etcd-1:peer", "etcd-2:client"} <= set(again.ports)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["up", "--port", "8080"], "argument --port: invalid choice"),
     (["up", "--port", "0", "--port-offset", "5"], "not allowed with argument --port"),
     (["up", "--replicas", "0"], "--replicas must be at least 1"),
+    (["up", "--etcd-members", "0"], "--etcd-members must be at least 1"),
     (["up", "--crds"], "expected at least one argument"),
     (["up", "--aggregated", "nope"], "argument --aggregated: invalid choice"),
     (["exec"], "the following arguments are required: NAME"),
