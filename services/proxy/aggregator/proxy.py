@@ -205,6 +205,7 @@ class RemoteProxy:
         self._identities: dict[int, tuple[pb.UserInfo, list[tuple[bytes, bytes]]]] = {}
         # the answers of long-running requests (watches) being forwarded, cut at shutdown
         self._watches: set[Exchange] = set()
+        self._closed = False
 
     def _identity(self, user: pb.UserInfo) -> list[tuple[bytes, bytes]]:
         hit = self._identities.get(id(user))
@@ -270,7 +271,9 @@ class RemoteProxy:
                 self.on_unreachable(name)
             raise unavailable(name, f"error trying to reach service: {_why(e)}") from None
         watch = ctx.info is not None and long_running(ctx.info)
-        if watch:
+        if watch and self._closed:
+            exchange.abort()  # came in after the stop began (a client watching again): cut at once too
+        elif watch:
             self._watches.add(exchange)
         try:
             await self._pump(ctx, exchange)
@@ -282,7 +285,8 @@ class RemoteProxy:
     def close_watches(self) -> None:
         """At shutdown, as the registry's watches end: cut the long-running answers being forwarded, so
         that the server's drain does not wait for them (the client sees its watch cut and watches again,
-        on another replica or once this one is back)."""
+        on another replica or once this one is back); those that start from now on are cut at once."""
+        self._closed = True
         for exchange in list(self._watches):
             exchange.abort()
 

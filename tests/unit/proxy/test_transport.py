@@ -264,8 +264,8 @@ class StreamingContext:
 
 
 async def test_close_watches_cuts_the_forwarded_watches_only() -> None:
-    """At shutdown the forwarded watches end at once (the server's drain would wait for them); a list
-    being forwarded is left to finish."""
+    """At shutdown the forwarded watches end at once (the server's drain would wait for them), and so do
+    those that start after it; a list being forwarded is left to finish."""
     finish = asyncio.Event()
 
     async def endless(head: bytes, body: bytes, w: asyncio.StreamWriter) -> bool:
@@ -288,7 +288,11 @@ async def test_close_watches_cuts_the_forwarded_watches_only() -> None:
         await pumps[0]
         assert watch.aborted and not watch.ended
         assert not pumps[1].done()
+        again = StreamingContext("watch")  # a client watching again before the server stopped accepting
+        pumps.append(asyncio.create_task(proxy._exchange(again, "v1.g", target, [], False, None, t)))  # type: ignore[arg-type]
+        await until(lambda: again.aborted or bool(again.written))
         finish.set()
-        await pumps[1]
+        await asyncio.gather(*pumps)
+        assert again.aborted and not again.ended
         assert listing.ended and not listing.aborted and listing.written == [b"event", b"last"]
         t.close()
