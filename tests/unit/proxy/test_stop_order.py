@@ -1,6 +1,6 @@
-"""The proxy's stop order: the audit sink is flushed first once the listener has drained, before the
-stops that may be slow or fail (the endpoint lease's delete, the informers), which must not spend the
-grace the process gets to exit in before its audit events are written."""
+"""The proxy's stop: the HTTPS drain is bounded well inside the grace a stop gives the process, and the
+audit sink is flushed first once it has drained, before the stops that may be slow or fail (the endpoint
+lease's delete, the informers), which must not spend that grace before the audit events are written."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from services.apiserver.audit.policy import Auditor
+from services.cluster import processes
 from services.common import runtime
 from services.proxy import __main__ as proxy_main
 from services.proxy.aggregator.authentication_trust import AuthenticationTrust
@@ -55,3 +56,13 @@ async def test_audit_events_are_written_before_the_other_components_stop(
     assert [name for name, _ in seen] == ["lease", "trust", "proxy"]
     for _, held in seen:  # written before any other stop ran
         assert [orjson.loads(line)["auditID"] for line in held.splitlines()] == ["a1"]
+
+
+async def test_the_https_drain_leaves_the_stop_grace_to_what_follows_it() -> None:
+    """The requests a drain waits for (a watch whose client does not read) are cancelled in time for the
+    audit sink and the other stops to run before a local stack's SIGKILL."""
+    service = runtime.Service("proxy", proxy_main.parse_args(
+        ["--tls-cert-file", "c", "--tls-private-key-file", "k", "--insecure-internal"]))
+    await proxy_main.assemble(service)
+    [listener] = service._listeners
+    assert 2 * listener.server.config.timeout_graceful_shutdown <= processes.DATA_GRACE  # type: ignore[attr-defined]
