@@ -47,8 +47,11 @@ log = logging.getLogger(__name__)
 # The scope extension under which the protocol puts the connection's transport (a handler that must
 # see the client go away watches it).
 CONNECTION_EXTENSION = "apiary.connection"
-# Requests still running this long after the stop signal are cancelled (watches end at once).
-GRACEFUL_SHUTDOWN = 10
+# Requests still running this long after the stop signal are cancelled (watches end at once, but one
+# whose client does not read holds its connection): well inside the grace a stop gives a process before
+# SIGKILL (a local stack's 10 s, services/cluster/processes.py; a pod's 30 s), so that what is stopped
+# after the drain still has time, the proxy's audit sink writing the events it holds first of all.
+GRACEFUL_SHUTDOWN = 5
 
 
 @dataclass(frozen=True)

@@ -194,8 +194,6 @@ async def assemble(service: runtime.Service) -> str:
         external_address=external_address(advertise_address(args), args.secure_port, args.external_hostname),
         enable_priority_and_fairness=args.enable_priority_and_fairness,
     )
-    if audit_sink is not None:  # stopped after the listener has drained: every event is delivered
-        service.component(audit_sink.start, audit_sink.stop)
     service.component(proxy.start, proxy.stop)
     service.checks = proxy.checks
     if args.workers > 1 and not args.worker_index:
@@ -211,6 +209,10 @@ async def assemble(service: runtime.Service) -> str:
     if args.endpoint_reconciler_type == "lease":
         lease = EndpointLease(rgrpc.RegistryStub(channels["registry"]), advertise_address(args), args.secure_port)
         service.component(lease.start, lease.stop)
+    if audit_sink is not None:
+        # declared last, so stopped first once the listener has drained: every event is written before
+        # the slower stops (the lease's delete, the informers) spend the grace the process has to exit in
+        service.component(audit_sink.start, audit_sink.stop)
     server = make_server(proxy.app, args.bind_address, args.secure_port, args.tls_cert_file,
                          args.tls_private_key_file, args.client_ca_file,
                          log_level="info" if args.v >= 4 else "warning",

@@ -169,8 +169,10 @@ class ProxyApp:
         self.authz_invalidation.start()
 
     def begin_shutdown(self) -> None:
-        """End every open watch; called when the stop signal arrives, before the server drains."""
+        """End every open watch, the registry's and those forwarded to APIService servers; called when
+        the stop signal arrives, before the server drains (which would wait for them otherwise)."""
         self.watches.close_all()
+        self.aggregator.close_watches()
 
     async def stop(self) -> None:
         self.watches.close_all()

@@ -76,6 +76,10 @@ class Aggregator:
     async def forward(self, ctx: Context, apiservice: dict[str, Any], user: pb.UserInfo, has_body: bool) -> None:
         await self.proxy.forward(ctx, apiservice, user, has_body)
 
+    def close_watches(self) -> None:
+        """At shutdown: the watches forwarded to APIService servers are cut (RemoteProxy.close_watches)."""
+        self.proxy.close_watches()
+
     def _unreachable(self, name: str) -> None:
         """A forwarded request found the APIService's server gone: check it and its discovery now."""
         self.availability.enqueue(name)

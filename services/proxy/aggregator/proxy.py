@@ -28,6 +28,7 @@ from urllib.parse import quote
 
 from apiary_pb import envelope_pb2 as pb
 from services.apiserver.filters import ClientDisconnected
+from services.apiserver.filters.timeout import long_running
 from services.apiserver.httpclient import Client
 from services.common.errors import BadRequest, ServiceUnavailable
 
@@ -202,6 +203,9 @@ class RemoteProxy:
         # identity headers of each UserInfo the authentication cache hands out again and again (the
         # message is held, so its id is not reused while it is here)
         self._identities: dict[int, tuple[pb.UserInfo, list[tuple[bytes, bytes]]]] = {}
+        # the answers of long-running requests (watches) being forwarded, cut at shutdown
+        self._watches: set[Exchange] = set()
+        self._closed = False
 
     def _identity(self, user: pb.UserInfo) -> list[tuple[bytes, bytes]]:
         hit = self._identities.get(id(user))
@@ -266,11 +270,25 @@ class RemoteProxy:
             if self.on_unreachable is not None:
                 self.on_unreachable(name)
             raise unavailable(name, f"error trying to reach service: {_why(e)}") from None
+        watch = ctx.info is not None and long_running(ctx.info)
+        if watch and self._closed:
+            exchange.abort()  # came in after the stop began (a client watching again): cut at once too
+        elif watch:
+            self._watches.add(exchange)
         try:
             await self._pump(ctx, exchange)
         finally:
+            self._watches.discard(exchange)
             # back to the pool when the answer was read to its end; closed otherwise
             exchange.release()
+
+    def close_watches(self) -> None:
+        """At shutdown, as the registry's watches end: cut the long-running answers being forwarded, so
+        that the server's drain does not wait for them (the client sees its watch cut and watches again,
+        on another replica or once this one is back); those that start from now on are cut at once."""
+        self._closed = True
+        for exchange in list(self._watches):
+            exchange.abort()
 
     @staticmethod
     async def _pump(ctx: Context, exchange: Exchange) -> None:

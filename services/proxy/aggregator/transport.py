@@ -396,6 +396,12 @@ class Exchange:
     async def read(self) -> tuple[bytes, bool]:
         return await self.response.read()
 
+    def abort(self) -> None:
+        """Cut the connection at once (no TLS goodbye to wait for): the next read fails."""
+        self.conn.closed = True
+        if self.conn.transport is not None:
+            self.conn.transport.abort()
+
     def release(self) -> None:
         r, conn = self.response, self.conn
         if r.done and r.keep_alive and not r._parts and not conn.closed:

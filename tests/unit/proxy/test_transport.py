@@ -7,6 +7,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
+from services.apiserver import requestinfo
+from services.proxy.aggregator.proxy import Backends, RemoteProxy
+from services.proxy.aggregator.resolver import Target
 from services.proxy.aggregator.transport import BackendError, Exchange, Transport
 from tests.waiting import until
 
@@ -232,4 +235,64 @@ async def test_a_cancelled_request_closes_its_connection() -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         assert not t._idle
+        t.close()
+
+
+class StreamingContext:
+    """What RemoteProxy's pump uses of a request's Context: the answer's parts, and whether it was cut."""
+
+    method, path = "GET", "/apis/g/v1/things"
+
+    def __init__(self, verb: str) -> None:
+        self.query_string = b"watch=1" if verb == "watch" else b""
+        self.info = requestinfo.parse("GET", self.path, requestinfo.parse_query(self.query_string))
+        self.written: list[bytes] = []
+        self.aborted = self.ended = False
+
+    async def start_stream(self, status: int, content_type: str, headers: list[tuple[bytes, bytes]]) -> None:
+        pass
+
+    async def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    async def end_stream(self, last: bytes = b"") -> None:
+        self.written += [last] if last else []
+        self.ended = True
+
+    async def abort(self) -> None:
+        self.aborted = True
+
+
+async def test_close_watches_cuts_the_forwarded_watches_only() -> None:
+    """At shutdown the forwarded watches end at once (the server's drain would wait for them), and so do
+    those that start after it; a list being forwarded is left to finish."""
+    finish = asyncio.Event()
+
+    async def endless(head: bytes, body: bytes, w: asyncio.StreamWriter) -> bool:
+        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nevent\r\n")
+        await w.drain()
+        await finish.wait()
+        w.write(b"4\r\nlast\r\n0\r\n\r\n")
+        await w.drain()
+        return False
+
+    async with Server(endless) as s:
+        t = Transport(None)
+        proxy = RemoteProxy(None, Backends())  # type: ignore[arg-type] - _exchange is given its target
+        target = Target("127.0.0.1", s.port, "api.ns.svc")
+        watch, listing = StreamingContext("watch"), StreamingContext("list")
+        pumps = [asyncio.create_task(proxy._exchange(ctx, "v1.g", target, [], False, None, t))  # type: ignore[arg-type]
+                 for ctx in (watch, listing)]
+        await until(lambda: bool(watch.written and listing.written))
+        proxy.close_watches()
+        await pumps[0]
+        assert watch.aborted and not watch.ended
+        assert not pumps[1].done()
+        again = StreamingContext("watch")  # a client watching again before the server stopped accepting
+        pumps.append(asyncio.create_task(proxy._exchange(again, "v1.g", target, [], False, None, t)))  # type: ignore[arg-type]
+        await until(lambda: again.aborted or bool(again.written))
+        finish.set()
+        await asyncio.gather(*pumps)
+        assert again.aborted and not again.ended
+        assert listing.ended and not listing.aborted and listing.written == [b"event", b"last"]
         t.close()
