@@ -221,7 +221,8 @@ class FlowController:
     def start(self, digest: pb.RequestAttributes, on_decided: Decided | None = None,
               wait_limit: float = 0.0) -> Ticket:
         """Classify, estimate and try to take the seats, waiting in a queue at most wait_limit seconds
-        (0: --apf-queue-wait-seconds). A WAITING ticket's decision comes later through on_decided."""
+        (capped by --apf-queue-wait-seconds; 0: that). A WAITING ticket's decision comes later through
+        on_decided."""
         fs = self.classifier.classify(digest)
         pl = self._levels_by_name[fs.priority_level]
         level = self.levels[pl.name]

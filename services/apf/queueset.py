@@ -152,15 +152,16 @@ class QueueSet:
     def start(self, flow: str, estimate: WorkEstimate = ONE_SEAT, payload: Any = None,
               wait_limit: float = 0.0) -> tuple[Request, list[Request]]:
         """A new request: its state says whether it executes now, waits in a queue, or was rejected.
-        It waits at most wait_limit seconds (0: the level's wait limit).
+        It waits at most wait_limit seconds, and never longer than the level's wait limit
+        (--apf-queue-wait-seconds, which alone applies when wait_limit is 0).
 
         The list holds other waiting requests that the arrival let execute (a queue's anti-windup can
         reorder the heads); the caller notifies them as it does after release().
         """
         now = self.clock()
         self._sync_time(now)
-        req = Request(flow, estimate, now, now + (wait_limit if wait_limit > 0 else self.wait_limit), payload,
-                      arrival_r=self.current_r)
+        limit = min(wait_limit, self.wait_limit) if wait_limit > 0 else self.wait_limit
+        req = Request(flow, estimate, now, now + limit, payload, arrival_r=self.current_r)
         if not self.queuing:
             if self._fits(req.seats):
                 self._execute(req, now)

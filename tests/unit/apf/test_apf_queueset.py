@@ -129,7 +129,7 @@ def test_time_out() -> None:
 
 def test_each_request_waits_its_own_limit() -> None:
     """kube's per-request wait limit (a quarter of the request's budget): a later arrival with a shorter
-    limit times out first; without one the level's limit applies."""
+    limit times out first; without one, or beyond it, the level's limit applies."""
     qs, clock = make(limit=1, wait=15.0)
     a, _ = qs.start("a")
     b, _ = qs.start("b", wait_limit=10.0)
@@ -143,6 +143,8 @@ def test_each_request_waits_its_own_limit() -> None:
     assert qs.expire() == [b]
     assert qs.next_deadline() == pytest.approx(115.0)
     assert qs.release(a) == [d]
+    e, _ = qs.start("e", wait_limit=60.0)  # the level's limit (--apf-queue-wait-seconds) caps it
+    assert e.deadline == pytest.approx(clock.now + 15.0)
 
 
 def test_withdraw_waiting_and_release_everything_of_a_stream() -> None:
