@@ -183,8 +183,9 @@ class ReviewServer(TLSServer):
         self.paths.append(path)
         return 200, self.answer(review)
 
+    @abc.abstractmethod
     def answer(self, review: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError
+        """The reply to one review (each kind of webhook answers its own way)."""
 
 
 class AdmissionWebhook(ReviewServer):
