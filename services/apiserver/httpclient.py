@@ -8,7 +8,8 @@ spends about a quarter of httpx's CPU per call (measured on webhook calls). The 
 its own leaner transport (services/proxy/aggregator/transport.py), measured faster again for proxying.
 
 A Client is one keep-alive pool with its TLS context, default headers and timeout; its session is made
-on first use, inside the event loop that uses it (aiohttp binds a session to the running loop). A call
+on first use, inside the event loop that uses it (aiohttp binds a session to the running loop). A call made
+while a request is traced carries its `traceparent` (services/common/tracing.py). A call
 that gets no answer raises CallError with Go's net/http words, which kube's messages quote.
 """
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
+
+from services.common import tracing
 
 if TYPE_CHECKING:
     import aiohttp
@@ -108,6 +111,8 @@ class Client:
 
         limit = aiohttp.ClientTimeout(total=timeout if timeout is not None else self.timeout,
                                       connect=self.connect_timeout)
+        if tracing.ENABLED and (trace := tracing.headers()):  # the webhook or server continues the trace
+            headers = [*(headers.items() if isinstance(headers, Mapping) else headers or ()), *trace.items()]
         try:
             async with session.request(method, full, data=body, headers=headers, timeout=limit,
                                               server_hostname=server_name or None, allow_redirects=False) as r:

@@ -115,7 +115,7 @@ async def serve(loaded: Sequence[tuple[Member, ModuleType, object]], stop: async
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from services.common import runtime
+    from services.common import runtime, tracing
 
     members = parse(sys.argv[1:] if argv is None else argv)
     loaded = []
@@ -128,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         await serve(loaded, stop)
 
     runtime.run(run)
+    tracing.shutdown()
 
 
 if __name__ == "__main__":

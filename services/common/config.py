@@ -44,6 +44,13 @@ def add_common_flags(p: argparse.ArgumentParser, service: str) -> None:
                            help="host:port of the peer; its replicas as host:port,host:port,... or one DNS "
                                 "name resolving to all of them (calls and watches spread over them)")
     p.add_argument("-v", "--v", type=int, default=0, help="log verbosity")
+    add_tracing_flag(p)
+
+
+def add_tracing_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tracing-config-file", default="",
+                   help="an apiserver.config.k8s.io TracingConfiguration: where to export spans (OTLP/gRPC) and "
+                        "what share of requests to sample (services/common/tracing.py); none: no tracing")
 
 
 def internal_tls(args: argparse.Namespace) -> TLSFiles | None:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import grpc
 from prometheus_client import Counter, Gauge
 
-from . import auditid
+from . import auditid, tracing
 from .config import TLSFiles
 from .errors import APIError, InternalError, error_from_rpc
 
@@ -48,6 +48,15 @@ def _read(path: str) -> bytes:
         return f.read()
 
 
+def request_metadata() -> tuple[tuple[str, str], ...] | None:
+    """The metadata of a unary call made while handling a request: its audit ID and the trace it
+    continues (None without either)."""
+    md = auditid.metadata()
+    if tracing.ENABLED:
+        md = (md or ()) + tracing.metadata() or None
+    return md
+
+
 GRPC_STARTED = Counter("grpc_server_started_total", "gRPC calls started on this server.", ["grpc_method"])
 
 
@@ -67,6 +76,8 @@ class _CountCalls(grpc.aio.ServerInterceptor):
             auditid.AUDIT_ID.set(aid)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("call %s", method)
+        if tracing.ENABLED:  # the caller's trace goes on in this call (request_metadata())
+            tracing.attach(tracing.from_metadata(handler_call_details.invocation_metadata))
         handler = await continuation(handler_call_details)
         if handler is None or not handler.response_streaming:
             return handler

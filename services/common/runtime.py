@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import grpc
 from prometheus_client import Counter, Gauge
 
-from . import auditid, config, grpcutil
+from . import auditid, config, grpcutil, tracing
 from .background import cancel_and_wait
 from .health import HealthServer, ReadyCheck
 
@@ -324,6 +324,7 @@ async def serve(name: str, args: argparse.Namespace, assemble: Callable[[Service
                 stop: asyncio.Event) -> None:
     """One service in the running loop: assemble(service) declares its parts, then it runs until
     stop is set (main's process, or one of several in a test cluster's compact host)."""
+    tracing.setup(name, getattr(args, "tracing_config_file", ""))
     service = Service(name, args)
     try:
         started = await assemble(service)
@@ -343,6 +344,7 @@ def main(name: str, args: argparse.Namespace, assemble: Callable[[Service], Awai
         await serve(name, args, assemble, stop)
 
     run(serve_one)
+    tracing.shutdown()  # its last spans exported before the process ends
     # Stopped cleanly: every part is closed, nothing is held that etcd (or the audit log, closed by
     # its sink's stop) does not already have. The interpreter's own teardown (every object freed,
     # gRPC's core shut down) cost a service up to a second more: a stopping process skips it.

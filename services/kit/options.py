@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from services.apiserver.audit import options as audit_options
+from services.common import config
 from services.common.duration import flag
 
 
@@ -67,6 +68,7 @@ def parser(prog: str, description: str, etcd_prefix: str) -> argparse.ArgumentPa
                    help="built-in admission plug-ins to turn off (NamespaceLifecycle)")
     audit_options.add_flags(p)
     p.add_argument("-v", type=int, default=0, help="log verbosity")
+    config.add_tracing_flag(p)
     return p
 
 

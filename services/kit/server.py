@@ -39,7 +39,7 @@ from services.apiserver.filters import Handler, RequestContext
 from services.apiserver.filters.context import warning_headers
 from services.apiserver.filters.timeout import Deadlines
 from services.apiserver.requestinfo import RequestInfo, invalid_path_name
-from services.common import envelope, runtime
+from services.common import envelope, runtime, tracing
 from services.common.errors import APIError, BadRequest, NotFound
 from services.common.informer import Informer
 
@@ -224,7 +224,9 @@ class APIServer:
         args = parse_args(parser(f"python -m services.{self.name}", self.__doc__ or "", self.default_etcd_prefix),
                           None if argv is None else list(argv))
         runtime.setup_logging(self.name, args.v)
+        tracing.setup(self.name, args.tracing_config_file)
         runtime.run(lambda stop: self.serve(args, stop))
+        tracing.shutdown()
 
     async def serve(self, args: Any, stop: asyncio.Event) -> None:
         self.configure(args)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
-from services.common import auditid, grpcutil
+from services.common import grpcutil
 from services.common.errors import NotFound
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class IssuerDiscovery:
             req = apb.OpenIDMetadataRequest(default_external_address=self.external)
             try:
                 self._answer = await grpcutil.call(
-                    self.auth.OpenIDMetadata(req, timeout=TIMEOUT, metadata=auditid.metadata()), "auth")
+                    self.auth.OpenIDMetadata(req, timeout=TIMEOUT, metadata=grpcutil.request_metadata()), "auth")
             except NotFound:  # the issuer is no https URL, or no key verifies tokens: not installed
                 self._served = False
         answer = self._answer

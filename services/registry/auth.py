@@ -11,7 +11,7 @@ from apiary_pb import auth_pb2 as aupb
 from apiary_pb import auth_pb2_grpc as augrpc
 from apiary_pb import envelope_pb2 as pb
 from services.apiserver.resource import ResourceInfo
-from services.common import auditid, grpcutil
+from services.common import grpcutil
 
 AUTH_DURATION = Histogram(
     "apiary_registry_auth_call_duration_seconds", "Time the registry waits on the auth service.",
@@ -29,7 +29,7 @@ class AuthClient:
     async def _call(self, method: str, req: Any, timing: dict[str, float]) -> Any:
         t0 = time.perf_counter()
         try:
-            call = getattr(self.stub, method)(req, timeout=self.timeout, metadata=auditid.metadata())
+            call = getattr(self.stub, method)(req, timeout=self.timeout, metadata=grpcutil.request_metadata())
             return await grpcutil.call(call, "auth")
         finally:
             dt = time.perf_counter() - t0

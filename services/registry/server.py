@@ -16,7 +16,7 @@ from services.apis import schemas
 from services.apiserver import discovery, openapi
 from services.apiserver.catalogue import Catalogue
 from services.apiserver.endpoints.handlers import Handlers
-from services.common import auditid, errors, grpcutil, mux, watchmux
+from services.common import auditid, errors, grpcutil, mux, tracing, watchmux
 from services.common.protowire import bytes_field
 
 from . import watch
@@ -103,6 +103,7 @@ class RegistryServicer(rgrpc.RegistryServicer):
         request = rpb.APIRequest.FromString(raw)
         if request.audit_id:  # this watch's task
             auditid.AUDIT_ID.set(request.audit_id)
+        tracing.attach(request.traceparent)
         counter = WATCH_EVENTS.labels(request.group, request.version, request.resource)
         plan = watch.Plan(self.handlers, request)
         if request.table or plan.info.converts_remotely:

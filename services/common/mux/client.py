@@ -10,7 +10,7 @@ from typing import Any
 
 from apiary_pb import envelope_pb2 as pb
 
-from .. import auditid
+from .. import auditid, tracing
 from ..errors import APIError, Timeout
 from ..grpcutil import batches
 from .flow import WINDOW
@@ -125,7 +125,7 @@ class MuxClient(StreamClient):
         self._pending[fid] = fut
         stream.inflight += 1
         stream.queue.put_nowait(pb.Frame(id=fid, method=method, payload=request.SerializeToString(),
-                                         audit_id=auditid.AUDIT_ID.get()))
+                                         audit_id=auditid.AUDIT_ID.get(), traceparent=tracing.traceparent()))
         try:
             frame = await asyncio.wait_for(fut, timeout) if timeout else await fut
         except asyncio.TimeoutError:
@@ -159,7 +159,7 @@ class MuxClient(StreamClient):
         stream.inflight += 1
         queue = stream.queue
         queue.put_nowait(pb.Frame(id=fid, method=method, payload=request.SerializeToString(), window=window,
-                                  audit_id=auditid.AUDIT_ID.get()))
+                                  audit_id=auditid.AUDIT_ID.get(), traceparent=tracing.traceparent()))
         done = False
         taken = 0  # parts taken since the window was last granted
         try:

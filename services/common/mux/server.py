@@ -11,7 +11,7 @@ import grpc
 
 from apiary_pb import envelope_pb2 as pb
 
-from .. import auditid, pacing
+from .. import auditid, pacing, tracing
 from ..errors import APIError, InternalError
 from ..grpcutil import GRPC_STARTED
 from ..runtime import after_large_answer
@@ -105,6 +105,8 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
             auditid.AUDIT_ID.set(frame.audit_id)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("call %s", frame.method)
+        if frame.traceparent:
+            tracing.attach(frame.traceparent)
         small = pacing.begin()  # until its answer is queued, or it turns out to come in parts
         try:
             entry = methods.get(frame.method)

@@ -31,7 +31,7 @@ from apiary_pb import apf_pb2 as fpb
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2_grpc as rgrpc
-from services.common import auditid, grpcutil
+from services.common import auditid, grpcutil, tracing
 from services.common.background import cancel_and_wait
 from services.common.backoff import Backoff
 from services.common.errors import ServiceUnavailable, TooManyRequests
@@ -274,7 +274,8 @@ class SeatClient:
         fut: asyncio.Future[fpb.SeatResponse] = asyncio.get_running_loop().create_future()
         self._pending[seat_id] = fut
         queue.put_nowait(fpb.SeatRequest(id=seat_id, acquire=digest, audit_id=auditid.AUDIT_ID.get(),
-                                         wait_limit=queue_wait_limit(self.deadline())))
+                                         wait_limit=queue_wait_limit(self.deadline()),
+                                         traceparent=tracing.traceparent()))
         try:
             async with asyncio.timeout(self.acquire_timeout):
                 resp = await fut

@@ -20,7 +20,7 @@ from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
 from services.apiserver.filters.requestheader import RequestHeaderConfig
-from services.common import auditid, grpcutil
+from services.common import grpcutil
 from services.common.errors import Unauthorized
 
 from .. import metrics
@@ -71,7 +71,7 @@ class Authenticator:
         metrics.AUTHN_MISS.inc()
         req = apb.AuthenticateRequest(token=token, has_cert=x509, cert_common_name=cn,
                                       cert_organizations=list(orgs), path=path)
-        call = self.auth.Authenticate(req, timeout=AUTH_TIMEOUT, metadata=auditid.metadata())
+        call = self.auth.Authenticate(req, timeout=AUTH_TIMEOUT, metadata=grpcutil.request_metadata())
         resp = await grpcutil.call(call, "auth")
         if not resp.authenticated:
             raise Unauthorized("Unauthorized")

@@ -25,7 +25,7 @@ from apiary_pb import auth_pb2_grpc as agrpc
 from apiary_pb import envelope_pb2 as pb
 from services.apiserver.filters.authorization import forbidden_error
 from services.apiserver.requestinfo import RequestInfo
-from services.common import auditid, grpcutil
+from services.common import grpcutil
 from services.common.errors import InternalError
 from services.common.identity import SYSTEM_MASTERS
 
@@ -96,7 +96,7 @@ class Authorizer:
             metrics.AUTHZ_MISS.inc()
             generation = self._generation
             req = apb.AuthorizeRequest(attributes=attributes(user, info))
-            call = self.auth.Authorize(req, timeout=AUTHZ_TIMEOUT, metadata=auditid.metadata())
+            call = self.auth.Authorize(req, timeout=AUTHZ_TIMEOUT, metadata=grpcutil.request_metadata())
             resp = await grpcutil.call(call, "auth")
             allowed, reason = resp.decision == "Allow", resp.reason
             if not allowed and resp.error:

@@ -15,7 +15,7 @@ from services.apiserver.filters import ClientDisconnected
 from services.apiserver.filters.timeout import REQUEST_TIMEOUT
 from services.apiserver.negotiation import Output
 from services.apiserver.requestinfo import RequestInfo
-from services.common import mux, pacing
+from services.common import mux, pacing, tracing
 from services.common.runtime import after_large_answer
 
 from .. import listparts
@@ -35,6 +35,7 @@ def api_request(info: RequestInfo, ctx: Context, query: dict[str, str], user: pb
         verb=info.verb, group=info.api_group, version=info.api_version, resource=info.resource,
         subresource=info.subresource, namespace=namespace, name=info.path_name, query=query, body=body,
         content_type=content_type, table=table, user=user, audit_id=ctx.audit_id, user_agent=agent,
+        traceparent=tracing.traceparent(),
     )
 
 

@@ -1,0 +1,269 @@
+"""Tracing in every service: kube's component-base/tracing (KEP-647) over the OpenTelemetry SDK.
+
+`--tracing-config-file` names an apiserver.config.k8s.io TracingConfiguration (v1alpha1 or v1beta1, as
+kube-apiserver 1.33 reads it): `endpoint` (default localhost:4317, an OTLP/gRPC collector) and
+`samplingRatePerMillion` (default 0: no request is sampled unless a trusted caller's sampled parent says
+so). Without the flag nothing here does any work: every helper returns at its first test of ENABLED.
+
+One trace per request across the processes: the proxy decides sampling once at the front door (root()),
+and every hop carries the W3C `traceparent` of the span that makes the call: gRPC metadata on unary calls
+(metadata()), the `traceparent` field of a mux Frame and of APF's SeatRequest, the HTTP header of
+webhooks and aggregated API servers (headers()). The receiving side continues it (attach()); its
+sampler follows the parent's decision (ParentBased), so a downstream service never samples on its own
+what the front door dropped. A child span (span()) is only made under a recording parent: under an
+unsampled one it would be dropped anyway, and making it costs a request's worth of microseconds.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+log = logging.getLogger(__name__)
+
+GROUP = "apiserver.config.k8s.io"
+VERSIONS = ("v1alpha1", "v1beta1")
+KIND = "TracingConfiguration"
+DEFAULT_ENDPOINT = "localhost:4317"
+MAX_SAMPLING_RATE = 1_000_000
+HEADER = "traceparent"
+# How long a finished span waits in the batch before it is exported: kube's batcher waits 5 s; a person
+# following one request wants to see it sooner, and the tests look for it.
+EXPORT_DELAY_MS = 500
+
+ENABLED = False
+_tracer: Any = None
+_provider: Any = None
+_NULL = contextlib.nullcontext()
+# W3C trace context, version 00 (and later versions' first four fields): version-traceid-parentid-flags
+_TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
+
+
+class ConfigError(ValueError):
+    """A tracing configuration kube would refuse (the message says why, as kube's does)."""
+
+
+@dataclass(frozen=True)
+class TracingConfiguration:
+    endpoint: str = DEFAULT_ENDPOINT
+    sampling_rate_per_million: int = 0
+
+
+def decode(data: bytes | str) -> TracingConfiguration:
+    """The configuration a file holds, decoded strictly and validated as kube does (ConfigError else)."""
+    try:
+        doc = yaml.safe_load(data)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"unable to decode tracing configuration data: {e}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError("unable to decode tracing configuration data: not a TracingConfiguration object")
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    group, _, version = str(api_version or "").rpartition("/")
+    if kind != KIND or group != GROUP or version not in VERSIONS:
+        raise ConfigError(f"unable to decode tracing configuration data: no kind {kind!r} is registered for "
+                          f"version {api_version!r} (known: {', '.join(f'{GROUP}/{v}' for v in VERSIONS)})")
+    unknown = sorted(set(doc) - {"apiVersion", "kind", "endpoint", "samplingRatePerMillion"})
+    if unknown:
+        raise ConfigError("unable to decode tracing configuration data: strict decoding error: "
+                          + ", ".join(f'unknown field "{k}"' for k in unknown))
+    endpoint = doc.get("endpoint")
+    rate = doc.get("samplingRatePerMillion")
+    if endpoint is not None and not isinstance(endpoint, str):
+        raise ConfigError("unable to decode tracing configuration data: endpoint: expected a string")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int)):
+        raise ConfigError("unable to decode tracing configuration data: samplingRatePerMillion: expected an integer")
+    errors = []
+    if rate is not None and rate < 0:
+        errors.append(f"samplingRatePerMillion: Invalid value: {rate}: sampling rate must be positive")
+    if rate is not None and rate > MAX_SAMPLING_RATE:
+        errors.append(f"samplingRatePerMillion: Invalid value: {rate}: sampling rate per million must be less "
+                      "than or equal to one million")
+    if endpoint is not None:
+        errors += _endpoint_errors(endpoint)
+    if errors:
+        raise ConfigError("invalid tracing configuration: " + ", ".join(errors))
+    return TracingConfiguration(endpoint if endpoint is not None else DEFAULT_ENDPOINT, rate or 0)
+
+
+def _endpoint_errors(endpoint: str) -> list[str]:
+    """kube's endpoint rule: a gRPC target whose scheme is dns (the default), unix or unix-abstract."""
+    target = endpoint if "//" in endpoint else "dns://" + endpoint
+    scheme = target.split("://", 1)[0] if "://" in target else ""
+    if scheme in ("dns", "unix", "unix-abstract"):
+        return []
+    return [f'endpoint: Invalid value: "{target}": unsupported scheme: {scheme}.  Options are none, dns, unix, '
+            "or unix-abstract.  See https://github.com/grpc/grpc/blob/master/doc/naming.md"]
+
+
+def read(path: str) -> TracingConfiguration:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ConfigError(f"unable to read tracing configuration from {path!r}: {e.strerror}") from None
+    return decode(data)
+
+
+def setup(service: str, path: str) -> None:
+    """Tracing for this process from the file at `path` ("": none, and nothing is ever traced); a refused
+    file ends the process with kube's message, as a bad flag does."""
+    if not path:
+        return
+    try:
+        cfg = read(path)
+    except ConfigError as e:
+        raise SystemExit(f"{service}: --tracing-config-file: {e}") from None
+    start(service, cfg)
+
+
+def start(service: str, cfg: TracingConfiguration, exporter: Any = None) -> None:
+    """Export this process's spans to cfg.endpoint (or to `exporter`), sampled as cfg says."""
+    global ENABLED, _tracer, _provider
+    if _provider is not None:  # a compact host's second service: one provider per process, the first's
+        return
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    if exporter is None:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter(endpoint=cfg.endpoint, insecure=True)
+    provider = TracerProvider(resource=Resource.create({"service.name": f"apiary-{service}"}),
+                              sampler=ParentBased(TraceIdRatioBased(cfg.sampling_rate_per_million / MAX_SAMPLING_RATE)))
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=EXPORT_DELAY_MS))
+    _provider, _tracer = provider, provider.get_tracer("apiary")
+    ENABLED = True
+    log.info("tracing: exporting to %s, sampling %d per million", cfg.endpoint, cfg.sampling_rate_per_million)
+
+
+def shutdown() -> None:
+    """Export what is still batched (a stopping service's last spans), then stop exporting."""
+    global ENABLED
+    if _provider is not None:
+        ENABLED = False
+        _provider.shutdown()
+
+
+def recording() -> bool:
+    """Whether the current trace is sampled (its spans are worth making), here or in the caller's process."""
+    if not ENABLED:
+        return False
+    from opentelemetry import trace
+
+    return trace.get_current_span().get_span_context().trace_flags.sampled
+
+
+def span(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[Any]:
+    """A child of the current span for the block (the span, or None where nothing is recorded)."""
+    if not ENABLED or not recording():
+        return _NULL
+    return _tracer.start_as_current_span(name, attributes=attributes)
+
+
+def set_attributes(attributes: Mapping[str, Any]) -> None:
+    """Attributes of the current span (known only once the work is done: a response code, a revision)."""
+    if ENABLED:
+        from opentelemetry import trace
+
+        current = trace.get_current_span()
+        if current.is_recording():  # a span of this process's (a caller's remote one records nothing)
+            current.set_attributes(attributes)
+
+
+def parse(traceparent: str) -> Any:
+    """The span context a `traceparent` names (remote), or None when it is absent or malformed: W3C says
+    a receiver ignores a header it cannot parse, and so does kube."""
+    if not traceparent or not ENABLED:
+        return None
+    m = _TRACEPARENT.match(traceparent.strip())
+    if m is None or m.group(1) == "ff" or (m.group(1) == "00" and m.group(5)):
+        return None
+    from opentelemetry import trace
+
+    ctx = trace.SpanContext(int(m.group(2), 16), int(m.group(3), 16), True, trace.TraceFlags(int(m.group(4), 16) & 1))
+    return ctx if ctx.is_valid else None
+
+
+@contextlib.contextmanager
+def root(name: str, traceparent: str = "", trusted: bool = False, start_time: int | None = None,
+         attributes: Mapping[str, Any] | None = None) -> Iterator[Any]:
+    """The span of one request at the front door (None where nothing is recorded). A trusted caller's
+    `traceparent` is its parent (kube 1.33 trusts system:masters and system:monitoring); anyone else's
+    becomes a link of a new root, so no client picks trace IDs or sampling. `start_time` (ns since the
+    epoch) backdates it to the request's arrival when it is made after authentication."""
+    if not ENABLED:
+        yield None
+        return
+    from opentelemetry import context, trace
+
+    remote = parse(traceparent)
+    parent = context.Context()
+    links = None
+    if remote is not None and trusted:
+        parent = trace.set_span_in_context(trace.NonRecordingSpan(remote), parent)
+    elif remote is not None:
+        links = [trace.Link(remote)]
+    with _tracer.start_as_current_span(name, context=parent, links=links, start_time=start_time,
+                                       attributes=attributes, kind=trace.SpanKind.SERVER) as s:
+        yield s if s.is_recording() else None
+
+
+def attach(traceparent: str) -> None:
+    """Continue the caller's trace in this task (the receiving side of a hop; the task is the call's own,
+    so nothing needs detaching)."""
+    if not ENABLED or not traceparent:
+        return
+    remote = parse(traceparent)
+    if remote is not None:
+        from opentelemetry import context, trace
+
+        context.attach(trace.set_span_in_context(trace.NonRecordingSpan(remote)))
+
+
+def traceparent() -> str:
+    """The current span's `traceparent` to send on a hop ("" when there is no trace to continue)."""
+    if not ENABLED:
+        return ""
+    from opentelemetry import trace
+
+    ctx = trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return ""
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags) & 1:02x}"
+
+
+def headers() -> dict[str, str]:
+    """HTTP headers continuing the trace on an outbound call (a webhook, an aggregated server)."""
+    tp = traceparent()
+    return {HEADER: tp} if tp else {}
+
+
+def metadata() -> tuple[tuple[str, str], ...]:
+    """gRPC metadata continuing the trace on a unary call (empty when there is none)."""
+    tp = traceparent()
+    return ((HEADER, tp),) if tp else ()
+
+
+def from_metadata(md: object) -> str:
+    """The `traceparent` among a call's invocation metadata ("" without one)."""
+    for item in md or ():  # type: ignore[attr-defined]
+        if item[0] == HEADER:
+            return item[1] if isinstance(item[1], str) else item[1].decode()
+    return ""
+
+
+def trace_id() -> str:
+    """The current sampled trace's ID in hex, for an exemplar ("" when nothing is recorded)."""
+    if not ENABLED:
+        return ""
+    from opentelemetry import trace
+
+    ctx = trace.get_current_span().get_span_context()
+    return f"{ctx.trace_id:032x}" if ctx.is_valid and ctx.trace_flags.sampled else ""
