@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, settings
 
 from services.cluster.certs import read_tokens
 from services.cluster.stack import ROOT, Stack
+from tools.otlpreceiver import Receiver
 
 # Tests assert no timings: hypothesis's per-example deadline and its too-slow health check are timings, and
 # they failed property tests on a loaded machine (a generated example is as good when it is slow).
@@ -34,9 +35,25 @@ TEST_STATE = ROOT / ".apiary" / "test"
 TEST_OFFSET = int(os.environ.get("APIARY_TEST_PORT_OFFSET", "1000"))
 
 
+# The session's OTLP receiver (tools/otlpreceiver.py), on 4317 moved by the offset as the stack's ports are.
+# Every process of the session's stack exports to it at samplingRatePerMillion 0: no request is traced
+# unless a system:masters client sends a sampled traceparent (tests/e2e/test_tracing.py does), so the
+# rest of the suite runs with tracing configured and idle, the cost the benchmarks bound.
+TRACES_PORT = 4317 + TEST_OFFSET
+
+
 @pytest.fixture(scope="session")
-def stack() -> Iterator[Stack]:
-    s = Stack(TEST_STATE, TEST_OFFSET)
+def traces() -> Iterator[Receiver]:
+    r = Receiver(TRACES_PORT).start()
+    try:
+        yield r
+    finally:
+        r.stop()
+
+
+@pytest.fixture(scope="session")
+def stack(traces: Receiver) -> Iterator[Stack]:
+    s = Stack(TEST_STATE, TEST_OFFSET, tracing_endpoint=traces.endpoint)
     s.start(fresh=True)
     try:
         yield s

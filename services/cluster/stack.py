@@ -101,6 +101,7 @@ def kube_style_flags(stack: "Stack", server: AggregatedServer) -> list[str]:
         "--requestheader-allowed-names", "front-proxy-client",
         "--client-ca-file", str(pki / "ca.crt"),
         *(["-v", str(stack.verbosity)] if stack.verbosity else []),
+        *stack.tracing_flags(),
     ]
 
 
@@ -131,6 +132,10 @@ class Stack:
     free_ports: bool = False
     detach: bool = False
     verbosity: int = 0  # every service's -v (klog's levels: 4 logs each request's stages)
+    # an OTLP/gRPC collector (host:port) every service and aggregated server exports its spans to, and the
+    # share of requests sampled at the front door (per million); "": no tracing
+    tracing_endpoint: str = ""
+    tracing_rate: int = 0
     # "<process>:<kind>" -> port, with free_ports (kinds: ports.KINDS)
     ports: dict[str, int] = field(default_factory=dict)
     _lifeline: int | None = field(default=None, init=False, repr=False)
@@ -159,6 +164,8 @@ class Stack:
         known = {a.name: a for a in AGGREGATED_SERVERS}
         return cls(state, offset=int(recorded.get("offset", 0)), replicas=int(recorded.get("replicas", 1)),
                    verbosity=int(recorded.get("verbosity", 0)),
+                   tracing_endpoint=str(recorded.get("tracing_endpoint", "")),
+                   tracing_rate=int(recorded.get("tracing_rate", 0)),
                    etcd_members=int(recorded.get("etcd_members", 1)),
                    profile=str(recorded.get("profile", "full")),
                    proxy_workers=int(recorded.get("proxy_workers", 1)),
@@ -181,6 +188,7 @@ class Stack:
             "offset": self.offset, "free_ports": self.free_ports, "replicas": self.replicas,
             "etcd_members": self.etcd_members,
             "verbosity": self.verbosity, "profile": self.profile, "proxy_workers": self.proxy_workers,
+            "tracing_endpoint": self.tracing_endpoint, "tracing_rate": self.tracing_rate,
             "aggregated": [a.name for a in self.aggregated],
             "ports": {f"{n}:{k}": self.port(n, k) for n in self.names() for k in self.port_kinds(n)},
         }, indent=1) + "\n")
@@ -346,6 +354,7 @@ class Stack:
             cmd += ["--grpc-port", str(self.grpc_port(process))]
         if self.verbosity:
             cmd += ["--v", str(self.verbosity)]
+        cmd += self.tracing_flags()
         for peer in () if name in API_CLIENTS else PEERS:
             if peer != name:
                 cmd += [f"--{peer}-address", self.addresses(peer)]
@@ -383,6 +392,14 @@ class Stack:
                 *(["--workers", str(self.proxy_workers)] if self.proxy_workers > 1 else []),
             ]
         return cmd + list(self.extra.get(name, ()))
+
+    @property
+    def tracing_config(self) -> Path:
+        return self.state / "tracing-config.yaml"
+
+    def tracing_flags(self) -> list[str]:
+        """Every process's --tracing-config-file when the stack traces (init() writes the file)."""
+        return ["--tracing-config-file", str(self.tracing_config)] if self.tracing_endpoint else []
 
     def spawn(self, name: str) -> int:
         """Start the process that runs `name` (process_of) in its own process group (a stop signals
@@ -508,6 +525,10 @@ class Stack:
         self.write_client_kubeconfig(self.controller_manager_kubeconfig, "controller-manager", "controller-manager")
         certs.ensure_tokens(self.state)
         certs.ensure_encryption_config(self.state)
+        if self.tracing_endpoint:
+            self.tracing_config.write_text(
+                "apiVersion: apiserver.config.k8s.io/v1beta1\nkind: TracingConfiguration\n"
+                f"endpoint: {self.tracing_endpoint}\nsamplingRatePerMillion: {self.tracing_rate}\n")
         policy = self.state / "audit-policy.yaml"
         if not policy.exists():
             shutil.copyfile(DEFAULT_AUDIT_POLICY, policy)

@@ -21,6 +21,7 @@ from services.apiserver.filters.timeout import (
     with_request_deadline,
     with_timeout_for_non_long_running_requests,
 )
+from services.apiserver.filters.traces import with_tracing
 from services.apiserver.filters.wrap import with_panic_recovery
 from services.apiserver.requestinfo import RequestInfo
 from services.common.errors import Unauthorized
@@ -100,6 +101,7 @@ def build_handler_chain(api_handler: Handler, server: APIServer) -> Handler:
         partial(with_request_deadline, deadlines=server.deadlines),  # none for a watch; ?timeout=
         partial(with_authentication, authenticator=DelegatedAuthentication(server),
                 failed=failed_authentication_audit(server.auditor)),
+        with_tracing,  # the root span, once the user says whether its traceparent is trusted
         partial(with_audit, auditor=server.auditor),  # the policy sees the authenticated user
         partial(with_authorization, authorizer=DelegatedAuthorization(server)),
     ]

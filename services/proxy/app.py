@@ -31,6 +31,7 @@ from services.apiserver.filters.timeout import (
     with_request_deadline,
     with_timeout_for_non_long_running_requests,
 )
+from services.apiserver.filters.traces import with_tracing
 from services.apiserver.filters.wrap import with_panic_recovery
 from services.apiserver.negotiation import APPLY_PATCH, PROTOBUF, negotiate_output
 from services.apiserver.requestinfo import RequestInfo, invalid_path_name
@@ -336,6 +337,7 @@ def build_handler_chain(api_handler: Handler, proxy: ProxyApp) -> Handler:
         partial(with_request_deadline, deadlines=proxy.deadlines),  # none for a watch; ?timeout=
         partial(with_authentication, authenticator=proxy.authn,
                 failed=failed_authentication_audit(proxy.auditor)),
+        with_tracing,  # the root span, once the user says whether its traceparent is trusted
         partial(with_audit, auditor=proxy.auditor),  # the policy sees the authenticated user
         partial(with_impersonation, impersonator=proxy.impersonator),
         partial(with_priority_and_fairness, flowcontrol=proxy.apf),

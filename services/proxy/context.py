@@ -29,7 +29,8 @@ T = TypeVar("T")
 # kube-apiserver's MaxRequestBodyBytes
 MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
 _WANTED_HEADERS = frozenset(
-    (b"accept", b"audit-id", b"authorization", b"content-type", b"content-length", b"if-none-match"))
+    (b"accept", b"audit-id", b"authorization", b"content-type", b"content-length", b"if-none-match",
+     b"traceparent"))
 _IMPERSONATE_PREFIX = b"impersonate-"
 
 
