@@ -148,6 +148,7 @@ def legacy_oidc_config(issuer_url: str, client_id: str, username_claim: str, use
 
 class JWTAuthenticators:
     """The current JWT authenticators, in file order; a token no issuer claims is not ours (None)."""
+    name = "jwt"  # its span's name (services/auth/authenticators/__init__.py)
 
     def __init__(self, configs: list[JWTConfig], path: str = "", data: bytes = b"",
                  disallowed_issuers: frozenset[str] = frozenset(), anonymous: AnonymousConfig | None = None) -> None:

@@ -11,7 +11,7 @@ from prometheus_client import Counter, Histogram
 
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
-from services.common import grpcutil
+from services.common import grpcutil, tracing
 from services.common.errors import NotFound, ServiceUnavailable
 
 from .authenticators import Union as AuthenticatorUnion
@@ -60,7 +60,13 @@ class AuthServicer(agrpc.AuthServicer):
     async def Authenticate(self, request: apb.AuthenticateRequest,
                            context: grpc.aio.ServicerContext) -> apb.AuthenticateResponse:
         start = time.perf_counter()
-        result = await self.authenticator.authenticate(request)
+        if tracing.ENABLED and tracing.recording():
+            with tracing.span("apiary.Auth/Authenticate") as span:  # each authenticator tried: a child
+                result = await self.authenticator.authenticate(request)
+                span.set_attributes({"authenticated": result.authenticated,
+                                     "user": result.user.name if result.user is not None else ""})
+        else:
+            result = await self.authenticator.authenticate(request)
         outcome = "success" if result.authenticated else "failure"
         AUTHENTICATION_LATENCY.labels(outcome).observe(time.perf_counter() - start)
         AUTHENTICATION_ATTEMPTS.labels(outcome).inc()
@@ -71,7 +77,12 @@ class AuthServicer(agrpc.AuthServicer):
     @grpcutil.api_method
     async def Authorize(self, request: apb.AuthorizeRequest,
                         context: grpc.aio.ServicerContext) -> apb.AuthorizeResponse:
-        d = await self.authorizer.authorize(request.attributes)
+        if tracing.ENABLED and tracing.recording():
+            with tracing.span("apiary.Auth/Authorize") as span:  # each authorizer asked: a child
+                d = await self.authorizer.authorize(request.attributes)
+                span.set_attributes({"decision": d.decision, "authorizer": d.authorizer})
+        else:
+            d = await self.authorizer.authorize(request.attributes)
         if d.decision != ALLOW and not self.rbac_synced():
             # A restarted auth service serves before its RBAC index has every binding: a "no" from
             # a partial index would be wrong (and cached by the proxy), so the caller tries again.

@@ -13,6 +13,7 @@ import orjson
 
 from services.apiserver.httpclient import CallError
 from services.apiserver.kubeconfig import Config
+from services.common import tracing
 
 
 class WebhookError(Exception):
@@ -25,6 +26,18 @@ class WebhookClient:
         self._client = conn.client(timeout)
 
     async def post(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The webhook's answer to a review; a sampled request's call in a span of its own (the webhook
+        continues the trace: the library's client sends `traceparent`)."""
+        if tracing.ENABLED and tracing.recording():
+            with tracing.span("Call webhook", {"kind": str(body.get("kind", "")), "url": self.conn.server}) as span:
+                answer = await self._post(body)
+                if span is not None and isinstance(answer.get("status"), dict):
+                    span.set_attributes({k: str(v) for k, v in answer["status"].items()
+                                         if k in ("authenticated", "allowed", "denied")})
+                return answer
+        return await self._post(body)
+
+    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
             r = await self._client.post_json("", body)
         except CallError as e:

@@ -16,6 +16,7 @@ unsampled one it would be dropped anyway, and making it costs a request's worth 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import re
 from collections.abc import Iterator, Mapping
@@ -225,6 +226,19 @@ def attach(traceparent: str) -> None:
         from opentelemetry import context, trace
 
         context.attach(trace.set_span_in_context(trace.NonRecordingSpan(remote)))
+
+
+def detached() -> contextvars.Context | None:
+    """The context for a background task started while a request is served (a watch cache's etcd feed,
+    a read shared by many requests): the current one without its span, so that the task's work never
+    lands in that request's trace (None without tracing: create_task copies the current context)."""
+    if not ENABLED:
+        return None
+    from opentelemetry import context
+
+    ctx = contextvars.copy_context()
+    ctx.run(context.attach, context.Context())
+    return ctx
 
 
 def traceparent() -> str:

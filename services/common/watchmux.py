@@ -30,6 +30,7 @@ from typing import Any
 
 from apiary_pb import envelope_pb2 as pb
 
+from . import tracing
 from .errors import APIError, InternalError
 from .grpcutil import batches
 from .mux.streams import StreamClient
@@ -121,7 +122,8 @@ async def serve(requests: AsyncIterator[pb.WatchControl], start: Start,
     sink = Sink(capacity)
     tasks: dict[int, asyncio.Task[None]] = {}
 
-    async def run(wid: int, request: bytes) -> None:
+    async def run(wid: int, request: bytes, traceparent: str) -> None:
+        tracing.attach(traceparent)  # the watch's own task: its setup goes on in the opener's trace
         try:
             await start(wid, request, sink)
             sink.end(wid)
@@ -139,7 +141,7 @@ async def serve(requests: AsyncIterator[pb.WatchControl], start: Start,
         try:
             async for control in requests:
                 for o in control.open:
-                    tasks[o.id] = asyncio.create_task(run(o.id, o.request), name=f"watch {o.id}")
+                    tasks[o.id] = asyncio.create_task(run(o.id, o.request, o.traceparent), name=f"watch {o.id}")
                 for wid in control.cancel:
                     t = tasks.pop(wid, None)
                     if t is not None:
@@ -284,7 +286,8 @@ class WatchMuxClient(StreamClient):
         stream = self._ensure()
         wid = next(self._ids)
         w = self._watches[wid] = _Watch(stream)
-        stream.queue.put_nowait(pb.WatchControl(open=[pb.WatchOpen(id=wid, request=request.SerializeToString())]))
+        stream.queue.put_nowait(pb.WatchControl(open=[pb.WatchOpen(id=wid, request=request.SerializeToString(),
+                                                                   traceparent=tracing.traceparent())]))
         try:
             buf = w.buf
             while True:
@@ -314,7 +317,8 @@ class WatchMuxClient(StreamClient):
         stream = self._ensure()
         wid = next(self._ids)
         w = self._watches[wid] = _Watch(stream, on_event, on_end)
-        stream.queue.put_nowait(pb.WatchControl(open=[pb.WatchOpen(id=wid, request=request.SerializeToString())]))
+        stream.queue.put_nowait(pb.WatchControl(open=[pb.WatchOpen(id=wid, request=request.SerializeToString(),
+                                                                   traceparent=tracing.traceparent())]))
         return Relay(self, wid, w)
 
     async def close(self) -> None:

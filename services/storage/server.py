@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Awaitable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -16,7 +16,7 @@ from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
 from services.apiserver.storage.backend import Backend
-from services.common import mux, protowire, watchmux
+from services.common import mux, protowire, tracing, watchmux
 from services.common.grpcutil import api_method, api_stream
 
 
@@ -67,6 +67,7 @@ def add_to_server(servicer: StorageServicer, server: grpc.aio.Server) -> None:
         server.add_registered_method_handlers("apiary.Storage", handlers)
 
 
+T = TypeVar("T")
 WATCH_MESSAGE_BYTES = 1 << 20
 # A watch on a stream of its own writes at most one message per 50 ms (an event after a quiet spell
 # goes at once): at 100 events/s that is 5 events a message instead of 5 messages, each costing the
@@ -88,6 +89,13 @@ def watch_events(events: list[bytes]) -> Iterator[bytes]:
     yield b"".join(parts)
 
 
+async def served(method: str, key: str, call: Awaitable[T]) -> T:
+    """A call of a sampled request in its span, named as a gRPC server names it ("apiary.Storage/Get"): its
+    children are the watch cache's part or etcd's (services/apiserver/storage)."""
+    with tracing.span(f"apiary.Storage/{method}", {"key": key}):
+        return await call
+
+
 class StorageServicer(sgrpc.StorageServicer):
     """The backend's methods as gRPC methods. Each returns the backend's coroutine (or async
     iterator) for the error wrapper to await: no frame of its own on the way to the cache."""
@@ -107,22 +115,32 @@ class StorageServicer(sgrpc.StorageServicer):
 
     @api_method
     def Create(self, request: spb.CreateRequest, context: grpc.aio.ServicerContext) -> Awaitable[pb.Object]:
+        if tracing.ENABLED and tracing.recording():
+            return served("Create", request.key, self.backend.create(request))
         return self.backend.create(request)
 
     @api_method
     def Update(self, request: spb.UpdateRequest, context: grpc.aio.ServicerContext) -> Awaitable[pb.Object]:
+        if tracing.ENABLED and tracing.recording():
+            return served("Update", request.key, self.backend.update(request))
         return self.backend.update(request)
 
     @api_method
     def Delete(self, request: spb.DeleteRequest, context: grpc.aio.ServicerContext) -> Awaitable[pb.Object]:
+        if tracing.ENABLED and tracing.recording():
+            return served("Delete", request.key, self.backend.delete(request))
         return self.backend.delete(request)
 
     @api_method
     def Get(self, request: spb.GetRequest, context: grpc.aio.ServicerContext) -> Awaitable[pb.Object | bytes]:
+        if tracing.ENABLED and tracing.recording():
+            return served("Get", request.key, self.backend.get(request))
         return self.backend.get(request)
 
     @api_method
     def List(self, request: spb.ListRequest, context: grpc.aio.ServicerContext) -> Awaitable[Any]:
+        if tracing.ENABLED and tracing.recording():
+            return served("List", request.prefix, self.backend.list(request))
         return self.backend.list(request)
 
     async def Stats(self, request: spb.StatsRequest, context: grpc.aio.ServicerContext) -> spb.StatsResponse:

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
-from services.common import errors, mux
+from services.common import errors, mux, tracing
 from services.common.errors import Timeout
 from services.common.protowire import bytes_field
 from services.common.selectors import SelectionPredicate
@@ -24,7 +24,7 @@ from .codec import Codec
 from .etcd import Etcd
 from .etcd3 import Store, parse_rv, storage_key
 from .keys import decode_continue, key_info, resource_label, resource_prefix
-from .watch import CONSISTENT_READ_WAIT, Watches
+from .watch import CONSISTENT_READ_WAIT, Begun, Watches
 from .wire import field, json_parts
 
 MATCH_VALUES = ("Exact", "NotOlderThan", "")
@@ -96,21 +96,40 @@ class Backend:
     async def get(self, request: spb.GetRequest) -> pb.Object | bytes:
         """The object; from the watch cache as its serialized bytes."""
         storage_key(request.key)
-        info = key_info(request.key)
-        rv = request.resource_version
-        minimum = parse_rv(rv) if rv else 0
-        # "0": whatever the cache holds; "" and N: the cache once it is at least that fresh.
-        if rv == "0":
-            cacher: Cacher | None = await self.cachers.get(resource_prefix(request.key))
-        else:
-            fresh = await self._fresh_cacher(request.key, minimum)
-            cacher = fresh[0] if fresh else None
-        if cacher is not None:
-            data = cacher.watch_cache.get(request.key)
-            if data is None:
-                raise errors.not_found(info.resource, info.group, info.name)
-            return data
+        if tracing.ENABLED and tracing.recording():
+            return await self._get_traced(request)
+        cached = await self._cacher_for_get(request)
+        if cached is not None:
+            return self._cached(cached[0], request.key)
         return await self.store.get(request.key)
+
+    async def _get_traced(self, request: spb.GetRequest) -> pb.Object | bytes:
+        """get, the watch cache's part in kube's "cacher.Get" span (the revision it answered at); an
+        answer from etcd is the etcd call's span after it."""
+        with tracing.span("cacher.Get", {"key": request.key, "resource-version": request.resource_version}) as span:
+            cached = await self._cacher_for_get(request)
+            if cached is not None:
+                span.set_attributes({"resource": cached[0].resource, "revision": cached[1]})
+                return self._cached(cached[0], request.key)
+            span.set_attribute("fresh", False)
+        return await self.store.get(request.key)
+
+    async def _cacher_for_get(self, request: spb.GetRequest) -> tuple[Cacher, int] | None:
+        """The watch cache that may answer a GET and the revision it answers at, or None (etcd answers):
+        at "0" whatever the cache holds; at "" and N the cache once it is at least that fresh."""
+        rv = request.resource_version
+        if rv == "0":
+            cacher = await self.cachers.get(resource_prefix(request.key))
+            return cacher, cacher.watch_cache.rev
+        return await self._fresh_cacher(request.key, parse_rv(rv) if rv else 0)
+
+    @staticmethod
+    def _cached(cacher: Cacher, key: str) -> bytes:
+        data = cacher.watch_cache.get(key)
+        if data is None:
+            info = key_info(key)
+            raise errors.not_found(info.resource, info.group, info.name)
+        return data
 
     async def list(self, request: spb.ListRequest) -> spb.ListResponse | bytes | mux.Streamed:
         """A ListResponse; from the watch cache, a serialized RawListResponse (the same wire format),
@@ -133,34 +152,59 @@ class Backend:
                     revision = parse_rv(rv)
                 else:
                     minimum = parse_rv(rv)
-            cacher: Cacher | None = None
-            at = 0
-            if rv == "0":
-                # As kube: a list at "any" version is served whole from the cache, limit ignored.
-                cacher = await self.cachers.get(resource_prefix(prefix))
-                at = cacher.watch_cache.rev
-            elif not revision and not limit:
-                # kube 1.31 (ConsistentListFromCache): unpaginated lists at "" or NotOlderThan come
-                # from the cache once it has caught up; paginated and Exact ones go to etcd.
-                fresh = await self._fresh_cacher(prefix, minimum)
-                if fresh is not None:
-                    cacher, at = fresh
-            if cacher is not None:
-                if request.json:
-                    items = cacher.watch_cache.snapshot_json_items(prefix, pred, request.kind, request.api_version)
-                    rv = field(2, str(at).encode())
-                    if request.chunked:  # rendered part by part as the caller takes them
-                        return mux.Streamed(json_parts(rv, items))
-                    js = b",".join(items)
-                    # RawListResponse{resource_version, json_items} by hand: one copy of a large answer
-                    return b"".join((rv, *bytes_field(5, js)))
-                items = cacher.watch_cache.snapshot(prefix, pred)
-                if prefix == cacher.prefix and pred.empty:
-                    metrics.STORAGE_OBJECTS.labels(resource).set(len(items))
-                return spb.RawListResponse(items=items, resource_version=str(at)).SerializeToString()
+            if rv == "0" or (not revision and not limit):
+                # "0": as kube, served whole from the cache, limit ignored. kube 1.31
+                # (ConsistentListFromCache): unpaginated lists at "" or NotOlderThan come from the
+                # cache once it has caught up; paginated and Exact ones go to etcd.
+                if tracing.ENABLED and tracing.recording():
+                    answer = await self._list_cached_traced(request, prefix, pred, resource, minimum)
+                else:
+                    answer = await self._list_cached(request, prefix, pred, resource, minimum)
+                if answer is not None:
+                    return answer[0]
         return await self.store.get_list(prefix, start, revision, minimum, limit, pred, resource,
                                          continuing=bool(token), json=request.json, chunked=request.chunked,
                                          kind=request.kind, api_version=request.api_version)
+
+    async def _list_cached(self, request: spb.ListRequest, prefix: str, pred: SelectionPredicate, resource: str,
+                           minimum: int) -> tuple[bytes | mux.Streamed, int] | None:
+        """The list from the watch cache and the revision it is at, or None when the cache does not catch
+        up with a consistent read in time (etcd answers)."""
+        if request.resource_version == "0":
+            cacher = await self.cachers.get(resource_prefix(prefix))
+            at = cacher.watch_cache.rev
+        else:
+            fresh = await self._fresh_cacher(prefix, minimum)
+            if fresh is None:
+                return None
+            cacher, at = fresh
+        return self._cached_list(request, prefix, pred, resource, cacher, at), at
+
+    async def _list_cached_traced(self, request: spb.ListRequest, prefix: str, pred: SelectionPredicate,
+                                  resource: str, minimum: int) -> tuple[bytes | mux.Streamed, int] | None:
+        """_list_cached in kube's "cacher list" span."""
+        with tracing.span("cacher list", {"key": prefix, "resource": resource,
+                                          "resource-version": request.resource_version}) as span:
+            answer = await self._list_cached(request, prefix, pred, resource, minimum)
+            span.set_attributes({"revision": answer[1]} if answer is not None else {"fresh": False})
+            return answer
+
+    @staticmethod
+    def _cached_list(request: spb.ListRequest, prefix: str, pred: SelectionPredicate, resource: str,
+                     cacher: Cacher, at: int) -> bytes | mux.Streamed:
+        """The list from the watch cache, as it is at revision `at`."""
+        if request.json:
+            items = cacher.watch_cache.snapshot_json_items(prefix, pred, request.kind, request.api_version)
+            rv = field(2, str(at).encode())
+            if request.chunked:  # rendered part by part as the caller takes them
+                return mux.Streamed(json_parts(rv, items))
+            js = b",".join(items)
+            # RawListResponse{resource_version, json_items} by hand: one copy of a large answer
+            return b"".join((rv, *bytes_field(5, js)))
+        items = cacher.watch_cache.snapshot(prefix, pred)
+        if prefix == cacher.prefix and pred.empty:
+            metrics.STORAGE_OBJECTS.labels(resource).set(len(items))
+        return spb.RawListResponse(items=items, resource_version=str(at)).SerializeToString()
 
     def stats(self) -> spb.StatsResponse:
         """The object and watcher counts of every resource with a watch cache (a LIST or a watch makes one)."""
@@ -178,7 +222,7 @@ class Backend:
         """watch's events in batches: the initial ones in one, then each time the consumer is
         ready (and min_interval after the previous batch), everything the cache queued for the
         watch meanwhile (a stream of its own writes one message per batch)."""
-        begun = await self.watches.begin(request)
+        begun = await self._begin(request)
         if isinstance(begun, pb.WatchEvent):
             yield [begun.SerializeToString()]
             return
@@ -191,10 +235,24 @@ class Backend:
         finally:
             cacher.remove(w)
 
+    async def _begin(self, request: spb.WatchRequest) -> Begun | pb.WatchEvent:
+        """Watches.begin; for a sampled request in kube's "cacher.Watch" span: a watch's trace covers its
+        setup (the cache catching up, an initial list from etcd), not the events that follow."""
+        if not (tracing.ENABLED and tracing.recording()):
+            return await self.watches.begin(request)
+        with tracing.span("cacher.Watch", {"key": request.prefix,
+                                           "resource-version": request.resource_version}) as span:
+            begun = await self.watches.begin(request)
+            if isinstance(begun, pb.WatchEvent):
+                span.set_attribute("error", begun.status.reason)
+            else:
+                span.set_attributes({"resource": begun[0].resource, "initial": len(begun[2])})
+            return begun
+
     async def watch_into(self, request: spb.WatchRequest, send: Callable[..., bool]) -> None:
         """watch's events handed to send(event, force) instead (a multiplexed stream's sink): the
         initial ones forced, the live ones straight from the cache as it applies them."""
-        begun = await self.watches.begin(request)
+        begun = await self._begin(request)
         if isinstance(begun, pb.WatchEvent):
             send(begun.SerializeToString(), True)
             return

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from aetcd import rpc
 
 from apiary_pb import storage_pb2 as spb
+from services.common import tracing
 from services.common.background import cancel_and_wait
 from services.common.backoff import Backoff
 from services.common.errors import APIError
@@ -62,7 +63,8 @@ class Cacher:
     async def start(self, at_revision: int = 0) -> None:
         """Fill the cache (at at_revision when etcd still has it, so a watch from it can be served)."""
         await self._list(at_revision)
-        self._task = asyncio.create_task(self._run(), name=f"cacher {self.prefix}")
+        # the cache's feed outlives the request that started it: in no request's trace
+        self._task = asyncio.create_task(self._run(), name=f"cacher {self.prefix}", context=tracing.detached())
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)

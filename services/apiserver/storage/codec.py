@@ -4,9 +4,10 @@ optionally behind an encryption envelope (see encryption.py)."""
 from __future__ import annotations
 
 from apiary_pb import envelope_pb2 as pb
+from services.common import tracing
 from services.common.errors import InternalError
 
-from .encryption import ENC_PREFIX, Encryption, NeedsDEK, TransformError, Transformer
+from .encryption import ENC_PREFIX, Encryption, NeedsDEK, Transformer, TransformError
 
 MAGIC = b"k8s\x00apiary\x00"
 # Set in `fields` of an object returned by Get whose stored value the first provider did not write:
@@ -68,6 +69,10 @@ class Codec:
         if t is None:
             return plain
         try:
+            if tracing.ENABLED and tracing.recording():
+                with tracing.span("TransformToStorage", {"key": _text(key), "provider": t.first.name}):
+                    await t.ready()
+                    return t.to_storage(plain, key if isinstance(key, bytes) else key.encode())
             await t.ready()
             return t.to_storage(plain, key if isinstance(key, bytes) else key.encode())
         except TransformError as e:
@@ -111,6 +116,11 @@ class Codec:
             return  # decode reports it
 
     async def decode_async(self, value: bytes, revision: int, key: bytes | str) -> pb.Object:
+        """decode, a KMS plugin asked first when it must be (a sampled request's decryption in its span)."""
+        if self.encryption is not None and tracing.ENABLED and value.startswith(ENC_PREFIX) and tracing.recording():
+            with tracing.span("TransformFromStorage", {"key": _text(key)}):
+                plain, _ = await self._unwrap_async(value, key)
+            return decode(plain, revision, key)
         try:
             return self.decode(value, revision, key)
         except NeedsDEK:
@@ -118,6 +128,13 @@ class Codec:
             return self.decode(value, revision, key)
 
     async def unwrap_async(self, value: bytes, key: bytes | str) -> tuple[bytes, bool]:
+        """unwrap, a KMS plugin asked first when it must be (a sampled request's decryption in its span)."""
+        if self.encryption is not None and tracing.ENABLED and value.startswith(ENC_PREFIX) and tracing.recording():
+            with tracing.span("TransformFromStorage", {"key": _text(key)}):
+                return await self._unwrap_async(value, key)
+        return await self._unwrap_async(value, key)
+
+    async def _unwrap_async(self, value: bytes, key: bytes | str) -> tuple[bytes, bool]:
         try:
             return self.unwrap(value, key)
         except NeedsDEK:

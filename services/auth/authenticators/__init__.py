@@ -11,6 +11,7 @@ from typing import Protocol
 
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import envelope_pb2 as pb
+from services.common import tracing
 from services.common.identity import AUTHENTICATED, UNAUTHENTICATED
 
 
@@ -19,6 +20,8 @@ class AuthenticationFailed(Exception):
 
 
 class Authenticator(Protocol):
+    name: str
+
     async def authenticate(self, req: apb.AuthenticateRequest) -> pb.UserInfo | None: ...
 
 
@@ -46,9 +49,10 @@ class Union:
 
     async def authenticate(self, req: apb.AuthenticateRequest) -> Result:
         errors: list[str] = []
+        traced = tracing.ENABLED and tracing.recording()
         for a in self.authenticators:
             try:
-                user = await a.authenticate(req)
+                user = await (tried(a, req) if traced else a.authenticate(req))
             except AuthenticationFailed as e:
                 errors.append(str(e))
                 continue
@@ -59,7 +63,21 @@ class Union:
             errors.append("invalid bearer token")
         if errors or self.fallback is None:
             return Result(None, errors)
-        return Result(await self.fallback.authenticate(req))
+        return Result(await (tried(self.fallback, req) if traced else self.fallback.authenticate(req)))
+
+
+async def tried(a: Authenticator, req: apb.AuthenticateRequest) -> pb.UserInfo | None:
+    """One authenticator of a sampled request's chain in its span ("authenticator token-file"): whether
+    it took the credentials (the user), left them to the next one, or rejected them (why)."""
+    with tracing.span(f"authenticator {a.name}") as span:
+        try:
+            user = await a.authenticate(req)
+        except AuthenticationFailed as e:
+            span.set_attributes({"result": "failed", "reason": str(e)})
+            raise
+        span.set_attributes({"result": "authenticated", "user": user.name} if user is not None
+                            else {"result": "not mine"})
+        return user
 
 
 def add_authenticated_group(user: pb.UserInfo) -> pb.UserInfo:

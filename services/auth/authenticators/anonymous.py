@@ -19,6 +19,8 @@ class AnonymousConfig:
 
 
 class AnonymousAuthenticator:
+    name = "anonymous"  # its span's name (services/auth/authenticators/__init__.py)
+
     def __init__(self, config: Callable[[], AnonymousConfig | None] | None = None, default: bool = True) -> None:
         """config: the configuration file's current anonymous section (None: not set, `default` applies)."""
         self.config = config

@@ -22,6 +22,8 @@ Lookup = Callable[[str, str], Awaitable[dict[str, Any] | None]]
 
 
 class ServiceAccountAuthenticator:
+    name = "service-account"  # its span's name (services/auth/authenticators/__init__.py)
+
     def __init__(self, public_keys: list[Any], issuers: Iterable[str], api_audiences: Iterable[str],
                  lookup: Lookup) -> None:
         self.public_keys = public_keys

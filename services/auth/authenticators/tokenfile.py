@@ -45,6 +45,8 @@ def parse_token_csv(text: str, path: str = "<memory>") -> dict[str, pb.UserInfo]
 
 
 class TokenFileAuthenticator:
+    name = "token-file"  # its span's name (services/auth/authenticators/__init__.py)
+
     def __init__(self, tokens: dict[str, pb.UserInfo]) -> None:
         self.tokens = tokens
 

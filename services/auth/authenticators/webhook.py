@@ -44,6 +44,7 @@ def _go_list(values: Iterable[str]) -> str:
 
 class WebhookTokenAuthenticator:
     """Tokens reviewed by a webhook; its answers cached for cache_ttl on `clock` (monotonic seconds)."""
+    name = "webhook"  # its span's name (services/auth/authenticators/__init__.py)
 
     def __init__(self, client: WebhookClient, version: str, api_audiences: Sequence[str],
                  cache_ttl: float = DEFAULT_CACHE_TTL, clock: Callable[[], float] = time.monotonic) -> None:

@@ -9,6 +9,8 @@ from . import AuthenticationFailed
 
 
 class X509Authenticator:
+    name = "x509"  # its span's name (services/auth/authenticators/__init__.py)
+
     async def authenticate(self, req: apb.AuthenticateRequest) -> pb.UserInfo | None:
         if not req.has_cert:
             return None
