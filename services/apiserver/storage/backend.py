@@ -98,9 +98,13 @@ class Backend:
         storage_key(request.key)
         if tracing.ENABLED and tracing.recording():
             return await self._get_traced(request)
-        cached = await self._cacher_for_get(request)
-        if cached is not None:
-            return self._cached(cached[0], request.key)
+        # _cacher_for_get inline: the hottest path of all has no frame to spare
+        rv = request.resource_version
+        if rv == "0":
+            return self._cached(await self.cachers.get(resource_prefix(request.key)), request.key)
+        fresh = await self._fresh_cacher(request.key, parse_rv(rv) if rv else 0)
+        if fresh is not None:
+            return self._cached(fresh[0], request.key)
         return await self.store.get(request.key)
 
     async def _get_traced(self, request: spb.GetRequest) -> pb.Object | bytes:
