@@ -57,7 +57,8 @@ def configmap(name: str, data: dict[str, str] | None = None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data or {"a": "1"}}
 
 
-def test_a_create_is_one_trace_through_the_registry_and_admission(admin: httpx.Client, traces: Receiver) -> None:
+def test_a_create_is_one_trace_through_the_registry_and_admission(admin: httpx.Client,
+                                                                  traces: Receiver) -> None:
     trace_id, client_span, tp = new_traceparent()
     name = f"traced-{uuid.uuid4().hex[:6]}"
     r = admin.post("/api/v1/namespaces/default/configmaps", json=configmap(name), headers={"traceparent": tp})

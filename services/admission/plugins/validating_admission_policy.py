@@ -158,8 +158,8 @@ class ValidatingAdmissionPolicy(Plugin):
                         if "Deny" in actions and denied is None:
                             denied = (cp, b.name, d)
                         if "Warn" in actions:
-                            a.warnings.append(f"Validation failed for ValidatingAdmissionPolicy '{cp.name}' with "
-                                              f"binding '{b.name}': {d.message}")
+                            a.warnings.append(f"Validation failed for ValidatingAdmissionPolicy '{cp.name}' "
+                                              f"with binding '{b.name}': {d.message}")
                         if "Audit" in actions:
                             audit_failures.append({"message": d.message, "policy": cp.name, "binding": b.name,
                                                    "expressionIndex": d.index, "validationActions": actions})

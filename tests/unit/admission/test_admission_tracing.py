@@ -4,6 +4,7 @@ under an unsampled request."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,11 +13,19 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from services.admission.chain import Chain
 from services.admission.webhook.dispatcher import MutatingAdmissionWebhook, ValidatingAdmissionWebhook
 from services.common import tracing
-
-from tests.unit.admission.test_admission_webhooks import Setup, attrs, patch_of, setup  # noqa: F401 - setup is a fixture
+from tests.unit.admission.test_admission_webhooks import Setup, attrs, patch_of
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 SAMPLED = f"00-{TRACE}-b7ad6b7169203331-01"
+
+
+@pytest.fixture
+def hooks(tmp_path: Path) -> Iterator[Setup]:
+    """Webhook configurations filled by hand, their servers real (test_admission_webhooks.Setup)."""
+    s = Setup(tmp_path)
+    yield s
+    for srv in s.servers:
+        srv.stop()
 
 
 @pytest.fixture
@@ -35,7 +44,7 @@ def finished(exporter: InMemorySpanExporter) -> list[Any]:
     return list(exporter.get_finished_spans())
 
 
-def chain_of(setup: Setup) -> Chain:  # noqa: F811 - the fixture's value
+def chain_of(setup: Setup) -> Chain:
     m = setup.server(lambda req: {"allowed": True, **patch_of([{"op": "add", "path": "/data",
                                                                 "value": {"k": "v"}}])})
     v1 = setup.server(lambda req: {"allowed": True})
@@ -45,8 +54,8 @@ def chain_of(setup: Setup) -> Chain:  # noqa: F811 - the fixture's value
     return Chain([MutatingAdmissionWebhook(setup.sources), ValidatingAdmissionWebhook(setup.sources)])
 
 
-async def test_phases_plugins_and_webhooks_are_nested(setup: Setup, exported: InMemorySpanExporter) -> None:  # noqa: F811
-    chain = chain_of(setup)
+async def test_phases_plugins_and_webhooks_are_nested(hooks: Setup, exported: InMemorySpanExporter) -> None:
+    chain = chain_of(hooks)
     a = attrs()
     with tracing.root("POST", SAMPLED, trusted=True):
         await chain.admit(a)
@@ -73,8 +82,8 @@ async def test_phases_plugins_and_webhooks_are_nested(setup: Setup, exported: In
     assert plugin.attributes["plugin"] == "ValidatingAdmissionWebhook" and parent(plugin) is validating
 
 
-async def test_nothing_under_an_unsampled_request(setup: Setup, exported: InMemorySpanExporter) -> None:  # noqa: F811
-    chain = chain_of(setup)
+async def test_nothing_under_an_unsampled_request(hooks: Setup, exported: InMemorySpanExporter) -> None:
+    chain = chain_of(hooks)
     a = attrs()
     with tracing.root("POST", SAMPLED[:-2] + "00", trusted=True):
         await chain.admit(a)
