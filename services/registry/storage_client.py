@@ -111,6 +111,13 @@ class StorageClient:
         with _timed("list", info, timing):
             parts = self.calls.call_stream("List", req, timeout=self.timeout)
             async with contextlib.aclosing(parts):
+                # the call's span ends with its first part: a span held across a yield would be the
+                # caller's current one while it passes the parts on
+                with tracing.span("storage List", _attributes(info, req)):
+                    first = await anext(parts, None)
+                if first is None:
+                    return
+                yield spb.RawListResponse.FromString(first[0])
                 async for payload, _ in parts:
                     yield spb.RawListResponse.FromString(payload)
 

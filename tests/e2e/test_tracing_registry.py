@@ -155,6 +155,16 @@ spec:
             kubectl.run("delete", "validatingadmissionpolicy", policy, check=False)
 
 
+def test_a_list_reads_storage_under_its_span(admin: httpx.Client, traces: Receiver) -> None:
+    trace_id, client_span, tp = new_traceparent()
+    r = admin.get("/api/v1/namespaces/default/configmaps", params={"limit": "5"}, headers={"traceparent": tp})
+    assert r.status_code == 200
+    spans = traced(traces, trace_id, client_span, (REGISTRY, "List"), (REGISTRY, "storage List"))
+    listed = one(spans, REGISTRY, "storage List")
+    assert listed["parent_span_id"] == one(spans, REGISTRY, "List")["span_id"]
+    assert listed["attributes"]["key"].endswith("/configmaps/default/")
+
+
 def test_a_watch_has_a_span_for_its_setup(admin: httpx.Client, traces: Receiver) -> None:
     trace_id, client_span, tp = new_traceparent()
     with admin.stream("GET", "/api/v1/namespaces/default/configmaps",
