@@ -7,6 +7,8 @@ from typing import Any
 
 from prometheus_client import Histogram
 
+from services.common import tracing
+
 from .attributes import Attributes
 from .plugin import ALL_OPERATIONS, MutatingPlugin, Plugin, ValidatingPlugin
 
@@ -32,6 +34,9 @@ def _step_series(step: str, operation: str, rejected: str) -> Any:
 def _plugin_series(name: str, step: str, operation: str, rejected: str) -> Any:
     return PLUGIN_DURATION.labels(name, step, operation, rejected)
 
+
+# The phases' spans, by step (each plug-in of the phase a child "admission plugin" span).
+PHASE_SPANS = {"admit": "mutating admission", "validate": "validating admission"}
 
 # What a kind of request is, for the chain: (step, operation, group, resource, whether a subresource).
 RequestKind = tuple[str, str, str, str, bool]
@@ -91,7 +96,16 @@ class Chain:
         await self._run("validate", self.concerned("validate", a), a)
 
     async def _run(self, step: str, plugins: tuple[Any, ...], a: Attributes) -> None:
+        if tracing.recording():
+            with tracing.span(PHASE_SPANS[step], {"operation": a.operation, "resource": a.resource,
+                                                  "reinvocation": a.reinvocation.is_reinvoke}):
+                await self._run_plugins(step, plugins, a)
+        else:
+            await self._run_plugins(step, plugins, a)
+
+    async def _run_plugins(self, step: str, plugins: tuple[Any, ...], a: Attributes) -> None:
         op = a.operation
+        traced = tracing.recording()
         start = time.perf_counter()
         rejected = "false"
         try:
@@ -101,7 +115,11 @@ class Chain:
                 t0 = time.perf_counter()
                 outcome = "true"
                 try:
-                    await (p.admit(a) if step == "admit" else p.validate(a))
+                    if traced:
+                        with tracing.span("admission plugin", {"plugin": p.name, "step": step}):
+                            await (p.admit(a) if step == "admit" else p.validate(a))
+                    else:
+                        await (p.admit(a) if step == "admit" else p.validate(a))
                     outcome = "false"
                 finally:
                     _plugin_series(p.name, step, op, outcome).observe(time.perf_counter() - t0)

@@ -15,7 +15,7 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from services.apis import schemas
 from services.apiserver import discovery, openapi
 from services.apiserver.catalogue import Catalogue
-from services.apiserver.endpoints.handlers import Handlers
+from services.apiserver.endpoints.handlers import Handlers, span_attributes
 from services.common import auditid, errors, grpcutil, mux, tracing, watchmux
 from services.common.protowire import bytes_field
 
@@ -105,7 +105,9 @@ class RegistryServicer(rgrpc.RegistryServicer):
             auditid.AUDIT_ID.set(request.audit_id)
         tracing.attach(request.traceparent)
         counter = WATCH_EVENTS.labels(request.group, request.version, request.resource)
-        plan = watch.Plan(self.handlers, request)
+        # a long-running request's span covers its setup only (kube's), not the hours it may stay open
+        with tracing.span("Watch", span_attributes(request) if tracing.recording() else None):
+            plan = watch.Plan(self.handlers, request)
         if request.table or plan.info.converts_remotely:
             # Table rows are built per watch (column definitions go with its first event); objects converted by
             # a webhook wait for it in this watch's task.

@@ -13,7 +13,7 @@ from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
 from services.apiserver.resource import ResourceInfo
 from services.apiserver.storage.errors import interpret
-from services.common import errors, grpcutil, mux, watchmux
+from services.common import errors, grpcutil, mux, tracing, watchmux
 
 STORAGE_DURATION = Histogram(
     "apiary_registry_storage_call_duration_seconds", "Time the registry waits on the storage service.",
@@ -40,7 +40,7 @@ class StorageClient:
 
     async def _call(self, op: str, info: ResourceInfo, method: str, req: Any, timing: Timing | None,
                     response: type | None = None) -> Any:
-        with _timed(op, info, timing):
+        with _timed(op, info, timing), tracing.span(f"storage {method}", _attributes(info, req)):
             return await self.calls.call(method, req, timeout=self.timeout, response=response)
 
     async def etcd_health(self) -> list[spb.EtcdServerHealth]:
@@ -111,6 +111,13 @@ class StorageClient:
         with _timed("list", info, timing):
             parts = self.calls.call_stream("List", req, timeout=self.timeout)
             async with contextlib.aclosing(parts):
+                # the call's span ends with its first part: a span held across a yield would be the
+                # caller's current one while it passes the parts on
+                with tracing.span("storage List", _attributes(info, req)):
+                    first = await anext(parts, None)
+                if first is None:
+                    return
+                yield spb.RawListResponse.FromString(first[0])
                 async for payload, _ in parts:
                     yield spb.RawListResponse.FromString(payload)
 
@@ -129,6 +136,13 @@ async def _stored(info: ResourceInfo, env: pb.Object) -> pb.Object:
 
 async def _served(info: ResourceInfo, env: pb.Object) -> pb.Object:
     return (await info.served_remotely([env]))[0] if info.converts_remotely else info.served(env)
+
+
+def _attributes(info: ResourceInfo, req: Any) -> dict[str, str] | None:
+    """A storage call's span attributes: the resource and the key (a list's prefix); none when off."""
+    if not tracing.ENABLED:
+        return None
+    return {"resource": info.plural, "key": getattr(req, "key", "") or getattr(req, "prefix", "")}
 
 
 @contextlib.contextmanager

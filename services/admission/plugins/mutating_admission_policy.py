@@ -31,6 +31,7 @@ from ..policy import (
     context,
     evaluate_variables,
     match_conditions,
+    policy_span,
 )
 
 
@@ -101,16 +102,17 @@ class MutatingAdmissionPolicy(Plugin):
         mine.begin(rc, a.object)
         try:
             for cp, b, namespace, seen in self.source.matching(a):
-                try:
-                    for params in await self.source.params(cp, b, a):
-                        key = (cp.name, b.name, param_key(params))
-                        if not mine.should_call(rc, key):
-                            continue
-                        changed = self._mutate(cp, seen, namespace, params)
-                        mine.called(rc, key, changed, cp.reinvocation_policy == "IfNeeded")
-                except EvalError as e:
-                    if cp.failure_policy == "Fail":
-                        raise denial(a, cp, b.name, str(e)) from None
+                with policy_span(self.name, cp.name, b.name):
+                    try:
+                        for params in await self.source.params(cp, b, a):
+                            key = (cp.name, b.name, param_key(params))
+                            if not mine.should_call(rc, key):
+                                continue
+                            changed = self._mutate(cp, seen, namespace, params)
+                            mine.called(rc, key, changed, cp.reinvocation_policy == "IfNeeded")
+                    except EvalError as e:
+                        if cp.failure_policy == "Fail":
+                            raise denial(a, cp, b.name, str(e)) from None
         finally:
             mine.end(a.object)
 

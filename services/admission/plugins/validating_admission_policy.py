@@ -29,6 +29,7 @@ from ..policy import (
     context,
     evaluate_variables,
     match_conditions,
+    policy_span,
 )
 from ..typechecking import TypeChecker
 
@@ -137,30 +138,31 @@ class ValidatingAdmissionPolicy(Plugin):
         denied: tuple[CompiledPolicy, str, Decision] | None = None
         audit_failures: list[dict[str, Any]] = []
         for cp, b, namespace, seen in self.source.matching(a):
-            actions = b.spec.get("validationActions") or []
-            try:
-                all_params = await self.source.params(cp, b, a)
-            except EvalError as e:
-                if cp.failure_policy != "Fail":
-                    continue
-                failures = [(None, [Decision(str(e))])]
-            else:
-                failures = []
-                for params in all_params:
-                    failed, audit = await self._evaluate(cp, seen, namespace, params)
-                    a.audit_annotations.update(audit)
-                    if failed:
-                        failures.append((params, failed))
-            for _params, decisions in failures:
-                for d in decisions:
-                    if "Deny" in actions and denied is None:
-                        denied = (cp, b.name, d)
-                    if "Warn" in actions:
-                        a.warnings.append(f"Validation failed for ValidatingAdmissionPolicy '{cp.name}' with "
-                                          f"binding '{b.name}': {d.message}")
-                    if "Audit" in actions:
-                        audit_failures.append({"message": d.message, "policy": cp.name, "binding": b.name,
-                                               "expressionIndex": d.index, "validationActions": actions})
+            with policy_span(self.name, cp.name, b.name):
+                actions = b.spec.get("validationActions") or []
+                try:
+                    all_params = await self.source.params(cp, b, a)
+                except EvalError as e:
+                    if cp.failure_policy != "Fail":
+                        continue
+                    failures = [(None, [Decision(str(e))])]
+                else:
+                    failures = []
+                    for params in all_params:
+                        failed, audit = await self._evaluate(cp, seen, namespace, params)
+                        a.audit_annotations.update(audit)
+                        if failed:
+                            failures.append((params, failed))
+                for _params, decisions in failures:
+                    for d in decisions:
+                        if "Deny" in actions and denied is None:
+                            denied = (cp, b.name, d)
+                        if "Warn" in actions:
+                            a.warnings.append(f"Validation failed for ValidatingAdmissionPolicy '{cp.name}' "
+                                              f"with binding '{b.name}': {d.message}")
+                        if "Audit" in actions:
+                            audit_failures.append({"message": d.message, "policy": cp.name, "binding": b.name,
+                                                   "expressionIndex": d.index, "validationActions": actions})
         if audit_failures:
             a.audit_annotations[VALIDATION_FAILURE] = orjson.dumps(audit_failures).decode()
         if denied is not None:

@@ -25,7 +25,7 @@ import orjson
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import storage_pb2 as spb
-from services.common import envelope, errors
+from services.common import envelope, errors, tracing
 from services.common.decoding import parse_int64
 from services.common.errors import BadRequest
 
@@ -64,6 +64,18 @@ def deleted_status(info: ResourceInfo, deleted: pb.Object) -> bytes:
 
 
 Verb = Callable[[Request], Awaitable[Response]]
+
+# The handler's span, by verb: kube's endpoints handlers name theirs after the operation.
+SPAN_NAMES = {"get": "Get", "list": "List", "create": "Create", "update": "Update", "patch": "Patch",
+              "delete": "Delete", "deletecollection": "DeleteCollection"}
+
+
+def span_attributes(req: rpb.APIRequest) -> dict[str, str]:
+    """What a handler's span says of its request (kube's traceFields, and what the request names)."""
+    attrs = {"audit-id": req.audit_id, "verb": req.verb, "resource": req.resource, "group": req.group,
+             "version": req.version, "namespace": req.namespace, "name": req.name,
+             "subresource": req.subresource, "client": req.user_agent}
+    return {k: v for k, v in attrs.items() if v}
 
 
 class ListStorage(Storage, Protocol):
@@ -209,6 +221,21 @@ class Handlers(Generic[S]):
         return resolve(self.catalogue, self.definitions, self.strategy, req, verb)
 
     async def handle(self, req: rpb.APIRequest) -> tuple[Response, dict[str, float]]:
+        """The request's verb, in a span named as kube's handlers name theirs ("Create", "List", ...)."""
+        if not tracing.recording():
+            return await self._handle(req)
+        with tracing.span(SPAN_NAMES.get(req.verb, req.verb), span_attributes(req)) as span:
+            try:
+                resp, timing = await self._handle(req)
+            except errors.APIError as e:
+                if span is not None:
+                    span.set_attribute("code", e.code)
+                raise
+            if span is not None:
+                span.set_attribute("code", resp.code)
+            return resp, timing
+
+    async def _handle(self, req: rpb.APIRequest) -> tuple[Response, dict[str, float]]:
         verb = req.verb
         r = self.request(req, verb)
         strategy = self.strategy(r.info)
@@ -362,30 +389,37 @@ class Handlers(Generic[S]):
             causes.append(v.forbidden("force", "may not be specified for non-apply patch"))
         if causes:
             raise options_invalid("PatchOptions", causes)
-        body = r.req.body
-        if len(body) <= INLINE_DECODE_BYTES:
-            doc = patches.decode_patch(body, ptype)
-        else:
-            doc = await asyncio.to_thread(patches.decode_patch, body, ptype)
         schema_name = r.schema_name
         manager = fieldmanager.for_resource(self.typed, schema_name, r.info, self.catalogue.field_paths(r.info))
         force = r.query.get("force") == "true"
         applied: Obj | None = None
-        if ptype == patches.APPLY_PATCH:
-            if not isinstance(doc, dict):
-                raise BadRequest("error decoding YAML: the applied configuration must be an object")
-            applied = self.decoder.check_object(r, copy.deepcopy(doc), canonical=False)
-            applied_name = applied["metadata"].get("name") or ""
-            if applied_name and applied_name != r.req.name:
-                raise BadRequest(f"the name of the object ({applied_name}) does not match the name on the URL "
-                                 f"({r.req.name})")
-            applied["metadata"]["name"] = r.req.name
-            ensure_namespace(r, applied)
-            if not r.req.subresource:
-                # the reset fields (status) of the main resource are nobody's to apply (IgnoredFields)
-                for f in r.strategy.status_fields:
-                    applied.pop(f, None)
-            applied_rv = applied["metadata"].get("resourceVersion")
+        with tracing.span("decode"):
+            body = r.req.body
+            if len(body) <= INLINE_DECODE_BYTES:
+                doc = patches.decode_patch(body, ptype)
+            else:
+                doc = await asyncio.to_thread(patches.decode_patch, body, ptype)
+            if ptype == patches.APPLY_PATCH:
+                if not isinstance(doc, dict):
+                    raise BadRequest("error decoding YAML: the applied configuration must be an object")
+                applied = self.decoder.check_object(r, copy.deepcopy(doc), canonical=False)
+                applied_name = applied["metadata"].get("name") or ""
+                if applied_name and applied_name != r.req.name:
+                    raise BadRequest(f"the name of the object ({applied_name}) does not match the name on the "
+                                     f"URL ({r.req.name})")
+                applied["metadata"]["name"] = r.req.name
+                ensure_namespace(r, applied)
+                if not r.req.subresource:
+                    # the reset fields (status) of the main resource are nobody's to apply (IgnoredFields)
+                    for f in r.strategy.status_fields:
+                        applied.pop(f, None)
+                applied_rv = applied["metadata"].get("resourceVersion")
+
+        def apply(current: Obj | None) -> Obj:
+            """Server-side apply: the field manager merges the applied configuration."""
+            assert applied is not None
+            with tracing.span("field manager", {"operation": fieldmanager.APPLY} if tracing.ENABLED else None):
+                return manager.apply(current, applied, r.field_manager, r.req.subresource, force)
 
         def transform(current: Obj) -> Obj:
             if ptype == patches.JSON_PATCH:
@@ -396,8 +430,7 @@ class Handlers(Generic[S]):
                 new = patches.apply_strategic_merge_patch(current, doc, self.definitions.merge_keys(schema_name),
                                                           self.definitions.replaced_fields(schema_name))
             else:
-                assert applied is not None
-                new = manager.apply(current, applied, r.field_manager, r.req.subresource, force)
+                new = apply(current)
             if not isinstance(new, dict):
                 raise BadRequest("the patched object is not a JSON object")
             if ptype == patches.STRATEGIC_MERGE_PATCH:
@@ -412,8 +445,7 @@ class Handlers(Generic[S]):
             except errors.NotFound:
                 if applied_rv:
                     raise errors.conflict(r.info.plural, r.info.group, r.req.name, errors.MODIFIED) from None
-                created = self.decoder.check_object(
-                    r, manager.apply(None, applied, r.field_manager, r.req.subresource, force))
+                created = self.decoder.check_object(r, apply(None))
                 env = await self.create_object(r, created, fieldmanager.APPLY)
                 code = 201
         else:

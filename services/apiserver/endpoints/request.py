@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from apiary_pb import registry_pb2 as rpb
-from services.common import errors
+from services.common import errors, tracing
 from services.common.decoding import loads_json, loads_json_fields, parse_int64
 from services.common.errors import BadRequest
 from services.common.selectors import FieldSelector
@@ -252,6 +252,12 @@ class Decoder:
         self.catalogue = catalogue
 
     async def decode(self, r: Request, body: bytes) -> Obj:
+        """The body as the request's kind (kube's "About to convert to expected version" to
+        "Conversion done", a span of its own here)."""
+        with tracing.span("decode"):
+            return await self._decode(r, body)
+
+    async def _decode(self, r: Request, body: bytes) -> Obj:
         # Go's decoder keeps the last of repeated fields, as orjson does; strict decoding names them.
         ignore = r.query.get("fieldValidation") == "Ignore"
 

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
-from services.common import envelope, errors
+from services.common import envelope, errors, tracing
 
 from ..resource import ResourceInfo
 from .rest import now_rfc3339
@@ -179,7 +179,8 @@ class Store:
         if r.strategy.spec_fields:
             meta["generation"] = 1
         self._manage_fields(r, obj, None, operation)
-        causes = r.strategy.validate(obj)
+        with tracing.span("strategy validation"):
+            causes = r.strategy.validate(obj)
         if causes:
             raise invalid(r, obj, causes)
         # BeginCreate: what the object claims (a Service's ClusterIP), given back if the write fails
@@ -217,7 +218,8 @@ class Store:
     def _manage_fields(self, r: Scope, obj: Obj, old: Obj | None, operation: str) -> None:
         """An Update records what it changed; an Apply's fields were settled when it merged (patch)."""
         if operation == UPDATE:
-            self.manage_fields(r, obj, old)
+            with tracing.span("field manager", {"operation": UPDATE} if tracing.ENABLED else None):
+                self.manage_fields(r, obj, old)
 
     # Update --------------------------------------------------------------------------------
 
@@ -244,7 +246,8 @@ class Store:
             meta = new.setdefault("metadata", {})
             self._before_update(r, new, current)
             self._manage_fields(r, new, current, operation)
-            causes = r.strategy.validate_update(new, current)
+            with tracing.span("strategy validation"):
+                causes = r.strategy.validate_update(new, current)
             if causes:
                 raise invalid(r, new, causes)
             # an unconditional update takes the current resourceVersion, as kube's Store.Update does
