@@ -10,9 +10,13 @@ from __future__ import annotations
 import threading
 
 from prometheus_client import generate_latest
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.utils import floatToGoString
 
 _COUNTERS: list[KubeCounter] = []
+# the media type a scraper names in its Accept header when it wants OpenMetrics
+OPENMETRICS = "application/openmetrics-text"
 
 
 def _escape(value: str) -> str:
@@ -52,9 +56,9 @@ class KubeCounter:
     def value(self, *values: str) -> float:
         return self._values.get(tuple(values), 0.0)
 
-    def render(self) -> str:
+    def render(self, kind: str = "counter") -> str:
         doc = self.documentation.replace("\\", "\\\\").replace("\n", "\\n")
-        lines = [f"# HELP {self.name} {doc}\n", f"# TYPE {self.name} counter\n"]
+        lines = [f"# HELP {self.name} {doc}\n", f"# TYPE {self.name} {kind}\n"]
         with self._lock:
             items = sorted(self._values.items())
         for key, value in items:
@@ -64,6 +68,14 @@ class KubeCounter:
         return "".join(lines)
 
 
-def exposition() -> bytes:
-    """The text a /metrics endpoint serves: the default registry, then the kube-named counters."""
-    return generate_latest() + "".join(c.render() for c in _COUNTERS).encode()
+def exposition(openmetrics: bool = False) -> bytes:
+    """The text a /metrics endpoint serves: the default registry, then the kube-named counters. In the
+    OpenMetrics form (the only one with exemplars) those counters are of type unknown: OpenMetrics wants a
+    counter's samples named <name>_total, which their kube names are not."""
+    if not openmetrics:
+        return generate_latest() + "".join(c.render() for c in _COUNTERS).encode()
+    body = openmetrics_latest()
+    eof = b"# EOF\n"
+    if body.endswith(eof):
+        body = body[:-len(eof)]
+    return body + "".join(c.render("unknown") for c in _COUNTERS).encode() + eof

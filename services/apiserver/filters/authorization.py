@@ -8,10 +8,12 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from apiary_pb import envelope_pb2 as pb
+from services.common import tracing
 from services.common.errors import Forbidden
 from services.apiserver.requestinfo import RequestInfo
 
 from . import Handler, RequestContext
+from .traces import stage
 
 
 class Authorizer(Protocol):
@@ -49,8 +51,10 @@ def forbidden_error(user: str, info: RequestInfo, reason: str = "") -> Forbidden
 
 def with_authorization(handler: Handler, authorizer: Authorizer) -> Handler:
     """ctx.user may do ctx.info, or the request is Forbidden; the decision is annotated on the audit event."""
+    decide = authorizer.decide if not tracing.ENABLED else _traced(authorizer)
+
     async def authorization(ctx: RequestContext) -> None:
-        allowed, reason = await authorizer.decide(ctx.user, ctx.info)
+        allowed, reason = await decide(ctx.user, ctx.info)
         if ctx.audit is not None:
             ctx.audit.authorized(allowed, reason)
         if not allowed:
@@ -58,3 +62,14 @@ def with_authorization(handler: Handler, authorizer: Authorizer) -> Handler:
         ctx.timing("authz", ctx.mark)
         await handler(ctx)
     return authorization
+
+
+def _traced(authorizer: Authorizer) -> Any:
+    """The authorizer's decide() in an `authorization` span with the decision (the audit annotation's)."""
+    async def decide(user: pb.UserInfo, info: RequestInfo) -> tuple[bool, str]:
+        with stage("authorization") as span:
+            allowed, reason = await authorizer.decide(user, info)
+            if span is not None:
+                span.set_attributes({"decision": "allow" if allowed else "forbid", "reason": reason})
+        return allowed, reason
+    return decide
