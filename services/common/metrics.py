@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from prometheus_client import generate_latest
+from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.utils import floatToGoString
@@ -74,7 +74,7 @@ def exposition(openmetrics: bool = False) -> bytes:
     counter's samples named <name>_total, which their kube names are not."""
     if not openmetrics:
         return generate_latest() + "".join(c.render() for c in _COUNTERS).encode()
-    body = openmetrics_latest()
+    body = openmetrics_latest(REGISTRY)
     eof = b"# EOF\n"
     if body.endswith(eof):
         body = body[:-len(eof)]
