@@ -13,7 +13,7 @@ from services.common.errors import Forbidden
 from services.apiserver.requestinfo import RequestInfo
 
 from . import Handler, RequestContext
-from .traces import stage
+from .traces import sampled, stage
 
 
 class Authorizer(Protocol):
@@ -67,6 +67,8 @@ def with_authorization(handler: Handler, authorizer: Authorizer) -> Handler:
 def _traced(authorizer: Authorizer) -> Any:
     """The authorizer's decide() in an `authorization` span with the decision (the audit annotation's)."""
     async def decide(user: pb.UserInfo, info: RequestInfo) -> tuple[bool, str]:
+        if not sampled():
+            return await authorizer.decide(user, info)
         with stage("authorization") as span:
             allowed, reason = await authorizer.decide(user, info)
             if span is not None:

@@ -16,7 +16,7 @@ from apiary_pb import envelope_pb2 as pb
 from services.common import tracing
 
 from . import Handler, RequestContext
-from .traces import stage
+from .traces import sampled, stage
 
 
 class Seat(Protocol):
@@ -52,7 +52,8 @@ def with_priority_and_fairness(handler: Handler, flowcontrol: FlowControl) -> Ha
             subresource=info.subresource, namespace=info.namespace, name=info.name, path=info.path)
         if info.verb in ("list", "watch") and ctx.query:
             digest.list_options.CopyFrom(list_options(ctx.query))
-        if not tracing.ENABLED:
+        traced = tracing.ENABLED and sampled()
+        if not traced:
             seat = await ctx.race(flowcontrol.acquire(digest))
         else:
             with stage("apf wait") as span:
@@ -64,7 +65,7 @@ def with_priority_and_fairness(handler: Handler, flowcontrol: FlowControl) -> Ha
         ctx.extra_headers.extend(seat.headers())
         ctx.mark = ctx.timing("apf", ctx.mark)
         try:
-            if not tracing.ENABLED:
+            if not traced:
                 await handler(ctx)
             else:
                 with stage("apf execution", attributes):

@@ -132,6 +132,12 @@ def with_tracing(handler: Handler) -> Handler:
     return traced
 
 
+def sampled() -> bool:
+    """Whether the current request is traced here (its stages are worth a span): a cheap test before
+    a stage() for the filters that run on every request."""
+    return _REQUEST.get() is not None
+
+
 def established(code: int = 200) -> None:
     """A long-running request is set up (a watch streams): its root span and the stages open end now,
     not when it ends hours later."""
@@ -178,6 +184,8 @@ def stage(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[An
 def traced(name: str, call: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     """`call` in a stage span of its own (a filter's one await: impersonation's checks)."""
     async def in_span(*args: Any) -> T:
+        if _REQUEST.get() is None:
+            return await call(*args)
         with stage(name):
             return await call(*args)
     return in_span
@@ -195,13 +203,13 @@ def with_handler_tracing(handler: Handler) -> Handler:
         return handler
 
     async def handler_traced(ctx: RequestContext) -> None:
+        if _REQUEST.get() is None:
+            await handler(ctx)
+            return
         info = ctx.info
         attributes = {"verb": info.verb, "resource": info.resource, "namespace": info.namespace} \
             if info is not None and info.is_resource_request else {"verb": info.verb if info else ctx.method}
         with stage(handler_span_name(ctx), attributes) as span:
-            if span is None:
-                await handler(ctx)
-                return
             _REQUEST.get().handler = span  # type: ignore[union-attr]
             code = 0
             try:
