@@ -10,13 +10,13 @@ from __future__ import annotations
 import threading
 
 from prometheus_client import REGISTRY, generate_latest
-from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
-from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+from prometheus_client.openmetrics import exposition as om
 from prometheus_client.utils import floatToGoString
 
 _COUNTERS: list[KubeCounter] = []
 # the media type a scraper names in its Accept header when it wants OpenMetrics
 OPENMETRICS = "application/openmetrics-text"
+OPENMETRICS_CONTENT_TYPE = om.CONTENT_TYPE_LATEST
 
 
 def _escape(value: str) -> str:
@@ -74,8 +74,6 @@ def exposition(openmetrics: bool = False) -> bytes:
     counter's samples named <name>_total, which their kube names are not."""
     if not openmetrics:
         return generate_latest() + "".join(c.render() for c in _COUNTERS).encode()
-    body = openmetrics_latest(REGISTRY)
     eof = b"# EOF\n"
-    if body.endswith(eof):
-        body = body[:-len(eof)]
-    return body + "".join(c.render("unknown") for c in _COUNTERS).encode() + eof
+    kube_named = "".join(c.render("unknown") for c in _COUNTERS).encode()
+    return om.generate_latest(REGISTRY).removesuffix(eof) + kube_named + eof

@@ -8,8 +8,8 @@ import ssl
 
 import httpx
 
-from tools.otlpreceiver import Receiver
 from services.cluster.stack import Stack
+from tools.otlpreceiver import Receiver
 
 
 def new_traceparent() -> tuple[str, str]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from apiary_pb import envelope_pb2 as pb
+from services.apiserver.requestinfo import RequestInfo
 from services.common import tracing
 from services.common.errors import Forbidden
-from services.apiserver.requestinfo import RequestInfo
 
 from . import Handler, RequestContext
 from .traces import sampled, stage

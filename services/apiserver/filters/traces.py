@@ -33,7 +33,7 @@ _HANDLER_NAMES = {"get": "Get", "list": "List", "watch": "Watch", "create": "Cre
 class RequestTrace:
     """The sampled request's root span and the stage spans open under it (in this request's task)."""
 
-    __slots__ = ("root", "open", "handler", "trace_id")
+    __slots__ = ("handler", "open", "root", "trace_id")
 
     def __init__(self, root: Any) -> None:
         self.root = root
