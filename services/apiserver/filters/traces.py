@@ -12,6 +12,7 @@ Without a tracing configuration none of this is in the chain at all.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -126,6 +127,9 @@ def with_tracing(handler: Handler) -> Handler:
                 raise
             except Exception:
                 code = 500  # with_panic_recovery's answer
+                raise
+            except asyncio.CancelledError:
+                code = 504  # the request's deadline cancelled it (kube's timeout filter answers 504)
                 raise
             finally:
                 trace.finish(code)
