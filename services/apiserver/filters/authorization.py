@@ -5,6 +5,7 @@ SubjectAccessReview) is passed in.
 """
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from apiary_pb import envelope_pb2 as pb
@@ -66,12 +67,13 @@ def with_authorization(handler: Handler, authorizer: Authorizer) -> Handler:
 
 def _traced(authorizer: Authorizer) -> Any:
     """The authorizer's decide() in an `authorization` span with the decision (the audit annotation's)."""
-    async def decide(user: pb.UserInfo, info: RequestInfo) -> tuple[bool, str]:
-        if not sampled():
-            return await authorizer.decide(user, info)
+    async def in_span(user: pb.UserInfo, info: RequestInfo) -> tuple[bool, str]:
         with stage("authorization") as span:
             allowed, reason = await authorizer.decide(user, info)
             if span is not None:
                 span.set_attributes({"decision": "allow" if allowed else "forbid", "reason": reason})
         return allowed, reason
+
+    def decide(user: pb.UserInfo, info: RequestInfo) -> Awaitable[tuple[bool, str]]:
+        return in_span(user, info) if sampled() else authorizer.decide(user, info)
     return decide

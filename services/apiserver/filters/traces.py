@@ -187,11 +187,12 @@ def stage(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[An
 
 def traced(name: str, call: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     """`call` in a stage span of its own (a filter's one await: impersonation's checks)."""
-    async def in_span(*args: Any) -> T:
-        if _REQUEST.get() is None:
-            return await call(*args)
+    async def call_in_span(*args: Any) -> T:
         with stage(name):
             return await call(*args)
+
+    def in_span(*args: Any) -> Awaitable[T]:
+        return call_in_span(*args) if _REQUEST.get() is not None else call(*args)
     return in_span
 
 
@@ -206,10 +207,10 @@ def with_handler_tracing(handler: Handler) -> Handler:
     if not tracing.ENABLED:
         return handler
 
-    async def handler_traced(ctx: RequestContext) -> None:
-        if _REQUEST.get() is None:
-            await handler(ctx)
-            return
+    def handler_traced(ctx: RequestContext) -> Awaitable[None]:
+        return in_span(ctx) if _REQUEST.get() is not None else handler(ctx)
+
+    async def in_span(ctx: RequestContext) -> None:
         info = ctx.info
         attributes = {"verb": info.verb, "resource": info.resource, "namespace": info.namespace} \
             if info is not None and info.is_resource_request else {"verb": info.verb if info else ctx.method}
