@@ -109,7 +109,9 @@ class Prometheus:
                 proc = subprocess.Popen(
                     [binary, f"--config.file={cfg}", f"--storage.tsdb.path={self.dir / 'data'}",
                      f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT + self.offset}",
-                     "--storage.tsdb.retention.time=2d", "--log.level=warn"],
+                     "--storage.tsdb.retention.time=2d", "--log.level=warn",
+                     # the trace IDs the request-duration histograms carry (a latency panel links to a trace)
+                     "--enable-feature=exemplar-storage"],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             self.pidfile.write_text(str(proc.pid))
         deadline = time.monotonic() + timeout

@@ -12,6 +12,10 @@ Protocol (request ids are the proxy's, unique on its stream):
 - When the stream ends or breaks, every seat it holds is freed and everything it
   has queued is withdrawn.
 
+A sampled request's seat decision is a span (`apf seat`: flow schema, priority level, seats, decision),
+a child of the proxy's span that the SeatRequest's traceparent names; the requests share the stream, so
+each span is made with its own parent and never becomes the stream's current span.
+
 Dump answers /debug/api_priority_and_fairness/<what> for the proxy (debug.py): this replica's state.
 """
 from __future__ import annotations
@@ -19,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 
 from apiary_pb import apf_pb2 as fpb
 from apiary_pb import apf_pb2_grpc as fgrpc
-from services.common import auditid, grpcutil
+from services.common import auditid, grpcutil, tracing
 from services.common.errors import NotFound
 
 from .controller import FlowController, Ticket
@@ -48,12 +53,15 @@ class FlowControlServicer(fgrpc.FlowControlServicer):
                     context: grpc.aio.ServicerContext) -> AsyncIterator[fpb.SeatResponses]:
         out: asyncio.Queue[fpb.SeatResponse | None] = asyncio.Queue()
         tickets: dict[int, Ticket] = {}
+        spans: dict[int, Any] = {}  # the seat spans of the sampled requests still waiting
 
         def decided(request_id: int, t: Ticket) -> None:
             if tickets.get(request_id) is not t:
                 return  # released or superseded meanwhile
             if not t.granted:
                 del tickets[request_id]
+            if spans:
+                _seat_decided(spans.pop(request_id, None), t)
             out.put_nowait(t.response(request_id))
 
         async def read() -> None:
@@ -62,11 +70,13 @@ class FlowControlServicer(fgrpc.FlowControlServicer):
                     for msg in batch.requests:
                         kind = msg.WhichOneof("kind")
                         if kind == "acquire":
-                            self._acquire(msg, tickets, out, decided)
+                            self._acquire(msg, tickets, out, decided, spans)
                         elif kind == "release":
                             t = tickets.pop(msg.id, None)
                             if t is not None:
                                 self.controller.finish(t)
+                            if spans:
+                                _seat_decided(spans.pop(msg.id, None), None)
             except (asyncio.CancelledError, grpc.aio.AioRpcError):
                 pass
             finally:
@@ -86,6 +96,9 @@ class FlowControlServicer(fgrpc.FlowControlServicer):
             tickets.clear()
             for t in held:
                 self.controller.finish(t)
+            for span in spans.values():
+                _seat_decided(span, None)
+            spans.clear()
             if held:
                 log.info("seats stream ended; released %d requests", len(held))
 
@@ -96,12 +109,14 @@ class FlowControlServicer(fgrpc.FlowControlServicer):
         return fpb.DumpResponse(text=dump(self.controller, request.what, request.include_request_details))
 
     def _acquire(self, msg: fpb.SeatRequest, tickets: dict[int, Ticket],
-                 out: asyncio.Queue[fpb.SeatResponse | None], decided: Callable[[int, Ticket], None]) -> None:
+                 out: asyncio.Queue[fpb.SeatResponse | None], decided: Callable[[int, Ticket], None],
+                 spans: dict[int, Any]) -> None:
         old = tickets.pop(msg.id, None)
         if old is not None:
             # A reused id means the proxy forgot a release; do not leak the old seat.
             log.warning("seats stream reused request id %d; releasing the previous request", msg.id)
             self.controller.finish(old)
+        span = tracing.start_span("apf seat", traceparent=msg.traceparent) if msg.traceparent else None
         token = auditid.AUDIT_ID.set(msg.audit_id)  # log lines about this request carry its audit ID
         try:
             t = self.controller.start(msg.acquire, lambda t, i=msg.id: decided(i, t), msg.wait_limit)
@@ -112,7 +127,24 @@ class FlowControlServicer(fgrpc.FlowControlServicer):
             auditid.AUDIT_ID.reset(token)
         if t.state == WAITING:
             tickets[msg.id] = t
+            if span is not None:
+                spans[msg.id] = span
             return
+        if span is not None:
+            _seat_decided(span, t)
         if t.granted:
             tickets[msg.id] = t
         out.put_nowait(t.response(msg.id))
+
+
+def _seat_decided(span: Any, t: Ticket | None) -> None:
+    """End a request's seat span once its seats are decided (None: it left before, withdrawn)."""
+    if span is None:
+        return
+    if t is None:
+        span.set_attribute("decision", "withdrawn")
+    else:
+        span.set_attributes({"flow_schema": t.flow_schema.name, "priority_level": t.priority_level.name,
+                             "seats": t.seats, "decision": "granted" if t.granted else "rejected",
+                             "reason": t.reason})
+    tracing.end(span)

@@ -52,12 +52,16 @@ class HealthServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             line = await asyncio.wait_for(reader.readline(), 5)
-            while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
-                pass
+            openmetrics = False  # a scraper that asks for OpenMetrics (Prometheus does) gets the exemplars
+            while (header := await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
+                if header[:7].lower() == b"accept:" and metrics.OPENMETRICS.encode() in header.lower():
+                    openmetrics = True
             parts = line.decode("latin-1").split()
             path = parts[1].split("?")[0] if len(parts) > 1 else "/"
             ctype = "text/plain; charset=utf-8"
-            if path == "/metrics":
+            if path == "/metrics" and openmetrics:
+                code, body, ctype = 200, metrics.exposition(openmetrics=True), metrics.OPENMETRICS_CONTENT_TYPE
+            elif path == "/metrics":
                 code, body, ctype = 200, metrics.exposition(), CONTENT_TYPE_LATEST
             elif path in ("/healthz", "/livez"):
                 code, body = 200, b"ok"

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import threading
 
-from prometheus_client import generate_latest
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.openmetrics import exposition as om
 from prometheus_client.utils import floatToGoString
 
 _COUNTERS: list[KubeCounter] = []
+# the media type a scraper names in its Accept header when it wants OpenMetrics
+OPENMETRICS = "application/openmetrics-text"
+OPENMETRICS_CONTENT_TYPE = om.CONTENT_TYPE_LATEST
 
 
 def _escape(value: str) -> str:
@@ -52,9 +56,9 @@ class KubeCounter:
     def value(self, *values: str) -> float:
         return self._values.get(tuple(values), 0.0)
 
-    def render(self) -> str:
+    def render(self, kind: str = "counter") -> str:
         doc = self.documentation.replace("\\", "\\\\").replace("\n", "\\n")
-        lines = [f"# HELP {self.name} {doc}\n", f"# TYPE {self.name} counter\n"]
+        lines = [f"# HELP {self.name} {doc}\n", f"# TYPE {self.name} {kind}\n"]
         with self._lock:
             items = sorted(self._values.items())
         for key, value in items:
@@ -64,6 +68,12 @@ class KubeCounter:
         return "".join(lines)
 
 
-def exposition() -> bytes:
-    """The text a /metrics endpoint serves: the default registry, then the kube-named counters."""
-    return generate_latest() + "".join(c.render() for c in _COUNTERS).encode()
+def exposition(openmetrics: bool = False) -> bytes:
+    """The text a /metrics endpoint serves: the default registry, then the kube-named counters. In the
+    OpenMetrics form (the only one with exemplars) those counters are of type unknown: OpenMetrics wants a
+    counter's samples named <name>_total, which their kube names are not."""
+    if not openmetrics:
+        return generate_latest() + "".join(c.render() for c in _COUNTERS).encode()
+    eof = b"# EOF\n"
+    kube_named = "".join(c.render("unknown") for c in _COUNTERS).encode()
+    return om.generate_latest(REGISTRY).removesuffix(eof) + kube_named + eof

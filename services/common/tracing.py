@@ -211,9 +211,57 @@ def root(name: str, traceparent: str = "", trusted: bool = False, start_time: in
         parent = trace.set_span_in_context(trace.NonRecordingSpan(remote), parent)
     elif remote is not None:
         links = [trace.Link(remote)]
+    # the caller says how the request ended (a 404 raised through it is no error of the server's), and
+    # may end it before the block does (a watch, once established)
     with _tracer.start_as_current_span(name, context=parent, links=links, start_time=start_time,
-                                       attributes=attributes, kind=trace.SpanKind.SERVER) as s:
-        yield s if s.is_recording() else None
+                                       attributes=attributes, kind=trace.SpanKind.SERVER, end_on_exit=False,
+                                       record_exception=False, set_status_on_exception=False) as s:
+        try:
+            yield s if s.is_recording() else None
+        finally:
+            if s.is_recording():
+                s.end()
+
+
+def start_span(name: str, attributes: Mapping[str, Any] | None = None, traceparent: str | None = None,
+          start_time: int | None = None) -> Any:
+    """A span the caller ends (end()), begun now or at `start_time` (ns since the epoch, for a stage timed
+    before its trace existed): a child of the current span, or of the remote span a `traceparent` names
+    (a call among others on one stream, whose own context is not the current one). None where nothing
+    is recorded."""
+    if not ENABLED:
+        return None
+    from opentelemetry import trace
+
+    parent = None
+    if traceparent is None:
+        if not recording():
+            return None
+    else:
+        remote = parse(traceparent)
+        if remote is None or not remote.trace_flags.sampled:
+            return None
+        parent = trace.set_span_in_context(trace.NonRecordingSpan(remote))
+    s = _tracer.start_span(name, context=parent, attributes=attributes, start_time=start_time)
+    return s if s.is_recording() else None
+
+
+def use(span: Any) -> contextlib.AbstractContextManager[Any]:
+    """`span` (from start_span()) as the current span for the block, which neither ends it nor marks it
+    failed: its owner does, knowing how the work ended."""
+    from opentelemetry import trace
+
+    return trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
+
+
+def end(span: Any, error: str = "", end_time: int | None = None) -> None:
+    """End a span from start_span() or root() unless it has ended already; `error` marks it failed (a 5xx)."""
+    if span.is_recording():
+        if error:
+            from opentelemetry.trace import Status, StatusCode
+
+            span.set_status(Status(StatusCode.ERROR, error))
+        span.end(end_time)
 
 
 def attach(traceparent: str) -> None:

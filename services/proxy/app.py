@@ -31,13 +31,14 @@ from services.apiserver.filters.timeout import (
     with_request_deadline,
     with_timeout_for_non_long_running_requests,
 )
-from services.apiserver.filters.traces import with_tracing
+from services.apiserver.filters.traces import established, with_handler_tracing, with_tracing
 from services.apiserver.filters.wrap import with_panic_recovery
 from services.apiserver.negotiation import APPLY_PATCH, PROTOBUF, negotiate_output
 from services.apiserver.requestinfo import RequestInfo, invalid_path_name
 from services.common import auditid, runtime
 from services.common.errors import BadRequest, NotFound, ServiceUnavailable, UnsupportedMediaType
 from services.common.informer import Informer
+from services.common.metrics import OPENMETRICS, OPENMETRICS_CONTENT_TYPE
 from services.common.metrics import exposition as metrics_exposition
 
 from . import metrics
@@ -242,7 +243,11 @@ class ProxyApp:
             await self.issuer_discovery.serve(ctx, path)
             return
         if path == "/metrics":
-            await ctx.respond(200, metrics_exposition(), CONTENT_TYPE_LATEST)
+            # OpenMetrics (with the exemplars) when asked for, as a Prometheus scrape does; text otherwise
+            if OPENMETRICS in ctx.header(b"accept"):
+                await ctx.respond(200, metrics_exposition(openmetrics=True), OPENMETRICS_CONTENT_TYPE)
+            else:
+                await ctx.respond(200, metrics_exposition(), CONTENT_TYPE_LATEST)
             return
         if path in _APF_DUMPS and self.apf.enabled:
             text = await self.apf.dump(path.rsplit("/", 1)[1], bool(query.get("includeRequestDetails")))
@@ -298,6 +303,7 @@ class ProxyApp:
 
             def started() -> None:
                 self.apf.release(seat)
+                established()  # a watch is traced for its setup only
                 if ctx.audit is not None:
                     ctx.audit.stage("ResponseStarted", 200)
 
@@ -342,6 +348,7 @@ def build_handler_chain(api_handler: Handler, proxy: ProxyApp) -> Handler:
         partial(with_impersonation, impersonator=proxy.impersonator),
         partial(with_priority_and_fairness, flowcontrol=proxy.apf),
         partial(with_authorization, authorizer=proxy.authz),
+        with_handler_tracing,  # the handler's span (kube's Get, Create, ...)
     ]
     handler = api_handler
     for wrap in reversed(chain):

@@ -70,7 +70,10 @@ def scope(info: RequestInfo | None) -> str:
 _children: dict[tuple[tuple[str, ...], int], tuple[Any, Any]] = {}
 
 
-def observe(info: RequestInfo | None, method: str, code: int, seconds: float, apply: bool = False) -> None:
+def observe(info: RequestInfo | None, method: str, code: int, seconds: float, apply: bool = False,
+            trace_id: str = "") -> None:
+    """Count the request and its latency; a sampled request's trace ID is the latency's exemplar (shown
+    in the OpenMetrics exposition), which links a latency panel to the trace."""
     verb = clean_verb(info, method, apply)
     if info is not None and info.is_resource_request:
         labels = (verb, info.api_group, info.api_version, info.resource, info.subresource, scope(info),
@@ -82,7 +85,7 @@ def observe(info: RequestInfo | None, method: str, code: int, seconds: float, ap
     if children is None:
         children = _children[key] = (REQUESTS.labels(*labels, str(code)), DURATION.labels(*labels))
     children[0].inc()
-    children[1].observe(seconds)
+    children[1].observe(seconds, {"trace_id": trace_id} if trace_id else None)
 
 
 def longrunning(info: RequestInfo) -> Gauge:

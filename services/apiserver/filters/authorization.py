@@ -5,13 +5,16 @@ SubjectAccessReview) is passed in.
 """
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from apiary_pb import envelope_pb2 as pb
-from services.common.errors import Forbidden
 from services.apiserver.requestinfo import RequestInfo
+from services.common import tracing
+from services.common.errors import Forbidden
 
 from . import Handler, RequestContext
+from .traces import sampled, stage
 
 
 class Authorizer(Protocol):
@@ -49,8 +52,10 @@ def forbidden_error(user: str, info: RequestInfo, reason: str = "") -> Forbidden
 
 def with_authorization(handler: Handler, authorizer: Authorizer) -> Handler:
     """ctx.user may do ctx.info, or the request is Forbidden; the decision is annotated on the audit event."""
+    decide = authorizer.decide if not tracing.ENABLED else _traced(authorizer)
+
     async def authorization(ctx: RequestContext) -> None:
-        allowed, reason = await authorizer.decide(ctx.user, ctx.info)
+        allowed, reason = await decide(ctx.user, ctx.info)
         if ctx.audit is not None:
             ctx.audit.authorized(allowed, reason)
         if not allowed:
@@ -58,3 +63,17 @@ def with_authorization(handler: Handler, authorizer: Authorizer) -> Handler:
         ctx.timing("authz", ctx.mark)
         await handler(ctx)
     return authorization
+
+
+def _traced(authorizer: Authorizer) -> Any:
+    """The authorizer's decide() in an `authorization` span with the decision (the audit annotation's)."""
+    async def in_span(user: pb.UserInfo, info: RequestInfo) -> tuple[bool, str]:
+        with stage("authorization") as span:
+            allowed, reason = await authorizer.decide(user, info)
+            if span is not None:
+                span.set_attributes({"decision": "allow" if allowed else "forbid", "reason": reason})
+        return allowed, reason
+
+    def decide(user: pb.UserInfo, info: RequestInfo) -> Awaitable[tuple[bool, str]]:
+        return in_span(user, info) if sampled() else authorizer.decide(user, info)
+    return decide

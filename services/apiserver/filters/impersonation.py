@@ -13,12 +13,14 @@ from dataclasses import dataclass
 
 from apiary_pb import envelope_pb2 as pb
 from services.apiserver.requestinfo import RequestInfo
+from services.common import tracing
 from services.common.errors import BadRequest
 from services.common.identity import AUTHENTICATED, UNAUTHENTICATED
 
 from . import Handler, RequestContext
 from .authorization import Authorizer, forbidden_error
 from .requestheader import ANONYMOUS, header_text, unescape_extra_key
+from .traces import traced
 
 USER_HEADER = b"impersonate-user"
 GROUP_HEADER = b"impersonate-group"
@@ -151,8 +153,10 @@ class Impersonator:
 def with_impersonation(handler: Handler, impersonator: Impersonator) -> Handler:
     """From here on the request acts as the user its Impersonate-* headers name (the audit event's
     impersonatedUser); without them it goes on untouched."""
+    act_as = impersonator.impersonate if not tracing.ENABLED else traced("impersonation", impersonator.impersonate)
+
     async def impersonate(ctx: RequestContext) -> None:
-        user = await impersonator.impersonate(ctx.user, ctx.impersonation)
+        user = await act_as(ctx.user, ctx.impersonation)
         ctx.user_name = f"{ctx.user_name} as {user.name}"
         ctx.user = user
         if ctx.audit is not None:

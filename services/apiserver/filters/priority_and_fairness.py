@@ -4,14 +4,19 @@ The seat source (the proxy's: the apf service's seat stream, with kube's max-in-
 fallback) is passed in; it answers TooManyRequests when the request is rejected. A LIST or WATCH
 carries the options its work estimate reads. A long-running request's handler gives its seats back
 once it is initialized (a watch: its initial events out; release is idempotent).
+
+Traced, the wait for the seat and the execution on it are spans of their own (`apf wait`, `apf execution`)
+with the seat's priority level and flow schema; a watch's execution span ends once it is established.
 """
 from __future__ import annotations
 
 from typing import Protocol
 
 from apiary_pb import envelope_pb2 as pb
+from services.common import tracing
 
 from . import Handler, RequestContext
+from .traces import sampled, stage
 
 
 class Seat(Protocol):
@@ -47,12 +52,29 @@ def with_priority_and_fairness(handler: Handler, flowcontrol: FlowControl) -> Ha
             subresource=info.subresource, namespace=info.namespace, name=info.name, path=info.path)
         if info.verb in ("list", "watch") and ctx.query:
             digest.list_options.CopyFrom(list_options(ctx.query))
-        seat = await ctx.race(flowcontrol.acquire(digest))
+        traced = tracing.ENABLED and sampled()
+        if not traced:
+            seat = await ctx.race(flowcontrol.acquire(digest))
+        else:
+            with stage("apf wait") as span:
+                seat = await ctx.race(flowcontrol.acquire(digest))
+                attributes = _seat_attributes(seat)
+                if span is not None:
+                    span.set_attributes(attributes)
         ctx.seat = seat
         ctx.extra_headers.extend(seat.headers())
         ctx.mark = ctx.timing("apf", ctx.mark)
         try:
-            await handler(ctx)
+            if not traced:
+                await handler(ctx)
+            else:
+                with stage("apf execution", attributes):
+                    await handler(ctx)
         finally:
             flowcontrol.release(seat)
     return priority_and_fairness
+
+
+def _seat_attributes(seat: Seat) -> dict[str, str]:
+    """The span attributes of a seat: where the apf service (or the exempt shortcut) put the request."""
+    return {"priority_level": getattr(seat, "priority_level", ""), "flow_schema": getattr(seat, "flow_schema", "")}

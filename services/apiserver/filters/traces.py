@@ -1,19 +1,69 @@
-"""kube's WithTracing: the request's root span, made once the user is known.
+"""kube's WithTracing: the request's root span, made once the user is known, and the spans of the stages
+after it (kube's filters and handler spans).
 
 A client's `traceparent` is continued only for system:masters and system:monitoring (kube 1.33); any
 other caller's becomes a link of a new root span, so no untrusted client picks trace IDs or sampling.
-The root span is backdated to the request's arrival, so it covers the filters before this one. Without
-a tracing configuration the filter is not in the chain at all.
+The root span is backdated to the request's arrival, so it covers the filters before this one, and
+authentication (timed before the root existed) is added as a backdated child. The root carries the
+response code also when the request failed (the error is answered by with_panic_recovery, outside it),
+and is marked failed on a 5xx. A long-running request (a watch) is traced for its setup only: its
+handler calls established() once it streams, which ends the root and the stages still open.
+Without a tracing configuration none of this is in the chain at all.
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextvars import ContextVar
+from typing import Any, TypeVar
 
 from services.common import tracing
+from services.common.errors import APIError
 
-from . import Handler, RequestContext
+from . import ClientDisconnected, Handler, RequestContext
 
 TRUSTED_GROUPS = frozenset({"system:masters", "system:monitoring"})
+T = TypeVar("T")
+# the names of kube's handler spans (endpoints/handlers: tracing.Start(ctx, "Create", ...))
+_HANDLER_NAMES = {"get": "Get", "list": "List", "watch": "Watch", "create": "Create", "update": "Update",
+                  "patch": "Patch", "delete": "Delete", "deletecollection": "DeleteCollection"}
+
+
+class RequestTrace:
+    """The sampled request's root span and the stage spans open under it (in this request's task)."""
+
+    __slots__ = ("handler", "open", "root", "trace_id")
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self.open: list[Any] = []
+        self.handler: Any = None
+        self.trace_id = f"{root.get_span_context().trace_id:032x}"
+
+    def finish(self, code: int) -> None:
+        """End what is open and the root, with the response code where it belongs."""
+        for span in reversed(self.open):
+            if span is self.handler:
+                _code(span, code)
+            tracing.end(span)
+        self.open.clear()
+        _code(self.root, code)
+        tracing.end(self.root, _error(code))
+
+
+# the current request's trace, set in its task by with_tracing (each request has a task of its own)
+_REQUEST: ContextVar[RequestTrace | None] = ContextVar("apiary_request_trace", default=None)
+
+
+def _code(span: Any, code: int) -> None:
+    if code and span.is_recording():
+        span.set_attribute("http.status_code", code)
+
+
+def _error(code: int) -> str:
+    return f"HTTP {code}" if code >= 500 else ""
 
 
 def span_name(ctx: RequestContext) -> str:
@@ -32,6 +82,22 @@ def span_name(ctx: RequestContext) -> str:
     return f"{ctx.method} {name}"
 
 
+def _ns(perf: float) -> int:
+    """A time.perf_counter() reading as ns since the epoch (span times)."""
+    return time.time_ns() - int((time.perf_counter() - perf) * 1e9)
+
+
+def _authentication(ctx: RequestContext) -> None:
+    """The authentication span, made after the fact from its Server-Timing stage: it ended at ctx.mark."""
+    ms = next((d for stage, d in reversed(ctx.timings) if stage == "authn"), None)  # type: ignore[attr-defined]
+    if ms is None:
+        return
+    end = _ns(ctx.mark)
+    span = tracing.start_span("authentication", start_time=end - int(ms * 1e6))
+    if span is not None:
+        tracing.end(span, end_time=end)
+
+
 def with_tracing(handler: Handler) -> Handler:
     if not tracing.ENABLED:
         return handler
@@ -40,10 +106,123 @@ def with_tracing(handler: Handler) -> Handler:
         sent = ctx.headers.get(b"traceparent")
         trusted = sent is not None and not TRUSTED_GROUPS.isdisjoint(ctx.user.groups)
         started = getattr(ctx, "started", None)
-        start = None if started is None else time.time_ns() - int((time.perf_counter() - started) * 1e9)
+        start = None if started is None else _ns(started)
         with tracing.root(span_name(ctx), sent.decode("latin-1") if sent else "", trusted, start,
                           {"audit-id": ctx.audit_id, "http.method": ctx.method, "http.target": ctx.path}) as span:
-            await handler(ctx)
-            if span is not None:
-                span.set_attribute("http.status_code", ctx.code)
+            if span is None:  # not sampled: the downstream services follow, nothing to record here
+                await handler(ctx)
+                return
+            trace = RequestTrace(span)
+            _REQUEST.set(trace)
+            _authentication(ctx)
+            code = 0
+            try:
+                await handler(ctx)
+                code = ctx.code
+            except APIError as e:  # answered by with_panic_recovery, after this span
+                code = e.code
+                raise
+            except ClientDisconnected:
+                code = 499
+                raise
+            except Exception:
+                code = 500  # with_panic_recovery's answer
+                raise
+            except asyncio.CancelledError:
+                code = 504  # the request's deadline cancelled it (kube's timeout filter answers 504)
+                raise
+            finally:
+                trace.finish(code)
     return traced
+
+
+def sampled() -> bool:
+    """Whether the current request is traced here (its stages are worth a span): a cheap test before
+    a stage() for the filters that run on every request."""
+    return _REQUEST.get() is not None
+
+
+def established(code: int = 200) -> None:
+    """A long-running request is set up (a watch streams): its root span and the stages open end now,
+    not when it ends hours later."""
+    trace = _REQUEST.get() if tracing.ENABLED else None
+    if trace is not None:
+        trace.finish(code)
+
+
+def trace_id() -> str:
+    """The current request's trace ID when it is sampled ("" otherwise), for an exemplar; still known
+    once the request's spans have ended."""
+    trace = _REQUEST.get() if tracing.ENABLED else None
+    return "" if trace is None else trace.trace_id
+
+
+@contextlib.contextmanager
+def stage(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Any]:
+    """A span for one stage of a sampled request (None otherwise), current for the block; it ends with
+    the block, or earlier when the request is established. Marked failed when a 5xx escapes it."""
+    trace = _REQUEST.get()
+    span = tracing.start_span(name, attributes) if trace is not None else None
+    if span is None:
+        yield None
+        return
+    trace.open.append(span)  # type: ignore[union-attr]
+    error = ""
+    try:
+        with tracing.use(span):
+            yield span
+    except APIError as e:
+        error = _error(e.code)
+        raise
+    except ClientDisconnected:
+        raise
+    except Exception as e:
+        error = type(e).__name__
+        raise
+    finally:
+        if span in trace.open:  # type: ignore[union-attr]
+            trace.open.remove(span)  # type: ignore[union-attr]
+        tracing.end(span, error)
+
+
+def traced(name: str, call: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """`call` in a stage span of its own (a filter's one await: impersonation's checks)."""
+    async def call_in_span(*args: Any) -> T:
+        with stage(name):
+            return await call(*args)
+
+    def in_span(*args: Any) -> Awaitable[T]:
+        return call_in_span(*args) if _REQUEST.get() is not None else call(*args)
+    return in_span
+
+
+def handler_span_name(ctx: RequestContext) -> str:
+    info = ctx.info
+    verb = info.verb if info is not None else ctx.method.lower()
+    return _HANDLER_NAMES.get(verb, verb.capitalize())
+
+
+def with_handler_tracing(handler: Handler) -> Handler:
+    """The handler's span (kube's Get, List, Create, ...): verb, resource, namespace, response code."""
+    if not tracing.ENABLED:
+        return handler
+
+    def handler_traced(ctx: RequestContext) -> Awaitable[None]:
+        return in_span(ctx) if _REQUEST.get() is not None else handler(ctx)
+
+    async def in_span(ctx: RequestContext) -> None:
+        info = ctx.info
+        attributes = {"verb": info.verb, "resource": info.resource, "namespace": info.namespace} \
+            if info is not None and info.is_resource_request else {"verb": info.verb if info else ctx.method}
+        with stage(handler_span_name(ctx), attributes) as span:
+            _REQUEST.get().handler = span  # type: ignore[union-attr]
+            code = 0
+            try:
+                await handler(ctx)
+                code = ctx.code
+            except APIError as e:
+                code = e.code
+                raise
+            finally:
+                _code(span, code)
+    return handler_traced

@@ -72,6 +72,8 @@ class Seat:
     priority_level_uid: str
     released: bool = False
     kind: int = SEAT_APF
+    flow_schema: str = ""  # the names, for the request's trace
+    priority_level: str = ""
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         if not self.flow_schema_uid:  # granted by the max-in-flight fallback: no FlowSchema
@@ -264,8 +266,10 @@ class SeatClient:
             return self.fallback.acquire(digest.verb)
         if is_exempt(digest.user.groups):
             if self.exempt is not None:
-                return Seat(0, 0, self.exempt.flow_schema_uid, self.exempt.priority_level_uid, kind=SEAT_EXEMPT)
-            return Seat(0, 0, EXEMPT_FLOW_SCHEMA_UID, EXEMPT_PRIORITY_LEVEL_UID, kind=SEAT_EXEMPT)
+                return Seat(0, 0, self.exempt.flow_schema_uid, self.exempt.priority_level_uid, kind=SEAT_EXEMPT,
+                            flow_schema=EXEMPT, priority_level=EXEMPT)
+            return Seat(0, 0, EXEMPT_FLOW_SCHEMA_UID, EXEMPT_PRIORITY_LEVEL_UID, kind=SEAT_EXEMPT,
+                        flow_schema=EXEMPT, priority_level=EXEMPT)
         queue = self._queue
         if queue is None:
             return self.fallback.acquire(digest.verb)
@@ -292,7 +296,8 @@ class SeatClient:
         if not resp.granted:
             raise _too_many(resp.retry_after_seconds or 1, {FLOW_SCHEMA_HEADER: resp.flow_schema_uid,
                                                             PRIORITY_LEVEL_HEADER: resp.priority_level_uid})
-        return Seat(seat_id, generation, resp.flow_schema_uid, resp.priority_level_uid)
+        return Seat(seat_id, generation, resp.flow_schema_uid, resp.priority_level_uid,
+                    flow_schema=resp.flow_schema, priority_level=resp.priority_level)
 
     async def dump(self, what: str, include_request_details: bool) -> str:
         """/debug/api_priority_and_fairness/<what>, as the apf service prints it."""

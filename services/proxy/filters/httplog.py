@@ -1,6 +1,7 @@
 """The request log and metrics (kube's WithHTTPLogging and its endpoints/metrics instrumentation):
 apiserver_current_inflight_requests while the request runs, apiserver_request_total and
-apiserver_request_duration_seconds once it has been answered, and the log line at -v 2.
+apiserver_request_duration_seconds once it has been answered (with the trace ID as the exemplar of a
+sampled request), and the log line at -v 2.
 
 The request also counts as a small call in flight in this process while it runs (services.common.
 pacing): large answers give way to it; a watch, and a LIST once its parts come, no longer count.
@@ -12,7 +13,8 @@ import time
 from typing import TYPE_CHECKING
 
 from services.apiserver.filters import Handler
-from services.common import pacing
+from services.apiserver.filters.traces import trace_id
+from services.common import pacing, tracing
 
 from .. import metrics
 
@@ -36,7 +38,8 @@ def with_http_logging(handler: Handler, verbosity: int) -> Handler:
             small.end()
             inflight.dec()
             elapsed = time.perf_counter() - ctx.started
-            metrics.observe(ctx.info, method, ctx.code or 500, elapsed, ctx.apply)
+            metrics.observe(ctx.info, method, ctx.code or 500, elapsed, ctx.apply,
+                            trace_id() if tracing.ENABLED else "")
             if verbosity >= 2:
                 qs = ctx.query_string.decode("latin-1")
                 log.info('%s %s%s code=%d user="%s" %.1fms', method, ctx.path,  # + audit-id (LogFilter)

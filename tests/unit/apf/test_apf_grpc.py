@@ -137,3 +137,47 @@ async def test_release_of_a_queued_request_withdraws_it(apf) -> None:
     assert (await s.read()).id == 3      # no answer was ever sent for the withdrawn id 2
     s.call.cancel()
     await until(lambda: qs.seats_in_use == 0)
+
+
+async def test_each_sampled_request_has_its_seat_span(apf) -> None:
+    """The seat decisions of requests sharing a stream are spans of their own parents (the traceparent
+    each SeatRequest carries), ended when decided, queued or withdrawn; an unsampled request has none."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from services.common import tracing
+
+    stub, ctl, _ = apf
+    exporter = InMemorySpanExporter()
+    tracing.start("apf", tracing.TracingConfiguration(), exporter)
+    try:
+        parents = {i: f"00-{i:032x}-{i:016x}-01" for i in (1, 2, 3)}
+        s = Stream(stub)
+
+        def acquire(request_id: int, traceparent: str) -> None:
+            s.outbox.put_nowait(fpb.SeatRequest(id=request_id, traceparent=traceparent, acquire=pb.RequestAttributes(
+                user=ALICE, verb="get", resource_request=True, resource="pods", namespace="default", name="x")))
+
+        acquire(1, parents[1])
+        assert (await s.read()).granted
+        acquire(2, parents[2])                       # queued behind 1
+        acquire(3, parents[3])
+        acquire(4, f"00-{4:032x}-{4:016x}-00")      # not sampled
+        await until(lambda: ctl.levels["global-default"].queueset.requests_waiting == 3)
+        s.release(3)                                 # withdrawn while queued
+        s.release(1)                                 # 2 gets the seat
+        assert (await s.read()).id == 2
+        s.release(2)
+        assert (await s.read()).id == 4
+        s.release(4)
+        tracing._provider.force_flush()
+        spans = {s.parent.trace_id: s for s in exporter.get_finished_spans()}
+        assert set(spans) == {1, 2, 3}
+        for i, span in spans.items():
+            assert span.name == "apf seat" and span.parent.span_id == i and span.parent.is_remote
+        assert spans[1].attributes["decision"] == spans[2].attributes["decision"] == "granted"
+        assert spans[2].attributes["priority_level"] == "global-default"
+        assert spans[3].attributes["decision"] == "withdrawn"
+        s.call.cancel()
+    finally:
+        tracing.shutdown()
+        tracing._provider = tracing._tracer = None

@@ -93,3 +93,23 @@ def test_audit_ids_are_random_version_4_uuids():
     for i in ids:
         u = uuid.UUID(i)
         assert str(u) == i and u.version == 4 and u.variant == uuid.RFC_4122
+
+
+
+def test_openmetrics_exposition_carries_exemplars() -> None:
+    """/metrics in OpenMetrics (what a Prometheus scrape asks for): the request-duration histogram's
+    exemplar names a sampled request's trace, and the family parses as OpenMetrics."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    from services.common.metrics import exposition
+    from services.proxy import metrics
+
+    metrics.observe(None, "OPTIONS", 200, 0.3, trace_id="ab" * 16)
+    text = exposition(openmetrics=True).decode()
+    assert text.endswith("# EOF\n") and "# EOF" not in exposition().decode()
+    family = "".join(ln + "\n" for ln in text.splitlines() if ln.startswith((
+        "apiserver_request_duration_seconds", "# HELP apiserver_request_duration_seconds ",
+        "# TYPE apiserver_request_duration_seconds "))) + "# EOF\n"
+    (parsed,) = text_string_to_metric_families(family)
+    exemplars = [s.exemplar for s in parsed.samples if s.exemplar is not None and s.labels.get("verb") == "OPTIONS"]
+    assert [e.labels for e in exemplars] == [{"trace_id": "ab" * 16}]

@@ -1,0 +1,116 @@
+"""services/apiserver/filters/traces.py: the root span's code for a failed request, the stage spans under
+it, authentication backdated from its timing, a watch traced for its setup only; nothing when off."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from apiary_pb import envelope_pb2 as pb
+from services.apiserver.filters import traces
+from services.apiserver.requestinfo import RequestInfo
+from services.common import tracing
+from services.common.errors import InternalError, NotFound
+
+TRUSTED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+class Ctx:
+    """The attributes of a RequestContext the tracing filters read."""
+
+    def __init__(self, traceparent: str = TRUSTED) -> None:
+        self.headers = {b"traceparent": traceparent.encode()} if traceparent else {}
+        self.user = pb.UserInfo(name="admin", groups=["system:masters"])
+        self.audit_id, self.method, self.path, self.code = "aid", "GET", "/api/v1/namespaces/ns/configmaps", 0
+        self.info = RequestInfo(path=self.path, verb="list", is_resource_request=True, api_prefix="api",
+                                api_version="v1", namespace="ns", resource="configmaps")
+        self.started = time.perf_counter() - 0.010
+        self.mark = time.perf_counter() - 0.002
+        self.timings = [("authn", 5.0)]
+
+
+@pytest.fixture
+def exported() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    tracing.start("test", tracing.TracingConfiguration(), exporter)
+    yield exporter
+    tracing.shutdown()
+    tracing._provider = tracing._tracer = None
+
+
+def spans(exporter: InMemorySpanExporter) -> dict[str, Any]:
+    tracing._provider.force_flush()
+    return {s.name: s for s in exporter.get_finished_spans()}
+
+
+def chain(api: Any) -> Any:
+    return traces.with_tracing(traces.with_handler_tracing(api))
+
+
+def test_off_nothing_is_in_the_chain() -> None:
+    async def api(ctx: Any) -> None: ...
+    assert not tracing.ENABLED
+    assert traces.with_tracing(api) is api and traces.with_handler_tracing(api) is api
+
+
+async def test_the_stages_and_authentication_under_the_root(exported: InMemorySpanExporter) -> None:
+    async def api(ctx: Any) -> None:
+        ctx.code = 200
+
+    ctx = Ctx()
+    await chain(api)(ctx)
+    got = spans(exported)
+    root = got["GET /api/v1/namespaces/{:namespace}/configmaps"]
+    assert root.parent.span_id == 0xb7ad6b7169203331 and root.attributes["http.status_code"] == 200
+    assert traces.trace_id() == "0af7651916cd43dd8448eb211c80319c"  # the exemplar, after the request
+    authn, handler = got["authentication"], got["List"]
+    assert authn.parent.span_id == handler.parent.span_id == root.context.span_id
+    assert root.start_time <= authn.start_time and authn.end_time - authn.start_time == 5_000_000
+    assert authn.end_time <= handler.start_time
+    assert dict(handler.attributes) == {"verb": "list", "resource": "configmaps", "namespace": "ns",
+                                        "http.status_code": 200}
+
+
+@pytest.mark.parametrize("error,code,status", [
+    (NotFound("nope"), 404, StatusCode.UNSET), (InternalError("boom"), 500, StatusCode.ERROR),
+    (ValueError("a bug"), 500, StatusCode.ERROR), (asyncio.CancelledError(), 504, StatusCode.ERROR)])
+async def test_a_failed_request_has_its_code(exported: InMemorySpanExporter, error: BaseException, code: int,
+                                             status: StatusCode) -> None:
+    async def api(ctx: Any) -> None:
+        raise error
+
+    with pytest.raises(type(error)):
+        await chain(api)(Ctx())
+    root = spans(exported)["GET /api/v1/namespaces/{:namespace}/configmaps"]
+    assert root.attributes["http.status_code"] == code and root.status.status_code == status
+
+
+async def test_a_watch_is_traced_for_its_setup(exported: InMemorySpanExporter) -> None:
+    async def api(ctx: Any) -> None:
+        ctx.code = 200
+        with traces.stage("apf execution"):
+            traces.established()
+            # streaming: the setup's spans are over, though the request goes on
+            assert {"GET /api/v1/namespaces/{:namespace}/configmaps", "Watch", "apf execution"} <= set(spans(exported))
+
+    ctx = Ctx()
+    ctx.info.verb = "watch"
+    await chain(api)(ctx)
+    got = spans(exported)
+    assert len(exported.get_finished_spans()) == len(got) == 4  # each ended once
+    assert got["Watch"].attributes["http.status_code"] == 200
+
+
+async def test_an_unsampled_request_makes_no_spans(exported: InMemorySpanExporter) -> None:
+    async def api(ctx: Any) -> None:
+        with traces.stage("apf execution") as s:
+            assert s is None
+        ctx.code = 200
+
+    await chain(api)(Ctx(traceparent=""))  # rate 0 and no parent: not sampled
+    assert spans(exported) == {} and traces.trace_id() == ""
