@@ -2,12 +2,15 @@
 
 A client's `traceparent` is continued only for system:masters and system:monitoring (kube 1.33); any
 other caller's becomes a link of a new root span, so no untrusted client picks trace IDs or sampling.
-The root span is backdated to the request's arrival, so it covers the filters before this one. Without
-a tracing configuration the filter is not in the chain at all.
+A server behind an authenticating front proxy (the kit) also continues the context its verified front
+proxy sends (`trusted_peer`), whoever the user is: the proxy has applied this rule already and sends
+its own span's context, never the client's. The root span is backdated to the request's arrival, so it
+covers the filters before this one. Without a tracing configuration the filter is not in the chain at all.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from services.common import tracing
 
@@ -32,13 +35,14 @@ def span_name(ctx: RequestContext) -> str:
     return f"{ctx.method} {name}"
 
 
-def with_tracing(handler: Handler) -> Handler:
+def with_tracing(handler: Handler, trusted_peer: Callable[[RequestContext], bool] | None = None) -> Handler:
     if not tracing.ENABLED:
         return handler
 
     async def traced(ctx: RequestContext) -> None:
         sent = ctx.headers.get(b"traceparent")
-        trusted = sent is not None and not TRUSTED_GROUPS.isdisjoint(ctx.user.groups)
+        trusted = sent is not None and (not TRUSTED_GROUPS.isdisjoint(ctx.user.groups)
+                                        or (trusted_peer is not None and trusted_peer(ctx)))
         started = getattr(ctx, "started", None)
         start = None if started is None else time.time_ns() - int((time.perf_counter() - started) * 1e9)
         with tracing.root(span_name(ctx), sent.decode("latin-1") if sent else "", trusted, start,
