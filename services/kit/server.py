@@ -371,22 +371,6 @@ class APIServer:
         if info.verb == "watch":
             await self._watch(ctx, events(self.handlers, self.storage, req), info)
             return
-        if tracing.ENABLED and tracing.recording():
-            await self._traced(ctx, req, out)
-            return
-        await self._answer(ctx, req, out)
-
-    async def _traced(self, ctx: Context, req: rpb.APIRequest, out: negotiation.Output) -> None:
-        """_answer in the handler's span (kube's name: the verb's), its storage calls as children."""
-        with tracing.span(req.verb.capitalize(), {"verb": req.verb, "resource": req.resource,
-                                                  "namespace": req.namespace, "group": req.group,
-                                                  "version": req.version}) as span:
-            await self._answer(ctx, req, out)
-            if span is not None:
-                span.set_attribute("http.status_code", ctx.code)
-
-    async def _answer(self, ctx: Context, req: rpb.APIRequest, out: negotiation.Output) -> None:
-        assert self.handlers is not None
         resp, timing = await self.handlers.handle(req)
         ctx.timings.extend(timing.items())
         data = resp.body
