@@ -271,9 +271,11 @@ class RemoteProxy:
                       transport: Transport) -> None:
         """_exchange in the forwarding's span, the server sent its traceparent (the request's own, not
         sampled, when nothing is recorded: the server then follows that decision)."""
-        service = (apiservice.get("spec") or {}).get("service") or {}
-        attributes = {"apiservice": name, "service": f"{service.get('namespace', '')}/{service.get('name', '')}",
-                      "port": target.port, "address": target.host}
+        attributes = None
+        if tracing.recording():  # else no span is made: nothing to describe
+            service = (apiservice.get("spec") or {}).get("service") or {}
+            attributes = {"apiservice": name, "service": f"{service.get('namespace', '')}/{service.get('name', '')}",
+                          "port": target.port, "address": target.host}
         with tracing.span("proxy to APIService", attributes) as span:
             tp = tracing.traceparent()
             if tp:
