@@ -35,6 +35,7 @@ class TLSServer(abc.ABC):
         certs.make_cert(directory / name, ca, "localhost", server=True, dns_names=dns_names)
         self.ca_file = directory / f"{name}-ca.crt"
         self.ca_pem = self.ca_file.read_text()
+        self._headers = threading.local()  # the headers of the request this thread is handling
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -44,6 +45,7 @@ class TLSServer(abc.ABC):
             def _do(self) -> None:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else b""
+                outer._headers.value = {k.lower(): v for k, v in self.headers.items()}
                 code, answer = outer.handle(self.command, self.path, body)
                 data = json.dumps(answer).encode()
                 self.send_response(code)
@@ -72,6 +74,10 @@ class TLSServer(abc.ABC):
     @abc.abstractmethod
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         """(status, JSON answer) for one request: what each kind of test server serves."""
+
+    def request_headers(self) -> dict[str, str]:
+        """The headers of the request being handled (names lower-cased), for handle()."""
+        return self._headers.value  # type: ignore[no-any-return]
 
     def start(self) -> "TLSServer":
         self.thread.start()
@@ -169,18 +175,21 @@ class AuthzWebhook(TLSServer):
 
 
 class ReviewServer(TLSServer):
-    """A webhook of review objects (admission, conversion): every review received kept in `calls`, and the
-    path it came to in `paths`; `answer(review)` gives the reply."""
+    """A webhook of review objects (admission, conversion): every review received kept in `calls`, the
+    path it came to in `paths` and its `traceparent` header ("" without one) in `traceparents`;
+    `answer(review)` gives the reply."""
 
     def __init__(self, directory: Path, name: str, dns_names: tuple[str, ...] = ()) -> None:
         super().__init__(directory, name, dns_names)
         self.calls: list[dict[str, Any]] = []
         self.paths: list[str] = []
+        self.traceparents: list[str] = []
 
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         review = json.loads(body)
         self.calls.append(review)
         self.paths.append(path)
+        self.traceparents.append(self.request_headers().get("traceparent", ""))
         return 200, self.answer(review)
 
     @abc.abstractmethod

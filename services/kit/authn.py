@@ -8,6 +8,8 @@
 
 The certificates are verified once per connection by the HTTPS layer (services.apiserver.serving's
 ClientTrust), which names the bundles that issued the peer's certificate in scope["extensions"].
+A connection of an allowed front proxy is also whose `traceparent` the kit continues for every user
+(front_proxy(), read by the chain's tracing filter): the proxy sends its own span's, never a client's.
 """
 from __future__ import annotations
 
@@ -60,6 +62,12 @@ class Authenticator:
         """The user, None when the request carries no credentials; Unauthorized when it carries
         credentials that do not authenticate."""
         return await self.user((scope.get("extensions") or {}).get("tls"), scope["headers"])
+
+    def front_proxy(self, tls: dict[str, Any] | None) -> bool:
+        """Whether the peer is a verified authenticating front proxy: a client certificate the
+        request-header CA issued for an allowed name."""
+        return bool(tls and "requestheader" in tls["ca"] and self.requestheader is not None
+                    and self.requestheader.allows(tls["cn"]))
 
     async def user(self, tls: dict[str, Any] | None, headers: Sequence[tuple[bytes, bytes]]) -> pb.UserInfo | None:
         """authenticate's answer from the verified client certificate (the HTTPS layer's scope

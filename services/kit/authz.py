@@ -13,6 +13,7 @@ from apiary_pb import envelope_pb2 as pb
 from services.apiserver.filters.authorization import forbidden_error
 from services.apiserver.httpclient import CallError, Client
 from services.apiserver.requestinfo import RequestInfo
+from services.common import tracing
 from services.common.errors import InternalError
 from services.common.identity import SYSTEM_MASTERS, user_dict
 
@@ -91,8 +92,19 @@ class Authorizer:
         else:
             spec["nonResourceAttributes"] = {"path": info.path, "verb": info.verb}
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        if tracing.ENABLED and tracing.recording():
+            # a span of the request's trace; the core API server is sent its traceparent (httpclient)
+            with tracing.span("SubjectAccessReview", {"verb": info.verb, "resource": info.resource}) as span:
+                allowed, reason = await self._ask(self.apiary, review)
+                if span is not None:
+                    span.set_attribute("allowed", allowed)
+                return allowed, reason
+        return await self._ask(self.apiary, review)
+
+    @staticmethod
+    async def _ask(apiary: Client, review: dict[str, Any]) -> tuple[bool, str]:
         try:
-            r = await self.apiary.post_json(SUBJECT_ACCESS_REVIEW, review)
+            r = await apiary.post_json(SUBJECT_ACCESS_REVIEW, review)
         except CallError as e:
             AUTHZ.labels("error").inc()
             raise InternalError(f"error contacting the authorizer: {e}") from None

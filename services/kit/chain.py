@@ -75,6 +75,15 @@ class DelegatedAuthorization:
         return await self.server.authz.decide(user, info)
 
 
+def front_proxy(server: APIServer) -> Callable[[RequestContext], bool]:
+    """Whether a request came from the verified authenticating front proxy, whose `traceparent` the
+    kit continues whoever the user is (the proxy applied kube's trust rule and sends its own span's);
+    a direct client's is continued only for kube's privileged groups, as at the front door."""
+    def sent_by_front_proxy(ctx: RequestContext) -> bool:
+        return server.authn.front_proxy(ctx.client_cert)
+    return sent_by_front_proxy
+
+
 def with_request_metrics(handler: Handler) -> Handler:
     """apiserver_request_total and apiserver_request_duration_seconds, once the answer is out."""
     async def metrics(ctx: RequestContext) -> None:
@@ -101,7 +110,8 @@ def build_handler_chain(api_handler: Handler, server: APIServer) -> Handler:
         partial(with_request_deadline, deadlines=server.deadlines),  # none for a watch; ?timeout=
         partial(with_authentication, authenticator=DelegatedAuthentication(server),
                 failed=failed_authentication_audit(server.auditor)),
-        with_tracing,  # the root span, once the user says whether its traceparent is trusted
+        # the root span, once the user (or the front proxy's certificate) says whether its traceparent is trusted
+        partial(with_tracing, trusted_peer=front_proxy(server)),
         partial(with_audit, auditor=server.auditor),  # the policy sees the authenticated user
         partial(with_authorization, authorizer=DelegatedAuthorization(server)),
     ]

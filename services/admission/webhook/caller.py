@@ -49,7 +49,8 @@ class WebhookCaller:
         body = orjson.dumps({"kind": "AdmissionReview", "apiVersion": api_version, "request": request})
         timeout = float(hook.get("timeoutSeconds") or 10)
         try:
-            resp = await self.client.post(hook.get("clientConfig") or {}, body, timeout)
+            resp = await self.client.post(hook.get("clientConfig") or {}, body, timeout, "admission webhook",
+                                          {"webhook": name})
         except WebhookError as e:
             raise CallError(name, f"failed to call webhook: {e.reason}" if e.sent else e.reason) from None
         status, content = resp.status, resp.content

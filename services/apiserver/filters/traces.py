@@ -9,6 +9,9 @@ response code also when the request failed (the error is answered by with_panic_
 and is marked failed on a 5xx. A long-running request (a watch) is traced for its setup only: its
 handler calls established() once it streams, which ends the root and the stages still open.
 Without a tracing configuration none of this is in the chain at all.
+A server behind an authenticating front proxy (the kit) also continues the context its verified front
+proxy sends (`trusted_peer`), whoever the user is: the proxy has applied this rule already and sends
+its own span's context, never the client's.
 """
 from __future__ import annotations
 
@@ -98,13 +101,14 @@ def _authentication(ctx: RequestContext) -> None:
         tracing.end(span, end_time=end)
 
 
-def with_tracing(handler: Handler) -> Handler:
+def with_tracing(handler: Handler, trusted_peer: Callable[[RequestContext], bool] | None = None) -> Handler:
     if not tracing.ENABLED:
         return handler
 
     async def traced(ctx: RequestContext) -> None:
         sent = ctx.headers.get(b"traceparent")
-        trusted = sent is not None and not TRUSTED_GROUPS.isdisjoint(ctx.user.groups)
+        trusted = sent is not None and (not TRUSTED_GROUPS.isdisjoint(ctx.user.groups)
+                                        or (trusted_peer is not None and trusted_peer(ctx)))
         started = getattr(ctx, "started", None)
         start = None if started is None else _ns(started)
         with tracing.root(span_name(ctx), sent.decode("latin-1") if sent else "", trusted, start,

@@ -2,6 +2,8 @@
 aggregator resolves an APIService's), over TLS verified with the caBundle, with a timeout (k8s.io/apiserver's
 webhook ClientManager). What is sent and how the answer is read is the caller's (an AdmissionReview, a
 ConversionReview). A call that gets no answer raises WebhookError with Go's words, which kube's messages quote.
+A call made while a request is traced is a span of its trace (the caller names it: "admission webhook",
+"conversion webhook", with the webhook's name), and the webhook is sent that span's `traceparent`.
 """
 from __future__ import annotations
 
@@ -10,10 +12,12 @@ import base64
 import binascii
 import ssl
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
 from services.apiserver import httpclient
+from services.common import tracing
 from services.common.serviceresolver import ResolveError, ServiceResolver
 
 Obj = dict[str, Any]
@@ -89,9 +93,22 @@ class WebhookClient:
         path = quote(svc.get("path") or "/", safe="/:@!$&()*+,;=-._~")
         return f"https://{host}:{target.port}{path}?timeout={seconds}", target.server_name
 
-    async def post(self, cc: Obj, body: bytes, timeout: float) -> httpclient.Response:
-        """POST the JSON body; the answer, whatever its status. Raises WebhookError when there is none."""
+    async def post(self, cc: Obj, body: bytes, timeout: float, span: str = "webhook",
+                   attributes: Mapping[str, Any] | None = None) -> httpclient.Response:
+        """POST the JSON body; the answer, whatever its status. Raises WebhookError when there is none.
+        In a recorded trace the call is the span `span` (with `attributes`, the URL and the status)."""
+        if tracing.ENABLED and tracing.recording():
+            with tracing.span(span, attributes) as s:
+                resp = await self._post(cc, body, timeout, s)
+                if s is not None:
+                    s.set_attribute("http.status_code", resp.status)
+                return resp
+        return await self._post(cc, body, timeout)
+
+    async def _post(self, cc: Obj, body: bytes, timeout: float, span: Any = None) -> httpclient.Response:
         url, server_name = self.where(cc, timeout)
+        if span is not None:
+            span.set_attribute("http.url", url)
         try:
             return await self.clients.client(ca_bundle(cc)).post_json(url, body, timeout=timeout,
                                                                        server_name=server_name)

@@ -201,7 +201,8 @@ class WebhookConverter:
         return out
 
     async def _post(self, body: bytes) -> Any:
-        resp = await self.client.post(self.client_config, body, TIMEOUT)
+        resp = await self.client.post(self.client_config, body, TIMEOUT, "conversion webhook",
+                                      {"custom-resource-definition": self.name})
         if not resp.ok:
             try:
                 status = resp.json()

@@ -9,6 +9,11 @@ those headers, in Impersonate-* or in Authorization is dropped first). Both bodi
 watch's events reach the client as the server flushes them. One pooled client serves every
 APIService with the same TLS configuration.
 
+A traced request's forwarding is a span ("proxy to APIService"; for a watch, until the answer's head
+is in) whose `traceparent` the server is sent, so an aggregated server continues the trace (the kit
+does for every user: services/kit/chain.py); the client's own `traceparent` and `tracestate` never
+reach the server, as kube's WithTracing decides alone whether a client's context is continued.
+
 Forwarding runs on transport.py's lean client (kept-alive HTTP/1.1 connections, pooled per TLS
 configuration and per address and server name; aiohttp's client before it cost about 0.45 ms more
 of the proxy's CPU per forwarded GET, httpx's ten times that: docs/benchmarks.md); the availability
@@ -30,6 +35,7 @@ from apiary_pb import envelope_pb2 as pb
 from services.apiserver.filters import ClientDisconnected
 from services.apiserver.filters.timeout import long_running
 from services.apiserver.httpclient import Client
+from services.common import tracing
 from services.common.errors import BadRequest, ServiceUnavailable
 
 from ..context import Context
@@ -44,7 +50,7 @@ MAX_CLIENTS = 64
 # the proxy answers for itself
 _DROP_REQUEST = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te",
                            b"trailer", b"upgrade", b"host", b"authorization", b"proxy-authorization",
-                           b"content-length"))
+                           b"content-length", b"traceparent", b"tracestate"))
 _DROP_RESPONSE = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding",
                             b"trailer", b"upgrade", b"content-type", b"audit-id", b"date", b"server"))
 _DROP_PREFIXES = (b"x-remote-", b"impersonate-")
@@ -253,14 +259,46 @@ class RemoteProxy:
         length = _body_length(ctx, chunked) if has_body else None
         if not has_body:
             ctx.watch_disconnect()
+        transport = self.backends.transport(apiservice)
         # one race for the whole exchange: the client going away (or the deadline) ends both halves
-        await ctx.race(self._exchange(ctx, name, target, headers, has_body, length,
-                                      self.backends.transport(apiservice)))
+        if tracing.ENABLED:
+            await ctx.race(self._traced(ctx, apiservice, name, target, headers, has_body, length, transport))
+        else:
+            await ctx.race(self._exchange(ctx, name, target, headers, has_body, length, transport))
+
+    async def _traced(self, ctx: Context, apiservice: dict[str, Any], name: str, target: Target,
+                      headers: list[tuple[bytes, bytes]], has_body: bool, length: int | None,
+                      transport: Transport) -> None:
+        """_exchange in the forwarding's span, the server sent its traceparent (the request's own, not
+        sampled, when nothing is recorded: the server then follows that decision)."""
+        attributes = None
+        if tracing.recording():  # else no span is made: nothing to describe
+            service = (apiservice.get("spec") or {}).get("service") or {}
+            attributes = {"apiservice": name, "service": f"{service.get('namespace', '')}/{service.get('name', '')}",
+                          "port": target.port, "address": target.host}
+        with tracing.span("proxy to APIService", attributes) as span:
+            tp = tracing.traceparent()
+            if tp:
+                headers.append((b"traceparent", tp.encode()))
+            exchange = await self._open(ctx, name, target, headers, has_body, length, transport)
+            if span is not None:
+                span.set_attribute("http.status_code", exchange.status)
+            watch = ctx.info is not None and long_running(ctx.info)
+            if not watch:
+                await self._relay(ctx, exchange, watch)
+                return
+        await self._relay(ctx, exchange, watch)  # a long-running answer: the span covers its setup only
 
     async def _exchange(self, ctx: Context, name: str, target: Target, headers: list[tuple[bytes, bytes]],
                         has_body: bool, length: int | None, transport: Transport) -> None:
+        exchange = await self._open(ctx, name, target, headers, has_body, length, transport)
+        await self._relay(ctx, exchange, ctx.info is not None and long_running(ctx.info))
+
+    async def _open(self, ctx: Context, name: str, target: Target, headers: list[tuple[bytes, bytes]],
+                    has_body: bool, length: int | None, transport: Transport) -> Exchange:
+        """The request sent and the answer's head in (503 when the server cannot be reached)."""
         try:
-            exchange = await transport.request(
+            return await transport.request(
                 target.host, target.port, target.server_name, ctx.method,
                 request_target(ctx.path, ctx.query_string), headers,
                 _request_body(ctx) if has_body else None, length)
@@ -270,7 +308,9 @@ class RemoteProxy:
             if self.on_unreachable is not None:
                 self.on_unreachable(name)
             raise unavailable(name, f"error trying to reach service: {_why(e)}") from None
-        watch = ctx.info is not None and long_running(ctx.info)
+
+    async def _relay(self, ctx: Context, exchange: Exchange, watch: bool) -> None:
+        """The answer to the client, as it comes."""
         if watch and self._closed:
             exchange.abort()  # came in after the stop began (a client watching again): cut at once too
         elif watch:

@@ -28,7 +28,8 @@ class Answering:
         self.answer = answer
         self.sent: list[Obj] = []
 
-    async def post(self, cc: Obj, body: bytes, timeout: float) -> Response:
+    async def post(self, cc: Obj, body: bytes, timeout: float, span: str = "webhook",
+                   attributes: Any = None) -> Response:
         review = orjson.loads(body)
         self.sent.append(review)
         got = self.answer(review)

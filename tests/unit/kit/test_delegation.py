@@ -65,6 +65,15 @@ async def test_request_headers_count_only_from_an_allowed_front_proxy_certificat
         await a.authenticate(scope({"cn": "x", "o": [], "ca": []}))  # a certificate no trusted CA issued
 
 
+def test_only_an_allowed_front_proxy_certificate_is_a_front_proxy() -> None:
+    a = Authenticator(RH, None)
+    assert a.front_proxy(FRONT_PROXY)
+    assert not a.front_proxy({**FRONT_PROXY, "cn": "someone-else"})
+    assert not a.front_proxy({"cn": "front-proxy-client", "o": [], "ca": ["client"]})  # the client CA's
+    assert not a.front_proxy(None)
+    assert not Authenticator(None, None).front_proxy(FRONT_PROXY)  # no request-header configuration
+
+
 async def test_tokens_are_reviewed_once_per_ttl_and_failures_too() -> None:
     apiary = Apiary(tokens={"good": "carol"})
     a = Authenticator(RH, apiary.client())
