@@ -5,8 +5,10 @@ shows output for prints something. The traces it reads are the session receiver'
 tests/e2e/test_tracing.py, not here."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -68,17 +70,24 @@ def test_every_command_of_the_tour_runs(stack: Stack) -> None:
     env = {**os.environ, "APIARY_STATE": str(stack.state),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("KUBECONFIG", None)
-    proc = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    outputs = re.split(rf"^{MARK} (\d+)\n", proc.stdout, flags=re.M)[1:]
+    # its own process group: the tour's background watch goes with it, however the session ends
+    proc = subprocess.Popen(["bash", "-c", script], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    outputs = re.split(rf"^{MARK} (\d+)\n", stdout, flags=re.MULTILINE)[1:]
     printed = {int(n): text for n, text in zip(outputs[::2], outputs[1::2])}
     print("".join(f"$ {found[n].text}\n{text}" for n, text in printed.items()))
     ran = max(printed, default=-1)
     assert proc.returncode == 0 and ran == len(found) - 1, (
         f"docs/tour.md line {found[ran].line}: `{found[ran].text}` failed ({proc.returncode}):\n"
-        f"{printed.get(ran, '')}{proc.stderr}")
+        f"{printed.get(ran, '')}{stderr}")
     for n, c in enumerate(found):
         if c.shows_output:
-            assert printed[n].strip(), f"docs/tour.md line {c.line}: `{c.text}` printed nothing\n{proc.stderr}"
+            assert printed[n].strip(), f"docs/tour.md line {c.line}: `{c.text}` printed nothing\n{stderr}"
     traced = [printed[n] for n, c in enumerate(found) if c.text.startswith("python -m services.cluster traces")]
     assert len(traced) == 2
     for tree in traced:  # the proxy's root span, at least; the other services' spans join it once they have them
