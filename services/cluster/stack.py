@@ -21,6 +21,9 @@ the stack: once the core services are ready the runner writes what a cluster wou
 flags and a serving certificate for <name>.<namespace>.svc, and once it is ready writes its
 Service, Endpoints 127.0.0.1:<port> (as a cluster's endpoints controller would, for a ready pod)
 and its APIServices with the cluster CA as caBundle.
+
+With tracing_receiver (`apiary up --tracing`) a local OTLP receiver (otlpreceiver.py) is one more
+process, started with etcd, and every process's TracingConfiguration points at it.
 """
 from __future__ import annotations
 
