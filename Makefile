@@ -49,7 +49,7 @@ $(SCHEMAS): tools/kube_definitions.py $(DEPS)
 	$(PYTHON) -m tools.kube_definitions
 
 run: setup
-	$(PYTHON) -m services.cluster up --detach --aggregated pizza-apiserver $(if $(REPLICAS),--replicas $(REPLICAS)) $(if $(ETCD_MEMBERS),--etcd-members $(ETCD_MEMBERS)) $(if $(PROXY_WORKERS),--proxy-workers $(PROXY_WORKERS)) $(if $(V),--v $(V))
+	$(PYTHON) -m services.cluster up --detach --aggregated pizza-apiserver $(if $(REPLICAS),--replicas $(REPLICAS)) $(if $(ETCD_MEMBERS),--etcd-members $(ETCD_MEMBERS)) $(if $(PROXY_WORKERS),--proxy-workers $(PROXY_WORKERS)) $(if $(V),--v $(V)) $(if $(filter 1 yes true,$(TRACING)),--tracing,$(if $(TRACING),--no-tracing)) $(if $(TRACING_RATE),--tracing-rate $(TRACING_RATE))
 
 # Prometheus scraping the local stack (Debian's prometheus package), and the Grafana dashboards as JSON.
 observe: setup

@@ -40,11 +40,15 @@ TEST_OFFSET = int(os.environ.get("APIARY_TEST_PORT_OFFSET", "1000"))
 # unless a system:masters client sends a sampled traceparent (tests/e2e/test_tracing.py does), so the
 # rest of the suite runs with tracing configured and idle, the cost the benchmarks bound.
 TRACES_PORT = 4317 + TEST_OFFSET
+# where it keeps the spans too, as `apiary up --tracing`'s receiver does, for `apiary traces` (docs/tour.md)
+TRACES_FILE = TEST_STATE / "logs" / "traces.jsonl"
 
 
 @pytest.fixture(scope="session")
 def traces() -> Iterator[Receiver]:
-    r = Receiver(TRACES_PORT).start()
+    TRACES_FILE.parent.mkdir(parents=True, exist_ok=True)
+    TRACES_FILE.unlink(missing_ok=True)
+    r = Receiver(TRACES_PORT, out=str(TRACES_FILE)).start()
     try:
         yield r
     finally:

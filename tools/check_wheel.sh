@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The wheel is complete: installed with its dependencies into a fresh virtualenv outside the
-# repository, its `apiary` command starts a cluster (ports chosen by the OS) that kubectl reaches,
+# repository, its `apiary` command starts a cluster (ports chosen by the OS, traced to its own receiver) that kubectl reaches,
 # and stops it with no process left; the example operator's tests pass with its pytest plugin.
 # `make dist` first; CI runs it after `make test`.
 set -euo pipefail
@@ -28,8 +28,10 @@ venv/bin/pip install -q "$wheel"
 where=$(venv/bin/python -c 'import services.cluster; print(services.cluster.__file__)')
 case "$where" in "$work"/venv/*) ;; *) echo "services.cluster came from $where" >&2; exit 1 ;; esac
 
-"$apiary" up --port 0 --detach --state "$state"
+"$apiary" up --port 0 --detach --tracing --state "$state"
 kubectl --kubeconfig "$("$apiary" kubeconfig --state "$state")" get namespaces
+# the trace receiver runs from the wheel too (services/cluster/otlpreceiver.py): a request's trace arrives
+"$apiary" traces --state "$state" --wait 20
 "$apiary" status --state "$state"
 "$apiary" down --state "$state"
 left=$(pgrep -f -- "$state" || true)

@@ -2,7 +2,9 @@
 
     apiary up [--state DIR] [--port-offset N | --port 0] [--crds PATH ...] [--replicas N] [--proxy-workers N]
               [--etcd-members N] [--detach] [--profile full|compact]
+              [--tracing [--tracing-rate N]]
     apiary down | status | kubeconfig [--state DIR]
+    apiary traces [TRACE_ID | --audit-id ID] [--wait S] [--state DIR]   (the spans `up --tracing` kept)
     apiary init | exec NAME [--state DIR] [--port-offset N]     (how compose.yaml runs the services)
 
 `up` stays in the foreground until Ctrl-C or SIGTERM, which stop the cluster (and so does the
@@ -21,7 +23,8 @@ from pathlib import Path
 from types import FrameType
 
 from .aggregated import AGGREGATED_SERVERS
-from .stack import ORDER, PROFILES, ClusterError, Stack
+from .otlpreceiver import show
+from .stack import ORDER, PROFILES, TRACE_EVERY_REQUEST, ClusterError, Stack
 
 DEFAULT_STATE = ".apiary"
 
@@ -70,13 +73,31 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--aggregated", action="append", default=[],
                     choices=[a.name for a in AGGREGATED_SERVERS], metavar="NAME",
                     help="run an aggregated API server of the repository too (pizza-apiserver)")
+    up.add_argument("--tracing", action=argparse.BooleanOptionalAction, default=None,
+                    help="run a local OTLP receiver (port 4317 plus the offset) as a process of the cluster, "
+                         "every service exporting its spans to it, kept in <state>/logs/traces.jsonl for "
+                         "`apiary traces`; default: what the state directory recorded, else off")
+    up.add_argument("--tracing-rate", type=int, metavar="N",
+                    help=f"with --tracing: requests sampled per million at the front door (kube's "
+                         f"samplingRatePerMillion); default {TRACE_EVERY_REQUEST}, every request")
     up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for each step (default 90)")
     command("down", "stop every process of the cluster")
     command("status", "each process of the cluster: running, ready (exit 1 if one is not)")
     command("kubeconfig", "print the path of the cluster's admin kubeconfig")
+    traces = command("traces", "print the traces the cluster's receiver kept (`up --tracing`) as trees")
+    traces.add_argument("trace_id", nargs="?", default="", metavar="TRACE_ID", help="only this trace")
+    traces.add_argument("--audit-id", default="", metavar="ID",
+                        help="only the trace of the request with this audit ID (its Audit-Id response header)")
+    traces.add_argument("--wait", type=float, default=0.0, metavar="S",
+                        help="wait up to S seconds for the trace to arrive (the services export twice a second)")
     init = command("init", "only make the state (certificates, tokens, configuration, a kubeconfig with the "
                            "certificates in it), as compose's init service does")
     init.add_argument("--port-offset", type=int, default=0, metavar="N")
+    init.add_argument("--tracing-endpoint", default="", metavar="HOST:PORT",
+                      help="the OTLP/gRPC collector every service exports to (a TracingConfiguration in the "
+                           "state, which `exec` passes on); default: no tracing")
+    init.add_argument("--tracing-rate", type=int, default=TRACE_EVERY_REQUEST, metavar="N",
+                      help="with --tracing-endpoint: requests sampled per million")
     exec_ = command("exec", "become service NAME with the command line `up` gives it (how compose runs each "
                             "service; an aggregated server first waits for the proxy and registers itself)")
     exec_.add_argument("name", choices=ORDER[1:] + tuple(a.name for a in AGGREGATED_SERVERS), metavar="NAME")
@@ -93,6 +114,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--etcd-members must be at least 1")
     if getattr(args, "proxy_workers", None) is not None and args.proxy_workers < 1:
         p.error("--proxy-workers must be at least 1")
+    if getattr(args, "tracing_rate", None) is not None and not 0 <= args.tracing_rate <= TRACE_EVERY_REQUEST:
+        p.error(f"--tracing-rate must be between 0 and {TRACE_EVERY_REQUEST}")
+    if args.command == "up" and args.tracing_rate is not None and args.tracing is False:
+        p.error("--tracing-rate needs --tracing")
     return args
 
 
@@ -108,6 +133,13 @@ def up_stack(args: argparse.Namespace) -> Stack:
     if args.profile and args.profile != recorded.profile and any(recorded.pid(p) for p in recorded.processes()):
         raise ClusterError(f"the cluster in {recorded.state} runs the {recorded.profile} profile: "
                            f"`apiary down --state {args.state}` before starting it as {args.profile}")
+    tracing = recorded.tracing_receiver if args.tracing is None else args.tracing
+    if tracing != recorded.tracing_receiver and any(recorded.pid(p) for p in recorded.processes()):
+        raise ClusterError(f"the cluster in {recorded.state} runs {'with' if recorded.tracing_receiver else 'without'} "
+                           f"tracing: `apiary down --state {args.state}` before starting it "
+                           f"{'with' if tracing else 'without'}")
+    rate = args.tracing_rate if args.tracing_rate is not None else (
+        recorded.tracing_rate if recorded.tracing_receiver else TRACE_EVERY_REQUEST)
     return Stack(args.state,
                  offset=(args.port_offset or 0) if chosen else recorded.offset,
                  free_ports=args.port == 0 if chosen else recorded.free_ports,
@@ -116,6 +148,7 @@ def up_stack(args: argparse.Namespace) -> Stack:
                  verbosity=args.verbosity if args.verbosity is not None else int(
                      os.environ.get("APIARY_V") or recorded.verbosity),
                  profile=args.profile or recorded.profile,
+                 tracing_receiver=tracing, tracing_rate=rate if tracing else 0,
                  aggregated=[known[n] for n in args.aggregated] or ([] if chosen else recorded.aggregated))
 
 
@@ -165,6 +198,15 @@ def down(args: argparse.Namespace) -> None:
     print(f"stopped {len(running)} processes in {time.monotonic() - began:.2f} s")
 
 
+def configured_collector(config: Path) -> str:
+    """The endpoint of the TracingConfiguration `init` wrote, "" if it wrote none."""
+    if not config.exists():
+        return ""
+    import yaml
+
+    return str((yaml.safe_load(config.read_text()) or {}).get("endpoint") or "")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     if args.command == "up":
@@ -173,18 +215,25 @@ def main(argv: list[str] | None = None) -> None:
         down(args)
     elif args.command == "status":
         raise SystemExit(0 if Stack.from_state(args.state, detach=True).status() else 1)
+    elif args.command == "traces":
+        raise SystemExit(show(str(Stack.from_state(args.state, detach=True).traces), args.trace_id, args.audit_id,
+                              args.wait))
     elif args.command == "kubeconfig":
         stack = Stack.from_state(args.state, detach=True)
         if not stack.kubeconfig.exists():
             raise ClusterError(f"no cluster in {stack.state}: `apiary up --state {args.state}` makes one")
         print(stack.kubeconfig)
     else:
-        stack = Stack(args.state, args.port_offset, detach=True)
         if args.command == "init":
+            stack = Stack(args.state, args.port_offset, detach=True, tracing_endpoint=args.tracing_endpoint,
+                          tracing_rate=args.tracing_rate)
             stack.init()
             stack.write_admin_kubeconfig(embed=True)
             print(f"state in {stack.state}; kubeconfig: {stack.kubeconfig}")
         else:
+            # traced when the init made a tracing configuration (its --tracing-endpoint)
+            stack = Stack(args.state, args.port_offset, detach=True,
+                          tracing_endpoint=configured_collector(Stack(args.state).tracing_config))
             agg = stack.aggregated_server(args.name)
             if agg is not None:
                 # registered first (its RBAC, Service, Endpoints, APIServices), as `up` does: in

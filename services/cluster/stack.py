@@ -21,6 +21,9 @@ the stack: once the core services are ready the runner writes what a cluster wou
 flags and a serving certificate for <name>.<namespace>.svc, and once it is ready writes its
 Service, Endpoints 127.0.0.1:<port> (as a cluster's endpoints controller would, for a ready pod)
 and its APIServices with the cluster CA as caBundle.
+
+With tracing_receiver (`apiary up --tracing`) a local OTLP receiver (otlpreceiver.py) is one more
+process, started with etcd, and every process's TracingConfiguration points at it.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -61,6 +65,13 @@ LOCAL_AUDIT_BATCH = ("--audit-log-mode", "batch", "--audit-log-batch-max-size", 
 # The request path's services, then the controller-manager (a client of the proxy's API).
 ORDER = ("etcd", "storage", "registry", "admission", "auth", "apf", "proxy", "controllermanager")
 REQUEST_PATH = ORDER[1:-1]
+
+# The local OTLP/gRPC trace receiver `apiary up --tracing` runs (otlpreceiver.py): a process of the
+# stack, on OTLP's port plus the offset, keeping every span in logs/traces.jsonl.
+RECEIVER = "otlpreceiver"
+OTLP_PORT = 4317
+# What a developer's traced stack samples (per million requests): every one.
+TRACE_EVERY_REQUEST = 1_000_000
 
 # Ports of replica r of a service: its own plus r * REPLICA_PORT_STEP.
 REPLICA_PORT_STEP = 100
@@ -136,6 +147,8 @@ class Stack:
     # share of requests sampled at the front door (per million); "": no tracing
     tracing_endpoint: str = ""
     tracing_rate: int = 0
+    # run the local receiver (RECEIVER) too, the collector when tracing_endpoint is ""
+    tracing_receiver: bool = False
     # "<process>:<kind>" -> port, with free_ports (kinds: ports.KINDS)
     ports: dict[str, int] = field(default_factory=dict)
     _lifeline: int | None = field(default=None, init=False, repr=False)
@@ -166,6 +179,7 @@ class Stack:
                    verbosity=int(recorded.get("verbosity", 0)),
                    tracing_endpoint=str(recorded.get("tracing_endpoint", "")),
                    tracing_rate=int(recorded.get("tracing_rate", 0)),
+                   tracing_receiver=bool(recorded.get("tracing_receiver")),
                    etcd_members=int(recorded.get("etcd_members", 1)),
                    profile=str(recorded.get("profile", "full")),
                    proxy_workers=int(recorded.get("proxy_workers", 1)),
@@ -189,6 +203,7 @@ class Stack:
             "etcd_members": self.etcd_members,
             "verbosity": self.verbosity, "profile": self.profile, "proxy_workers": self.proxy_workers,
             "tracing_endpoint": self.tracing_endpoint, "tracing_rate": self.tracing_rate,
+            "tracing_receiver": self.tracing_receiver,
             "aggregated": [a.name for a in self.aggregated],
             "ports": {f"{n}:{k}": self.port(n, k) for n in self.names() for k in self.port_kinds(n)},
         }, indent=1) + "\n")
@@ -200,6 +215,8 @@ class Stack:
         ports, the HTTPS port of the proxy and of an aggregated server."""
         if self.aggregated_server(name) is not None:
             return ("https",)
+        if name == RECEIVER:
+            return ("grpc",)
         service, _ = replica_of(name)
         if service == "etcd":
             return ("client", "peer")
@@ -215,6 +232,8 @@ class Stack:
                                    "was not started with free ports)") from None
         if (agg := self.aggregated_server(name)) is not None:
             return agg.port + self.offset
+        if name == RECEIVER:
+            return OTLP_PORT + self.offset
         service, r = replica_of(name)
         if service == "etcd":
             return (ETCD_CLIENT if kind == "client" else ETCD_PEER) + self.offset + REPLICA_PORT_STEP * r
@@ -270,7 +289,8 @@ class Stack:
 
     def names(self) -> tuple[str, ...]:
         """Every process of the stack, in start order."""
-        return (*self.etcd_names(), *self.service_names(), *(a.name for a in self.aggregated))
+        return (*((RECEIVER,) if self.tracing_receiver else ()), *self.etcd_names(), *self.service_names(),
+                *(a.name for a in self.aggregated))
 
     def service_names(self) -> list[str]:
         """The processes of the apiary services: every replica of each, in start order."""
@@ -338,6 +358,9 @@ class Stack:
                 "--initial-cluster", cluster, "--initial-cluster-state", "new", "--log-level", "warn",
                 "--experimental-watch-progress-notify-interval", "5s",
             ]
+        if name == RECEIVER:
+            return [sys.executable, "-m", "services.cluster.otlpreceiver", "--port", str(self.port(RECEIVER, "grpc")),
+                    "--out", str(self.traces)]
         agg = self.aggregated_server(name)
         if agg is not None:
             flags = agg.flags(self, agg) if agg.flags is not None else kube_style_flags(self, agg)
@@ -397,9 +420,21 @@ class Stack:
     def tracing_config(self) -> Path:
         return self.state / "tracing-config.yaml"
 
+    @property
+    def traces(self) -> Path:
+        """Where the local receiver keeps the spans, one JSON line each (`apiary traces` reads them)."""
+        return self.logs / "traces.jsonl"
+
+    @property
+    def tracing_collector(self) -> str:
+        """The collector the services export to: the one given, else the local receiver, else none."""
+        if self.tracing_endpoint or not self.tracing_receiver:
+            return self.tracing_endpoint
+        return f"127.0.0.1:{self.port(RECEIVER, 'grpc')}"
+
     def tracing_flags(self) -> list[str]:
         """Every process's --tracing-config-file when the stack traces (init() writes the file)."""
-        return ["--tracing-config-file", str(self.tracing_config)] if self.tracing_endpoint else []
+        return ["--tracing-config-file", str(self.tracing_config)] if self.tracing_collector else []
 
     def spawn(self, name: str) -> int:
         """Start the process that runs `name` (process_of) in its own process group (a stop signals
@@ -454,6 +489,12 @@ class Stack:
                                             timeout=2, context=ctx) as r:
                     return r.status == 200
             except (urllib.error.URLError, OSError, ValueError):
+                return False
+        if name == RECEIVER:
+            try:
+                socket.create_connection(("127.0.0.1", self.port(RECEIVER, "grpc")), timeout=2).close()
+                return True
+            except OSError:
                 return False
         if replica_of(name)[0] == "etcd":
             url, ctx = f"{self.etcd_client_url(name)}/health", None
@@ -525,10 +566,12 @@ class Stack:
         self.write_client_kubeconfig(self.controller_manager_kubeconfig, "controller-manager", "controller-manager")
         certs.ensure_tokens(self.state)
         certs.ensure_encryption_config(self.state)
-        if self.tracing_endpoint:
+        if self.tracing_collector:
             self.tracing_config.write_text(
                 "apiVersion: apiserver.config.k8s.io/v1beta1\nkind: TracingConfiguration\n"
-                f"endpoint: {self.tracing_endpoint}\nsamplingRatePerMillion: {self.tracing_rate}\n")
+                f"endpoint: {self.tracing_collector}\nsamplingRatePerMillion: {self.tracing_rate}\n")
+        else:  # a stack started without tracing after one with: `apiary exec` must not find it
+            self.tracing_config.unlink(missing_ok=True)
         policy = self.state / "audit-policy.yaml"
         if not policy.exists():
             shutil.copyfile(DEFAULT_AUDIT_POLICY, policy)
@@ -556,7 +599,8 @@ class Stack:
             # all at once: a service waits for etcd and its peers (not ready until they answer),
             # and its start (Python's imports) takes longer than etcd's
             # (the members of an etcd cluster together too: none is healthy before a quorum is up)
-            etcd = self.etcd_names()
+            # the trace receiver with etcd: the services' first spans have somewhere to go
+            etcd = [*((RECEIVER,) if self.tracing_receiver else ()), *self.etcd_names()]
             spawned = [n for n in (*etcd, *self.service_names()) if self.pid(n) is None]
             for name in dict.fromkeys(map(self.process_of, spawned)):
                 self.spawn(name)

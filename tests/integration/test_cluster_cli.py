@@ -205,3 +205,32 @@ def test_the_compact_profile_serves(tmp_path: Path) -> None:
         down = apiary("down", "--state", str(state))
         wait_for(lambda: not processes_of(state), timeout=30, what="every process of the cluster gone")
         assert down.returncode == 0, down.stderr
+
+
+def test_up_with_tracing_keeps_every_request_s_trace(tmp_path: Path) -> None:
+    """`apiary up --tracing`: the receiver is a process of the cluster, every service exports to it at
+    every request by default, `apiary traces --audit-id` prints the trace of a kubectl request (its
+    proxy root span, which carries the audit ID), and `apiary down` stops the receiver with the rest."""
+    state = tmp_path / "state"
+    try:
+        up = apiary("up", "--port", "0", "--profile", "compact", "--detach", "--tracing", "--state", str(state))
+        assert up.returncode == 0, up.stderr
+        assert sorted(p.name for p in (state / "pids").iterdir()) == ["compact.pid", "etcd.pid", "otlpreceiver.pid"]
+        assert "samplingRatePerMillion: 1000000" in (state / "tracing-config.yaml").read_text()
+        status = apiary("status", "--state", str(state))
+        assert status.returncode == 0 and "otlpreceiver running" in status.stdout, status.stdout
+        create = subprocess.run(["kubectl", f"--kubeconfig={state / 'kubeconfig'}", "create", "configmap", "t",
+                                 "--from-literal=k=v", "-v=8"], capture_output=True, text=True, timeout=60, check=True)
+        audit_id = next(line.split(":", 1)[1].strip() for line in create.stderr.splitlines()
+                        if line.strip().lower().startswith("audit-id:"))
+        shown = apiary("traces", "--state", str(state), "--audit-id", audit_id, "--wait", "20")
+        assert shown.returncode == 0, shown.stderr
+        root = shown.stdout.splitlines()[1]
+        assert root.startswith("apiary-") and "POST /api/v1/namespaces/{:namespace}/configmaps" in root
+        assert f"audit-id={audit_id}" in root
+        missing = apiary("traces", "--state", str(state), "--audit-id", "no-such-request")
+        assert missing.returncode == 1 and "no trace no-such-request" in missing.stderr
+    finally:
+        down = apiary("down", "--state", str(state))
+        assert down.returncode == 0, down.stderr
+        wait_for(lambda: not processes_of(state), timeout=30, what="every process of the cluster gone")

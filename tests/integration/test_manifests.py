@@ -19,9 +19,10 @@ from cryptography import x509
 from services.cluster.certs import create_secrets, in_cluster_arguments, in_cluster_client, k8s_secrets
 from tools.dashboards import dashboards, write_all
 from services.cluster.stack import ROOT, Stack
+from services.common import tracing
 
 K8S = ROOT / "k8s"
-KUSTOMIZATIONS = ["base", "overlays/single-etcd", "overlays/dashboards"]
+KUSTOMIZATIONS = ["base", "overlays/single-etcd", "overlays/dashboards", "overlays/tracing"]
 
 
 def render(path: str) -> list[dict]:
@@ -77,6 +78,27 @@ def test_every_service_accepts_its_arguments() -> None:
         assert parsed.bind_address == "0.0.0.0"
         peers = {k: v for k, v in vars(parsed).items() if k.endswith("_address") and k not in ("bind_address", "advertise_address")}
         assert all(v.split(":")[0] in ("auth", "apf", "admission", "registry", "storage") for v in peers.values())
+
+
+def test_the_tracing_overlay_points_every_service_at_the_collector() -> None:
+    objs = render("overlays/tracing")
+    (config,) = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("apiary-tracing")]
+    cfg = tracing.decode(config["data"]["tracing-config.yaml"])  # kube's TracingConfiguration, as a service reads it
+    host, _, port = cfg.endpoint.rpartition(":")
+    collector = _by_kind(objs, "Service")["otel-collector"]
+    assert host == "otel-collector.apiary.svc" and collector["spec"]["ports"][0]["port"] == int(port)
+    deployments = _by_kind(objs, "Deployment")
+    receiver = deployments.pop("otel-collector")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert receiver[:3] == ["python", "-m", "services.cluster.otlpreceiver"] and f"--port={port}" in receiver
+    assert set(deployments) == set(_by_kind(render("base"), "Deployment"))
+    for name, d in deployments.items():
+        pod = d["spec"]["template"]["spec"]
+        args = pod["containers"][0]["args"]
+        parsed = importlib.import_module(f"services.{name}.__main__").parse_args(args[3:])
+        mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "tracing")
+        assert parsed.tracing_config_file == f"{mount['mountPath']}/tracing-config.yaml", name
+        volume = next(v for v in pod["volumes"] if v["name"] == "tracing")
+        assert volume["configMap"]["name"] == config["metadata"]["name"]
 
 
 def test_the_dashboards_overlay_provisions_every_dashboard() -> None:

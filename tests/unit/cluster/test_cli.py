@@ -109,3 +109,47 @@ def test_verbosity_reaches_every_service_and_is_recorded(tmp_path: Path, monkeyp
     monkeypatch.setenv("APIARY_V", "2")
     assert cli.up_stack(cli.parse(["up", "--state", str(tmp_path / "new")])).verbosity == 2
     assert "--v" not in cli.up_stack(cli.parse(["up", "--state", str(tmp_path / "new"), "--v", "0"])).command("proxy")
+
+
+def test_tracing_runs_the_receiver_as_a_process_of_the_stack(tmp_path: Path) -> None:
+    s = cli.up_stack(cli.parse(["up", "--state", str(tmp_path), "--port-offset", "7", "--tracing"]))
+    assert (s.tracing_receiver, s.tracing_rate, s.tracing_collector) == (True, 1_000_000, "127.0.0.1:4324")
+    assert s.names()[0] == "otlpreceiver" and s.port_kinds("otlpreceiver") == ("grpc",)
+    assert s.command("otlpreceiver")[2:] == ["services.cluster.otlpreceiver", "--port", "4324",
+                                             "--out", str(tmp_path / "logs" / "traces.jsonl")]
+    assert all(["--tracing-config-file", str(s.tracing_config)] == s.command(n)[i:i + 2]
+               for n in ("proxy", "storage") for i in [s.command(n).index("--tracing-config-file")])
+    s.init()
+    assert "endpoint: 127.0.0.1:4324\nsamplingRatePerMillion: 1000000\n" in s.tracing_config.read_text()
+    s._write_record()
+    again = cli.up_stack(cli.parse(["up", "--state", str(tmp_path)]))  # what the state recorded
+    assert (again.tracing_receiver, again.tracing_rate) == (True, 1_000_000)
+    rate = cli.up_stack(cli.parse(["up", "--state", str(tmp_path), "--tracing-rate", "10"]))
+    assert rate.tracing_rate == 10
+    off = cli.up_stack(cli.parse(["up", "--state", str(tmp_path), "--no-tracing"]))
+    assert (off.tracing_receiver, off.tracing_collector, off.tracing_flags()) == (False, "", [])
+    assert "otlpreceiver" not in off.names()
+    off.init()  # a start without tracing leaves no configuration for `apiary exec` to find
+    assert not off.tracing_config.exists()
+
+
+def test_tracing_off_by_default(tmp_path: Path) -> None:
+    s = cli.up_stack(cli.parse(["up", "--state", str(tmp_path)]))
+    assert (s.tracing_receiver, s.tracing_rate, s.tracing_flags()) == (False, 0, [])
+    assert "--tracing-config-file" not in s.command("proxy")
+
+
+def test_exec_traces_when_init_configured_tracing(tmp_path: Path) -> None:
+    assert cli.configured_collector(tmp_path / "tracing-config.yaml") == ""
+    Stack(tmp_path, tracing_endpoint="127.0.0.1:4317", tracing_rate=5).init()
+    assert cli.configured_collector(tmp_path / "tracing-config.yaml") == "127.0.0.1:4317"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["up", "--tracing", "--tracing-rate", "1000001"], "--tracing-rate must be between 0 and 1000000"),
+    (["up", "--no-tracing", "--tracing-rate", "5"], "--tracing-rate needs --tracing"),
+])
+def test_bad_tracing_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.parse(argv)
+    assert message in capsys.readouterr().err
