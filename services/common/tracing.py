@@ -12,6 +12,12 @@ webhooks and aggregated API servers (headers()). The receiving side continues it
 sampler follows the parent's decision (ParentBased), so a downstream service never samples on its own
 what the front door dropped. A child span (span()) is only made under a recording parent: under an
 unsampled one it would be dropped anyway, and making it costs a request's worth of microseconds.
+
+What an unsampled request costs (tools/bench_tracing.py measures it): at samplingRatePerMillion 0 the front
+door makes no span at all unless a trusted caller sent a traceparent (may_record()), and the hops between
+apiary's own services carry a trace only when it is sampled (traceparent()), so the services below never
+parse one; an HTTP call out (a webhook, an aggregated server) still carries an unsampled context, as kube's
+does, so a server that traces on its own follows the front door's decision.
 """
 from __future__ import annotations
 
@@ -39,6 +45,10 @@ EXPORT_DELAY_MS = 500
 ENABLED = False
 _tracer: Any = None
 _provider: Any = None
+_rate = 0  # the front door's samplingRatePerMillion
+# opentelemetry's trace and context modules once tracing is on (imported by start(): not at all when it is off)
+_trace: Any = None
+_context: Any = None
 _NULL = contextlib.nullcontext()
 # W3C trace context, version 00 (and later versions' first four fields): version-traceid-parentid-flags
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
@@ -123,9 +133,10 @@ def setup(service: str, path: str) -> None:
 
 def start(service: str, cfg: TracingConfiguration, exporter: Any = None) -> None:
     """Export this process's spans to cfg.endpoint (or to `exporter`), sampled as cfg says."""
-    global ENABLED, _tracer, _provider
+    global ENABLED, _tracer, _provider, _rate, _trace, _context
     if _provider is not None:  # a compact host's second service: one provider per process, the first's
         return
+    from opentelemetry import context, trace
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -139,6 +150,7 @@ def start(service: str, cfg: TracingConfiguration, exporter: Any = None) -> None
                               sampler=ParentBased(TraceIdRatioBased(cfg.sampling_rate_per_million / MAX_SAMPLING_RATE)))
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=EXPORT_DELAY_MS))
     _provider, _tracer = provider, provider.get_tracer("apiary")
+    _trace, _context, _rate = trace, context, cfg.sampling_rate_per_million
     ENABLED = True
     log.info("tracing: exporting to %s, sampling %d per million", cfg.endpoint, cfg.sampling_rate_per_million)
 
@@ -155,9 +167,13 @@ def recording() -> bool:
     """Whether the current trace is sampled (its spans are worth making), here or in the caller's process."""
     if not ENABLED:
         return False
-    from opentelemetry import trace
+    return bool(_trace.get_current_span().get_span_context().trace_flags.sampled)
 
-    return trace.get_current_span().get_span_context().trace_flags.sampled
+
+def may_record(trusted_parent: bool) -> bool:
+    """Whether a request's root span may be sampled: at rate 0 only one a trusted caller's traceparent
+    continues can be (so the front door makes nothing at all for the others)."""
+    return ENABLED and (_rate > 0 or trusted_parent)
 
 
 def span(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[Any]:
@@ -170,9 +186,7 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.A
 def set_attributes(attributes: Mapping[str, Any]) -> None:
     """Attributes of the current span (known only once the work is done: a response code, a revision)."""
     if ENABLED:
-        from opentelemetry import trace
-
-        current = trace.get_current_span()
+        current = _trace.get_current_span()
         if current.is_recording():  # a span of this process's (a caller's remote one records nothing)
             current.set_attributes(attributes)
 
@@ -185,9 +199,8 @@ def parse(traceparent: str) -> Any:
     m = _TRACEPARENT.match(traceparent.strip())
     if m is None or m.group(1) == "ff" or (m.group(1) == "00" and m.group(5)):
         return None
-    from opentelemetry import trace
-
-    ctx = trace.SpanContext(int(m.group(2), 16), int(m.group(3), 16), True, trace.TraceFlags(int(m.group(4), 16) & 1))
+    ctx = _trace.SpanContext(int(m.group(2), 16), int(m.group(3), 16), True,
+                             _trace.TraceFlags(int(m.group(4), 16) & 1))
     return ctx if ctx.is_valid else None
 
 
@@ -198,13 +211,12 @@ def root(name: str, traceparent: str = "", trusted: bool = False, start_time: in
     `traceparent` is its parent (kube 1.33 trusts system:masters and system:monitoring); anyone else's
     becomes a link of a new root, so no client picks trace IDs or sampling. `start_time` (ns since the
     epoch) backdates it to the request's arrival when it is made after authentication."""
-    if not ENABLED:
+    if not may_record(trusted and bool(traceparent)):
         yield None
         return
-    from opentelemetry import context, trace
-
+    trace = _trace
     remote = parse(traceparent)
-    parent = context.Context()
+    parent = _context.Context()
     links = None
     if remote is not None and trusted:
         parent = trace.set_span_in_context(trace.NonRecordingSpan(remote), parent)
@@ -222,27 +234,29 @@ def attach(traceparent: str) -> None:
         return
     remote = parse(traceparent)
     if remote is not None:
-        from opentelemetry import context, trace
-
-        context.attach(trace.set_span_in_context(trace.NonRecordingSpan(remote)))
+        _context.attach(_trace.set_span_in_context(_trace.NonRecordingSpan(remote)))
 
 
 def traceparent() -> str:
-    """The current span's `traceparent` to send on a hop ("" when there is no trace to continue)."""
+    """The current span's `traceparent` to send on a hop to another of apiary's services ("" when there is
+    no sampled trace to continue: below an unsampled one no span is made, so the hop need not carry it)."""
     if not ENABLED:
         return ""
-    from opentelemetry import trace
-
-    ctx = trace.get_current_span().get_span_context()
-    if not ctx.is_valid:
+    ctx = _trace.get_current_span().get_span_context()
+    if not ctx.trace_flags.sampled:
         return ""
-    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags) & 1:02x}"
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-01"
 
 
 def headers() -> dict[str, str]:
-    """HTTP headers continuing the trace on an outbound call (a webhook, an aggregated server)."""
-    tp = traceparent()
-    return {HEADER: tp} if tp else {}
+    """HTTP headers continuing the trace on an outbound call (a webhook, an aggregated server): sampled or
+    not, as kube sends it, so a server with its own sampler follows the front door's decision."""
+    if not ENABLED:
+        return {}
+    ctx = _trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return {}
+    return {HEADER: f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags) & 1:02x}"}
 
 
 def metadata() -> tuple[tuple[str, str], ...]:
@@ -263,7 +277,5 @@ def trace_id() -> str:
     """The current sampled trace's ID in hex, for an exemplar ("" when nothing is recorded)."""
     if not ENABLED:
         return ""
-    from opentelemetry import trace
-
-    ctx = trace.get_current_span().get_span_context()
+    ctx = _trace.get_current_span().get_span_context()
     return f"{ctx.trace_id:032x}" if ctx.is_valid and ctx.trace_flags.sampled else ""

@@ -39,6 +39,9 @@ def with_tracing(handler: Handler) -> Handler:
     async def traced(ctx: RequestContext) -> None:
         sent = ctx.headers.get(b"traceparent")
         trusted = sent is not None and not TRUSTED_GROUPS.isdisjoint(ctx.user.groups)
+        if not tracing.may_record(trusted):  # rate 0 and no trusted parent: nothing to make
+            await handler(ctx)
+            return
         started = getattr(ctx, "started", None)
         start = None if started is None else time.time_ns() - int((time.perf_counter() - started) * 1e9)
         with tracing.root(span_name(ctx), sent.decode("latin-1") if sent else "", trusted, start,
