@@ -24,6 +24,7 @@ import itertools
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -235,6 +236,19 @@ def run(concurrency: int = 32, n: int = N, rounds: int = ROUNDS) -> dict[str, An
     return raw
 
 
+def services_cpu(phase: dict[str, Any]) -> float:
+    """The CPU ms per request of the stack's processes, summed (its receiver's apart)."""
+    return sum(v for k, v in phase["cpu_ms_per_request"].items() if k != RECEIVER)
+
+
+def cpu_ratio(figure: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> float:
+    """The median over the rounds of the services' CPU per request without tracing ÷ with it, each within one
+    round: the rate ratio the stack would show if it had the cores to itself (a neighbour's load moves the rates
+    of a shared machine far more than the CPU each request costs)."""
+    return round(statistics.median(services_cpu(b) / services_cpu(f) for f, b in zip(figure, baseline, strict=True)),
+                 4)
+
+
 def figures(raw: dict[str, Any]) -> dict[str, dict]:
     """bench.json entries: tracing_{get,create}_{rate0,every} against the same verb without tracing, in the
     same rounds; every's with the spans its receiver got (bench_roots ÷ sent: every request was traced)."""
@@ -242,6 +256,7 @@ def figures(raw: dict[str, Any]) -> dict[str, dict]:
     for verb in ("get", "create"):
         for name, _ in CONFIGS[1:]:
             r = paired(raw[f"{verb}_{name}"], raw[f"{verb}_off"], f"{verb}, no tracing")
+            r["cpu_ratio"] = cpu_ratio(raw[f"{verb}_{name}"]["rounds"], raw[f"{verb}_off"]["rounds"])
             cpu = dict(r["cpu_ms_per_request"])  # the services' (a collector's own apart)
             if RECEIVER in cpu:
                 r["receiver_cpu_ms_per_request"] = cpu.pop(RECEIVER)
@@ -261,20 +276,22 @@ def report(raw: dict[str, Any]) -> list[str]:
     for verb in ("get", "create"):
         off = raw[f"{verb}_off"]["rounds"]
         for i, base in enumerate(off):
-            cells = [f"off {base['rate']}/s"]
+            cells = [f"off {base['rate']}/s ({services_cpu(base):.3f} ms CPU)"]
             for name, _ in CONFIGS[1:]:
                 r = raw[f"{verb}_{name}"]["rounds"][i]
-                cells.append(f"{name} {r['rate']}/s ({r['rate'] / base['rate']:.3f})")
+                cells.append(f"{name} {r['rate']}/s ({services_cpu(r):.3f} ms CPU): {r['rate'] / base['rate']:.3f}")
             lines.append(f"{verb} round {i + 1}: " + ", ".join(cells))
         for name, _ in CONFIGS:
             r = raw[f"{verb}_{name}"]
             cpu = r["cpu_ms_per_request"]
-            servers = sum(v for k, v in cpu.items() if k != RECEIVER)
             lines.append(f"  {verb} {name:5}: median {r['rate']}/s, p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms; "
-                         f"CPU ms/request: services {servers:.3f} "
+                         f"CPU ms/request: services {services_cpu(r):.3f} "
                          f"({', '.join(f'{k} {v}' for k, v in cpu.items() if k != RECEIVER and v)})"
                          + (f", receiver {cpu[RECEIVER]}" if RECEIVER in cpu else "")
                          + f", bench {r['client_cpu_ms_per_request']}")
+    for name, r in figures(raw).items():
+        lines.append(f"{name}: rate ratio {r['ratio']}, CPU per request without ÷ with {r['cpu_ratio']} "
+                     "(medians of the rounds' ratios)")
     for name, got in raw.get("received", {}).items():
         lines.append(f"receiver of {name}: {got['spans']} spans in {got['traces']} traces; {got['bench_roots']} "
                      f"root spans of the bench's {got['sent']} requests ({got['bench_spans']} spans in their traces)")

@@ -1,6 +1,8 @@
 """tools/bench_tracing.py's arithmetic: what a receiver got, and the figures against the untraced stack."""
 from __future__ import annotations
 
+import itertools
+
 from tools.bench_goals import GOALS
 from tools.bench_history import flatten
 from tools.bench_tracing import CONFIGS, OFFSETS, RECEIVER, figures, report, span_counts
@@ -21,7 +23,7 @@ def test_span_counts_finds_the_bench_requests_by_their_audit_id():
 
 
 def _phase(rates: list[float], cpu: dict[str, float]) -> dict:
-    rounds = [{"rate": r, "p50_ms": 1.0, "p99_ms": 2.0} for r in rates]
+    rounds = [{"rate": r, "p50_ms": 1.0, "p99_ms": 2.0, "cpu_ms_per_request": cpu} for r in rates]
     return {"rate": sorted(rates)[len(rates) // 2], "p50_ms": 1.0, "p99_ms": 2.0, "rounds": rounds,
             "cpu_ms_per_request": cpu, "client_cpu_ms_per_request": 0.1}
 
@@ -44,6 +46,7 @@ def test_figures_are_per_round_ratios_with_the_receiver_apart():
     get0, every = out["tracing_get_rate0"], out["tracing_create_every"]
     assert get0["ratio"] == 0.99 and get0["baseline"] == "get, no tracing"  # 0.99, 0.96, 1.0 -> 0.99
     assert every["ratio"] == 0.8 and every["cpu_ms_per_request"] == {"proxy": 0.7}
+    assert every["cpu_ratio"] == 0.7143 and get0["cpu_ratio"] == 1.0  # the receiver's CPU is not the stack's
     assert every["receiver_cpu_ms_per_request"] == 0.1
     assert every["spans_received"] == 450 and every["traced_pct"] == 100.0
     assert out["tracing_get_rate0"]["spans_received"] == 0
@@ -54,10 +57,12 @@ def test_every_figure_has_its_goal_and_the_stacks_do_not_share_ports():
     assert set(flatten(figures(_raw()))) >= {m for m in metrics if m.startswith("tracing_")}
     assert {f"tracing_{v}_{c}.ratio" for v in ("get", "create") for c, _ in CONFIGS[1:]} <= metrics
     offsets = sorted(OFFSETS.values())
-    assert all(b - a >= 100 for a, b in zip(offsets, offsets[1:]))
+    assert all(b - a >= 100 for a, b in itertools.pairwise(offsets))
 
 
 def test_the_report_shows_each_round_and_what_the_receivers_got():
     text = "\n".join(report(_raw()))
-    assert "get round 2: off 500.0/s, rate0 480.0/s (0.960), every 450.0/s (0.900)" in text
+    assert ("get round 2: off 500.0/s (0.500 ms CPU), rate0 480.0/s (0.500 ms CPU): 0.960, every 450.0/s "
+            "(0.700 ms CPU): 0.900") in text
+    assert "tracing_get_every: rate ratio 0.8, CPU per request without ÷ with 0.7143" in text
     assert "receiver of every: 450 spans in 105 traces; 100 root spans of the bench's 100 requests" in text

@@ -148,3 +148,13 @@ def test_an_unsampled_request_goes_on_only_over_http(receiver) -> None:
         assert tracing.traceparent() == "" and tracing.metadata() == ()
         (tp,) = tracing.headers().values()
         assert tp.startswith("00-3af7651916cd43dd8448eb211c80319c-") and tp.endswith("-00")
+
+
+def test_a_failing_block_ends_its_span_with_the_error(receiver) -> None:
+    with pytest.raises(KeyError), tracing.root("GET", TRUSTED.replace("0af7", "4af7"), trusted=True):
+        with tracing.span("registry"):
+            raise KeyError("gone")
+    assert tracing.traceparent() == ""  # both spans left the context
+    spans = receiver.wait_for(lambda s: s["trace_id"] == "4af7651916cd43dd8448eb211c80319c")
+    assert sorted(s["name"] for s in spans) == ["GET", "registry"]
+    assert all(s["status"] == 2 for s in spans)  # STATUS_CODE_ERROR
