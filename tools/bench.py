@@ -30,7 +30,9 @@ objects, watch fan-out on gRPC and through HTTPS with 200 and 1,000 watchers) an
 rates of tools/bench_rbac.py, and the custom resources' figures of tools/bench_crd.py (CREATE and GET of a
 custom object with a schema and CEL rules against a ConfigMap of the same size; CRD create to servable), and
 issue 25's fairness of tools/bench_apf.py (two users of one priority level, one at 20x the other's rate beyond
-its capacity: the quiet one's completed share and its p99 wait in APF against its service time).
+its capacity: the quiet one's completed share and its p99 wait in APF against its service time), and issue 27's
+tracing cost of tools/bench_tracing.py (GET and CREATE with a tracing configuration at samplingRatePerMillion 0 and
+at 1,000,000 against none, three stacks side by side in the same rounds; `python -m tools.bench tracing` runs only it).
 `--quick` (`make bench QUICK=1`): only the goals' figures, smaller.
 Writes .apiary/bench.json, appends the run to docs/bench-history/<machine>.jsonl (tools.bench_history);
 `--record` appends the figures to docs/benchmarks.md.
@@ -925,7 +927,7 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m tools.bench")
     p.add_argument("mode", nargs="?", default="run",
                    choices=["run", "core", "writes", "policy", "replicas", "aggregation", "watch", "workers", "crd",
-                            "envtest", "apf", "hello-server"],
+                            "envtest", "apf", "tracing", "hello-server"],
                    help="run: every figure; core: only get, list and create with their baselines and the CPU "
                    "per request of each service, and the open-loop figures; writes: only the apply and patch "
                    "figures; policy: only CREATE with and without a ValidatingAdmissionPolicy; replicas: only GET "
@@ -934,7 +936,8 @@ def main() -> None:
                    "watch fan-out figures (watch_https_200, watch_https_1000), --rounds times on one stack; workers: GET "
                    "and the two HTTPS watch figures with the proxy's --workers 2 against 1, --rounds times; crd: only "
                    "the custom resources' figures (crd_create, crd_get, crd_established); apf: only the cost of "
-                   "the priority-and-fairness gate (apf_gate), --rounds rounds; envtest: "
+                   "the priority-and-fairness gate (apf_gate), --rounds rounds; tracing: only tracing's cost "
+                   "(tools/bench_tracing.py; its own rounds and sizes unless given); envtest: "
                    "apiary as a test cluster (tools/bench_envtest.py: `apiary up` cold and warm, `apiary down`, "
                    "memory at rest, the pytest plugin's session, a 50-test operator suite), --runs times")
     p.add_argument("--quick", action="store_true",
@@ -1014,6 +1017,13 @@ def main() -> None:
         for name in ("get_apf", "get_apf_off"):
             print(f"{name}: CPU ms/request {raw_apf[name]['cpu_ms_per_request']}")
         print("\n".join(figure_lines(bench_apf_gate.figures(raw_apf), {})))
+        return
+    if args.mode == "tracing":
+        from tools import bench_tracing
+
+        bench_tracing.main(["--concurrency", str(args.concurrency), *(["--quick"] if args.quick else []),
+                            *(["--rounds", str(args.rounds)] if args.rounds else []),
+                            *(["-n", str(args.n)] if args.n else [])])
         return
     if args.mode == "envtest":
         envtest(args.runs or (3 if args.quick else 5), args.profile)
@@ -1122,6 +1132,10 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
     """Every figure (or, quick, those of issue 24's goals at small sizes), printed beside the previous
     run's and the goals; appended to the history."""
     from tools import bench_apf, bench_apf_gate, bench_crd, bench_pizza, bench_storage, bench_webhooks
+    from tools.bench_tracing import QUICK_N, QUICK_ROUNDS, ROUNDS, N
+    from tools.bench_tracing import figures as tracing_figures
+    from tools.bench_tracing import report as tracing_report
+    from tools.bench_tracing import run as tracing_run
 
     began = time.perf_counter()
     load_average = os.getloadavg()[0]
@@ -1150,6 +1164,8 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
         issuer.stop()
     raw["apf"] = timed(phases, "apf", lambda: bench_apf.run(BENCH_STATE / "apf", bench_apf.APF_OFFSET,
                                                             10.0 if args.quick else 20.0))
+    raw["tracing"] = timed(phases, "tracing", lambda: tracing_run(
+        c, QUICK_N if args.quick else N, QUICK_ROUNDS if args.quick else ROUNDS))
     if not args.quick:
         raw["replicas"] = timed(phases, "replicas", lambda: bench_replicas(c, n))
         from tools import bench_rbac
@@ -1169,6 +1185,7 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
         results.update(bench_crd.figures(raw["crd"]))
     results.update(storage_figures(raw))
     results.update(bench_apf.figures(raw["apf"]))
+    results.update(tracing_figures(raw["tracing"]))
     if not args.quick:
         results.update(policy_figures(raw))
         for name in ("get", "create"):
@@ -1193,7 +1210,8 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
         print(f"{name}: CPU ms/request {raw['apiary'][name]['cpu_ms_per_request']}, the bench's own "
               f"{raw['apiary'][name]['client_cpu_ms_per_request']}")
         print(f"{name}: gRPC calls/request {raw['apiary'][name]['grpc_calls_per_request']}")
-    print("\ngoals (issues 24 and 22):")
+    print("\n".join(tracing_report(raw["tracing"])))
+    print("\ngoals (issues 24, 22, 25 and 27):")
     print("\n".join(goal_lines(figures, verdicts)))
     seconds = round(time.perf_counter() - began)
     print(f"\nphases (s): {phases}; {seconds} s in all (budget {120 if args.quick else 600} s)")

@@ -52,6 +52,15 @@ GOALS = (
     Goal("APF, the quiet user under the noisy one's overload: completed ÷ offered", "apf_fairness.ratio", ">=", 0.95),
     Goal("APF, the quiet user under the noisy one's overload: p99 wait ÷ its service time", "apf_fairness.wait_ratio",
          "<=", 5.0),
+    # issue 27's: the same GET and CREATE with a tracing configuration ÷ without any (tools/bench_tracing.py)
+    Goal("GET, tracing configured at samplingRatePerMillion 0 ÷ no tracing config", "tracing_get_rate0.ratio",
+         ">=", 0.97),
+    Goal("CREATE, tracing configured at samplingRatePerMillion 0 ÷ no tracing config", "tracing_create_rate0.ratio",
+         ">=", 0.97),
+    Goal("GET, every request traced and exported to a local receiver ÷ no tracing config",
+         "tracing_get_every.ratio", ">=", 0.8),
+    Goal("CREATE, every request traced and exported to a local receiver ÷ no tracing config",
+         "tracing_create_every.ratio", ">=", 0.8),
 )
 
 

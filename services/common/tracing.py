@@ -12,6 +12,12 @@ webhooks and aggregated API servers (headers()). The receiving side continues it
 sampler follows the parent's decision (ParentBased), so a downstream service never samples on its own
 what the front door dropped. A child span (span()) is only made under a recording parent: under an
 unsampled one it would be dropped anyway, and making it costs a request's worth of microseconds.
+
+What an unsampled request costs (tools/bench_tracing.py measures it): at samplingRatePerMillion 0 the front
+door makes no span at all unless a trusted caller sent a traceparent (may_record()), and the hops between
+apiary's own services carry a trace only when it is sampled (traceparent()), so the services below never
+parse one; an HTTP call out (a webhook, an aggregated server) still carries an unsampled context, as kube's
+does, so a server that traces on its own follows the front door's decision.
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ import contextlib
 import contextvars
 import logging
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +46,10 @@ EXPORT_DELAY_MS = 500
 ENABLED = False
 _tracer: Any = None
 _provider: Any = None
+_rate = 0  # the front door's samplingRatePerMillion
+# opentelemetry's trace and context modules once tracing is on (imported by start(): not at all when it is off)
+_trace: Any = None
+_context: Any = None
 _NULL = contextlib.nullcontext()
 # W3C trace context, version 00 (and later versions' first four fields): version-traceid-parentid-flags
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
@@ -124,9 +134,10 @@ def setup(service: str, path: str) -> None:
 
 def start(service: str, cfg: TracingConfiguration, exporter: Any = None) -> None:
     """Export this process's spans to cfg.endpoint (or to `exporter`), sampled as cfg says."""
-    global ENABLED, _tracer, _provider
+    global ENABLED, _tracer, _provider, _rate, _trace, _context
     if _provider is not None:  # a compact host's second service: one provider per process, the first's
         return
+    from opentelemetry import context, trace
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -140,6 +151,7 @@ def start(service: str, cfg: TracingConfiguration, exporter: Any = None) -> None
                               sampler=ParentBased(TraceIdRatioBased(cfg.sampling_rate_per_million / MAX_SAMPLING_RATE)))
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=EXPORT_DELAY_MS))
     _provider, _tracer = provider, provider.get_tracer("apiary")
+    _trace, _context, _rate = trace, context, cfg.sampling_rate_per_million
     ENABLED = True
     log.info("tracing: exporting to %s, sampling %d per million", cfg.endpoint, cfg.sampling_rate_per_million)
 
@@ -156,24 +168,52 @@ def recording() -> bool:
     """Whether the current trace is sampled (its spans are worth making), here or in the caller's process."""
     if not ENABLED:
         return False
-    from opentelemetry import trace
+    return bool(_trace.get_current_span().get_span_context().trace_flags.sampled)
 
-    return trace.get_current_span().get_span_context().trace_flags.sampled
+
+def may_record(trusted_parent: bool) -> bool:
+    """Whether a request's root span may be sampled: at rate 0 only one a trusted caller's traceparent
+    continues can be (so the front door makes nothing at all for the others)."""
+    return ENABLED and (_rate > 0 or trusted_parent)
+
+
+class _Current:
+    """A span made current for a block and ended after it, an exception recorded on it as the SDK's
+    start_as_current_span records one: the same work without its two generator layers, a fifth of a span's
+    cost, paid by every span of a sampled request."""
+
+    __slots__ = ("_entered", "_owned", "_span", "_token")
+
+    def __init__(self, span: Any, entered: Any, owned: bool = True) -> None:
+        self._span, self._entered, self._owned = span, entered, owned
+
+    def __enter__(self) -> Any:
+        self._token = _context.attach(_trace.set_span_in_context(self._span))
+        return self._entered
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        try:
+            if exc is not None and self._owned and self._span.is_recording():
+                self._span.record_exception(exc)
+                self._span.set_status(_trace.Status(_trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        finally:
+            _context.detach(self._token)
+            if self._owned or self._span.is_recording():
+                self._span.end()
 
 
 def span(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[Any]:
     """A child of the current span for the block (the span, or None where nothing is recorded)."""
     if not ENABLED or not recording():
         return _NULL
-    return _tracer.start_as_current_span(name, attributes=attributes)
+    s = _tracer.start_span(name, attributes=attributes)
+    return _Current(s, s)
 
 
 def set_attributes(attributes: Mapping[str, Any]) -> None:
     """Attributes of the current span (known only once the work is done: a response code, a revision)."""
     if ENABLED:
-        from opentelemetry import trace
-
-        current = trace.get_current_span()
+        current = _trace.get_current_span()
         if current.is_recording():  # a span of this process's (a caller's remote one records nothing)
             current.set_attributes(attributes)
 
@@ -186,41 +226,33 @@ def parse(traceparent: str) -> Any:
     m = _TRACEPARENT.match(traceparent.strip())
     if m is None or m.group(1) == "ff" or (m.group(1) == "00" and m.group(5)):
         return None
-    from opentelemetry import trace
-
-    ctx = trace.SpanContext(int(m.group(2), 16), int(m.group(3), 16), True, trace.TraceFlags(int(m.group(4), 16) & 1))
+    ctx = _trace.SpanContext(int(m.group(2), 16), int(m.group(3), 16), True,
+                             _trace.TraceFlags(int(m.group(4), 16) & 1))
     return ctx if ctx.is_valid else None
 
 
-@contextlib.contextmanager
 def root(name: str, traceparent: str = "", trusted: bool = False, start_time: int | None = None,
-         attributes: Mapping[str, Any] | None = None) -> Iterator[Any]:
+         attributes: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[Any]:
     """The span of one request at the front door (None where nothing is recorded). A trusted caller's
     `traceparent` is its parent (kube 1.33 trusts system:masters and system:monitoring); anyone else's
     becomes a link of a new root, so no client picks trace IDs or sampling. `start_time` (ns since the
     epoch) backdates it to the request's arrival when it is made after authentication."""
-    if not ENABLED:
-        yield None
-        return
-    from opentelemetry import context, trace
-
+    if not may_record(trusted and bool(traceparent)):
+        return _NULL
+    trace = _trace
     remote = parse(traceparent)
-    parent = context.Context()
+    parent = _context.Context()
     links = None
     if remote is not None and trusted:
         parent = trace.set_span_in_context(trace.NonRecordingSpan(remote), parent)
     elif remote is not None:
         links = [trace.Link(remote)]
-    # the caller says how the request ended (a 404 raised through it is no error of the server's), and
-    # may end it before the block does (a watch, once established)
-    with _tracer.start_as_current_span(name, context=parent, links=links, start_time=start_time,
-                                       attributes=attributes, kind=trace.SpanKind.SERVER, end_on_exit=False,
-                                       record_exception=False, set_status_on_exception=False) as s:
-        try:
-            yield s if s.is_recording() else None
-        finally:
-            if s.is_recording():
-                s.end()
+    s = _tracer.start_span(name, context=parent, links=links, start_time=start_time, attributes=attributes,
+                           kind=trace.SpanKind.SERVER)
+    # an unsampled one (a trusted caller's unsampled parent) is current too: an HTTP call out tells its decision.
+    # The caller says how the request ended (a 404 raised through it is no error of the server's), and may
+    # end it before the block does (a watch, once established): the block ends it only if it is still open.
+    return _Current(s, s if s.is_recording() else None, owned=False)
 
 
 def start_span(name: str, attributes: Mapping[str, Any] | None = None, traceparent: str | None = None,
@@ -231,8 +263,7 @@ def start_span(name: str, attributes: Mapping[str, Any] | None = None, tracepare
     is recorded."""
     if not ENABLED:
         return None
-    from opentelemetry import trace
-
+    trace = _trace
     parent = None
     if traceparent is None:
         if not recording():
@@ -249,18 +280,14 @@ def start_span(name: str, attributes: Mapping[str, Any] | None = None, tracepare
 def use(span: Any) -> contextlib.AbstractContextManager[Any]:
     """`span` (from start_span()) as the current span for the block, which neither ends it nor marks it
     failed: its owner does, knowing how the work ended."""
-    from opentelemetry import trace
-
-    return trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
+    return _trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
 
 
 def end(span: Any, error: str = "", end_time: int | None = None) -> None:
     """End a span from start_span() or root() unless it has ended already; `error` marks it failed (a 5xx)."""
     if span.is_recording():
         if error:
-            from opentelemetry.trace import Status, StatusCode
-
-            span.set_status(Status(StatusCode.ERROR, error))
+            span.set_status(_trace.Status(_trace.StatusCode.ERROR, error))
         span.end(end_time)
 
 
@@ -271,9 +298,7 @@ def attach(traceparent: str) -> None:
         return
     remote = parse(traceparent)
     if remote is not None:
-        from opentelemetry import context, trace
-
-        context.attach(trace.set_span_in_context(trace.NonRecordingSpan(remote)))
+        _context.attach(_trace.set_span_in_context(_trace.NonRecordingSpan(remote)))
 
 
 def detached() -> contextvars.Context | None:
@@ -282,29 +307,31 @@ def detached() -> contextvars.Context | None:
     lands in that request's trace (None without tracing: create_task copies the current context)."""
     if not ENABLED:
         return None
-    from opentelemetry import context
-
     ctx = contextvars.copy_context()
-    ctx.run(context.attach, context.Context())
+    ctx.run(_context.attach, _context.Context())
     return ctx
 
 
 def traceparent() -> str:
-    """The current span's `traceparent` to send on a hop ("" when there is no trace to continue)."""
+    """The current span's `traceparent` to send on a hop to another of apiary's services ("" when there is
+    no sampled trace to continue: below an unsampled one no span is made, so the hop need not carry it)."""
     if not ENABLED:
         return ""
-    from opentelemetry import trace
-
-    ctx = trace.get_current_span().get_span_context()
-    if not ctx.is_valid:
+    ctx = _trace.get_current_span().get_span_context()
+    if not ctx.trace_flags.sampled:
         return ""
-    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags) & 1:02x}"
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-01"
 
 
 def headers() -> dict[str, str]:
-    """HTTP headers continuing the trace on an outbound call (a webhook, an aggregated server)."""
-    tp = traceparent()
-    return {HEADER: tp} if tp else {}
+    """HTTP headers continuing the trace on an outbound call (a webhook, an aggregated server): sampled or
+    not, as kube sends it, so a server with its own sampler follows the front door's decision."""
+    if not ENABLED:
+        return {}
+    ctx = _trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return {}
+    return {HEADER: f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags) & 1:02x}"}
 
 
 def metadata() -> tuple[tuple[str, str], ...]:
@@ -325,7 +352,5 @@ def trace_id() -> str:
     """The current sampled trace's ID in hex, for an exemplar ("" when nothing is recorded)."""
     if not ENABLED:
         return ""
-    from opentelemetry import trace
-
-    ctx = trace.get_current_span().get_span_context()
+    ctx = _trace.get_current_span().get_span_context()
     return f"{ctx.trace_id:032x}" if ctx.is_valid and ctx.trace_flags.sampled else ""

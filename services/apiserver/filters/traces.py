@@ -109,6 +109,9 @@ def with_tracing(handler: Handler, trusted_peer: Callable[[RequestContext], bool
         sent = ctx.headers.get(b"traceparent")
         trusted = sent is not None and (not TRUSTED_GROUPS.isdisjoint(ctx.user.groups)
                                         or (trusted_peer is not None and trusted_peer(ctx)))
+        if not tracing.may_record(trusted):  # rate 0 and no trusted parent: nothing to make
+            await handler(ctx)
+            return
         started = getattr(ctx, "started", None)
         start = None if started is None else _ns(started)
         with tracing.root(span_name(ctx), sent.decode("latin-1") if sent else "", trusted, start,

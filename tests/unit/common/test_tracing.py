@@ -93,12 +93,14 @@ def test_sampling_is_decided_at_the_front_door(receiver) -> None:
 
 def test_an_untrusted_parent_is_only_linked(receiver) -> None:
     tracing._provider.sampler._root = tracing._provider.sampler._root.__class__(1.0)  # sample every root
+    tracing._rate = tracing.MAX_SAMPLING_RATE
     try:
         with tracing.root("GET", TRUSTED.replace("0af7", "1af7"), trusted=False) as s:
             assert s is not None
             own = f"{s.get_span_context().trace_id:032x}"
     finally:
         tracing._provider.sampler._root = tracing._provider.sampler._root.__class__(0.0)
+        tracing._rate = 0
     assert own != "1af7651916cd43dd8448eb211c80319c"
     (span,) = receiver.wait_for(lambda s: s["trace_id"] == own)
     assert span["parent_span_id"] == ""
@@ -131,3 +133,31 @@ async def test_a_hop_continues_the_trace(receiver) -> None:
     spans = receiver.wait_for(lambda s: s["trace_id"] == "2af7651916cd43dd8448eb211c80319c")
     by_name = {s["name"]: s for s in spans}
     assert by_name["storage"]["parent_span_id"] == by_name["POST"]["span_id"]
+
+
+def test_an_unsampled_request_goes_on_only_over_http(receiver) -> None:
+    # rate 0: the front door makes nothing for a request without a trusted parent
+    assert not tracing.may_record(False) and tracing.may_record(True)
+    with tracing.root("GET", TRUSTED, trusted=False) as s:
+        assert s is None and tracing.headers() == {} and tracing.traceparent() == ""
+    # a trusted caller's unsampled parent: no span below it, no traceparent between apiary's services, but a
+    # webhook or an aggregated server is told the trace and its decision (flags 00), as kube tells it
+    unsampled = TRUSTED.replace("0af7", "3af7")[:-2] + "00"
+    with tracing.root("GET", unsampled, trusted=True) as s:
+        assert s is None and not tracing.recording()
+        assert tracing.traceparent() == "" and tracing.metadata() == ()
+        (tp,) = tracing.headers().values()
+        assert tp.startswith("00-3af7651916cd43dd8448eb211c80319c-") and tp.endswith("-00")
+
+
+def test_a_failing_block_ends_its_span_with_the_error(receiver) -> None:
+    with pytest.raises(KeyError), tracing.root("GET", TRUSTED.replace("0af7", "4af7"), trusted=True):
+        with tracing.span("registry"):
+            raise KeyError("gone")
+    assert tracing.traceparent() == ""  # both spans left the context
+    spans = receiver.wait_for(lambda s: s["trace_id"] == "4af7651916cd43dd8448eb211c80319c")
+    assert sorted(s["name"] for s in spans) == ["GET", "registry"]
+    by_name = {s["name"]: s for s in spans}
+    assert by_name["registry"]["status"] == 2  # STATUS_CODE_ERROR
+    # the root's caller says how the request ended (with_tracing: only a 5xx is the server's error)
+    assert by_name["GET"]["status"] == 0
