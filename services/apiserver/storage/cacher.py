@@ -31,6 +31,9 @@ from .watch_cache import WatchCache
 
 log = logging.getLogger(__name__)
 
+# The confirmations a cache keeps at once (one per key or prefix read since the cache last moved).
+PROVEN_KEYS = 4096
+
 
 class Cacher:
     """The cache of one resource prefix, fed by a single etcd watch."""
@@ -59,6 +62,12 @@ class Cacher:
         self.watcher_capacity = watcher_capacity
         self.watchers: set[CacheWatcher] = set()
         self._task: asyncio.Task[None] | None = None
+        # What etcd confirmed (Cacher._unchanged): prefix -> the latest revision as of which it held
+        # under prefix what the cache holds at revision _proven_base; void once the cache moves on.
+        self._proven: dict[str, int] = {}
+        self._proven_base = 0
+        # the questions to etcd in flight, by prefix and the cache's revision: (as of, the answer)
+        self._asking: dict[tuple[str, int], tuple[int, asyncio.Task[bool]]] = {}
 
     async def start(self, at_revision: int = 0) -> None:
         """Fill the cache (at at_revision when etcd still has it, so a watch from it can be served)."""
@@ -183,7 +192,9 @@ class Cacher:
             if remaining <= 0:
                 raise too_large(rev, cache.rev)
             base = cache.rev
-            if await self._unchanged(prefix, base, rev) and cache.rev == base:
+            if self._proven_base == base and self._proven.get(prefix, 0) >= rev:
+                return rev
+            if await self._confirmed(prefix, base, rev) and cache.rev == base:
                 return rev
             if cache.rev >= rev:
                 break
@@ -192,6 +203,32 @@ class Cacher:
             except TimeoutError:
                 continue
         return cache.rev
+
+    async def _confirmed(self, prefix: str, base: int, rev: int) -> bool:
+        """_unchanged(prefix, base, rev), asked once for every reader of the moment: a reader joins
+        the question in flight about the same prefix and cache revision as of rev or later (nothing
+        changed up to a later revision: nothing changed up to rev), and a confirmation is kept
+        while the cache stays at base, so the readers that follow ask nothing until etcd's revision
+        or the cache moves (the role of kube's progress notifications)."""
+        asking = self._asking.get((prefix, base))
+        if asking is None or asking[0] < rev:
+            # a task of its own: a reader that gives up does not take the others' answer with it
+            asking = self._asking[(prefix, base)] = (rev, asyncio.create_task(self._ask(prefix, base, rev)))
+        return await asyncio.shield(asking[1])
+
+    async def _ask(self, prefix: str, base: int, rev: int) -> bool:
+        try:
+            unchanged = await self._unchanged(prefix, base, rev)
+        finally:
+            asking = self._asking.get((prefix, base))
+            if asking is not None and asking[1] is asyncio.current_task():
+                del self._asking[(prefix, base)]
+        if unchanged and self.watch_cache.rev == base:
+            if self._proven_base != base or len(self._proven) >= PROVEN_KEYS:
+                self._proven.clear()
+                self._proven_base = base
+            self._proven[prefix] = max(rev, self._proven.get(prefix, 0))
+        return unchanged
 
     async def _unchanged(self, prefix: str, base: int, rev: int) -> bool:
         """Whether etcd, as of rev, holds under prefix what the cache holds (at base): no key there

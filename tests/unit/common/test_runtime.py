@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 
 import pytest
 
@@ -188,3 +189,15 @@ async def test_postponing_the_trim_moves_it_and_counts_nothing(monkeypatch: pyte
     assert runtime._trim is first and not first.cancelled()
     await until(lambda: runtime._trim is None, what="the trim")
     assert trims[1:] == [runtime.TRIM_AFTER_BYTES]
+
+
+def test_settle_freezes_what_the_start_left_and_trims(monkeypatch):
+    """What survives a service's start leaves the collector's walks; the heap is trimmed after."""
+    trims: list[int] = []
+    monkeypatch.setattr(runtime, "_malloc_trim", lambda: trims.append(gc.get_freeze_count()))
+    gc.unfreeze()
+    try:
+        runtime.settle()
+        assert trims and trims[0] > 0 and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

@@ -163,18 +163,20 @@ async def test_wait_fresh_asks_etcd_what_changed_under_the_prefix():
     assert cache.rev == 12  # the cache's own revision only moves with its events
     assert await c.wait_fresh(f"{PREFIX}ns/a", 50, timeout=1) == 50
     assert await c.wait_fresh(PREFIX, 12, timeout=1) == 12 and c.etcd.calls == 2  # caught up: no question
-    # a change under the prefix after 12 (the event still on its way): not fresh until it arrives
-    c.etcd = CountingEtcd([(f"{PREFIX}ns/a", 11), (f"{PREFIX}ns/b", 12), (f"{PREFIX}ns/c", 30)], 50)  # type: ignore[assignment]
-    with pytest.raises(Timeout, match="Too large resource version: 50, current: 12"):
-        await c.wait_fresh(PREFIX, 50, timeout=0.2)
+    # what etcd confirmed is kept while the cache stays at 12: the same read again asks nothing
+    assert await c.wait_fresh(PREFIX, 50, timeout=1) == 50 and c.etcd.calls == 2
+    # a change under the prefix after 50 (the event still on its way): not fresh until it arrives
+    c.etcd = CountingEtcd([(f"{PREFIX}ns/a", 11), (f"{PREFIX}ns/b", 12), (f"{PREFIX}ns/c", 52)], 55)  # type: ignore[assignment]
+    with pytest.raises(Timeout, match="Too large resource version: 55, current: 12"):
+        await c.wait_fresh(PREFIX, 55, timeout=0.2)
     asked = c.etcd.calls
-    waiter = asyncio.create_task(c.wait_fresh(PREFIX, 50, timeout=2))
+    waiter = asyncio.create_task(c.wait_fresh(PREFIX, 55, timeout=2))
     await until(lambda: c.etcd.calls > asked, what="the waiter asking etcd")
-    c._apply(put(30, "c"))
-    assert await waiter == 50 and cache.rev == 30
+    c._apply(put(52, "c"))
+    assert await waiter == 55 and cache.rev == 52
     # a delete after the cache's revision shows as fewer keys in etcd than in the cache
-    c.etcd = CountingEtcd([(f"{PREFIX}ns/a", 11), (f"{PREFIX}ns/c", 30)], 60)  # type: ignore[assignment]
-    with pytest.raises(Timeout, match="Too large resource version: 60, current: 30"):
+    c.etcd = CountingEtcd([(f"{PREFIX}ns/a", 11), (f"{PREFIX}ns/c", 52)], 60)  # type: ignore[assignment]
+    with pytest.raises(Timeout, match="Too large resource version: 60, current: 52"):
         await c.wait_fresh(PREFIX, 60, timeout=0.2)
     assert await c.wait_fresh(f"{PREFIX}ns/a", 60, timeout=1) == 60  # other keys are fine
 
@@ -361,3 +363,39 @@ def test_attached_watcher_gets_events_straight_from_the_dispatch(cacher):
     cacher._apply(put(14, "z"))
     assert refused.closed and refused.overflowed and refused not in cacher.watchers
     assert a in cacher.watchers and len(got_a) == 4
+
+
+class SlowEtcd(CountingEtcd):
+    """CountingEtcd whose answers wait for release."""
+
+    def __init__(self, kvs: list[tuple[str, int]], current: int) -> None:
+        super().__init__(kvs, current)
+        self.release = asyncio.Event()
+
+    async def range(self, key, end=None, **kw):
+        await self.release.wait()
+        return await super().range(key, end, **kw)
+
+
+async def test_concurrent_reads_share_one_question_to_etcd():
+    """The readers of one moment ask etcd once (as of the latest revision asked, which answers for the
+    earlier ones too); one that gives up does not take the others' answer with it."""
+    c = Cacher(etcd=None, prefix=PREFIX)  # type: ignore[arg-type]
+    c.watch_cache.rev = c.watch_cache.complete_since = 10
+    c._apply(put(11, "a"))
+    etcd = c.etcd = SlowEtcd([(f"{PREFIX}ns/a", 11)], 50)  # type: ignore[assignment]
+    first = asyncio.create_task(c.wait_fresh(f"{PREFIX}ns/a", 50, timeout=2))
+    await until(lambda: etcd.calls == 0 and c._asking, what="the first question")
+    readers = [asyncio.create_task(c.wait_fresh(f"{PREFIX}ns/a", rv, timeout=2)) for rv in (40, 50, 50)]
+    await asyncio.sleep(0)
+    first.cancel()
+    etcd.release.set()
+    assert await asyncio.gather(*readers) == [40, 50, 50]
+    assert etcd.calls == 1
+    # a later revision is a new question; the cache moving on voids what etcd confirmed
+    etcd.current = 60
+    assert await c.wait_fresh(f"{PREFIX}ns/a", 60, timeout=1) == 60 and etcd.calls == 2
+    c._apply(put(61, "a"))
+    etcd.current = 70
+    assert await c.wait_fresh(f"{PREFIX}ns/a", 70, timeout=1) == 70 and etcd.calls == 3
+    assert await c.wait_fresh(f"{PREFIX}ns/a", 70, timeout=1) == 70 and etcd.calls == 3
