@@ -21,8 +21,10 @@ The figures: quiet_completed_ratio = the quiet user's 200s / the requests it sen
 quiet_wait_ratio = the p99 of its APF waits / its service time in the overload (the median of its
 requests' time less their APF wait) (goal <= 5); beside them the noisy user's completed, its 429s and its
 p50 wait. A hand of 6 is kube's suggested levels'; with it a single noisy flow takes every queue of its
-hand, as in kube, and a quiet flow waits about a round of them. Prints the JSON and writes it to
-<state>/apf.json.
+hand, as in kube, and a quiet flow waits about a round of them. Beside them, queueset_sim: the same
+ratios from kube's fair queuing alone (tools/apf_sim.py) at one fixed service time and at this run's
+service times, what the algorithm gives without the processes in the way. Prints the JSON and writes it
+to <state>/apf.json.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from services.cluster.stack import ROOT, Stack
+from tools.apf_sim import simulate
 from tools.bench import BENCH_OFFSET, client_ctx
 from tools.bench_fairness import stages
 from tools.bench_stats import percentile
@@ -215,6 +218,13 @@ async def measure(stack: Stack, seconds: float, hand_size: int, seats: int) -> d
     p99 = percentile(waits, 0.99) if waits else float("inf")
     # its service time: what its requests took once they had their seat, in the same overload
     service = statistics.median(s for _, s in quiet_ok) if quiet_ok else float("inf")
+    # kube's fair queuing alone (services/apf/queueset.py on a simulated clock) at this level and hand:
+    # with one fixed service time, and with the service times of this run's answers (either user's)
+    services = [total - w for status, w, total in quiet + noisy if status == 200]
+    flows = f"{LEVEL}/{QUIET}", f"{LEVEL}/{NOISY}"
+    sim = {"fixed_service": simulate([service], hand_size, *flows, queue_length=QUEUE_LENGTH),
+           "this_run_services": simulate(services, hand_size, *flows, queue_length=QUEUE_LENGTH)} \
+        if quiet_ok else {}
     return {
         "level_seats": seats, "queues": 64, "hand_size": hand_size, "queue_length_limit": QUEUE_LENGTH,
         "objects_listed": OBJECTS, "seconds": seconds, "service_alone_ms": round(alone * 1000, 2),
@@ -229,6 +239,7 @@ async def measure(stack: Stack, seconds: float, hand_size: int, seats: int) -> d
         "quiet_completed_ratio": round(len(quiet_ok) / sent_quiet, 4) if sent_quiet else 0.0,
         "quiet_wait_ratio": round(p99 / service, 2),
         "goal_completed_ratio": 0.95, "goal_wait_ratio": 5.0,
+        "queueset_sim": sim,
     }
 
 
@@ -261,7 +272,9 @@ def figures(raw: dict[str, Any]) -> dict[str, dict]:
             "baseline": "quiet service ms", "baseline_rate": q["service_ms"],
             "hand_size": r["hand_size"], "service_alone_ms": r["service_alone_ms"],
             "capacity_per_s": r["capacity_per_s"], "quiet_sent": q["sent"], "noisy_sent": n["sent"],
-            "noisy_completed": n["completed"], "noisy_rejected": n["rejected"], "noisy_wait_p50_ms": n["wait_p50_ms"]}
+            "noisy_completed": n["completed"], "noisy_rejected": n["rejected"], "noisy_wait_p50_ms": n["wait_p50_ms"],
+            "sim_wait_ratio": r["queueset_sim"].get("this_run_services", {}).get("wait_p99"),
+            "sim_wait_ratio_fixed": r["queueset_sim"].get("fixed_service", {}).get("wait_p99")}
     return out
 
 
