@@ -792,7 +792,9 @@ def extra_notes(name: str, r: dict) -> str:
                 f"({r['capacity_per_s']}/s), the noisy at 20x: quiet {r['ratio']} of {r['quiet_sent']} completed, "
                 f"APF wait p99 {r['p99_ms']} ms = {r['wait_ratio']}x its service ({r['baseline_rate']} ms; "
                 f"{r['service_alone_ms']} ms alone); noisy {r['noisy_completed']} of {r['noisy_sent']} completed, "
-                f"{r['noisy_rejected']} 429s, wait p50 {r['noisy_wait_p50_ms']} ms")
+                f"{r['noisy_rejected']} 429s, wait p50 {r['noisy_wait_p50_ms']} ms; kube's QueueSet alone "
+                f"(tools/apf_sim.py): p99 wait {r.get('sim_wait_ratio_fixed')}x a fixed service, "
+                f"{r.get('sim_wait_ratio')}x the median at this run's seat times")
     if name == "crd_established":
         return (f"CRD create to Established and its collection listed through the proxy, {r['crds']} CRDs one "
                 f"after another: p90 {r['p90_ms']} ms (Established alone: p50 {r['established_p50_ms']} ms, p90 "

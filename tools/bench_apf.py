@@ -21,8 +21,11 @@ The figures: quiet_completed_ratio = the quiet user's 200s / the requests it sen
 quiet_wait_ratio = the p99 of its APF waits / its service time in the overload (the median of its
 requests' time less their APF wait) (goal <= 5); beside them the noisy user's completed, its 429s and its
 p50 wait. A hand of 6 is kube's suggested levels'; with it a single noisy flow takes every queue of its
-hand, as in kube, and a quiet flow waits about a round of them. Prints the JSON and writes it to
-<state>/apf.json.
+hand, as in kube, and a quiet flow waits about a round of them. Beside them, queueset_sim: the same
+ratios from kube's fair queuing alone (tools/apf_sim.py) at one fixed service time and at the seat times
+the apf service saw in this overload (its execution-time histogram), what the algorithm gives without the
+processes in the way. Prints the JSON and writes it
+to <state>/apf.json.
 """
 from __future__ import annotations
 
@@ -32,10 +35,14 @@ import json
 import ssl
 import statistics
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from services.cluster.stack import ROOT, Stack
+from tools.apf_sim import simulate
 from tools.bench import BENCH_OFFSET, client_ctx
 from tools.bench_fairness import stages
 from tools.bench_stats import percentile
@@ -190,6 +197,36 @@ async def _open_loop(user: str, rate: float, seconds: float, pool: list[Client],
     return total
 
 
+def _seat_times(stack: Stack) -> dict[float, float]:
+    """The level's apiserver_flowcontrol_request_execution_seconds buckets in the apf service (cumulative
+    counts by upper bound): how long its requests held their seat, as the apf service saw it."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{stack.health_port('apf')}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[float, float] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name == "apiserver_flowcontrol_request_execution_seconds":
+            for sample in fam.samples:
+                if sample.name.endswith("_bucket") and sample.labels.get("priority_level") == LEVEL:
+                    le = float(sample.labels["le"])
+                    out[le] = out.get(le, 0.0) + sample.value
+    return out
+
+
+def seat_samples(before: dict[float, float], after: dict[float, float]) -> list[float]:
+    """Seat times between two scrapes of the buckets, each spread evenly over its bucket (the last one,
+    unbounded, at its lower bound)."""
+    bounds = sorted(after)
+    out: list[float] = []
+    low, below = 0.0, 0.0
+    for le in bounds:
+        n = round(after[le] - before.get(le, 0.0) - below)
+        below += n
+        high = le if le != float("inf") else low
+        out += [low + (high - low) * (i + 0.5) / n for i in range(n)]
+        low = le
+    return out
+
+
 async def measure(stack: Stack, seconds: float, hand_size: int, seats: int) -> dict[str, Any]:
     ctx = client_ctx(stack)
     port = int(stack.server.rsplit(":", 1)[1])
@@ -203,9 +240,11 @@ async def measure(stack: Stack, seconds: float, hand_size: int, seats: int) -> d
     # more connections than the noisy flow's queues hold, so that they fill and it is rejected
     noisy_pool = [Client(port, ctx) for _ in range(hand_size * QUEUE_LENGTH + 40)]
     quiet_pool = [Client(port, ctx) for _ in range(8)]
+    seats_before = _seat_times(stack)
     sent_quiet, sent_noisy = await asyncio.gather(
         _open_loop(QUIET, quiet_rate, seconds, quiet_pool, quiet),
         _open_loop(NOISY, quiet_rate * 20, seconds, noisy_pool, noisy))
+    seats = seat_samples(seats_before, _seat_times(stack))
     for c in [setup, *noisy_pool, *quiet_pool]:
         if c.writer is not None:
             c.writer.close()
@@ -215,6 +254,14 @@ async def measure(stack: Stack, seconds: float, hand_size: int, seats: int) -> d
     p99 = percentile(waits, 0.99) if waits else float("inf")
     # its service time: what its requests took once they had their seat, in the same overload
     service = statistics.median(s for _, s in quiet_ok) if quiet_ok else float("inf")
+    # kube's fair queuing alone (services/apf/queueset.py on a simulated clock) at this level and hand:
+    # with one fixed service time, and with the seat times the apf service saw in this overload (its
+    # execution histogram's buckets, so roughly); waits in units of the median service time, as here
+    flows = f"{LEVEL}/{QUIET}", f"{LEVEL}/{NOISY}"
+    sim = {"fixed_service": simulate([service], hand_size, *flows, queue_length=QUEUE_LENGTH)} if quiet_ok else {}
+    if seats:
+        sim["this_run_seat_times"] = simulate(seats, hand_size, *flows, queue_length=QUEUE_LENGTH)
+        sim["seat_ms_p50"] = round(statistics.median(seats) * 1000, 1)
     return {
         "level_seats": seats, "queues": 64, "hand_size": hand_size, "queue_length_limit": QUEUE_LENGTH,
         "objects_listed": OBJECTS, "seconds": seconds, "service_alone_ms": round(alone * 1000, 2),
@@ -229,6 +276,7 @@ async def measure(stack: Stack, seconds: float, hand_size: int, seats: int) -> d
         "quiet_completed_ratio": round(len(quiet_ok) / sent_quiet, 4) if sent_quiet else 0.0,
         "quiet_wait_ratio": round(p99 / service, 2),
         "goal_completed_ratio": 0.95, "goal_wait_ratio": 5.0,
+        "queueset_sim": sim,
     }
 
 
@@ -261,7 +309,9 @@ def figures(raw: dict[str, Any]) -> dict[str, dict]:
             "baseline": "quiet service ms", "baseline_rate": q["service_ms"],
             "hand_size": r["hand_size"], "service_alone_ms": r["service_alone_ms"],
             "capacity_per_s": r["capacity_per_s"], "quiet_sent": q["sent"], "noisy_sent": n["sent"],
-            "noisy_completed": n["completed"], "noisy_rejected": n["rejected"], "noisy_wait_p50_ms": n["wait_p50_ms"]}
+            "noisy_completed": n["completed"], "noisy_rejected": n["rejected"], "noisy_wait_p50_ms": n["wait_p50_ms"],
+            "sim_wait_ratio": r["queueset_sim"].get("this_run_seat_times", {}).get("wait_p99"),
+            "sim_wait_ratio_fixed": r["queueset_sim"].get("fixed_service", {}).get("wait_p99")}
     return out
 
 
