@@ -123,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         module = importlib.import_module(entry_point(m.name))
         loaded.append((m, module, module.parse_args(m.argv)))
     runtime.setup_logging("compact", max(args.v for _, _, args in loaded))
+    # one tracer per process: its spans are the compact host's (the members' own setup() then does nothing)
+    tracing.setup("compact", next((a.tracing_config_file for _, _, a in loaded if a.tracing_config_file), ""))
 
     async def run(stop: asyncio.Event) -> None:
         await serve(loaded, stop)

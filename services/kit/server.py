@@ -38,6 +38,7 @@ from services.apiserver.endpoints.handlers import Admission, Handlers
 from services.apiserver.filters import Handler, RequestContext
 from services.apiserver.filters.context import warning_headers
 from services.apiserver.filters.timeout import Deadlines
+from services.apiserver.filters.traces import established
 from services.apiserver.requestinfo import RequestInfo, invalid_path_name
 from services.common import envelope, runtime, tracing
 from services.common.errors import APIError, BadRequest, NotFound
@@ -389,6 +390,7 @@ class APIServer:
             raise BadRequest(f'timeoutSeconds: Invalid value: "{query["timeoutSeconds"]}"') from None
         events = until_timeout(lines, timeout)
         await ctx.start(200, [(b"content-type", JSON.encode()), (b"cache-control", b"no-cache, private")])
+        established()  # a watch is traced for its setup only
         if ctx.audit is not None:
             ctx.audit.stage("ResponseStarted", 200)
 

@@ -90,5 +90,11 @@ def test_every_command_of_the_tour_runs(stack: Stack) -> None:
             assert printed[n].strip(), f"docs/tour.md line {c.line}: `{c.text}` printed nothing\n{stderr}"
     traced = [printed[n] for n, c in enumerate(found) if c.text.startswith("python -m services.cluster traces")]
     assert len(traced) == 2
-    for tree in traced:  # the proxy's root span, at least; the other services' spans join it once they have them
+    create, watch = traced
+    for tree in traced:
         assert tree.startswith("trace ") and "\napiary-proxy: " in tree, tree
+    # the create crosses the proxy, the registry, admission and storage down to etcd, in one trace
+    for stage in ("apiary-proxy: Create", "apiary-registry: Create", "apiary-admission: mutating admission",
+                  "apiary-storage: etcdserverpb.KV/Txn"):
+        assert stage in create, create
+    assert "apiary-registry: Watch" in watch, watch

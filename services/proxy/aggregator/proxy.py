@@ -34,6 +34,7 @@ from urllib.parse import quote
 from apiary_pb import envelope_pb2 as pb
 from services.apiserver.filters import ClientDisconnected
 from services.apiserver.filters.timeout import long_running
+from services.apiserver.filters.traces import established
 from services.apiserver.httpclient import Client
 from services.common import tracing
 from services.common.errors import BadRequest, ServiceUnavailable
@@ -287,7 +288,8 @@ class RemoteProxy:
             if not watch:
                 await self._relay(ctx, exchange, watch)
                 return
-        await self._relay(ctx, exchange, watch)  # a long-running answer: the span covers its setup only
+        established(exchange.status)  # a long-running answer: its spans cover its setup only
+        await self._relay(ctx, exchange, watch)
 
     async def _exchange(self, ctx: Context, name: str, target: Target, headers: list[tuple[bytes, bytes]],
                         has_body: bool, length: int | None, transport: Transport) -> None:
