@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from services.cluster.certs import read_tokens
+from services.cluster.otlpreceiver import Receiver
 from services.cluster.stack import ROOT, Stack
-from tools.otlpreceiver import Receiver
 
 # Tests assert no timings: hypothesis's per-example deadline and its too-slow health check are timings, and
 # they failed property tests on a loaded machine (a generated example is as good when it is slow).
@@ -35,7 +35,8 @@ TEST_STATE = ROOT / ".apiary" / "test"
 TEST_OFFSET = int(os.environ.get("APIARY_TEST_PORT_OFFSET", "1000"))
 
 
-# The session's OTLP receiver (tools/otlpreceiver.py), on 4317 moved by the offset as the stack's ports are.
+# The session's OTLP receiver (services/cluster/otlpreceiver.py), on 4317 moved by the offset as the
+# stack's ports are.
 # Every process of the session's stack exports to it at samplingRatePerMillion 0: no request is traced
 # unless a system:masters client sends a sampled traceparent (tests/e2e/test_tracing.py does), so the
 # rest of the suite runs with tracing configured and idle, the cost the benchmarks bound.

@@ -8,8 +8,8 @@ every request, off, ...):
 
 After each phase the bench waits a second before reading the CPU counters, so a stack's last batch of spans is
 exported within its own phase's CPU and not during the next stack's phase (the rate is the phase's own).
-Each receiver is tools/otlpreceiver.py in a process of its own (its CPU is shown apart, as `otlpreceiver`,
-and it shares the machine's cores as a local collector would). The proof that the figures measure what they
+Each receiver is services/cluster/otlpreceiver.py in a process of its own (its CPU is shown apart, as
+`otlpreceiver`, and it shares the machine's cores as a local collector would). The proof that the figures measure what they
 say: rate0's receiver got no span, and every's got one root span (the proxy's, with the Audit-ID the bench
 sent) per request the bench sent it. tracing_{get,create}_{rate0,every}: medians over the rounds and the
 median of the per-round ratios against `off` (goals: rate0 >= 0.97, every >= 0.8), with the CPU per request of
@@ -102,7 +102,7 @@ class Config:
             self.spans_file.unlink(missing_ok=True)
             log = open(state / "otlpreceiver.log", "ab")  # noqa: SIM115 - the child holds it
             self.receiver = subprocess.Popen(
-                [sys.executable, "-m", "tools.otlpreceiver", "--port", str(port), "--out", str(self.spans_file)],
+                [sys.executable, "-m", "services.cluster.otlpreceiver", "--port", str(port), "--out", str(self.spans_file)],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             log.close()
             endpoint = f"127.0.0.1:{port}"

@@ -5,7 +5,7 @@ The tests start one in-process (Receiver) and point the services' TracingConfigu
 --tracing` (`make run TRACING=1`) runs one as a process of the stack (`python -m services.cluster.otlpreceiver
 --port 4317 --out <state>/logs/traces.jsonl`), and `apiary traces` (or `python -m services.cluster.otlpreceiver
 --show FILE [TRACE_ID | --audit-id ID]`) prints a trace as an indented tree. It lives here, not in tools/,
-because an installed apiary (the wheel holds only services*) runs it; tools/otlpreceiver.py re-exports it.
+because an installed apiary (the wheel holds only services*) runs it.
 
 A span is kept as a flat dict: trace_id, span_id, parent_span_id (hex, "" for a root), name, service,
 start/end (ns), kind, attributes (plain values), links ([{trace_id, span_id}]) and status.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -49,6 +50,14 @@ def spans_of(request: tspb.ExportTraceServiceRequest) -> list[dict[str, Any]]:
                     "status": s.status.code,
                 })
     return out
+
+
+
+def new_traceparent() -> tuple[str, str, str]:
+    """(trace ID, span ID, the W3C `traceparent` naming them, sampled): the context a client sends to have
+    its request traced (continued for system:masters and system:monitoring)."""
+    trace_id, span_id = os.urandom(16).hex(), os.urandom(8).hex()
+    return trace_id, span_id, f"00-{trace_id}-{span_id}-01"
 
 
 class Receiver(tsgrpc.TraceServiceServicer):

@@ -3,22 +3,16 @@ OTLP receiver (tests/conftest.py `traces`) at samplingRatePerMillion 0, so only 
 caller sends a sampled traceparent is traced."""
 from __future__ import annotations
 
-import os
 import ssl
 
 import httpx
 
+from services.cluster.otlpreceiver import Receiver, new_traceparent
 from services.cluster.stack import Stack
-from tools.otlpreceiver import Receiver
-
-
-def new_traceparent() -> tuple[str, str]:
-    trace_id = os.urandom(16).hex()
-    return trace_id, f"00-{trace_id}-{os.urandom(8).hex()}-01"
 
 
 def test_a_masters_traceparent_is_continued(admin: httpx.Client, traces: Receiver) -> None:
-    trace_id, tp = new_traceparent()
+    trace_id, _, tp = new_traceparent()
     r = admin.get("/api/v1/namespaces/default/configmaps", headers={"traceparent": tp})
     assert r.status_code == 200
     spans = traces.wait_for(lambda s: s["trace_id"] == trace_id)
@@ -41,7 +35,7 @@ def proxy_spans(spans: list[dict]) -> dict[str, dict]:
 
 
 def test_the_proxy_filters_are_spans_under_the_root(admin: httpx.Client, traces: Receiver) -> None:
-    trace_id, tp = new_traceparent()
+    trace_id, _, tp = new_traceparent()
     # impersonating an ordinary user: the impersonation span, and a seat from the apf service (whose span
     # joins); the traceparent is trusted for the authenticated user, system:masters
     r = admin.get("/api/v1/namespaces/default/configmaps", headers={"traceparent": tp, "Impersonate-User": "alice"})
@@ -69,7 +63,7 @@ def test_the_proxy_filters_are_spans_under_the_root(admin: httpx.Client, traces:
 
 
 def test_the_handler_span(admin: httpx.Client, traces: Receiver) -> None:
-    trace_id, tp = new_traceparent()
+    trace_id, _, tp = new_traceparent()
     r = admin.get("/api/v1/namespaces/default/configmaps", headers={"traceparent": tp})
     assert r.status_code == 200
     by_name = proxy_spans(traces.wait_for(lambda s: s["trace_id"] == trace_id))
@@ -81,7 +75,7 @@ def test_the_handler_span(admin: httpx.Client, traces: Receiver) -> None:
 
 
 def test_an_ordinary_users_traceparent_is_not_continued(stack: Stack, tokens: dict[str, str], traces: Receiver) -> None:
-    trace_id, tp = new_traceparent()
+    trace_id, _, tp = new_traceparent()
     verify = ssl.create_default_context(cafile=str(stack.state / "pki" / "ca.crt"))
     with httpx.Client(base_url=stack.server, verify=verify, timeout=30) as alice:
         r = alice.get("/api/v1/namespaces/default/configmaps",
@@ -92,14 +86,14 @@ def test_an_ordinary_users_traceparent_is_not_continued(stack: Stack, tokens: di
 
 
 def test_a_malformed_traceparent_is_ignored(admin: httpx.Client, traces: Receiver) -> None:
-    trace_id, tp = new_traceparent()
+    trace_id, _, tp = new_traceparent()
     r = admin.get("/api/v1/namespaces/default/configmaps", headers={"traceparent": tp.upper()})
     assert r.status_code == 200
     assert traces.wait_for(lambda s: s["trace_id"] == trace_id, timeout=3) == []
 
 
 def test_a_failed_request_has_its_code(admin: httpx.Client, traces: Receiver) -> None:
-    trace_id, tp = new_traceparent()
+    trace_id, _, tp = new_traceparent()
     r = admin.get("/api/v1/namespaces/default/configmaps/no-such-thing", headers={"traceparent": tp})
     assert r.status_code == 404
     by_name = proxy_spans(traces.wait_for(lambda s: s["trace_id"] == trace_id))
@@ -110,7 +104,7 @@ def test_a_failed_request_has_its_code(admin: httpx.Client, traces: Receiver) ->
 
 
 def test_a_watch_is_traced_for_its_setup(admin: httpx.Client, traces: Receiver) -> None:
-    trace_id, tp = new_traceparent()
+    trace_id, _, tp = new_traceparent()
     with admin.stream("GET", "/api/v1/namespaces/default/configmaps",
                       params={"watch": "true", "timeoutSeconds": "60"}, headers={"traceparent": tp}) as w:
         assert w.status_code == 200
@@ -124,7 +118,7 @@ def test_a_watch_is_traced_for_its_setup(admin: httpx.Client, traces: Receiver) 
 
 
 def test_metrics_carry_a_traced_requests_id_as_exemplar(admin: httpx.Client, traces: Receiver) -> None:
-    trace_id, tp = new_traceparent()
+    trace_id, _, tp = new_traceparent()
     assert admin.get("/api/v1/namespaces/default/secrets", headers={"traceparent": tp}).status_code == 200
     r = admin.get("/metrics", headers={"Accept": "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"})
     assert r.headers["content-type"].startswith("application/openmetrics-text")

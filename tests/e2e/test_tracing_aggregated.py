@@ -6,7 +6,6 @@ reaches it."""
 from __future__ import annotations
 
 import base64
-import os
 import ssl
 import time
 import uuid
@@ -18,22 +17,16 @@ import httpx
 import pytest
 
 from services.cluster.aggregated import PIZZA, PIZZA_GROUP
+from services.cluster.otlpreceiver import Receiver, new_traceparent, tree
 from services.cluster.stack import Stack
 from tests.waiting import wait_for
 from tools.fakeservers import AdmissionWebhook
-from tools.otlpreceiver import Receiver, tree
 
 pytestmark = pytest.mark.stack
 
 PIZZAS = f"/apis/{PIZZA_GROUP}/v1beta1/namespaces/default/pizzas"
 PROXY, KIT = "apiary-proxy", "apiary-pizza"
 READER = "tracing-pizza-reader"
-
-
-def new_traceparent() -> tuple[str, str, str]:
-    """(trace ID, parent span ID, traceparent) of a sampled client context."""
-    trace_id, span_id = os.urandom(16).hex(), os.urandom(8).hex()
-    return trace_id, span_id, f"00-{trace_id}-{span_id}-01"
 
 
 def trace_of(traces: Receiver, trace_id: str, services: set[str]) -> list[dict[str, Any]]:

@@ -5,22 +5,15 @@ client (system:masters, whose sampled traceparent the proxy continues) makes the
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from typing import Any
 
 import httpx
 
+from services.cluster.otlpreceiver import Receiver, new_traceparent, tree
 from tests.kubectls import deny_in_namespace, namespace, until_refused
-from tools.otlpreceiver import Receiver, tree
 
 Span = dict[str, Any]
-
-
-def new_traceparent() -> tuple[str, str, str]:
-    """(trace ID, the client's span ID, the sampled traceparent naming them)."""
-    trace_id, parent = os.urandom(16).hex(), os.urandom(8).hex()
-    return trace_id, parent, f"00-{trace_id}-{parent}-01"
 
 
 def traced(traces: Receiver, trace_id: str, client_span: str, *wanted: tuple[str, str]) -> list[Span]:

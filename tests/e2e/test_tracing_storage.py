@@ -8,7 +8,6 @@ tried and each authorizer asked as its children."""
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from typing import Any
 
@@ -17,17 +16,12 @@ import pytest
 
 from apiary_pb import auth_pb2 as apb
 from apiary_pb import auth_pb2_grpc as agrpc
+from services.cluster.otlpreceiver import Receiver, new_traceparent
 from services.cluster.stack import Stack
 from services.common import grpcutil
 from services.common.config import TLSFiles
-from tools.otlpreceiver import Receiver
 
 NS = "tracing-storage"
-
-
-def new_traceparent() -> tuple[str, str]:
-    trace_id = os.urandom(16).hex()
-    return trace_id, f"00-{trace_id}-{os.urandom(8).hex()}-01"
 
 
 def spans_of(traces: Receiver, trace_id: str, service: str, name: str) -> list[dict[str, Any]]:
@@ -56,7 +50,7 @@ def ns(admin: httpx.Client) -> str:
 def test_a_get_from_the_watch_cache(admin: httpx.Client, traces: Receiver, ns: str) -> None:
     r = admin.post(f"/api/v1/namespaces/{ns}/configmaps", json={"metadata": {"name": "cached"}, "data": {"a": "b"}})
     assert r.status_code in (201, 409), r.text
-    trace_id, tp = new_traceparent()
+    trace_id, _, tp = new_traceparent()
     r = admin.get(f"/api/v1/namespaces/{ns}/configmaps/cached", headers={"traceparent": tp})
     assert r.status_code == 200, r.text
     spans = spans_of(traces, trace_id, "apiary-storage", "cacher.Get")
@@ -75,7 +69,7 @@ def test_a_get_from_the_watch_cache(admin: httpx.Client, traces: Receiver, ns: s
 
 def test_a_create_is_an_etcd_txn_with_key_and_revision(admin: httpx.Client, traces: Receiver, ns: str) -> None:
     name = f"created-{uuid.uuid4().hex[:8]}"
-    trace_id, tp = new_traceparent()
+    trace_id, _, tp = new_traceparent()
     r = admin.post(f"/api/v1/namespaces/{ns}/configmaps", json={"metadata": {"name": name}},
                    headers={"traceparent": tp})
     assert r.status_code == 201, r.text
@@ -94,7 +88,7 @@ def test_a_create_is_an_etcd_txn_with_key_and_revision(admin: httpx.Client, trac
 
 def test_an_encrypted_create_shows_the_transformer(admin: httpx.Client, traces: Receiver, ns: str) -> None:
     name = f"secret-{uuid.uuid4().hex[:8]}"
-    trace_id, tp = new_traceparent()
+    trace_id, _, tp = new_traceparent()
     r = admin.post(f"/api/v1/namespaces/{ns}/secrets", json={"metadata": {"name": name}, "stringData": {"k": "v"}},
                    headers={"traceparent": tp})
     assert r.status_code == 201, r.text
@@ -107,7 +101,7 @@ def test_an_encrypted_create_shows_the_transformer(admin: httpx.Client, traces: 
 
 
 def test_a_watch_traces_its_setup_only(admin: httpx.Client, traces: Receiver, ns: str) -> None:
-    trace_id, tp = new_traceparent()
+    trace_id, _, tp = new_traceparent()
     with admin.stream("GET", f"/api/v1/namespaces/{ns}/configmaps",
                       params={"watch": "1", "timeoutSeconds": "2"}, headers={"traceparent": tp}) as r:
         assert r.status_code == 200
@@ -126,7 +120,7 @@ def test_a_watch_traces_its_setup_only(admin: httpx.Client, traces: Receiver, ns
 def test_the_authorizers_asked_for_an_impersonated_user(admin: httpx.Client, traces: Receiver, ns: str) -> None:
     # system:masters is authorized in the proxy; the user it impersonates is asked of the auth service (a
     # resource name nobody asked for before: no decision cached in the proxy)
-    trace_id, tp = new_traceparent()
+    trace_id, _, tp = new_traceparent()
     name = f"nobody-{uuid.uuid4().hex[:8]}"
     r = admin.get(f"/api/v1/namespaces/{ns}/configmaps/{name}",
                   headers={"traceparent": tp, "Impersonate-User": "tracing-alice"})
@@ -142,7 +136,7 @@ def test_the_authorizers_asked_for_an_impersonated_user(admin: httpx.Client, tra
 def test_the_authenticators_tried_for_a_token(stack: Stack, tokens: dict[str, str], traces: Receiver) -> None:
     # The proxy authenticates before the request's root span exists (the user decides whether a
     # traceparent is trusted), so the auth service is called here as the proxy calls it, with the trace.
-    trace_id, tp = new_traceparent()
+    trace_id, _, tp = new_traceparent()
 
     async def authenticate() -> apb.AuthenticateResponse:
         pki = stack.state / "pki"

@@ -1,6 +1,6 @@
 """A webhook call made in a recorded trace is a span of it, and the webhook is sent that span's `traceparent`
 (services/apiserver/webhook/client.py): a loopback webhook server (tools/fakeservers.py) and a loopback OTLP
-receiver (tools/otlpreceiver.py)."""
+receiver (services/cluster/otlpreceiver.py)."""
 from __future__ import annotations
 
 import base64
@@ -11,9 +11,9 @@ import orjson
 import pytest
 
 from services.apiserver.webhook.client import WebhookClient
+from services.cluster.otlpreceiver import Receiver
 from services.common import tracing
 from tools.fakeservers import ConversionWebhook
-from tools.otlpreceiver import Receiver
 
 TRACE = "3af7651916cd43dd8448eb211c80319c"
 PARENT = "b7ad6b7169203331"

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from services.cluster.otlpreceiver import Receiver
 from services.common import tracing
-from tools.otlpreceiver import Receiver
 
 HEAD = "apiVersion: apiserver.config.k8s.io/v1beta1\nkind: TracingConfiguration\n"
 
