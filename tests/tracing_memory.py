@@ -40,7 +40,6 @@ def started() -> Iterator[Spans]:
         yield spans
     finally:
         tracing.shutdown()
-        tracing._provider = tracing._tracer = None
 
 
 @contextlib.contextmanager

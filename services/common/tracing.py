@@ -157,11 +157,13 @@ def start(service: str, cfg: TracingConfiguration, exporter: Any = None) -> None
 
 
 def shutdown() -> None:
-    """Export what is still batched (a stopping service's last spans), then stop exporting."""
-    global ENABLED
+    """Export what is still batched (a stopping service's last spans), then stop exporting: the process is
+    as before start() (a test's next start() makes a new provider)."""
+    global ENABLED, _provider, _tracer
     if _provider is not None:
         ENABLED = False
         _provider.shutdown()
+        _provider = _tracer = None
 
 
 def recording() -> bool:

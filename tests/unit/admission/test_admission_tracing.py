@@ -36,7 +36,6 @@ def exported() -> Iterator[InMemorySpanExporter]:
         yield exporter
     finally:
         tracing.shutdown()
-        tracing._provider = tracing._tracer = None
 
 
 def finished(exporter: InMemorySpanExporter) -> list[Any]:

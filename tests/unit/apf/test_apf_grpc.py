@@ -180,4 +180,3 @@ async def test_each_sampled_request_has_its_seat_span(apf) -> None:
         s.call.cancel()
     finally:
         tracing.shutdown()
-        tracing._provider = tracing._tracer = None

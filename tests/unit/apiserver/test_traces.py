@@ -40,7 +40,6 @@ def exported() -> Iterator[InMemorySpanExporter]:
     tracing.start("test", tracing.TracingConfiguration(), exporter)
     yield exporter
     tracing.shutdown()
-    tracing._provider = tracing._tracer = None
 
 
 def spans(exporter: InMemorySpanExporter) -> dict[str, Any]:

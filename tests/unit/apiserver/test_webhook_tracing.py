@@ -25,7 +25,6 @@ def receiver() -> Iterator[Receiver]:
     tracing.start("test", tracing.TracingConfiguration(r.endpoint, 0))
     yield r
     tracing.shutdown()
-    tracing._provider = tracing._tracer = None
     r.stop()
 
 

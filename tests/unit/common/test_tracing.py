@@ -63,7 +63,6 @@ def receiver():
     tracing.start("test", tracing.TracingConfiguration(r.endpoint, 0))
     yield r
     tracing.shutdown()
-    tracing._provider = tracing._tracer = None
     r.stop()
 
 
