@@ -22,7 +22,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from services.common import tracing
 from services.common.errors import APIError
@@ -206,7 +206,7 @@ class _Step:
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         self._attributes.update(attributes)
 
-    def __enter__(self) -> _Step:
+    def __enter__(self) -> Self:
         self._start = time.perf_counter()
         return self
 
