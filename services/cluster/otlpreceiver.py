@@ -8,7 +8,8 @@ The tests start one in-process (Receiver) and point the services' TracingConfigu
 because an installed apiary (the wheel holds only services*) runs it.
 
 A span is kept as a flat dict: trace_id, span_id, parent_span_id (hex, "" for a root), name, service,
-start/end (ns), kind, attributes (plain values), links ([{trace_id, span_id}]) and status.
+start/end (ns), kind, attributes (plain values), events ([{name, time, attributes}]: the short steps a
+service records on a span instead of spans of their own), links ([{trace_id, span_id}]) and status.
 """
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def spans_of(request: tspb.ExportTraceServiceRequest) -> list[dict[str, Any]]:
                     "name": s.name, "service": resource.get("service.name", ""), "kind": s.kind,
                     "start": s.start_time_unix_nano, "end": s.end_time_unix_nano,
                     "attributes": {kv.key: _value(kv.value) for kv in s.attributes},
+                    "events": [{"name": e.name, "time": e.time_unix_nano,
+                                "attributes": {kv.key: _value(kv.value) for kv in e.attributes}} for e in s.events],
                     "links": [{"trace_id": lk.trace_id.hex(), "span_id": lk.span_id.hex()} for lk in s.links],
                     "status": s.status.code,
                 })
@@ -121,18 +124,23 @@ class Receiver(tsgrpc.TraceServiceServicer):
 
 
 def tree(spans: list[dict[str, Any]]) -> str:
-    """One trace as an indented tree: each span's service, name, duration and attributes."""
+    """One trace as an indented tree: each span's service, name, duration and attributes, its events (`· name`)
+    among its children in time order."""
     by_parent: dict[str, list[dict[str, Any]]] = {}
     ids = {s["span_id"] for s in spans}
     for s in sorted(spans, key=lambda s: s["start"]):
         by_parent.setdefault(s["parent_span_id"] if s["parent_span_id"] in ids else "", []).append(s)
     lines: list[str] = []
 
-    def walk(parent: str, depth: int) -> None:
-        for s in by_parent.get(parent, []):
+    def walk(parent: str, depth: int, events: list[dict[str, Any]] | None = None) -> None:
+        items = [(e["time"], 0, e) for e in events or []] + [(s["start"], 1, s) for s in by_parent.get(parent, [])]
+        for _, is_span, s in sorted(items, key=lambda item: item[:2]):
             attrs = " ".join(f"{k}={v}" for k, v in s["attributes"].items())
+            if not is_span:
+                lines.append(f"{'  ' * depth}· {s['name']} {attrs}".rstrip())
+                continue
             lines.append(f"{'  ' * depth}{s['service']}: {s['name']} {(s['end'] - s['start']) / 1e6:.2f} ms {attrs}".rstrip())
-            walk(s["span_id"], depth + 1)
+            walk(s["span_id"], depth + 1, s.get("events", []))
 
     walk("", 0)
     return "\n".join(lines)

@@ -285,6 +285,24 @@ def use(span: Any) -> contextlib.AbstractContextManager[Any]:
     return _trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
 
 
+def make_current(span: Any) -> object:
+    """Make `span` current (use()'s work without its generator), for restore() with the token it returns."""
+    return _context.attach(_trace.set_span_in_context(span))
+
+
+def restore(token: object) -> None:
+    """The span current before make_current() is current again."""
+    _context.detach(token)
+
+
+def add_event(name: str, attributes: Mapping[str, Any], timestamp: int | None = None) -> None:
+    """An event on the current span (a short step that is not worth a span of its own), if it records."""
+    if ENABLED:
+        current = _trace.get_current_span()
+        if current.is_recording():
+            current.add_event(name, attributes, timestamp)
+
+
 def end(span: Any, error: str = "", end_time: int | None = None) -> None:
     """End a span from start_span() or root() unless it has ended already; `error` marks it failed (a 5xx)."""
     if span.is_recording():

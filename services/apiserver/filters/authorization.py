@@ -14,12 +14,18 @@ from services.common import tracing
 from services.common.errors import Forbidden
 
 from . import Handler, RequestContext
-from .traces import sampled, stage
+from .traces import sampled, stage, step
 
 
 class Authorizer(Protocol):
     async def decide(self, user: pb.UserInfo, info: RequestInfo) -> tuple[bool, str]:
         """(allowed, the authorizer's reason)."""
+
+
+def _decides_here(authorizer: Authorizer, user: pb.UserInfo, info: RequestInfo) -> bool:
+    """Whether the authorizer answers without a call (an authorizer's optional decides_here())."""
+    decides_here = getattr(authorizer, "decides_here", None)
+    return decides_here is not None and decides_here(user, info)
 
 
 def forbidden_error(user: str, info: RequestInfo, reason: str = "") -> Forbidden:
@@ -66,9 +72,10 @@ def with_authorization(handler: Handler, authorizer: Authorizer) -> Handler:
 
 
 def _traced(authorizer: Authorizer) -> Any:
-    """The authorizer's decide() in an `authorization` span with the decision (the audit annotation's)."""
+    """The authorizer's decide() in an `authorization` span with the decision (the audit annotation's); an
+    event instead when the authorizer decides without a call (system:masters, a cached decision)."""
     async def in_span(user: pb.UserInfo, info: RequestInfo) -> tuple[bool, str]:
-        with stage("authorization") as span:
+        with (step if _decides_here(authorizer, user, info) else stage)("authorization") as span:
             allowed, reason = await authorizer.decide(user, info)
             if span is not None:
                 span.set_attributes({"decision": "allow" if allowed else "forbid", "reason": reason})

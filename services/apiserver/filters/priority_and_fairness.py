@@ -6,7 +6,8 @@ carries the options its work estimate reads. A long-running request's handler gi
 once it is initialized (a watch: its initial events out; release is idempotent).
 
 Traced, the wait for the seat and the execution on it are spans of their own (`apf wait`, `apf execution`)
-with the seat's priority level and flow schema; a watch's execution span ends once it is established.
+with the seat's priority level and flow schema (the wait an event on the root when the seat is given
+without a call: an exempt request); a watch's execution span ends once it is established.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from apiary_pb import envelope_pb2 as pb
 from services.common import tracing
 
 from . import Handler, RequestContext
-from .traces import sampled, stage
+from .traces import sampled, stage, step
 
 
 class Seat(Protocol):
@@ -28,6 +29,12 @@ class FlowControl(Protocol):
     async def acquire(self, digest: pb.RequestAttributes) -> Seat: ...
 
     def release(self, seat: Seat) -> None: ...
+
+
+def _seats_here(flowcontrol: FlowControl, digest: pb.RequestAttributes) -> bool:
+    """Whether the seat is given without a call (an exempt request; a seat source's optional seats_here())."""
+    seats_here = getattr(flowcontrol, "seats_here", None)
+    return seats_here is not None and seats_here(digest)
 
 
 def list_options(query: dict[str, str]) -> pb.ListOptions:
@@ -56,7 +63,7 @@ def with_priority_and_fairness(handler: Handler, flowcontrol: FlowControl) -> Ha
         if not traced:
             seat = await ctx.race(flowcontrol.acquire(digest))
         else:
-            with stage("apf wait") as span:
+            with (step if _seats_here(flowcontrol, digest) else stage)("apf wait") as span:
                 seat = await ctx.race(flowcontrol.acquire(digest))
                 attributes = _seat_attributes(seat)
                 if span is not None:

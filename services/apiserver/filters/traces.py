@@ -4,7 +4,9 @@ after it (kube's filters and handler spans).
 A client's `traceparent` is continued only for system:masters and system:monitoring (kube 1.33); any
 other caller's becomes a link of a new root span, so no untrusted client picks trace IDs or sampling.
 The root span is backdated to the request's arrival, so it covers the filters before this one, and
-authentication (timed before the root existed) is added as a backdated child. The root carries the
+authentication (timed before the root existed) is an event on it with its duration. A stage that makes
+no call to another service (step(): authorization decided in process, an exempt request's apf wait) is
+such an event too, as kube's utiltrace steps are: a span would say nothing more, and cost more. The root carries the
 response code also when the request failed (the error is answered by with_panic_recovery, outside it),
 and is marked failed on a 5xx. A long-running request (a watch) is traced for its setup only: its
 handler calls established() once it streams, which ends the root and the stages still open.
@@ -18,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from services.common import tracing
 from services.common.errors import APIError
@@ -29,6 +31,7 @@ from . import ClientDisconnected, Handler, RequestContext
 
 TRUSTED_GROUPS = frozenset({"system:masters", "system:monitoring"})
 T = TypeVar("T")
+_NULL = contextlib.nullcontext()
 # the names of kube's handler spans (endpoints/handlers: tracing.Start(ctx, "Create", ...))
 _HANDLER_NAMES = {"get": "Get", "list": "List", "watch": "Watch", "create": "Create", "update": "Update",
                   "patch": "Patch", "delete": "Delete", "deletecollection": "DeleteCollection"}
@@ -91,14 +94,11 @@ def _ns(perf: float) -> int:
 
 
 def _authentication(ctx: RequestContext) -> None:
-    """The authentication span, made after the fact from its Server-Timing stage: it ended at ctx.mark."""
+    """Authentication, timed before the root existed (its Server-Timing stage, ended at ctx.mark): an event
+    on the root with its duration (no call it made is in the trace: there was none to continue yet)."""
     ms = next((d for stage, d in reversed(ctx.timings) if stage == "authn"), None)  # type: ignore[attr-defined]
-    if ms is None:
-        return
-    end = _ns(ctx.mark)
-    span = tracing.start_span("authentication", start_time=end - int(ms * 1e6))
-    if span is not None:
-        tracing.end(span, end_time=end)
+    if ms is not None:
+        tracing.add_event("authentication", {"duration_ms": round(ms, 3)}, _ns(ctx.mark))
 
 
 def with_tracing(handler: Handler, trusted_peer: Callable[[RequestContext], bool] | None = None) -> Handler:
@@ -164,32 +164,71 @@ def trace_id() -> str:
     return "" if trace is None else trace.trace_id
 
 
-@contextlib.contextmanager
-def stage(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Any]:
+class _Stage:
+    """A span for one stage of a sampled request, current for the block (a class, not a generator: every
+    stage of a sampled request pays for it); it ends with the block, or earlier when the request is
+    established. Marked failed when a 5xx escapes it."""
+
+    __slots__ = ("_span", "_token", "_trace")
+
+    def __init__(self, trace: RequestTrace, span: Any) -> None:
+        self._trace, self._span = trace, span
+
+    def __enter__(self) -> Any:
+        self._trace.open.append(self._span)
+        self._token = tracing.make_current(self._span)
+        return self._span
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        tracing.restore(self._token)
+        error = ""
+        if isinstance(exc, APIError):
+            error = _error(exc.code)
+        elif isinstance(exc, Exception) and not isinstance(exc, ClientDisconnected):
+            error = type(exc).__name__
+        open_ = self._trace.open
+        if self._span in open_:
+            open_.remove(self._span)
+        tracing.end(self._span, error)
+
+
+class _Step:
+    """A stage that made no call (served from a cache, decided in process): an event on the enclosing
+    span, as kube's utiltrace steps are, with its duration; what the block sets on it (set_attributes,
+    as on a span) goes with the event."""
+
+    __slots__ = ("_attributes", "_name", "_start")
+
+    def __init__(self, name: str, attributes: Mapping[str, Any] | None) -> None:
+        self._name = name
+        self._attributes = dict(attributes) if attributes else {}
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        self._attributes.update(attributes)
+
+    def __enter__(self) -> Self:
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        self._attributes["duration_ms"] = round((time.perf_counter() - self._start) * 1e3, 3)
+        if exc is not None and not isinstance(exc, ClientDisconnected):
+            self._attributes["error"] = type(exc).__name__
+        tracing.add_event(self._name, self._attributes)
+
+
+def stage(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[Any]:
     """A span for one stage of a sampled request (None otherwise), current for the block; it ends with
     the block, or earlier when the request is established. Marked failed when a 5xx escapes it."""
     trace = _REQUEST.get()
     span = tracing.start_span(name, attributes) if trace is not None else None
-    if span is None:
-        yield None
-        return
-    trace.open.append(span)  # type: ignore[union-attr]
-    error = ""
-    try:
-        with tracing.use(span):
-            yield span
-    except APIError as e:
-        error = _error(e.code)
-        raise
-    except ClientDisconnected:
-        raise
-    except Exception as e:
-        error = type(e).__name__
-        raise
-    finally:
-        if span in trace.open:  # type: ignore[union-attr]
-            trace.open.remove(span)  # type: ignore[union-attr]
-        tracing.end(span, error)
+    return _NULL if span is None else _Stage(trace, span)  # type: ignore[arg-type]
+
+
+def step(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[Any]:
+    """A stage of a sampled request that makes no call to another service: an event with its duration on
+    the current span (what set_attributes() puts on it goes with it), None when the request is not sampled."""
+    return _NULL if _REQUEST.get() is None else _Step(name, attributes)
 
 
 def traced(name: str, call: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:

@@ -257,6 +257,10 @@ class SeatClient:
                 # retries the connection on its own capped backoff (grpcutil.CHANNEL_OPTIONS).
                 await self.channel.channel_ready()
 
+    def seats_here(self, digest: pb.RequestAttributes) -> bool:
+        """Whether acquire() answers without the apf service (exempt, or its fallback's limits)."""
+        return not self.enabled or is_exempt(digest.user.groups) or self._queue is None
+
     async def acquire(self, digest: pb.RequestAttributes) -> Seat:
         """Wait for a seat. TooManyRequests when rejected (by the apf service, or by the max-in-flight
         limits while it is unreachable); ServiceUnavailable when it stops answering."""

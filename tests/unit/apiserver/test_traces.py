@@ -1,5 +1,5 @@
 """services/apiserver/filters/traces.py: the root span's code for a failed request, the stage spans under
-it, authentication backdated from its timing, a watch traced for its setup only; nothing when off."""
+it, authentication an event on the root timed by its Server-Timing stage, a step an event, a watch traced for its setup only; nothing when off."""
 from __future__ import annotations
 
 import asyncio
@@ -67,10 +67,11 @@ async def test_the_stages_and_authentication_under_the_root(exported: InMemorySp
     root = got["GET /api/v1/namespaces/{:namespace}/configmaps"]
     assert root.parent.span_id == 0xb7ad6b7169203331 and root.attributes["http.status_code"] == 200
     assert traces.trace_id() == "0af7651916cd43dd8448eb211c80319c"  # the exemplar, after the request
-    authn, handler = got["authentication"], got["List"]
-    assert authn.parent.span_id == handler.parent.span_id == root.context.span_id
-    assert root.start_time <= authn.start_time and authn.end_time - authn.start_time == 5_000_000
-    assert authn.end_time <= handler.start_time
+    assert "authentication" not in got
+    (authn,), handler = root.events, got["List"]
+    assert authn.name == "authentication" and dict(authn.attributes) == {"duration_ms": 5.0}
+    assert handler.parent.span_id == root.context.span_id
+    assert root.start_time <= authn.timestamp <= handler.start_time
     assert dict(handler.attributes) == {"verb": "list", "resource": "configmaps", "namespace": "ns",
                                         "http.status_code": 200}
 
@@ -101,7 +102,7 @@ async def test_a_watch_is_traced_for_its_setup(exported: InMemorySpanExporter) -
     ctx.info.verb = "watch"
     await chain(api)(ctx)
     got = spans(exported)
-    assert len(exported.get_finished_spans()) == len(got) == 4  # each ended once
+    assert len(exported.get_finished_spans()) == len(got) == 3  # each ended once
     assert got["Watch"].attributes["http.status_code"] == 200
 
 
@@ -113,3 +114,26 @@ async def test_an_unsampled_request_makes_no_spans(exported: InMemorySpanExporte
 
     await chain(api)(Ctx(traceparent=""))  # rate 0 and no parent: not sampled
     assert spans(exported) == {} and traces.trace_id() == ""
+
+
+async def test_a_step_is_an_event_on_the_current_span(exported: InMemorySpanExporter) -> None:
+    async def api(ctx: Any) -> None:
+        with traces.stage("apf execution"):
+            with traces.step("authorization", {"a": "b"}) as step:
+                step.set_attributes({"decision": "allow"})
+            with pytest.raises(NotFound), traces.step("lookup"):
+                raise NotFound("nope")
+        ctx.code = 200
+
+    await chain(api)(Ctx())
+    got = spans(exported)
+    assert "authorization" not in got
+    authz, lookup = got["apf execution"].events
+    assert authz.name == "authorization" and authz.attributes["decision"] == "allow" and authz.attributes["a"] == "b"
+    assert authz.attributes["duration_ms"] >= 0
+    assert lookup.name == "lookup" and lookup.attributes["error"] == "NotFound"
+
+
+def test_a_step_of_an_unsampled_request_is_nothing() -> None:
+    with traces.step("authorization") as step:
+        assert step is None
