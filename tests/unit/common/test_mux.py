@@ -17,6 +17,8 @@ from tests.waiting import until
 
 
 class Echo(rgrpc.RegistryServicer):
+    held = asyncio.Event()  # a call named "held" answers once the test sets it
+
     @grpcutil.api_method
     async def Handle(self, request, context):
         if request.name == "missing":
@@ -34,6 +36,8 @@ class Echo(rgrpc.RegistryServicer):
                     await asyncio.sleep(0)
                     yield bytes([65 + i]) * size
             return mux.Streamed(parts() if request.query.get("async") else [bytes([65 + i]) * size for i in range(n)])
+        if request.name == "held":
+            await self.held.wait()
         await asyncio.sleep(float(request.query.get("sleep", "0")))
         return rpb.APIResponse(code=200, body=request.name.encode())
 
@@ -76,11 +80,13 @@ async def test_calls_errors_and_concurrency():
             await client.call("Handle", rpb.APIRequest(name="boom"))
         assert e.value.code == 500
         # answers come back by id, not in order: the slow call does not hold up the fast ones
-        slow = asyncio.create_task(client.call("Handle", rpb.APIRequest(name="slow", query={"sleep": "0.3"})))
+        Echo.held = asyncio.Event()
+        slow = asyncio.create_task(client.call("Handle", rpb.APIRequest(name="held")))
         fast = await asyncio.gather(*(client.call("Handle", rpb.APIRequest(name=f"n{i}")) for i in range(50)))
         assert [r.body for r in fast] == [f"n{i}".encode() for i in range(50)]
         assert not slow.done()
-        assert (await slow).body == b"slow"
+        Echo.held.set()
+        assert (await slow).body == b"held"
     finally:
         await channel.close()
         await server.stop(None)
