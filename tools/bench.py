@@ -300,11 +300,13 @@ class Probe:
         """phase's figures with the CPU ms each process spent per request (the load generator's as
         client_cpu_ms_per_request), the gRPC calls each service served per request, the ms each process
         waited for a CPU per request (run_queue_ms_per_request) and how busy the whole machine was."""
-        before = self.snapshot()
+        # the run-queue reads (a walk of /proc) outside the CPU snapshots: the load generator's CPU is not theirs
         waits, jiffies = self.waits(), machine_jiffies()
+        before = self.snapshot()
         r = await phase
+        after = self.snapshot(end=True)
         waits_after, jiffies_after = self.waits(), machine_jiffies()
-        cpu, hops = self.per_request(before, self.snapshot(end=True), r["requests"])
+        cpu, hops = self.per_request(before, after, r["requests"])
         r["client_cpu_ms_per_request"] = cpu.pop(CLIENT)
         r.update(cpu_ms_per_request=cpu, grpc_calls_per_request=hops,
                  run_queue_ms_per_request={k: round((waits_after[k] - v) / r["requests"] * 1000, 3)
