@@ -60,7 +60,7 @@ from services.common.runtime import tune_malloc
 from services.cluster import certs
 from tools import bench_history
 from tools.bench_goals import ENVTEST_GOALS, goal_lines
-from tools.bench_stats import interleave, latency_summary, median_of_rounds, ratio_of_rounds
+from tools.bench_stats import interleave, latency_summary, median_of_rounds, ratio_of_rounds, stage_breakdown
 from tools.fakeservers import Issuer
 from services.cluster.stack import ROOT, Stack, replica_of
 
@@ -81,6 +81,7 @@ class Conn:
         self.host, self.port, self.ctx = host, port, ctx
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.server_timing = ""  # the last answer's Server-Timing header (its stages, for the open loop's tail)
 
     async def request(self, method: str, path: str, body: bytes = b"",
                       headers: dict[str, str] | None = None) -> tuple[int, bytes]:
@@ -95,6 +96,7 @@ class Conn:
         lines = raw.decode("latin-1").split("\r\n")
         status = int(lines[0].split()[1])
         hdrs = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+        self.server_timing = hdrs.get("server-timing", "")
         if "content-length" in hdrs:
             data = await self.reader.readexactly(int(hdrs["content-length"]))
         else:
@@ -132,20 +134,24 @@ async def open_loop(rate: float, seconds: float, one: Callable[[int, Conn], Awai
     """Requests sent at a fixed rate whatever the answers (open loop, as many independent clients
     send), each on the next idle connection of a warmed pool (a client's bounded pool: no handshake
     storm when the server falls behind); latency counted from the moment a request was due, so the
-    time it queued for a connection or in the server is charged."""
+    time it queued for a connection or in the server is charged. `stages`: the slowest 1 %'s Server-Timing
+    stages and connection wait beside the median's (bench_stats.stage_breakdown)."""
     pool = [make_conn() for _ in range(connections)]
     await asyncio.gather(*(one(-1 - k, c) for k, c in enumerate(pool)))  # handshakes and caches warm
     idle: asyncio.Queue[Conn] = asyncio.Queue()
     for c in pool:
         idle.put_nowait(c)
     lat: list[float] = []
+    samples: list[tuple[float, float, str]] = []
     inflight: set[asyncio.Task] = set()
     peak = [0]
 
     async def send(i: int, due: float) -> None:
         conn = await idle.get()
+        sent = time.perf_counter()
         await one(i, conn)
         lat.append(time.perf_counter() - due)
+        samples.append((lat[-1], sent - due, conn.server_timing))
         idle.put_nowait(conn)
 
     total = int(rate * seconds)
@@ -159,7 +165,8 @@ async def open_loop(rate: float, seconds: float, one: Callable[[int, Conn], Awai
         peak[0] = max(peak[0], len(inflight))
     await asyncio.gather(*inflight)
     out = latency_summary(lat, time.perf_counter() - start)
-    out.update(offered_rate=round(rate, 1), max_in_flight=peak[0], connections=connections)
+    out.update(offered_rate=round(rate, 1), max_in_flight=peak[0], connections=connections,
+               stages=stage_breakdown(samples))
     return out
 
 
@@ -181,6 +188,29 @@ def _own_cpu(pid: int) -> float:
     except OSError:  # a worker that exited meanwhile
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def run_queue_seconds(pid: int) -> float:
+    """Seconds the threads of a process (its proxy workers' too) were runnable but waited for a CPU
+    (/proc/<pid>/task/*/schedstat): time a request lost to the machine's other work, at no CPU cost."""
+    total = 0
+    for p in (pid, *proxy_workers(pid)):
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                total += int(Path(f"/proc/{p}/task/{t}/schedstat").read_text().split()[1])
+            except (OSError, IndexError, ValueError):  # a thread that ended meanwhile; no schedstat
+                continue
+    return total / 1e9
+
+
+def machine_jiffies() -> tuple[int, int]:
+    """The machine's busy and total CPU time so far (/proc/stat, all cores, in jiffies)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)  # idle and iowait are not busy
 
 
 def proxy_workers(pid: int) -> list[int]:
@@ -258,14 +288,30 @@ class Probe:
                     hops[f"{k}.{method}"] = round(d, 2)
         return cpu, hops
 
+    def waits(self) -> dict[str, float]:
+        """Each service's run-queue seconds so far (summed over its replicas), the load generator's too."""
+        out: dict[str, float] = {CLIENT: run_queue_seconds(os.getpid())}
+        for n, pid in {**self.pids, **self.others}.items():
+            service = replica_of(n)[0] if n in self.pids else n
+            out[service] = out.get(service, 0.0) + (run_queue_seconds(pid) if pid else 0.0)
+        return out
+
     async def measure(self, phase: Awaitable[dict[str, Any]]) -> dict[str, Any]:
         """phase's figures with the CPU ms each process spent per request (the load generator's as
-        client_cpu_ms_per_request) and the gRPC calls each service served per request."""
+        client_cpu_ms_per_request), the gRPC calls each service served per request, the ms each process
+        waited for a CPU per request (run_queue_ms_per_request) and how busy the whole machine was."""
+        # the run-queue reads (a walk of /proc) outside the CPU snapshots: the load generator's CPU is not theirs
+        waits, jiffies = self.waits(), machine_jiffies()
         before = self.snapshot()
         r = await phase
-        cpu, hops = self.per_request(before, self.snapshot(end=True), r["requests"])
+        after = self.snapshot(end=True)
+        waits_after, jiffies_after = self.waits(), machine_jiffies()
+        cpu, hops = self.per_request(before, after, r["requests"])
         r["client_cpu_ms_per_request"] = cpu.pop(CLIENT)
-        r.update(cpu_ms_per_request=cpu, grpc_calls_per_request=hops)
+        r.update(cpu_ms_per_request=cpu, grpc_calls_per_request=hops,
+                 run_queue_ms_per_request={k: round((waits_after[k] - v) / r["requests"] * 1000, 3)
+                                           for k, v in waits.items()},
+                 machine_busy_pct=round(100 * (jiffies_after[0] - jiffies[0]) / max(1, jiffies_after[1] - jiffies[1]), 1))
         return r
 
 
@@ -772,7 +818,31 @@ def _cell(v: object) -> str:
     return "" if v is None else str(v)
 
 
+OPEN_LOOP_FIGURES = ("get_open_loop", "create_open_loop")
+
+
+def open_loop_notes(r: dict) -> str:
+    """Whether an open-loop figure measured the stack or the machine: how busy the machine's cores were
+    and how much of that was the stack and the load generator, each process's wait for a CPU per request,
+    and the slowest 1 %'s Server-Timing stages beside the median's (a tail whose stages are no longer
+    than the median's waited outside the server: for a connection, or for a CPU)."""
+    cpu = sum(r["cpu_ms_per_request"].values()) + (r.get("client_cpu_ms_per_request") or 0)
+    used = round(100 * cpu * r["rate"] / 1000 / (os.cpu_count() or 1), 1)
+    waits = r.get("run_queue_ms_per_request") or {}
+    top = ", ".join(f"{k} {v}" for k, v in sorted(waits.items(), key=lambda kv: -kv[1])[:4] if v)
+
+    def stages(d: dict) -> str:
+        return ", ".join(f"{k} {v}" for k, v in d.items())
+
+    st = r.get("stages") or {}
+    return (f"machine {r.get('machine_busy_pct')} % busy, {used} % of it this stack and its load generator; "
+            f"run-queue wait ms/req: {top or 'none'}; slowest 1 % (ms): {stages(st.get('tail', {}))}; "
+            f"median: {stages(st.get('median', {}))}")
+
+
 def extra_notes(name: str, r: dict) -> str:
+    if name in OPEN_LOOP_FIGURES:
+        return open_loop_notes(r)
     if name == "list_10k":
         return (f"{r['objects']} objects, {r['response_bytes']} B: {r['seconds']} s through HTTPS vs "
                 f"{r['baseline_rate']} s for the same bytes from a bare HTTPS handler; goal ratio <= "
@@ -861,7 +931,9 @@ def core_figures(raw: dict) -> dict[str, dict]:
             "p99_ms": r["p99_ms"], "p50_ms": r["p50_ms"], "rate": r["rate"], "baseline": "goal_p99_ms",
             "baseline_rate": goal, "ratio": round(r["p99_ms"] / goal, 2), "ratio_is_cost": True,
             "offered_rate": r["offered_rate"], "max_in_flight": r["max_in_flight"],
-            "cpu_ms_per_request": r["cpu_ms_per_request"], "client_cpu_ms_per_request": r["client_cpu_ms_per_request"]}
+            "cpu_ms_per_request": r["cpu_ms_per_request"], "client_cpu_ms_per_request": r["client_cpu_ms_per_request"],
+            "run_queue_ms_per_request": r.get("run_queue_ms_per_request", {}),
+            "machine_busy_pct": r.get("machine_busy_pct"), "stages": r.get("stages", {})}
     return out
 
 
@@ -909,7 +981,7 @@ def figure_lines(results: dict[str, dict], verdicts: dict[str, bench_history.Ver
                      f"{str(r.get('baseline', '')):22} {_cell(r.get('baseline_rate')):>9} {_cell(r.get('ratio')):>7} "
                      f"{_cpu(r.get('cpu_ms_per_request')):>10} {_cpu(r.get('baseline_cpu_ms_per_request')):>8} "
                      f"{_cpu(r.get('client_cpu_ms_per_request')):>6}  {history_note(name, r, verdicts)}")
-        if name in EXTRA_FIGURES and (notes := extra_notes(name, r)):
+        if name in (*EXTRA_FIGURES, *OPEN_LOOP_FIGURES) and (notes := extra_notes(name, r)):
             lines.append(f"{'':24} {notes}")
     return lines
 

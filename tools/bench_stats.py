@@ -66,3 +66,40 @@ def ratio_of_rounds(figure: Sequence[dict[str, Any]], baseline: Sequence[dict[st
                     digits: int = 4) -> float:
     """The median over the rounds of figure[key] / baseline[key], each ratio taken within one round."""
     return round(statistics.median(f[key] / b[key] for f, b in zip(figure, baseline, strict=True)), digits)
+
+
+def server_timing(value: str) -> dict[str, float]:
+    """A Server-Timing header's stages as {name: ms} (`authn;dur=0.02, registry;dur=3.10`); a stage named
+    twice is summed, a stage without a duration left out."""
+    out: dict[str, float] = {}
+    for part in value.split(","):
+        name, _, params = part.strip().partition(";")
+        for param in params.split(";"):
+            key, _, v = param.strip().partition("=")
+            if key == "dur" and name:
+                try:
+                    out[name] = out.get(name, 0.0) + float(v)
+                except ValueError:
+                    pass
+    return out
+
+
+def stage_breakdown(samples: Sequence[tuple[float, float, str]], share: float = 0.01) -> dict[str, dict[str, float]]:
+    """Where the slowest requests' time went, beside the typical request's: for the slowest `share` of
+    samples (latency s, seconds waited for a connection, Server-Timing header) and as many around the
+    median, the mean latency, connection wait and each server stage, in ms. A tail whose stages are no
+    longer than the median's waited outside the server's stages (in the client, the kernel, or for a CPU)."""
+    ordered = sorted(samples, key=lambda s: s[0])
+    k = max(1, int(len(ordered) * share))
+    mid = max(0, len(ordered) // 2 - k // 2)
+
+    def mean(group: Sequence[tuple[float, float, str]]) -> dict[str, float]:
+        out = {"latency": 0.0, "connection_wait": 0.0}
+        for lat, wait, timing in group:
+            out["latency"] += lat * 1000
+            out["connection_wait"] += wait * 1000
+            for name, ms in server_timing(timing).items():
+                out[name] = out.get(name, 0.0) + ms
+        return {name: round(v / len(group), 2) for name, v in out.items()}
+
+    return {"tail": mean(ordered[-k:]), "median": mean(ordered[mid:mid + k])} if ordered else {}

@@ -220,40 +220,43 @@ def check(obj: dict[str, Any], schema_name: str, kind: str,
     """
     unknown: list[str] = []
     type_error: list[str] = []
-
-    def walk(value: Any, schema: Schema, path: str) -> None:
-        schema = typed.resolve(schema, definitions)
-        if value is None:
-            return
-        want = schema.get("type")
-        if schema.get("x-kubernetes-int-or-string") and type(value) is int:
-            return
-        if not _is_a(want, value):
-            if not type_error:
-                got = _JSON_TYPES.get(type(value), "value")
-                go = _GO_TYPES.get(want or "", "value")
-                if want == "integer":
-                    go = schema.get("format", "int64")
-                type_error.append(f"json: cannot unmarshal {got} into Go struct field {kind}.{path} of type {go}")
-            return
-        if isinstance(value, dict):
-            props = schema.get("properties")
-            if props is not None:
-                for k, v in value.items():
-                    sub = f"{path}.{k}" if path else k
-                    if k in props:
-                        walk(v, props[k], sub)
-                    elif not schema.get("x-kubernetes-preserve-unknown-fields"):
-                        unknown.append(sub)
-            elif "additionalProperties" in schema:
-                for k, v in value.items():
-                    walk(v, schema["additionalProperties"], path)
-        elif isinstance(value, list) and "items" in schema:
-            for i, v in enumerate(value):
-                walk(v, schema["items"], f"{path}[{i}]")
-
-    walk(obj, definitions[schema_name], "")
+    _walk(obj, definitions[schema_name], "", definitions, kind, unknown, type_error)
     return unknown, (type_error[0] if type_error and schema_name not in _CUSTOM else None)
+
+
+def _walk(value: Any, schema: Schema, path: str, definitions: Mapping[str, Schema], kind: str,
+          unknown: list[str], type_error: list[str]) -> None:
+    """check's walk, a function of the module rather than a closure: a closure that calls itself is a
+    reference cycle, left to the cyclic collector after every request the registry decodes."""
+    schema = typed.resolve(schema, definitions)
+    if value is None:
+        return
+    want = schema.get("type")
+    if schema.get("x-kubernetes-int-or-string") and type(value) is int:
+        return
+    if not _is_a(want, value):
+        if not type_error:
+            got = _JSON_TYPES.get(type(value), "value")
+            go = _GO_TYPES.get(want or "", "value")
+            if want == "integer":
+                go = schema.get("format", "int64")
+            type_error.append(f"json: cannot unmarshal {got} into Go struct field {kind}.{path} of type {go}")
+        return
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        if props is not None:
+            for k, v in value.items():
+                sub = f"{path}.{k}" if path else k
+                if k in props:
+                    _walk(v, props[k], sub, definitions, kind, unknown, type_error)
+                elif not schema.get("x-kubernetes-preserve-unknown-fields"):
+                    unknown.append(sub)
+        elif "additionalProperties" in schema:
+            for k, v in value.items():
+                _walk(v, schema["additionalProperties"], path, definitions, kind, unknown, type_error)
+    elif isinstance(value, list) and "items" in schema:
+        for i, v in enumerate(value):
+            _walk(v, schema["items"], f"{path}[{i}]", definitions, kind, unknown, type_error)
 
 
 def field_doc(definition: str, field: str) -> str:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from tools.bench_stats import interleave, latency_summary, median_of_rounds, percentile, ratio_of_rounds
+from tools.bench_stats import (interleave, latency_summary, median_of_rounds, percentile, ratio_of_rounds,
+                               server_timing, stage_breakdown)
 
 
 def test_rounds_alternate_the_baseline_with_its_figures():
@@ -44,3 +45,20 @@ def test_percentiles_by_nearest_rank():
     assert percentile([0.5], 0.99) == 0.5
     assert latency_summary(values, elapsed=2.0) == {"rate": 50.0, "p50_ms": 50.5, "p99_ms": 100.0,
                                                     "requests": 100}
+
+
+def test_server_timing_reads_each_stage_and_sums_repeats() -> None:
+    assert server_timing("authn;dur=0.02, apf;dur=1.5, registry;dur=3.10, storage;dur=1, storage;dur=2") == {
+        "authn": 0.02, "apf": 1.5, "registry": 3.1, "storage": 3.0}
+    assert server_timing("") == {}
+    assert server_timing('cache;desc="hit", db;dur=x, total;dur=4') == {"total": 4.0}
+
+
+def test_stage_breakdown_sets_the_slowest_share_beside_the_median() -> None:
+    # 200 requests: 198 of 10 ms (registry 8), two of 100 ms of which 90 waited in the registry stage
+    samples = [(0.010, 0.001, "authn;dur=0.1, registry;dur=8") for _ in range(198)]
+    samples += [(0.100, 0.002, "authn;dur=0.1, registry;dur=90"), (0.120, 0.004, "authn;dur=0.1, registry;dur=110")]
+    out = stage_breakdown(samples, share=0.01)
+    assert out["tail"] == {"latency": 110.0, "connection_wait": 3.0, "authn": 0.1, "registry": 100.0}
+    assert out["median"] == {"latency": 10.0, "connection_wait": 1.0, "authn": 0.1, "registry": 8.0}
+    assert stage_breakdown([]) == {}
