@@ -325,10 +325,9 @@ class OneWriteCycle(RequestResponseCycle):
             elif name == b"transfer-encoding" and value.lower() == b"chunked":
                 self.expected_content_length = 0
                 self.chunked_encoding = True
-            elif name == b"connection":
-                if b"close" in [token.lower().strip() for token in value.split(b",")]:
-                    self.keep_alive = False
-                    has_connection_close = True
+            elif name == b"connection" and b"close" in [token.lower().strip() for token in value.split(b",")]:
+                self.keep_alive = False
+                has_connection_close = True
             content += (name, b": ", value, b"\r\n")
         if not self.keep_alive and not has_connection_close:
             content.append(b"connection: close\r\n")

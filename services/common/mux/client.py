@@ -29,7 +29,7 @@ def _expire(fut: asyncio.Future[pb.Frame]) -> None:
     """A call's timeout: its answer's future fails (a timer on it, not asyncio.wait_for's waiter future
     and callbacks around it)."""
     if not fut.done():
-        fut.set_exception(asyncio.TimeoutError())
+        fut.set_exception(TimeoutError())
 
 
 class _Stream:
