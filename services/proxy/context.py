@@ -30,7 +30,7 @@ T = TypeVar("T")
 MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
 _WANTED_HEADERS = frozenset(
     (b"accept", b"audit-id", b"authorization", b"content-type", b"content-length", b"if-none-match",
-     b"traceparent"))
+     b"traceparent", b"user-agent"))
 _IMPERSONATE_PREFIX = b"impersonate-"
 
 

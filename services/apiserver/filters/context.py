@@ -47,7 +47,7 @@ class BaseContext:
     __slots__ = ()
     scope: dict[str, Any]
     receive: Any
-    headers: dict[bytes, bytes]
+    headers: dict[bytes, bytes]  # the first value of each header read (User-Agent among them)
     timings: list[tuple[str, float]]
     _disconnect: asyncio.Future[None] | None
 
@@ -63,8 +63,7 @@ class BaseContext:
     def pretty(self) -> bool:
         """kube's isPrettyPrint for this request: its JSON answers are indented."""
         qs = self.scope.get("query_string", b"")
-        agent = next((v for k, v in self.scope["headers"] if k == b"user-agent"), b"")
-        return wants_pretty(parse_query(qs) if b"pretty" in qs else {}, agent)
+        return wants_pretty(parse_query(qs) if b"pretty" in qs else {}, self.headers.get(b"user-agent", b""))
 
     @property
     def client_cert(self) -> dict[str, Any] | None:
