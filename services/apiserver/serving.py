@@ -38,7 +38,13 @@ import uvicorn
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    HEADER_RE,
+    HEADER_VALUE_RE,
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
 from services.common.runtime import released
 
@@ -47,6 +53,9 @@ log = logging.getLogger(__name__)
 # The scope extension under which the protocol puts the connection's transport (a handler that must
 # see the client go away watches it).
 CONNECTION_EXTENSION = "apiary.connection"
+# ... and a future of the connection, done once it is lost: a request that must see its client go away
+# waits on it (a callback) instead of a task of its own reading for http.disconnect
+GONE_EXTENSION = "apiary.gone"
 # Requests still running this long after the stop signal are cancelled (watches end at once, but one
 # whose client does not read holds its connection): well inside the grace a stop gives a process before
 # SIGKILL (a local stack's 10 s, services/cluster/processes.py; a pod's 30 s), so that what is stopped
@@ -269,11 +278,87 @@ class HeaderDeadlines:
                 await task
 
 
+class OneWriteCycle(RequestResponseCycle):
+    """uvicorn's request-response cycle, whose answer of a known length leaves in one write: the head is
+    held until the body's first message and written with it (one TLS record and one send instead of
+    two), and the headers are checked in two regex searches over all of them rather than two per header.
+    Anything else (a chunked answer, HEAD, an access log, a paused or closed connection) is uvicorn's send."""
+
+    _head: bytes | None = None
+
+    async def send(self, message: Any) -> None:
+        head = self._head
+        if head is not None:
+            self._head = None
+            if message["type"] == "http.response.body" and not self.disconnected and not self.flow.write_paused:
+                self._write_body(head, message.get("body", b""), message.get("more_body", False))
+                return
+            if not self.disconnected:
+                self.transport.write(head)
+        elif (message["type"] == "http.response.start" and not self.response_started and not self.access_log
+              and not self.disconnected and not self.flow.write_paused):
+            head = self._start(message)
+            if self.chunked_encoding is False and self.scope["method"] != "HEAD":
+                self._head = head
+            else:
+                self.transport.write(head)
+            return
+        await super().send(message)
+
+    def _start(self, message: Any) -> bytes:
+        """The status line and headers, and the cycle's response state (uvicorn's send, bar the write)."""
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        status_code = message["status"]
+        headers = self.default_headers + list(message.get("headers", []))
+        if HEADER_RE.search(b"".join(name for name, _ in headers)):
+            raise RuntimeError("Invalid HTTP header name.")
+        if HEADER_VALUE_RE.search(b"\t".join(value for _, value in headers)):
+            raise RuntimeError("Invalid HTTP header value.")
+        content = [STATUS_LINE[status_code]]
+        has_connection_close = False
+        for name, value in headers:
+            name = name.lower()
+            if name == b"content-length" and self.chunked_encoding is None:
+                self.expected_content_length = int(value.decode())
+                self.chunked_encoding = False
+            elif name == b"transfer-encoding" and value.lower() == b"chunked":
+                self.expected_content_length = 0
+                self.chunked_encoding = True
+            elif name == b"connection" and b"close" in [token.lower().strip() for token in value.split(b",")]:
+                self.keep_alive = False
+                has_connection_close = True
+            content += (name, b": ", value, b"\r\n")
+        if not self.keep_alive and not has_connection_close:
+            content.append(b"connection: close\r\n")
+        if self.chunked_encoding is None and self.scope["method"] != "HEAD" and status_code not in (204, 304):
+            self.chunked_encoding = True
+            content.append(b"transfer-encoding: chunked\r\n")
+        content.append(b"\r\n")
+        return b"".join(content)
+
+    def _write_body(self, head: bytes, body: bytes, more_body: bool) -> None:
+        """The held head and the body's first part, in one write (the answer's Content-Length is known)."""
+        if len(body) > self.expected_content_length:
+            raise RuntimeError("Response content longer than Content-Length")
+        self.expected_content_length -= len(body)
+        self.transport.write(head + body)
+        if not more_body:
+            if self.expected_content_length != 0:
+                raise RuntimeError("Response content shorter than Content-Length")
+            self.response_complete = True
+            self.message_event.set()
+            if not self.keep_alive:
+                self.transport.close()
+            self.on_response()
+
+
 class TLSHttpToolsProtocol(HttpToolsProtocol):
     """HttpToolsProtocol with kube's connection limits; the client certificate goes in
     scope["extensions"]["tls"] and the transport in scope["extensions"]["apiary.connection"]."""
 
     _tls: dict[str, Any] | None = None
+    _gone: asyncio.Future[None] | None = None
     _limits: HTTPLimits = HTTPLimits()
     _deadlines: HeaderDeadlines | None = None
     # bytes received since the current request's headers began (counted until they are complete)
@@ -284,6 +369,7 @@ class TLSHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._tls = None
+        self._gone = self.loop.create_future()
         self._limits = getattr(self.config, "limits", None) or HTTPLimits()
         self._deadlines = getattr(self.config, "header_deadlines", None)
         trust: ClientTrust | None = getattr(self.config, "client_trust", None)
@@ -300,6 +386,8 @@ class TLSHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
+        if self._gone is not None and not self._gone.done():
+            self._gone.set_result(None)
         super().connection_lost(exc)
         released(CONNECTION_HEAP_BYTES)
 
@@ -352,10 +440,15 @@ class TLSHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         # A keep-alive connection's next request: its headers are due within the timeout of its first byte.
         self._arm_header_timer()
-        ext: dict[str, Any] = {CONNECTION_EXTENSION: self.transport}
+        ext: dict[str, Any] = {CONNECTION_EXTENSION: self.transport, GONE_EXTENSION: self._gone}
         if self._tls is not None:
             ext["tls"] = self._tls
         self.scope["extensions"] = ext  # type: ignore[typeddict-unknown-key]
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        # uvicorn makes the cycle (on_headers_complete); OneWriteCycle only replaces its send
+        cycle.__class__ = OneWriteCycle
+        super()._start_asgi_task(cycle, app)
 
     def on_headers_complete(self) -> None:
         self._cancel_header_timer()

@@ -30,7 +30,7 @@ T = TypeVar("T")
 MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
 _WANTED_HEADERS = frozenset(
     (b"accept", b"audit-id", b"authorization", b"content-type", b"content-length", b"if-none-match",
-     b"traceparent"))
+     b"traceparent", b"user-agent"))
 _IMPERSONATE_PREFIX = b"impersonate-"
 
 
@@ -65,7 +65,7 @@ class Context(BaseContext):
         self.extra_headers: list[tuple[bytes, bytes]] = []
         self.code = 0
         self.response_started = False
-        self._disconnect: asyncio.Task[None] | None = None
+        self._disconnect: asyncio.Future[None] | None = None
         self.audit: Event | None = None  # this request's audit event, when the policy audits it
         # the response body's parts, kept for an audit event at level RequestResponse (never for watches)
         self.response_chunks: list[bytes] | None = None
@@ -113,10 +113,10 @@ class Context(BaseContext):
     def watch_disconnect(self) -> None:
         """Start noticing the client going away. Call only once the body has been read."""
         if self._disconnect is None:
-            self._disconnect = asyncio.ensure_future(self._wait_disconnect())
+            self._disconnect = self._gone()
 
     @property
-    def disconnected(self) -> asyncio.Task[None] | None:
+    def disconnected(self) -> asyncio.Future[None] | None:
         return self._disconnect
 
     async def race(self, aw: Awaitable[T]) -> T:
@@ -161,7 +161,8 @@ class Context(BaseContext):
         return transport is not None and transport.is_closing()
 
     def close(self) -> None:
-        if self._disconnect is not None and not self._disconnect.done():
+        # the reading task, if it is one; never the connection's future, which outlives the request
+        if isinstance(self._disconnect, asyncio.Task) and not self._disconnect.done():
             self._disconnect.cancel()
 
     # responses ---------------------------------------------------------------------

@@ -5,6 +5,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from prometheus_client import Counter, Histogram
@@ -27,6 +28,8 @@ REQUEST_DURATION = Histogram(
     ["verb", "group", "resource", "code"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
+# (verb, group, resource, code) -> the histogram's child: labels() validates its arguments on every call
+_durations: dict[tuple[str, str, str, int], Any] = {}
 WATCH_EVENTS = Counter("apiserver_watch_events_total", "Watch events sent by the registry.",
                        ["group", "version", "kind"])
 
@@ -81,8 +84,12 @@ class RegistryServicer(rgrpc.RegistryServicer):
             code = e.code
             raise
         finally:
-            REQUEST_DURATION.labels(request.verb, request.group, request.resource, str(code)).observe(
-                time.perf_counter() - t0)
+            key = (request.verb, request.group, request.resource, code)
+            child = _durations.get(key)
+            if child is None:
+                child = _durations[key] = REQUEST_DURATION.labels(request.verb, request.group, request.resource,
+                                                                  str(code))
+            child.observe(time.perf_counter() - t0)
 
     @grpcutil.api_stream
     async def Watch(self, request: rpb.APIRequest, context: grpc.aio.ServicerContext

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..negotiation import wants_pretty
 from ..requestinfo import parse_query
-from ..serving import CONNECTION_EXTENSION
+from ..serving import CONNECTION_EXTENSION, GONE_EXTENSION
 
 # kube takes the client's Audit-ID: one token of visible characters here, as it goes into logs
 AUDIT_ID = re.compile(rb"[!-~]{1,128}")
@@ -47,9 +47,9 @@ class BaseContext:
     __slots__ = ()
     scope: dict[str, Any]
     receive: Any
-    headers: dict[bytes, bytes]
+    headers: dict[bytes, bytes]  # the first value of each header read (User-Agent among them)
     timings: list[tuple[str, float]]
-    _disconnect: asyncio.Task[None] | None
+    _disconnect: asyncio.Future[None] | None
 
     def header(self, name: bytes) -> str:
         v = self.headers.get(name)
@@ -63,8 +63,7 @@ class BaseContext:
     def pretty(self) -> bool:
         """kube's isPrettyPrint for this request: its JSON answers are indented."""
         qs = self.scope.get("query_string", b"")
-        agent = next((v for k, v in self.scope["headers"] if k == b"user-agent"), b"")
-        return wants_pretty(parse_query(qs) if b"pretty" in qs else {}, agent)
+        return wants_pretty(parse_query(qs) if b"pretty" in qs else {}, self.headers.get(b"user-agent", b""))
 
     @property
     def client_cert(self) -> dict[str, Any] | None:
@@ -83,6 +82,12 @@ class BaseContext:
         while (await self.receive())["type"] != "http.disconnect":
             pass
 
+    def _gone(self) -> asyncio.Future[None]:
+        """What is done once the client has gone away: the connection's future where the server hands it
+        over (no task per request), else a task reading the request's messages until http.disconnect."""
+        gone = (self.scope.get("extensions") or {}).get(GONE_EXTENSION)
+        return gone if gone is not None else asyncio.ensure_future(self._wait_disconnect())
+
     async def abort(self) -> None:
         """Close the connection under an answer already started (kube aborts the handler), so the
         client sees it cut off; returns once the server has seen the connection go."""
@@ -91,5 +96,5 @@ class BaseContext:
             return
         transport.abort()
         if self._disconnect is None:
-            self._disconnect = asyncio.ensure_future(self._wait_disconnect())
+            self._disconnect = self._gone()
         await asyncio.wait((self._disconnect,), timeout=1.0)

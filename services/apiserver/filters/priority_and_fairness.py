@@ -26,6 +26,9 @@ class Seat(Protocol):
 
 
 class FlowControl(Protocol):
+    """A seat source; one that gives system:masters its seat in process may say so before the request's digest
+    is made (an optional exempt_seat(user) -> Seat | None)."""
+
     async def acquire(self, digest: pb.RequestAttributes) -> Seat: ...
 
     def release(self, seat: Seat) -> None: ...
@@ -49,25 +52,35 @@ def list_options(query: dict[str, str]) -> pb.ListOptions:
         send_initial_events=query.get("sendInitialEvents", "").lower() in ("true", "1"), **{"continue": query.get("continue", "")})
 
 
+def _digest(ctx: RequestContext) -> pb.RequestAttributes:
+    """What the seat's flow is classified by: the user and the request's attributes (a LIST's or WATCH's options)."""
+    info = ctx.info
+    digest = pb.RequestAttributes(
+        user=ctx.user, verb=info.verb, resource_request=info.is_resource_request,
+        api_group=info.api_group, api_version=info.api_version, resource=info.resource,
+        subresource=info.subresource, namespace=info.namespace, name=info.name, path=info.path)
+    if info.verb in ("list", "watch") and ctx.query:
+        digest.list_options.CopyFrom(list_options(ctx.query))
+    return digest
+
+
 def with_priority_and_fairness(handler: Handler, flowcontrol: FlowControl) -> Handler:
     """ctx.seat for the request's flow, waited for unless the client goes away first."""
+    exempt_seat = getattr(flowcontrol, "exempt_seat", None)
+
     async def priority_and_fairness(ctx: RequestContext) -> None:
-        info = ctx.info
-        digest = pb.RequestAttributes(
-            user=ctx.user, verb=info.verb, resource_request=info.is_resource_request,
-            api_group=info.api_group, api_version=info.api_version, resource=info.resource,
-            subresource=info.subresource, namespace=info.namespace, name=info.name, path=info.path)
-        if info.verb in ("list", "watch") and ctx.query:
-            digest.list_options.CopyFrom(list_options(ctx.query))
         traced = tracing.ENABLED and sampled()
-        if not traced:
-            seat = await ctx.race(flowcontrol.acquire(digest))
-        else:
-            with (step if _seats_here(flowcontrol, digest) else stage)("apf wait") as span:
+        # system:masters: the seat without the request's digest (an optional exempt_seat(user))
+        seat = exempt_seat(ctx.user) if exempt_seat is not None and not traced else None
+        if seat is None:
+            digest = _digest(ctx)
+            if not traced:
                 seat = await ctx.race(flowcontrol.acquire(digest))
-                attributes = _seat_attributes(seat)
-                if span is not None:
-                    span.set_attributes(attributes)
+            else:
+                with (step if _seats_here(flowcontrol, digest) else stage)("apf wait") as span:
+                    seat = await ctx.race(flowcontrol.acquire(digest))
+                    if span is not None:
+                        span.set_attributes(_seat_attributes(seat))
         ctx.seat = seat
         ctx.extra_headers.extend(seat.headers())
         ctx.mark = ctx.timing("apf", ctx.mark)
@@ -75,7 +88,7 @@ def with_priority_and_fairness(handler: Handler, flowcontrol: FlowControl) -> Ha
             if not traced:
                 await handler(ctx)
             else:
-                with stage("apf execution", attributes):
+                with stage("apf execution", _seat_attributes(seat)):
                     await handler(ctx)
         finally:
             flowcontrol.release(seat)

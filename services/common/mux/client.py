@@ -25,6 +25,13 @@ def _frames(frames: list[pb.Frame]) -> pb.Frames:
     return pb.Frames(frames=frames)
 
 
+def _expire(fut: asyncio.Future[pb.Frame]) -> None:
+    """A call's timeout: its answer's future fails (a timer on it, not asyncio.wait_for's waiter future
+    and callbacks around it)."""
+    if not fut.done():
+        fut.set_exception(TimeoutError())
+
+
 class _Stream:
     """One open Calls stream: its outgoing queue, the gRPC call reading its answers, and the calls
     on it (a retired stream ends its side once they are answered: Spread)."""
@@ -120,18 +127,22 @@ class MuxClient(StreamClient):
         """The answer, parsed as responses[method] or as response (a wire-compatible message)."""
         stream = self._ensure()
         fid = next(self._ids)
-        fut: asyncio.Future[pb.Frame] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[pb.Frame] = loop.create_future()
         fut.stream = stream  # type: ignore[attr-defined] - failed with its stream
         self._pending[fid] = fut
         stream.inflight += 1
         stream.queue.put_nowait(pb.Frame(id=fid, method=method, payload=request.SerializeToString(),
                                          audit_id=auditid.AUDIT_ID.get(), traceparent=tracing.traceparent()))
+        timer = loop.call_later(timeout, _expire, fut) if timeout else None
         try:
-            frame = await asyncio.wait_for(fut, timeout) if timeout else await fut
+            frame = await fut
         except asyncio.TimeoutError:
             raise Timeout(f"the server was unable to return a response in the time allotted ({self.peer})",
                           headers={"Retry-After": "1"}) from None
         finally:
+            if timer is not None:
+                timer.cancel()
             self._pending.pop(fid, None)
             stream.done()
         if frame.HasField("error"):

@@ -63,6 +63,7 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
     implementation may return bytes: the response already serialized, sent as they are.
     """
     sched = Scheduler()
+    started = {method: GRPC_STARTED.labels(method) for method in methods}  # not labels() per call
     tasks: dict[int, asyncio.Task[None]] = {}
     outgoing: dict[int, Outgoing] = {}
     requests_ended = False
@@ -100,7 +101,8 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
             after_large_answer(sent)
 
     async def run(frame: pb.Frame) -> None:
-        GRPC_STARTED.labels(frame.method).inc()  # a call on the stream counts as a call
+        counter = started.get(frame.method)
+        (counter or GRPC_STARTED.labels(frame.method)).inc()  # a call on the stream counts as a call
         if frame.audit_id:  # this task's own context: log lines of the call carry it
             auditid.AUDIT_ID.set(frame.audit_id)
             if log.isEnabledFor(logging.DEBUG):

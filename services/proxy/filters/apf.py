@@ -261,19 +261,27 @@ class SeatClient:
         """Whether acquire() answers without the apf service (exempt, or its fallback's limits)."""
         return not self.enabled or is_exempt(digest.user.groups) or self._queue is None
 
+    def exempt_seat(self, user: pb.UserInfo) -> Seat | None:
+        """The seat of a request of the mandatory exempt FlowSchema (system:masters), given here before the
+        request's digest is made; None for any other request."""
+        if not is_exempt(user.groups):
+            return None
+        if not self.enabled:  # kube's max-in-flight filter never rejects system:masters
+            return Seat(0, 0, "", "", kind=SEAT_EXEMPT)
+        if self.exempt is not None:
+            return Seat(0, 0, self.exempt.flow_schema_uid, self.exempt.priority_level_uid, kind=SEAT_EXEMPT,
+                        flow_schema=EXEMPT, priority_level=EXEMPT)
+        return Seat(0, 0, EXEMPT_FLOW_SCHEMA_UID, EXEMPT_PRIORITY_LEVEL_UID, kind=SEAT_EXEMPT,
+                    flow_schema=EXEMPT, priority_level=EXEMPT)
+
     async def acquire(self, digest: pb.RequestAttributes) -> Seat:
         """Wait for a seat. TooManyRequests when rejected (by the apf service, or by the max-in-flight
         limits while it is unreachable); ServiceUnavailable when it stops answering."""
+        seat = self.exempt_seat(digest.user)
+        if seat is not None:
+            return seat
         if not self.enabled:
-            if is_exempt(digest.user.groups):  # kube's max-in-flight filter never rejects system:masters
-                return Seat(0, 0, "", "", kind=SEAT_EXEMPT)
             return self.fallback.acquire(digest.verb)
-        if is_exempt(digest.user.groups):
-            if self.exempt is not None:
-                return Seat(0, 0, self.exempt.flow_schema_uid, self.exempt.priority_level_uid, kind=SEAT_EXEMPT,
-                            flow_schema=EXEMPT, priority_level=EXEMPT)
-            return Seat(0, 0, EXEMPT_FLOW_SCHEMA_UID, EXEMPT_PRIORITY_LEVEL_UID, kind=SEAT_EXEMPT,
-                        flow_schema=EXEMPT, priority_level=EXEMPT)
         queue = self._queue
         if queue is None:
             return self.fallback.acquire(digest.verb)

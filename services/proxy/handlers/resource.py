@@ -30,7 +30,7 @@ def api_request(info: RequestInfo, ctx: Context, query: dict[str, str], user: pb
     namespace = "" if info.parts and info.parts[0] == "namespaces" else info.namespace
     agent = ""
     if info.verb in WRITES:
-        agent = next((v.decode("latin-1") for k, v in ctx.raw_headers if k == b"user-agent"), "")
+        agent = ctx.header(b"user-agent")
     return rpb.APIRequest(
         verb=info.verb, group=info.api_group, version=info.api_version, resource=info.resource,
         subresource=info.subresource, namespace=namespace, name=info.path_name, query=query, body=body,

@@ -342,3 +342,83 @@ async def test_request_targets_of_any_length_within_the_header_limit_are_served(
                         "raw_path": f"/api/v1/namespaces/default/configmaps/{name}%2Fx", "query": "limit=1&x=%20"}
     stop.set()
     await asyncio.wait_for(task, 5)
+
+
+class _Transport:
+    """What a cycle writes, write by write."""
+
+    def __init__(self):
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data):
+        self.writes.append(data)
+
+    def close(self):
+        self.closed = True
+
+    def is_closing(self):
+        return self.closed
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+
+def _cycle(method="GET", keep_alive=True):
+    import logging
+
+    from uvicorn.protocols.http.flow_control import FlowControl
+
+    from services.apiserver.serving import OneWriteCycle
+
+    transport = _Transport()
+    done = []
+    cycle = OneWriteCycle(scope={"method": method}, transport=transport, flow=FlowControl(transport),
+                          logger=logging.getLogger("t"), access_logger=logging.getLogger("t"), access_log=False,
+                          default_headers=[(b"date", b"today")], message_event=asyncio.Event(),
+                          expect_100_continue=False, keep_alive=keep_alive, on_response=lambda: done.append(1))
+    return cycle, transport, done
+
+
+async def test_an_answer_of_known_length_leaves_in_one_write():
+    cycle, transport, done = _cycle()
+    await cycle.send({"type": "http.response.start", "status": 200,
+                      "headers": [(b"Content-Type", b"application/json"), (b"content-length", b"2")]})
+    assert transport.writes == []  # held for the body
+    await cycle.send({"type": "http.response.body", "body": b"{}"})
+    assert transport.writes == [b"HTTP/1.1 200 OK\r\ndate: today\r\ncontent-type: application/json\r\n"
+                                b"content-length: 2\r\n\r\n{}"]
+    assert cycle.response_complete and done == [1] and not transport.closed
+
+
+async def test_chunked_and_head_answers_and_connection_close_are_uvicorns():
+    cycle, transport, _ = _cycle()
+    await cycle.send({"type": "http.response.start", "status": 200, "headers": []})
+    await cycle.send({"type": "http.response.body", "body": b"ab", "more_body": True})
+    await cycle.send({"type": "http.response.body", "body": b""})
+    assert transport.writes == [b"HTTP/1.1 200 OK\r\ndate: today\r\ntransfer-encoding: chunked\r\n\r\n",
+                                b"2\r\nab\r\n", b"0\r\n\r\n"]
+    cycle, transport, _ = _cycle("HEAD", keep_alive=False)
+    await cycle.send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]})
+    await cycle.send({"type": "http.response.body", "body": b""})
+    assert transport.writes == [b"HTTP/1.1 200 OK\r\ndate: today\r\ncontent-length: 5\r\nconnection: close\r\n\r\n"]
+    assert transport.closed
+
+
+@pytest.mark.parametrize("header", [(b"bad name", b"v"), (b"x", b"a\r\nb"), (b"x", b"\x00")])
+async def test_invalid_headers_are_refused_as_uvicorn_does(header):
+    cycle, transport, _ = _cycle()
+    with pytest.raises(RuntimeError):
+        await cycle.send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0"), header]})
+    assert transport.writes == []
+
+
+async def test_a_body_longer_or_shorter_than_its_length_is_an_error():
+    for body in (b"abc", b"a"):
+        cycle, _, _ = _cycle()
+        await cycle.send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        with pytest.raises(RuntimeError):
+            await cycle.send({"type": "http.response.body", "body": body})

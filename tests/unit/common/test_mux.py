@@ -92,6 +92,21 @@ async def test_calls_errors_and_concurrency():
         await server.stop(None)
 
 
+async def test_a_call_past_its_timeout_is_a_timeout_and_the_stream_serves_on():
+    port = free_port()
+    server = await start(port)
+    channel = grpcutil.make_channel(None, f"127.0.0.1:{port}")
+    client = mux.MuxClient(rgrpc.RegistryStub(channel).Calls, "registry", {"Handle": rpb.APIResponse})
+    try:
+        with pytest.raises(APIError) as e:
+            await client.call("Handle", rpb.APIRequest(name="late", query={"sleep": "5"}), timeout=0.2)
+        assert e.value.code == 504 and "(registry)" in e.value.message
+        assert (await client.call("Handle", rpb.APIRequest(name="next"), timeout=5)).body == b"next"
+    finally:
+        await channel.close()
+        await server.stop(None)
+
+
 async def test_peer_restart_fails_pending_and_recovers():
     port = free_port()
     server = await start(port)

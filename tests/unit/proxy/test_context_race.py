@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from services.apiserver.filters import ClientDisconnected
+from services.apiserver.serving import GONE_EXTENSION
 from services.proxy.context import Context
 
 
@@ -85,4 +86,40 @@ async def test_another_cancellation_stays_one() -> None:
     task.cancel()  # the request's deadline, say
     with pytest.raises(asyncio.CancelledError):
         await task
+    ctx.close()
+
+
+async def test_the_connection_lost_cancels_the_wait_without_a_task() -> None:
+    """Served by apiary's protocol, the request waits on its connection's future (no task of its own):
+    the connection lost cancels the race, and the request's end leaves the connection's future alone."""
+    gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def receive() -> dict[str, Any]:
+        raise AssertionError("nothing reads the request for its disconnect")
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    scope = {"type": "http", "method": "GET", "path": "/x", "headers": [], "extensions": {GONE_EXTENSION: gone}}
+    ctx = Context(scope, receive, send)
+    ctx.watch_disconnect()
+    assert ctx.disconnected is gone
+
+    async def answer() -> int:
+        return 42
+
+    assert await ctx.race(answer()) == 42
+    ctx.close()
+    assert not gone.done()  # the connection serves its next request
+
+    ctx = Context(scope, receive, send)
+    ctx.watch_disconnect()
+
+    async def forever() -> None:
+        gone.set_result(None)  # the connection is lost while the request waits
+        await asyncio.sleep(3600)
+
+    with pytest.raises(ClientDisconnected):
+        await ctx.race(forever())
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
     ctx.close()
