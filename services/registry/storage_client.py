@@ -13,7 +13,7 @@ from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
 from services.apiserver.resource import ResourceInfo
 from services.apiserver.storage.errors import interpret
-from services.common import errors, grpcutil, mux, tracing, watchmux
+from services.common import errors, grpcutil, mux, watchmux
 
 STORAGE_DURATION = Histogram(
     "apiary_registry_storage_call_duration_seconds", "Time the registry waits on the storage service.",
@@ -40,7 +40,8 @@ class StorageClient:
 
     async def _call(self, op: str, info: ResourceInfo, method: str, req: Any, timing: Timing | None,
                     response: type | None = None) -> Any:
-        with _timed(op, info, timing), tracing.span(f"storage {method}", _attributes(info, req)):
+        # no span of its own: the storage service's span of the call is the caller's span's child directly
+        with _timed(op, info, timing):
             return await self.calls.call(method, req, timeout=self.timeout, response=response)
 
     async def etcd_health(self) -> list[spb.EtcdServerHealth]:
@@ -111,10 +112,7 @@ class StorageClient:
         with _timed("list", info, timing):
             parts = self.calls.call_stream("List", req, timeout=self.timeout)
             async with contextlib.aclosing(parts):
-                # the call's span ends with its first part: a span held across a yield would be the
-                # caller's current one while it passes the parts on
-                with tracing.span("storage List", _attributes(info, req)):
-                    first = await anext(parts, None)
+                first = await anext(parts, None)
                 if first is None:
                     return
                 yield spb.RawListResponse.FromString(first[0])
@@ -136,13 +134,6 @@ async def _stored(info: ResourceInfo, env: pb.Object) -> pb.Object:
 
 async def _served(info: ResourceInfo, env: pb.Object) -> pb.Object:
     return (await info.served_remotely([env]))[0] if info.converts_remotely else info.served(env)
-
-
-def _attributes(info: ResourceInfo, req: Any) -> dict[str, str] | None:
-    """A storage call's span attributes: the resource and the key (a list's prefix); none when off."""
-    if not tracing.ENABLED:
-        return None
-    return {"resource": info.plural, "key": getattr(req, "key", "") or getattr(req, "prefix", "")}
 
 
 @contextlib.contextmanager

@@ -75,7 +75,8 @@ def with_priority_and_fairness(handler: Handler, flowcontrol: FlowControl) -> Ha
             if not traced:
                 await handler(ctx)
             else:
-                with stage("apf execution", attributes):
+                # an event (the handler's call to the registry is the root's child), with where the seat was
+                with step("apf execution", attributes):
                     await handler(ctx)
         finally:
             flowcontrol.release(seat)

@@ -108,9 +108,9 @@ class Backend:
         return await self.store.get(request.key)
 
     async def _get_traced(self, request: spb.GetRequest) -> pb.Object | bytes:
-        """get, the watch cache's part in kube's "cacher.Get" span (the revision it answered at); an
-        answer from etcd is the etcd call's span after it."""
-        with tracing.span("cacher.Get", {"key": request.key, "resource-version": request.resource_version}) as span:
+        """get, the watch cache's part a "cacher.Get" event of the call's span (the revision it answered
+        at); an answer from etcd is the etcd call's event after it."""
+        with tracing.step("cacher.Get", {"key": request.key, "resource-version": request.resource_version}) as span:
             cached = await self._cacher_for_get(request)
             if cached is not None:
                 span.set_attributes({"resource": cached[0].resource, "revision": cached[1]})
@@ -186,8 +186,8 @@ class Backend:
 
     async def _list_cached_traced(self, request: spb.ListRequest, prefix: str, pred: SelectionPredicate,
                                   resource: str, minimum: int) -> tuple[bytes | mux.Streamed, int] | None:
-        """_list_cached in kube's "cacher list" span."""
-        with tracing.span("cacher list", {"key": prefix, "resource": resource,
+        """_list_cached as kube's "cacher list" step: an event of the call's span."""
+        with tracing.step("cacher list", {"key": prefix, "resource": resource,
                                           "resource-version": request.resource_version}) as span:
             answer = await self._list_cached(request, prefix, pred, resource, minimum)
             span.set_attributes({"revision": answer[1]} if answer is not None else {"fresh": False})
@@ -240,11 +240,11 @@ class Backend:
             cacher.remove(w)
 
     async def _begin(self, request: spb.WatchRequest) -> Begun | pb.WatchEvent:
-        """Watches.begin; for a sampled request in kube's "cacher.Watch" span: a watch's trace covers its
-        setup (the cache catching up, an initial list from etcd), not the events that follow."""
+        """Watches.begin; for a sampled request a "cacher.Watch" event of the call's span: a watch's trace
+        covers its setup (the cache catching up, an initial list from etcd), not the events that follow."""
         if not (tracing.ENABLED and tracing.recording()):
             return await self.watches.begin(request)
-        with tracing.span("cacher.Watch", {"key": request.prefix,
+        with tracing.step("cacher.Watch", {"key": request.prefix,
                                            "resource-version": request.resource_version}) as span:
             begun = await self.watches.begin(request)
             if isinstance(begun, pb.WatchEvent):
