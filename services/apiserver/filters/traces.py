@@ -8,8 +8,8 @@ authentication (timed before the root existed) is an event on it with its durati
 no call to another service (step(): authorization decided in process, an exempt request's apf wait) is
 such an event too, as kube's utiltrace steps are: a span would say nothing more, and cost more (so is the
 apf execution, which the handler's call runs in). The handler is the registry's (or an aggregated server's):
-its span (kube's Get, Create, ...) is the root's child, and the root carries the verb, resource, namespace and
-the response code, also when the request failed (the error is answered by with_panic_recovery, outside it),
+its span (kube's Get, Create, ...: verb, resource, namespace) is the root's child, and the root carries the
+response code, also when the request failed (the error is answered by with_panic_recovery, outside it),
 and is marked failed on a 5xx. A long-running request (a watch) is traced for its setup only: its
 handler calls established() once it streams, which ends the root and the stages still open.
 Without a tracing configuration none of this is in the chain at all.
@@ -97,18 +97,6 @@ def _authentication(ctx: RequestContext) -> None:
         tracing.add_event("authentication", {"duration_ms": round(ms, 3)}, _ns(ctx.mark))
 
 
-def _root_attributes(ctx: RequestContext) -> dict[str, str]:
-    """The root's attributes: the request, and what kube's handler span says of it (verb, resource,
-    namespace): the handler is the registry's (or an aggregated server's), whose span is the root's child."""
-    attributes = {"audit-id": ctx.audit_id, "http.method": ctx.method, "http.target": ctx.path}
-    info = ctx.info
-    if info is not None:
-        attributes["verb"] = info.verb
-        if info.is_resource_request:
-            attributes.update(resource=info.resource, namespace=info.namespace)
-    return attributes
-
-
 def with_tracing(handler: Handler, trusted_peer: Callable[[RequestContext], bool] | None = None) -> Handler:
     if not tracing.ENABLED:
         return handler
@@ -123,7 +111,7 @@ def with_tracing(handler: Handler, trusted_peer: Callable[[RequestContext], bool
         started = getattr(ctx, "started", None)
         start = None if started is None else _ns(started)
         with tracing.root(span_name(ctx), sent.decode("latin-1") if sent else "", trusted, start,
-                          _root_attributes(ctx)) as span:
+                          {"audit-id": ctx.audit_id, "http.method": ctx.method, "http.target": ctx.path}) as span:
             if span is None:  # not sampled: the downstream services follow, nothing to record here
                 await handler(ctx)
                 return
