@@ -20,14 +20,14 @@ class Spans:
         self.exporter = InMemorySpanExporter()
 
     def finished(self) -> list[Any]:
-        tracing._provider.force_flush()
+        tracing.flush()
         return list(self.exporter.get_finished_spans())
 
     def named(self, name: str) -> list[Any]:
         return [s for s in self.finished() if s.name == name]
 
     def clear(self) -> None:
-        tracing._provider.force_flush()
+        tracing.flush()
         self.exporter.clear()
 
 

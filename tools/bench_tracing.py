@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from services.cluster import otlpreceiver
 from services.cluster.stack import ROOT, Stack
 from services.common.tracing import EXPORT_DELAY_MS
 from tools.bench import (
@@ -119,10 +120,7 @@ class Config:
                 self.receiver.kill()
 
     def spans(self) -> list[dict[str, Any]]:
-        if self.spans_file is None or not self.spans_file.exists():
-            return []
-        with self.spans_file.open() as f:
-            return [json.loads(line) for line in f if line.strip()]
+        return otlpreceiver.read(str(self.spans_file)) if self.spans_file is not None else []
 
 
 def span_counts(spans: Iterable[dict[str, Any]], prefix: str = AUDIT_PREFIX) -> dict[str, int]:

@@ -35,7 +35,7 @@ def _plugin_series(name: str, step: str, operation: str, rejected: str) -> Any:
     return PLUGIN_DURATION.labels(name, step, operation, rejected)
 
 
-# The phases' spans, by step (each plug-in of the phase a child "admission plugin" span).
+# The phases' spans, by step (each plug-in of the phase an "admission plugin" event on it, its webhook calls children).
 PHASE_SPANS = {"admit": "mutating admission", "validate": "validating admission"}
 
 # What a kind of request is, for the chain: (step, operation, group, resource, whether a subresource).
@@ -116,7 +116,7 @@ class Chain:
                 outcome = "true"
                 try:
                     if traced:
-                        with tracing.span("admission plugin", {"plugin": p.name, "step": step}):
+                        with tracing.step("admission plugin", {"plugin": p.name, "step": step}):
                             await (p.admit(a) if step == "admit" else p.validate(a))
                     else:
                         await (p.admit(a) if step == "admit" else p.validate(a))

@@ -1,5 +1,6 @@
 """A local OTLP/gRPC trace receiver: opentelemetry-proto's TraceService on a loopback port, keeping every
-span it is sent (in memory, and one JSON line per span in a file when given one).
+span it is sent (in memory, and in a file when given one: a JSON line per export request holding its bytes,
+which read() decodes).
 
 The tests start one in-process (Receiver) and point the services' TracingConfiguration at it; `apiary up
 --tracing` (`make run TRACING=1`) runs one as a process of the stack (`python -m services.cluster.otlpreceiver
@@ -14,7 +15,7 @@ service records on a span instead of spans of their own), links ([{trace_id, spa
 from __future__ import annotations
 
 import argparse
-import json
+import base64
 import os
 import sys
 import threading
@@ -23,12 +24,17 @@ from concurrent import futures
 from typing import Any
 
 import grpc
+import orjson
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as tspb
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as tsgrpc
+
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+_EXPORTED = tspb.ExportTraceServiceResponse()
 
 
 def _value(v: Any) -> Any:
     kind = v.WhichOneof("value")
+    if kind == "string_value":
+        return v.string_value
     if kind == "array_value":
         return [_value(x) for x in v.array_value.values]
     if kind == "kvlist_value":
@@ -36,24 +42,31 @@ def _value(v: Any) -> Any:
     return getattr(v, kind) if kind else None
 
 
+def _attributes(kvs: Any) -> dict[str, Any]:
+    return {kv.key: _value(kv.value) for kv in kvs}
+
+
 def spans_of(request: tspb.ExportTraceServiceRequest) -> list[dict[str, Any]]:
     out = []
+    append = out.append
     for rs in request.resource_spans:
-        resource = {kv.key: _value(kv.value) for kv in rs.resource.attributes}
+        service = _attributes(rs.resource.attributes).get("service.name", "")
         for ss in rs.scope_spans:
             for s in ss.spans:
-                out.append({
+                events = s.events
+                links = s.links
+                append({
                     "trace_id": s.trace_id.hex(), "span_id": s.span_id.hex(), "parent_span_id": s.parent_span_id.hex(),
-                    "name": s.name, "service": resource.get("service.name", ""), "kind": s.kind,
+                    "name": s.name, "service": service, "kind": s.kind,
                     "start": s.start_time_unix_nano, "end": s.end_time_unix_nano,
-                    "attributes": {kv.key: _value(kv.value) for kv in s.attributes},
-                    "events": [{"name": e.name, "time": e.time_unix_nano,
-                                "attributes": {kv.key: _value(kv.value) for kv in e.attributes}} for e in s.events],
-                    "links": [{"trace_id": lk.trace_id.hex(), "span_id": lk.span_id.hex()} for lk in s.links],
+                    "attributes": _attributes(s.attributes),
+                    "events": [{"name": e.name, "time": e.time_unix_nano, "attributes": _attributes(e.attributes)}
+                               for e in events] if events else [],
+                    "links": [{"trace_id": lk.trace_id.hex(), "span_id": lk.span_id.hex()} for lk in links]
+                    if links else [],
                     "status": s.status.code,
                 })
     return out
-
 
 
 def new_traceparent() -> tuple[str, str, str]:
@@ -63,26 +76,46 @@ def new_traceparent() -> tuple[str, str, str]:
     return trace_id, span_id, f"00-{trace_id}-{span_id}-01"
 
 
-class Receiver(tsgrpc.TraceServiceServicer):
-    """The receiver on 127.0.0.1:`port` (0: any free port, then .port says which)."""
+class Receiver:
+    """The receiver on 127.0.0.1:`port` (0: any free port, then .port says which).
+
+    What it is sent is kept as the request's bytes and decoded only when asked for (spans, find, wait_for,
+    the file's reader): a receiver beside a stack tracing every request shares its cores, and decoding
+    each span as it arrives cost more than a span costs the service that made it."""
 
     def __init__(self, port: int = 0, out: str = "", host: str = "127.0.0.1") -> None:
-        self.spans: list[dict[str, Any]] = []
+        self._spans: list[dict[str, Any]] = []
+        self._pending: list[bytes] = []
         self._lock = threading.Lock()
-        self._out = open(out, "a", buffering=1) if out else None  # noqa: SIM115 - closed by stop()
+        self._out = open(out, "ab", buffering=0) if out else None  # noqa: SIM115 - closed by stop()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        tsgrpc.add_TraceServiceServicer_to_server(self, self._server)
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {
+            "Export": grpc.unary_unary_rpc_method_handler(
+                self.Export, response_serializer=tspb.ExportTraceServiceResponse.SerializeToString),
+        }),))
         self.host = host
         self.port = self._server.add_insecure_port(f"{host}:{port}")
 
-    def Export(self, request: tspb.ExportTraceServiceRequest, context: Any) -> tspb.ExportTraceServiceResponse:
-        got = spans_of(request)
+    def Export(self, request: bytes, context: Any) -> tspb.ExportTraceServiceResponse:
+        """TraceService.Export, its request left serialized (no deserializer: gRPC hands over the bytes)."""
         with self._lock:
-            self.spans.extend(got)
+            self._pending.append(request)
             if self._out is not None:
-                for s in got:
-                    self._out.write(json.dumps(s) + "\n")
-        return tspb.ExportTraceServiceResponse()
+                self._out.write(b'{"otlp":"' + base64.b64encode(request) + b'"}\n')
+        return _EXPORTED
+
+    @property
+    def spans(self) -> list[dict[str, Any]]:
+        """Every span received so far, in the order they came."""
+        with self._lock:
+            return list(self._decoded())
+
+    def _decoded(self) -> list[dict[str, Any]]:
+        if self._pending:
+            for raw in self._pending:
+                self._spans.extend(spans_of(tspb.ExportTraceServiceRequest.FromString(raw)))
+            self._pending.clear()
+        return self._spans
 
     def start(self) -> Receiver:
         self._server.start()
@@ -102,11 +135,11 @@ class Receiver(tsgrpc.TraceServiceServicer):
 
     def trace(self, trace_id: str) -> list[dict[str, Any]]:
         with self._lock:
-            return [s for s in self.spans if s["trace_id"] == trace_id]
+            return [s for s in self._decoded() if s["trace_id"] == trace_id]
 
     def find(self, predicate: Any) -> list[dict[str, Any]]:
         with self._lock:
-            return [s for s in self.spans if predicate(s)]
+            return [s for s in self._decoded() if predicate(s)]
 
     def wait_for(self, predicate: Any, timeout: float = 10.0, settle: float = 1.5) -> list[dict[str, Any]]:
         """The spans matching `predicate` once some arrived and no new one came for `settle` seconds
@@ -147,12 +180,23 @@ def tree(spans: list[dict[str, Any]]) -> str:
 
 
 def read(path: str) -> list[dict[str, Any]]:
-    """The spans a receiver wrote to `path` (none if it wrote nothing yet)."""
+    """The spans a receiver wrote to `path` (none if it wrote nothing yet): each line one export request's
+    serialized bytes (`{"otlp": base64}`), or one span as a JSON object."""
     try:
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
+        with open(path, "rb") as f:
+            lines = f.read().split(b"\n")[:-1]  # the last is "", or a line still being written
     except FileNotFoundError:
         return []
+    spans: list[dict[str, Any]] = []
+    for line in lines:
+        if not line.strip():
+            continue
+        got = orjson.loads(line)
+        if "otlp" in got:
+            spans.extend(spans_of(tspb.ExportTraceServiceRequest.FromString(base64.b64decode(got["otlp"]))))
+        else:
+            spans.append(got)
+    return spans
 
 
 def select(spans: list[dict[str, Any]], trace_id: str = "", audit_id: str = "") -> list[str]:

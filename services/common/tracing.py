@@ -11,7 +11,11 @@ and every hop carries the W3C `traceparent` of the span that makes the call: gRP
 webhooks and aggregated API servers (headers()). The receiving side continues it (attach()); its
 sampler follows the parent's decision (ParentBased), so a downstream service never samples on its own
 what the front door dropped. A child span (span()) is only made under a recording parent: under an
-unsampled one it would be dropped anyway, and making it costs a request's worth of microseconds.
+unsampled one it would be dropped anyway, and making it costs a request's worth of microseconds. One span
+per service a request crosses: a stage that makes no call to another service is an event of the current
+span with its duration (step()), as kube's utiltrace steps are (a span costs the SDK some 40 µs of CPU to
+make and encode, an event a third of that), and a call's client side makes no span of its own (the next
+service's span is the caller's span's child).
 
 What an unsampled request costs (tools/bench_tracing.py measures it): at samplingRatePerMillion 0 the front
 door makes no span at all unless a trusted caller sent a traceparent (may_record()), and the hops between
@@ -25,9 +29,10 @@ import contextlib
 import contextvars
 import logging
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import yaml
 
@@ -147,7 +152,20 @@ def start(service: str, cfg: TracingConfiguration, exporter: Any = None) -> None
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
         exporter = OTLPSpanExporter(endpoint=cfg.endpoint, insecure=True)
-    provider = TracerProvider(resource=Resource.create({"service.name": f"apiary-{service}"}),
+    class HashedResource(Resource):
+        """The process's Resource, its hash computed once: the OTLP exporter groups every span it encodes
+        by its resource, and Resource's own hash is a json.dumps of the attributes each time."""
+
+        def __init__(self, resource: Resource) -> None:
+            super().__init__(resource.attributes, resource.schema_url)
+            self._hash = super().__hash__()
+
+        def __hash__(self) -> int:
+            return self._hash
+
+        __eq__ = Resource.__eq__
+
+    provider = TracerProvider(resource=HashedResource(Resource.create({"service.name": f"apiary-{service}"})),
                               sampler=ParentBased(TraceIdRatioBased(cfg.sampling_rate_per_million / MAX_SAMPLING_RATE)))
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=EXPORT_DELAY_MS))
     _provider, _tracer = provider, provider.get_tracer("apiary")
@@ -164,6 +182,12 @@ def shutdown() -> None:
         ENABLED = False
         _provider.shutdown()
         _provider = _tracer = None
+
+
+def flush(timeout_millis: int = 30_000) -> bool:
+    """Export every span ended so far now, not on the batch's schedule (a test reading what was sent);
+    False if the exporter did not finish in time. Nothing to do without tracing."""
+    return _provider.force_flush(timeout_millis) if _provider is not None else True
 
 
 def recording() -> bool:
@@ -210,6 +234,44 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.A
         return _NULL
     s = _tracer.start_span(name, attributes=attributes)
     return _Current(s, s)
+
+
+class Step:
+    """A stage that makes no call to another service (served from a cache, decided in process): an event
+    with its duration on the current span, as kube's utiltrace steps are, not a span of its own (a span
+    costs several times as much to make and export, and says nothing more). What the block sets on it
+    (set_attributes(), as on a span) goes with the event; an exception escaping it is named in it."""
+
+    __slots__ = ("_attributes", "_name", "_start")
+    quiet: tuple[type[BaseException], ...] = ()  # exceptions that are no failure of the stage's
+
+    def __init__(self, name: str, attributes: Mapping[str, Any] | None = None) -> None:
+        self._name = name
+        self._attributes = dict(attributes) if attributes else {}
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        self._attributes.update(attributes)
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self._attributes[key] = value
+
+    def __enter__(self) -> Self:
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        self._attributes["duration_ms"] = round((time.perf_counter() - self._start) * 1e3, 3)
+        if exc is not None and not isinstance(exc, self.quiet):
+            self._attributes["error"] = type(exc).__name__
+        add_event(self._name, self._attributes)
+
+
+def step(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[Any]:
+    """A stage of a sampled request that makes no call to another service: an event with its duration on the
+    current span (the Step, for set_attributes()), or None where nothing is recorded."""
+    if not ENABLED or not recording():
+        return _NULL
+    return Step(name, attributes)
 
 
 def set_attributes(attributes: Mapping[str, Any]) -> None:

@@ -31,7 +31,7 @@ from services.apiserver.filters.timeout import (
     with_request_deadline,
     with_timeout_for_non_long_running_requests,
 )
-from services.apiserver.filters.traces import established, with_handler_tracing, with_tracing
+from services.apiserver.filters.traces import established, with_tracing
 from services.apiserver.filters.wrap import with_panic_recovery
 from services.apiserver.negotiation import APPLY_PATCH, PROTOBUF, negotiate_output
 from services.apiserver.requestinfo import RequestInfo, invalid_path_name
@@ -348,7 +348,6 @@ def build_handler_chain(api_handler: Handler, proxy: ProxyApp) -> Handler:
         partial(with_impersonation, impersonator=proxy.impersonator),
         partial(with_priority_and_fairness, flowcontrol=proxy.apf),
         partial(with_authorization, authorizer=proxy.authz),
-        with_handler_tracing,  # the handler's span (kube's Get, Create, ...)
     ]
     handler = api_handler
     for wrap in reversed(chain):

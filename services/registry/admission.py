@@ -20,7 +20,7 @@ from apiary_pb import envelope_pb2 as pb
 from services.apiserver import patch as patches
 from services.apiserver.registry.scope import Obj, Scope
 from services.apiserver.resource import ResourceInfo
-from services.common import envelope, mux, tracing
+from services.common import envelope, mux
 from services.common.errors import APIError
 
 ADMISSION_DURATION = Histogram(
@@ -51,9 +51,8 @@ class AdmissionClient:
         method = "Admit" if phase == "mutating" else "Validate"
         t0 = time.perf_counter()
         try:
-            # the admission service's phase spans are this one's children (the frame carries its traceparent)
-            with tracing.span(f"admission {method}", {"operation": operation} if tracing.ENABLED else None):
-                resp = await self.calls.call(method, req, timeout=self.timeout)
+            # the admission service's phase span is the current span's child (the frame carries its traceparent)
+            resp = await self.calls.call(method, req, timeout=self.timeout)
         except APIError as e:  # a refusal still brings its audit annotations and warnings
             warnings.extend(e.warnings)
             if annotations is not None:

@@ -13,7 +13,7 @@ from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
 from services.apiserver.resource import ResourceInfo
 from services.apiserver.storage.errors import interpret
-from services.common import errors, grpcutil, mux, tracing, watchmux
+from services.common import errors, grpcutil, mux, watchmux
 
 STORAGE_DURATION = Histogram(
     "apiary_registry_storage_call_duration_seconds", "Time the registry waits on the storage service.",
@@ -40,12 +40,10 @@ class StorageClient:
 
     async def _call(self, op: str, info: ResourceInfo, method: str, req: Any, timing: Timing | None,
                     response: type | None = None) -> Any:
+        # no span of its own: the storage service's span of the call is the caller's span's child directly
         t0 = time.perf_counter()  # _timed's work, inline: a generator's context manager per call costs more
         try:
-            if not tracing.ENABLED:
-                return await self.calls.call(method, req, timeout=self.timeout, response=response)
-            with tracing.span(f"storage {method}", _attributes(info, req)):
-                return await self.calls.call(method, req, timeout=self.timeout, response=response)
+            return await self.calls.call(method, req, timeout=self.timeout, response=response)
         finally:
             _observe(op, info, timing, time.perf_counter() - t0)
 
@@ -117,10 +115,7 @@ class StorageClient:
         with _timed("list", info, timing):
             parts = self.calls.call_stream("List", req, timeout=self.timeout)
             async with contextlib.aclosing(parts):
-                # the call's span ends with its first part: a span held across a yield would be the
-                # caller's current one while it passes the parts on
-                with tracing.span("storage List", _attributes(info, req)):
-                    first = await anext(parts, None)
+                first = await anext(parts, None)
                 if first is None:
                     return
                 yield spb.RawListResponse.FromString(first[0])
@@ -142,13 +137,6 @@ async def _stored(info: ResourceInfo, env: pb.Object) -> pb.Object:
 
 async def _served(info: ResourceInfo, env: pb.Object) -> pb.Object:
     return (await info.served_remotely([env]))[0] if info.converts_remotely else info.served(env)
-
-
-def _attributes(info: ResourceInfo, req: Any) -> dict[str, str] | None:
-    """A storage call's span attributes: the resource and the key (a list's prefix); none when off."""
-    if not tracing.ENABLED:
-        return None
-    return {"resource": info.plural, "key": getattr(req, "key", "") or getattr(req, "prefix", "")}
 
 
 # (operation, resource) -> the histogram's child: labels() validates its arguments on every call

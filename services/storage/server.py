@@ -90,8 +90,8 @@ def watch_events(events: list[bytes]) -> Iterator[bytes]:
 
 
 async def served(method: str, key: str, call: Awaitable[T]) -> T:
-    """A call of a sampled request in its span, named as a gRPC server names it ("apiary.Storage/Get"): its
-    children are the watch cache's part or etcd's (services/apiserver/storage)."""
+    """A call of a sampled request in its span, named as a gRPC server names it ("apiary.Storage/Get"), the
+    caller's span its parent: the watch cache's part and etcd's are events on it (services/apiserver/storage)."""
     with tracing.span(f"apiary.Storage/{method}", {"key": key}):
         return await call
 

@@ -94,7 +94,7 @@ def test_every_command_of_the_tour_runs(stack: Stack) -> None:
     for tree in traced:
         assert tree.startswith("trace ") and "\napiary-proxy: " in tree, tree
     # the create crosses the proxy, the registry, admission and storage down to etcd, in one trace
-    for stage in ("apiary-proxy: Create", "apiary-registry: Create", "apiary-admission: mutating admission",
-                  "apiary-storage: etcdserverpb.KV/Txn"):
+    for stage in ("apiary-proxy: POST", "apiary-registry: Create", "apiary-admission: mutating admission",
+                  "apiary-storage: apiary.Storage/Create", "· etcdserverpb.KV/Txn"):
         assert stage in create, create
     assert "apiary-registry: Watch" in watch, watch

@@ -52,19 +52,21 @@ def test_the_proxy_filters_are_spans_under_the_root(admin: httpx.Client, traces:
     assert root["parent_span_id"] == tp.split("-")[2]
     assert root["attributes"]["audit-id"] == r.headers["audit-id"]
     assert root["attributes"]["http.status_code"] == 403
-    for name in ("impersonation", "apf wait", "apf execution"):
+    for name in ("impersonation", "apf wait"):  # stages that call another service: spans
         assert by_name[name]["parent_span_id"] == root["span_id"], name
     # authorization asks the auth service (a span), unless alice's decision is in the proxy's cache (an event)
     if "authorization" in by_name:
-        assert by_name["authorization"]["parent_span_id"] == by_name["apf execution"]["span_id"]
+        assert by_name["authorization"]["parent_span_id"] == root["span_id"]
         assert by_name["authorization"]["attributes"]["decision"] == "forbid"
     else:
-        assert event(by_name["apf execution"], "authorization")["decision"] == "forbid"
+        assert event(root, "authorization")["decision"] == "forbid"
     # authentication ran before the root span was made (from the proxy's cache or the client certificate):
     # an event on the root, within it, with its duration
     (authn,) = [e for e in root["events"] if e["name"] == "authentication"]
     assert root["start"] <= authn["time"] <= root["end"] and authn["attributes"]["duration_ms"] >= 0
-    assert by_name["apf execution"]["attributes"]["priority_level"] not in ("", "exempt")
+    # the execution makes no call of its own (the handler's is the registry's span, the root's child): an event
+    assert "apf execution" not in by_name and event(root, "apf execution")["duration_ms"] >= 0
+    assert by_name["apf wait"]["attributes"]["priority_level"] not in ("", "exempt")
     (seat,) = [s for s in spans if s["service"] == "apiary-apf"]
     assert seat["name"] == "apf seat" and seat["parent_span_id"] == by_name["apf wait"]["span_id"]
     assert seat["attributes"]["decision"] == "granted"
@@ -74,21 +76,25 @@ def test_the_proxy_filters_are_spans_under_the_root(admin: httpx.Client, traces:
     assert [s["name"] for s in spans if s["parent_span_id"] not in ids] == [root["name"]]
 
 
-def test_the_handler_span(admin: httpx.Client, traces: Receiver) -> None:
+def test_one_span_per_service(admin: httpx.Client, traces: Receiver) -> None:
     trace_id, _, tp = new_traceparent()
     r = admin.get("/api/v1/namespaces/default/configmaps", headers={"traceparent": tp})
     assert r.status_code == 200
-    by_name = proxy_spans(traces.wait_for(lambda s: s["trace_id"] == trace_id))
-    handler = by_name["List"]
-    assert handler["parent_span_id"] == by_name["apf execution"]["span_id"]
-    assert handler["attributes"] == {"verb": "list", "resource": "configmaps", "namespace": "default",
-                                     "http.status_code": 200}
-    assert by_name["apf execution"]["attributes"]["priority_level"] == "exempt"
-    # decided in the proxy, with no call: system:masters's authorization and its exempt seat are events
-    assert "authorization" not in by_name and "apf wait" not in by_name
-    assert event(by_name["apf execution"], "authorization")["decision"] == "allow"
-    root = by_name["GET /api/v1/namespaces/{:namespace}/configmaps"]
-    assert event(root, "apf wait")["priority_level"] == "exempt"
+    spans = traces.wait_for(lambda s: s["trace_id"] == trace_id)
+    (root,) = proxy_spans(spans).values()
+    assert root["name"] == "GET /api/v1/namespaces/{:namespace}/configmaps"
+    assert root["attributes"]["http.status_code"] == 200
+    # decided in the proxy, with no call: system:masters's authorization, its exempt seat and its execution are events
+    assert event(root, "authorization") == {"decision": "allow", "duration_ms": event(root, "authorization")["duration_ms"]}
+    assert event(root, "apf wait")["priority_level"] == "exempt" and event(root, "apf execution")["duration_ms"] >= 0
+    # the handler is the registry's (kube's List span), the root's child; storage's span is the registry's child
+    (handler,) = [s for s in spans if s["service"] == "apiary-registry"]
+    assert handler["name"] == "List" and handler["parent_span_id"] == root["span_id"]
+    assert {k: handler["attributes"][k] for k in ("verb", "resource", "namespace", "code")} == {
+        "verb": "list", "resource": "configmaps", "namespace": "default", "code": 200}
+    (storage,) = [s for s in spans if s["service"] == "apiary-storage"]
+    assert storage["name"] == "apiary.Storage/List" and storage["parent_span_id"] == handler["span_id"]
+    assert len(spans) == 3
 
 
 def test_an_ordinary_users_traceparent_is_not_continued(stack: Stack, tokens: dict[str, str], traces: Receiver) -> None:
@@ -117,7 +123,8 @@ def test_a_failed_request_has_its_code(admin: httpx.Client, traces: Receiver) ->
     root = by_name["GET /api/v1/namespaces/{:namespace}/configmaps/{:name}"]
     assert root["attributes"]["http.status_code"] == 404
     assert root["status"] == 0  # a 404 is no error of the server's (unset)
-    assert by_name["Get"]["attributes"]["http.status_code"] == 404
+    (handler,) = [s for s in traces.trace(trace_id) if s["name"] == "Get"]
+    assert handler["service"] == "apiary-registry" and handler["attributes"]["code"] == 404
 
 
 def test_a_watch_is_traced_for_its_setup(admin: httpx.Client, traces: Receiver) -> None:
@@ -130,8 +137,9 @@ def test_a_watch_is_traced_for_its_setup(admin: httpx.Client, traces: Receiver) 
         assert not w.is_closed
     root = by_name["GET /api/v1/namespaces/{:namespace}/configmaps"]
     assert root["attributes"]["http.status_code"] == 200
-    handler = proxy_spans(traces.trace(trace_id))["Watch"]
-    assert handler["attributes"]["http.status_code"] == 200 and handler["end"] <= root["end"]
+    (handler,) = [s for s in traces.trace(trace_id) if s["name"] == "Watch"]  # the registry's
+    assert handler["service"] == "apiary-registry" and handler["parent_span_id"] == root["span_id"]
+    assert handler["attributes"]["verb"] == "watch"
 
 
 def test_metrics_carry_a_traced_requests_id_as_exemplar(admin: httpx.Client, traces: Receiver) -> None:

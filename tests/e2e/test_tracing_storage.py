@@ -1,9 +1,10 @@
 """Storage's and the auth service's spans in one request's trace (issue 27), on the session's stack (traced
 at samplingRatePerMillion 0: only a system:masters client's sampled traceparent makes a request traced).
 
-Storage: a span per call served (apiary.Storage/<Method>), the watch cache's part in kube's cacher span, each
-etcd call as kube's etcd client names it (etcdserverpb.KV/Range, etcdserverpb.KV/Txn) with key and revision,
-encryption as TransformToStorage; a watch's trace holds its setup only. Auth: the call, each authenticator
+Storage: a span per call served (apiary.Storage/<Method>; a watch's cacher.Watch), the registry's span its
+parent; on it, as events with their durations, the watch cache's part (kube's cacher.Get), each etcd call as kube's etcd
+client names it (etcdserverpb.KV/Range, etcdserverpb.KV/Txn) with key and revision, encryption as
+TransformToStorage; a watch's trace holds its setup only. Auth: the call, each authenticator
 tried and each authorizer asked as its children."""
 from __future__ import annotations
 
@@ -30,6 +31,13 @@ def spans_of(traces: Receiver, trace_id: str, service: str, name: str) -> list[d
     return traces.trace(trace_id)
 
 
+def events(span: dict[str, Any]) -> list[dict[str, Any]]:
+    """The span's events in time order, each with a duration."""
+    got = sorted(span["events"], key=lambda e: e["time"])
+    assert all(e["attributes"]["duration_ms"] >= 0 for e in got), span
+    return got
+
+
 def one(spans: list[dict[str, Any]], service: str, name: str) -> dict[str, Any]:
     found = [s for s in spans if s["service"] == service and s["name"] == name]
     assert len(found) == 1, f"{service} {name}: {[(s['service'], s['name']) for s in spans]}"
@@ -53,18 +61,17 @@ def test_a_get_from_the_watch_cache(admin: httpx.Client, traces: Receiver, ns: s
     trace_id, _, tp = new_traceparent()
     r = admin.get(f"/api/v1/namespaces/{ns}/configmaps/cached", headers={"traceparent": tp})
     assert r.status_code == 200, r.text
-    spans = spans_of(traces, trace_id, "apiary-storage", "cacher.Get")
+    spans = spans_of(traces, trace_id, "apiary-storage", "apiary.Storage/Get")
     call = one(spans, "apiary-storage", "apiary.Storage/Get")
     assert call["attributes"]["key"] == f"/registry/configmaps/{ns}/cached"
-    (cache,) = children(spans, call)
-    assert cache["name"] == "cacher.Get"
-    assert cache["attributes"]["key"] == f"/registry/configmaps/{ns}/cached"
-    assert cache["attributes"]["resource"] == "configmaps"
+    assert call["parent_span_id"] == one(spans, "apiary-registry", "Get")["span_id"]
+    assert children(spans, call) == []
+    # the cache answered: its lookup an event, no etcd read of the object itself
+    steps = events(call)
+    assert [e["name"] for e in steps] == ["cacher.Get"], steps
+    (cache,) = steps
     # served at a revision no older than the object's
     assert cache["attributes"]["revision"] >= int(r.json()["metadata"]["resourceVersion"])
-    # no etcd read of the object itself: the cache answered
-    assert not [s for s in spans if s["name"] == "etcdserverpb.KV/Range" and s["attributes"]["op"] == "get"
-                and s["attributes"]["key"] == call["attributes"]["key"]]
 
 
 def test_a_create_is_an_etcd_txn_with_key_and_revision(admin: httpx.Client, traces: Receiver, ns: str) -> None:
@@ -73,17 +80,17 @@ def test_a_create_is_an_etcd_txn_with_key_and_revision(admin: httpx.Client, trac
     r = admin.post(f"/api/v1/namespaces/{ns}/configmaps", json={"metadata": {"name": name}},
                    headers={"traceparent": tp})
     assert r.status_code == 201, r.text
-    spans = spans_of(traces, trace_id, "apiary-storage", "etcdserverpb.KV/Txn")
+    spans = spans_of(traces, trace_id, "apiary-storage", "apiary.Storage/Create")
     call = one(spans, "apiary-storage", "apiary.Storage/Create")
-    (txn,) = [s for s in children(spans, call) if s["name"] == "etcdserverpb.KV/Txn"]
+    (txn,) = [e for e in events(call) if e["name"] == "etcdserverpb.KV/Txn"]
     assert txn["attributes"]["key"] == f"/registry/configmaps/{ns}/{name}"
     assert txn["attributes"]["op"] == "create" and txn["attributes"]["succeeded"] is True
     assert str(txn["attributes"]["revision"]) == r.json()["metadata"]["resourceVersion"]
-    # the storage span is in the request's one trace, under the proxy's root
+    # the storage span is in the request's one trace: the registry's child, under the proxy's root
     root = one(spans, "apiary-proxy", "POST /api/v1/namespaces/{:namespace}/configmaps")
     assert root["parent_span_id"] == tp.split("-")[2]
-    ids = {s["span_id"] for s in spans}
-    assert call["parent_span_id"] in ids
+    create = one(spans, "apiary-registry", "Create")
+    assert call["parent_span_id"] == create["span_id"] and create["parent_span_id"] == root["span_id"]
 
 
 def test_an_encrypted_create_shows_the_transformer(admin: httpx.Client, traces: Receiver, ns: str) -> None:
@@ -92,12 +99,12 @@ def test_an_encrypted_create_shows_the_transformer(admin: httpx.Client, traces: 
     r = admin.post(f"/api/v1/namespaces/{ns}/secrets", json={"metadata": {"name": name}, "stringData": {"k": "v"}},
                    headers={"traceparent": tp})
     assert r.status_code == 201, r.text
-    spans = spans_of(traces, trace_id, "apiary-storage", "etcdserverpb.KV/Txn")
+    spans = spans_of(traces, trace_id, "apiary-storage", "apiary.Storage/Create")
     call = one(spans, "apiary-storage", "apiary.Storage/Create")
-    names = [s["name"] for s in sorted(children(spans, call), key=lambda s: s["start"])]
-    assert names == ["TransformToStorage", "etcdserverpb.KV/Txn"]
-    transform = one(spans, "apiary-storage", "TransformToStorage")
-    assert transform["attributes"] == {"key": f"/registry/secrets/{ns}/{name}", "provider": "aescbc:key1"}
+    steps = events(call)
+    assert [e["name"] for e in steps] == ["TransformToStorage", "etcdserverpb.KV/Txn"]
+    assert {k: v for k, v in steps[0]["attributes"].items() if k != "duration_ms"} == {
+        "key": f"/registry/secrets/{ns}/{name}", "provider": "aescbc:key1"}
 
 
 def test_a_watch_traces_its_setup_only(admin: httpx.Client, traces: Receiver, ns: str) -> None:
@@ -108,12 +115,13 @@ def test_a_watch_traces_its_setup_only(admin: httpx.Client, traces: Receiver, ns
         for _ in r.iter_bytes():  # the initial ADDED events, then the end at the timeout
             pass
     spans = spans_of(traces, trace_id, "apiary-storage", "cacher.Watch")
-    setup = one(spans, "apiary-storage", "cacher.Watch")
+    setup = one(spans, "apiary-storage", "cacher.Watch")  # the storage service's one span of a watch
     assert setup["attributes"]["key"] == f"/registry/configmaps/{ns}/"
     assert setup["attributes"]["resource"] == "configmaps"
-    # in the request's trace, ended with the setup: before the watch (the root span) ends
+    # in the request's trace (the registry opens it once its own Watch span, the plan, is over: the root's
+    # child), ended with the setup: before the watch (the root span) ends
     root = one(spans, "apiary-proxy", "GET /api/v1/namespaces/{:namespace}/configmaps")
-    assert setup["parent_span_id"] in {s["span_id"] for s in spans}
+    assert setup["parent_span_id"] == root["span_id"]
     assert setup["end"] < root["end"]
 
 

@@ -393,7 +393,7 @@ class Handlers(Generic[S]):
         manager = fieldmanager.for_resource(self.typed, schema_name, r.info, self.catalogue.field_paths(r.info))
         force = r.query.get("force") == "true"
         applied: Obj | None = None
-        with tracing.span("decode"):
+        with tracing.step("decode"):
             body = r.req.body
             if len(body) <= INLINE_DECODE_BYTES:
                 doc = patches.decode_patch(body, ptype)
@@ -418,7 +418,7 @@ class Handlers(Generic[S]):
         def apply(current: Obj | None) -> Obj:
             """Server-side apply: the field manager merges the applied configuration."""
             assert applied is not None
-            with tracing.span("field manager", {"operation": fieldmanager.APPLY} if tracing.ENABLED else None):
+            with tracing.step("field manager", {"operation": fieldmanager.APPLY} if tracing.ENABLED else None):
                 return manager.apply(current, applied, r.field_manager, r.req.subresource, force)
 
         def transform(current: Obj) -> Obj:

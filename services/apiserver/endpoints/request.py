@@ -254,7 +254,7 @@ class Decoder:
     async def decode(self, r: Request, body: bytes) -> Obj:
         """The body as the request's kind (kube's "About to convert to expected version" to
         "Conversion done", a span of its own here)."""
-        with tracing.span("decode"):
+        with tracing.step("decode"):
             return await self._decode(r, body)
 
     async def _decode(self, r: Request, body: bytes) -> Obj:

@@ -78,7 +78,8 @@ def _traced(authorizer: Authorizer) -> Any:
         with (step if _decides_here(authorizer, user, info) else stage)("authorization") as span:
             allowed, reason = await authorizer.decide(user, info)
             if span is not None:
-                span.set_attributes({"decision": "allow" if allowed else "forbid", "reason": reason})
+                span.set_attributes({"decision": "allow" if allowed else "forbid", "reason": reason} if reason
+                                    else {"decision": "allow" if allowed else "forbid"})
         return allowed, reason
 
     def decide(user: pb.UserInfo, info: RequestInfo) -> Awaitable[tuple[bool, str]]:

@@ -88,7 +88,9 @@ def with_priority_and_fairness(handler: Handler, flowcontrol: FlowControl) -> Ha
             if not traced:
                 await handler(ctx)
             else:
-                with stage("apf execution", _seat_attributes(seat)):
+                # an event (the handler's call to the registry is the root's child), its duration only: where
+                # the seat was is apf wait's
+                with step("apf execution"):
                     await handler(ctx)
         finally:
             flowcontrol.release(seat)

@@ -1,13 +1,15 @@
 """kube's WithTracing: the request's root span, made once the user is known, and the spans of the stages
-after it (kube's filters and handler spans).
+after it that call another service (kube's filters).
 
 A client's `traceparent` is continued only for system:masters and system:monitoring (kube 1.33); any
 other caller's becomes a link of a new root span, so no untrusted client picks trace IDs or sampling.
 The root span is backdated to the request's arrival, so it covers the filters before this one, and
 authentication (timed before the root existed) is an event on it with its duration. A stage that makes
 no call to another service (step(): authorization decided in process, an exempt request's apf wait) is
-such an event too, as kube's utiltrace steps are: a span would say nothing more, and cost more. The root carries the
-response code also when the request failed (the error is answered by with_panic_recovery, outside it),
+such an event too, as kube's utiltrace steps are: a span would say nothing more, and cost more (so is the
+apf execution, which the handler's call runs in). The handler is the registry's (or an aggregated server's):
+its span (kube's Get, Create, ...: verb, resource, namespace) is the root's child, and the root carries the
+response code, also when the request failed (the error is answered by with_panic_recovery, outside it),
 and is marked failed on a 5xx. A long-running request (a watch) is traced for its setup only: its
 handler calls established() once it streams, which ends the root and the stages still open.
 Without a tracing configuration none of this is in the chain at all.
@@ -22,7 +24,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 from services.common import tracing
 from services.common.errors import APIError
@@ -32,27 +34,21 @@ from . import ClientDisconnected, Handler, RequestContext
 TRUSTED_GROUPS = frozenset({"system:masters", "system:monitoring"})
 T = TypeVar("T")
 _NULL = contextlib.nullcontext()
-# the names of kube's handler spans (endpoints/handlers: tracing.Start(ctx, "Create", ...))
-_HANDLER_NAMES = {"get": "Get", "list": "List", "watch": "Watch", "create": "Create", "update": "Update",
-                  "patch": "Patch", "delete": "Delete", "deletecollection": "DeleteCollection"}
 
 
 class RequestTrace:
     """The sampled request's root span and the stage spans open under it (in this request's task)."""
 
-    __slots__ = ("handler", "open", "root", "trace_id")
+    __slots__ = ("open", "root", "trace_id")
 
     def __init__(self, root: Any) -> None:
         self.root = root
         self.open: list[Any] = []
-        self.handler: Any = None
         self.trace_id = f"{root.get_span_context().trace_id:032x}"
 
     def finish(self, code: int) -> None:
         """End what is open and the root, with the response code where it belongs."""
         for span in reversed(self.open):
-            if span is self.handler:
-                _code(span, code)
             tracing.end(span)
         self.open.clear()
         _code(self.root, code)
@@ -192,29 +188,11 @@ class _Stage:
         tracing.end(self._span, error)
 
 
-class _Step:
-    """A stage that made no call (served from a cache, decided in process): an event on the enclosing
-    span, as kube's utiltrace steps are, with its duration; what the block sets on it (set_attributes,
-    as on a span) goes with the event."""
+class _Step(tracing.Step):
+    """A step of the request (traces.step()): a client that went away is no failure of the stage's."""
 
-    __slots__ = ("_attributes", "_name", "_start")
-
-    def __init__(self, name: str, attributes: Mapping[str, Any] | None) -> None:
-        self._name = name
-        self._attributes = dict(attributes) if attributes else {}
-
-    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
-        self._attributes.update(attributes)
-
-    def __enter__(self) -> Self:
-        self._start = time.perf_counter()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        self._attributes["duration_ms"] = round((time.perf_counter() - self._start) * 1e3, 3)
-        if exc is not None and not isinstance(exc, ClientDisconnected):
-            self._attributes["error"] = type(exc).__name__
-        tracing.add_event(self._name, self._attributes)
+    __slots__ = ()
+    quiet = (ClientDisconnected,)
 
 
 def stage(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[Any]:
@@ -240,35 +218,3 @@ def traced(name: str, call: Callable[..., Awaitable[T]]) -> Callable[..., Awaita
     def in_span(*args: Any) -> Awaitable[T]:
         return call_in_span(*args) if _REQUEST.get() is not None else call(*args)
     return in_span
-
-
-def handler_span_name(ctx: RequestContext) -> str:
-    info = ctx.info
-    verb = info.verb if info is not None else ctx.method.lower()
-    return _HANDLER_NAMES.get(verb, verb.capitalize())
-
-
-def with_handler_tracing(handler: Handler) -> Handler:
-    """The handler's span (kube's Get, List, Create, ...): verb, resource, namespace, response code."""
-    if not tracing.ENABLED:
-        return handler
-
-    def handler_traced(ctx: RequestContext) -> Awaitable[None]:
-        return in_span(ctx) if _REQUEST.get() is not None else handler(ctx)
-
-    async def in_span(ctx: RequestContext) -> None:
-        info = ctx.info
-        attributes = {"verb": info.verb, "resource": info.resource, "namespace": info.namespace} \
-            if info is not None and info.is_resource_request else {"verb": info.verb if info else ctx.method}
-        with stage(handler_span_name(ctx), attributes) as span:
-            _REQUEST.get().handler = span  # type: ignore[union-attr]
-            code = 0
-            try:
-                await handler(ctx)
-                code = ctx.code
-            except APIError as e:
-                code = e.code
-                raise
-            finally:
-                _code(span, code)
-    return handler_traced

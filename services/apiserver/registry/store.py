@@ -179,7 +179,7 @@ class Store:
         if r.strategy.spec_fields:
             meta["generation"] = 1
         self._manage_fields(r, obj, None, operation)
-        with tracing.span("strategy validation"):
+        with tracing.step("strategy validation"):
             causes = r.strategy.validate(obj)
         if causes:
             raise invalid(r, obj, causes)
@@ -218,7 +218,7 @@ class Store:
     def _manage_fields(self, r: Scope, obj: Obj, old: Obj | None, operation: str) -> None:
         """An Update records what it changed; an Apply's fields were settled when it merged (patch)."""
         if operation == UPDATE:
-            with tracing.span("field manager", {"operation": UPDATE} if tracing.ENABLED else None):
+            with tracing.step("field manager", {"operation": UPDATE} if tracing.ENABLED else None):
                 self.manage_fields(r, obj, old)
 
     # Update --------------------------------------------------------------------------------
@@ -246,7 +246,7 @@ class Store:
             meta = new.setdefault("metadata", {})
             self._before_update(r, new, current)
             self._manage_fields(r, new, current, operation)
-            with tracing.span("strategy validation"):
+            with tracing.step("strategy validation"):
                 causes = r.strategy.validate_update(new, current)
             if causes:
                 raise invalid(r, new, causes)

@@ -70,7 +70,7 @@ class Codec:
             return plain
         try:
             if tracing.ENABLED and tracing.recording():
-                with tracing.span("TransformToStorage", {"key": _text(key), "provider": t.first.name}):
+                with tracing.step("TransformToStorage", {"key": _text(key), "provider": t.first.name}):
                     await t.ready()
                     return t.to_storage(plain, key if isinstance(key, bytes) else key.encode())
             await t.ready()
@@ -116,9 +116,9 @@ class Codec:
             return  # decode reports it
 
     async def decode_async(self, value: bytes, revision: int, key: bytes | str) -> pb.Object:
-        """decode, a KMS plugin asked first when it must be (a sampled request's decryption in its span)."""
+        """decode, a KMS plugin asked first when it must be (a sampled request's decryption an event of its span)."""
         if self.encryption is not None and tracing.ENABLED and value.startswith(ENC_PREFIX) and tracing.recording():
-            with tracing.span("TransformFromStorage", {"key": _text(key)}):
+            with tracing.step("TransformFromStorage", {"key": _text(key)}):
                 plain, _ = await self._unwrap_async(value, key)
             return decode(plain, revision, key)
         try:
@@ -128,9 +128,9 @@ class Codec:
             return self.decode(value, revision, key)
 
     async def unwrap_async(self, value: bytes, key: bytes | str) -> tuple[bytes, bool]:
-        """unwrap, a KMS plugin asked first when it must be (a sampled request's decryption in its span)."""
+        """unwrap, a KMS plugin asked first when it must be (a sampled request's decryption an event of its span)."""
         if self.encryption is not None and tracing.ENABLED and value.startswith(ENC_PREFIX) and tracing.recording():
-            with tracing.span("TransformFromStorage", {"key": _text(key)}):
+            with tracing.step("TransformFromStorage", {"key": _text(key)}):
                 return await self._unwrap_async(value, key)
         return await self._unwrap_async(value, key)
 

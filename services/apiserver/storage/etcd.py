@@ -262,10 +262,12 @@ class Etcd:
 
 async def _traced(stub: Callable[..., Awaitable[Any]], method: str, request: Any, op: str, resource: str,
                   timeout: float) -> Any:
-    """An etcd call of a sampled request in its span, named as kube's etcd client (otelgrpc) names it
-    ("etcdserverpb.KV/Range", "etcdserverpb.KV/Txn"), the trace carried on to etcd: the key (a
-    transaction's first compared key), the operation and resource of the metric, and the revision
-    etcd answered at (a write's new resourceVersion)."""
+    """An etcd call of a sampled request: an event of the current span (the storage service's) named as kube's
+    etcd client (otelgrpc) names its span ("etcdserverpb.KV/Range", "etcdserverpb.KV/Txn"), with its
+    duration, the trace carried on to etcd: the key (a transaction's first compared key), the operation
+    and resource of the metric, and the revision etcd answered at (a write's new resourceVersion). Not a
+    span: etcd sends none of its own, and a span here would cost more than the rest of the trace's work in
+    the service."""
     key = request.compare[0].key if method == "Txn" and request.compare else getattr(request, "key", b"")
     attributes = {"key": key.decode(errors="replace"), "op": op, "resource": resource}
     if method == "Range":
@@ -275,7 +277,7 @@ async def _traced(stub: Callable[..., Awaitable[Any]], method: str, request: Any
             attributes["at_revision"] = request.revision
         if request.limit:
             attributes["limit"] = request.limit
-    with tracing.span(f"etcdserverpb.KV/{method}", attributes) as span:
+    with tracing.step(f"etcdserverpb.KV/{method}", attributes) as span:
         resp = await stub(request, timeout=timeout, metadata=tracing.metadata())
         if span is not None:
             span.set_attribute("revision", resp.header.revision)

@@ -169,7 +169,7 @@ async def test_each_sampled_request_has_its_seat_span(apf) -> None:
         s.release(2)
         assert (await s.read()).id == 4
         s.release(4)
-        tracing._provider.force_flush()
+        tracing.flush()
         spans = {s.parent.trace_id: s for s in exporter.get_finished_spans()}
         assert set(spans) == {1, 2, 3}
         for i, span in spans.items():

@@ -1,8 +1,7 @@
 """The local trace receiver (services/cluster/otlpreceiver.py): what it is sent over OTLP/gRPC lands in its
-file as one JSON line per span, and `--show` (`apiary traces`) prints one trace as a tree."""
+file (read() gives its spans back), and `--show` (`apiary traces`) prints one trace as a tree."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import grpc
@@ -12,7 +11,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as tsg
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from services.cluster.otlpreceiver import Receiver, main
+from services.cluster.otlpreceiver import Receiver, main, read
 
 TRACE = bytes(range(16))
 
@@ -43,7 +42,7 @@ def test_spans_sent_are_kept_and_shown_as_a_tree(tmp_path: Path, capsys: pytest.
         export(r.endpoint, "apiary-registry", span("create", 2, 1, 20))
     finally:
         r.stop()
-    kept = [json.loads(line) for line in out.read_text().splitlines()]
+    kept = read(str(out))
     assert [(s["service"], s["parent_span_id"]) for s in kept] == [("apiary-proxy", ""),
                                                                     ("apiary-registry", (1).to_bytes(8, "big").hex())]
     for argv in (["--show", str(out), TRACE.hex()], ["--show", str(out), "--audit-id", "a-1"], ["--show", str(out)]):

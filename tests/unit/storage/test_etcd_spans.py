@@ -1,5 +1,5 @@
-"""The shared etcd client's spans (services/apiserver/storage/etcd.py): a sampled request's etcd call in a span
-named as kube's etcd client names it, with key and revision, the trace carried on to etcd; nothing at all
+"""The shared etcd client's events (services/apiserver/storage/etcd.py): a sampled request's etcd call an event
+of the current span named as kube's etcd client names its span, with key, revision and duration, the trace carried on to etcd; nothing at all
 for a request that is not sampled; background tasks (a watch cache's feed) in no request's trace."""
 from __future__ import annotations
 
@@ -42,34 +42,40 @@ def etcd_with(kv: FakeKV) -> Etcd:
     return etcd
 
 
-async def test_a_sampled_range_and_txn_are_spans_with_key_and_revision(spans: Spans) -> None:
+def events(spans: Spans, name: str) -> list[Any]:
+    """The events `name` on the request's root (the span current around the etcd calls)."""
+    (root,) = spans.named("GET")
+    return [e for e in root.events if e.name == name]
+
+
+async def test_a_sampled_range_and_txn_are_events_with_key_and_revision(spans: Spans) -> None:
     kv = FakeKV()
     etcd = etcd_with(kv)
     key = b"/registry/configmaps/default/one"
     with sampled():
         await etcd.range(key, op="get", resource="configmaps")
         await etcd.txn([compare_version(key, 0)], [op_put(key, b"v")], [], op="create", resource="configmaps")
-    (get,) = spans.named("etcdserverpb.KV/Range")
-    assert dict(get.attributes) == {"key": key.decode(), "op": "get", "resource": "configmaps",
-                                    "revision": 42, "count": 1}
-    (txn,) = spans.named("etcdserverpb.KV/Txn")
-    assert dict(txn.attributes) == {"key": key.decode(), "op": "create", "resource": "configmaps",
-                                    "revision": 43, "succeeded": True}
+    assert [s.name for s in spans.finished()] == ["GET"]  # no span of their own: events of the caller's span
+    (get,) = events(spans, "etcdserverpb.KV/Range")
+    assert {k: v for k, v in get.attributes.items() if k != "duration_ms"} == {
+        "key": key.decode(), "op": "get", "resource": "configmaps", "revision": 42, "count": 1}
+    assert get.attributes["duration_ms"] >= 0
+    (txn,) = events(spans, "etcdserverpb.KV/Txn")
+    assert {k: v for k, v in txn.attributes.items() if k != "duration_ms"} == {
+        "key": key.decode(), "op": "create", "resource": "configmaps", "revision": 43, "succeeded": True}
     (root,) = spans.named("GET")
-    assert get.parent.span_id == root.context.span_id == txn.parent.span_id
     # etcd is told which span called it
     sent = [dict(md)[tracing.HEADER] for md in kv.metadata]
-    assert sent == [f"00-{get.context.trace_id:032x}-{get.context.span_id:016x}-01",
-                    f"00-{txn.context.trace_id:032x}-{txn.context.span_id:016x}-01"]
+    assert sent == [f"00-{root.context.trace_id:032x}-{root.context.span_id:016x}-01"] * 2
 
 
 async def test_a_range_at_a_revision_says_which(spans: Spans) -> None:
     etcd = etcd_with(FakeKV())
     with sampled():
         await etcd.range(b"/registry/pods/", b"/registry/pods0", revision=7, limit=500, op="list", resource="pods")
-    (span,) = spans.named("etcdserverpb.KV/Range")
-    assert span.attributes["range_end"] == "/registry/pods0"
-    assert span.attributes["at_revision"] == 7 and span.attributes["limit"] == 500
+    (event,) = events(spans, "etcdserverpb.KV/Range")
+    assert event.attributes["range_end"] == "/registry/pods0"
+    assert event.attributes["at_revision"] == 7 and event.attributes["limit"] == 500
 
 
 async def test_an_unsampled_request_makes_no_span_and_sends_no_metadata(spans: Spans) -> None:
@@ -78,7 +84,7 @@ async def test_an_unsampled_request_makes_no_span_and_sends_no_metadata(spans: S
     with sampled(UNSAMPLED):
         await etcd.range(b"/registry/pods/a", op="get", resource="pods")
     await etcd.range(b"/registry/pods/b", op="get", resource="pods")  # no trace at all
-    assert spans.named("etcdserverpb.KV/Range") == []
+    assert spans.finished() == []
     assert kv.metadata == [None, None]
 
 
@@ -88,11 +94,11 @@ async def test_a_detached_task_is_in_no_request_trace(spans: Spans) -> None:
         assert tracing.recording()
         await asyncio.create_task(etcd.range(b"/registry/pods/a", op="get", resource="pods"),
                                   context=tracing.detached())
-    assert spans.named("etcdserverpb.KV/Range") == []
+    assert events(spans, "etcdserverpb.KV/Range") == []
 
 
 async def test_shared_revision_reads_are_in_no_request_trace(spans: Spans) -> None:
     etcd = etcd_with(FakeKV())
     with sampled():
         assert await etcd.current_revision("pods") == 42
-    assert spans.named("etcdserverpb.KV/Range") == []
+    assert events(spans, "etcdserverpb.KV/Range") == []
