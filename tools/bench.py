@@ -915,12 +915,14 @@ def figure_lines(results: dict[str, dict], verdicts: dict[str, bench_history.Ver
 
 
 def timed(phases: dict[str, float], name: str, fn: Callable[[], T]) -> T:
-    """fn(), its wall-clock seconds kept under name (so the run's duration can be seen phase by phase)."""
+    """fn(), its wall-clock seconds kept under name and printed as it ends (so the run's duration can be
+    seen phase by phase, and a slow phase while the run goes on)."""
     t = time.perf_counter()
     try:
         return fn()
     finally:
         phases[name] = round(time.perf_counter() - t, 1)
+        print(f"phase {name}: {phases[name]} s (load average {os.getloadavg()[0]:.1f})", flush=True)
 
 
 def main() -> None:
@@ -1165,7 +1167,7 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
         stack.stop(quiet=True)
         issuer.stop()
     raw["apf"] = timed(phases, "apf", lambda: bench_apf.run(BENCH_STATE / "apf", bench_apf.APF_OFFSET,
-                                                            10.0 if args.quick else 20.0))
+                                                            6.0 if args.quick else 20.0))
     raw["tracing"] = timed(phases, "tracing", lambda: tracing_run(
         c, QUICK_N if args.quick else N, QUICK_ROUNDS if args.quick else ROUNDS))
     if not args.quick:
