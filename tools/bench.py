@@ -68,7 +68,9 @@ BENCH_STATE = ROOT / ".apiary" / "bench"
 # Ports of the bench stack: the default ports plus this offset (APIARY_BENCH_PORT_OFFSET, so that
 # benches of several checkouts, or a bench beside a test run, never share a port).
 BENCH_OFFSET = int(os.environ.get("APIARY_BENCH_PORT_OFFSET", "2000"))
-HELLO_PORT = 8443 + BENCH_OFFSET
+# The bare hello-world server's: its last two digits are no stack port's (8443 was the proxy's 6443 of a
+# stack 2000 ports of offset away, another checkout's test stack, whose certificate the bench then refused).
+HELLO_PORT = 8491 + BENCH_OFFSET
 # The stack with two replicas of every service (replica 1 on its ports + 100: services/cluster/stack.py).
 REPLICAS_OFFSET = BENCH_OFFSET + 200
 CLK = os.sysconf("SC_CLK_TCK")
