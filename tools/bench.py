@@ -68,7 +68,9 @@ BENCH_STATE = ROOT / ".apiary" / "bench"
 # Ports of the bench stack: the default ports plus this offset (APIARY_BENCH_PORT_OFFSET, so that
 # benches of several checkouts, or a bench beside a test run, never share a port).
 BENCH_OFFSET = int(os.environ.get("APIARY_BENCH_PORT_OFFSET", "2000"))
-HELLO_PORT = 8443 + BENCH_OFFSET
+# The bare hello-world server's: its last two digits are no stack port's (8443 was the proxy's 6443 of a
+# stack 2000 ports of offset away, another checkout's test stack, whose certificate the bench then refused).
+HELLO_PORT = 8491 + BENCH_OFFSET
 # The stack with two replicas of every service (replica 1 on its ports + 100: services/cluster/stack.py).
 REPLICAS_OFFSET = BENCH_OFFSET + 200
 CLK = os.sysconf("SC_CLK_TCK")
@@ -987,12 +989,14 @@ def figure_lines(results: dict[str, dict], verdicts: dict[str, bench_history.Ver
 
 
 def timed(phases: dict[str, float], name: str, fn: Callable[[], T]) -> T:
-    """fn(), its wall-clock seconds kept under name (so the run's duration can be seen phase by phase)."""
+    """fn(), its wall-clock seconds kept under name and printed as it ends (so the run's duration can be
+    seen phase by phase, and a slow phase while the run goes on)."""
     t = time.perf_counter()
     try:
         return fn()
     finally:
         phases[name] = round(time.perf_counter() - t, 1)
+        print(f"phase {name}: {phases[name]} s (load average {os.getloadavg()[0]:.1f})", flush=True)
 
 
 def main() -> None:
@@ -1237,7 +1241,7 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
         stack.stop(quiet=True)
         issuer.stop()
     raw["apf"] = timed(phases, "apf", lambda: bench_apf.run(BENCH_STATE / "apf", bench_apf.APF_OFFSET,
-                                                            10.0 if args.quick else 20.0))
+                                                            6.0 if args.quick else 20.0))
     raw["tracing"] = timed(phases, "tracing", lambda: tracing_run(
         c, QUICK_N if args.quick else N, QUICK_ROUNDS if args.quick else ROUNDS))
     if not args.quick:

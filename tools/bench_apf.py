@@ -11,8 +11,10 @@ each; 64 queues of at most 10); 300 configmaps of 200 B that each request LISTs 
 1 seat: the level's most), so that a request's time is the seat's, well above the load generator's cost.
 Requests are the admin's, impersonating the users (APF classifies the impersonated user). In the same run:
 
-  service_alone  the quiet user alone, one LIST after another: p50 of what the client saw
-  capacity       the noisy user alone, 8 in flight: the LISTs the level completes per second
+  service_alone  the quiet user alone, one LIST after another (3 per --seconds, at least 30): p50 of what the
+                 client saw
+  capacity       the noisy user alone, 8 in flight (for a fifth of --seconds, at least 2 s): the LISTs the level
+                 completes per second
   overload       for --seconds, the quiet user open loop at capacity / 10 and the noisy one at 20 times that
                  (2x capacity), the noisy one with more connections than its queues hold; each answer's
                  code, its wait in APF (the proxy's Server-Timing `apf`) and its time
@@ -232,8 +234,9 @@ async def measure(stack: Stack, seconds: float, hand_size: int, seats: int) -> d
     port = int(stack.server.rsplit(":", 1)[1])
     setup = Client(port, ctx)
     await _setup(setup, hand_size)
-    alone = await _service_time(setup)
-    capacity = await _capacity([Client(port, ctx) for _ in range(8)])
+    # the probes scale with the overload's length (make bench's full run: 20 s, 60 LISTs alone, 4 s of capacity)
+    alone = await _service_time(setup, max(30, int(3 * seconds)))
+    capacity = await _capacity([Client(port, ctx) for _ in range(8)], max(2.0, seconds / 5))
     quiet_rate = capacity / 10
     quiet: list[tuple[int, float, float]] = []
     noisy: list[tuple[int, float, float]] = []

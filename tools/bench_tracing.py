@@ -6,8 +6,9 @@ every request, off, ...):
   rate0    --tracing-config-file with samplingRatePerMillion 0, exporting to a local OTLP receiver
   every    samplingRatePerMillion 1,000,000: every request traced and exported to its local receiver
 
-After each phase the bench waits a second before reading the CPU counters, so a stack's last batch of spans is
-exported within its own phase's CPU and not during the next stack's phase (the rate is the phase's own).
+After each phase of `every` the bench waits a second before reading the CPU counters, so the stack's last batch
+of spans is exported within its own phase's CPU and not during the next stack's phase (the rate is the phase's
+own); off and rate0 export nothing, and the next phase follows at once.
 Each receiver is services/cluster/otlpreceiver.py in a process of its own (its CPU is shown apart, as
 `otlpreceiver`, and it shares the machine's cores as a local collector would). The proof that the figures measure what they
 say: rate0's receiver got no span, and every's got one root span (the proxy's, with the Audit-ID the bench
@@ -65,7 +66,7 @@ AUDIT_PREFIX = "bench-tracing-"
 # a phase of a round: n CREATEs or GET_PER_CREATE * n GETs, a second or two each on an idle machine (a phase much
 # shorter would be measured in a few of /proc's 10 ms clock ticks per process)
 N, ROUNDS = 800, 6
-QUICK_N, QUICK_ROUNDS = 400, 3
+QUICK_N, QUICK_ROUNDS = 300, 2  # `make bench QUICK=1` stays within its 2 minutes
 GET_PER_CREATE = 2.5
 # after each phase, before its CPU is read: a service's batch of spans leaves within tracing.EXPORT_DELAY_MS
 DRAIN_SECONDS = 2 * EXPORT_DELAY_MS / 1000
@@ -92,6 +93,8 @@ class Config:
     receiver: subprocess.Popen[bytes] | None = None
     spans_file: Path | None = None
     sent: int = 0
+    _spans: list[dict[str, Any]] = field(default_factory=list)
+    _read: int = 0  # bytes of spans_file read
 
     def __post_init__(self) -> None:
         state = BENCH_STATE / f"tracing-{self.name}"
@@ -120,7 +123,16 @@ class Config:
                 self.receiver.kill()
 
     def spans(self) -> list[dict[str, Any]]:
-        return otlpreceiver.read(str(self.spans_file)) if self.spans_file is not None else []
+        """What the receiver wrote so far, read on from where the last call stopped (the file is appended to)."""
+        if self.spans_file is None or not self.spans_file.exists():
+            return self._spans
+        with self.spans_file.open("rb") as f:
+            f.seek(self._read)
+            data = f.read()
+        whole = data[:data.rfind(b"\n") + 1]  # a line being written is read next time
+        self._read += len(whole)
+        self._spans += [span for line in whole.splitlines() for span in otlpreceiver.line_spans(line)]
+        return self._spans
 
 
 def span_counts(spans: Iterable[dict[str, Any]], prefix: str = AUDIT_PREFIX) -> dict[str, int]:
@@ -134,13 +146,14 @@ def span_counts(spans: Iterable[dict[str, Any]], prefix: str = AUDIT_PREFIX) -> 
 
 
 def wait_settled(config: Config, timeout: float = 20.0, settle: float = 2.0) -> list[dict[str, Any]]:
-    """The receiver's spans once no new one came for `settle` seconds (the services export in batches)."""
+    """The receiver's spans once no span of the bench's requests came for `settle` seconds (the services export
+    in batches). The controller-manager's own requests are traced too and go on: a settled file never comes."""
     deadline = time.monotonic() + timeout
     seen, since = -1, time.monotonic()
     while time.monotonic() < deadline:
-        size = config.spans_file.stat().st_size if config.spans_file and config.spans_file.exists() else 0
-        if size != seen:
-            seen, since = size, time.monotonic()
+        bench_spans = span_counts(config.spans())["bench_spans"]
+        if bench_spans != seen:
+            seen, since = bench_spans, time.monotonic()
         elif time.monotonic() - since >= settle:
             break
         time.sleep(0.25)
@@ -163,11 +176,13 @@ def _wait_receiver(config: Config) -> None:
             time.sleep(0.1)
 
 
-async def drained(phase: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+async def drained(phase: Awaitable[dict[str, Any]], exports: bool) -> dict[str, Any]:
     """The phase's figures once its stack has exported the spans of its last requests (the rate is the phase's
-    own): their export is charged to the phase's CPU per request, and does not slow the next stack's phase."""
+    own): their export is charged to the phase's CPU per request, and does not slow the next stack's phase.
+    A stack that samples nothing (off, rate 0: their receivers get no span) has nothing to wait for."""
     r = await phase
-    await asyncio.sleep(DRAIN_SECONDS)
+    if exports:
+        await asyncio.sleep(DRAIN_SECONDS)
     return r
 
 
@@ -216,7 +231,7 @@ async def measure(configs: list[Config], concurrency: int, n: int, rounds: int) 
         for c in configs:
             probe = Probe(c.stack, others={RECEIVER: c.receiver.pid} if c.receiver else None)
             phases[f"{verb}_{c.name}"] = (lambda probe=probe, c=c, fn=fn, count=count: probe.measure(
-                drained(drive(int(count), concurrency, counted(c, fn), pools[c.name]))))
+                drained(drive(int(count), concurrency, counted(c, fn), pools[c.name]), bool(c.rate))))
     # GET's rounds first, then CREATE's: a CREATE between GETs would grow the watch cache under them
     out: dict[str, Any] = {}
     for verb in ("get", "create"):
@@ -239,8 +254,9 @@ def run(concurrency: int = 32, n: int = N, rounds: int = ROUNDS) -> dict[str, An
         raw = asyncio.run(measure(configs, concurrency, n, rounds))
         raw["received"] = {c.name: {**span_counts(wait_settled(c)), "sent": c.sent} for c in configs if c.receiver}
     finally:
-        for c in configs:
-            c.stop()
+        with concurrent.futures.ThreadPoolExecutor(len(configs)) as pool:  # side by side, as they started
+            for f in [pool.submit(c.stop) for c in configs]:
+                f.result()
     raw.update(concurrency=concurrency, rounds=rounds, start_seconds=started,
                load_average_start=[round(x, 2) for x in load_start],
                load_average_end=[round(x, 2) for x in os.getloadavg()])

@@ -180,23 +180,24 @@ def tree(spans: list[dict[str, Any]]) -> str:
 
 
 def read(path: str) -> list[dict[str, Any]]:
-    """The spans a receiver wrote to `path` (none if it wrote nothing yet): each line one export request's
-    serialized bytes (`{"otlp": base64}`), or one span as a JSON object."""
+    """The spans a receiver wrote to `path` (none if it wrote nothing yet)."""
     try:
         with open(path, "rb") as f:
             lines = f.read().split(b"\n")[:-1]  # the last is "", or a line still being written
     except FileNotFoundError:
         return []
-    spans: list[dict[str, Any]] = []
-    for line in lines:
-        if not line.strip():
-            continue
-        got = orjson.loads(line)
-        if "otlp" in got:
-            spans.extend(spans_of(tspb.ExportTraceServiceRequest.FromString(base64.b64decode(got["otlp"]))))
-        else:
-            spans.append(got)
-    return spans
+    return [span for line in lines for span in line_spans(line)]
+
+
+def line_spans(line: bytes) -> list[dict[str, Any]]:
+    """The spans of one line of a receiver's file: one export request's serialized bytes
+    (`{"otlp": base64}`), or one span as a JSON object."""
+    if not line.strip():
+        return []
+    got = orjson.loads(line)
+    if "otlp" in got:
+        return spans_of(tspb.ExportTraceServiceRequest.FromString(base64.b64decode(got["otlp"])))
+    return [got]
 
 
 def select(spans: list[dict[str, Any]], trace_id: str = "", audit_id: str = "") -> list[str]:

@@ -1,5 +1,6 @@
 """/metrics as kube names it: prometheus_client's exposition plus the counters whose kube name has no
-`_total` (apiserver_admission_webhook_rejection_count, ..._fail_open_count).
+`_total` (apiserver_admission_webhook_rejection_count, ..._fail_open_count) or whose stem is another
+family's name (aggregator_unavailable_apiservice_total beside the gauge aggregator_unavailable_apiservice).
 
 prometheus_client renders every counter's samples and TYPE line as `<name>_total`, so a Counter named
 after kube's `..._count` would be served as `..._count_total` and dashboards written for kube would find

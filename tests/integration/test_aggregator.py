@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 
 from tools.fakeservers import AggregatedBackend, SilentServer
 from services.cluster.stack import Stack
@@ -287,6 +288,17 @@ def test_backend_down_then_up(admin: httpx.Client, backend: AggregatedBackend, k
         assert f'aggregator_unavailable_apiservice{{name="{APISERVICE}"}} 1.0' in metrics
         assert f'aggregator_unavailable_apiservice_total{{name="{APISERVICE}",reason="FailedDiscoveryCheck"}}' \
             in metrics
+        # kube's gauge and counter of one stem, as a Prometheus scrape reads them: a strict OpenMetrics
+        # parser takes the whole exposition (two families of one name would be refused)
+        r = admin.get("/metrics", headers={"Accept": "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"})
+        assert r.headers["content-type"].startswith("application/openmetrics-text")
+        families = {f.name: f for f in openmetrics_families(r.text)}
+        gauge, counter = families["aggregator_unavailable_apiservice"], families["aggregator_unavailable_apiservice_total"]
+        assert gauge.type == "gauge" and counter.type == "unknown"
+        assert [s.value for s in gauge.samples if s.labels == {"name": APISERVICE}] == [1.0]
+        assert [(s.name, s.value >= 1) for s in counter.samples
+                if s.labels == {"name": APISERVICE, "reason": "FailedDiscoveryCheck"}] == [
+            ("aggregator_unavailable_apiservice_total", True)]
     finally:
         backend.start()
     wait_for(lambda: admin.get(f"/apis/{GV}/whoamis").status_code == 200, what="the backend back")

@@ -12,12 +12,10 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
-from prometheus_client import REGISTRY, Gauge
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client import Gauge
 
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
@@ -27,6 +25,7 @@ from services.common.background import cancel_and_wait
 from services.common.errors import APIError
 from services.common.identity import APISERVER, user_pb
 from services.common.informer import Informer
+from services.common.metrics import KubeCounter
 
 from .proxy import Backends, probe_headers
 from .resolver import ResolveError, ServiceResolver, Target, service_ref
@@ -42,33 +41,12 @@ AGGREGATOR = user_pb("system:kube-aggregator", ["system:masters"])
 UNAVAILABLE = Gauge("aggregator_unavailable_apiservice",
                     "Gauge of APIServices which are marked as unavailable broken down by APIService name.",
                     ["name"])
-
-
-class _UnavailableTotal:
-    """aggregator_unavailable_apiservice_total beside the gauge of the same stem, as kube exposes both:
-    prometheus_client's Counter would claim the stem's name and refuse the gauge, so this collector
-    declares no names and renders the counter itself."""
-
-    def __init__(self) -> None:
-        self.values: dict[tuple[str, str], float] = {}
-
-    def inc(self, name: str, reason: str) -> None:
-        self.values[(name, reason)] = self.values.get((name, reason), 0.0) + 1
-
-    def describe(self) -> list[Any]:
-        return []
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily("aggregator_unavailable_apiservice",
-                                     "Counter of APIServices which are marked as unavailable broken down by "
-                                     "APIService name and reason.", labels=["name", "reason"])
-        for (name, reason), value in sorted(self.values.items()):
-            family.add_metric([name, reason], value)
-        yield family
-
-
-UNAVAILABLE_TOTAL = _UnavailableTotal()
-REGISTRY.register(UNAVAILABLE_TOTAL)  # type: ignore[arg-type]
+# kube's counter beside the gauge of the same stem: a prometheus_client Counter would claim the stem and
+# refuse the gauge (and OpenMetrics would see two families of one name), so it is a KubeCounter, exposed
+# under this exact name (of type unknown in OpenMetrics).
+UNAVAILABLE_TOTAL = KubeCounter("aggregator_unavailable_apiservice_total",
+                                "Counter of APIServices which are marked as unavailable broken down by APIService "
+                                "name and reason.", ("name", "reason"))
 
 Obj = dict[str, Any]
 
@@ -218,5 +196,5 @@ class AvailabilityController:
         await grpcutil.call(self.registry.Handle(req, timeout=10), "registry")
         if status != "True" and (old is None or (old.get("status"), old.get("reason")) != (status, reason)):
             # counted as it turns unavailable (or unavailable for another reason), not per check
-            UNAVAILABLE_TOTAL.inc(obj["metadata"]["name"], reason)
+            UNAVAILABLE_TOTAL.labels(obj["metadata"]["name"], reason).inc()
             log.info("APIService %s is not available: %s: %s", obj["metadata"]["name"], reason, message)
