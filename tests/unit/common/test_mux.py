@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -65,12 +67,21 @@ async def start(port: int) -> grpc.aio.Server:
     return server
 
 
-async def test_calls_errors_and_concurrency():
+@contextlib.asynccontextmanager
+async def echo_client() -> AsyncIterator[mux.MuxClient]:
+    """A mux client on a fresh Echo server of its own, both closed at the end."""
     port = free_port()
     server = await start(port)
     channel = grpcutil.make_channel(None, f"127.0.0.1:{port}")
-    client = mux.MuxClient(rgrpc.RegistryStub(channel).Calls, "registry", {"Handle": rpb.APIResponse})
     try:
+        yield mux.MuxClient(rgrpc.RegistryStub(channel).Calls, "registry", {"Handle": rpb.APIResponse})
+    finally:
+        await channel.close()
+        await server.stop(None)
+
+
+async def test_calls_errors_and_concurrency():
+    async with echo_client() as client:
         resp = await client.call("Handle", rpb.APIRequest(name="a"))
         assert resp.code == 200 and resp.body == b"a"
         with pytest.raises(NotFound) as e:
@@ -87,24 +98,14 @@ async def test_calls_errors_and_concurrency():
         assert not slow.done()
         Echo.held.set()
         assert (await slow).body == b"held"
-    finally:
-        await channel.close()
-        await server.stop(None)
 
 
 async def test_a_call_past_its_timeout_is_a_timeout_and_the_stream_serves_on():
-    port = free_port()
-    server = await start(port)
-    channel = grpcutil.make_channel(None, f"127.0.0.1:{port}")
-    client = mux.MuxClient(rgrpc.RegistryStub(channel).Calls, "registry", {"Handle": rpb.APIResponse})
-    try:
+    async with echo_client() as client:
         with pytest.raises(APIError) as e:
             await client.call("Handle", rpb.APIRequest(name="late", query={"sleep": "5"}), timeout=0.2)
         assert e.value.code == 504 and "(registry)" in e.value.message
         assert (await client.call("Handle", rpb.APIRequest(name="next"), timeout=5)).body == b"next"
-    finally:
-        await channel.close()
-        await server.stop(None)
 
 
 async def test_peer_restart_fails_pending_and_recovers():
@@ -136,11 +137,7 @@ async def test_peer_restart_fails_pending_and_recovers():
 async def test_answers_in_parts():
     """mux.Streamed: each part its own frame, read as they come by call_stream; an error after some
     parts ends the stream with it; a one-part answer and a plain answer are one item."""
-    port = free_port()
-    server = await start(port)
-    channel = grpcutil.make_channel(None, f"127.0.0.1:{port}")
-    client = mux.MuxClient(rgrpc.RegistryStub(channel).Calls, "registry", {"Handle": rpb.APIResponse})
-    try:
+    async with echo_client() as client:
         async def read(name: str, **query: str) -> list[tuple[bytes, bool]]:
             return [p async for p in client.call_stream("Handle", rpb.APIRequest(name=name, query=query))]
 
@@ -162,9 +159,6 @@ async def test_answers_in_parts():
         small = await asyncio.gather(*(client.call("Handle", rpb.APIRequest(name=f"s{i}")) for i in range(5)))
         assert [r.body for r in small] == [f"s{i}".encode() for i in range(5)]
         assert [len(p) for p, _ in await big] == [mux.PART_BYTES] * 8
-    finally:
-        await channel.close()
-        await server.stop(None)
 
 
 class _EndedStream:
