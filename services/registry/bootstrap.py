@@ -80,13 +80,14 @@ async def _ensure(handlers: Handlers[StorageClient], group: str, version: str, r
         pass
 
 
-async def default_service_cidr(handlers: Handlers[StorageClient], cidr: str) -> None:
+async def default_service_cidr(handlers: Handlers[StorageClient], cidr: str,
+                               existing: set[str] | None = None) -> None:
     """kube's default-servicecidr controller: the ServiceCIDR `kubernetes` of the flag's range, created when missing
     and set Ready when it has no Ready condition and names the same range (one that differs is left as it is)."""
     group = "networking.k8s.io"
     await _ensure(handlers, group, "v1", "servicecidrs", {
         "apiVersion": f"{group}/v1", "kind": "ServiceCIDR", "metadata": {"name": DEFAULT_SERVICE_CIDR_NAME},
-        "spec": {"cidrs": [cidr]}})
+        "spec": {"cidrs": [cidr]}}, existing)
     req = rpb.APIRequest(verb="update", group=group, version="v1", resource="servicecidrs",
                          name=DEFAULT_SERVICE_CIDR_NAME, subresource="status", user=identity.APISERVER)
     r: Request = handlers.request(req, "update")
@@ -109,7 +110,7 @@ async def bootstrap(handlers: Handlers[StorageClient], catalogue: Catalogue,
                     service_cidr: str = DEFAULT_SERVICE_CIDR) -> None:
     fc = "flowcontrol.apiserver.k8s.io"
     resources = {"namespaces": ("", "v1"), "priorityclasses": ("scheduling.k8s.io", "v1"),
-                 "apiservices": ("apiregistration.k8s.io", "v1"), "prioritylevelconfigurations": (fc, "v1"),
+                 "servicecidrs": ("networking.k8s.io", "v1"), "apiservices": ("apiregistration.k8s.io", "v1"), "prioritylevelconfigurations": (fc, "v1"),
                  "flowschemas": (fc, "v1")}
     names = list(resources)
     listed = await asyncio.gather(*(_existing(handlers, *resources[r], r) for r in names))
@@ -136,7 +137,7 @@ async def bootstrap(handlers: Handlers[StorageClient], catalogue: Catalogue,
           for ns in SYSTEM_NAMESPACES),
         # the scheduling REST storage's post-start hook: system-node-critical and system-cluster-critical
         *(ensure("priorityclasses", copy.deepcopy(pc)) for pc in SYSTEM_PRIORITY_CLASSES),
-        default_service_cidr(handlers, service_cidr),
+        default_service_cidr(handlers, service_cidr, existing["servicecidrs"]),
         *(ensure("apiservices", local_apiservice(catalogue, group, version))
           for group, version in catalogue.group_versions()),
         flowcontrol(),
