@@ -110,7 +110,8 @@ async def bootstrap(handlers: Handlers[StorageClient], catalogue: Catalogue,
                     service_cidr: str = DEFAULT_SERVICE_CIDR) -> None:
     fc = "flowcontrol.apiserver.k8s.io"
     resources = {"namespaces": ("", "v1"), "priorityclasses": ("scheduling.k8s.io", "v1"),
-                 "servicecidrs": ("networking.k8s.io", "v1"), "apiservices": ("apiregistration.k8s.io", "v1"), "prioritylevelconfigurations": (fc, "v1"),
+                 "servicecidrs": ("networking.k8s.io", "v1"), "apiservices": ("apiregistration.k8s.io", "v1"),
+                 "prioritylevelconfigurations": (fc, "v1"),
                  "flowschemas": (fc, "v1")}
     names = list(resources)
     listed = await asyncio.gather(*(_existing(handlers, *resources[r], r) for r in names))
