@@ -1,6 +1,7 @@
 """python -m services.admission: the admission chain over gRPC (apiary.Admission)."""
 from __future__ import annotations
 
+from services.common import loading  # noqa: F401 - first: the collector rests while the rest loads
 import argparse
 
 from apiary_pb import admission_pb2_grpc as adgrpc

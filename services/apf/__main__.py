@@ -1,6 +1,7 @@
 """python -m services.apf: API Priority and Fairness over a gRPC stream (apiary.FlowControl)."""
 from __future__ import annotations
 
+from services.common import loading  # noqa: F401 - first: the collector rests while the rest loads
 import argparse
 
 from apiary_pb import apf_pb2_grpc as fgrpc

@@ -1,6 +1,7 @@
 """python -m services.auth: authentication and authorization over gRPC (apiary.Auth)."""
 from __future__ import annotations
 
+from services.common import loading  # noqa: F401 - first: the collector rests while the rest loads
 import argparse
 import asyncio
 import logging

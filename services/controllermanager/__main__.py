@@ -1,6 +1,7 @@
 """python -m services.controllermanager: kube-controller-manager's controllers for apiary."""
 from __future__ import annotations
 
+from services.common import loading  # noqa: F401 - first: the collector rests while the rest loads
 import argparse
 import asyncio
 import datetime as dt

@@ -20,7 +20,7 @@ from services.apiserver import negotiation
 from services.apiserver.negotiation import JSON, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from services.common.errors import ServiceUnavailable
 
-from .protobuf import decode_k8s_protobuf
+from .encoding import protobuf
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ PASSED_ON = frozenset({"", JSON, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH}
 def decode_body(verb: str, content_type: str, body: bytes, into: str = "") -> tuple[bytes, str]:
     """negotiation.decode_body with the built-in kinds' protobuf serializer (a module-level function,
     so that the worker processes can be handed it)."""
-    return negotiation.decode_body(verb, content_type, body, into, decode_k8s_protobuf)
+    return negotiation.decode_body(verb, content_type, body, into, protobuf().decode_k8s_protobuf)
 
 
 def _worker_init(parent: int) -> None:

@@ -7,6 +7,7 @@ from the kinds' definitions). A plain JSON answer or a Table is sent on untouche
 """
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import orjson
@@ -15,15 +16,22 @@ from services.apiserver.negotiation import Output, json_to_yaml
 from services.common.decoding import loads_json
 from services.common.errors import APIError, NotAcceptable
 
-from . import protobuf
-
 _META_GROUP = "meta.k8s.io/"
+
+
+def protobuf() -> ModuleType:
+    """services/proxy/protobuf.py, imported by the first request that needs kube's protobuf: its fifteen
+    generated modules of messages and the table built from them were about a third of the proxy's
+    imports, on the path of every start and so of every restart's outage."""
+    from . import protobuf as module
+
+    return module
 
 
 def for_kind(output: Output, api_version: str, kind: str) -> Output:
     """The form to answer a request on a resource of this kind with: protobuf only for a kind with
     a message (kube answers CRDs in JSON when Accept allows it, 406 when it does not)."""
-    if output.format != "protobuf" or output.partial or protobuf.has_message(api_version, kind):
+    if output.format != "protobuf" or output.partial or protobuf().has_message(api_version, kind):
         return output
     if output.fallback is not None:
         return output.fallback
@@ -67,8 +75,8 @@ def encode_answer(body: bytes, output: Output) -> tuple[bytes, str]:
 
 def _encode(obj: dict[str, Any], output: Output) -> tuple[bytes, str]:
     if output.format == "protobuf":
-        if protobuf.has_message(obj.get("apiVersion", ""), obj.get("kind", "")) or output.fallback is None:
-            return protobuf.encode_object(obj), output.content_type
+        if protobuf().has_message(obj.get("apiVersion", ""), obj.get("kind", "")) or output.fallback is None:
+            return protobuf().encode_object(obj), output.content_type
         output = output.fallback  # an answer of another kind than the resource's (a subresource's)
     data = orjson.dumps(obj)
     if output.format == "yaml":
@@ -87,12 +95,12 @@ def encode_event(line: bytes, output: Output) -> bytes:
         # events carry single objects: PartialObjectMetadata whichever of the two the client named
         event["object"] = partial_object(obj, _META_GROUP + output.partial_version)
     if output.format == "protobuf":
-        return protobuf.watch_frame(event)
+        return protobuf().watch_frame(event)
     return orjson.dumps(event) + b"\n"
 
 
 def encode_error(err: APIError, output: Output | None) -> tuple[bytes, str]:
     """An error's Status in the negotiated form (protobuf for a protobuf client, JSON otherwise)."""
     if output is not None and output.format == "protobuf":
-        return protobuf.encode_object(err.status()), output.content_type
+        return protobuf().encode_object(err.status()), output.content_type
     return err.body(), "application/json"

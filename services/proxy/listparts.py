@@ -24,8 +24,7 @@ from services.apiserver.negotiation import Output
 from services.common.errors import InternalError
 from services.common.protowire import varint
 
-from . import protobuf
-from .encoding import as_partial, partial_object
+from .encoding import as_partial, partial_object, protobuf
 
 END = b"]}"
 _ITEMS_TAG = varint(2 << 3 | 2)  # a List message's repeated `items` (field 2), as Unknown's `raw`
@@ -92,24 +91,26 @@ class ListParts:
     def _begin_protobuf(self, obj: dict[str, Any]) -> None:
         """The List's message without its items, then its first items; the envelope around them."""
         api_version, kind = obj["apiVersion"], obj["kind"]
-        cls = protobuf.ENCODABLE.get((api_version, kind))
+        pb = protobuf()
+        cls = pb.ENCODABLE.get((api_version, kind))
         if cls is None:
             raise InternalError(f"no protobuf message for {api_version} {kind}")
         head = cls()
-        protobuf.json_to_message({"metadata": obj["metadata"]}, head, skip_type_meta=True)
+        pb.json_to_message({"metadata": obj["metadata"]}, head, skip_type_meta=True)
         self._head = head.SerializeToString()
         self._item = message_factory.GetMessageClass(cls.DESCRIPTOR.fields_by_name["items"].message_type)
         typ = runtime.Unknown(typeMeta=runtime.TypeMeta(apiVersion=api_version, kind=kind)).SerializeToString()
-        self._envelope_start = protobuf.MAGIC + typ + varint(2 << 3 | 2)
+        self._envelope_start = pb.MAGIC + typ + varint(2 << 3 | 2)
         self._envelope_end = runtime.Unknown(contentEncoding="", contentType="").SerializeToString()
         self._keep(obj["items"])
 
     def _keep(self, items: list[Any]) -> None:
         assert self._item is not None
         pieces = []
+        json_to_message = protobuf().json_to_message
         for item in items:
             msg = self._item()
-            protobuf.json_to_message(item, msg)
+            json_to_message(item, msg)
             data = msg.SerializeToString()
             pieces += (_ITEMS_TAG, varint(len(data)), data)
         if pieces:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from services.common import loading  # noqa: F401 - first: the collector rests while the rest loads
 import argparse
 import sys
 

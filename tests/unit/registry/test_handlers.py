@@ -470,6 +470,23 @@ async def test_apiservice(api):
     assert t["rows"][0]["cells"][1:3] == ["ns/svc", "False (FailedDiscoveryCheck)"]
 
 
+async def test_bootstrap_again_only_lists(handlers, storage):
+    """A restarted registry finds its bootstrap objects stored: it lists them and creates nothing (its
+    readiness waits on this), and recreates one that was deleted."""
+    await bootstrap(handlers, handlers.catalogue)
+    created = storage.calls.count("create")
+    assert created > 40
+    storage.calls.clear()
+    await bootstrap(handlers, handlers.catalogue)
+    # one LIST per resource; the ServiceCIDR's status read (already Ready: not written)
+    assert sorted(storage.calls) == ["get"] + ["list"] * 6
+    del storage.data["/registry/namespaces/kube-public"]
+    storage.calls.clear()
+    await bootstrap(handlers, handlers.catalogue)
+    assert storage.calls.count("create") == 1
+    assert "/registry/namespaces/kube-public" in storage.data
+
+
 async def test_bootstrap_idempotent(handlers, storage, api):
     await bootstrap(handlers, handlers.catalogue)
     await bootstrap(handlers, handlers.catalogue)
