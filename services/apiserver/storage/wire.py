@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from services.common.mux import PART_BYTES
+from services.common.mux import part_bytes
 from services.common.protowire import bytes_field, field, varint
 
 from .codec import STALE_FIELD
@@ -35,12 +35,14 @@ STALE_SUFFIX = field(5, field(1, STALE_FIELD.encode()) + field(2, b"true"))
 
 
 class ListParts:
-    """RawListResponses of about `size` bytes of items each, the first starting with head (its
+    """RawListResponses of about `size` bytes of items each (by default what the mux allows the
+    current answer's next part: larger while no small call waits), the first starting with head (its
     resource_version field): a LIST's answer in parts (ListRequest.chunked), each made as soon as
     its items are in."""
 
-    def __init__(self, head: bytes, size: int = PART_BYTES) -> None:
-        self.head, self.size = head, size
+    def __init__(self, head: bytes, size: int | None = None) -> None:
+        self.head, self.fixed = head, size
+        self.size = part_bytes() if size is None else size
         self.batch: list[bytes] = []
         self.n = 0
         self.first = True
@@ -58,10 +60,12 @@ class ListParts:
     def _part(self) -> bytes:
         out = b"".join((self.head if self.first else b"", *bytes_field(5, b",".join(self.batch))))
         self.batch, self.n, self.first = [], 0, False
+        if self.fixed is None:
+            self.size = part_bytes()
         return out
 
 
-def json_parts(head: bytes, items: Iterable[bytes], size: int = PART_BYTES) -> Iterator[bytes]:
+def json_parts(head: bytes, items: Iterable[bytes], size: int | None = None) -> Iterator[bytes]:
     """ListParts of items, each made when it is asked for."""
     parts = ListParts(head, size)
     for item in items:
