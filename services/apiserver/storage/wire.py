@@ -42,13 +42,15 @@ class ListParts:
 
     def __init__(self, head: bytes, size: int | None = None) -> None:
         self.head, self.fixed = head, size
-        self.size = part_bytes() if size is None else size
+        self.size = size or 0
         self.batch: list[bytes] = []
         self.n = 0
         self.first = True
 
     def add(self, item: bytes) -> bytes | None:
         """The next part, when this item completes one."""
+        if not self.batch and self.fixed is None:  # a part's size is taken when its first item comes
+            self.size = part_bytes()
         self.batch.append(item)
         self.n += len(item) + 1
         return self._part() if self.n >= self.size else None
@@ -60,8 +62,6 @@ class ListParts:
     def _part(self) -> bytes:
         out = b"".join((self.head if self.first else b"", *bytes_field(5, b",".join(self.batch))))
         self.batch, self.n, self.first = [], 0, False
-        if self.fixed is None:
-            self.size = part_bytes()
         return out
 
 
