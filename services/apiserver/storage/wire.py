@@ -8,7 +8,9 @@ concatenating two serializations of a message merges them (map entries: the last
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
+from itertools import accumulate
 
 from services.common.mux import part_bytes
 from services.common.protowire import bytes_field, field, varint
@@ -66,10 +68,28 @@ class ListParts:
 
 
 def json_parts(head: bytes, items: Iterable[bytes], size: int | None = None) -> Iterator[bytes]:
-    """ListParts of items, each made when it is asked for."""
+    """ListParts of items, each made when it is asked for; its size is taken when it starts (by
+    default mux.part_bytes()). Items in a list are cut where their summed lengths cross the size
+    (bisect, no Python step per item: a hot cache's 10,000 items spent ~20 % of storage's CPU per
+    LIST in the loop below)."""
+    if isinstance(items, list):
+        yield from _list_parts(head, items, size)
+        return
     parts = ListParts(head, size)
     for item in items:
         if (part := parts.add(item)) is not None:
             yield part
     if (part := parts.end()) is not None:
         yield part
+
+
+def _list_parts(head: bytes, items: list[bytes], size: int | None) -> Iterator[bytes]:
+    ends = list(accumulate(map(len, items)))  # ends[i]: the bytes of items[:i + 1], commas aside
+    start, done, first = 0, 0, True
+    while start < len(items) or first:
+        # the first item whose end reaches the part's size completes it (at least one item a part)
+        stop = bisect_left(ends, done + (size or part_bytes()), start) + 1
+        yield b"".join((head if first else b"", *bytes_field(5, b",".join(items[start:stop]))))
+        if items:
+            done = ends[min(stop, len(items)) - 1]
+        start, first = stop, False
