@@ -15,18 +15,28 @@ CPU goes to the small call as well.
 A small call is what `begin()` counts until its `end()` (the mux server's unary calls, the proxy's
 requests that are not long-running); a call whose answer turns out to come in parts stops counting
 as small when it does (`large()`), so that its parts do not wait for themselves.
+
+`quiet()` says whether the parts of a large answer may be larger (mux/flow.py, part_bytes): fewer
+parts cost every hop fewer messages, but a small call arriving meanwhile waits longer for each, so
+only while no other small call is in flight and none ended within QUIET_HOLD.
 """
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import time
 
 # The longest a large answer's next part waits for small calls in flight: about the work of one
 # small call on every hop, short enough that a steady stream of small calls still lets a large
 # answer through at a bounded pace (one 128 KiB part per hop per MAX_DEFER at worst).
 MAX_DEFER = 0.02
+# How long after a small call ended a process still counts as busy: well above the gap between one
+# client's back-to-back requests, so that parts stay small while any client keeps calling, and short
+# beside the cadence of a cluster's periodic calls (leases renew every 2 s).
+QUIET_HOLD = 0.25
 
 _small = 0
+_last_end = float("-inf")  # monotonic time when the last small call ended (a large one's end aside)
 _waiters: list[asyncio.Future[None]] = []
 _current: contextvars.ContextVar[Call | None] = contextvars.ContextVar("pacing_call", default=None)
 
@@ -40,6 +50,14 @@ class Call:
         self.counted = True
 
     def end(self) -> None:
+        """The small call is done."""
+        global _last_end
+        if self.counted:
+            _last_end = time.monotonic()
+            self.large()
+
+    def large(self) -> None:
+        """The call answers in parts: no longer counted, and no small call that ended."""
         global _small
         if not self.counted:
             return
@@ -62,12 +80,20 @@ def large() -> None:
     """The current task's call answers in parts: no longer a small call."""
     call = _current.get()
     if call is not None:
-        call.end()
+        call.large()
 
 
 def in_flight() -> int:
     """Small calls in flight in this process."""
     return _small
+
+
+def quiet() -> bool:
+    """No small call but the current task's own in flight in this process, and none ended within
+    QUIET_HOLD."""
+    call = _current.get()
+    others = _small - (call is not None and call.counted)
+    return not others and time.monotonic() - _last_end >= QUIET_HOLD
 
 
 def _wake_all() -> None:

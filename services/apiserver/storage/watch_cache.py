@@ -26,7 +26,7 @@ import time
 from array import array
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import TypeVar
 
@@ -519,15 +519,18 @@ class WatchCache:
         )
 
     def snapshot_json_items(self, prefix: str, pred: SelectionPredicate, kind: str,
-                            api_version: str) -> Iterator[bytes]:
+                            api_version: str) -> Iterable[bytes]:
         """snapshot's objects as their JSON, one item each (kind and api_version fill in an object
         stored without them; such JSON is not kept). The snapshot is taken at once (the objects'
         bytes and what is already rendered: references only); the rest is rendered as the items
-        are read, so a large list is never rendered whole before it is sent."""
+        are read, so a large list is never rendered whole before it is sent. When every item is
+        rendered already, the list of them (wire.json_parts cuts a list into parts without a
+        Python step per item)."""
         keys = self._matching(prefix, pred)
-        store, get = self.store, self.json.get
-        data = [store[k] for k in keys]
-        done = [get(k) for k in keys]
+        done = list(map(self.json.get, keys))
+        if None not in done:  # every item rendered already (a hot cache)
+            return done
+        data = list(map(self.store.__getitem__, keys))
         # Scan resistance: a list whose objects outweigh half the budget would only push out what
         # smaller reads keep rendered, and leave the process holding its own renderings after it
         # (a 208 MB LIST kept the whole 128 MiB budget: issue 9's "memory back a minute after").

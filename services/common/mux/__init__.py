@@ -26,7 +26,7 @@ streams.py holds what this client shares with watchmux: reading a long-lived str
 spreading streams over the replicas of a peer.
 """
 from .client import MuxClient
-from .flow import PART_BYTES, WINDOW
+from .flow import PART_BYTES, WINDOW, part_bytes
 from .server import Streamed, serve_mux, unary_methods
 
-__all__ = ["PART_BYTES", "WINDOW", "MuxClient", "Streamed", "serve_mux", "unary_methods"]
+__all__ = ["PART_BYTES", "WINDOW", "MuxClient", "Streamed", "part_bytes", "serve_mux", "unary_methods"]

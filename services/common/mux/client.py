@@ -13,7 +13,7 @@ from apiary_pb import envelope_pb2 as pb
 from .. import auditid, tracing
 from ..errors import APIError, Timeout
 from ..grpcutil import batches
-from .flow import WINDOW
+from .flow import WINDOW, quiet
 from .streams import StreamClient
 
 # Seconds after which a client of several replicas moves a stream (Spread), so that a replica that
@@ -170,7 +170,8 @@ class MuxClient(StreamClient):
         stream.inflight += 1
         queue = stream.queue
         queue.put_nowait(pb.Frame(id=fid, method=method, payload=request.SerializeToString(), window=window,
-                                  audit_id=auditid.AUDIT_ID.get(), traceparent=tracing.traceparent()))
+                                  audit_id=auditid.AUDIT_ID.get(), traceparent=tracing.traceparent(),
+                                  quiet=quiet()))
         done = False
         taken = 0  # parts taken since the window was last granted
         try:
@@ -183,7 +184,7 @@ class MuxClient(StreamClient):
                     done = not frame.more
                     taken += 1
                     if window and not done and taken >= window and stream.alive:  # the window again
-                        queue.put_nowait(pb.Frame(id=fid, credit=taken))
+                        queue.put_nowait(pb.Frame(id=fid, credit=taken, quiet=quiet()))
                         taken = 0
                     yield frame.payload, frame.more
                     if done:

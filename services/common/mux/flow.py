@@ -1,13 +1,17 @@
 """Flow control and sharing of the server's side of a Calls stream: each answer in parts queues at most
 QUEUED_PARTS and waits for the caller's credit (Outgoing); whole answers go first, then one part of each
-answer in parts in turn, each stream message about PART_BYTES (Scheduler)."""
+answer in parts in turn, each stream message about PART_BYTES (Scheduler). A part may grow to
+QUIET_PART_BYTES while no small call waits on any hop (part_bytes)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections import deque
 from collections.abc import AsyncIterator
 
 from apiary_pb import envelope_pb2 as pb
+
+from .. import pacing
 
 # What one stream message carries at most when answers come in parts (Streamed): small enough that
 # sender, receiver and the process after them work on different parts at the same time, and that
@@ -25,6 +29,36 @@ WINDOW = 2
 # Parts of one answer a server queues for its writer beyond the one being written (without flow
 # control from the caller this alone bounds what the server holds).
 QUEUED_PARTS = 2
+# What a part may hold while no small call waits on its way, neither in this process nor on the
+# caller's side (Frame.quiet, carried hop by hop with the credit): each part costs every hop a
+# stream message and a credit's share, which is most of a LIST's CPU at 128 KiB a part. Taken where
+# the small call waits, the signal makes the parts small again within a window of its arrival.
+QUIET_PART_BYTES = 1 << 20
+
+
+class Caller:
+    """What the caller of an answer in parts said with its call and its last credit."""
+
+    __slots__ = ("quiet",)
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+
+
+# The caller of the answer in parts the current task makes (set by the mux server for its calls).
+CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("mux_caller", default=None)
+
+
+def quiet() -> bool:
+    """No small call waits in this process nor, for the answer the current task makes, on its
+    caller's side: what this process says with its calls and credits (Frame.quiet)."""
+    caller = CALLER.get()
+    return (caller is None or caller.quiet) and pacing.quiet()
+
+
+def part_bytes() -> int:
+    """How large the current task's next part of an answer may grow."""
+    return QUIET_PART_BYTES if quiet() else PART_BYTES
 
 Answer = tuple[int, bytes, "pb.Status | None", bool]
 

@@ -15,7 +15,7 @@ from .. import auditid, pacing, tracing
 from ..errors import APIError, InternalError
 from ..grpcutil import GRPC_STARTED
 from ..runtime import after_large_answer
-from .flow import Outgoing, Scheduler
+from .flow import CALLER, Caller, Outgoing, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,7 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
     started = {method: GRPC_STARTED.labels(method) for method in methods}  # not labels() per call
     tasks: dict[int, asyncio.Task[None]] = {}
     outgoing: dict[int, Outgoing] = {}
+    callers: dict[int, Caller] = {}  # calls with a window: what their caller said last (Frame.quiet)
     requests_ended = False
 
     async def send_parts(frame: pb.Frame, resp: Streamed) -> None:
@@ -110,6 +111,9 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
         if frame.traceparent:
             tracing.attach(frame.traceparent)
         small = pacing.begin()  # until its answer is queued, or it turns out to come in parts
+        if frame.window:
+            caller = callers[frame.id] = Caller(frame.quiet)
+            CALLER.set(caller)
         try:
             entry = methods.get(frame.method)
             if entry is None:
@@ -117,7 +121,7 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
             req_cls, fn = entry
             resp = await fn(req_cls.FromString(frame.payload), context)
             if isinstance(resp, Streamed):
-                small.end()
+                small.large()
                 await send_parts(frame, resp)
                 return
             payload = resp if type(resp) is bytes else resp.SerializeToString()
@@ -129,6 +133,7 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
         finally:
             small.end()
             tasks.pop(frame.id, None)
+            callers.pop(frame.id, None)
 
     async def pump() -> None:
         nonlocal requests_ended
@@ -140,6 +145,8 @@ async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.Servic
                             if (t := tasks.get(frame.id)) is not None:
                                 t.cancel()
                         elif (o := outgoing.get(frame.id)) is not None:
+                            if (c := callers.get(frame.id)) is not None:
+                                c.quiet = frame.quiet
                             o.grant(frame.credit)
                         continue
                     tasks[frame.id] = asyncio.create_task(run(frame))

@@ -680,12 +680,15 @@ async def test_watches_multiplexed_on_one_stream(stub, storage):
     await client.close()
 
 
-async def test_list_as_json_in_parts_on_the_calls_stream(stub):
-    """ListRequest.chunked on the Calls stream: parts of about mux.PART_BYTES, the first with the
-    revision, whole items in each; together the same items as the answer in one piece."""
+async def test_list_as_json_in_parts_on_the_calls_stream(stub, monkeypatch: pytest.MonkeyPatch):
+    """ListRequest.chunked on the Calls stream: parts of about mux.PART_BYTES while a small call waits
+    on the caller's side (Frame.quiet unset), larger ones (up to QUIET_PART_BYTES) for a quiet
+    caller; the first with the revision, whole items in each; together the same items as the answer
+    in one piece."""
     import orjson
 
     from services.common import mux
+    from services.common.mux import client as mux_client
 
     r = new_resource()
     prefix = f"/registry/{r}/"
@@ -694,8 +697,13 @@ async def test_list_as_json_in_parts_on_the_calls_stream(stub):
                            for i in range(200)))
     calls = mux.MuxClient(stub.Calls, "storage", {"List": spb.RawListResponse})
     req = spb.ListRequest(prefix=prefix, resource_version="0", json=True, chunked=True)
+    quiet = [spb.RawListResponse.FromString(p) async for p, _ in calls.call_stream("List", req)]
+    monkeypatch.setattr(mux_client, "quiet", lambda: False)
     parts = [(spb.RawListResponse.FromString(p), more) async for p, more in calls.call_stream("List", req)]
     assert len(parts) >= 2 and [m for _, m in parts] == [True] * (len(parts) - 1) + [False]
+    assert all(len(p.json_items) < 2 * mux.PART_BYTES for p, _ in parts)
+    assert len(quiet) < len(parts) and b",".join(p.json_items for p in quiet) == b",".join(
+        p.json_items for p, _ in parts)
     assert parts[0][0].resource_version and not any(p.resource_version for p, _ in parts[1:])
     items = [o for p, _ in parts for o in orjson.loads(b"[" + p.json_items + b"]")]
     assert [o["metadata"]["name"] for o in items] == [f"o{i:03d}" for i in range(200)]
@@ -703,12 +711,16 @@ async def test_list_as_json_in_parts_on_the_calls_stream(stub):
     assert orjson.loads(b"[" + whole.json_items + b"]") == items  # unary: always one piece
 
 
-async def test_list_as_json_in_parts_from_etcd(stub):
+async def test_list_as_json_in_parts_from_etcd(stub, monkeypatch: pytest.MonkeyPatch):
     """An unpaginated JSON list that etcd answers (resourceVersionMatch=Exact) comes in parts too,
-    read page by page (server.LIST_PAGE objects) at one revision: the same items as the cache's."""
+    read page by page (server.LIST_PAGE objects) at one revision: the same items as the cache's
+    (parts of about mux.PART_BYTES: a caller with a small call waiting)."""
     import orjson
 
     from services.common import mux
+    from services.common.mux import client as mux_client
+
+    monkeypatch.setattr(mux_client, "quiet", lambda: False)
 
     r = new_resource()
     prefix = f"/registry/{r}/"

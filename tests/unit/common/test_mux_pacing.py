@@ -1,6 +1,7 @@
 """Pacing of large answers (services/common/pacing.py) on a Calls stream (mux/): while a small call
 is in flight in the process, the producer of an answer in parts takes no next part (up to
-pacing.MAX_DEFER), then moves on; the answer's own call never counts as small.
+pacing.MAX_DEFER), then moves on; the answer's own call never counts as small. Parts grow to
+QUIET_PART_BYTES only while no small call waits, here or on the caller's side (Frame.quiet).
 
 Client and server run in one event loop without gRPC between them (as test_mux_fair); assertions
 are on counts and order, and every wait is on a condition with a generous bound."""
@@ -15,6 +16,7 @@ import pytest
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from services.common import mux, pacing
+from services.common.mux.flow import QUIET_PART_BYTES
 
 
 class Server:
@@ -119,6 +121,83 @@ def test_a_call_is_counted_once():
         await pacing.next_part()  # nothing in flight: no wait
 
     asyncio.run(main())
+
+
+def test_quiet_while_no_other_small_call_is_in_flight_or_recent(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(pacing, "_last_end", float("-inf"))
+
+    async def main() -> None:
+        assert pacing.quiet()
+        own = pacing.begin()
+        assert pacing.quiet()  # the current task's own call aside
+        other = asyncio.get_running_loop().create_future()
+
+        async def small_call() -> None:
+            call = pacing.begin()
+            await other
+            call.end()
+        task = asyncio.create_task(small_call())
+        await settle(5)
+        assert not pacing.quiet()  # another small call in flight
+        other.set_result(None)
+        await task
+        assert not pacing.quiet()  # one ended within QUIET_HOLD
+        monkeypatch.setattr(pacing, "QUIET_HOLD", 0.0)
+        assert pacing.quiet()
+        monkeypatch.setattr(pacing, "QUIET_HOLD", 3600.0)
+        monkeypatch.setattr(pacing, "_last_end", float("-inf"))
+        pacing.large()  # a call that answers in parts is no small call that ended
+        own.end()
+        assert pacing.quiet()
+
+    asyncio.run(main())
+
+
+async def test_parts_grow_only_while_the_caller_and_this_process_are_quiet(monkeypatch: pytest.MonkeyPatch):
+    """The call's Frame.quiet and each credit's say how large the parts made after them may be;
+    a small call in flight in the server's process keeps them small too."""
+    monkeypatch.setattr(pacing, "_last_end", float("-inf"))
+    sizes: list[int] = []
+
+    async def handle(request: rpb.APIRequest, context: Any) -> Any:
+        def parts() -> Iterator[bytes]:
+            for _ in range(int(request.name)):
+                sizes.append(mux.part_bytes())
+                yield b"x"
+        return mux.Streamed(parts())
+
+    requests: asyncio.Queue[pb.Frames] = asyncio.Queue()
+
+    async def incoming() -> AsyncIterator[pb.Frames]:
+        while True:
+            yield await requests.get()
+
+    sent = mux.serve_mux(incoming(), None, {"Handle": (rpb.APIRequest, handle)})
+
+    async def take(n: int) -> None:
+        got = 0
+        while got < n:
+            got += len((await asyncio.wait_for(anext(sent), 30)).frames)
+
+    # (the server makes each part before it may send it: one part ahead of the credit)
+    call = rpb.APIRequest(name="8").SerializeToString()
+    requests.put_nowait(pb.Frames(frames=[pb.Frame(id=1, method="Handle", payload=call, window=2, quiet=False)]))
+    await take(2)
+    await settle()
+    assert sizes == [mux.PART_BYTES] * len(sizes)
+    before = len(sizes)
+    requests.put_nowait(pb.Frames(frames=[pb.Frame(id=1, credit=2, quiet=True)]))
+    await take(2)
+    await settle()
+    assert len(sizes) > before and sizes[before:] == [QUIET_PART_BYTES] * (len(sizes) - before)
+    before = len(sizes)
+    held = pacing.begin()  # a small call in flight here
+    requests.put_nowait(pb.Frames(frames=[pb.Frame(id=1, credit=2, quiet=True)]))
+    await take(2)
+    await settle()
+    held.large()
+    assert len(sizes) > before and sizes[before:] == [mux.PART_BYTES] * (len(sizes) - before)
+    await sent.aclose()
 
 
 async def _read_all(parts: AsyncIterator[tuple[bytes, bool]]) -> list[bytes]:
