@@ -11,7 +11,7 @@ import asyncio
 import threading
 from collections.abc import Iterator
 
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
@@ -19,6 +19,8 @@ from prometheus_client.openmetrics import exposition as om
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
+
+from . import exposition as text_format
 
 _COUNTERS: list[KubeCounter] = []
 # the media type a scraper names in its Accept header when it wants OpenMetrics
@@ -100,10 +102,10 @@ class _Snapshot:
 
 def _render(registry: CollectorRegistry | _Snapshot, openmetrics: bool) -> bytes:
     if not openmetrics:
-        return generate_latest(registry) + "".join(c.render() for c in _COUNTERS).encode()  # type: ignore[arg-type]
+        return text_format.text(registry) + "".join(c.render() for c in _COUNTERS).encode()
     eof = b"# EOF\n"
     kube_named = "".join(c.render("unknown") for c in _COUNTERS).encode()
-    return om.generate_latest(registry).removesuffix(eof) + kube_named + eof
+    return text_format.openmetrics(registry).removesuffix(eof) + kube_named + eof
 
 
 def exposition(openmetrics: bool = False) -> bytes:
