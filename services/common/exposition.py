@@ -8,6 +8,7 @@ rendered label sets, names and numbers in a memo, bounded by the series seen in 
 tests/unit/common/test_exposition.py holds them equal to prometheus_client's own output."""
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -57,7 +58,7 @@ class _Memo:
 
     def number(self, value: float) -> str:
         if not value:  # 0.0 and -0.0 compare (and hash) equal but render apart
-            return floatToGoString(value)
+            return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
         text = self.numbers.get(value)
         if text is None:
             text = self.numbers[value] = floatToGoString(value)
