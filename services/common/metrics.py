@@ -82,22 +82,32 @@ class KubeCounter:
 _THREAD_SAFE = (MetricWrapperBase, ProcessCollector, GCCollector, PlatformCollector)
 
 
+class _Collected(list[Metric]):
+    """Families already collected."""
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self)
+
+
 class _Snapshot:
-    """One scrape's view of a registry: the families of collectors that read the event loop's own
-    state (a FlowController, the aggregator's counts) collected now, on the loop; the thread-safe ones
-    collected later, wherever the text is rendered."""
+    """One scrape's view of a registry as its collectors: those that read the event loop's own state (a
+    FlowController, the aggregator's counts) collected now, on the loop; the thread-safe ones collected
+    later, wherever the text is rendered."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        # CollectorRegistry.collect's own walk (target_info first, then each collector in order), split
-        # in two; prometheus_client has no public list of a registry's collectors
+        # CollectorRegistry.collect's own walk (target_info first, then each collector in order);
+        # prometheus_client has no public list of a registry's collectors
         with registry._lock:
             collectors = list(registry._collector_to_names)
-            self._parts: list[list[Metric] | object] = [[registry._target_info_metric()]] if registry._target_info else []
-        self._parts += [c if isinstance(c, _THREAD_SAFE) else list(c.collect()) for c in collectors]
+            self._parts: list[object] = [_Collected([registry._target_info_metric()])] if registry._target_info else []
+        self._parts += [c if isinstance(c, _THREAD_SAFE) else _Collected(c.collect()) for c in collectors]
+
+    def parts(self) -> list[object]:
+        return self._parts
 
     def collect(self) -> Iterator[Metric]:
         for part in self._parts:
-            yield from part if isinstance(part, list) else part.collect()  # type: ignore[attr-defined]
+            yield from part.collect()  # type: ignore[attr-defined]
 
 
 def _render(registry: CollectorRegistry | _Snapshot, openmetrics: bool) -> bytes:
@@ -112,7 +122,7 @@ def exposition(openmetrics: bool = False) -> bytes:
     """The text a /metrics endpoint serves: the default registry, then the kube-named counters. In the
     OpenMetrics form (the only one with exemplars) those counters are of type unknown: OpenMetrics wants a
     counter's samples named <name>_total, which their kube names are not."""
-    return _render(REGISTRY, openmetrics)
+    return _render(_Snapshot(REGISTRY), openmetrics)
 
 
 async def render(openmetrics: bool = False) -> bytes:

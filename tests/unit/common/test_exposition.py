@@ -4,11 +4,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Enum, Gauge, Histogram, Info, Summary, generate_latest
+from prometheus_client import (
+    REGISTRY, CollectorRegistry, Counter, Enum, Gauge, Histogram, Info, Summary, disable_created_metrics,
+    enable_created_metrics, generate_latest)
 from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.openmetrics import exposition as om
 
 from services.common import exposition
+from services.common.metrics import _Snapshot
 
 
 class Fixed:
@@ -29,6 +32,11 @@ def every_kind() -> CollectorRegistry:
     h.labels("GET", "pods").observe(0.05, {"trace_id": "4bf92f3577b34da6"})
     h.labels("LIST", 'a"b\\c\nd').observe(3e7)
     h.labels("WATCH", "").observe(0)
+    Histogram("apiary_x_empty", "No child yet.", ["verb"], registry=reg)
+    below = Histogram("apiary_x_offset", "Buckets below zero: no _sum.", ["k"], registry=reg, buckets=(-1, 0, 1))
+    below.labels("a").observe(-0.5, {"trace_id": "cd"})
+    Histogram("apiary_x_latency", "With a unit.", ["k"], registry=reg, unit="seconds").labels("b").observe(0.2)
+    Histogram("apiary_x_plain", "No labels.", registry=reg).observe(0.3)
     c = Counter("apiary_x_requests", "Requests.", ["code"], registry=reg)
     c.labels("200").inc(12345678)
     c.labels("500").inc(0.25, {"trace_id": "ab"})
@@ -61,3 +69,19 @@ def test_both_formats_are_prometheus_clients(source: str) -> None:
     for _ in range(2):  # the second time from the memo
         assert exposition.text(fixed) == generate_latest(fixed)  # type: ignore[arg-type]
         assert exposition.openmetrics(fixed) == om.generate_latest(fixed)
+
+
+@pytest.mark.parametrize("created", [True, False])
+def test_labelled_histograms_read_from_their_children(created: bool) -> None:
+    """The live registry (labelled histograms rendered from their children, not collect()) against
+    prometheus_client's renderers of the same registry."""
+    reg = every_kind()
+    if not created:
+        disable_created_metrics()
+    try:
+        for _ in range(2):
+            assert exposition.text(_Snapshot(reg)) == generate_latest(reg)
+            assert exposition.openmetrics(_Snapshot(reg)) == om.generate_latest(reg)
+        assert ("apiary_x_seconds_created" in exposition.text(_Snapshot(reg)).decode()) == created
+    finally:
+        enable_created_metrics()
