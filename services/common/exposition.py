@@ -18,8 +18,13 @@ from prometheus_client import metrics as client_metrics
 from prometheus_client.metrics import Histogram
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.exposition import (
-    UNDERSCORES, _compose_exemplar_string, _escape, _is_legacy_labelname_rune, escape_label_name,
-    escape_metric_name)
+    UNDERSCORES,
+    _compose_exemplar_string,
+    _escape,
+    _is_legacy_labelname_rune,
+    escape_label_name,
+    escape_metric_name,
+)
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 

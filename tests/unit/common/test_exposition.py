@@ -5,8 +5,18 @@ from collections.abc import Iterator
 
 import pytest
 from prometheus_client import (
-    REGISTRY, CollectorRegistry, Counter, Enum, Gauge, Histogram, Info, Summary, disable_created_metrics,
-    enable_created_metrics, generate_latest)
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Enum,
+    Gauge,
+    Histogram,
+    Info,
+    Summary,
+    disable_created_metrics,
+    enable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.openmetrics import exposition as om
 
