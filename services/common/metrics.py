@@ -77,8 +77,8 @@ class KubeCounter:
         return "".join(lines)
 
 
-# Collectors that take their own locks (prometheus_client's metrics, KubeCounter) or read only the
-# process (/proc, gc): safe to collect from a thread while the event loop updates them.
+# Collectors that take their own locks (prometheus_client's metrics; KubeCounter too, rendered apart) or
+# read only the process (/proc, gc): safe to collect from a thread while the event loop updates them.
 _THREAD_SAFE = (MetricWrapperBase, ProcessCollector, GCCollector, PlatformCollector)
 
 
@@ -126,7 +126,7 @@ def exposition(openmetrics: bool = False) -> bytes:
 
 
 async def render(openmetrics: bool = False) -> bytes:
-    """exposition() for a server on an event loop: rendering thousands of series takes tens of ms of
+    """exposition() for a server on an event loop: rendering thousands of series takes milliseconds of
     CPU, so it runs in a thread and the loop keeps serving between the GIL's switches (every 5 ms)
     instead of stalling every request in flight for the whole scrape."""
     return await asyncio.to_thread(_render, _Snapshot(REGISTRY), openmetrics)
