@@ -60,9 +60,9 @@ class HealthServer:
             path = parts[1].split("?")[0] if len(parts) > 1 else "/"
             ctype = "text/plain; charset=utf-8"
             if path == "/metrics" and openmetrics:
-                code, body, ctype = 200, metrics.exposition(openmetrics=True), metrics.OPENMETRICS_CONTENT_TYPE
+                code, body, ctype = 200, await metrics.render(openmetrics=True), metrics.OPENMETRICS_CONTENT_TYPE
             elif path == "/metrics":
-                code, body, ctype = 200, metrics.exposition(), CONTENT_TYPE_LATEST
+                code, body, ctype = 200, await metrics.render(), CONTENT_TYPE_LATEST
             elif path in ("/healthz", "/livez"):
                 code, body = 200, b"ok"
             elif path == "/readyz":

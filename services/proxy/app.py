@@ -39,7 +39,7 @@ from services.common import auditid, runtime
 from services.common.errors import BadRequest, NotFound, ServiceUnavailable, UnsupportedMediaType
 from services.common.informer import Informer
 from services.common.metrics import OPENMETRICS, OPENMETRICS_CONTENT_TYPE
-from services.common.metrics import exposition as metrics_exposition
+from services.common.metrics import render as render_metrics
 
 from . import metrics
 from .aggregator.apiserver import Aggregator
@@ -245,9 +245,9 @@ class ProxyApp:
         if path == "/metrics":
             # OpenMetrics (with the exemplars) when asked for, as a Prometheus scrape does; text otherwise
             if OPENMETRICS in ctx.header(b"accept"):
-                await ctx.respond(200, metrics_exposition(openmetrics=True), OPENMETRICS_CONTENT_TYPE)
+                await ctx.respond(200, await render_metrics(openmetrics=True), OPENMETRICS_CONTENT_TYPE)
             else:
-                await ctx.respond(200, metrics_exposition(), CONTENT_TYPE_LATEST)
+                await ctx.respond(200, await render_metrics(), CONTENT_TYPE_LATEST)
             return
         if path in _APF_DUMPS and self.apf.enabled:
             text = await self.apf.dump(path.rsplit("/", 1)[1], bool(query.get("includeRequestDetails")))
