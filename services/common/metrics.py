@@ -12,7 +12,7 @@ import asyncio
 import threading
 from collections.abc import Iterator
 
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
@@ -20,8 +20,6 @@ from prometheus_client.openmetrics import exposition as om
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
-
-from . import exposition as text_format
 
 _COUNTERS: list[KubeCounter] = []
 # the media type a scraper names in its Accept header when it wants OpenMetrics
@@ -78,56 +76,46 @@ class KubeCounter:
         return "".join(lines)
 
 
-# Collectors that take their own locks (prometheus_client's metrics; KubeCounter too, rendered apart) or
-# read only the process (/proc, gc): safe to collect from a thread while the event loop updates them.
+# Collectors that take their own locks (prometheus_client's metrics, KubeCounter) or read only the
+# process (/proc, gc): safe to collect from a thread while the event loop updates them.
 _THREAD_SAFE = (MetricWrapperBase, ProcessCollector, GCCollector, PlatformCollector)
 
 
-class _Collected(list[Metric]):
-    """Families already collected."""
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self)
-
-
 class _Snapshot:
-    """One scrape's view of a registry as its collectors: those that read the event loop's own state (a
-    FlowController, the aggregator's counts) collected now, on the loop; the thread-safe ones collected
-    later, wherever the text is rendered."""
+    """One scrape's view of a registry: the families of collectors that read the event loop's own
+    state (a FlowController, the aggregator's counts) collected now, on the loop; the thread-safe ones
+    collected later, wherever the text is rendered."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        # CollectorRegistry.collect's own walk (target_info first, then each collector in order);
-        # prometheus_client has no public list of a registry's collectors
+        # CollectorRegistry.collect's own walk (target_info first, then each collector in order), split
+        # in two; prometheus_client has no public list of a registry's collectors
         with registry._lock:
             collectors = list(registry._collector_to_names)
-            self._parts: list[object] = [_Collected([registry._target_info_metric()])] if registry._target_info else []
-        self._parts += [c if isinstance(c, _THREAD_SAFE) else _Collected(c.collect()) for c in collectors]
-
-    def parts(self) -> list[object]:
-        return self._parts
+            self._parts: list[list[Metric] | object] = [[registry._target_info_metric()]] if registry._target_info else []
+        self._parts += [c if isinstance(c, _THREAD_SAFE) else list(c.collect()) for c in collectors]
 
     def collect(self) -> Iterator[Metric]:
         for part in self._parts:
-            yield from part.collect()  # type: ignore[attr-defined]
+            yield from part if isinstance(part, list) else part.collect()  # type: ignore[attr-defined]
 
 
 def _render(registry: CollectorRegistry | _Snapshot, openmetrics: bool) -> bytes:
     if not openmetrics:
-        return text_format.text(registry) + "".join(c.render() for c in _COUNTERS).encode()
+        return generate_latest(registry) + "".join(c.render() for c in _COUNTERS).encode()  # type: ignore[arg-type]
     eof = b"# EOF\n"
     kube_named = "".join(c.render("unknown") for c in _COUNTERS).encode()
-    return text_format.openmetrics(registry).removesuffix(eof) + kube_named + eof
+    return om.generate_latest(registry).removesuffix(eof) + kube_named + eof
 
 
 def exposition(openmetrics: bool = False) -> bytes:
     """The text a /metrics endpoint serves: the default registry, then the kube-named counters. In the
     OpenMetrics form (the only one with exemplars) those counters are of type unknown: OpenMetrics wants a
     counter's samples named <name>_total, which their kube names are not."""
-    return _render(_Snapshot(REGISTRY), openmetrics)
+    return _render(REGISTRY, openmetrics)
 
 
 async def render(openmetrics: bool = False) -> bytes:
-    """exposition() for a server on an event loop: rendering thousands of series takes milliseconds of
+    """exposition() for a server on an event loop: rendering thousands of series takes tens of ms of
     CPU, so it runs in a thread and the loop keeps serving between the GIL's switches (every 5 ms)
     instead of stalling every request in flight for the whole scrape."""
     return await asyncio.to_thread(_render, _Snapshot(REGISTRY), openmetrics)
