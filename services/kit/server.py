@@ -340,8 +340,15 @@ class APIServer:
         if path == "/readyz":
             return self._readyz
         if path == "/metrics":
-            return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+            return self._metrics
         return None
+
+    @staticmethod
+    async def _metrics() -> tuple[bytes, str]:
+        """The server's registry, rendered in a thread: the loop keeps serving between the GIL's switches
+        instead of stalling every request in flight for the whole scrape (its collectors take their own
+        locks or read only the process, as services/common/metrics.render's thread-safe ones do)."""
+        return await asyncio.to_thread(generate_latest, REGISTRY), CONTENT_TYPE_LATEST
 
     async def _readyz(self) -> tuple[bytes, str]:
         ok, failed = await self.ready()
