@@ -104,8 +104,8 @@ spec: {cidrs: [10.240.0.0/24, 10.241.0.0/24]}
 apiVersion: networking.k8s.io/v1
 kind: IPAddress
 metadata: {name: 192.168.7.1}
-spec: {parentRef: {group: example.com, resource: gateways, namespace: gw, name: RUN}}
-""", ["NAME", "PARENTREF"], ["192.168.7.1", "gateways.example.com/gw/RUN"], """
+spec: {parentRef: {group: example.com, resource: gateways, namespace: gw, name: gw-RUN}}
+""", ["NAME", "PARENTREF"], ["192.168.7.1", "gateways.example.com/gw/gw-RUN"], """
 apiVersion: networking.k8s.io/v1
 kind: IPAddress
 metadata: {name: 192.168.007.2}
