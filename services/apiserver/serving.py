@@ -15,6 +15,10 @@ The connection limits are kube-apiserver's http.Server settings (k8s.io/apiserve
 pkg/server/secure_serving.go): a request's headers must arrive within ReadHeaderTimeout (32 s, from
 the connection's start or the request's first byte), a keep-alive connection idle for IdleTimeout
 (90 s) is closed, and headers over MaxHeaderBytes (1 MiB, plus Go's 4 KiB of slack) get 431.
+
+The protocol and the request-response cycle are uvicorn's httptools ones, subclassed: private code, so
+requirements-runtime.txt pins uvicorn's minor series and tests/unit/apiserver/test_serving_uvicorn.py
+checks what is used of it.
 """
 from __future__ import annotations
 
@@ -34,17 +38,12 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
+import httptools
 import uvicorn
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from uvicorn.protocols.http.httptools_impl import (
-    HEADER_RE,
-    HEADER_VALUE_RE,
-    STATUS_LINE,
-    HttpToolsProtocol,
-    RequestResponseCycle,
-)
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from services.common.runtime import released
 
@@ -236,6 +235,19 @@ def request_client_certificates(ctx: ssl.SSLContext) -> bool:
     return True
 
 
+def _request_target(url: bytes) -> tuple[bytes, bytes]:
+    """The path and query of a request-target (origin- or absolute-form), of any length."""
+    if len(url) <= _PARSE_URL_MAX:
+        parsed = httptools.parse_url(url)
+        return parsed.path, parsed.query or b""
+    # httptools.parse_url keeps uint16 offsets; Go takes any request-target within MaxHeaderBytes
+    target = url.split(b"#", 1)[0]
+    if b"://" in target.split(b"?", 1)[0]:  # absolute-form: the path starts after the authority
+        target = b"/" + target.split(b"://", 1)[1].partition(b"/")[2]
+    raw_path, _, query = target.partition(b"?")
+    return raw_path, query
+
+
 class HeaderDeadlines:
     """Every connection's header-read deadline, checked by one task every `tick` seconds.
 
@@ -278,79 +290,59 @@ class HeaderDeadlines:
                 await task
 
 
-class OneWriteCycle(RequestResponseCycle):
-    """uvicorn's request-response cycle, whose answer of a known length leaves in one write: the head is
-    held until the body's first message and written with it (one TLS record and one send instead of
-    two), and the headers are checked in two regex searches over all of them rather than two per header.
-    Anything else (a chunked answer, HEAD, an access log, a paused or closed connection) is uvicorn's send."""
+class _CycleTransport:
+    """The connection's transport as a request's cycle sees it: what is written while `holding` waits
+    and leaves with the next write (Go's server buffers a response's head the same way, in its bufio.Writer).
+    A cycle calls write, close and is_closing (tests/unit/apiserver/test_serving_uvicorn.py checks it)."""
 
-    _head: bytes | None = None
+    __slots__ = ("held", "holding", "transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.holding = False
+        self.held = b""
+
+    def write(self, data: bytes) -> None:
+        if self.holding:
+            self.held += data
+            return
+        if self.held:
+            data, self.held = self.held + data, b""
+        self.transport.write(data)
+
+    def flush(self) -> None:
+        if self.held:
+            self.write(b"")
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+
+class OneWriteCycle(RequestResponseCycle):
+    """uvicorn's request-response cycle, whose answer of a known length leaves in one write: uvicorn's send
+    writes the head, which is held and leaves with the body's first part (one TLS record and one send
+    instead of two). A chunked answer (a watch) and HEAD's have their head written at once."""
+
+    transport: _CycleTransport  # type: ignore[assignment]
+
+    def __init__(self, *, transport: asyncio.Transport, **kwargs: Any) -> None:
+        super().__init__(transport=_CycleTransport(transport), **kwargs)  # type: ignore[arg-type]
 
     async def send(self, message: Any) -> None:
-        head = self._head
-        if head is not None:
-            self._head = None
-            if message["type"] == "http.response.body" and not self.disconnected and not self.flow.write_paused:
-                self._write_body(head, message.get("body", b""), message.get("more_body", False))
-                return
-            if not self.disconnected:
-                self.transport.write(head)
-        elif (message["type"] == "http.response.start" and not self.response_started and not self.access_log
-              and not self.disconnected and not self.flow.write_paused):
-            head = self._start(message)
-            if self.chunked_encoding is False and self.scope["method"] != "HEAD":
-                self._head = head
-            else:
-                self.transport.write(head)
+        if message["type"] != "http.response.start":
+            await super().send(message)
             return
-        await super().send(message)
-
-    def _start(self, message: Any) -> bytes:
-        """The status line and headers, and the cycle's response state (uvicorn's send, bar the write)."""
-        self.response_started = True
-        self.waiting_for_100_continue = False
-        status_code = message["status"]
-        headers = self.default_headers + list(message.get("headers", []))
-        if HEADER_RE.search(b"".join(name for name, _ in headers)):
-            raise RuntimeError("Invalid HTTP header name.")
-        if HEADER_VALUE_RE.search(b"\t".join(value for _, value in headers)):
-            raise RuntimeError("Invalid HTTP header value.")
-        content = [STATUS_LINE[status_code]]
-        has_connection_close = False
-        for name, value in headers:
-            name = name.lower()
-            if name == b"content-length" and self.chunked_encoding is None:
-                self.expected_content_length = int(value.decode())
-                self.chunked_encoding = False
-            elif name == b"transfer-encoding" and value.lower() == b"chunked":
-                self.expected_content_length = 0
-                self.chunked_encoding = True
-            elif name == b"connection" and b"close" in [token.lower().strip() for token in value.split(b",")]:
-                self.keep_alive = False
-                has_connection_close = True
-            content += (name, b": ", value, b"\r\n")
-        if not self.keep_alive and not has_connection_close:
-            content.append(b"connection: close\r\n")
-        if self.chunked_encoding is None and self.scope["method"] != "HEAD" and status_code not in (204, 304):
-            self.chunked_encoding = True
-            content.append(b"transfer-encoding: chunked\r\n")
-        content.append(b"\r\n")
-        return b"".join(content)
-
-    def _write_body(self, head: bytes, body: bytes, more_body: bool) -> None:
-        """The held head and the body's first part, in one write (the answer's Content-Length is known)."""
-        if len(body) > self.expected_content_length:
-            raise RuntimeError("Response content longer than Content-Length")
-        self.expected_content_length -= len(body)
-        self.transport.write(head + body)
-        if not more_body:
-            if self.expected_content_length != 0:
-                raise RuntimeError("Response content shorter than Content-Length")
-            self.response_complete = True
-            self.message_event.set()
-            if not self.keep_alive:
-                self.transport.close()
-            self.on_response()
+        transport = self.transport
+        transport.holding = True
+        try:
+            await super().send(message)
+        finally:
+            transport.holding = False
+        if self.chunked_encoding or self.scope["method"] == "HEAD":
+            transport.flush()
 
 
 class TLSHttpToolsProtocol(HttpToolsProtocol):
@@ -400,22 +392,6 @@ class TLSHttpToolsProtocol(HttpToolsProtocol):
         if self._deadlines is not None:
             self._deadlines.clear(self)
 
-    def _parse_long_url(self) -> None:
-        """uvicorn's on_headers_complete for a request-target longer than _PARSE_URL_MAX."""
-        url = self.url
-        # httptools.parse_url keeps uint16 offsets: a longer request-target (Go takes any within
-        # MaxHeaderBytes) is split here, and the scope, not read before the request's task runs, fixed
-        self.url = b"/"
-        super().on_headers_complete()
-        target = url.split(b"#", 1)[0]
-        if b"://" in target.split(b"?", 1)[0]:  # absolute-form: the path starts after the authority
-            target = b"/" + target.split(b"://", 1)[1].partition(b"/")[2]
-        raw_path, _, query = target.partition(b"?")
-        path = raw_path.decode("latin-1")
-        self.scope["path"] = self.root_path + (urllib.parse.unquote(path) if "%" in path else path)
-        self.scope["raw_path"] = self.root_path.encode("ascii") + raw_path
-        self.scope["query_string"] = query
-
     def header_timeout(self) -> None:
         """The headers did not arrive in time (a slow or idle client): closed unanswered, as Go does."""
         if not self.transport.is_closing():
@@ -445,19 +421,34 @@ class TLSHttpToolsProtocol(HttpToolsProtocol):
             ext["tls"] = self._tls
         self.scope["extensions"] = ext  # type: ignore[typeddict-unknown-key]
 
-    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
-        # uvicorn makes the cycle (on_headers_complete); OneWriteCycle only replaces its send
-        cycle.__class__ = OneWriteCycle
-        super()._start_asgi_task(cycle, app)
-
     def on_headers_complete(self) -> None:
+        """uvicorn's, as apiary's server needs it (no WebSocket, no concurrency limit: APF limits): the
+        request-target may be of any length within MaxHeaderBytes, and the cycle is a OneWriteCycle."""
         self._cancel_header_timer()
         self._in_headers = False
         self._header_bytes = 0
-        if len(self.url) > _PARSE_URL_MAX:
-            self._parse_long_url()
-        else:
-            super().on_headers_complete()
+        parser, scope = self.parser, self.scope
+        http_version = parser.get_http_version()
+        scope["method"] = parser.get_method().decode("ascii")
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        raw_path, query = _request_target(self.url)
+        path = raw_path.decode("ascii")
+        scope["path"] = self.root_path + (urllib.parse.unquote(path) if "%" in path else path)
+        scope["raw_path"] = self.root_path.encode("ascii") + raw_path
+        scope["query_string"] = query
+        previous = self.cycle
+        self.cycle = OneWriteCycle(
+            scope=scope, transport=self.transport, flow=self.flow, logger=self.logger,
+            access_logger=self.access_logger, access_log=self.access_log,
+            default_headers=self.server_state.default_headers, message_event=asyncio.Event(),
+            expect_100_continue=self.expect_100_continue,
+            keep_alive=http_version != "1.0" and parser.should_keep_alive(), on_response=self.on_response_complete)
+        if previous is None or previous.response_complete:
+            self._start_asgi_task(self.cycle, self.app)
+        else:  # a pipelined request starts when the one before it is answered (uvicorn's on_response_complete)
+            self.flow.pause_reading()
+            self.pipeline.appendleft((self.cycle, self.app))
 
     def on_message_complete(self) -> None:
         self._in_headers = True
