@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from prometheus_client import REGISTRY, Histogram
+from prometheus_client import Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
 from apiary_pb import envelope_pb2 as pb
+from services.common.metrics import LOOP_REGISTRY
 
 from .config import FlowSchema, PriorityLevel
 from .queueset import QueueSet, Request
@@ -260,4 +261,5 @@ class _FlowControlCollector:
 
 
 _COLLECTOR = _FlowControlCollector()
-REGISTRY.register(_COLLECTOR)  # type: ignore[arg-type]
+# it reads the controller, which the event loop changes: collected on the loop (services/common/metrics.render)
+LOOP_REGISTRY.register(_COLLECTOR)  # type: ignore[arg-type]

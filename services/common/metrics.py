@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Sequence
 
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
-from prometheus_client.gc_collector import GCCollector
-from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as om
-from prometheus_client.platform_collector import PlatformCollector
-from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 _COUNTERS: list[KubeCounter] = []
@@ -76,46 +73,41 @@ class KubeCounter:
         return "".join(lines)
 
 
-# Collectors that take their own locks (prometheus_client's metrics, KubeCounter) or read only the
-# process (/proc, gc): safe to collect from a thread while the event loop updates them.
-_THREAD_SAFE = (MetricWrapperBase, ProcessCollector, GCCollector, PlatformCollector)
+# Collectors that read the event loop's own state (APF's FlowController): collected on the loop when
+# /metrics is scraped, apart from the default registry, whose collectors (prometheus_client's metrics,
+# KubeCounter, the process and gc collectors) take their own locks or read only the process and are
+# collected in render's thread.
+LOOP_REGISTRY = CollectorRegistry()
 
 
-class _Snapshot:
-    """One scrape's view of a registry: the families of collectors that read the event loop's own
-    state (a FlowController, the aggregator's counts) collected now, on the loop; the thread-safe ones
-    collected later, wherever the text is rendered."""
+class _Collected:
+    """A registry's families as collected on the loop, for a renderer in a thread."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        # CollectorRegistry.collect's own walk (target_info first, then each collector in order), split
-        # in two; prometheus_client has no public list of a registry's collectors
-        with registry._lock:
-            collectors = list(registry._collector_to_names)
-            self._parts: list[list[Metric] | object] = [[registry._target_info_metric()]] if registry._target_info else []
-        self._parts += [c if isinstance(c, _THREAD_SAFE) else list(c.collect()) for c in collectors]
+        self.families = list(registry.collect())
 
-    def collect(self) -> Iterator[Metric]:
-        for part in self._parts:
-            yield from part if isinstance(part, list) else part.collect()  # type: ignore[attr-defined]
+    def collect(self) -> Iterable[Metric]:
+        return self.families
 
 
-def _render(registry: CollectorRegistry | _Snapshot, openmetrics: bool) -> bytes:
+def _render(collectors: Sequence[Collector], openmetrics: bool) -> bytes:
     if not openmetrics:
-        return generate_latest(registry) + "".join(c.render() for c in _COUNTERS).encode()  # type: ignore[arg-type]
+        return b"".join(map(generate_latest, collectors)) + "".join(c.render() for c in _COUNTERS).encode()
     eof = b"# EOF\n"
     kube_named = "".join(c.render("unknown") for c in _COUNTERS).encode()
-    return om.generate_latest(registry).removesuffix(eof) + kube_named + eof
+    return b"".join(om.generate_latest(c).removesuffix(eof) for c in collectors) + kube_named + eof
 
 
 def exposition(openmetrics: bool = False) -> bytes:
-    """The text a /metrics endpoint serves: the default registry, then the kube-named counters. In the
-    OpenMetrics form (the only one with exemplars) those counters are of type unknown: OpenMetrics wants a
-    counter's samples named <name>_total, which their kube names are not."""
-    return _render(REGISTRY, openmetrics)
+    """The text a /metrics endpoint serves: the default registry, LOOP_REGISTRY, then the kube-named
+    counters. In the OpenMetrics form (the only one with exemplars) those counters are of type unknown:
+    OpenMetrics wants a counter's samples named <name>_total, which their kube names are not."""
+    return _render((REGISTRY, LOOP_REGISTRY), openmetrics)
 
 
 async def render(openmetrics: bool = False) -> bytes:
     """exposition() for a server on an event loop: rendering thousands of series takes tens of ms of
     CPU, so it runs in a thread and the loop keeps serving between the GIL's switches (every 5 ms)
-    instead of stalling every request in flight for the whole scrape."""
-    return await asyncio.to_thread(_render, _Snapshot(REGISTRY), openmetrics)
+    instead of stalling every request in flight for the whole scrape. LOOP_REGISTRY is collected first,
+    here on the loop."""
+    return await asyncio.to_thread(_render, (REGISTRY, _Collected(LOOP_REGISTRY)), openmetrics)

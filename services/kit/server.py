@@ -347,7 +347,8 @@ class APIServer:
     async def _metrics() -> tuple[bytes, str]:
         """The server's registry, rendered in a thread: the loop keeps serving between the GIL's switches
         instead of stalling every request in flight for the whole scrape (its collectors take their own
-        locks or read only the process, as services/common/metrics.render's thread-safe ones do)."""
+        locks or read only the process, as those of the default registry services/common/metrics.render
+        renders in its thread do)."""
         return await asyncio.to_thread(generate_latest, REGISTRY), CONTENT_TYPE_LATEST
 
     async def _readyz(self) -> tuple[bytes, str]:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 
-from prometheus_client import REGISTRY, generate_latest
+from prometheus_client import REGISTRY
 
 from apiary_pb import envelope_pb2 as pb
 from services.apf.config import BOOTSTRAP, Configuration
 from services.apf.controller import FlowController
 from services.apf.debug import dump, rfc3339nano, seat_seconds, tabwrite
 from services.common.identity import user_pb
+from services.common.metrics import LOOP_REGISTRY, exposition
 
 ALICE = user_pb("alice", ["system:authenticated"])
 BOB = user_pb("bob", ["system:authenticated"])
@@ -108,6 +109,7 @@ async def test_metrics_with_kubes_names_and_labels():
     w = ctl.start(get(ALICE, verb="watch"))
     ctl.finish(w)
     sample = REGISTRY.get_sample_value
+    scraped = LOOP_REGISTRY.get_sample_value  # what is read from the controller, on the loop (metrics.render)
     gd = {"priority_level": "global-default", "flow_schema": "global-default"}
     assert sample("apiserver_flowcontrol_request_execution_seconds_count", {**gd, "type": "regular"}) >= 1
     assert sample("apiserver_flowcontrol_request_execution_seconds_count", {**gd, "type": "watch"}) >= 1
@@ -115,13 +117,13 @@ async def test_metrics_with_kubes_names_and_labels():
     level = {"priority_level": "global-default"}
     limits = ctl.levels["global-default"].limits
     assert sample("apiserver_flowcontrol_nominal_limit_seats", level) == limits.nominal == 2
-    assert sample("apiserver_flowcontrol_lower_limit_seats", level) == limits.lower == 1  # it lends 50%
-    assert sample("apiserver_flowcontrol_upper_limit_seats", level) == limits.upper  # no borrowing limit
-    assert sample("apiserver_flowcontrol_current_limit_seats", level) == ctl.levels["global-default"].current_limit
-    assert sample("apiserver_flowcontrol_seat_fair_frac") == ctl.fair_frac
-    assert sample("apiserver_flowcontrol_demand_seats_count", level) is not None
-    assert sample("apiserver_flowcontrol_demand_seats_bucket", {**level, "le": "6.0"}) is not None
-    assert "# TYPE apiserver_flowcontrol_demand_seats histogram" in generate_latest(REGISTRY).decode()
+    assert scraped("apiserver_flowcontrol_lower_limit_seats", level) == limits.lower == 1  # it lends 50%
+    assert scraped("apiserver_flowcontrol_upper_limit_seats", level) == limits.upper  # no borrowing limit
+    assert scraped("apiserver_flowcontrol_current_limit_seats", level) == ctl.levels["global-default"].current_limit
+    assert scraped("apiserver_flowcontrol_seat_fair_frac") == ctl.fair_frac
+    assert scraped("apiserver_flowcontrol_demand_seats_count", level) is not None
+    assert scraped("apiserver_flowcontrol_demand_seats_bucket", {**level, "le": "6.0"}) is not None
+    assert "# TYPE apiserver_flowcontrol_demand_seats histogram" in exposition().decode()
 
     q = [ctl.start(get(ALICE, f"x{i}")) for i in range(3)]
     assert q[2].state == "waiting"
