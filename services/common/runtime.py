@@ -165,7 +165,7 @@ def run(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     if not tune_malloc():
         log.info("mallopt unavailable: large buffers keep the C library's default allocation")
     gc.set_threshold(*GC_THRESHOLDS)
-    gc.enable()  # paused while a service's modules loaded (loading.py)
+    gc.enable()  # paused while a service's modules loaded (loading.start)
     try:
         import uvloop
 

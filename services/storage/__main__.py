@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from services.common import loading  # noqa: F401 - first: the collector rests while the rest loads
+from services.common import loading
+
+if __name__ == "__main__":  # run as the program (python -m), not imported by tests, tools or the compact host
+    loading.start()  # before the other imports: the cyclic collector rests while they load
+
 import argparse
 import sys
 
