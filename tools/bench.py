@@ -8,7 +8,8 @@ own apart) and the gRPC calls each service served per request (from its /metrics
   get     GET of one configmap                       baseline: bare hello-world on the same HTTP stack
   list    LIST of 1,000 configmaps                   baseline: bare hello-world on the same HTTP stack
   create  POST of a new configmap                    baseline: raw etcd puts from Python (aetcd)
-  get_open_loop, create_open_loop: GET and CREATE sent at half the rate each sustained, open loop
+  get_open_loop, create_open_loop: GET and CREATE sent at half the rate each sustained, open loop (by a
+  generator process of its own, tools/bench_openloop.py; `python -m tools.bench open` runs only the GET)
 plus raw etcd gets; `python -m tools.bench core` runs only these.
 get_oidc is the same GET with an OIDC bearer token from a local issuer (tools.fakeservers) trusted
 by --authentication-config, against the GET with a client certificate of a user with the same rights
