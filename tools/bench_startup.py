@@ -12,7 +12,8 @@ poller's, and gives:
 - per process: RSS at rest (VmRSS, 3 s after the stack was ready) and their sum, etcd included;
 - per service: import time of its __main__ module as a restart pays it: a fresh interpreter with the
   services' own environment (services.cluster.stack.service_env) and its bytecode cache warm (one import
-  before the measured one), so compiling is not in it; nor is the interpreter's own start;
+  before the measured one), so compiling is not in it, and the cyclic collector resting as it does while a
+  service loads (services/common/loading.py); the interpreter's own start is not in it;
 - stop: SIGTERM to every service at once (then etcd) → every process gone.
 
 Medians over the runs are printed, with each run's figures beside them.
@@ -113,9 +114,10 @@ def _terminate(pids: list[int], timeout: float = 30.0) -> float:
 
 def import_time(service: str) -> float:
     """Seconds to import the service's __main__ in a fresh interpreter, in the environment the stack gives
-    its services, after a first import has filled the bytecode cache: what a restart pays, not a first
-    start's compilation."""
-    code = (f"import time; t = time.perf_counter(); import services.{service}.__main__; "
+    its services, after a first import has filled the bytecode cache: what a restart pays (the collector
+    resting, as under `python -m`), not a first start's compilation."""
+    # the collector rests as services.common.loading has it rest under `python -m services.<name>`
+    code = (f"import gc, time; gc.disable(); t = time.perf_counter(); import services.{service}.__main__; "
             "print(time.perf_counter() - t)")
     for _ in range(2):
         out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
