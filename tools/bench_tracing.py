@@ -33,7 +33,6 @@ import sys
 import time
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from services.cluster import otlpreceiver
@@ -91,10 +90,8 @@ class Config:
     rate: int | None
     stack: Stack = field(init=False)
     receiver: subprocess.Popen[bytes] | None = None
-    spans_file: Path | None = None
+    reader: otlpreceiver.Reader | None = None
     sent: int = 0
-    _spans: list[dict[str, Any]] = field(default_factory=list)
-    _read: int = 0  # bytes of spans_file read
 
     def __post_init__(self) -> None:
         state = BENCH_STATE / f"tracing-{self.name}"
@@ -102,11 +99,12 @@ class Config:
         if self.rate is not None:
             state.mkdir(parents=True, exist_ok=True)
             port = _free_port()
-            self.spans_file = state / "spans.jsonl"
-            self.spans_file.unlink(missing_ok=True)
+            spans_file = state / "spans.jsonl"
+            spans_file.unlink(missing_ok=True)
+            self.reader = otlpreceiver.Reader(spans_file)
             log = open(state / "otlpreceiver.log", "ab")  # noqa: SIM115 - the child holds it
             self.receiver = subprocess.Popen(
-                [sys.executable, "-m", "services.cluster.otlpreceiver", "--port", str(port), "--out", str(self.spans_file)],
+                [sys.executable, "-m", "services.cluster.otlpreceiver", "--port", str(port), "--out", str(spans_file)],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             log.close()
             endpoint = f"127.0.0.1:{port}"
@@ -123,16 +121,8 @@ class Config:
                 self.receiver.kill()
 
     def spans(self) -> list[dict[str, Any]]:
-        """What the receiver wrote so far, read on from where the last call stopped (the file is appended to)."""
-        if self.spans_file is None or not self.spans_file.exists():
-            return self._spans
-        with self.spans_file.open("rb") as f:
-            f.seek(self._read)
-            data = f.read()
-        whole = data[:data.rfind(b"\n") + 1]  # a line being written is read next time
-        self._read += len(whole)
-        self._spans += [span for line in whole.splitlines() for span in otlpreceiver.line_spans(line)]
-        return self._spans
+        """What the receiver wrote so far (its file is read on from where the last call stopped)."""
+        return self.reader.read() if self.reader is not None else []
 
 
 def span_counts(spans: Iterable[dict[str, Any]], prefix: str = AUDIT_PREFIX) -> dict[str, int]:

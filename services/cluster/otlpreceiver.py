@@ -179,19 +179,39 @@ def tree(spans: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def read(path: str) -> list[dict[str, Any]]:
+class Reader:
+    """A receiver's file read on from where the last read() stopped: the receiver only appends, so a reader
+    polling a growing file (show --wait, the tracing bench) decodes each line once."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = path
+        self.spans: list[dict[str, Any]] = []
+        self._offset = 0  # bytes of whole lines read
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every span in the file so far (none if the receiver wrote nothing yet); a line still being
+        written is left for the next call."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return self.spans
+        whole = data[:data.rfind(b"\n") + 1]
+        self._offset += len(whole)
+        self.spans += [span for line in whole.split(b"\n") for span in line_spans(line)]
+        return self.spans
+
+
+def read(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The spans a receiver wrote to `path` (none if it wrote nothing yet)."""
-    try:
-        with open(path, "rb") as f:
-            lines = f.read().split(b"\n")[:-1]  # the last is "", or a line still being written
-    except FileNotFoundError:
-        return []
-    return [span for line in lines for span in line_spans(line)]
+    return Reader(path).read()
 
 
 def line_spans(line: bytes) -> list[dict[str, Any]]:
     """The spans of one line of a receiver's file: one export request's serialized bytes
-    (`{"otlp": base64}`), or one span as a JSON object."""
+    (`{"otlp": base64}`), or one span as a JSON object (the format of files written before the receiver
+    kept the requests' bytes)."""
     if not line.strip():
         return []
     got = orjson.loads(line)
@@ -218,8 +238,9 @@ def show(path: str, trace_id: str = "", audit_id: str = "", wait: float = 0.0, s
     second). 1 if there is none."""
     deadline = time.monotonic() + wait
     seen, since = -1, time.monotonic()
+    reader = Reader(path)
     while True:
-        spans = read(path)
+        spans = reader.read()
         ids = select(spans, trace_id, audit_id)
         count = sum(1 for s in spans if s["trace_id"] in ids)
         now = time.monotonic()

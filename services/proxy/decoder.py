@@ -55,15 +55,24 @@ def _worker_init(parent: int) -> None:
 class BodyDecoder:
     def __init__(self, workers: int = 2) -> None:
         self.workers = workers
+        self._started = False
         self._pool: ProcessPoolExecutor | None = None
 
     def start(self) -> None:
-        # spawn, not fork: the proxy's gRPC channels and threads must not be copied into a child.
-        # Workers start with the first large bodies (a few hundred ms each, once), not with the proxy.
-        self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_worker_init, initargs=(os.getpid(),))
+        self._started = True
+
+    def _workers(self) -> ProcessPoolExecutor:
+        """The pool, made with the first body that needs it: its queues' semaphores start multiprocessing's
+        resource tracker, a Python process of its own, which would otherwise start with every proxy and share
+        the cores with its start-up. Spawn, not fork: the proxy's gRPC channels and threads must not be
+        copied into a child. Workers start with the first large bodies (a few hundred ms each, once)."""
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_worker_init, initargs=(os.getpid(),))
+        return self._pool
 
     def stop(self) -> None:
+        self._started = False
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
@@ -79,9 +88,9 @@ class BodyDecoder:
 
     async def decode(self, verb: str, content_type: str, body: bytes, into: str = "") -> tuple[bytes, str]:
         """decode_body's answer; raises its APIErrors."""
-        if self._pool is None or self.inline(content_type, body):
+        if not self._started or self.inline(content_type, body):
             return decode_body(verb, content_type, body, into)
-        pool = self._pool
+        pool = self._workers()
         try:
             # APIErrors come back pickled whole (class, message, details)
             return await asyncio.get_running_loop().run_in_executor(pool, decode_body, verb, content_type, body,

@@ -1,11 +1,20 @@
-"""tools/bench_tracing.py's arithmetic: what a receiver got, and the figures against the untraced stack."""
+"""tools/bench_tracing.py: reading what a receiver got, and the figures against the untraced stack."""
 from __future__ import annotations
 
 import itertools
+import time
+from pathlib import Path
 
+import grpc
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as tspb
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as tsgrpc
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from tools import bench_tracing
 from tools.bench_goals import GOALS
 from tools.bench_history import flatten
-from tools.bench_tracing import CONFIGS, OFFSETS, RECEIVER, figures, report, span_counts
+from tools.bench_tracing import CONFIGS, EVERY, OFFSETS, RECEIVER, Config, figures, report, span_counts
 
 
 def _span(trace: str, span: str, parent: str = "", audit_id: str = "") -> dict:
@@ -66,3 +75,31 @@ def test_the_report_shows_each_round_and_what_the_receivers_got():
             "(0.700 ms CPU): 0.900") in text
     assert "tracing_get_every: rate ratio 0.8, CPU per request without ÷ with 0.7143" in text
     assert "receiver of every: 450 spans in 105 traces; 100 root spans of the bench's 100 requests" in text
+
+
+def test_a_config_reads_what_its_receiver_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tracing configuration's receiver is a process of its own writing a file; spans() reads on through it."""
+    monkeypatch.setattr(bench_tracing, "BENCH_STATE", tmp_path)
+    config = Config("every", EVERY)
+    try:
+        endpoint = config.stack.tracing_endpoint
+        _export(endpoint, "one")
+        assert _wait(config, 1) == ["one"]
+        _export(endpoint, "two")
+        assert _wait(config, 2) == ["one", "two"]
+    finally:
+        config.stop()
+
+
+def _export(endpoint: str, name: str) -> None:
+    span = trace_pb2.Span(trace_id=bytes(16), span_id=bytes(range(1, 9)), name=name)
+    with grpc.insecure_channel(endpoint) as ch:
+        tsgrpc.TraceServiceStub(ch).Export(tspb.ExportTraceServiceRequest(resource_spans=[trace_pb2.ResourceSpans(
+            scope_spans=[trace_pb2.ScopeSpans(spans=[span])])]), timeout=30, wait_for_ready=True)
+
+
+def _wait(config: Config, count: int) -> list[str]:
+    deadline = time.monotonic() + 30
+    while len(config.spans()) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [s["name"] for s in config.spans()]

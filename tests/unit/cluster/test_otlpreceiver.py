@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import grpc
+import orjson
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as tspb
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as tsgrpc
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from services.cluster.otlpreceiver import Receiver, main, read
+from services.cluster.otlpreceiver import Reader, Receiver, main, read
 
 TRACE = bytes(range(16))
 
@@ -60,3 +61,25 @@ def test_no_such_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         main(["--show", str(tmp_path / "none.jsonl"), "--audit-id", "nope"])
     assert e.value.code == 1
     assert "no trace nope in" in capsys.readouterr().err
+
+
+def test_a_reader_reads_on_from_where_it_stopped(tmp_path: Path) -> None:
+    """Reader decodes each line once: a line still being written waits for the next read, and a line of the
+    older format (one span as a JSON object) reads as that span."""
+    out = tmp_path / "traces.jsonl"
+    reader = Reader(out)
+    assert reader.read() == []  # nothing written yet
+    old = {"trace_id": TRACE.hex(), "span_id": "01" * 8, "parent_span_id": "", "name": "old", "service": "s",
+           "kind": 1, "start": 1, "end": 2, "attributes": {}, "events": [], "links": [], "status": 0}
+    out.write_bytes(orjson.dumps(old) + b"\n" + b'{"otlp":"')
+    assert [s["name"] for s in reader.read()] == ["old"]
+    r = Receiver(out=str(out) + ".new").start()
+    try:
+        export(r.endpoint, "apiary-registry", span("create", 2, 1, 20))
+    finally:
+        r.stop()
+    line = (tmp_path / "traces.jsonl.new").read_bytes()
+    with out.open("ab") as f:
+        f.write(line[len(b'{"otlp":"'):])
+    assert [(s["name"], s["service"]) for s in reader.read()] == [("old", "s"), ("create", "apiary-registry")]
+    assert reader.read() == read(str(out))  # nothing new: nothing more

@@ -137,6 +137,9 @@ class FakeRegistry(rgrpc.RegistryServicer):
         # Set serve_rbac to serve empty RBAC lists whose watches deliver what is put in rbac_events.
         self.serve_rbac = False
         self.rbac_events: dict[str, asyncio.Queue[dict]] = {r: asyncio.Queue() for r in RBAC_RESOURCES}
+        # Cleared to hold the answer to the APIService informer's list (a registry slow to answer it).
+        self.apiservices_listable = asyncio.Event()
+        self.apiservices_listable.set()
 
     async def Calls(self, request_iterator, context):
         async for frame in mux.serve_mux(request_iterator, context, mux.unary_methods(self, {"Handle": rpb.APIRequest})):
@@ -163,6 +166,8 @@ class FakeRegistry(rgrpc.RegistryServicer):
                  "items": []}))
         self.requests.append(request)
         if request.resource == "apiservices":
+            if request.verb == "list":
+                await self.apiservices_listable.wait()
             return rpb.APIResponse(code=200, body=orjson.dumps(APISERVICES))
         if request.resource == "configmaps":
             if request.verb == "get":

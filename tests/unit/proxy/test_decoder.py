@@ -2,6 +2,8 @@
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 
 import orjson
 import pytest
@@ -68,3 +70,12 @@ def test_a_dead_worker_costs_one_answer():
         assert asyncio.run(d.decode("create", "application/yaml", big))[0] == js
     finally:
         d.stop()
+
+
+def test_starting_starts_no_process():
+    """The pool (and multiprocessing's resource tracker, a Python process its queues start) comes with the
+    first body that needs a worker, not with the proxy's start, whose cores it would share."""
+    code = ("import os; from services.proxy.decoder import BodyDecoder; d = BodyDecoder(); d.start(); "
+            "print(repr(open(f'/proc/self/task/{os.getpid()}/children').read().strip()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "''"
