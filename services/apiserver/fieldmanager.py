@@ -148,6 +148,8 @@ class FieldManager:
             meta.pop("managedFields", None)
 
     def _compare(self, live: Obj | None, new: Obj) -> tuple[set[Path], set[Path], set[Path]]:
+        if live is None:  # a create: every field of the object is added
+            return _strip(self.typed.field_set(_plain(new), self.schema)), set(), set()
         added, removed, modified = self.typed.compare(_plain(live), _plain(new), self.schema)
         return _strip(added), _strip(removed), _strip(modified)
 
