@@ -263,6 +263,8 @@ class FieldManager:
 def _cap_updaters(managers: Managers) -> None:
     """capManagers: beyond MAX_UPDATE_MANAGERS Update entries, the oldest merge, per version, into one
     "ancient-changes" entry carrying the time of the latest one merged."""
+    if len(managers) <= MAX_UPDATE_MANAGERS:  # nothing to merge (most writes): no sort
+        return
     updaters = sorted((e for e in managers.values() if e.operation == UPDATE and e.fields),
                       key=lambda e: (e.time, e.key))
     count = len(updaters)

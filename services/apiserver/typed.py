@@ -258,7 +258,7 @@ class Parser:
 def encode(paths: set[Path]) -> dict[str, Any]:
     """A set as FieldsV1 JSON: nested elements, "." marking a member that also has children."""
     tree: dict[str, Any] = {}
-    for p in sorted(paths):
+    for p in paths:  # in any order: _tidy sorts every level
         node = tree
         for pe in p:
             node = node.setdefault(pe, {})
