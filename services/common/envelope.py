@@ -57,8 +57,12 @@ def to_envelope(obj: dict[str, Any]) -> pb.Object:
             m.deletion_timestamp = str(meta["deletionTimestamp"])
         if meta.get("deletionGracePeriodSeconds") is not None:
             m.deletion_grace_period_seconds = int(meta["deletionGracePeriodSeconds"])
-        m.labels.update(_str_map(meta.get("labels"), "labels"))
-        m.annotations.update(_str_map(meta.get("annotations"), "annotations"))
+        # each map and list only when there (an empty one costs a call on the message all the same)
+        labels, annotations = meta.get("labels"), meta.get("annotations")
+        if labels is not None:
+            m.labels.update(_str_map(labels, "labels"))
+        if annotations is not None:
+            m.annotations.update(_str_map(annotations, "annotations"))
         for ref in meta.get("ownerReferences") or []:
             r = m.owner_references.add(
                 api_version=ref.get("apiVersion", ""), kind=ref.get("kind", ""),
@@ -68,10 +72,11 @@ def to_envelope(obj: dict[str, Any]) -> pb.Object:
                 r.controller = bool(ref["controller"])
             if ref.get("blockOwnerDeletion") is not None:
                 r.block_owner_deletion = bool(ref["blockOwnerDeletion"])
-        fins = meta.get("finalizers") or []
-        if not isinstance(fins, list) or not all(isinstance(f, str) for f in fins):
-            raise BadRequest("metadata.finalizers: expected a list of strings")
-        m.finalizers.extend(fins)
+        fins = meta.get("finalizers")
+        if fins:
+            if not isinstance(fins, list) or not all(isinstance(f, str) for f in fins):
+                raise BadRequest("metadata.finalizers: expected a list of strings")
+            m.finalizers.extend(fins)
         for mf in meta.get("managedFields") or []:
             m.managed_fields.add(
                 manager=mf.get("manager", ""), operation=mf.get("operation", ""),
