@@ -5,6 +5,7 @@ object, so a stored object is never decoded just to be sent back.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -92,8 +93,9 @@ def to_envelope(obj: dict[str, Any]) -> pb.Object:
     return out
 
 
-def meta_dict(m: pb.ObjectMeta) -> dict[str, Any]:
-    """ObjectMeta as Kubernetes JSON, in kube-apiserver's field order, empty fields left out."""
+def meta_dict(m: pb.ObjectMeta, fields_v1: Callable[[bytes], Any] = orjson.loads) -> dict[str, Any]:
+    """ObjectMeta as Kubernetes JSON, in kube-apiserver's field order, empty fields left out; each
+    managedFields entry's fieldsV1 (JSON bytes, as to_envelope keeps it) as fields_v1 reads it."""
     d: dict[str, Any] = {}
     if m.name:
         d["name"] = m.name
@@ -138,7 +140,7 @@ def meta_dict(m: pb.ObjectMeta) -> dict[str, Any]:
             if e.fields_type:
                 mf["fieldsType"] = e.fields_type
             if e.fields_v1:
-                mf["fieldsV1"] = orjson.loads(e.fields_v1)
+                mf["fieldsV1"] = fields_v1(e.fields_v1)
             if e.subresource:
                 mf["subresource"] = e.subresource
             mfs.append(mf)
@@ -156,7 +158,9 @@ def from_envelope(o: pb.Object) -> dict[str, Any]:
 
 def to_json(o: pb.Object) -> bytes:
     """Encode without decoding the body: splice it after the metadata."""
-    head = orjson.dumps({"kind": o.kind, "apiVersion": o.api_version, "metadata": meta_dict(o.metadata)})
+    # each fieldsV1 spliced as it is kept (orjson's own output), not decoded to be encoded again
+    head = orjson.dumps({"kind": o.kind, "apiVersion": o.api_version,
+                         "metadata": meta_dict(o.metadata, orjson.Fragment)})
     body = o.body
     if not body or body == b"{}":
         return head
