@@ -148,10 +148,11 @@ class FieldManager:
             meta.pop("managedFields", None)
 
     def _compare(self, live: Obj | None, new: Obj) -> tuple[set[Path], set[Path], set[Path]]:
+        # the objects compared have no managedFields (_plain): what _strip would drop is _STRIPPED's alone
         if live is None:  # a create: every field of the object is added
-            return _strip(self.typed.field_set(_plain(new), self.schema)), set(), set()
+            return self.typed.field_set(_plain(new), self.schema) - _STRIPPED, set(), set()
         added, removed, modified = self.typed.compare(_plain(live), _plain(new), self.schema)
-        return _strip(added), _strip(removed), _strip(modified)
+        return added - _STRIPPED, removed - _STRIPPED, modified - _STRIPPED
 
     # Update ----------------------------------------------------------------------------------
 
