@@ -148,8 +148,11 @@ class FieldManager:
             meta.pop("managedFields", None)
 
     def _compare(self, live: Obj | None, new: Obj) -> tuple[set[Path], set[Path], set[Path]]:
+        # the objects compared have no managedFields (_plain): what _strip would drop is _STRIPPED's alone
+        if live is None:  # a create: every field of the object is added
+            return self.typed.field_set(_plain(new), self.schema) - _STRIPPED, set(), set()
         added, removed, modified = self.typed.compare(_plain(live), _plain(new), self.schema)
-        return _strip(added), _strip(removed), _strip(modified)
+        return added - _STRIPPED, removed - _STRIPPED, modified - _STRIPPED
 
     # Update ----------------------------------------------------------------------------------
 
@@ -261,6 +264,8 @@ class FieldManager:
 def _cap_updaters(managers: Managers) -> None:
     """capManagers: beyond MAX_UPDATE_MANAGERS Update entries, the oldest merge, per version, into one
     "ancient-changes" entry carrying the time of the latest one merged."""
+    if len(managers) <= MAX_UPDATE_MANAGERS:  # nothing to merge (most writes): no sort
+        return
     updaters = sorted((e for e in managers.values() if e.operation == UPDATE and e.fields),
                       key=lambda e: (e.time, e.key))
     count = len(updaters)

@@ -133,8 +133,10 @@ class Parser:
         if kind in (STRUCT, MAP) and isinstance(value, dict):
             for k, v in value.items():
                 p = path + ("f:" + k,)
-                if v is None or (isinstance(v, (dict, list)) and not v):
-                    out[p] = v  # an empty map or list is owned as a field of its own (smd records f:env: {})
+                if not v or not isinstance(v, (dict, list)):
+                    # a scalar is a leaf whatever its schema says (the walk's every branch ends so); an empty
+                    # map or list is owned as a field of its own (smd records f:env: {})
+                    out[p] = v
                     continue
                 self._walk(v, sub.get(k) if kind == STRUCT else sub, p, out)
                 if kind == MAP and p not in out:
@@ -256,7 +258,7 @@ class Parser:
 def encode(paths: set[Path]) -> dict[str, Any]:
     """A set as FieldsV1 JSON: nested elements, "." marking a member that also has children."""
     tree: dict[str, Any] = {}
-    for p in sorted(paths):
+    for p in paths:  # in any order: _tidy sorts every level
         node = tree
         for pe in p:
             node = node.setdefault(pe, {})

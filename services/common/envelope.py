@@ -5,6 +5,7 @@ object, so a stored object is never decoded just to be sent back.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -57,8 +58,12 @@ def to_envelope(obj: dict[str, Any]) -> pb.Object:
             m.deletion_timestamp = str(meta["deletionTimestamp"])
         if meta.get("deletionGracePeriodSeconds") is not None:
             m.deletion_grace_period_seconds = int(meta["deletionGracePeriodSeconds"])
-        m.labels.update(_str_map(meta.get("labels"), "labels"))
-        m.annotations.update(_str_map(meta.get("annotations"), "annotations"))
+        # each map and list only when there (an empty one costs a call on the message all the same)
+        labels, annotations = meta.get("labels"), meta.get("annotations")
+        if labels is not None:
+            m.labels.update(_str_map(labels, "labels"))
+        if annotations is not None:
+            m.annotations.update(_str_map(annotations, "annotations"))
         for ref in meta.get("ownerReferences") or []:
             r = m.owner_references.add(
                 api_version=ref.get("apiVersion", ""), kind=ref.get("kind", ""),
@@ -68,10 +73,11 @@ def to_envelope(obj: dict[str, Any]) -> pb.Object:
                 r.controller = bool(ref["controller"])
             if ref.get("blockOwnerDeletion") is not None:
                 r.block_owner_deletion = bool(ref["blockOwnerDeletion"])
-        fins = meta.get("finalizers") or []
-        if not isinstance(fins, list) or not all(isinstance(f, str) for f in fins):
-            raise BadRequest("metadata.finalizers: expected a list of strings")
-        m.finalizers.extend(fins)
+        fins = meta.get("finalizers")
+        if fins:
+            if not isinstance(fins, list) or not all(isinstance(f, str) for f in fins):
+                raise BadRequest("metadata.finalizers: expected a list of strings")
+            m.finalizers.extend(fins)
         for mf in meta.get("managedFields") or []:
             m.managed_fields.add(
                 manager=mf.get("manager", ""), operation=mf.get("operation", ""),
@@ -87,8 +93,9 @@ def to_envelope(obj: dict[str, Any]) -> pb.Object:
     return out
 
 
-def meta_dict(m: pb.ObjectMeta) -> dict[str, Any]:
-    """ObjectMeta as Kubernetes JSON, in kube-apiserver's field order, empty fields left out."""
+def meta_dict(m: pb.ObjectMeta, fields_v1: Callable[[bytes], Any] = orjson.loads) -> dict[str, Any]:
+    """ObjectMeta as Kubernetes JSON, in kube-apiserver's field order, empty fields left out; each
+    managedFields entry's fieldsV1 (JSON bytes, as to_envelope keeps it) as fields_v1 reads it."""
     d: dict[str, Any] = {}
     if m.name:
         d["name"] = m.name
@@ -133,7 +140,7 @@ def meta_dict(m: pb.ObjectMeta) -> dict[str, Any]:
             if e.fields_type:
                 mf["fieldsType"] = e.fields_type
             if e.fields_v1:
-                mf["fieldsV1"] = orjson.loads(e.fields_v1)
+                mf["fieldsV1"] = fields_v1(e.fields_v1)
             if e.subresource:
                 mf["subresource"] = e.subresource
             mfs.append(mf)
@@ -151,7 +158,9 @@ def from_envelope(o: pb.Object) -> dict[str, Any]:
 
 def to_json(o: pb.Object) -> bytes:
     """Encode without decoding the body: splice it after the metadata."""
-    head = orjson.dumps({"kind": o.kind, "apiVersion": o.api_version, "metadata": meta_dict(o.metadata)})
+    # each fieldsV1 spliced as it is kept (orjson's own output), not decoded to be encoded again
+    head = orjson.dumps({"kind": o.kind, "apiVersion": o.api_version,
+                         "metadata": meta_dict(o.metadata, orjson.Fragment)})
     body = o.body
     if not body or body == b"{}":
         return head

@@ -11,13 +11,13 @@ from __future__ import annotations
 import copy
 import logging
 import random
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from services.common import envelope, errors, tracing
+from services.common.uids import new_uid
 
 from ..resource import ResourceInfo
 from .rest import now_rfc3339
@@ -174,7 +174,7 @@ class Store:
         generated = bool(meta.get("generateName")) and not meta.get("name")
         if generated:
             meta["name"] = generate_name(meta["generateName"])
-        meta["uid"] = str(uuid.uuid4())
+        meta["uid"] = new_uid()
         meta["creationTimestamp"] = now_rfc3339()
         if r.strategy.spec_fields:
             meta["generation"] = 1

@@ -135,7 +135,7 @@ class Cacher:
                     metrics.TERMINATED_WATCHERS.labels(self.resource).inc()
                     self.remove(w)
             if delivered:
-                metrics.WATCH_EVENTS.labels(ev.kind).inc(delivered)
+                metrics.child(metrics.WATCH_EVENTS, ev.kind).inc(delivered)
 
     def _terminate_all(self) -> None:
         for w in tuple(self.watchers):

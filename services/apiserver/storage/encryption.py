@@ -326,8 +326,8 @@ class Transformer:
 def _transformed(kind: str, p: Provider, status: str, started: float) -> None:
     """kube's transformation metrics, labelled by the provider's prefix (k8s:enc:aescbc:v1:key1:)."""
     prefix = p.prefix.decode(errors="replace")
-    metrics.TRANSFORMATION_OPERATIONS.labels(kind, prefix, status).inc()
-    metrics.TRANSFORMATION_DURATION.labels(kind, prefix).observe(time.perf_counter() - started)
+    metrics.child(metrics.TRANSFORMATION_OPERATIONS, kind, prefix, status).inc()
+    metrics.child(metrics.TRANSFORMATION_DURATION, kind, prefix).observe(time.perf_counter() - started)
 
 
 class Encryption:

@@ -148,7 +148,7 @@ class Etcd:
         except grpc.aio.AioRpcError as e:
             raise _api_error(e) from None
         finally:
-            metrics.ETCD_DURATION.labels(op, resource).observe(time.perf_counter() - start)
+            metrics.child(metrics.ETCD_DURATION, op, resource).observe(time.perf_counter() - start)
 
     async def range(
         self,

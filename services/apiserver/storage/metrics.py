@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
+
+# (metric, label values) -> its child: labels() validates its arguments on every call, and the hot
+# paths (an etcd request, a watch event) would pay that each time
+_children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
+def child(metric: MetricWrapperBase, *values: str) -> Any:
+    """metric.labels(*values), looked up once (for series never removed)."""
+    key = (id(metric), values)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = metric.labels(*values)
+    return found
 
 ETCD_DURATION = Histogram(
     "etcd_request_duration_seconds",

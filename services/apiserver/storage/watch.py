@@ -148,7 +148,7 @@ class Watches:
             if buf:
                 batch = [event for _, event in buf]
                 buf.clear()
-                metrics.WATCH_EVENTS.labels(w.kind).inc(len(batch))
+                metrics.child(metrics.WATCH_EVENTS, w.kind).inc(len(batch))
                 yield batch
                 if min_interval:
                     await asyncio.sleep(min_interval)
