@@ -180,10 +180,10 @@ class FakeRegistry(rgrpc.RegistryServicer):
                     yield rpb.APIResponse(code=200, body=head + orjson.dumps(configmap("a"))).SerializeToString()
                     if request.namespace == "parts-fail":
                         raise errors.ServiceUnavailable("storage went away")
-                    yield rpb.APIResponse(body=b"," + orjson.dumps(configmap("b"))).SerializeToString()
+                    yield b"," + orjson.dumps(configmap("b"))
                     if request.namespace == "parts-slow":  # (a part goes once the next one is there)
                         await asyncio.sleep(30)
-                    yield rpb.APIResponse(body=b"]}").SerializeToString()
+                    yield b"]}"
                 return mux.Streamed(parts())
             if request.verb == "list":
                 return rpb.APIResponse(code=200, body=orjson.dumps(
