@@ -151,7 +151,7 @@ class RegistryServicer(rgrpc.RegistryServicer):
             relay.cancel()
 
     async def Calls(self, request_iterator: AsyncIterator[pb.Frames], context: grpc.aio.ServicerContext
-                    ) -> AsyncIterator[pb.Frames]:
+                    ) -> AsyncIterator[bytes]:
         """Handle, multiplexed on the caller's long-lived stream (the proxy's hot path)."""
         async for frame in mux.serve_mux(request_iterator, context, self._mux_methods):
             yield frame

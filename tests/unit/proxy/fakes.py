@@ -253,7 +253,7 @@ async def start_fakes(port: int = 0) -> tuple[grpc.aio.Server, str, FakeAuth, Fa
     auth, apf, registry = FakeAuth(), FakeAPF(), FakeRegistry()
     agrpc.add_AuthServicer_to_server(auth, server)
     fgrpc.add_FlowControlServicer_to_server(apf, server)
-    rgrpc.add_RegistryServicer_to_server(registry, server)
+    mux.add_servicer(rgrpc.add_RegistryServicer_to_server, registry, server)
     port = server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     return server, f"127.0.0.1:{port}", auth, apf, registry
