@@ -83,7 +83,8 @@ async def assemble(service: runtime.Service) -> str:
     service.component(custom.start, custom.stop)
     chain = build_chain(names, configs, registry, catalogue)
     service.component(chain.start, chain.stop)
-    mux.add_servicer(adgrpc.add_AdmissionServicer_to_server, AdmissionServicer(chain, catalogue), service.grpc_server())
+    mux.add_servicer(adgrpc.add_AdmissionServicer_to_server, AdmissionServicer(chain, catalogue),
+                     service.grpc_server())
 
     async def plugins_ready() -> bool:
         return not chain.not_ready()

@@ -51,7 +51,8 @@ def from_envelopes(info: ResourceInfo, meta: Obj, items: list[pb.Object]) -> byt
     return from_json_items(info, meta, b",".join(envelope.to_json(e) for e in items))
 
 
-async def rest_of(parts: AsyncIterator[bytes], render: Callable[[bytes], bytes] | None = None) -> AsyncIterator[bytes]:
+async def rest_of(parts: AsyncIterator[bytes],
+                  render: Callable[[bytes], bytes] | None = None) -> AsyncIterator[bytes]:
     """The list's body after its first part: storage's next parts, the items' JSON comma-led once items
     went before (wire.ListParts), passed on as they are, then the end of the list; render makes each
     part's items into what the answer holds instead (a Table's rows, one per item). Every part is whole

@@ -62,7 +62,8 @@ class ListParts:
         batch = self.batch + items if self.batch else items
         ends = list(accumulate(map(len, batch)))  # ends[i]: the bytes of batch[:i + 1], commas aside
         start = 0
-        while (stop := bisect_left(ends, (ends[start - 1] if start else 0) + self.size(), start)) < len(batch):
+        # the first item whose end reaches the part's size completes it
+        while (stop := bisect_left(ends, (ends[start - 1] if start else 0) + self.size(), start)) < len(ends):
             if not self.started:
                 self.started = True
                 yield self.head

@@ -29,4 +29,5 @@ from .client import MuxClient
 from .flow import PART_BYTES, WINDOW, part_bytes
 from .server import Streamed, add_servicer, serve_mux, unary_methods
 
-__all__ = ["PART_BYTES", "WINDOW", "MuxClient", "Streamed", "add_servicer", "part_bytes", "serve_mux", "unary_methods"]
+__all__ = ["PART_BYTES", "WINDOW", "MuxClient", "Streamed", "add_servicer", "part_bytes", "serve_mux",
+           "unary_methods"]

@@ -709,8 +709,8 @@ async def test_list_as_json_in_parts_on_the_calls_stream(stub, monkeypatch: pyte
     items = orjson.loads(b"[" + b"".join(p for p, _ in parts[1:]) + b"]")
     assert [o["metadata"]["name"] for o in items] == [f"o{i:03d}" for i in range(200)]
     assert len(quiet) < len(parts)
-    assert orjson.loads(b"[" + spb.RawListResponse.FromString(quiet[0]).json_items + b"".join(quiet[1:]) + b"]") \
-        == items
+    quiet_first = spb.RawListResponse.FromString(quiet[0])
+    assert orjson.loads(b"[" + quiet_first.json_items + b"".join(quiet[1:]) + b"]") == items
     whole = await call(stub.List(spb.ListRequest(prefix=prefix, resource_version="0", json=True, chunked=True)))
     assert orjson.loads(b"[" + whole.json_items + b"]") == items  # unary: always one piece
 

@@ -207,7 +207,8 @@ def test_a_large_message_serialized_by_hand_is_its_frames():
 
     error = NotFound("gone").to_pb()
     for big in (b"", b"x" * LARGE, b"y" * (3 * LARGE + 1)):
-        batch = [(1, b"a", None, False), (2**40, big, None, True), (3, b"", error, False), (4, b"", None, False)]
+        batch = [(1, b"a", None, False), (2**40, big, None, True), (3, b"", error, False),
+                 (4, b"", None, False)]
         expected = pb.Frames(frames=[pb.Frame(id=1, payload=b"a"), pb.Frame(id=2**40, payload=big, more=True),
                                      pb.Frame(id=3, error=error), pb.Frame(id=4)]).SerializeToString()
         assert encode(batch, sum(len(a[1]) for a in batch)) == expected
