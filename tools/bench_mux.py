@@ -31,7 +31,7 @@ async def run(n: int = 6000, in_flight: int = 64) -> dict[str, dict[str, float]]
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = grpcutil.make_server(None, f"127.0.0.1:{port}")
-    rgrpc.add_RegistryServicer_to_server(Echo(), server)
+    mux.add_servicer(rgrpc.add_RegistryServicer_to_server, Echo(), server)
     await server.start()
     channel = grpcutil.make_channel(None, f"127.0.0.1:{port}")
     stub = rgrpc.RegistryStub(channel)

@@ -14,7 +14,7 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from services.apis.install import new_catalogue
 from services.apiserver.catalogue import Catalogue
 from services.apiserver.fielderrors import ConfigError
-from services.common import config, runtime
+from services.common import config, mux, runtime
 
 from . import authz
 from .chain import Chain
@@ -87,7 +87,8 @@ async def assemble(service: runtime.Service) -> str:
     service.component(custom.start, custom.stop)
     chain = build_chain(names, configs, registry, catalogue)
     service.component(chain.start, chain.stop)
-    adgrpc.add_AdmissionServicer_to_server(AdmissionServicer(chain, catalogue), service.grpc_server())
+    mux.add_servicer(adgrpc.add_AdmissionServicer_to_server, AdmissionServicer(chain, catalogue),
+                     service.grpc_server())
 
     async def plugins_ready() -> bool:
         return not chain.not_ready()

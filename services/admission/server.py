@@ -31,7 +31,7 @@ class AdmissionServicer(adgrpc.AdmissionServicer):
             self, {"Admit": adpb.AdmissionRequest, "Validate": adpb.AdmissionRequest})
 
     async def Calls(self, request_iterator: AsyncIterator[pb.Frames],
-                    context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Frames]:
+                    context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         """Admit and Validate on the registry's long-lived stream."""
         async for frame in mux.serve_mux(request_iterator, context, self._mux_methods):
             yield frame

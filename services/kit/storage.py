@@ -201,14 +201,15 @@ class ResourceStorage:
         return spb.RawListResponse.FromString(answer.SerializeToString())
 
     async def list_parts(self, info: ResourceInfo, req: spb.ListRequest,
-                         timing: dict[str, float] | None = None) -> AsyncIterator[spb.RawListResponse]:
-        """A chunked list's parts as the backend renders them (the first has the list's metadata)."""
+                         timing: dict[str, float] | None = None) -> AsyncIterator[bytes]:
+        """A chunked list's parts as the backend renders them (wire.ListParts: a serialized
+        RawListResponse, then the items' JSON itself)."""
         answer = await self.backend.list(req)
         if not isinstance(answer, mux.Streamed):
-            yield spb.RawListResponse.FromString(answer if isinstance(answer, bytes) else answer.SerializeToString())
+            yield answer if isinstance(answer, bytes) else answer.SerializeToString()
             return
         async for part in answer:
-            yield spb.RawListResponse.FromString(part)
+            yield part
 
 
 class StorageListWatch:

@@ -18,7 +18,7 @@ from apiary_pb import storage_pb2 as spb
 from apiary_pb import storage_pb2_grpc as sgrpc
 from services.apis.install import new_catalogue
 from services.apiserver.endpoints.handlers import Handlers
-from services.common import config, errors, grpcutil, runtime
+from services.common import config, errors, grpcutil, mux, runtime
 from services.common.backoff import Backoff
 
 from .admission import AdmissionClient
@@ -79,7 +79,7 @@ async def assemble(service: runtime.Service) -> str:
                                             grpcutil.target(args.admission_address).replicas),
                             AuthClient(augrpc.AuthStub(service.channel(args.auth_address)), args.auth_timeout),
                             args.service_cluster_ip_range)
-    rgrpc.add_RegistryServicer_to_server(RegistryServicer(handlers), service.grpc_server())
+    mux.add_servicer(rgrpc.add_RegistryServicer_to_server, RegistryServicer(handlers), service.grpc_server())
 
     bootstrapped = asyncio.Event()
 

@@ -18,7 +18,6 @@ from services.apiserver import discovery, openapi
 from services.apiserver.catalogue import Catalogue
 from services.apiserver.endpoints.handlers import Handlers, span_attributes
 from services.common import auditid, errors, grpcutil, mux, tracing, watchmux
-from services.common.protowire import bytes_field
 
 from . import watch
 from .storage_client import StorageClient
@@ -44,12 +43,12 @@ def discovery_response(catalogue: Catalogue) -> rpb.DiscoveryResponse:
 
 
 async def _parts(first: rpb.APIResponse, more: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """An answer in parts (APIRequest.chunked): the first APIResponse, then one holding only the
-    body's next part for each part (field 2, written by hand: one copy of a large part)."""
+    """An answer in parts (APIRequest.chunked): the first APIResponse, then the body's next parts
+    themselves (a list's items as storage sent them: passed on, not parsed or copied here)."""
     yield first.SerializeToString()
     async with contextlib.aclosing(more):  # given up on (mux cancel): the storage call goes at once
         async for part in more:
-            yield b"".join(bytes_field(2, part))
+            yield part
 
 
 class RegistryServicer(rgrpc.RegistryServicer):
@@ -152,7 +151,7 @@ class RegistryServicer(rgrpc.RegistryServicer):
             relay.cancel()
 
     async def Calls(self, request_iterator: AsyncIterator[pb.Frames], context: grpc.aio.ServicerContext
-                    ) -> AsyncIterator[pb.Frames]:
+                    ) -> AsyncIterator[bytes]:
         """Handle, multiplexed on the caller's long-lived stream (the proxy's hot path)."""
         async for frame in mux.serve_mux(request_iterator, context, self._mux_methods):
             yield frame

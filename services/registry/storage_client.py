@@ -110,17 +110,14 @@ class StorageClient:
         return await self._call("list", info, "List", req, timing, spb.RawListResponse)
 
     async def list_parts(self, info: ResourceInfo, req: spb.ListRequest,
-                         timing: Timing | None = None) -> AsyncIterator[spb.RawListResponse]:
-        """list with req.chunked: the answer's parts as they arrive (the first has the list's metadata)."""
+                         timing: Timing | None = None) -> AsyncIterator[bytes]:
+        """list with req.chunked: the answer's parts as they arrive, as storage sends them (wire.ListParts:
+        a serialized RawListResponse, then the items' JSON itself)."""
         with _timed("list", info, timing):
             parts = self.calls.call_stream("List", req, timeout=self.timeout)
             async with contextlib.aclosing(parts):
-                first = await anext(parts, None)
-                if first is None:
-                    return
-                yield spb.RawListResponse.FromString(first[0])
                 async for payload, _ in parts:
-                    yield spb.RawListResponse.FromString(payload)
+                    yield payload
 
     def watch_raw(self, req: spb.WatchRequest) -> AsyncIterator[bytes]:
         """The watch's serialized WatchEvents (the same bytes object for every watch an event goes to)."""

@@ -27,7 +27,8 @@ def serialize(message: Any) -> bytes:
 
 def add_to_server(servicer: StorageServicer, server: grpc.aio.Server) -> None:
     """sgrpc.add_StorageServicer_to_server, except that every response serializer passes bytes through:
-    Get, List and Watch answer from the watch cache with already-serialized messages (wire.py)."""
+    Get, List and Watch answer from the watch cache with already-serialized messages (wire.py), and
+    the Calls stream's messages come serialized (mux.serve_mux)."""
     async def list_unary(request: spb.ListRequest, context: grpc.aio.ServicerContext) -> Any:
         request.chunked = False  # an answer in parts exists only on the Calls stream
         return await servicer.List(request, context)
@@ -60,7 +61,7 @@ def add_to_server(servicer: StorageServicer, server: grpc.aio.Server) -> None:
     handlers["Calls"] = grpc.stream_stream_rpc_method_handler(
         servicer.Calls,
         request_deserializer=pb.Frames.FromString,
-        response_serializer=pb.Frames.SerializeToString,
+        response_serializer=serialize,  # mux.serve_mux's messages come serialized
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("apiary.Storage", handlers),))
     if hasattr(server, "add_registered_method_handlers"):
@@ -108,7 +109,7 @@ class StorageServicer(sgrpc.StorageServicer):
         })
 
     async def Calls(self, request_iterator: AsyncIterator[pb.Frames],
-                    context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Frames]:
+                    context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         """The unary methods on the registry's long-lived stream (services/common/mux/)."""
         async for frame in mux.serve_mux(request_iterator, context, self._mux_methods):
             yield frame

@@ -88,7 +88,11 @@ class ListStorage(Storage, Protocol):
                        timing: dict[str, float] | None = None) -> spb.RawListResponse: ...
 
     def list_parts(self, info: ResourceInfo, req: spb.ListRequest,
-                   timing: dict[str, float] | None = None) -> AsyncIterator[spb.RawListResponse]: ...
+                   timing: dict[str, float] | None = None) -> AsyncIterator[bytes]:
+        """A chunked list's parts as storage makes them (wire.ListParts): a serialized RawListResponse
+        (the list's metadata; every item too when it is the only part), then the items' JSON itself,
+        comma-led after the first items."""
+        ...
 
 
 S = TypeVar("S", bound=ListStorage)
@@ -332,10 +336,9 @@ class Handlers(Generic[S]):
         # is still on its way (mux.Streamed).
         req.chunked = True
         parts = self.store.list_parts(info, req, r.timing)
-        first = await anext(parts)
+        first = spb.RawListResponse.FromString(await anext(parts))
         items = first.json_items if render is None else render(first.json_items)
-        return Response(200, head(lists.list_meta(first)) + items,
-                        more=lists.rest_of(parts, bool(first.json_items), render))
+        return Response(200, head(lists.list_meta(first)) + items, more=lists.rest_of(parts, render))
 
     # Create ----------------------------------------------------------------------
 

@@ -2,9 +2,10 @@
 parts as they arrive, and the list of objects a deletecollection answers with.
 
 Items are never decoded here: storage hands their JSON (rendered once per object version in its watch
-cache, comma-separated, as spb.RawListResponse.json_items carries it) or the registry has their
-envelopes, whose JSON is spliced (envelope.to_json). A Table is a printers' document around rows made
-from the same items' JSON, part by part.
+cache, comma-separated, as spb.RawListResponse.json_items carries it, or in parts of the body that
+are passed on untouched) or the registry has their envelopes, whose JSON is spliced
+(envelope.to_json). A Table is a printers' document around rows made from the same items' JSON,
+part by part.
 """
 from __future__ import annotations
 
@@ -50,15 +51,18 @@ def from_envelopes(info: ResourceInfo, meta: Obj, items: list[pb.Object]) -> byt
     return from_json_items(info, meta, b",".join(envelope.to_json(e) for e in items))
 
 
-async def rest_of(parts: AsyncIterator[spb.RawListResponse], started: bool,
+async def rest_of(parts: AsyncIterator[bytes],
                   render: Callable[[bytes], bytes] | None = None) -> AsyncIterator[bytes]:
-    """The items after the first part (started: whether that part had any), then the end of the list;
-    render makes each part's items into what the answer holds instead (a Table's rows). Every part is
-    whole items, comma-led when items came before it: the proxy transforms parts one by one."""
+    """The list's body after its first part: storage's next parts, the items' JSON comma-led once items
+    went before (wire.ListParts), passed on as they are, then the end of the list; render makes each
+    part's items into what the answer holds instead (a Table's rows, one per item). Every part is whole
+    items: the proxy transforms parts one by one."""
     async with contextlib.aclosing(parts):
         async for part in parts:
-            if part.json_items:
-                out = part.json_items if render is None else render(part.json_items)
-                yield b"," + out if started else out
-                started = True
+            if render is None:
+                yield part
+            elif part[:1] == b",":
+                yield b"," + render(part[1:])
+            else:
+                yield render(part)
     yield END  # a list's items or a Table's rows, then the object

@@ -371,9 +371,8 @@ class Store:
         async def parts() -> AsyncIterator[bytes]:
             out = ListParts(field(2, str(revision).encode()))
             async for items in objects():
-                for item in items:
-                    if (part := out.add(item)) is not None:
-                        yield part
+                for part in out.extend(items):
+                    yield part
             if (part := out.end()) is not None:
                 yield part
 

@@ -37,59 +37,69 @@ STALE_SUFFIX = field(5, field(1, STALE_FIELD.encode()) + field(2, b"true"))
 
 
 class ListParts:
-    """RawListResponses of about `size` bytes of items each (by default what the mux allows the
-    current answer's next part: larger while no small call waits), the first starting with head (its
-    resource_version field): a LIST's answer in parts (ListRequest.chunked), each made as soon as
-    its items are in."""
+    """A LIST's JSON answer in parts (ListRequest.chunked), cut by one rule wherever its items come
+    from (a hot cache's list at once, renderings as they are made, etcd's pages): a part ends with
+    the first item whose length, summed with those before it in the part, reaches the part's size
+    (bisection over the summed lengths: no Python step per item). A part's size is taken when the
+    part is cut (by default mux.part_bytes(): larger while no small call waits).
+
+    An answer in one part is a RawListResponse: head (its resource_version field) and json_items.
+    An answer in several is the head alone, then the items' JSON itself, comma-led once items went
+    before it: the list body's continuation, which the registry and the proxy pass on unparsed."""
 
     def __init__(self, head: bytes, size: int | None = None) -> None:
         self.head, self.fixed = head, size
-        self.size = size or 0
-        self.batch: list[bytes] = []
-        self.n = 0
-        self.first = True
+        self.batch: list[bytes] = []  # items collected and not yet in a part
+        self.started = False  # the head went alone: items follow raw
+        self.led = False  # items went: the next ones are comma-led
 
-    def add(self, item: bytes) -> bytes | None:
-        """The next part, when this item completes one."""
-        if not self.batch and self.fixed is None:  # a part's size is taken when its first item comes
-            self.size = part_bytes()
-        self.batch.append(item)
-        self.n += len(item) + 1
-        return self._part() if self.n >= self.size else None
+    def size(self) -> int:
+        """The size of the part cut next."""
+        return self.fixed or part_bytes()
+
+    def extend(self, items: list[bytes]) -> Iterator[bytes]:
+        """Collect items; the parts they complete, each cut when it is asked for."""
+        batch = self.batch + items if self.batch else items
+        ends = list(accumulate(map(len, batch)))  # ends[i]: the bytes of batch[:i + 1], commas aside
+        start = 0
+        # the first item whose end reaches the part's size completes it
+        while (stop := bisect_left(ends, (ends[start - 1] if start else 0) + self.size(), start)) < len(ends):
+            if not self.started:
+                self.started = True
+                yield self.head
+            yield self._items(batch[start:stop + 1])
+            start = stop + 1
+        self.batch = batch[start:]
 
     def end(self) -> bytes | None:
-        """The last part (the only one of an empty list), unless the last item completed one."""
-        return self._part() if self.batch or self.first else None
+        """The last part: the answer in one part when no part went before, else the items left
+        (None: none are)."""
+        if not self.started:
+            return b"".join((self.head, *bytes_field(5, b",".join(self.batch))))
+        return self._items(self.batch) if self.batch else None
 
-    def _part(self) -> bytes:
-        out = b"".join((self.head if self.first else b"", *bytes_field(5, b",".join(self.batch))))
-        self.batch, self.n, self.first = [], 0, False
+    def _items(self, items: list[bytes]) -> bytes:
+        out = b",".join((b"", *items) if self.led else items)
+        self.led = True
         return out
 
 
 def json_parts(head: bytes, items: Iterable[bytes], size: int | None = None) -> Iterator[bytes]:
-    """ListParts of items, each made when it is asked for; its size is taken when it starts (by
-    default mux.part_bytes()). Items in a list are cut where their summed lengths cross the size
-    (bisect, no Python step per item: a hot cache's 10,000 items spent ~20 % of storage's CPU per
-    LIST in the loop below)."""
-    if isinstance(items, list):
-        yield from _list_parts(head, items, size)
-        return
+    """ListParts of items, each made when it is asked for: a list's at once; items rendered as they
+    are read are handed over a part's bytes at a time, so that little more than a part is rendered
+    ahead of what is sent."""
     parts = ListParts(head, size)
-    for item in items:
-        if (part := parts.add(item)) is not None:
-            yield part
-    if (part := parts.end()) is not None:
-        yield part
-
-
-def _list_parts(head: bytes, items: list[bytes], size: int | None) -> Iterator[bytes]:
-    ends = list(accumulate(map(len, items)))  # ends[i]: the bytes of items[:i + 1], commas aside
-    start, done, first = 0, 0, True
-    while start < len(items) or first:
-        # the first item whose end reaches the part's size completes it (at least one item a part)
-        stop = bisect_left(ends, done + (size or part_bytes()), start) + 1
-        yield b"".join((head if first else b"", *bytes_field(5, b",".join(items[start:stop]))))
-        if items:
-            done = ends[min(stop, len(items)) - 1]
-        start, first = stop, False
+    if isinstance(items, list):
+        yield from parts.extend(items)
+    else:
+        batch: list[bytes] = []
+        n, limit = 0, parts.size()
+        for item in items:
+            batch.append(item)
+            n += len(item)
+            if n >= limit:
+                yield from parts.extend(batch)
+                batch, n, limit = [], 0, parts.size()
+        yield from parts.extend(batch)
+    if (last := parts.end()) is not None:
+        yield last

@@ -27,6 +27,7 @@ spreading streams over the replicas of a peer.
 """
 from .client import MuxClient
 from .flow import PART_BYTES, WINDOW, part_bytes
-from .server import Streamed, serve_mux, unary_methods
+from .server import Streamed, add_servicer, serve_mux, unary_methods
 
-__all__ = ["PART_BYTES", "WINDOW", "MuxClient", "Streamed", "part_bytes", "serve_mux", "unary_methods"]
+__all__ = ["PART_BYTES", "WINDOW", "MuxClient", "Streamed", "add_servicer", "part_bytes", "serve_mux",
+           "unary_methods"]

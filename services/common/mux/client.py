@@ -96,7 +96,9 @@ class MuxClient(StreamClient):
     def _on_message(self, stream: _Stream) -> Callable[[pb.Frames], None]:
         pending = self._pending
 
-        def on_batch(batch: pb.Frames) -> None:
+        def on_batch(batch: pb.Frames | bytes) -> None:
+            if type(batch) is bytes:  # serve_mux's message read in process, without gRPC's deserializer
+                batch = pb.Frames.FromString(batch)
             for frame in batch.frames:
                 entry = pending.get(frame.id)
                 if entry is None:

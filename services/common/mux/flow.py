@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from apiary_pb import envelope_pb2 as pb
 
 from .. import pacing
+from ..protowire import varint
 
 # What one stream message carries at most when answers come in parts (Streamed): small enough that
 # sender, receiver and the process after them work on different parts at the same time, and that
@@ -121,9 +122,8 @@ class Scheduler:
         self.closed = True
         self.wake.set()
 
-    async def batches(self) -> AsyncIterator[pb.Frames]:
-        """Each frame is built in the batch message itself (a large answer is copied once, not
-        into a Frame and again into the Frames)."""
+    async def batches(self) -> AsyncIterator[bytes]:
+        """Each stream message, serialized (encode)."""
         whole, turns = self.whole, self.turns
         while True:
             while not whole and not turns:
@@ -131,28 +131,53 @@ class Scheduler:
                     return
                 self.wake.clear()
                 await self.wake.wait()
-            batch = pb.Frames()
-            add = batch.frames.add
+            batch: list[Answer] = []
             size = 0
             while whole and size < PART_BYTES:
-                fid, payload, error, more = whole.popleft()
-                if error is None:
-                    add(id=fid, payload=payload, more=more)
-                else:
-                    add(id=fid, error=error)
-                size += len(payload)
+                answer = whole.popleft()
+                batch.append(answer)
+                size += len(answer[1])
             first = True
             while turns and (first or size < PART_BYTES):
                 first = False
                 fid = next(iter(turns))
                 out = turns.pop(fid)
-                fid, payload, error, more = out.queue.popleft()
-                if error is None:
-                    add(id=fid, payload=payload, more=more)
-                else:
-                    add(id=fid, error=error)
-                size += len(payload)
+                answer = out.queue.popleft()
+                batch.append(answer)
+                size += len(answer[1])
                 if out.queue:
                     turns[fid] = out  # its next part waits for its next turn
                 out.wake.set()
-            yield batch
+            yield encode(batch, size)
+
+
+# A stream message carrying this many bytes of payloads is serialized by hand (encode).
+LARGE = 64 << 10
+_MORE = b"\x28\x01"  # Frame.more = true
+
+
+def encode(batch: list[Answer], size: int) -> bytes:
+    """The Frames message of these answers (size: their payloads' bytes), serialized. A large one by
+    hand, its payloads copied once: the protobuf library copies a payload into the Frame, then again
+    as its encoder's buffer grows and into the bytes it returns (about 0.25 ms a MiB, against 0.03).
+    A small one through pb.Frames, faster for a few small frames."""
+    if size < LARGE:
+        message = pb.Frames()
+        add = message.frames.add
+        for fid, payload, error, more in batch:
+            if error is None:
+                add(id=fid, payload=payload, more=more)
+            else:
+                add(id=fid, error=error)
+        return message.SerializeToString()
+    out: list[bytes] = []
+    for fid, payload, error, more in batch:
+        if error is not None:
+            frame = b"\x08" + varint(fid) + b"\x22" + varint(error.ByteSize()) + error.SerializeToString()
+            out += (b"\x0a", varint(len(frame)), frame)
+            continue
+        head = b"\x08" + varint(fid) + (b"\x1a" + varint(len(payload)) if payload else b"")
+        out += (b"\x0a", varint(len(head) + len(payload) + (2 if more else 0)), head, payload)
+        if more:
+            out.append(_MORE)
+    return b"".join(out)

@@ -55,9 +55,10 @@ def _error_pb(e: Exception, method: str) -> pb.Status:
 
 
 async def serve_mux(requests: AsyncIterator[pb.Frames], context: grpc.aio.ServicerContext,
-                    methods: dict[str, tuple[type, Handler]]) -> AsyncIterator[pb.Frames]:
+                    methods: dict[str, tuple[type, Handler]]) -> AsyncIterator[bytes]:
     """Server side of a Calls stream: run each frame's method concurrently, answer in completion order
-    (whole answers first, answers in parts in turn: Scheduler).
+    (whole answers first, answers in parts in turn: Scheduler), each stream message serialized
+    already (the servicer is registered with add_servicer).
 
     methods maps a method name to (request class, the undecorated unary implementation). An
     implementation may return bytes: the response already serialized, sent as they are.
@@ -177,3 +178,35 @@ def unary_methods(servicer: Any, names: dict[str, type]) -> dict[str, tuple[type
         fn = getattr(fn, "__wrapped__", fn)
         out[name] = (req_cls, fn.__get__(servicer))
     return out
+
+
+def passthrough(message: Any) -> bytes:
+    """A response serializer for messages that may come serialized already (serve_mux's)."""
+    return message if type(message) is bytes else message.SerializeToString()
+
+
+class _Recorder:
+    """Stands in for a gRPC server while a generated add_<Service>Servicer_to_server registers its methods."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, dict[str, Any]] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass  # made again from the registered methods
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self.handlers[service] = handlers
+
+
+def add_servicer(add: Callable[[Any, Any], None], servicer: Any, server: Any) -> None:
+    """add(servicer, server), a generated add_<Service>Servicer_to_server, with the Calls stream's
+    messages sent as serve_mux serialized them."""
+    recorder = _Recorder()
+    add(servicer, recorder)
+    for service, handlers in recorder.handlers.items():
+        calls = handlers.get("Calls")
+        if calls is not None:
+            handlers = {**handlers, "Calls": calls._replace(response_serializer=passthrough)}
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+        if hasattr(server, "add_registered_method_handlers"):
+            server.add_registered_method_handlers(service, handlers)

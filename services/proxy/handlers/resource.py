@@ -97,8 +97,7 @@ class ResourceHandler:
                 await ctx.write(first)
             sent = len(first)
             gone = ctx.disconnected
-            async for payload, _ in parts:
-                body = rpb.APIResponse.FromString(payload).body
+            async for body, _ in parts:  # the body's next part itself
                 if form is not None:
                     body = form.part(body)
                 if body:

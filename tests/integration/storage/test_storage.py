@@ -683,8 +683,8 @@ async def test_watches_multiplexed_on_one_stream(stub, storage):
 async def test_list_as_json_in_parts_on_the_calls_stream(stub, monkeypatch: pytest.MonkeyPatch):
     """ListRequest.chunked on the Calls stream: parts of about mux.PART_BYTES while a small call waits
     on the caller's side (Frame.quiet unset), larger ones (up to QUIET_PART_BYTES) for a quiet
-    caller; the first with the revision, whole items in each; together the same items as the answer
-    in one piece."""
+    caller; the first the revision alone, then whole items' JSON in each; together the same items as
+    the answer in one piece."""
     import orjson
 
     from services.common import mux
@@ -697,16 +697,20 @@ async def test_list_as_json_in_parts_on_the_calls_stream(stub, monkeypatch: pyte
                            for i in range(200)))
     calls = mux.MuxClient(stub.Calls, "storage", {"List": spb.RawListResponse})
     req = spb.ListRequest(prefix=prefix, resource_version="0", json=True, chunked=True)
-    quiet = [spb.RawListResponse.FromString(p) async for p, _ in calls.call_stream("List", req)]
+    quiet = [p async for p, _ in calls.call_stream("List", req)]
     monkeypatch.setattr(mux_client, "quiet", lambda: False)
-    parts = [(spb.RawListResponse.FromString(p), more) async for p, more in calls.call_stream("List", req)]
-    assert len(parts) >= 2 and [m for _, m in parts] == [True] * (len(parts) - 1) + [False]
-    assert all(len(p.json_items) < 2 * mux.PART_BYTES for p, _ in parts)
-    assert len(quiet) < len(parts) and b",".join(p.json_items for p in quiet) == b",".join(
-        p.json_items for p, _ in parts)
-    assert parts[0][0].resource_version and not any(p.resource_version for p, _ in parts[1:])
-    items = [o for p, _ in parts for o in orjson.loads(b"[" + p.json_items + b"]")]
+    parts = [(p, more) async for p, more in calls.call_stream("List", req)]
+    assert len(parts) >= 3 and [m for _, m in parts] == [True] * (len(parts) - 1) + [False]
+    # the head alone (the revision), then the items' JSON itself, comma-led after the first
+    head = spb.RawListResponse.FromString(parts[0][0])
+    assert head.resource_version and not head.json_items
+    assert all(len(p) < 2 * mux.PART_BYTES for p, _ in parts)
+    assert parts[1][0][:1] == b"{" and all(p[:1] == b"," for p, _ in parts[2:])
+    items = orjson.loads(b"[" + b"".join(p for p, _ in parts[1:]) + b"]")
     assert [o["metadata"]["name"] for o in items] == [f"o{i:03d}" for i in range(200)]
+    assert len(quiet) < len(parts)
+    quiet_first = spb.RawListResponse.FromString(quiet[0])
+    assert orjson.loads(b"[" + quiet_first.json_items + b"".join(quiet[1:]) + b"]") == items
     whole = await call(stub.List(spb.ListRequest(prefix=prefix, resource_version="0", json=True, chunked=True)))
     assert orjson.loads(b"[" + whole.json_items + b"]") == items  # unary: always one piece
 
@@ -731,9 +735,10 @@ async def test_list_as_json_in_parts_from_etcd(stub, monkeypatch: pytest.MonkeyP
 
     async def read(**kw: str) -> tuple[str, list[dict], int]:
         req = spb.ListRequest(prefix=prefix, json=True, chunked=True, kind="Thing", api_version="v1", **kw)
-        parts = [spb.RawListResponse.FromString(p) async for p, _ in calls.call_stream("List", req)]
-        return (parts[0].resource_version,
-                [o for p in parts for o in orjson.loads(b"[" + p.json_items + b"]")], len(parts))
+        parts = [p async for p, _ in calls.call_stream("List", req)]
+        first = spb.RawListResponse.FromString(parts[0])  # then the items' JSON itself
+        return (first.resource_version, orjson.loads(b"[" + first.json_items + b"".join(parts[1:]) + b"]"),
+                len(parts))
 
     rv, cached, _ = await read(resource_version="0")
     # Writes after rv are not in a list at rv.

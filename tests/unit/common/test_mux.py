@@ -10,6 +10,7 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
+from apiary_pb import envelope_pb2 as pb
 from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import grpcutil, mux
@@ -62,7 +63,7 @@ def free_port() -> int:
 
 async def start(port: int) -> grpc.aio.Server:
     server = grpcutil.make_server(None, f"127.0.0.1:{port}")
-    rgrpc.add_RegistryServicer_to_server(Echo(), server)
+    mux.add_servicer(rgrpc.add_RegistryServicer_to_server, Echo(), server)
     await server.start()
     return server
 
@@ -197,3 +198,17 @@ def test_a_stream_ended_by_the_peer_with_its_status_ends_its_calls_with_that_sta
     err = asyncio.run(read_stream(ended, lambda m: None, "peer", "stream"))
     assert isinstance(err, NotFound)
     assert err.message == status.message
+
+
+def test_a_large_message_serialized_by_hand_is_its_frames():
+    """flow.encode: a stream message with a large part is serialized by hand, a small one by the
+    protobuf library; both are the same Frames message, byte for byte."""
+    from services.common.mux.flow import LARGE, encode
+
+    error = NotFound("gone").to_pb()
+    for big in (b"", b"x" * LARGE, b"y" * (3 * LARGE + 1)):
+        batch = [(1, b"a", None, False), (2**40, big, None, True), (3, b"", error, False),
+                 (4, b"", None, False)]
+        expected = pb.Frames(frames=[pb.Frame(id=1, payload=b"a"), pb.Frame(id=2**40, payload=big, more=True),
+                                     pb.Frame(id=3, error=error), pb.Frame(id=4)]).SerializeToString()
+        assert encode(batch, sum(len(a[1]) for a in batch)) == expected

@@ -51,7 +51,7 @@ class Server:
                 yield batch
 
         async for batch in mux.serve_mux(counted(), None, {"Handle": (rpb.APIRequest, self.handle)}):
-            for f in batch.frames:
+            for f in pb.Frames.FromString(batch).frames:
                 self.sent.append((f.id, f.more))
             yield batch
 

@@ -177,7 +177,7 @@ async def test_parts_grow_only_while_the_caller_and_this_process_are_quiet(monke
     async def take(n: int) -> None:
         got = 0
         while got < n:
-            got += len((await asyncio.wait_for(anext(sent), 30)).frames)
+            got += len(pb.Frames.FromString(await asyncio.wait_for(anext(sent), 30)).frames)
 
     # (the server makes each part before it may send it: one part ahead of the credit)
     call = rpb.APIRequest(name="8").SerializeToString()

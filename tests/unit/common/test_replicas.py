@@ -34,7 +34,7 @@ async def start(tag: str) -> tuple[object, int]:
 
 async def start_on(tag: str, port: int) -> tuple[object, int]:
     server = grpcutil.make_server(None, f"127.0.0.1:{port}")
-    rgrpc.add_RegistryServicer_to_server(Tagged(tag), server)
+    mux.add_servicer(rgrpc.add_RegistryServicer_to_server, Tagged(tag), server)
     await server.start()
     return server, port
 

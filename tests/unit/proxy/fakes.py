@@ -185,10 +185,10 @@ class FakeRegistry(rgrpc.RegistryServicer):
                     yield rpb.APIResponse(code=200, body=head + orjson.dumps(configmap("a"))).SerializeToString()
                     if request.namespace == "parts-fail":
                         raise errors.ServiceUnavailable("storage went away")
-                    yield rpb.APIResponse(body=b"," + orjson.dumps(configmap("b"))).SerializeToString()
+                    yield b"," + orjson.dumps(configmap("b"))
                     if request.namespace == "parts-slow":  # (a part goes once the next one is there)
                         await asyncio.sleep(30)
-                    yield rpb.APIResponse(body=b"]}").SerializeToString()
+                    yield b"]}"
                 return mux.Streamed(parts())
             if request.verb == "list":
                 return rpb.APIResponse(code=200, body=orjson.dumps(
@@ -258,7 +258,7 @@ async def start_fakes(port: int = 0) -> tuple[grpc.aio.Server, str, FakeAuth, Fa
     auth, apf, registry = FakeAuth(), FakeAPF(), FakeRegistry()
     agrpc.add_AuthServicer_to_server(auth, server)
     fgrpc.add_FlowControlServicer_to_server(apf, server)
-    rgrpc.add_RegistryServicer_to_server(registry, server)
+    mux.add_servicer(rgrpc.add_RegistryServicer_to_server, registry, server)
     port = server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     return server, f"127.0.0.1:{port}", auth, apf, registry

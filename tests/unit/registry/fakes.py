@@ -35,7 +35,8 @@ class FakeCallStream:
             resp = await getattr(self.stub, frame.method)(req)
             if isinstance(resp, list):  # an answer in parts (mux.Streamed), one frame each
                 await self.out.put(pb.Frames(frames=[
-                    pb.Frame(id=frame.id, payload=p.SerializeToString(), more=i < len(resp) - 1)
+                    pb.Frame(id=frame.id, payload=p if isinstance(p, bytes) else p.SerializeToString(),
+                             more=i < len(resp) - 1)
                     for i, p in enumerate(resp)]))
                 return
             out = pb.Frame(id=frame.id, payload=resp.SerializeToString())
@@ -149,9 +150,9 @@ class FakeStorage:
             setattr(resp, "continue", [k for k, v in self.data.items() if v is items[-1]][0])
         if req.json:  # as the storage service: the items' JSON, kind filled in where unset
             js = [envelope.to_json(_with_kind(_copy(i), req)) for i in items]
-            if req.chunked and len(js) > 1:  # in parts of one item, the first with the metadata
-                first = spb.RawListResponse(resource_version=resp.resource_version, json_items=js[0])
-                return [first] + [spb.RawListResponse(json_items=j) for j in js[1:]]  # type: ignore[return-value]
+            if req.chunked and len(js) > 1:  # as wire.ListParts: the metadata, then parts of one item
+                first = spb.RawListResponse(resource_version=resp.resource_version)
+                return [first, js[0]] + [b"," + j for j in js[1:]]  # type: ignore[return-value]
             resp.json_items = b",".join(js)
         else:
             resp.items.extend(_copy(i) for i in items)

@@ -580,8 +580,8 @@ async def test_watch_error_and_table(handlers, api, storage):
 
 
 async def test_list_in_parts_is_the_same_list(api, handlers, storage):
-    """APIRequest.chunked (the proxy's JSON lists): the first part carries the list's metadata and
-    items, the rest follow as storage sends them; together, byte for byte the list in one piece."""
+    """APIRequest.chunked (the proxy's JSON lists): the first part carries the list's metadata, the
+    items follow as storage sends them; together, byte for byte the list in one piece."""
     for n in ("a", "b", "c"):
         await api("create", "configmaps", "default", body=cm(n))
     whole, _ = await handlers.handle(request("list", "configmaps", "default"))
@@ -590,7 +590,8 @@ async def test_list_in_parts_is_the_same_list(api, handlers, storage):
     first, _ = await handlers.handle(req)
     assert first.more is not None
     rest = [p async for p in first.more]
-    assert len(rest) == 3  # the two other items, then the end of the list
+    assert len(rest) == 4  # the items as storage sent them, then the end of the list
+    assert first.body.endswith(b'"items":[') and rest[0][:1] == b"{" and all(p[:1] == b"," for p in rest[1:3])
     assert first.body + b"".join(rest) == whole.body
     assert [i["metadata"]["name"] for i in orjson.loads(whole.body)["items"]] == ["a", "b", "c"]
     # an empty list in parts
@@ -612,7 +613,7 @@ async def test_table_in_parts_is_the_same_table(api, handlers, storage, include)
     first, _ = await handlers.handle(req)
     assert first.more is not None
     rest = [p async for p in first.more]
-    assert len(rest) == 3  # the rows of the two other items, then the end of the Table
+    assert len(rest) == 4  # the rows of each of storage's parts, then the end of the Table
     whole, _ = await handlers.handle(request("list", "configmaps", "default", table=True, query=query))
     assert first.body + b"".join(rest) == whole.body
     listed = await storage.List(spb.ListRequest(prefix="/registry/configmaps/default/"))

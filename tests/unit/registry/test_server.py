@@ -10,7 +10,7 @@ from apiary_pb import registry_pb2 as rpb
 from apiary_pb import registry_pb2_grpc as rgrpc
 from services.apis.install import new_catalogue
 from services.apiserver.resource import GroupVersion
-from services.common import errors, grpcutil
+from services.common import errors, grpcutil, mux
 from services.registry.admission import AdmissionClient
 from services.registry.auth import AuthClient
 from services.registry.rest import new_handlers
@@ -25,7 +25,7 @@ from .conftest import cm, request
 async def stub(handlers):
     server = grpcutil.make_server(None, "127.0.0.1:0")
     port = server.add_insecure_port("127.0.0.1:0")
-    rgrpc.add_RegistryServicer_to_server(RegistryServicer(handlers), server)
+    mux.add_servicer(rgrpc.add_RegistryServicer_to_server, RegistryServicer(handlers), server)
     await server.start()
     channel = grpcutil.make_channel(None, f"127.0.0.1:{port}")
     yield rgrpc.RegistryStub(channel)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import orjson
+
 from apiary_pb import envelope_pb2 as pb
 from apiary_pb import storage_pb2 as spb
 from services.apiserver.storage.codec import STALE_FIELD
-from services.apiserver.storage.wire import STALE_SUFFIX, json_parts, varint, watch_event
+from services.apiserver.storage.wire import STALE_SUFFIX, ListParts, json_parts, varint, watch_event
 from services.storage.server import serialize
 
 
@@ -55,20 +57,36 @@ def test_serialize_passes_bytes_through():
     assert serialize(b"\x01\x02") == b"\x01\x02"
 
 
-def test_json_parts_cut_a_list_as_they_cut_an_iterator():
-    """A hot cache's list of renderings is cut by bisection, items from elsewhere one by one: the
-    same items in both, whole in every part, about `size` bytes a part, the revision in the first
-    only, and one part (with the revision) for an empty list."""
+def _items(parts: list[bytes]) -> tuple[str, list[bytes]]:
+    """The revision and the items of an answer in parts (wire.ListParts): a RawListResponse, then
+    the items' JSON itself, comma-led after the first items."""
+    first = spb.RawListResponse.FromString(parts[0])
+    body = first.json_items + b"".join(parts[1:])
+    return first.resource_version, orjson.loads(b"[" + body + b"]")
+
+
+def test_list_parts_cut_items_one_way_however_they_come():
+    """One rule cuts a list's parts: a hot cache's list at once, renderings one by one and etcd's
+    pages give the same parts byte for byte; whole items in every part, about `size` bytes each; an
+    answer in one part (an empty list's too) is a RawListResponse with every item, one in several is
+    the head alone, then the items' JSON."""
     head = spb.RawListResponse(resource_version="9").SerializeToString()
     for n in (0, 1, 2, 7, 300):
         items = [b'{"i":%d,"pad":"%s"}' % (i, b"x" * (i * 37 % 200)) for i in range(n)]
         for size in (1, 64, 1000, 1 << 20):
-            cut = [spb.RawListResponse.FromString(p) for p in json_parts(head, items, size)]
-            one_by_one = [spb.RawListResponse.FromString(p) for p in json_parts(head, iter(items), size)]
-            for parts in (cut, one_by_one):
-                assert [p.resource_version for p in parts] == ["9"] + [""] * (len(parts) - 1)
-                assert b",".join(p.json_items for p in parts if p.json_items) == b",".join(items)
-                assert all(p.json_items for p in parts) or n == 0
-                assert all(len(p.json_items) < size + 250 for p in parts[:-1])
-            assert len(cut) == (max(n, 1) if size == 1 else len(cut)) and (n > 0 or len(cut) == 1)
-            assert abs(len(cut) - len(one_by_one)) <= max(1, len(cut) // 10)
+            cut = list(json_parts(head, items, size))
+            assert list(json_parts(head, iter(items), size)) == cut
+            for page in (1, 3, 100):
+                parts = ListParts(head, size)
+                paged = [p for i in range(0, n, page) for p in parts.extend(items[i:i + page])]
+                assert paged + [p for p in [parts.end()] if p is not None] == cut
+            assert _items(cut) == ("9", [orjson.loads(i) for i in items])
+            assert (len(cut) == 1) == (sum(map(len, items)) < size)  # the items fill no part
+            if len(cut) == 1:
+                assert spb.RawListResponse.FromString(cut[0]).json_items == b",".join(items)
+                continue
+            assert cut[0] == head and cut[1][:1] == b"{" and all(p[:1] == b"," for p in cut[2:])
+            assert all(len(p) < size + 250 for p in cut[1:])
+            assert all(orjson.loads(b"[" + p.removeprefix(b",") + b"]") for p in cut[1:])  # whole items
+            if size == 1:
+                assert len(cut) == n + 1
