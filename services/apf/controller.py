@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -34,7 +34,7 @@ from .classification import Classifier
 from .config import Configuration, FlowSchema, PriorityLevel, concurrency_limits
 from .metrics import Observer
 from .queueset import EXECUTING, LINGERING, REJECTED, WAITING, QueueSet, Request
-from .workestimator import WorkEstimate, WorkEstimator, level_max_seats
+from .workestimator import ONE_SEAT, WorkEstimate, WorkEstimator, level_max_seats
 
 EXECUTING_REQUESTS = Gauge(
     "apiserver_flowcontrol_current_executing_requests",
@@ -107,7 +107,7 @@ class Series:
         return c
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Ticket:
     """One request known to the controller, from start until finish."""
 
@@ -119,7 +119,7 @@ class Ticket:
     state: str = EXECUTING
     reason: str = ""
     series: Series | None = None       # its metrics' children; labels: theirs
-    estimate: WorkEstimate = field(default_factory=WorkEstimate)
+    estimate: WorkEstimate = ONE_SEAT
     flow_distinguisher: str = ""
 
     @property

@@ -36,7 +36,7 @@ from typing import Any
 
 from .borrowing import Integrator
 from .config import Queuing
-from .workestimator import WorkEstimate
+from .workestimator import ONE_SEAT, WorkEstimate
 
 WAITING, EXECUTING, LINGERING, FINISHED, REJECTED = "waiting", "executing", "lingering", "finished", "rejected"
 QUEUE_FULL, TIME_OUT, CONCURRENCY_LIMIT = "queue-full", "time-out", "concurrency-limit"
@@ -45,10 +45,9 @@ ESTIMATED_SERVICE_SECONDS = 0.003  # kube's estimatedServiceDuration
 # Flows whose hand of queues a QueueSet remembers (a flow's hand never changes); a burst of new flows beyond
 # it starts the memory again.
 HANDS_CACHED = 4096
-ONE_SEAT = WorkEstimate()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Request:
     flow: str
     estimate: WorkEstimate
