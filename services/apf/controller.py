@@ -217,6 +217,7 @@ class FlowController:
         went away, is left to the requests it holds, which finish there."""
         self.config = cfg
         self.classifier = Classifier(cfg)
+        self._series = {}  # those of schemas and levels gone are not kept (tickets hold their own)
         limits = concurrency_limits(cfg.priority_levels, self.server_seats)
         levels: dict[str, Level] = {}
         for pl in cfg.priority_levels:
