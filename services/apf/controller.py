@@ -13,7 +13,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -33,7 +34,7 @@ from .classification import Classifier
 from .config import Configuration, FlowSchema, PriorityLevel, concurrency_limits
 from .metrics import Observer
 from .queueset import EXECUTING, LINGERING, REJECTED, WAITING, QueueSet, Request
-from .workestimator import WorkEstimate, WorkEstimator, level_max_seats
+from .workestimator import ONE_SEAT, WorkEstimate, WorkEstimator, level_max_seats
 
 EXECUTING_REQUESTS = Gauge(
     "apiserver_flowcontrol_current_executing_requests",
@@ -74,7 +75,39 @@ def _no_stats(*_: str) -> None:
     return None
 
 
-@dataclass(eq=False)
+class Series:
+    """The per-request metrics' children of one (priority level, flow schema): prometheus_client's labels()
+    costs more than the observation, and every request of a level and schema updates the same ones. Each
+    child is made the first time it is used (a series appears when kube's would: at its first observation)."""
+
+    __slots__ = ("_rejected", "dispatched", "executing", "executing_seats", "inqueue", "labels", "waited",
+                 "waited_rejected")
+    _CHILDREN: ClassVar[dict[str, tuple[Any, tuple[str, ...]]]] = {
+        "executing": (EXECUTING_REQUESTS, ()), "executing_seats": (EXECUTING_SEATS, ()),
+        "inqueue": (INQUEUE_REQUESTS, ()), "dispatched": (DISPATCHED_REQUESTS, ()),
+        "waited": (WAIT_DURATION, ("true",)), "waited_rejected": (WAIT_DURATION, ("false",))}
+
+    def __init__(self, labels: tuple[str, str]) -> None:
+        self.labels = labels
+        self._rejected: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        """A child not made yet (an unset slot): made now, and found in its slot from then on."""
+        if name not in self._CHILDREN:
+            raise AttributeError(name)
+        metric, extra = self._CHILDREN[name]
+        child = metric.labels(*self.labels, *extra)
+        setattr(self, name, child)
+        return child
+
+    def rejected(self, reason: str) -> Any:
+        c = self._rejected.get(reason)
+        if c is None:
+            c = self._rejected[reason] = REJECTED_REQUESTS.labels(*self.labels, reason)
+        return c
+
+
+@dataclass(eq=False, slots=True)
 class Ticket:
     """One request known to the controller, from start until finish."""
 
@@ -85,9 +118,14 @@ class Ticket:
     level: Level | None = None         # where it holds or waits for its seats
     state: str = EXECUTING
     reason: str = ""
-    labels: tuple[str, str] = field(default=("", ""))
-    estimate: WorkEstimate = field(default_factory=WorkEstimate)
+    series: Series | None = None       # its metrics' children; labels: theirs
+    estimate: WorkEstimate = ONE_SEAT
     flow_distinguisher: str = ""
+
+    @property
+    def labels(self) -> tuple[str, str]:
+        """(priority level, flow schema): its metrics' labels."""
+        return self.series.labels if self.series is not None else ("", "")
 
     @property
     def seats(self) -> int:
@@ -154,6 +192,7 @@ class FlowController:
         self.levels: dict[str, Level] = {}
         self.fair_frac = 0.0
         self._borrowing: asyncio.Task[None] | None = None
+        self._series: dict[tuple[str, str], Series] = {}
         self.observer = Observer(self)  # metrics.py's measures and the records debug.py dumps
         self.reconfigure(cfg)
 
@@ -178,6 +217,7 @@ class FlowController:
         went away, is left to the requests it holds, which finish there."""
         self.config = cfg
         self.classifier = Classifier(cfg)
+        self._series = {}  # those of schemas and levels gone are not kept (tickets hold their own)
         limits = concurrency_limits(cfg.priority_levels, self.server_seats)
         levels: dict[str, Level] = {}
         for pl in cfg.priority_levels:
@@ -226,7 +266,10 @@ class FlowController:
         fs = self.classifier.classify(digest)
         pl = self._levels_by_name[fs.priority_level]
         level = self.levels[pl.name]
-        t = Ticket(fs, pl, on_decided, labels=(pl.name, fs.name), level=level,
+        series = self._series.get((pl.name, fs.name))
+        if series is None:
+            series = self._series[(pl.name, fs.name)] = Series((pl.name, fs.name))
+        t = Ticket(fs, pl, on_decided, series=series, level=level,
                    flow_distinguisher=self.classifier.flow_distinguisher(fs, digest))
         t.estimate = self.estimator.estimate(digest, level.max_seats)  # exempt: max_seats 0, the estimator's
         self.observer.arrived(t, digest)
@@ -240,7 +283,7 @@ class FlowController:
         t.request = req
         if req.state == WAITING:
             t.state = WAITING
-            INQUEUE_REQUESTS.labels(*t.labels).inc()
+            series.inqueue.inc()
         elif req.state == EXECUTING:
             self._executing(t, req.wait)
         else:
@@ -253,12 +296,14 @@ class FlowController:
         """The request is over (or its caller stopped waiting): free its seats (a write's final seats a
         little later) or leave its queue."""
         was_waiting = t.state == WAITING
+        series = t.series
+        assert series is not None
         if was_waiting:
-            INQUEUE_REQUESTS.labels(*t.labels).dec()
-            REJECTED_REQUESTS.labels(*t.labels, "cancelled").inc()  # its client went away while queued
+            series.inqueue.dec()
+            series.rejected("cancelled").inc()  # its client went away while queued
         elif t.state == EXECUTING:
-            EXECUTING_REQUESTS.labels(*t.labels).dec()
-            EXECUTING_SEATS.labels(*t.labels).dec(t.seats)
+            series.executing.dec()
+            series.executing_seats.dec(t.seats)
         else:
             return
         t.state = "finished"
@@ -287,23 +332,26 @@ class FlowController:
 
     def _executing(self, t: Ticket, waited: float) -> None:
         t.state = EXECUTING
-        EXECUTING_REQUESTS.labels(*t.labels).inc()
-        EXECUTING_SEATS.labels(*t.labels).inc(t.seats)
-        DISPATCHED_REQUESTS.labels(*t.labels).inc()
-        WAIT_DURATION.labels(*t.labels, "true").observe(waited)
+        series = t.series
+        assert series is not None
+        series.executing.inc()
+        series.executing_seats.inc(t.seats)
+        series.dispatched.inc()
+        series.waited.observe(waited)
         self.observer.executing(t)
 
     def _rejected(self, t: Ticket, reason: str, waited: float) -> None:
         t.state = REJECTED
         t.reason = reason
-        REJECTED_REQUESTS.labels(*t.labels, reason).inc()
-        WAIT_DURATION.labels(*t.labels, "false").observe(waited)
+        assert t.series is not None
+        t.series.rejected(reason).inc()
+        t.series.waited_rejected.observe(waited)
         self.observer.rejected(t)
 
     def _notify_dispatched(self, reqs: list[Request]) -> None:
         for req in reqs:
             t: Ticket = req.payload
-            INQUEUE_REQUESTS.labels(*t.labels).dec()
+            t.series.inqueue.dec()  # type: ignore[union-attr]
             self._executing(t, req.wait)
             if t.on_decided:
                 t.on_decided(t)
@@ -328,7 +376,7 @@ class FlowController:
         assert level.queueset is not None
         for req in level.queueset.expire():
             t: Ticket = req.payload
-            INQUEUE_REQUESTS.labels(*t.labels).dec()
+            t.series.inqueue.dec()  # type: ignore[union-attr]
             self._rejected(t, req.reason, req.wait)
             if t.on_decided:
                 t.on_decided(t)

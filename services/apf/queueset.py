@@ -36,16 +36,18 @@ from typing import Any
 
 from .borrowing import Integrator
 from .config import Queuing
-from .workestimator import WorkEstimate
+from .workestimator import ONE_SEAT, WorkEstimate
 
 WAITING, EXECUTING, LINGERING, FINISHED, REJECTED = "waiting", "executing", "lingering", "finished", "rejected"
 QUEUE_FULL, TIME_OUT, CONCURRENCY_LIMIT = "queue-full", "time-out", "concurrency-limit"
 
 ESTIMATED_SERVICE_SECONDS = 0.003  # kube's estimatedServiceDuration
-ONE_SEAT = WorkEstimate()
+# Flows whose hand of queues a QueueSet remembers (a flow's hand never changes); a burst of new flows beyond
+# it starts the memory again.
+HANDS_CACHED = 4096
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Request:
     flow: str
     estimate: WorkEstimate
@@ -57,11 +59,11 @@ class Request:
     decided_at: float = 0.0           # when it was dispatched or rejected
     arrival_r: float = 0.0            # R at arrival
     queue: Queue | None = field(default=None, repr=False)
+    # the seats it holds (or waits for): the larger of its estimate's initial and final seats
+    seats: int = field(init=False, repr=False)
 
-    @property
-    def seats(self) -> int:
-        """The seats it holds (or waits for): the larger of its initial and final seats."""
-        return self.estimate.max_seats
+    def __post_init__(self) -> None:
+        self.seats = self.estimate.max_seats
 
     @property
     def wait(self) -> float:
@@ -132,6 +134,7 @@ class QueueSet:
         # time budget), for expiry; (deadline, arrival number, request), done ones dropped lazily
         self._deadlines: list[tuple[float, int, Request]] = []
         self._arrivals = 0
+        self._hands: dict[str, list[int]] = {}  # flow -> its hand of queues (shuffle sharding)
 
     # virtual time ------------------------------------------------------------
 
@@ -270,7 +273,11 @@ class QueueSet:
 
     def _choose_queue(self, flow: str) -> Queue:
         assert self.queuing is not None
-        hand = deal(flow_hash(flow), len(self.queues), self.queuing.hand_size)
+        hand = self._hands.get(flow)
+        if hand is None:
+            if len(self._hands) >= HANDS_CACHED:
+                self._hands.clear()
+            hand = self._hands[flow] = deal(flow_hash(flow), len(self.queues), self.queuing.hand_size)
         offset = self._enqueues % len(hand)
         self._enqueues += 1
         best = self.queues[hand[offset]]
@@ -342,6 +349,7 @@ class QueueSet:
                 e = head.estimate
                 head.estimate = WorkEstimate(e.initial_seats, self.concurrency_limit,
                                              e.final_work / self.concurrency_limit)
+                head.seats = head.estimate.max_seats
             self._robin = best.index
             best.requests_executing += 1
             best.seats_in_use += head.seats

@@ -56,6 +56,10 @@ class WorkEstimate:
         return self.final_seats * self.additional_latency
 
 
+# the estimate of most requests (an estimate is immutable: one object serves them all)
+ONE_SEAT = WorkEstimate()
+
+
 def level_max_seats(nominal: int, hand_size: int) -> int:
     """The most seats one request of a queuing level may take (kube's MaxSeatsTracker value)."""
     return max(1, min(math.ceil(nominal * PRIORITY_LEVEL_MAX_SEATS_PERCENT), nominal // max(1, hand_size)))
@@ -95,12 +99,12 @@ class WorkEstimator:
         if max_seats <= 0 or max_seats > MAXIMUM_SEATS:
             max_seats = MAXIMUM_SEATS
         if not d.resource_request:
-            return WorkEstimate()
+            return ONE_SEAT
         if d.verb == "list" or (d.verb == "watch" and d.list_options.send_initial_events):
             return WorkEstimate(self._list_seats(d, max_seats))
         if d.verb in MUTATING_VERBS:
             return self._mutating(d, max_seats)
-        return WorkEstimate()
+        return ONE_SEAT
 
     def _list_seats(self, d: pb.RequestAttributes, max_seats: int) -> int:
         if d.name:
@@ -118,7 +122,7 @@ class WorkEstimator:
 
     def _mutating(self, d: pb.RequestAttributes, max_seats: int) -> WorkEstimate:
         if d.resource == "serviceaccounts" and d.subresource == "token":
-            return WorkEstimate()  # a TokenRequest writes nothing: no event
+            return ONE_SEAT  # a TokenRequest writes nothing: no event
         watchers = self.watch_count(d.api_group, d.resource, d.namespace, d.name)
         if watchers < WATCHES_PER_SEAT:
             return WorkEstimate(watch_count=watchers)

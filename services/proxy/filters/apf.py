@@ -91,6 +91,10 @@ class _StreamBroke(Exception):
     """The seat stream ended before the apf service answered: the request falls back."""
 
 
+class _NoAnswer(Exception):
+    """The apf service did not answer a seat request within the acquire timeout."""
+
+
 def _too_many(retry: int = 1, headers: dict[str, str] | None = None) -> TooManyRequests:
     return TooManyRequests("Too many requests, please try again later.", details={"retryAfterSeconds": retry},
                            headers={"Retry-After": str(retry), **(headers or {})})
@@ -184,18 +188,41 @@ class SeatClient:
         self.acquire_timeout = acquire_timeout
         self.fallback = MaxInFlight(max_requests_inflight, max_mutating_requests_inflight, counted=enabled)
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[fpb.SeatResponse]] = {}
+        # the seat requests waiting for an answer, oldest first, with the loop time they give up at
+        self._pending: dict[int, tuple[asyncio.Future[fpb.SeatResponse], float]] = {}
         self._queue: asyncio.Queue[fpb.SeatRequest | None] | None = None
         self._generation = 0
         self._task: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
         self.falling_back = False
 
     def start(self) -> None:
         if self.enabled:
             self._task = asyncio.create_task(self._run(), name="apf-seats")
+            self._sweeper = asyncio.create_task(self._sweep(), name="apf-seat-timeouts")
 
     async def stop(self) -> None:
+        await cancel_and_wait(self._sweeper)
         await cancel_and_wait(self._task)
+
+    async def _sweep(self) -> None:
+        """Fail the seat requests left unanswered past the acquire timeout: one timer for all of them
+        (a timer per request cost the proxy more than the rest of its seat's work). Every request waits
+        the same timeout, so the oldest come first and a sweep stops at the first one still in time."""
+        period = min(1.0, self.acquire_timeout / 4)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(period)
+            now = loop.time()
+            expired = []
+            for seat_id, (_fut, give_up) in self._pending.items():
+                if give_up > now:
+                    break
+                expired.append(seat_id)
+            for seat_id in expired:
+                fut, _ = self._pending.pop(seat_id)
+                if not fut.done():
+                    fut.set_exception(_NoAnswer())
 
     def ready(self) -> bool:
         """The proxy can serve: with the apf service, or (the fallback) without it."""
@@ -229,9 +256,9 @@ class SeatClient:
                     self._stream_up()
                     backoff.reset()
                     for resp in answers.responses:
-                        fut = self._pending.pop(resp.id, None)
-                        if fut is not None and not fut.done():
-                            fut.set_result(resp)
+                        waiting = self._pending.pop(resp.id, None)
+                        if waiting is not None and not waiting[0].done():
+                            waiting[0].set_result(resp)
                         elif resp.granted:  # its requester gave up meanwhile
                             queue.put_nowait(fpb.SeatRequest(id=resp.id, release=True))
             except asyncio.CancelledError:
@@ -247,7 +274,7 @@ class SeatClient:
                 queue.put_nowait(None)
                 call.cancel()
                 pending, self._pending = self._pending, {}
-                for fut in pending.values():
+                for fut, _ in pending.values():
                     if not fut.done():
                         fut.set_exception(_StreamBroke())
             self._fall_back(why)
@@ -287,16 +314,15 @@ class SeatClient:
             return self.fallback.acquire(digest.verb)
         seat_id = next(self._ids)
         generation = self._generation
-        fut: asyncio.Future[fpb.SeatResponse] = asyncio.get_running_loop().create_future()
-        self._pending[seat_id] = fut
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[fpb.SeatResponse] = loop.create_future()
+        self._pending[seat_id] = (fut, loop.time() + self.acquire_timeout)
         queue.put_nowait(fpb.SeatRequest(id=seat_id, acquire=digest, audit_id=auditid.AUDIT_ID.get(),
                                          wait_limit=queue_wait_limit(self.deadline()),
                                          traceparent=tracing.traceparent()))
         try:
-            async with asyncio.timeout(self.acquire_timeout):
-                resp = await fut
-        except TimeoutError:
-            self._pending.pop(seat_id, None)
+            resp = await fut
+        except _NoAnswer:
             raise _unavailable("no answer in time") from None
         except _StreamBroke:
             return self.fallback.acquire(digest.verb)

@@ -1,4 +1,4 @@
-"""The APF seat client when the apf service is unreachable: no task or generator left behind."""
+"""The APF seat client when the apf service is unreachable (no task or generator left behind) or stalled."""
 import asyncio
 import gc
 import logging
@@ -8,6 +8,7 @@ import pytest
 from apiary_pb import apf_pb2_grpc as fgrpc
 from apiary_pb import envelope_pb2 as pb
 from services.common import grpcutil
+from services.common.errors import ServiceUnavailable
 from services.proxy.filters.apf import SEAT_EXEMPT, SEAT_READ_ONLY, SeatClient
 from tests.integration.procs import free_port
 
@@ -42,3 +43,44 @@ async def test_unreachable_apf_leaves_no_pending_task(caplog: pytest.LogCaptureF
     gc.collect()
     await asyncio.sleep(0.05)
     assert not [e for e in errors if "Task was destroyed" in e or "aclose()" in e], errors
+
+
+class _SilentSeats:
+    """A Seats stream that takes every request and never answers (a stalled apf service)."""
+
+    def __init__(self, requests: object) -> None:
+        self.requests = requests
+        self.cancelled = False
+
+    def __aiter__(self) -> "_SilentSeats":
+        return self
+
+    async def __anext__(self) -> object:
+        async for _ in self.requests:  # type: ignore[attr-defined]
+            pass
+        await asyncio.Event().wait()
+        raise StopAsyncIteration
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _SilentStub:
+    def Seats(self, requests: object) -> _SilentSeats:
+        return _SilentSeats(requests)
+
+
+async def test_an_unanswered_seat_request_gives_up_after_the_acquire_timeout() -> None:
+    """A stalled apf service: the request gets a 503 once the acquire timeout has passed (one timer sweeps
+    them all), and nothing of it is left waiting."""
+    seats = SeatClient(_SilentStub(), acquire_timeout=0.2)  # type: ignore[arg-type]
+    seats.start()
+    alice = pb.RequestAttributes(user={"name": "alice", "groups": ["system:authenticated"]}, verb="get")
+    try:
+        while seats._queue is None:
+            await asyncio.sleep(0.01)
+        with pytest.raises(ServiceUnavailable, match="no answer in time"):
+            await asyncio.wait_for(seats.acquire(alice), 10)
+        assert not seats._pending
+    finally:
+        await seats.stop()
