@@ -1,4 +1,5 @@
-"""Imported first by every service's __main__: while a service's modules load, the cyclic collector rests.
+"""Imported first by every service's __main__: while a service's modules load, the cyclic collector rests;
+and gRPC's socket polling is chosen before grpc loads (grpcpolling.py, in any process that imports this).
 
 Loading a service creates a few hundred thousand objects that all live (classes, functions, the
 catalogue's tables, protobuf descriptors), and each 700 of them started a collection that walked the
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import gc
 import sys
+
+from . import grpcpolling  # noqa: F401 - before grpc loads
 
 
 def _loading_a_service() -> bool:
