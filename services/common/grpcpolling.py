@@ -6,7 +6,7 @@ completed operation to grpc.aio's poller thread, which wakes the event loop: thr
 context switches per stream message and its answer. Without EventEngine for channels, listeners and
 their connections, core's epoll poller does the socket I/O on the poller thread itself (the one that
 waits on the completion queue): four to five switches, and about half the CPU per message on loopback
-(tools/bench_mux.py; docs/benchmarks.md, session 26). Every service's calls, streams and etcd reads
+(`python -m tools.bench_mux`). Every service's calls, streams and etcd reads
 are such messages. A GRPC_EXPERIMENTS of the environment is kept as it is.
 """
 from __future__ import annotations
