@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from services.common import loading  # noqa: F401 - first: gRPC's polling (grpcpolling.py), as in a service
 
+# isort: split
 import argparse
 import asyncio
 import json
@@ -177,7 +178,7 @@ async def measure(port: int, modes: list[str], concurrency: list[int], seconds: 
         for conc in concurrency:
             made = [0]
 
-            async def worker(until: float) -> None:
+            async def worker(until: float, call: Any = call, made: list[int] = made) -> None:
                 while time.perf_counter() < until:
                     if gap:
                         await asyncio.sleep(gap)
@@ -194,7 +195,7 @@ async def measure(port: int, modes: list[str], concurrency: list[int], seconds: 
             switched = switches() - switched
             theirs = json.loads(await counts(b""))
 
-            def us(cpu: dict[str, float]) -> dict[str, float]:
+            def us(cpu: dict[str, float], n: int = n) -> dict[str, float]:
                 return {k: round(v / n * 1e6, 1) for k, v in cpu.items() if v > 0}
 
             r = {"mode": mode, "concurrency": conc, "rate": round(n / elapsed),

@@ -115,8 +115,8 @@ async def serve(loaded: Sequence[tuple[Member, ModuleType, object]], stop: async
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from services.common import grpcpolling  # noqa: F401 - before grpc loads
-    from services.common import runtime, tracing
+    # grpcpolling first: before runtime loads grpc
+    from services.common import grpcpolling, runtime, tracing  # noqa: F401
 
     members = parse(sys.argv[1:] if argv is None else argv)
     loaded = []

@@ -5,8 +5,8 @@ import os
 import subprocess
 import sys
 
-from services.common import grpcpolling
 from services.cluster.stack import ROOT
+from services.common import grpcpolling
 
 # What a service's first import does, then a unary call over loopback on the grpc it loaded.
 CALL = """
