@@ -115,6 +115,8 @@ async def serve(loaded: Sequence[tuple[Member, ModuleType, object]], stop: async
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from services.common import grpcpolling
+    grpcpolling.choose()  # before runtime loads grpc
     from services.common import runtime, tracing
 
     members = parse(sys.argv[1:] if argv is None else argv)
