@@ -12,6 +12,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from uvicorn.server import ServerState
 
 from services.apiserver.serving import OneWriteCycle, TLSHttpToolsProtocol
+from tests.unit.apiserver.test_serving import _Transport as RecordingTransport
 
 # the methods TLSHttpToolsProtocol overrides or calls, with their parameters
 PROTOCOL_METHODS = {
@@ -35,25 +36,8 @@ CYCLE_PARAMETERS = ["self", "scope", "transport", "flow", "logger", "access_logg
 CYCLE_TRANSPORT_CALLS = {"write", "close", "is_closing"}
 
 
-class _Transport:
-    def __init__(self):
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def write(self, data):
-        self.writes.append(data)
-
-    def close(self):
-        self.closed = True
-
-    def is_closing(self):
-        return self.closed
-
-    def pause_reading(self):
-        pass
-
-    def resume_reading(self):
-        pass
+class _Transport(RecordingTransport):
+    """A connection's transport, as the protocol asks it for its addresses."""
 
     def get_extra_info(self, name, default=None):
         return {"sockname": ("127.0.0.1", 443), "peername": ("127.0.0.1", 50000)}.get(name, default)
