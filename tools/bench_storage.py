@@ -49,6 +49,7 @@ import re
 import statistics
 import sys
 import time
+import tracemalloc
 import urllib.request
 import uuid
 from pathlib import Path
@@ -600,6 +601,42 @@ def watch_fanout_https(stack: Stack, watchers: int = 200, rate: float = 100.0, s
 
 # 3. watch-cache memory --------------------------------------------------------------------------
 
+def cache_bytes_per_object(prefix: str, kvs: list[tuple[bytes, bytes]], first_rev: int) -> float:
+    """What a watch cache's structures hold per object, whatever malloc does with them: a WatchCache
+    in this process fed these keys and values as etcd watch responses of TXN_OPS events (the storage
+    service's path), with tracemalloc counting what stays allocated once its latest events' renderings
+    are gone."""
+    from aetcd import rpc
+
+    from services.apiserver.storage.codec import Codec
+    from services.apiserver.storage.json_cache import JSONBudget
+    from services.apiserver.storage.watch_cache import WatchCache
+
+    resps = []
+    for i in range(0, len(kvs), TXN_OPS):
+        resp = rpc.WatchResponse()
+        for j, (k, v) in enumerate(kvs[i:i + TXN_OPS], start=i):
+            e = resp.events.add()
+            e.kv.key, e.kv.value, e.kv.mod_revision = k, v, first_rev + j
+        resps.append(resp)
+
+    async def fill() -> float:  # a WatchCache's Event needs a running loop
+        cache = WatchCache(prefix, codec=Codec(), json_budget=JSONBudget())
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for resp in resps:
+                cache.apply(resp)
+            cache.history.forget_renderings()
+            cache.keys(prefix)  # the sorted keys a LIST makes
+            gc.collect()
+            return (tracemalloc.get_traced_memory()[0] - before) / len(kvs)
+        finally:
+            tracemalloc.stop()
+    return asyncio.run(fill())
+
+
 async def _storage_memory(stack: Stack, n: int) -> dict[str, Any]:
     ns = "bench-mem"
     prefix = f"/registry/configmaps/{ns}/"
@@ -631,7 +668,12 @@ async def _storage_memory(stack: Stack, n: int) -> dict[str, Any]:
     r0 = rss_bytes(os.getpid())
     decoded = [codec_decode(v, last_rev) for v in sample]
     inprocess_per_object = (rss_bytes(os.getpid()) - r0) / len(decoded)
-    del decoded, sample
+    del decoded
+    gc.collect()
+    # (asyncio.run cannot nest: the probe runs in a thread of its own)
+    kvs = [(f"{prefix}cm-{i:06d}".encode(), v) for i, v in enumerate(sample)]
+    cache_per_object = await asyncio.to_thread(cache_bytes_per_object, prefix, kvs, last_rev)
+    del sample, kvs
     gc.collect()
 
     # Prime: wait until the cache has applied every write (a LIST at "any" version that matches the
@@ -657,7 +699,8 @@ async def _storage_memory(stack: Stack, n: int) -> dict[str, Any]:
                   round(json_bytes / 2**20, 1), round(delta / json_bytes, 2), objects=n,
                   rss_before_mb=round(rss0 / 2**20, 1), rss_after_mb=round(rss1 / 2**20, 1),
                   bytes_per_object=round(delta / n), json_bytes_per_object=round(json_bytes / n),
-                  inprocess_decoded_bytes_per_object=round(inprocess_per_object), cached_configmaps=count, etcd_write_seconds=round(write_s, 2),
+                  inprocess_decoded_bytes_per_object=round(inprocess_per_object),
+                  inprocess_cache_bytes_per_object=round(cache_per_object), cached_configmaps=count, etcd_write_seconds=round(write_s, 2),
                   cache_catch_up_seconds=round(prime_s, 2), goal_ratio=2.0)
 
 
@@ -666,14 +709,20 @@ def storage_memory(stack: Stack, n: int = 100_000) -> dict[str, Any]:
     return asyncio.run(_storage_memory(stack, n))
 
 
-def run(stack: Stack, quick: bool = False) -> dict[str, dict[str, Any]]:
+def memory_objects(quick: bool) -> int:
+    """The configmaps of storage_memory (quick: fewer)."""
+    return 20_000 if quick else 100_000
+
+
+def run(stack: Stack, quick: bool = False, memory: bool = True) -> dict[str, dict[str, Any]]:
     """All figures, about three minutes in all (quick: smaller sizes and shorter writes, under one).
     Memory runs before the other figures here: after them, their freed buffers are reused for the
-    cache (an RSS delta that reads too low); the fan-out also runs with 100 watches on streams of
-    their own, as a reference point."""
+    cache (an RSS delta that reads too low); `make bench` measures it on a fresh stack of its own
+    (memory=False here). The fan-out also runs with 100 watches on streams of their own, as a
+    reference point."""
     seconds, drain = (3.0, 5.0) if quick else (10.0, 10.0)
     figures: dict[str, Any] = {
-        "storage_memory": lambda s: storage_memory(s, n=20_000 if quick else 100_000),
+        "storage_memory": lambda s: storage_memory(s, n=memory_objects(quick)),
         "list_10k": lambda s: list_10k(s, reps=5 if quick else 10),
         "watch_fanout": lambda s: watch_fanout(s, seconds=seconds, drain=drain),
         "watch_fanout_single_100": lambda s: watch_fanout(s, watchers=100, seconds=seconds / 2, channels=2,
@@ -684,6 +733,8 @@ def run(stack: Stack, quick: bool = False) -> dict[str, dict[str, Any]]:
     }
     if quick:
         del figures["watch_fanout"]
+    if not memory:
+        del figures["storage_memory"]
     out: dict[str, dict[str, Any]] = {}
     for name, fn in figures.items():
         t = time.perf_counter()
