@@ -1312,8 +1312,8 @@ def run(args: argparse.Namespace, n: int, rounds: int) -> None:
     raw: dict[str, Any] = {}
     # The memory figure on a stack that has done nothing else: after the other phases the RSS delta
     # depends on what they freed (malloc reuses it for the cache), 1.65 one day and 2.23 the next.
-    memory = timed(phases, "storage_memory", lambda: on_fresh_stack(
-        lambda st: bench_storage.storage_memory(st, n=bench_storage.memory_objects(args.quick))))
+    # (100,000 objects quick or not: with 20,000 a start's few MB moved it by a third)
+    memory = timed(phases, "storage_memory", lambda: on_fresh_stack(bench_storage.storage_memory))
     try:
         timed(phases, "start", lambda: stack.start(fresh=True))
         raw.update(timed(phases, "core", lambda: asyncio.run(bench_core(stack, c, n, rounds))))

@@ -643,6 +643,17 @@ def cache_bytes_per_object(prefix: str, kvs: list[tuple[bytes, bytes]], first_re
     return asyncio.run(fill())
 
 
+async def steady_rss(pid: int, within: float = 5.0) -> int:
+    """pid's RSS once two reads 0.5 s apart agree within 256 KiB (a service just started is still
+    taking in its peers' first lists), or after `within` seconds."""
+    deadline, rss = time.monotonic() + within, rss_bytes(pid)
+    while True:
+        await asyncio.sleep(0.5)
+        prev, rss = rss, rss_bytes(pid)
+        if abs(rss - prev) <= 256 << 10 or time.monotonic() > deadline:
+            return rss
+
+
 async def _storage_memory(stack: Stack, n: int) -> dict[str, Any]:
     ns = "bench-mem"
     prefix = f"/registry/configmaps/{ns}/"
@@ -654,8 +665,7 @@ async def _storage_memory(stack: Stack, n: int) -> dict[str, Any]:
     stub = sgrpc.StorageStub(chan)
     # Make sure the configmaps cache exists before measuring, so the figure is the objects alone.
     await stub.List(spb.ListRequest(prefix=prefix, resource_version="0"), timeout=30)
-    await asyncio.sleep(0.5)
-    rss0 = rss_bytes(pid)
+    rss0 = await steady_rss(pid)
 
     created = now_rfc3339()
     objs = [configmap(ns, f"cm-{i:06d}", {"key": f"value-{i}", "other": "x" * 40}, created) for i in range(n)]
@@ -720,11 +730,6 @@ def storage_memory(stack: Stack, n: int = 100_000) -> dict[str, Any]:
     return asyncio.run(_storage_memory(stack, n))
 
 
-def memory_objects(quick: bool) -> int:
-    """The configmaps of storage_memory (quick: fewer)."""
-    return 20_000 if quick else 100_000
-
-
 def run(stack: Stack, quick: bool = False, memory: bool = True) -> dict[str, dict[str, Any]]:
     """All figures, about three minutes in all (quick: smaller sizes and shorter writes, under one).
     Memory runs before the other figures here: after them, their freed buffers are reused for the
@@ -733,7 +738,7 @@ def run(stack: Stack, quick: bool = False, memory: bool = True) -> dict[str, dic
     reference point."""
     seconds, drain = (3.0, 5.0) if quick else (10.0, 10.0)
     figures: dict[str, Any] = {
-        "storage_memory": lambda s: storage_memory(s, n=memory_objects(quick)),
+        "storage_memory": lambda s: storage_memory(s, n=20_000 if quick else 100_000),
         "list_10k": lambda s: list_10k(s, reps=5 if quick else 10),
         "watch_fanout": lambda s: watch_fanout(s, seconds=seconds, drain=drain),
         "watch_fanout_single_100": lambda s: watch_fanout(s, watchers=100, seconds=seconds / 2, channels=2,
