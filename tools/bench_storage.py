@@ -49,6 +49,7 @@ import re
 import statistics
 import sys
 import time
+import tracemalloc
 import urllib.request
 import uuid
 from pathlib import Path
@@ -169,6 +170,12 @@ def storage_metric(stack: Stack, name: str, resource: str = "configmaps") -> flo
         text = r.read().decode()
     m = re.search(rf'^{name}\{{resource="{resource}"\}} ([0-9.e+-]+)$', text, re.MULTILINE)
     return float(m.group(1)) if m else 0.0
+
+
+def heap_trim_pending(stack: Stack) -> bool:
+    """Whether the storage service has a trim of its C heap scheduled (runtime.released)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{stack.health_port('storage')}/metrics", timeout=5) as r:
+        return re.search(r"^apiary_heap_trim_pending 1(\.0)?$", r.read().decode(), re.MULTILINE) is not None
 
 
 def figure(value_key: str, value: float, p50: float | None, p99: float | None, baseline: str, baseline_value: float,
@@ -600,6 +607,53 @@ def watch_fanout_https(stack: Stack, watchers: int = 200, rate: float = 100.0, s
 
 # 3. watch-cache memory --------------------------------------------------------------------------
 
+def cache_bytes_per_object(prefix: str, kvs: list[tuple[bytes, bytes]], first_rev: int) -> float:
+    """What a watch cache's structures hold per object, whatever malloc does with them: a WatchCache
+    in this process fed these keys and values as etcd watch responses of TXN_OPS events (the storage
+    service's path), with tracemalloc counting what stays allocated once its latest events' renderings
+    are gone."""
+    from aetcd import rpc
+
+    from services.apiserver.storage.codec import Codec
+    from services.apiserver.storage.json_cache import JSONBudget
+    from services.apiserver.storage.watch_cache import WatchCache
+
+    resps = []
+    for i in range(0, len(kvs), TXN_OPS):
+        resp = rpc.WatchResponse()
+        for j, (k, v) in enumerate(kvs[i:i + TXN_OPS], start=i):
+            e = resp.events.add()
+            e.kv.key, e.kv.value, e.kv.mod_revision = k, v, first_rev + j
+        resps.append(resp)
+
+    async def fill() -> float:  # a WatchCache's Event needs a running loop
+        cache = WatchCache(prefix, codec=Codec(), json_budget=JSONBudget())
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for resp in resps:
+                cache.apply(resp)
+            cache.history.forget_renderings()
+            cache.keys(prefix)  # the sorted keys a LIST makes
+            gc.collect()
+            return (tracemalloc.get_traced_memory()[0] - before) / len(kvs)
+        finally:
+            tracemalloc.stop()
+    return asyncio.run(fill())
+
+
+async def steady_rss(pid: int, within: float = 5.0) -> int:
+    """pid's RSS once two reads 0.5 s apart agree within 256 KiB (a service just started is still
+    taking in its peers' first lists), or after `within` seconds."""
+    deadline, rss = time.monotonic() + within, rss_bytes(pid)
+    while True:
+        await asyncio.sleep(0.5)
+        prev, rss = rss, rss_bytes(pid)
+        if abs(rss - prev) <= 256 << 10 or time.monotonic() > deadline:
+            return rss
+
+
 async def _storage_memory(stack: Stack, n: int) -> dict[str, Any]:
     ns = "bench-mem"
     prefix = f"/registry/configmaps/{ns}/"
@@ -611,8 +665,7 @@ async def _storage_memory(stack: Stack, n: int) -> dict[str, Any]:
     stub = sgrpc.StorageStub(chan)
     # Make sure the configmaps cache exists before measuring, so the figure is the objects alone.
     await stub.List(spb.ListRequest(prefix=prefix, resource_version="0"), timeout=30)
-    await asyncio.sleep(0.5)
-    rss0 = rss_bytes(pid)
+    rss0 = await steady_rss(pid)
 
     created = now_rfc3339()
     objs = [configmap(ns, f"cm-{i:06d}", {"key": f"value-{i}", "other": "x" * 40}, created) for i in range(n)]
@@ -631,7 +684,12 @@ async def _storage_memory(stack: Stack, n: int) -> dict[str, Any]:
     r0 = rss_bytes(os.getpid())
     decoded = [codec_decode(v, last_rev) for v in sample]
     inprocess_per_object = (rss_bytes(os.getpid()) - r0) / len(decoded)
-    del decoded, sample
+    del decoded
+    gc.collect()
+    # (asyncio.run cannot nest: the probe runs in a thread of its own)
+    kvs = [(f"{prefix}cm-{i:06d}".encode(), v) for i, v in enumerate(sample)]
+    cache_per_object = await asyncio.to_thread(cache_bytes_per_object, prefix, kvs, last_rev)
+    del sample, kvs
     gc.collect()
 
     # Prime: wait until the cache has applied every write (a LIST at "any" version that matches the
@@ -650,6 +708,11 @@ async def _storage_memory(stack: Stack, n: int) -> dict[str, Any]:
     prime_s = time.perf_counter() - t
     count = storage_metric(stack, "apiserver_storage_objects")
     await asyncio.sleep(1.0)
+    # the burst's freed C heap given back first (a second after its last write), as the service
+    # does after every burst: otherwise the figure reads whether the trim came before it or not
+    settled = time.monotonic() + 10
+    while heap_trim_pending(stack) and time.monotonic() < settled:
+        await asyncio.sleep(0.2)
     rss1 = rss_bytes(pid)
     await chan.close()
     delta = rss1 - rss0
@@ -657,7 +720,8 @@ async def _storage_memory(stack: Stack, n: int) -> dict[str, Any]:
                   round(json_bytes / 2**20, 1), round(delta / json_bytes, 2), objects=n,
                   rss_before_mb=round(rss0 / 2**20, 1), rss_after_mb=round(rss1 / 2**20, 1),
                   bytes_per_object=round(delta / n), json_bytes_per_object=round(json_bytes / n),
-                  inprocess_decoded_bytes_per_object=round(inprocess_per_object), cached_configmaps=count, etcd_write_seconds=round(write_s, 2),
+                  inprocess_decoded_bytes_per_object=round(inprocess_per_object),
+                  inprocess_cache_bytes_per_object=round(cache_per_object), cached_configmaps=count, etcd_write_seconds=round(write_s, 2),
                   cache_catch_up_seconds=round(prime_s, 2), goal_ratio=2.0)
 
 
@@ -666,11 +730,12 @@ def storage_memory(stack: Stack, n: int = 100_000) -> dict[str, Any]:
     return asyncio.run(_storage_memory(stack, n))
 
 
-def run(stack: Stack, quick: bool = False) -> dict[str, dict[str, Any]]:
+def run(stack: Stack, quick: bool = False, memory: bool = True) -> dict[str, dict[str, Any]]:
     """All figures, about three minutes in all (quick: smaller sizes and shorter writes, under one).
     Memory runs before the other figures here: after them, their freed buffers are reused for the
-    cache (an RSS delta that reads too low); the fan-out also runs with 100 watches on streams of
-    their own, as a reference point."""
+    cache (an RSS delta that reads too low); `make bench` measures it on a fresh stack of its own
+    (memory=False here). The fan-out also runs with 100 watches on streams of their own, as a
+    reference point."""
     seconds, drain = (3.0, 5.0) if quick else (10.0, 10.0)
     figures: dict[str, Any] = {
         "storage_memory": lambda s: storage_memory(s, n=20_000 if quick else 100_000),
@@ -684,6 +749,8 @@ def run(stack: Stack, quick: bool = False) -> dict[str, dict[str, Any]]:
     }
     if quick:
         del figures["watch_fanout"]
+    if not memory:
+        del figures["storage_memory"]
     out: dict[str, dict[str, Any]] = {}
     for name, fn in figures.items():
         t = time.perf_counter()

@@ -18,6 +18,7 @@ from services.common import tracing
 from services.common.background import cancel_and_wait
 from services.common.backoff import Backoff
 from services.common.errors import APIError
+from services.common.runtime import released
 from services.common.selectors import SelectionPredicate
 
 from . import metrics
@@ -111,6 +112,9 @@ class Cacher:
                         for e in resp.events:
                             await self.codec.prepare(e.kv.value, e.kv.key)
                     self._apply(resp)
+                    # The response and the events' decoded objects and fan-out buffers are freed C
+                    # heap: a burst of writes is given back once it is over (runtime.released).
+                    released(resp.ByteSize())
             except asyncio.CancelledError:
                 raise
             except Compacted:

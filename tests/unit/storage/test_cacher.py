@@ -236,6 +236,27 @@ def test_selection_kept_when_the_key_does_not_tell(cacher):
     assert drain(w) == [("ADDED", "p", "11")]
 
 
+def test_fields_the_key_tells_are_left_out_of_the_cached_bytes(cacher):
+    def apply(rev: int, name: str, **fields: str) -> None:
+        o = pb.Object(api_version="v1", kind="Pod")
+        o.metadata.name, o.metadata.namespace = name, "ns"
+        o.fields.update({"metadata.name": name, "metadata.namespace": "ns", **fields})
+        kv = rpc.KeyValue(key=f"{PREFIX}ns/{name}".encode(), value=codec.encode(o), mod_revision=rev)
+        cacher._apply(rpc.WatchResponse(header=rpc.ResponseHeader(revision=rev),
+                                        events=[rpc.Event(type=rpc.Event.PUT, kv=kv)]))
+
+    w = cacher.watch(PREFIX, SelectionPredicate.parse("", "metadata.name=a"), 10)
+    apply(11, "a")
+    apply(12, "b", **{"status.phase": "Running"})
+    cache = cacher.watch_cache
+    assert dict(pb.Object.FromString(cache.get(f"{PREFIX}ns/a")).fields) == {}
+    assert dict(pb.Object.FromString(cache.get(f"{PREFIX}ns/b")).fields) == {
+        "metadata.name": "b", "metadata.namespace": "ns", "status.phase": "Running"}
+    assert names(cache.snapshot(PREFIX, SelectionPredicate.parse("", "metadata.name=a,metadata.namespace=ns"))) == ["a"]
+    assert names(cache.snapshot(PREFIX, SelectionPredicate.parse("", "metadata.name!=b"))) == ["a"]
+    assert drain(w) == [("ADDED", "a", "11")]
+
+
 def json_names(blob: bytes) -> list[str]:
     import orjson
     return [o["metadata"]["name"] for o in orjson.loads(b"[" + blob + b"]")]
