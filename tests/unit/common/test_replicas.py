@@ -140,3 +140,34 @@ async def test_audit_id_travels_with_the_call_into_its_log_lines(caplog):
         logger.removeHandler(handler)
         await channel.close()
         await server.stop(None)
+
+
+def test_streams_move_often_for_a_while_after_one_died(monkeypatch):
+    """Spread: a stream opened in place of one that died is retired after a sixth of `rebalance`, and
+    so are those opened for `rebalance` seconds after, so a replica started again gets calls back
+    soon; then streams move at the regular pace."""
+    from services.common.mux import streams
+
+    now = [100.0]
+    monkeypatch.setattr(streams.time, "monotonic", lambda: now[0])
+
+    class Stream:
+        def __init__(self) -> None:
+            self.alive, self.retired = True, False
+
+        def retire(self) -> None:
+            self.retired = True
+
+    spread = streams.Spread(Stream, 1, rebalance=30.0)
+    first = spread.pick()
+    assert 24.0 <= spread.due[0] - now[0] <= 36.0  # no stream died: the regular pace
+    assert spread.pick() is first
+    first.alive = False  # its replica was killed
+    second = spread.pick()
+    assert second is not first and 4.0 <= spread.due[0] - now[0] <= 6.0
+    now[0] = spread.due[0]
+    third = spread.pick()
+    assert second.retired and third is not second and 4.0 <= spread.due[0] - now[0] <= 6.0
+    now[0] = 100.0 + 31.0  # `rebalance` seconds after the death: the regular pace again
+    fourth = spread.pick()
+    assert third.retired and fourth is not third and 24.0 <= spread.due[0] - now[0] <= 36.0
