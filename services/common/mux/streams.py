@@ -43,6 +43,10 @@ async def read_stream(call: Any, on_message: Callable[[Any], None], peer: str, w
         return InternalError(f"{what} to {peer} failed: {type(e).__name__}")
 
 
+# How many times as often a Spread moves its streams for a while after one died.
+DEGRADED_PACE = 6
+
+
 class Spread:
     """Long-lived streams to a peer that runs as several replicas (grpcutil.Target): one per
     replica, opened on a round_robin channel (so each lands on the next connected replica), taken
@@ -51,9 +55,9 @@ class Spread:
     no new call and closes once those on it are answered) and a new one opened in its place, so
     that a replica started again gets its share back (kube's --goaway-chance does this for
     HTTP/2 clients). For `rebalance` seconds after a stream died, the streams opened are retired
-    six times as often: a replica killed and started again (what replicas are for) gets calls back
-    within seconds of being ready, not only at the next regular move. A client with one replica never
-    uses it (its one stream costs nothing more)."""
+    DEGRADED_PACE times as often: a replica killed and started again (what replicas are for) gets
+    calls back within seconds of being ready, not only at the next regular move. A client with one
+    replica never uses it (its one stream costs nothing more)."""
 
     def __init__(self, open_: Callable[[], Any], streams: int, rebalance: float = 0.0) -> None:
         self.open, self.pool = open_, [None] * streams
@@ -70,12 +74,15 @@ class Spread:
             if not self.rebalance or time.monotonic() < self.due[i]:
                 return stream
             stream.retire()
-        elif stream is not None and self.rebalance:  # it died with its replica
-            self.degraded_until = time.monotonic() + self.rebalance
+            died = False
+        else:
+            died = stream is not None  # with its replica
         stream = pool[i] = self.open()
         if self.rebalance:  # jittered, so that the streams of many clients do not move at once
             now = time.monotonic()
-            every = self.rebalance / 6 if now < self.degraded_until else self.rebalance
+            if died:
+                self.degraded_until = now + self.rebalance
+            every = self.rebalance / DEGRADED_PACE if now < self.degraded_until else self.rebalance
             self.due[i] = now + every * random.uniform(0.8, 1.2)
         return stream
 

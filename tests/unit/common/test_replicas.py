@@ -12,6 +12,7 @@ from apiary_pb import registry_pb2_grpc as rgrpc
 from services.common import auditid, grpcutil, mux
 from services.common.errors import APIError
 from services.common.mux import client as mux_client
+from services.common.mux import streams
 
 from .test_mux import Echo, free_port
 
@@ -146,8 +147,6 @@ def test_streams_move_often_for_a_while_after_one_died(monkeypatch):
     """Spread: a stream opened in place of one that died is retired after a sixth of `rebalance`, and
     so are those opened for `rebalance` seconds after, so a replica started again gets calls back
     soon; then streams move at the regular pace."""
-    from services.common.mux import streams
-
     now = [100.0]
     monkeypatch.setattr(streams.time, "monotonic", lambda: now[0])
 
